@@ -1,0 +1,30 @@
+"""minigraph: a small dataflow-graph deep-learning framework with TensorFlow's C++ API shape.
+
+Build a graph with :class:`Scope` and the wrappers in :mod:`minigraph.ops`, run it with
+:class:`ClientSession`.
+"""
+
+from minigraph import errors, ops
+from minigraph.client.session import ClientSession
+from minigraph.framework.dtypes import (
+    DType,
+    as_dtype,
+    bfloat16,
+    float16,
+    float32,
+    float64,
+    half,
+    int32,
+    int64,
+)
+from minigraph.framework.dtypes import bool_ as bool  # noqa: A001 (TF's name)
+from minigraph.framework.graph import Graph, Operation, Output
+from minigraph.framework.scope import Scope
+from minigraph.framework.tensor_shape import TensorShape
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ClientSession", "DType", "Graph", "Operation", "Output", "Scope", "TensorShape", "as_dtype",
+    "bfloat16", "bool", "errors", "float16", "float32", "float64", "half", "int32", "int64", "ops",
+]

@@ -1,0 +1,48 @@
+"""CPU math backends (numpy reference, native C) and the kernel registry.
+
+``select(name)`` returns the math module a session uses for the batch-norm loops:
+``"reference"``, ``"native"``, or ``None`` for the default (``$MINIGRAPH_BACKEND``, else
+native when it was built, else reference).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from types import ModuleType
+
+from minigraph.backends import array_kernels, batch_norm_kernels, reference  # noqa: F401
+from minigraph.framework.errors import InvalidArgumentError, UnavailableError
+
+BACKENDS = ("native", "reference")
+_warned_fallback = False
+
+
+def _native() -> ModuleType | None:
+    try:
+        from minigraph.backends import native
+    except ImportError:
+        return None
+    return native if native.available() else None
+
+
+def select(name: str | None = None) -> ModuleType:
+    """The math module for backend ``name`` (see the module docstring for the default)."""
+    global _warned_fallback
+    explicit = name is not None
+    name = name or os.environ.get("MINIGRAPH_BACKEND") or "native"
+    if name not in BACKENDS:
+        raise InvalidArgumentError(f"unknown backend {name!r}; expected one of {BACKENDS}")
+    if name == "reference":
+        return reference
+    native = _native()
+    if native is not None:
+        return native
+    if explicit:
+        raise UnavailableError("the native backend is not available (the C kernels were not "
+                               "built); reinstall with a C compiler or use backend='reference'")
+    if not _warned_fallback:
+        _warned_fallback = True
+        warnings.warn("minigraph: native C kernels are not built; using the numpy reference "
+                      "backend", RuntimeWarning, stacklevel=3)
+    return reference

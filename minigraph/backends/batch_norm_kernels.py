@@ -1,0 +1,146 @@
+"""Op-level CPU kernels of the batch-norm family, shared by the reference and native backends.
+
+Each kernel reads its node's attrs, handles what is the same on every backend (empty
+tensors, the statistics outputs, reserve spaces, exponential averaging, the global-
+normalization vector gradients) and hands the per-element loops to ``math``: the module
+the session chose, ``backends.reference`` (numpy) or ``backends.native`` (C).
+Inputs were already validated by the op's ``validate`` function.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import numpy as np
+
+from minigraph.backends import reference
+from minigraph.backends.registry import register_kernel
+from minigraph.framework.graph import Operation
+from minigraph.ops.batch_norm import channel_axis, channels_last
+
+F32 = np.float32
+
+
+def _empty_reserve() -> np.ndarray:
+    """reserve_space_3 (forward) and reserve_space_4/5 (grad): float32 [0], never read."""
+    return np.zeros(0, F32)
+
+
+def _vector(value: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(value, dtype=F32)
+
+
+@register_kernel("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+def fused_batch_norm(op: Operation, inputs: list[np.ndarray], math: ModuleType
+                     ) -> list[np.ndarray]:
+    """TF_SEMANTICS §2: y plus (batch_mean, batch_variance, reserve_space_1, reserve_space_2).
+
+    Training: batch_mean/batch_variance are the batch mean and the Bessel-corrected variance
+    (k = n / max(n-1, 1)), blended with the incoming mean/variance when
+    exponential_avg_factor != 1; reserve spaces hold the mean and the biased variance.
+    Inference: copies of mean/variance everywhere. Empty x: NaN batch statistics.
+    """
+    x, scale, offset, mean, variance = inputs
+    attrs = op.attrs
+    epsilon, last = attrs["epsilon"], channels_last(attrs["data_format"])
+    x = np.ascontiguousarray(x)
+    channels = x.shape[channel_axis(attrs["data_format"])]
+    count = x.size // channels if channels else 0
+    if x.size == 0:
+        nan = np.full(channels, np.nan, F32)
+        zeros = np.zeros(channels, F32)
+        outputs = [np.empty(x.shape, x.dtype), nan, nan.copy(), zeros, zeros.copy()]
+    elif attrs["is_training"]:
+        y, batch_mean, biased_variance = math.bn_forward_training(
+            x, _vector(scale), _vector(offset), epsilon, last)
+        bessel = F32(count) / F32(max(count - 1, 1))
+        factor = F32(attrs["exponential_avg_factor"])
+        if factor == 1:
+            running_mean, running_variance = batch_mean, biased_variance * bessel
+        else:
+            keep = F32(1) - factor
+            running_mean = _vector(mean) * keep + batch_mean * factor
+            running_variance = _vector(variance) * keep + biased_variance * bessel * factor
+        outputs = [y, running_mean, running_variance, batch_mean, biased_variance]
+    else:
+        y = math.bn_forward_inference(x, _vector(scale), _vector(offset), _vector(mean),
+                                      _vector(variance), epsilon, last)
+        outputs = [y, _vector(mean).copy(), _vector(variance).copy(), _vector(mean).copy(),
+                   _vector(variance).copy()]
+    if len(op.outputs) == 6:
+        outputs.append(_empty_reserve())
+    return outputs
+
+
+@register_kernel("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3")
+def fused_batch_norm_grad(op: Operation, inputs: list[np.ndarray], math: ModuleType
+                          ) -> list[np.ndarray]:
+    """TF_SEMANTICS §3.2: (x_backprop, scale_backprop, offset_backprop, two empty reserves).
+
+    reserve_space_1/2 are used as given (mean and biased variance); reserve_space_3 is ignored.
+    Empty x: x_backprop empty of x's shape (also 5-D), zero scale/offset backprops.
+    """
+    dy, x, scale, mean, variance = inputs[:5]
+    attrs = op.attrs
+    channels = x.shape[channel_axis(attrs["data_format"])]
+    if x.size == 0:
+        outputs = [np.empty(x.shape, x.dtype), np.zeros(channels, F32), np.zeros(channels, F32)]
+    else:
+        backward = math.bn_backward_training if attrs["is_training"] else \
+            math.bn_backward_inference
+        outputs = list(backward(np.ascontiguousarray(dy), np.ascontiguousarray(x),
+                                _vector(scale), _vector(mean), _vector(variance),
+                                attrs["epsilon"], channels_last(attrs["data_format"])))
+    return outputs + [_empty_reserve(), _empty_reserve()]
+
+
+def _global_norm_setup(op: Operation, t: np.ndarray, math: ModuleType, vectors: list
+                       ) -> tuple[ModuleType, type, list[np.ndarray]]:
+    """float64 runs on the reference backend in float64; float16/32 compute in float32."""
+    if t.dtype == np.float64:
+        return reference, np.float64, [np.asarray(v, np.float64) for v in vectors]
+    return math, F32, [_vector(v) for v in vectors]
+
+
+@register_kernel("BatchNormWithGlobalNormalization")
+def batch_norm_with_global_normalization(op: Operation, inputs: list[np.ndarray],
+                                         math: ModuleType) -> list[np.ndarray]:
+    """TF_SEMANTICS §9.2: y = (t - m) * (rsqrt(v + eps) * gamma) + beta (gamma only if
+    scale_after_normalization). float16 is computed in float32 and rounded once."""
+    t, m, v, beta, gamma = inputs
+    t = np.ascontiguousarray(t)
+    math, ct, (m, v, beta, gamma) = _global_norm_setup(op, t, math, [m, v, beta, gamma])
+    if not op.attrs["scale_after_normalization"]:
+        gamma = np.ones_like(gamma)
+    if t.size == 0:
+        return [np.empty(t.shape, t.dtype)]
+    return [math.bn_forward_inference(t, gamma, beta, m, v, op.attrs["variance_epsilon"], True)]
+
+
+@register_kernel("BatchNormWithGlobalNormalizationGrad")
+def batch_norm_with_global_normalization_grad(op: Operation, inputs: list[np.ndarray],
+                                              math: ModuleType) -> list[np.ndarray]:
+    """TF_SEMANTICS §9.3, with r = rsqrt(v + eps), db = sum(backprop), s2 = sum(backprop*(t-m)):
+
+    dx = backprop * r * gamma, dm = -db * r * gamma, dv = -0.5 * s2 * gamma / (v + eps)^1.5,
+    dg = s2 * r (gamma and dg replaced by 1 and 0 when not scale_after_normalization).
+    """
+    t, m, v, gamma, backprop = inputs
+    t, backprop = np.ascontiguousarray(t), np.ascontiguousarray(backprop)
+    dtype = t.dtype
+    math, ct, (m, v, gamma) = _global_norm_setup(op, t, math, [m, v, gamma])
+    scaled = op.attrs["scale_after_normalization"]
+    eps = ct(op.attrs["variance_epsilon"])
+    factor = gamma if scaled else np.ones_like(gamma)
+    if t.size == 0:
+        channels = t.shape[3]
+        zeros = np.zeros(channels, dtype)
+        dm = -zeros * factor.astype(dtype)
+        return [np.empty(t.shape, dtype), dm, zeros, zeros.copy(), zeros.copy()]
+    dx, s2_times_r, db = math.bn_backward_inference(backprop, t, factor, m, v, eps, True)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        rstd = (1 / np.sqrt(v + eps)).astype(ct)
+        dm = -db * (rstd * factor)
+        dv = s2_times_r * (ct(-0.5) / (v + eps)) * factor
+        dg = s2_times_r if scaled else np.zeros_like(s2_times_r)
+    return [dx] + [np.asarray(vec, ct).astype(dtype) for vec in (dm, dv, db, dg)]

@@ -1,0 +1,143 @@
+"""The dataflow graph: :class:`Graph`, its :class:`Operation` nodes and their :class:`Output` edges.
+
+Nodes are immutable once added: their inputs, attrs (every default filled in), device and
+static output shapes are fixed at construction, which is what lets a session cache its plans
+and lets autodiff walk the graph without locks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from minigraph.framework.dtypes import DType
+from minigraph.framework.tensor_shape import TensorShape
+
+if TYPE_CHECKING:
+    from minigraph.framework.op_def import OpDef
+
+
+class Output:
+    """One output edge of an operation: ``op:index``, with static dtype and shape."""
+
+    __slots__ = ("op", "index", "dtype", "shape")
+
+    def __init__(self, op: Operation, index: int, dtype: DType, shape: TensorShape) -> None:
+        self.op = op
+        self.index = index
+        self.dtype = dtype
+        self.shape = shape
+
+    @property
+    def operation(self) -> Operation:
+        return self.op
+
+    @property
+    def name(self) -> str:
+        return f"{self.op.name}:{self.index}"
+
+    @property
+    def graph(self) -> Graph:
+        return self.op.graph
+
+    def consumers(self) -> list[Operation]:
+        """Operations that read this output, in creation order."""
+        return [op for op in self.op.graph.operations() if any(i is self for i in op.inputs)]
+
+    def __repr__(self) -> str:
+        return f"<mg.Output '{self.name}' dtype={self.dtype.name} shape={self.shape}>"
+
+
+class Operation:
+    """A node: an op type applied to input edges, with attrs, a device and output edges."""
+
+    __slots__ = ("graph", "name", "type", "op_def", "inputs", "control_inputs", "attrs",
+                 "device", "outputs", "_id")
+
+    def __init__(self, graph: Graph, name: str, op_def: OpDef, inputs: Iterable[Output],
+                 control_inputs: Iterable[Operation], attrs: dict[str, Any], device: str,
+                 output_specs: Iterable[tuple[DType, TensorShape]]) -> None:
+        self.graph = graph
+        self.name = name
+        self.type = op_def.name
+        self.op_def = op_def
+        self.inputs = tuple(inputs)
+        self.control_inputs = tuple(control_inputs)
+        self.attrs = dict(attrs)
+        self.device = device
+        self.outputs = tuple(Output(self, i, dtype, shape)
+                             for i, (dtype, shape) in enumerate(output_specs))
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.outputs)
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.inputs)
+
+    def output(self, index: int) -> Output:
+        return self.outputs[index]
+
+    def input_named(self, name: str) -> Output:
+        """The input bound to the op-def argument ``name`` (``op.input_named("x")``)."""
+        return self.inputs[self.op_def.input_index(name)]
+
+    def output_named(self, name: str) -> Output:
+        return self.outputs[self.op_def.output_index(name)]
+
+    def __repr__(self) -> str:
+        return f"<mg.Operation '{self.name}' type={self.type}>"
+
+
+class Graph:
+    """An append-only collection of operations with unique names."""
+
+    def __init__(self) -> None:
+        self._ops: list[Operation] = []
+        self._by_name: dict[str, Operation] = {}
+        self._name_counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def unique_name(self, wanted: str) -> str:
+        """``wanted`` if unused, else ``wanted_1``, ``wanted_2``... (TensorFlow's rule)."""
+        with self._lock:
+            if wanted not in self._name_counts and wanted not in self._by_name:
+                self._name_counts[wanted] = 0
+                return wanted
+            count = self._name_counts.get(wanted, 0)
+            while True:
+                count += 1
+                candidate = f"{wanted}_{count}"
+                if candidate not in self._name_counts and candidate not in self._by_name:
+                    break
+            self._name_counts[wanted] = count
+            self._name_counts[candidate] = 0
+            return candidate
+
+    def add_operation(self, op: Operation) -> Operation:
+        with self._lock:
+            if op.name in self._by_name:
+                raise ValueError(f"duplicate operation name '{op.name}'")
+            op._id = len(self._ops)
+            self._ops.append(op)
+            self._by_name[op.name] = op
+        return op
+
+    def operations(self) -> list[Operation]:
+        """All operations in creation order (a topological order: inputs come first)."""
+        with self._lock:
+            return list(self._ops)
+
+    def get_operation(self, name: str) -> Operation:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"no operation named '{name}' in the graph") from None
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def __repr__(self) -> str:
+        return f"<mg.Graph with {len(self._ops)} operations>"

@@ -1,0 +1,434 @@
+"""Declarative op definitions, the op registry, and the generated Python wrappers.
+
+Each op is defined once by an :class:`OpDef`: its inputs and outputs (each typed either by a
+type attr such as ``T`` or by a fixed dtype), its attrs with defaults and allowed values, a
+shape function run at construction, and a run-time ``validate`` run before any kernel.
+``make_wrapper`` turns an OpDef into the user-facing callable that mirrors
+``tensorflow/cc/ops``: ``ops.FusedBatchNormGradV3(scope, *inputs, attrs, **keyword_attrs)``
+with a ``.Attrs()`` builder whose setters use the C++ spelling (``.DataFormat("NCHW")``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from minigraph.framework import dtypes
+from minigraph.framework.dtypes import DType
+from minigraph.framework.errors import InvalidArgumentError, NotFoundError
+from minigraph.framework.graph import Operation, Output
+from minigraph.framework.scope import Scope
+from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape, as_shape
+
+# ----------------------------------------------------------------------------- definitions
+
+
+@dataclass(frozen=True)
+class ArgDef:
+    """An input or output: a name and either a type attr (``"T"``) or a fixed dtype."""
+
+    name: str
+    type_attr: str | None = None
+    dtype: DType | None = None
+
+
+@dataclass(frozen=True)
+class AttrDef:
+    """An attr: kind is float, int, bool, string, type, shape or tensor."""
+
+    name: str
+    kind: str
+    default: Any = None
+    has_default: bool = True
+    allowed: tuple | None = None
+    check: Callable[[Any], str | None] | None = None  # returns an error text or None
+
+
+def required(name: str, kind: str, **kw: Any) -> AttrDef:
+    """An attr with no default: the caller must give it."""
+    return AttrDef(name, kind, has_default=False, **kw)
+
+
+def finite_non_negative(value: float) -> str | None:
+    """Attr check for epsilons: TF accepts negative/NaN epsilon and yields NaN; we reject it."""
+    if not math.isfinite(value) or value < 0:
+        return f"must be a finite number >= 0, got {value}"
+    return None
+
+
+@dataclass
+class OpDef:
+    name: str
+    inputs: Sequence[ArgDef]
+    outputs: Sequence[ArgDef]
+    attrs: Sequence[AttrDef] = ()
+    shape_fn: Callable[[InferenceContext], list[TensorShape]] | None = None
+    validate: Callable[[RunContext, list[np.ndarray]], None] | None = None
+    deprecation: str | None = None
+    is_stateful: bool = False
+    _warned: bool = field(default=False, repr=False)
+
+    def attr_def(self, name: str) -> AttrDef:
+        for a in self.attrs:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    def input_index(self, name: str) -> int:
+        return [a.name for a in self.inputs].index(name)
+
+    def output_index(self, name: str) -> int:
+        return [a.name for a in self.outputs].index(name)
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register_op(op_def: OpDef) -> OpDef:
+    if op_def.name in _REGISTRY:
+        raise ValueError(f"op type '{op_def.name}' is already registered")
+    _REGISTRY[op_def.name] = op_def
+    return op_def
+
+
+def get_op_def(op_type: str) -> OpDef:
+    try:
+        return _REGISTRY[op_type]
+    except KeyError:
+        raise NotFoundError(f"op type '{op_type}' is not registered") from None
+
+
+def registered_ops() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+# ----------------------------------------------------------------------------- contexts
+
+
+def format_shapes(shapes: Sequence[TensorShape]) -> str:
+    return ", ".join(str(s) for s in shapes)
+
+
+class InferenceContext:
+    """What a shape function sees: input shapes/dtypes and the node's attrs.
+
+    Its helpers raise :class:`InvalidArgumentError` messages that name the op, the input and
+    the expected versus actual value, followed by all input shapes.
+    """
+
+    def __init__(self, op_def: OpDef, name: str, inputs: Sequence[Output],
+                 attrs: dict[str, Any]) -> None:
+        self.op_def = op_def
+        self.name = name
+        self.input_shapes = [i.shape for i in inputs]
+        self.input_dtypes = [i.dtype for i in inputs]
+        self.attrs = attrs
+
+    def error(self, message: str) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"{self.op_def.name} '{self.name}': {message} (input shapes: "
+            f"{format_shapes(self.input_shapes)})")
+
+    def input_shape(self, name: str) -> TensorShape:
+        return self.input_shapes[self.op_def.input_index(name)]
+
+    def with_rank(self, name: str, rank: int, why: str = "") -> TensorShape:
+        shape = self.input_shape(name)
+        try:
+            return shape.with_rank(rank)
+        except ShapeMismatch:
+            raise self.error(f"input '{name}' must be rank {rank}{why}, but has shape {shape} "
+                             f"(rank {shape.rank})") from None
+
+    def merge_dim(self, current: int | None, value: int | None, what: str) -> int | None:
+        try:
+            from minigraph.framework.tensor_shape import merge_dim
+            return merge_dim(current, value)
+        except ShapeMismatch:
+            raise self.error(f"{what}: expected {current}, got {value}") from None
+
+
+class RunContext:
+    """What a run-time check sees: the node, for error messages naming it."""
+
+    def __init__(self, op: Operation) -> None:
+        self.op = op
+
+    def error(self, message: str) -> InvalidArgumentError:
+        return InvalidArgumentError(f"{self.op.type} '{self.op.name}': {message}")
+
+
+# ----------------------------------------------------------------------------- building nodes
+
+
+def _convert_input(scope: Scope, op_type: str, arg: ArgDef, value: Any,
+                   dtype_hint: DType | None) -> Output:
+    """Turn a user value (Output, numpy array, scalar, list) into an Output."""
+    if isinstance(value, Output):
+        return value
+    if hasattr(value, "output") and isinstance(value.output, Output):
+        return value.output
+    if isinstance(value, Operation):
+        raise InvalidArgumentError(
+            f"{op_type}: input '{arg.name}' got an Operation ('{value.name}'); pass one of its "
+            f"outputs instead")
+    if isinstance(value, np.ndarray) or np.isscalar(value) and isinstance(value, np.generic):
+        array = np.asarray(value)
+    else:
+        hint = dtype_hint or arg.dtype
+        try:
+            array = np.asarray(value, dtype=hint.np_dtype if hint else None)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(
+                f"{op_type}: input '{arg.name}' cannot be converted to a tensor: {exc}") from None
+        if hint is None and array.dtype == np.float64:
+            array = array.astype(np.float32)  # Python floats become float32, as in TensorFlow
+        elif hint is None and array.dtype == np.int64:
+            array = array.astype(np.int32)
+    from minigraph.ops.array_ops import Const
+
+    return Const(scope.WithOpName(f"{arg.name}"), array)
+
+
+def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
+    where = f"{op_def.name} '{name}': attr '{attr.name}'"
+    kind = attr.kind
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating,
+                                                               np.integer)):
+            raise InvalidArgumentError(f"{where} must be a float, got {value!r}")
+        value = float(np.float32(value))  # attrs are stored as float32, as in TF's AttrValue
+    elif kind == "int":
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise InvalidArgumentError(f"{where} must be an int, got {value!r}")
+        value = int(value)
+    elif kind == "bool":
+        if not isinstance(value, (bool, np.bool_)):
+            raise InvalidArgumentError(f"{where} must be a bool, got {value!r}")
+        value = bool(value)
+    elif kind == "string":
+        if not isinstance(value, str):
+            raise InvalidArgumentError(f"{where} must be a string, got {value!r}")
+    elif kind == "type":
+        value = dtypes.as_dtype(value)
+    elif kind == "shape":
+        value = as_shape(value)
+    elif kind == "list(int)":
+        value = [int(v) for v in value]
+    if attr.allowed is not None and value not in attr.allowed:
+        allowed = ", ".join(f'"{a}"' if isinstance(a, str) else str(a) for a in attr.allowed)
+        raise InvalidArgumentError(f"{where} is {value!r}, which is not in the allowed values: "
+                                   f"{allowed}")
+    if attr.check is not None:
+        problem = attr.check(value)
+        if problem:
+            raise InvalidArgumentError(f"{where} {problem}")
+    return value
+
+
+def _resolve_types(op_def: OpDef, name: str, inputs: list[Output], attrs: dict[str, Any]
+                   ) -> None:
+    """Bind type attrs from the inputs (or check them against explicit ones)."""
+    bound_by = {a.name: "the explicit attr" for a in op_def.attrs
+                if a.kind == "type" and a.name in attrs}
+    for arg, value in zip(op_def.inputs, inputs):
+        if arg.dtype is not None:
+            if value.dtype is not arg.dtype:
+                raise InvalidArgumentError(
+                    f"{op_def.name} '{name}': input '{arg.name}' must be {arg.dtype.name}, got "
+                    f"{value.dtype.name}")
+        elif arg.type_attr not in bound_by:
+            attr = op_def.attr_def(arg.type_attr)
+            if attr.allowed is not None and value.dtype not in attr.allowed:
+                allowed = ", ".join(d.name for d in attr.allowed)
+                raise InvalidArgumentError(
+                    f"{op_def.name} '{name}': input '{arg.name}' has dtype {value.dtype.name}, "
+                    f"not in the allowed values for {arg.type_attr}: {allowed}")
+            attrs[arg.type_attr] = value.dtype
+            bound_by[arg.type_attr] = f"argument '{arg.name}'"
+        elif value.dtype is not attrs[arg.type_attr]:
+            raise InvalidArgumentError(
+                f"{op_def.name} '{name}': input '{arg.name}' has dtype {value.dtype.name} that "
+                f"does not match dtype {attrs[arg.type_attr].name} of {bound_by[arg.type_attr]}")
+
+
+def _dtype_hints(op_def: OpDef, raw_inputs: Sequence[Any], attrs: dict[str, Any]
+                 ) -> list[DType | None]:
+    """The dtype a Python scalar/list input should take: its type attr's binding, if any."""
+    bound = {k: v for k, v in attrs.items() if isinstance(v, DType)}
+    for arg, value in zip(op_def.inputs, raw_inputs):
+        if isinstance(value, Output) and arg.type_attr and arg.type_attr not in bound:
+            bound[arg.type_attr] = value.dtype
+        elif isinstance(value, np.ndarray) and arg.type_attr and arg.type_attr not in bound:
+            try:
+                bound[arg.type_attr] = dtypes.as_dtype(value.dtype)
+            except InvalidArgumentError:
+                pass
+    return [arg.dtype or bound.get(arg.type_attr) for arg in op_def.inputs]
+
+
+def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
+                    attrs: dict[str, Any]) -> Operation:
+    """Create, check and add one node; raise InvalidArgumentError on anything wrong."""
+    if op_def.deprecation and not op_def._warned:
+        op_def._warned = True
+        warnings.warn(f"{op_def.name} is deprecated: {op_def.deprecation}", DeprecationWarning,
+                      stacklevel=3)
+    if len(raw_inputs) != len(op_def.inputs):
+        names = ", ".join(a.name for a in op_def.inputs)
+        raise InvalidArgumentError(f"{op_def.name}: expected {len(op_def.inputs)} inputs "
+                                   f"({names}), got {len(raw_inputs)}")
+    unknown = set(attrs) - {a.name for a in op_def.attrs}
+    if unknown:
+        raise InvalidArgumentError(f"{op_def.name}: unknown attr(s) {sorted(unknown)}; known: "
+                                   f"{[a.name for a in op_def.attrs]}")
+    name = scope.unique_op_name(op_def.name)
+    hints = _dtype_hints(op_def, raw_inputs, attrs)
+    input_scope = scope.Under(name)
+    inputs = [_convert_input(input_scope, op_def.name, arg, value, hint)
+              for arg, value, hint in zip(op_def.inputs, raw_inputs, hints)]
+    full_attrs: dict[str, Any] = {}
+    for attr in op_def.attrs:
+        if attr.name in attrs:
+            full_attrs[attr.name] = _check_attr(op_def, name, attr, attrs[attr.name])
+        elif attr.has_default:
+            full_attrs[attr.name] = attr.default
+    _resolve_types(op_def, name, inputs, full_attrs)
+    missing = [a.name for a in op_def.attrs if a.name not in full_attrs]
+    if missing:
+        raise InvalidArgumentError(f"{op_def.name} '{name}': missing required attr(s) {missing}")
+    ctx = InferenceContext(op_def, name, inputs, full_attrs)
+    if op_def.shape_fn is None:
+        shapes = [TensorShape(None)] * len(op_def.outputs)
+    else:
+        try:
+            shapes = op_def.shape_fn(ctx)
+        except ShapeMismatch as exc:
+            raise ctx.error(str(exc)) from None
+    output_specs = [(arg.dtype or full_attrs[arg.type_attr], shape)
+                    for arg, shape in zip(op_def.outputs, shapes)]
+    op = Operation(scope.graph(), name, op_def, inputs, scope.control_dependencies, full_attrs,
+                   scope.device, output_specs)
+    return scope.graph().add_operation(op)
+
+
+# ----------------------------------------------------------------------------- wrappers
+
+
+def camel_case(attr_name: str) -> str:
+    """``exponential_avg_factor`` -> ``ExponentialAvgFactor`` (the C++ Attrs setter name)."""
+    return "".join(part.capitalize() for part in attr_name.split("_"))
+
+
+def _make_attrs_class(op_def: OpDef) -> type:
+    settable = [a for a in op_def.attrs if a.has_default]
+
+    class Attrs:
+        """Optional attrs, set with C++-style chained setters that return a new builder."""
+
+        __slots__ = ("values",)
+
+        def __init__(self, **values: Any) -> None:
+            self.values = dict(values)
+
+        def __repr__(self) -> str:
+            return f"{op_def.name}.Attrs({self.values})"
+
+    def make_setter(attr_name: str):
+        def setter(self, value):
+            return Attrs(**{**self.values, attr_name: value})
+
+        setter.__name__ = camel_case(attr_name)
+        setter.__doc__ = f"Set attr '{attr_name}'."
+        return setter
+
+    for attr in settable:
+        setattr(Attrs, camel_case(attr.name), make_setter(attr.name))
+    Attrs.__name__ = Attrs.__qualname__ = f"{op_def.name}.Attrs"
+    return Attrs
+
+
+class OpResult:
+    """The value of a multi-output op wrapper: named outputs plus ``.operation``."""
+
+    def __init__(self, operation: Operation) -> None:
+        self.operation = operation
+        self.outputs = list(operation.outputs)
+        for arg, out in zip(operation.op_def.outputs, operation.outputs):
+            setattr(self, arg.name, out)
+
+    def __getitem__(self, index: int) -> Output:
+        return self.outputs[index]
+
+    def __iter__(self):
+        return iter(self.outputs)
+
+    def __len__(self) -> int:
+        return len(self.outputs)
+
+    def __repr__(self) -> str:
+        return f"<{self.operation.type} '{self.operation.name}' outputs={len(self.outputs)}>"
+
+
+def make_wrapper(op_def: OpDef) -> type:
+    """Generate ``ops.<OpType>``: call it like the TF C++ constructor.
+
+    Positional arguments are the inputs, then the required attrs, then optionally an
+    ``Attrs()`` object; attrs may also be keywords. Returns the Output for single-output ops,
+    the Operation for ops without outputs, and an object with named outputs otherwise.
+    """
+    attrs_class = _make_attrs_class(op_def)
+    inferred = {arg.type_attr for arg in op_def.inputs if arg.type_attr}
+    required_attrs = [a.name for a in op_def.attrs if not a.has_default and a.name not in inferred]
+    n_inputs = len(op_def.inputs)
+    signature = ", ".join([a.name for a in op_def.inputs] + required_attrs)
+
+    def __new__(cls, scope: Scope, *args: Any, **kwargs: Any):
+        if not isinstance(scope, Scope):
+            raise InvalidArgumentError(f"{op_def.name}: the first argument must be a Scope, got "
+                                       f"{type(scope).__name__}")
+        args = list(args)
+        attrs: dict[str, Any] = {}
+        if args and isinstance(args[-1], attrs_class):
+            attrs.update(args.pop().values)
+        elif args and type(args[-1]).__name__.endswith(".Attrs"):
+            raise InvalidArgumentError(f"{op_def.name}: got {type(args[-1]).__name__}; pass "
+                                       f"{op_def.name}.Attrs()")
+        if len(args) > n_inputs + len(required_attrs):
+            raise InvalidArgumentError(f"{op_def.name}({signature}): too many arguments "
+                                       f"({len(args)})")
+        inputs = args[:n_inputs]
+        for attr_name, value in zip(required_attrs, args[n_inputs:]):
+            attrs[attr_name] = value
+        for key in list(kwargs):
+            if key in [a.name for a in op_def.inputs]:
+                if len(inputs) > op_def.input_index(key):
+                    raise InvalidArgumentError(f"{op_def.name}: input '{key}' given twice")
+        named_inputs = {k: kwargs.pop(k) for k in list(kwargs)
+                        if k in [a.name for a in op_def.inputs]}
+        for arg in op_def.inputs[len(inputs):]:
+            if arg.name not in named_inputs:
+                raise InvalidArgumentError(f"{op_def.name}({signature}): missing input "
+                                           f"'{arg.name}'")
+            inputs.append(named_inputs[arg.name])
+        attrs.update(kwargs)
+        op = build_operation(scope, op_def, inputs, attrs)
+        if len(op.outputs) == 1:
+            return op.outputs[0]
+        if not op.outputs:
+            return op
+        return OpResult(op)
+
+    wrapper = type(op_def.name, (), {
+        "__new__": __new__,
+        "Attrs": attrs_class,
+        "op_def": op_def,
+        "__doc__": f"{op_def.name}(scope, {signature}, attrs=None, **attrs): build one "
+                   f"'{op_def.name}' node.",
+    })
+    return wrapper

@@ -1,0 +1,319 @@
+"""The batch-normalization op family: definitions, shape functions and run-time checks.
+
+Semantics follow TensorFlow 2.21 on CPU (``shared/spec/TF_SEMANTICS.md``):
+
+* ``FusedBatchNormV3`` (and V1/V2) normalizes per channel,
+  ``y = (x - mu) * (scale * rsqrt(var + epsilon)) + offset``, with the batch statistics in
+  training and the given ``mean``/``variance`` in inference.
+* ``FusedBatchNormGradV3`` (and V1/V2) is its gradient, reading the saved statistics from
+  ``reserve_space_1`` (mean) and ``reserve_space_2`` (biased variance).
+* ``BatchNormWithGlobalNormalization`` and its ``Grad`` are the deprecated, channel-last,
+  global-statistics variants.
+
+The kernels live in ``minigraph.backends``; here is everything about the ops themselves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minigraph.framework import dtypes
+from minigraph.framework.op_def import (
+    ArgDef,
+    AttrDef,
+    InferenceContext,
+    OpDef,
+    RunContext,
+    finite_non_negative,
+    make_wrapper,
+    register_op,
+    required,
+)
+from minigraph.framework.tensor_shape import TensorShape
+
+FORMATS_2D = ("NHWC", "NCHW")
+FORMATS_2D_3D = ("NHWC", "NCHW", "NDHWC", "NCDHW")
+HALF_TYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
+
+
+def format_rank(data_format: str) -> int:
+    """4 for NHWC/NCHW, 5 for NDHWC/NCDHW (TF's graph-mode rule)."""
+    return 4 if len(data_format) == 4 else 5
+
+
+def channels_last(data_format: str) -> bool:
+    return data_format.endswith("C")
+
+
+def channel_axis(data_format: str) -> int:
+    return format_rank(data_format) - 1 if channels_last(data_format) else 1
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _attrs(formats: tuple[str, ...], *, training_attrs: bool = True) -> list[AttrDef]:
+    attrs = [AttrDef("epsilon", "float", default=0.0001, check=finite_non_negative)]
+    if training_attrs:
+        attrs.append(AttrDef("exponential_avg_factor", "float", default=1.0))
+    attrs += [AttrDef("data_format", "string", default="NHWC", allowed=formats),
+              AttrDef("is_training", "bool", default=True)]
+    return attrs
+
+
+# ----------------------------------------------------------------------------- shape functions
+
+
+def _channel_of(ctx: InferenceContext, tensor: str, data_format: str) -> tuple[TensorShape, int]:
+    rank = format_rank(data_format)
+    shape = ctx.with_rank(tensor, rank, f" for data_format {data_format}")
+    return shape, channel_axis(data_format)
+
+
+def _merge_vector(ctx: InferenceContext, name: str, channel: int | None) -> int | None:
+    vector = ctx.with_rank(name, 1)
+    return ctx.merge_dim(channel, vector[0],
+                         f"input '{name}' must have one element per channel of 'x'")
+
+
+def fused_batch_norm_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """y: x's shape with the merged channel; statistics: [channel]; reserve_space_3: [0].
+
+    mean/variance join the channel merge only when they are read, that is unless
+    ``is_training and exponential_avg_factor == 1`` (TF's FusedBatchNormV3Shape).
+    """
+    fmt = ctx.attrs["data_format"]
+    x, axis = _channel_of(ctx, "x", fmt)
+    channel = x[axis]
+    uses_running_stats = not (ctx.attrs["is_training"]
+                              and ctx.attrs["exponential_avg_factor"] == 1.0)
+    for name in ("scale", "offset", "mean", "variance"):
+        if name in ("mean", "variance") and not uses_running_stats:
+            ctx.with_rank(name, 1)
+        else:
+            channel = _merge_vector(ctx, name, channel)
+    vector = TensorShape([channel])
+    shapes = [x.replace_dim(axis, channel)] + [vector] * 4
+    if len(ctx.op_def.outputs) == 6:
+        shapes.append(TensorShape([0]))
+    return shapes
+
+
+def fused_batch_norm_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """x_backprop: y_backprop merged with x (channel merged with all vectors); vectors [C]."""
+    fmt = ctx.attrs["data_format"]
+    dy, axis = _channel_of(ctx, "y_backprop", fmt)
+    x, _ = _channel_of(ctx, "x", fmt)
+    channel = ctx.merge_dim(dy[axis], x[axis],
+                            "input 'x' must have as many channels as 'y_backprop'")
+    for name in ("scale", "reserve_space_1", "reserve_space_2"):
+        channel = _merge_vector(ctx, name, channel)
+    try:
+        merged = dy.merge_with(x)
+    except ValueError:
+        raise ctx.error(f"inputs 'x' and 'y_backprop' must have the same shape, got {x} and "
+                        f"{dy}") from None
+    vector = TensorShape([channel])
+    return [merged.replace_dim(axis, channel), vector, vector, TensorShape([0]),
+            TensorShape([0])]
+
+
+# ----------------------------------------------------------------------------- run-time checks
+
+
+def _check_vector(ctx: RunContext, name: str, value: np.ndarray, channels: int | None,
+                  why: str = "") -> None:
+    if value.ndim != 1:
+        raise ctx.error(f"input '{name}' must be 1-dimensional, got shape "
+                        f"{_shape_text(value.shape)}")
+    if channels is not None and value.shape[0] != channels:
+        raise ctx.error(f"{why}input '{name}' must have the same number of elements as the "
+                        f"channels of x, expected {channels}, got {value.shape[0]}")
+
+
+def _check_x(ctx: RunContext, name: str, value: np.ndarray, data_format: str) -> int:
+    rank = format_rank(data_format)
+    if value.ndim != rank:
+        raise ctx.error(f"input '{name}' must be {rank}-dimensional for data_format "
+                        f"{data_format}, got shape {_shape_text(value.shape)}")
+    return value.shape[channel_axis(data_format)]
+
+
+def validate_fused_batch_norm(ctx: RunContext, values: list[np.ndarray]) -> None:
+    x, scale, offset, mean, variance = values
+    attrs = ctx.op.attrs
+    channels = _check_x(ctx, "x", x, attrs["data_format"])
+    _check_vector(ctx, "scale", scale, channels)
+    _check_vector(ctx, "offset", offset, channels)
+    if not attrs["is_training"]:
+        why, needed = "When is_training=false, ", channels
+    elif attrs["exponential_avg_factor"] != 1.0:
+        why, needed = "When exponential_avg_factor != 1, ", channels
+    else:
+        why, needed = "", None
+    _check_vector(ctx, "mean", mean, needed, why)
+    _check_vector(ctx, "variance", variance, needed, why)
+
+
+def validate_fused_batch_norm_grad(ctx: RunContext, values: list[np.ndarray]) -> None:
+    dy, x, scale, mean, variance = values[:5]
+    fmt = ctx.op.attrs["data_format"]
+    _check_x(ctx, "y_backprop", dy, fmt)
+    channels = _check_x(ctx, "x", x, fmt)
+    if dy.shape != x.shape:
+        raise ctx.error(f"x and y_backprop must have same shape, but x has shape "
+                        f"{_shape_text(x.shape)} and y_backprop has shape "
+                        f"{_shape_text(dy.shape)}")
+    _check_vector(ctx, "scale", scale, channels)
+    _check_vector(ctx, "reserve_space_1", mean, channels)
+    _check_vector(ctx, "reserve_space_2", variance, channels)
+
+
+# ----------------------------------------------------------------------------- FusedBatchNorm*
+
+
+def _fused_forward(name: str, t_types: tuple, u_type: str | None, formats: tuple[str, ...],
+                   reserve_space_3: bool) -> OpDef:
+    vector_type = u_type or "T"
+    outputs = [ArgDef("y", type_attr="T")] + [
+        ArgDef(n, type_attr=vector_type)
+        for n in ("batch_mean", "batch_variance", "reserve_space_1", "reserve_space_2")]
+    if reserve_space_3:
+        outputs.append(ArgDef("reserve_space_3", type_attr=vector_type))
+    type_attrs = [required("T", "type", allowed=t_types)]
+    if u_type:
+        type_attrs.append(required("U", "type", allowed=(dtypes.float32,)))
+    return register_op(OpDef(
+        name=name,
+        inputs=[ArgDef("x", type_attr="T")] + [
+            ArgDef(n, type_attr=vector_type)
+            for n in ("scale", "offset", "mean", "variance")],
+        outputs=outputs,
+        attrs=type_attrs + _attrs(formats),
+        shape_fn=fused_batch_norm_shape,
+        validate=validate_fused_batch_norm,
+    ))
+
+
+def _fused_grad(name: str, t_types: tuple, u_type: str | None, formats: tuple[str, ...],
+                reserve_space_3: bool) -> OpDef:
+    vector_type = u_type or "T"
+    scale = ArgDef("scale", dtype=dtypes.float32) if u_type else ArgDef("scale", type_attr="T")
+    inputs = [ArgDef("y_backprop", type_attr="T"), ArgDef("x", type_attr="T"), scale,
+              ArgDef("reserve_space_1", type_attr=vector_type),
+              ArgDef("reserve_space_2", type_attr=vector_type)]
+    extra_outputs = ("reserve_space_3", "reserve_space_4")
+    if reserve_space_3:
+        inputs.append(ArgDef("reserve_space_3", type_attr=vector_type))
+        extra_outputs = ("reserve_space_4", "reserve_space_5")
+    type_attrs = [required("T", "type", allowed=t_types)]
+    if u_type:
+        type_attrs.append(required("U", "type", allowed=(dtypes.float32,)))
+    return register_op(OpDef(
+        name=name,
+        inputs=inputs,
+        outputs=[ArgDef("x_backprop", type_attr="T")] + [
+            ArgDef(n, type_attr=vector_type)
+            for n in ("scale_backprop", "offset_backprop") + extra_outputs],
+        attrs=type_attrs + _attrs(formats, training_attrs=False),
+        shape_fn=fused_batch_norm_grad_shape,
+        validate=validate_fused_batch_norm_grad,
+    ))
+
+
+FUSED_BATCH_NORM = _fused_forward("FusedBatchNorm", (dtypes.float32,), None, FORMATS_2D, False)
+FUSED_BATCH_NORM_V2 = _fused_forward("FusedBatchNormV2", HALF_TYPES, "U", FORMATS_2D, False)
+FUSED_BATCH_NORM_V3 = _fused_forward("FusedBatchNormV3", HALF_TYPES, "U", FORMATS_2D_3D, True)
+FUSED_BATCH_NORM_GRAD = _fused_grad("FusedBatchNormGrad", (dtypes.float32,), None, FORMATS_2D,
+                                    False)
+FUSED_BATCH_NORM_GRAD_V2 = _fused_grad("FusedBatchNormGradV2", HALF_TYPES, "U", FORMATS_2D,
+                                       False)
+FUSED_BATCH_NORM_GRAD_V3 = _fused_grad("FusedBatchNormGradV3", HALF_TYPES, "U", FORMATS_2D_3D,
+                                       True)
+
+FusedBatchNorm = make_wrapper(FUSED_BATCH_NORM)
+FusedBatchNormV2 = make_wrapper(FUSED_BATCH_NORM_V2)
+FusedBatchNormV3 = make_wrapper(FUSED_BATCH_NORM_V3)
+FusedBatchNormGrad = make_wrapper(FUSED_BATCH_NORM_GRAD)
+FusedBatchNormGradV2 = make_wrapper(FUSED_BATCH_NORM_GRAD_V2)
+FusedBatchNormGradV3 = make_wrapper(FUSED_BATCH_NORM_GRAD_V3)
+
+# ----------------------------------------------------------------------------- global normalization
+
+GLOBAL_NORM_TYPES = (dtypes.float16, dtypes.float32, dtypes.float64)
+GLOBAL_NORM_DEPRECATION = ("removed from TensorFlow GraphDefs at version 9; use "
+                           "FusedBatchNormV3 (tf.nn.batch_normalization) instead")
+
+
+def _global_norm_attrs() -> list[AttrDef]:
+    return [required("T", "type", allowed=GLOBAL_NORM_TYPES),
+            required("variance_epsilon", "float", check=finite_non_negative),
+            required("scale_after_normalization", "bool")]
+
+
+def global_norm_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """result: t's shape with the channel (last dim) merged with m, v, beta, gamma."""
+    t = ctx.with_rank("t", 4)
+    channel = t[3]
+    for name in ("m", "v", "beta", "gamma"):
+        channel = _merge_vector(ctx, name, channel)
+    return [t.replace_dim(3, channel)]
+
+
+def global_norm_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """dx: merge(t, backprop) with the merged channel; dm, dv, db, dg: [channel]."""
+    t = ctx.with_rank("t", 4)
+    backprop = ctx.with_rank("backprop", 4)
+    try:
+        merged = t.merge_with(backprop)
+    except ValueError:
+        raise ctx.error(f"inputs 't' and 'backprop' must have the same shape, got {t} and "
+                        f"{backprop}") from None
+    channel = merged[3]
+    for name in ("m", "v", "gamma"):
+        channel = _merge_vector(ctx, name, channel)
+    return [merged.replace_dim(3, channel)] + [TensorShape([channel])] * 4
+
+
+def _validate_global_norm(ctx: RunContext, t: np.ndarray, vectors: dict[str, np.ndarray]
+                          ) -> None:
+    if t.ndim != 4:
+        raise ctx.error(f"input 't' must be 4-dimensional, got shape {_shape_text(t.shape)}")
+    for name, value in vectors.items():
+        _check_vector(ctx, name, value, t.shape[3])
+
+
+def validate_global_norm(ctx: RunContext, values: list[np.ndarray]) -> None:
+    t, m, v, beta, gamma = values
+    _validate_global_norm(ctx, t, {"m": m, "v": v, "beta": beta, "gamma": gamma})
+
+
+def validate_global_norm_grad(ctx: RunContext, values: list[np.ndarray]) -> None:
+    t, m, v, gamma, backprop = values
+    _validate_global_norm(ctx, t, {"m": m, "v": v, "gamma": gamma})
+    if backprop.shape != t.shape:
+        raise ctx.error(f"input 'backprop' must have the shape of 't', expected "
+                        f"{_shape_text(t.shape)}, got {_shape_text(backprop.shape)}")
+
+
+BATCH_NORM_WITH_GLOBAL_NORMALIZATION = register_op(OpDef(
+    name="BatchNormWithGlobalNormalization",
+    inputs=[ArgDef(n, type_attr="T") for n in ("t", "m", "v", "beta", "gamma")],
+    outputs=[ArgDef("result", type_attr="T")],
+    attrs=_global_norm_attrs(),
+    shape_fn=global_norm_shape,
+    validate=validate_global_norm,
+    deprecation=GLOBAL_NORM_DEPRECATION,
+))
+BATCH_NORM_WITH_GLOBAL_NORMALIZATION_GRAD = register_op(OpDef(
+    name="BatchNormWithGlobalNormalizationGrad",
+    inputs=[ArgDef(n, type_attr="T") for n in ("t", "m", "v", "gamma", "backprop")],
+    outputs=[ArgDef(n, type_attr="T") for n in ("dx", "dm", "dv", "db", "dg")],
+    attrs=_global_norm_attrs(),
+    shape_fn=global_norm_grad_shape,
+    validate=validate_global_norm_grad,
+    deprecation=GLOBAL_NORM_DEPRECATION,
+))
+BatchNormWithGlobalNormalization = make_wrapper(BATCH_NORM_WITH_GLOBAL_NORMALIZATION)
+BatchNormWithGlobalNormalizationGrad = make_wrapper(BATCH_NORM_WITH_GLOBAL_NORMALIZATION_GRAD)
