@@ -8,7 +8,7 @@ and lets autodiff walk the graph without locks.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from minigraph.framework.dtypes import DType
@@ -91,6 +91,24 @@ class Operation:
         return f"<mg.Operation '{self.name}' type={self.type}>"
 
 
+_on_graph_created: list[Callable[[Graph], None]] = []
+
+
+def on_graph_created(callback: Callable[[Graph], None]) -> Callable[[], None]:
+    """Call ``callback(graph)`` for each :class:`Graph` created from now on.
+
+    Lets tools see the graphs a program builds (``python -m minigraph viz`` records them this
+    way). Returns a function that unregisters the callback.
+    """
+    _on_graph_created.append(callback)
+
+    def remove() -> None:
+        if callback in _on_graph_created:
+            _on_graph_created.remove(callback)
+
+    return remove
+
+
 class Graph:
     """An append-only collection of operations with unique names."""
 
@@ -99,6 +117,8 @@ class Graph:
         self._by_name: dict[str, Operation] = {}
         self._name_counts: dict[str, int] = {}
         self._lock = threading.Lock()
+        for callback in tuple(_on_graph_created):
+            callback(self)
 
     def unique_name(self, wanted: str) -> str:
         """``wanted`` if unused, else ``wanted_1``, ``wanted_2``... (TensorFlow's rule)."""
