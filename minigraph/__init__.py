@@ -21,10 +21,14 @@ from minigraph.framework.dtypes import bool_ as bool  # noqa: A001 (TF's name)
 from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import TensorShape
+from minigraph.gradients import gradient_checker
+from minigraph.gradients.add_symbolic_gradients import AddSymbolicGradients
+from minigraph.gradients.registry import NotDifferentiable, RegisterGradient
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AddSymbolicGradients", "NotDifferentiable", "RegisterGradient", "gradient_checker",
     "ClientSession", "DType", "Graph", "Operation", "Output", "Scope", "TensorShape", "as_dtype",
     "bfloat16", "bool", "errors", "float16", "float32", "float64", "half", "int32", "int64", "ops",
 ]

@@ -1,20 +1,26 @@
 """CPU math backends (numpy reference, native C) and the kernel registry.
 
 ``select(name)`` returns the math module a session uses for the batch-norm loops:
-``"reference"``, ``"native"``, or ``None`` for the default (``$MINIGRAPH_BACKEND``, else
-native when it was built, else reference).
+``"reference"``, ``"native"``, ``"float64"`` (reference math with every floating tensor
+promoted to float64, for gradient checking), or ``None`` for the default
+(``$MINIGRAPH_BACKEND``, else native when it was built, else reference).
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
-from minigraph.backends import array_kernels, batch_norm_kernels, reference  # noqa: F401
+from minigraph.backends import array_kernels, batch_norm_kernels, math_kernels, reference  # noqa: F401
 from minigraph.framework.errors import InvalidArgumentError, UnavailableError
 
-BACKENDS = ("native", "reference")
+BACKENDS = ("native", "reference", "float64")
+
+# The reference math evaluated with every floating tensor promoted to float64: the gradient
+# checker's backend, so finite differences are not drowned in float32 rounding.
+float64 = SimpleNamespace(**{k: v for k, v in vars(reference).items()
+                             if k.startswith("bn_")}, NAME="float64", FLOAT64=True)
 _warned_fallback = False
 
 
@@ -35,6 +41,8 @@ def select(name: str | None = None) -> ModuleType:
         raise InvalidArgumentError(f"unknown backend {name!r}; expected one of {BACKENDS}")
     if name == "reference":
         return reference
+    if name == "float64":
+        return float64
     native = _native()
     if native is not None:
         return native

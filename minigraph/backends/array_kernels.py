@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from minigraph.backends.registry import register_kernel
 from minigraph.framework.errors import InvalidArgumentError
 
 
 @register_kernel("Const")
 def const(op, inputs, math):
-    return [op.attrs["value"]]
+    value = op.attrs["value"]
+    if getattr(math, "FLOAT64", False) and op.attrs["dtype"].is_floating:
+        return [value.astype(np.float64)]
+    return [value]
 
 
 @register_kernel("Identity")

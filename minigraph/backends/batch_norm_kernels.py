@@ -26,8 +26,13 @@ def _empty_reserve() -> np.ndarray:
     return np.zeros(0, F32)
 
 
-def _vector(value: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(value, dtype=F32)
+def _compute_type(x: np.ndarray) -> type:
+    """float32 statistics (TF's U), float64 only when the session evaluates in float64."""
+    return np.float64 if x.dtype == np.float64 else F32
+
+
+def _vector(value: np.ndarray, ct: type = F32) -> np.ndarray:
+    return np.ascontiguousarray(value, dtype=ct)
 
 
 @register_kernel("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
@@ -44,29 +49,28 @@ def fused_batch_norm(op: Operation, inputs: list[np.ndarray], math: ModuleType
     attrs = op.attrs
     epsilon, last = attrs["epsilon"], channels_last(attrs["data_format"])
     x = np.ascontiguousarray(x)
+    ct = _compute_type(x)
+    scale, offset, mean, variance = (_vector(v, ct) for v in (scale, offset, mean, variance))
     channels = x.shape[channel_axis(attrs["data_format"])]
     count = x.size // channels if channels else 0
     if x.size == 0:
-        nan = np.full(channels, np.nan, F32)
-        zeros = np.zeros(channels, F32)
+        nan = np.full(channels, np.nan, ct)
+        zeros = np.zeros(channels, ct)
         outputs = [np.empty(x.shape, x.dtype), nan, nan.copy(), zeros, zeros.copy()]
     elif attrs["is_training"]:
-        y, batch_mean, biased_variance = math.bn_forward_training(
-            x, _vector(scale), _vector(offset), epsilon, last)
-        bessel = F32(count) / F32(max(count - 1, 1))
-        factor = F32(attrs["exponential_avg_factor"])
+        y, batch_mean, biased_variance = math.bn_forward_training(x, scale, offset, epsilon, last)
+        bessel = ct(count) / ct(max(count - 1, 1))
+        factor = ct(attrs["exponential_avg_factor"])
         if factor == 1:
             running_mean, running_variance = batch_mean, biased_variance * bessel
         else:
-            keep = F32(1) - factor
-            running_mean = _vector(mean) * keep + batch_mean * factor
-            running_variance = _vector(variance) * keep + biased_variance * bessel * factor
+            keep = ct(1) - factor
+            running_mean = mean * keep + batch_mean * factor
+            running_variance = variance * keep + biased_variance * bessel * factor
         outputs = [y, running_mean, running_variance, batch_mean, biased_variance]
     else:
-        y = math.bn_forward_inference(x, _vector(scale), _vector(offset), _vector(mean),
-                                      _vector(variance), epsilon, last)
-        outputs = [y, _vector(mean).copy(), _vector(variance).copy(), _vector(mean).copy(),
-                   _vector(variance).copy()]
+        y = math.bn_forward_inference(x, scale, offset, mean, variance, epsilon, last)
+        outputs = [y, mean.copy(), variance.copy(), mean.copy(), variance.copy()]
     if len(op.outputs) == 6:
         outputs.append(_empty_reserve())
     return outputs
@@ -82,24 +86,46 @@ def fused_batch_norm_grad(op: Operation, inputs: list[np.ndarray], math: ModuleT
     """
     dy, x, scale, mean, variance = inputs[:5]
     attrs = op.attrs
+    ct = _compute_type(x)
     channels = x.shape[channel_axis(attrs["data_format"])]
     if x.size == 0:
-        outputs = [np.empty(x.shape, x.dtype), np.zeros(channels, F32), np.zeros(channels, F32)]
+        outputs = [np.empty(x.shape, x.dtype), np.zeros(channels, ct), np.zeros(channels, ct)]
     else:
         backward = math.bn_backward_training if attrs["is_training"] else \
             math.bn_backward_inference
         outputs = list(backward(np.ascontiguousarray(dy), np.ascontiguousarray(x),
-                                _vector(scale), _vector(mean), _vector(variance),
+                                _vector(scale, ct), _vector(mean, ct), _vector(variance, ct),
                                 attrs["epsilon"], channels_last(attrs["data_format"])))
     return outputs + [_empty_reserve(), _empty_reserve()]
+
+
+@register_kernel("FusedBatchNormGradGrad")
+def fused_batch_norm_grad_grad(op: Operation, inputs: list[np.ndarray], math: ModuleType
+                               ) -> list[np.ndarray]:
+    """Second order of FusedBatchNormGradV3 (see ``reference.bn_grad_grad_training``):
+    (grad_y_backprop, grad_x, grad_scale). Training recomputes the statistics from x."""
+    dy, x, scale, mean, variance, gx, gscale, goffset = inputs
+    attrs = op.attrs
+    ct = _compute_type(x)
+    if x.size == 0:
+        channels = x.shape[channel_axis(attrs["data_format"])]
+        return [np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype), np.zeros(channels, ct)]
+    dy, x, gx = (np.ascontiguousarray(t) for t in (dy, x, gx))
+    scale, mean, variance, gscale, goffset = (
+        _vector(v, ct) for v in (scale, mean, variance, gscale, goffset))
+    epsilon, last = attrs["epsilon"], channels_last(attrs["data_format"])
+    if attrs["is_training"]:
+        return list(math.bn_grad_grad_training(dy, x, scale, gx, gscale, goffset, epsilon,
+                                               last))
+    return list(math.bn_grad_grad_inference(dy, x, scale, mean, variance, gx, gscale, goffset,
+                                            epsilon, last))
 
 
 def _global_norm_setup(op: Operation, t: np.ndarray, math: ModuleType, vectors: list
                        ) -> tuple[ModuleType, type, list[np.ndarray]]:
     """float64 runs on the reference backend in float64; float16/32 compute in float32."""
-    if t.dtype == np.float64:
-        return reference, np.float64, [np.asarray(v, np.float64) for v in vectors]
-    return math, F32, [_vector(v) for v in vectors]
+    ct = _compute_type(t)
+    return (reference if ct is np.float64 else math), ct, [_vector(v, ct) for v in vectors]
 
 
 @register_kernel("BatchNormWithGlobalNormalization")

@@ -112,3 +112,54 @@ def bn_backward_inference(dy, x, scale, mean, variance, epsilon, channels_last):
     with np.errstate(invalid="ignore", over="ignore"):
         dx = dy_c * layout.channel(np.asarray(scale, ct) * rstd)
         return dx.astype(x.dtype), (sum_dy_xc * rstd).astype(ct), sum_dy
+
+
+def bn_grad_grad_training(dy, x, scale, gx, gscale, goffset, epsilon, channels_last):
+    """Second order of the training-mode gradient, statistics recomputed from x (TF §8.2).
+
+    With mu, var the batch mean and biased variance of x, r = rsqrt(var + eps),
+    xh = (x - mu) r and per-channel means mdy, mgx, mdyxh = mean(dy xh), mgxxh = mean(gx xh),
+    mgxdy = mean(gx dy), the cotangents (gx, gscale, goffset) of
+    (x_backprop, scale_backprop, offset_backprop) pull back to
+      d_dy    = scale r (gx - mgx - xh mgxxh) + gscale xh + goffset
+      d_scale = r n (mgxdy - mgx mdy - mgxxh mdyxh)
+      d_x     = -scale r^2 (xh (mgxdy - mgx mdy - 3 mdyxh mgxxh) + mgxxh (dy - mdy)
+                            + mdyxh (gx - mgx)) + gscale r (dy - mdy - xh mdyxh)
+    """
+    layout = _Layout(x, channels_last)
+    ct, ch = layout.compute, layout.channel
+    x_c, dy_c, gx_c = (t.astype(ct) for t in (x, dy, gx))
+    mean = layout.mean(x_c)
+    centered = x_c - ch(mean)
+    with np.errstate(all="ignore"):
+        rstd = _rsqrt(layout.mean(centered * centered) + ct(epsilon))
+        xh = centered * ch(rstd)
+        m_dy, m_gx = ch(layout.mean(dy_c)), ch(layout.mean(gx_c))
+        m_dy_xh, m_gx_xh = ch(layout.mean(dy_c * xh)), ch(layout.mean(gx_c * xh))
+        m_gx_dy = ch(layout.mean(gx_c * dy_c))
+        s, r = ch(scale), ch(rstd)
+        d_dy = s * r * (gx_c - m_gx - xh * m_gx_xh) + ch(gscale) * xh + ch(goffset)
+        d_scale = rstd * ct(layout.count) * (m_gx_dy - m_gx * m_dy - m_gx_xh * m_dy_xh
+                                              ).reshape(-1)
+        d_x = -s * r * r * (xh * (m_gx_dy - m_gx * m_dy - 3 * m_dy_xh * m_gx_xh)
+                            + m_gx_xh * (dy_c - m_dy) + m_dy_xh * (gx_c - m_gx)) \
+            + ch(gscale) * r * (dy_c - m_dy - xh * m_dy_xh)
+        return d_dy.astype(x.dtype), d_x.astype(x.dtype), d_scale.astype(ct)
+
+
+def bn_grad_grad_inference(dy, x, scale, mean, variance, gx, gscale, goffset, epsilon,
+                           channels_last):
+    """Second order of the inference-mode gradient (TF §8.2 closed form), r = rsqrt(var+eps):
+    d_dy = gx scale r + gscale (x - mean) r + goffset; d_x = gscale dy r;
+    d_scale = sum(gx dy r)."""
+    layout = _Layout(x, channels_last)
+    ct, ch = layout.compute, layout.channel
+    x_c, dy_c, gx_c = (t.astype(ct) for t in (x, dy, gx))
+    with np.errstate(all="ignore"):
+        rstd = _rsqrt(np.asarray(variance, ct) + ct(epsilon))
+        r = ch(rstd)
+        d_dy = gx_c * ch(np.asarray(scale, ct) * rstd) + ch(gscale) * (x_c - ch(mean)) * r \
+            + ch(goffset)
+        d_x = ch(gscale) * dy_c * r
+        d_scale = layout.total(gx_c * dy_c) * rstd
+        return d_dy.astype(x.dtype), d_x.astype(x.dtype), d_scale.astype(ct)

@@ -80,8 +80,11 @@ def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[O
     return [_Step(op) for op in ops]
 
 
-def _check_feed(output: Output, value: Any) -> np.ndarray:
+def _check_feed(output: Output, value: Any, promote_float64: bool = False) -> np.ndarray:
     expected = output.dtype.np_dtype
+    if promote_float64 and output.dtype.is_floating:
+        expected = np.dtype(np.float64)
+        value = np.asarray(value, dtype=np.float64)
     if isinstance(value, np.ndarray):
         if value.dtype != expected:
             raise InvalidArgumentError(
@@ -112,6 +115,7 @@ class ClientSession:
         self.graph = scope.graph() if isinstance(scope, Scope) else scope
         self.math = backends.select(backend)
         self.backend = self.math.NAME
+        self.promote_float64 = getattr(self.math, "FLOAT64", False)
         self._plans: dict[tuple, list[_Step]] = {}
         self._lock = threading.Lock()
 
@@ -128,7 +132,7 @@ class ClientSession:
         env: dict[Output, np.ndarray] = {}
         for key, value in feeds.items():
             output = _as_output(key, "feed key")
-            env[output] = _check_feed(output, value)
+            env[output] = _check_feed(output, value, self.promote_float64)
         for output in fetch_list + list(env):
             if output.graph is not self.graph:
                 raise InvalidArgumentError(f"'{output.name}' belongs to another graph than "

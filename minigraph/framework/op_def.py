@@ -125,6 +125,7 @@ class InferenceContext:
                  attrs: dict[str, Any]) -> None:
         self.op_def = op_def
         self.name = name
+        self.inputs = list(inputs)
         self.input_shapes = [i.shape for i in inputs]
         self.input_dtypes = [i.dtype for i in inputs]
         self.attrs = attrs
@@ -133,6 +134,19 @@ class InferenceContext:
         return InvalidArgumentError(
             f"{self.op_def.name} '{self.name}': {message} (input shapes: "
             f"{format_shapes(self.input_shapes)})")
+
+    def constant_value(self, name: str) -> Any:
+        """The value of input ``name`` if it is known at construction, else None.
+
+        Known means: the input is a Const, or the Shape of a tensor whose static shape is
+        fully defined. Used to infer static shapes through Reshape, Sum axes, Fill...
+        """
+        source = self.inputs[self.op_def.input_index(name)]
+        if source.op.type == "Const":
+            return source.op.attrs["value"].tolist()
+        if source.op.type == "Shape" and source.op.inputs[0].shape.is_fully_defined():
+            return list(source.op.inputs[0].shape.dims)
+        return None
 
     def input_shape(self, name: str) -> TensorShape:
         return self.input_shapes[self.op_def.input_index(name)]
@@ -297,7 +311,7 @@ def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
         if attr.name in attrs:
             full_attrs[attr.name] = _check_attr(op_def, name, attr, attrs[attr.name])
         elif attr.has_default:
-            full_attrs[attr.name] = attr.default
+            full_attrs[attr.name] = _check_attr(op_def, name, attr, attr.default)
     _resolve_types(op_def, name, inputs, full_attrs)
     missing = [a.name for a in op_def.attrs if a.name not in full_attrs]
     if missing:
@@ -317,6 +331,33 @@ def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
     return scope.graph().add_operation(op)
 
 
+def build_variadic_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any]
+                             ) -> Operation:
+    """Build an op whose single input argument is a non-empty list of tensors of one dtype
+    (``AddN``)."""
+    if not raw_inputs:
+        raise InvalidArgumentError(f"{op_def.name}: needs at least one input")
+    name = scope.unique_op_name(op_def.name)
+    arg = op_def.inputs[0]
+    first = next((v for v in raw_inputs if isinstance(v, Output)), None)
+    hint = first.dtype if first is not None else None
+    inputs = [_convert_input(scope.Under(name), op_def.name, arg, v, hint) for v in raw_inputs]
+    attrs = {arg.type_attr: inputs[0].dtype}
+    for i, value in enumerate(inputs):
+        if value.dtype is not inputs[0].dtype:
+            raise InvalidArgumentError(
+                f"{op_def.name} '{name}': input {i} has dtype {value.dtype.name}, expected "
+                f"{inputs[0].dtype.name} like input 0")
+    ctx = InferenceContext(op_def, name, inputs, attrs)
+    try:
+        shapes = op_def.shape_fn(ctx)
+    except ShapeMismatch as exc:
+        raise ctx.error(str(exc)) from None
+    op = Operation(scope.graph(), name, op_def, inputs, scope.control_dependencies, attrs,
+                   scope.device, [(inputs[0].dtype, shapes[0])])
+    return scope.graph().add_operation(op)
+
+
 # ----------------------------------------------------------------------------- wrappers
 
 
@@ -326,7 +367,8 @@ def camel_case(attr_name: str) -> str:
 
 
 def _make_attrs_class(op_def: OpDef) -> type:
-    settable = [a for a in op_def.attrs if a.has_default]
+    inferred = {arg.type_attr for arg in op_def.inputs if arg.type_attr}
+    settable = [a for a in op_def.attrs if a.name not in inferred]
 
     class Attrs:
         """Optional attrs, set with C++-style chained setters that return a new builder."""

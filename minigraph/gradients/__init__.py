@@ -1,0 +1,1 @@
+"""Automatic differentiation: AddSymbolicGradients, the gradient registry, the checker."""

@@ -317,3 +317,167 @@ BATCH_NORM_WITH_GLOBAL_NORMALIZATION_GRAD = register_op(OpDef(
 ))
 BatchNormWithGlobalNormalization = make_wrapper(BATCH_NORM_WITH_GLOBAL_NORMALIZATION)
 BatchNormWithGlobalNormalizationGrad = make_wrapper(BATCH_NORM_WITH_GLOBAL_NORMALIZATION_GRAD)
+
+
+# ----------------------------------------------------------------------------- second order
+
+
+def _validate_grad_grad(ctx: RunContext, values: list[np.ndarray]) -> None:
+    validate_fused_batch_norm_grad(ctx, values[:5])
+    x, gx, gscale, goffset = values[1], values[5], values[6], values[7]
+    if gx.shape != x.shape:
+        raise ctx.error(f"input 'grad_x_backprop' must have x's shape {_shape_text(x.shape)}, "
+                        f"got {_shape_text(gx.shape)}")
+    channels = x.shape[channel_axis(ctx.op.attrs["data_format"])]
+    _check_vector(ctx, "grad_scale_backprop", gscale, channels)
+    _check_vector(ctx, "grad_offset_backprop", goffset, channels)
+
+
+def _grad_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
+    x_backprop, vector = fused_batch_norm_grad_shape(ctx)[:2]
+    fmt = ctx.attrs["data_format"]
+    gx, axis = _channel_of(ctx, "grad_x_backprop", fmt)
+    try:
+        merged = x_backprop.merge_with(gx)
+    except ValueError:
+        raise ctx.error(f"input 'grad_x_backprop' must have x's shape {x_backprop}, got "
+                        f"{gx}") from None
+    channel = vector[0]
+    for name in ("grad_scale_backprop", "grad_offset_backprop"):
+        channel = _merge_vector(ctx, name, channel)
+    merged = merged.replace_dim(axis, channel)
+    return [merged, merged, TensorShape([channel])]
+
+
+FUSED_BATCH_NORM_GRAD_GRAD = register_op(OpDef(
+    name="FusedBatchNormGradGrad",
+    inputs=[ArgDef("y_backprop", type_attr="T"), ArgDef("x", type_attr="T"),
+            ArgDef("scale", dtype=dtypes.float32),
+            ArgDef("reserve_space_1", dtype=dtypes.float32),
+            ArgDef("reserve_space_2", dtype=dtypes.float32),
+            ArgDef("grad_x_backprop", type_attr="T"),
+            ArgDef("grad_scale_backprop", dtype=dtypes.float32),
+            ArgDef("grad_offset_backprop", dtype=dtypes.float32)],
+    outputs=[ArgDef("grad_y_backprop", type_attr="T"), ArgDef("grad_x", type_attr="T"),
+             ArgDef("grad_scale", dtype=dtypes.float32)],
+    attrs=[required("T", "type", allowed=HALF_TYPES)] + _attrs(FORMATS_2D_3D,
+                                                               training_attrs=False),
+    shape_fn=_grad_grad_shape,
+    validate=_validate_grad_grad,
+))
+FusedBatchNormGradGrad = make_wrapper(FUSED_BATCH_NORM_GRAD_GRAD)
+
+
+# ----------------------------------------------------------------------------- gradients
+
+from minigraph.gradients.add_symbolic_gradients import AddSymbolicGradients  # noqa: E402
+from minigraph.gradients.registry import RegisterGradient, cotangent_or_zeros  # noqa: E402
+from minigraph.ops import math_ops as m  # noqa: E402
+from minigraph.ops.array_ops import Const  # noqa: E402
+
+
+def _same_attrs(op) -> dict:
+    return {k: op.attrs[k] for k in ("epsilon", "data_format", "is_training")}
+
+
+def _fused_batch_norm_grad(scope, op, grads):
+    """TF §8.1: one FusedBatchNormGradV3 fed with the reserve spaces (training) or the
+    population statistics (inference). Only y's cotangent is used; mean and variance get
+    no gradient."""
+    x, scale, _, mean, variance = op.inputs
+    dy = cotangent_or_zeros(scope, op, grads, 0)
+    if op.attrs["is_training"]:
+        saved_mean, saved_variance = op.outputs[3], op.outputs[4]
+    else:
+        saved_mean, saved_variance = mean, variance
+    reserve_space_3 = op.outputs[5] if len(op.outputs) == 6 else Const(
+        scope, np.zeros(0, np.float32))
+    grad = FusedBatchNormGradV3(scope, dy, x, scale, saved_mean, saved_variance,
+                                reserve_space_3, **_same_attrs(op))
+    return [grad.x_backprop, grad.scale_backprop, grad.offset_backprop, None, None]
+
+
+def _fused_batch_norm_grad_grad(scope, op, grads):
+    """TF §8.2: the fused second-order op; None for the reserve spaces."""
+    dy, x, scale, mean, variance = op.inputs[:5]
+    cotangents = [cotangent_or_zeros(scope, op, grads, i) for i in range(3)]
+    result = FusedBatchNormGradGrad(scope, dy, x, scale, mean, variance, *cotangents,
+                                    **_same_attrs(op))
+    return [result.grad_y_backprop, result.grad_x, result.grad_scale, None, None] + [None] * (
+        len(op.inputs) - 5)
+
+
+for _op_type in ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"):
+    RegisterGradient(_op_type)(_fused_batch_norm_grad)
+for _op_type in ("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"):
+    RegisterGradient(_op_type)(_fused_batch_norm_grad_grad)
+
+
+def decomposed_batch_norm_grad(scope, dy, x, scale, mean, variance, *, epsilon, data_format,
+                               is_training):
+    """The first-order gradient written with elementwise/reduction ops (TF's _BatchNormGrad).
+
+    Training recomputes the statistics from x: ``mu = mean(x)``, ``var = mean((x-mu)^2)``,
+    ``x_backprop = scale r (dy - mean(dy) - (x-mu) mean(dy (x-mu)) / (var+eps))``,
+    ``scale_backprop = r sum(dy (x-mu))``, ``offset_backprop = sum(dy)``, r = rsqrt(var+eps).
+    Inference uses the given mean/variance: ``x_backprop = dy scale r``. Half types are cast
+    to float32 and x_backprop back. Differentiating this graph gives exact higher orders.
+    """
+    rank, axis = format_rank(data_format), channel_axis(data_format)
+    axes = Const(scope, [a for a in range(rank) if a != axis])
+    per_channel = Const(scope, [-1 if a == axis else 1 for a in range(rank)])
+
+    def channel(vector):
+        return m.Reshape(scope, vector, per_channel)
+
+    def mean_of(tensor):
+        return m.Mean(scope, tensor, axes, keep_dims=True)
+
+    def total(tensor):
+        return m.Sum(scope, tensor, axes)
+
+    dtype = x.dtype
+    if dtype is not dtypes.float32:
+        dy, x = m.Cast(scope, dy, DstT=dtypes.float32), m.Cast(scope, x, DstT=dtypes.float32)
+    eps = Const(scope, epsilon, dtypes.float32)
+    if is_training:
+        centered = m.Sub(scope, x, mean_of(x))
+        rstd = m.Rsqrt(scope, m.Add(scope, mean_of(m.Square(scope, centered)), eps))
+        dy_centered = m.Sub(scope, dy, mean_of(dy))
+        projection = m.Mul(scope, centered, m.Mul(scope, mean_of(m.Mul(scope, dy, centered)),
+                                                  m.Square(scope, rstd)))
+        x_backprop = m.Mul(scope, m.Mul(scope, channel(scale), rstd),
+                           m.Sub(scope, dy_centered, projection))
+    else:
+        centered = m.Sub(scope, x, channel(mean))
+        rstd = m.Rsqrt(scope, m.Add(scope, channel(variance), eps))
+        x_backprop = m.Mul(scope, dy, m.Mul(scope, channel(scale), rstd))
+    scale_backprop = total(m.Mul(scope, m.Mul(scope, dy, centered), rstd))
+    if dtype is not dtypes.float32:
+        x_backprop = m.Cast(scope, x_backprop, DstT=dtype)
+    return x_backprop, scale_backprop, total(dy)
+
+
+@RegisterGradient("FusedBatchNormGradGrad")
+def _fused_batch_norm_grad_grad_grad(scope, op, grads):
+    """Third order: rebuild the second order from the decomposed first-order gradient
+    (differentiated once), then differentiate that. Exact at every further order too."""
+    dy, x, scale, mean, variance, gx, gscale, goffset = op.inputs
+    first = decomposed_batch_norm_grad(scope, dy, x, scale, mean, variance, **_same_attrs(op))
+    second = AddSymbolicGradients(scope, list(first), [dy, x, scale], [gx, gscale, goffset],
+                                  stop_at_inputs=True)
+    live = [(out, g) for out, g in zip(second, grads) if out is not None and g is not None]
+    wrt = [dy, x, scale, gx, gscale, goffset]
+    third = AddSymbolicGradients(scope, [o for o, _ in live], wrt, [g for _, g in live],
+                                 stop_at_inputs=True)
+    return third[:3] + [None, None] + third[3:]
+
+
+@RegisterGradient("BatchNormWithGlobalNormalization")
+def _global_norm_grad(scope, op, grads):
+    """TF §9.3: one BatchNormWithGlobalNormalizationGrad; m and v DO get gradients."""
+    t, m_, v, beta, gamma = op.inputs
+    grad = BatchNormWithGlobalNormalizationGrad(
+        scope, t, m_, v, gamma, grads[0], op.attrs["variance_epsilon"],
+        op.attrs["scale_after_normalization"])
+    return [grad.dx, grad.dm, grad.dv, grad.db, grad.dg]

@@ -1,0 +1,130 @@
+"""numpy CPU kernels of the elementwise, reduction and shape ops (``ops.math_ops``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minigraph.backends.registry import register_kernel
+from minigraph.framework.errors import InvalidArgumentError
+
+
+def _error(op, message: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{op.type} '{op.name}': {message}")
+
+
+def _elementwise(function):
+    def kernel(op, inputs, math):
+        with np.errstate(all="ignore"):
+            try:
+                result = function(*inputs)
+            except ValueError as exc:
+                shapes = " and ".join(str(list(i.shape)) for i in inputs)
+                raise _error(op, f"incompatible shapes {shapes}: {exc}") from None
+        return [np.asarray(result, inputs[0].dtype)]
+
+    return kernel
+
+
+for _name, _function in {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+    "Neg": np.negative, "Square": lambda x: x * x, "Rsqrt": lambda x: 1 / np.sqrt(x),
+    "Reciprocal": lambda x: 1 / x, "ZerosLike": np.zeros_like, "OnesLike": np.ones_like,
+}.items():
+    register_kernel(_name)(_elementwise(_function))
+
+
+@register_kernel("AddN")
+def add_n(op, inputs, math):
+    total = inputs[0].copy()
+    for value in inputs[1:]:
+        if value.shape != total.shape:
+            raise _error(op, f"inputs must have the same shape, got {list(total.shape)} and "
+                             f"{list(value.shape)}")
+        total += value
+    return [total]
+
+
+@register_kernel("Cast")
+def cast(op, inputs, math):
+    target = op.attrs["DstT"]
+    if getattr(math, "FLOAT64", False) and target.is_floating:
+        return [inputs[0].astype(np.float64)]
+    return [inputs[0].astype(target.np_dtype)]
+
+
+def _axes(op, x: np.ndarray, axes: np.ndarray) -> tuple[int, ...]:
+    result = []
+    for a in np.atleast_1d(axes).tolist():
+        if not -x.ndim <= a < x.ndim:
+            raise _error(op, f"axis {a} is out of range for an input of rank {x.ndim}")
+        result.append(a % x.ndim)
+    return tuple(result)
+
+
+@register_kernel("Sum")
+def reduce_sum(op, inputs, math):
+    x, axes = inputs
+    return [np.asarray(x.sum(axis=_axes(op, x, axes), keepdims=op.attrs["keep_dims"]), x.dtype)]
+
+
+@register_kernel("Mean")
+def reduce_mean(op, inputs, math):
+    x, axes = inputs
+    with np.errstate(all="ignore"):
+        value = x.mean(axis=_axes(op, x, axes), keepdims=op.attrs["keep_dims"])
+    return [np.asarray(value, x.dtype)]
+
+
+@register_kernel("Reshape")
+def reshape(op, inputs, math):
+    x, shape = inputs
+    try:
+        return [x.reshape(shape.tolist())]
+    except ValueError:
+        raise _error(op, f"cannot reshape a tensor with {x.size} elements to shape "
+                         f"{shape.tolist()}") from None
+
+
+@register_kernel("Shape")
+def shape(op, inputs, math):
+    return [np.array(inputs[0].shape, np.int32)]
+
+
+@register_kernel("Size")
+def size(op, inputs, math):
+    return [np.array(inputs[0].size, np.int32)]
+
+
+@register_kernel("Fill")
+def fill(op, inputs, math):
+    dims, value = inputs
+    return [np.full(dims.tolist(), value, value.dtype)]
+
+
+@register_kernel("BroadcastTo")
+def broadcast_to(op, inputs, math):
+    x, shape = inputs
+    try:
+        return [np.array(np.broadcast_to(x, shape.tolist()))]
+    except ValueError:
+        raise _error(op, f"cannot broadcast shape {list(x.shape)} to {shape.tolist()}") from None
+
+
+@register_kernel("ReducedShape")
+def reduced_shape(op, inputs, math):
+    """The input shape with every reduced axis set to 1 (the keep_dims shape)."""
+    input_shape, axes = inputs
+    result = input_shape.copy()
+    result[np.atleast_1d(axes) % max(len(input_shape), 1)] = 1
+    return [result]
+
+
+@register_kernel("BroadcastGradientArgs")
+def broadcast_gradient_args(op, inputs, math):
+    """For z = f(x, y) broadcast, the axes of z to sum so each gradient gets x's / y's shape."""
+    s0, s1 = (s.tolist() for s in inputs)
+    rank = max(len(s0), len(s1))
+    padded = [[1] * (rank - len(s)) + s for s in (s0, s1)]
+    out = np.broadcast_shapes(tuple(padded[0]), tuple(padded[1]))
+    return [np.array([i for i in range(rank) if p[i] == 1 and out[i] != 1], np.int32)
+            for p in padded]

@@ -1,0 +1,387 @@
+"""Elementwise, reduction and shape ops: what losses and decomposed gradients are built from.
+
+Binary ops broadcast like numpy. Reductions take their axes as an int32 input (TF style),
+so ``Sum(x, [0, 1, 2], keep_dims=True)``. The integer shape ops (``Shape``, ``Size``,
+``ReducedShape``, ``BroadcastGradientArgs``) exist so that gradients of broadcasting and
+reductions work when static shapes are unknown; they carry no gradient themselves.
+"""
+
+from __future__ import annotations
+
+from minigraph.framework import dtypes
+from minigraph.framework.graph import Operation, Output
+from minigraph.framework.op_def import (
+    ArgDef,
+    AttrDef,
+    InferenceContext,
+    OpDef,
+    build_variadic_operation,
+    make_wrapper,
+    register_op,
+    required,
+)
+from minigraph.framework.scope import Scope
+from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
+
+FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+NUMBERS = FLOATS + (dtypes.int32, dtypes.int64)
+INDEX = (dtypes.int32, dtypes.int64)
+
+
+def broadcast_shapes(a: TensorShape, b: TensorShape) -> TensorShape:
+    """numpy broadcasting of two static shapes; unknown dims stay unknown unless decided."""
+    if a.rank is None or b.rank is None:
+        return TensorShape(None)
+    rank = max(a.rank, b.rank)
+    left = [1] * (rank - a.rank) + list(a.dims)
+    right = [1] * (rank - b.rank) + list(b.dims)
+    dims = []
+    for x, y in zip(left, right):
+        if x == 1:
+            dims.append(y)
+        elif y == 1:
+            dims.append(x)
+        elif x is None or y is None:
+            dims.append(x if y is None else y)
+        elif x == y:
+            dims.append(x)
+        else:
+            raise ShapeMismatch(f"Incompatible shapes for broadcasting: {a} and {b}")
+    return TensorShape(dims)
+
+
+def _binary_shape(ctx: InferenceContext) -> list[TensorShape]:
+    return [broadcast_shapes(ctx.input_shapes[0], ctx.input_shapes[1])]
+
+
+def _same_shape(ctx: InferenceContext) -> list[TensorShape]:
+    return [ctx.input_shapes[0]]
+
+
+def _binary(name: str, allowed=NUMBERS) -> OpDef:
+    return register_op(OpDef(
+        name=name,
+        inputs=[ArgDef("x", type_attr="T"), ArgDef("y", type_attr="T")],
+        outputs=[ArgDef("z", type_attr="T")],
+        attrs=[required("T", "type", allowed=allowed)],
+        shape_fn=_binary_shape,
+    ))
+
+
+def _unary(name: str, allowed=NUMBERS) -> OpDef:
+    return register_op(OpDef(
+        name=name,
+        inputs=[ArgDef("x", type_attr="T")],
+        outputs=[ArgDef("y", type_attr="T")],
+        attrs=[required("T", "type", allowed=allowed)],
+        shape_fn=_same_shape,
+    ))
+
+
+Add = make_wrapper(_binary("Add"))
+Sub = make_wrapper(_binary("Sub"))
+Mul = make_wrapper(_binary("Mul"))
+Div = make_wrapper(_binary("Div", FLOATS))
+Neg = make_wrapper(_unary("Neg"))
+Square = make_wrapper(_unary("Square"))
+Rsqrt = make_wrapper(_unary("Rsqrt", FLOATS))
+Reciprocal = make_wrapper(_unary("Reciprocal", FLOATS))
+ZerosLike = make_wrapper(_unary("ZerosLike", NUMBERS + (dtypes.bool_,)))
+OnesLike = make_wrapper(_unary("OnesLike", NUMBERS + (dtypes.bool_,)))
+
+
+def _add_n_shape(ctx: InferenceContext) -> list[TensorShape]:
+    shape = TensorShape(None)
+    for other in ctx.input_shapes:
+        shape = shape.merge_with(other)
+    return [shape]
+
+
+ADD_N = register_op(OpDef(
+    name="AddN",
+    inputs=[ArgDef("inputs", type_attr="T")],
+    outputs=[ArgDef("sum", type_attr="T")],
+    attrs=[required("T", "type", allowed=NUMBERS)],
+    shape_fn=_add_n_shape,
+))
+
+
+def AddN(scope: Scope, inputs: list) -> Output:
+    """Sum of a list of same-shaped tensors, one node (used to aggregate gradients)."""
+    return build_variadic_operation(scope, ADD_N, list(inputs)).outputs[0]
+
+
+def _cast_shape(ctx: InferenceContext) -> list[TensorShape]:
+    return [ctx.input_shapes[0]]
+
+
+Cast = make_wrapper(register_op(OpDef(
+    name="Cast",
+    inputs=[ArgDef("x", type_attr="SrcT")],
+    outputs=[ArgDef("y", type_attr="DstT")],
+    attrs=[required("SrcT", "type"), required("DstT", "type"),
+           AttrDef("Truncate", "bool", default=False)],
+    shape_fn=_cast_shape,
+)))
+
+
+def _reduction_shape(ctx: InferenceContext) -> list[TensorShape]:
+    x = ctx.input_shapes[0]
+    axes = ctx.constant_value("axis")
+    keep = ctx.attrs["keep_dims"]
+    if axes is None or x.rank is None:
+        return [TensorShape.unknown(x.rank) if keep else TensorShape(None)]
+    rank = x.rank
+    normalized = set()
+    for a in (axes if isinstance(axes, list) else [axes]):
+        if not -rank <= a < rank:
+            raise ctx.error(f"axis {a} is out of range for input 'input' of rank {rank}")
+        normalized.add(a % rank)
+    if keep:
+        return [TensorShape(1 if i in normalized else d for i, d in enumerate(x.dims))]
+    return [TensorShape(d for i, d in enumerate(x.dims) if i not in normalized)]
+
+
+def _reduction(name: str) -> OpDef:
+    return register_op(OpDef(
+        name=name,
+        inputs=[ArgDef("input", type_attr="T"), ArgDef("axis", type_attr="Tidx")],
+        outputs=[ArgDef("output", type_attr="T")],
+        attrs=[required("T", "type", allowed=NUMBERS), required("Tidx", "type", allowed=INDEX),
+               AttrDef("keep_dims", "bool", default=False)],
+        shape_fn=_reduction_shape,
+    ))
+
+
+Sum = make_wrapper(_reduction("Sum"))
+Mean = make_wrapper(_reduction("Mean"))
+
+
+def _reshape_shape(ctx: InferenceContext) -> list[TensorShape]:
+    target = ctx.constant_value("shape")
+    if target is None:
+        return [TensorShape(None)]
+    dims = [None if d == -1 else d for d in target]
+    x = ctx.input_shapes[0]
+    total = x.num_elements()
+    if dims.count(None) == 1 and total is not None:
+        known = 1
+        for d in dims:
+            known *= d if d is not None else 1
+        if known and total % known == 0:
+            dims[dims.index(None)] = total // known
+        elif known:
+            raise ctx.error(f"cannot reshape a tensor with {total} elements to {target}")
+    elif dims.count(None) == 0 and total is not None:
+        wanted = 1
+        for d in dims:
+            wanted *= d
+        if wanted != total:
+            raise ctx.error(f"cannot reshape a tensor with {total} elements to shape {target} "
+                            f"({wanted} elements)")
+    return [TensorShape(dims)]
+
+
+Reshape = make_wrapper(register_op(OpDef(
+    name="Reshape",
+    inputs=[ArgDef("tensor", type_attr="T"), ArgDef("shape", type_attr="Tshape")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type"), required("Tshape", "type", allowed=INDEX)],
+    shape_fn=_reshape_shape,
+)))
+
+
+def _shape_of_shape(ctx: InferenceContext) -> list[TensorShape]:
+    return [TensorShape([ctx.input_shapes[0].rank])]
+
+
+Shape = make_wrapper(register_op(OpDef(
+    name="Shape",
+    inputs=[ArgDef("input", type_attr="T")],
+    outputs=[ArgDef("output", dtype=dtypes.int32)],
+    attrs=[required("T", "type")],
+    shape_fn=_shape_of_shape,
+)))
+Size = make_wrapper(register_op(OpDef(
+    name="Size",
+    inputs=[ArgDef("input", type_attr="T")],
+    outputs=[ArgDef("output", dtype=dtypes.int32)],
+    attrs=[required("T", "type")],
+    shape_fn=lambda ctx: [TensorShape([])],
+)))
+
+
+def _fill_shape(ctx: InferenceContext) -> list[TensorShape]:
+    dims = ctx.constant_value("dims")
+    if dims is None:
+        n = ctx.input_shapes[0][0] if ctx.input_shapes[0].rank == 1 else None
+        return [TensorShape.unknown(n)]
+    return [TensorShape(dims)]
+
+
+Fill = make_wrapper(register_op(OpDef(
+    name="Fill",
+    inputs=[ArgDef("dims", dtype=dtypes.int32), ArgDef("value", type_attr="T")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type")],
+    shape_fn=_fill_shape,
+)))
+
+
+def _broadcast_to_shape(ctx: InferenceContext) -> list[TensorShape]:
+    target = ctx.constant_value("shape")
+    return [TensorShape(target) if target is not None
+            else TensorShape.unknown(ctx.input_shapes[1][0])]
+
+
+BroadcastTo = make_wrapper(register_op(OpDef(
+    name="BroadcastTo",
+    inputs=[ArgDef("input", type_attr="T"), ArgDef("shape", type_attr="Tidx")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type"), required("Tidx", "type", allowed=INDEX)],
+    shape_fn=_broadcast_to_shape,
+)))
+ReducedShape = make_wrapper(register_op(OpDef(
+    name="ReducedShape",
+    inputs=[ArgDef("input_shape", dtype=dtypes.int32), ArgDef("axes", dtype=dtypes.int32)],
+    outputs=[ArgDef("output", dtype=dtypes.int32)],
+    shape_fn=lambda ctx: [ctx.input_shapes[0]],
+)))
+BroadcastGradientArgs = make_wrapper(register_op(OpDef(
+    name="BroadcastGradientArgs",
+    inputs=[ArgDef("s0", dtype=dtypes.int32), ArgDef("s1", dtype=dtypes.int32)],
+    outputs=[ArgDef("r0", dtype=dtypes.int32), ArgDef("r1", dtype=dtypes.int32)],
+    shape_fn=lambda ctx: [TensorShape([None]), TensorShape([None])],
+)))
+
+
+# ----------------------------------------------------------------------------- gradients
+# Each function returns d(loss)/d(input) for every input, given d(loss)/d(output).
+
+from minigraph.gradients.registry import NotDifferentiable, RegisterGradient  # noqa: E402
+from minigraph.ops.array_ops import Const  # noqa: E402
+
+NotDifferentiable("Shape", "Size", "ReducedShape", "BroadcastGradientArgs", "ZerosLike",
+                  "OnesLike", "Fill")
+
+
+def _same_static_shape(a: Output, b: Output) -> bool:
+    return a.shape.is_fully_defined() and a.shape == b.shape
+
+
+def reduce_to_shape_of(scope: Scope, grad: Output, like: Output) -> Output:
+    """Sum ``grad`` over the axes along which ``like`` was broadcast, then give it like's shape."""
+    if _same_static_shape(grad, like):
+        return grad
+    like_shape = Shape(scope, like)
+    axes = BroadcastGradientArgs(scope, like_shape, Shape(scope, grad)).r0
+    return Reshape(scope, Sum(scope, grad, axes), like_shape)
+
+
+@RegisterGradient("Add")
+def _add_grad(scope, op, grads):
+    x, y = op.inputs
+    return [reduce_to_shape_of(scope, grads[0], x), reduce_to_shape_of(scope, grads[0], y)]
+
+
+@RegisterGradient("Sub")
+def _sub_grad(scope, op, grads):
+    x, y = op.inputs
+    return [reduce_to_shape_of(scope, grads[0], x),
+            reduce_to_shape_of(scope, Neg(scope, grads[0]), y)]
+
+
+@RegisterGradient("Mul")
+def _mul_grad(scope, op, grads):
+    x, y = op.inputs
+    return [reduce_to_shape_of(scope, Mul(scope, grads[0], y), x),
+            reduce_to_shape_of(scope, Mul(scope, x, grads[0]), y)]
+
+
+@RegisterGradient("Div")
+def _div_grad(scope, op, grads):
+    """z = x / y: dx = g / y, dy = -g * x / y^2 = -g * z / y."""
+    x, y = op.inputs
+    g = grads[0]
+    return [reduce_to_shape_of(scope, Div(scope, g, y), x),
+            reduce_to_shape_of(scope, Neg(scope, Div(scope, Mul(scope, g, op.outputs[0]), y)), y)]
+
+
+@RegisterGradient("Neg")
+def _neg_grad(scope, op, grads):
+    return [Neg(scope, grads[0])]
+
+
+@RegisterGradient("Square")
+def _square_grad(scope, op, grads):
+    """d(x^2) = 2 x g."""
+    x = op.inputs[0]
+    return [Mul(scope, grads[0], Mul(scope, Const(scope, 2.0, x.dtype), x))]
+
+
+@RegisterGradient("Rsqrt")
+def _rsqrt_grad(scope, op, grads):
+    """y = x^(-1/2): dy/dx = -y^3 / 2."""
+    y = op.outputs[0]
+    half = Const(scope, -0.5, y.dtype)
+    return [Mul(scope, grads[0], Mul(scope, half, Mul(scope, y, Square(scope, y))))]
+
+
+@RegisterGradient("Reciprocal")
+def _reciprocal_grad(scope, op, grads):
+    """y = 1/x: dy/dx = -y^2."""
+    return [Neg(scope, Mul(scope, grads[0], Square(scope, op.outputs[0])))]
+
+
+@RegisterGradient("AddN")
+def _add_n_grad(scope, op, grads):
+    return [grads[0]] * len(op.inputs)
+
+
+@RegisterGradient("Identity")
+def _identity_grad(scope, op, grads):
+    return [grads[0]]
+
+
+@RegisterGradient("Cast")
+def _cast_grad(scope, op, grads):
+    source = op.inputs[0]
+    if not source.dtype.is_floating:
+        return [None]
+    return [Cast(scope, grads[0], DstT=source.dtype)]
+
+
+@RegisterGradient("Reshape")
+def _reshape_grad(scope, op, grads):
+    return [Reshape(scope, grads[0], Shape(scope, op.inputs[0])), None]
+
+
+def _sum_grad_of(scope: Scope, op: Operation, grad: Output) -> Output:
+    """Broadcast a reduction's cotangent back over the reduced axes of its input."""
+    x, axes = op.inputs
+    input_shape = Shape(scope, x)
+    if axes.dtype is not dtypes.int32:
+        axes = Cast(scope, axes, DstT=dtypes.int32)
+    kept = grad if op.attrs["keep_dims"] else Reshape(
+        scope, grad, ReducedShape(scope, input_shape, axes))
+    return BroadcastTo(scope, kept, input_shape)
+
+
+@RegisterGradient("Sum")
+def _sum_grad(scope, op, grads):
+    return [_sum_grad_of(scope, op, grads[0]), None]
+
+
+@RegisterGradient("Mean")
+def _mean_grad(scope, op, grads):
+    """Sum's gradient divided by the number of elements averaged per output element."""
+    x, y = op.inputs[0], op.outputs[0]
+    count = Div(scope, Cast(scope, Size(scope, x), DstT=x.dtype),
+                Cast(scope, Size(scope, y), DstT=x.dtype))
+    return [Div(scope, _sum_grad_of(scope, op, grads[0]), count), None]
+
+
+@RegisterGradient("BroadcastTo")
+def _broadcast_to_grad(scope, op, grads):
+    return [reduce_to_shape_of(scope, grads[0], op.inputs[0]), None]
+
