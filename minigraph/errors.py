@@ -1,5 +1,10 @@
 """Public error classes (``mg.errors.InvalidArgumentError``)."""
 
-from minigraph.framework.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from minigraph.framework.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+)
 
-__all__ = ["InvalidArgumentError", "NotFoundError", "UnavailableError"]
+__all__ = ["FailedPreconditionError", "InvalidArgumentError", "NotFoundError", "UnavailableError"]

@@ -12,7 +12,13 @@ import os
 import warnings
 from types import ModuleType, SimpleNamespace
 
-from minigraph.backends import array_kernels, batch_norm_kernels, math_kernels, reference  # noqa: F401
+from minigraph.backends import (  # noqa: F401  (importing registers the kernels)
+    array_kernels,
+    batch_norm_kernels,
+    math_kernels,
+    reference,
+    state_kernels,
+)
 from minigraph.framework.errors import InvalidArgumentError, UnavailableError
 
 BACKENDS = ("native", "reference", "float64")

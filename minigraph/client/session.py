@@ -4,7 +4,8 @@
 need (a fed tensor cuts the walk), orders them topologically (creation order), and caches
 that plan per (fetches, feeds, targets) key. Each step validates its inputs with the op's
 shared check, then calls its kernel. Execution keeps all state local to the call, so
-``Run`` may be called from several threads at once.
+``Run`` may be called from several threads at once. Variables live in the session's
+:class:`SessionState` and persist across calls.
 """
 
 from __future__ import annotations
@@ -17,23 +18,32 @@ import numpy as np
 
 from minigraph import backends
 from minigraph.backends.registry import get_kernel
+from minigraph.client.state import SessionState
 from minigraph.framework.errors import InvalidArgumentError
 from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.op_def import RunContext
 from minigraph.framework.scope import Scope
 
 
+def value_inputs(op: Operation) -> list[Output | None]:
+    """The op's inputs, with None for ref inputs (variables it updates but does not read)."""
+    if not any(arg.is_ref for arg in op.op_def.inputs):
+        return list(op.inputs)
+    return [None if arg.is_ref else inp for arg, inp in zip(op.op_def.inputs, op.inputs)]
+
+
 class _Step:
     """One operation of a plan, with everything looked up once."""
 
-    __slots__ = ("op", "kernel", "validate", "context", "inputs")
+    __slots__ = ("op", "kernel", "validate", "context", "inputs", "stateful")
 
     def __init__(self, op: Operation) -> None:
         self.op = op
         self.kernel = get_kernel(op.type)
+        self.stateful = op.op_def.is_stateful  # its kernel takes the session state
         self.validate = op.op_def.validate
         self.context = RunContext(op)
-        self.inputs = op.inputs
+        self.inputs = value_inputs(op)
 
 
 def _as_output(value: Any, role: str) -> Output:
@@ -66,7 +76,7 @@ def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[O
         if op._id in needed:
             continue
         needed[op._id] = op
-        stack.extend(inp.op for inp in op.inputs if inp not in fed)
+        stack.extend(inp.op for inp in value_inputs(op) if inp is not None and inp not in fed)
         stack.extend(op.control_inputs)
     ops = [needed[k] for k in sorted(needed)]
     unfed = [op for op in ops if op.type == "Placeholder"]
@@ -116,6 +126,7 @@ class ClientSession:
         self.math = backends.select(backend)
         self.backend = self.math.NAME
         self.promote_float64 = getattr(self.math, "FLOAT64", False)
+        self.state = SessionState()
         self._plans: dict[tuple, list[_Step]] = {}
         self._lock = threading.Lock()
 
@@ -129,11 +140,11 @@ class ClientSession:
         single = not isinstance(fetches, (list, tuple))
         fetch_list = [_as_output(f, "fetch") for f in ([fetches] if single else fetches)]
         target_ops = [_as_operation(t) for t in (targets or [])]
-        env: dict[Output, np.ndarray] = {}
+        env: dict[Output | None, np.ndarray | None] = {None: None}  # None: a ref input
         for key, value in feeds.items():
             output = _as_output(key, "feed key")
             env[output] = _check_feed(output, value, self.promote_float64)
-        for output in fetch_list + list(env):
+        for output in fetch_list + [o for o in env if o is not None]:
             if output.graph is not self.graph:
                 raise InvalidArgumentError(f"'{output.name}' belongs to another graph than "
                                            f"this session's")
@@ -142,7 +153,7 @@ class ClientSession:
             values = [env[i] for i in step.inputs]
             if step.validate is not None:
                 step.validate(step.context, values)
-            results = step.kernel(step.op, values, self.math)
+            results = step.kernel(step.op, values, self.state if step.stateful else self.math)
             for output, result in zip(step.op.outputs, results):
                 env[output] = result
         results = [env[f] for f in fetch_list]

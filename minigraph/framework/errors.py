@@ -19,3 +19,7 @@ class NotFoundError(LookupError):
 
 class UnavailableError(RuntimeError):
     """A requested device or backend cannot be used on this machine."""
+
+
+class FailedPreconditionError(InvalidArgumentError):
+    """The graph is fine but the session's state is not ready (an uninitialized variable)."""

@@ -30,11 +30,17 @@ from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape, as_shap
 
 @dataclass(frozen=True)
 class ArgDef:
-    """An input or output: a name and either a type attr (``"T"``) or a fixed dtype."""
+    """An input or output: a name and either a type attr (``"T"``) or a fixed dtype.
+
+    ``is_ref`` marks an input that names a Variable to update rather than a value to read
+    (``Assign``'s ``ref``, an optimizer's ``var``): its kernel gets ``None`` there and the
+    session does not run the Variable op for it.
+    """
 
     name: str
     type_attr: str | None = None
     dtype: DType | None = None
+    is_ref: bool = False
 
 
 @dataclass(frozen=True)

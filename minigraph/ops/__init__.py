@@ -35,8 +35,11 @@ from minigraph.ops.math_ops import (
     Sum,
     ZerosLike,
 )
+from minigraph.ops.state_ops import Assign, RandomUniform, Variable
+from minigraph.ops.training_ops import ApplyAdam, ApplyGradientDescent, ApplyMomentum
 
 __all__ = [
+    "ApplyAdam", "ApplyGradientDescent", "ApplyMomentum", "Assign", "RandomUniform", "Variable",
     "Add", "AddN", "BroadcastGradientArgs", "BroadcastTo", "Cast", "Div", "Fill", "Mean", "Mul",
     "Neg", "OnesLike", "Reciprocal", "ReducedShape", "Reshape", "Rsqrt", "Shape", "Size",
     "Square", "Sub", "Sum", "ZerosLike", "FusedBatchNormGradGrad",

@@ -1,0 +1,86 @@
+"""Kernels of the stateful ops (variables, random numbers, optimizer updates).
+
+They take the session's :class:`~minigraph.client.state.SessionState` instead of a math
+backend: ``kernel(op, inputs, state)``. Optimizer kernels read the current variable values
+and write new arrays under the state's lock (formulas in ``ops.training_ops``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minigraph.backends.registry import register_kernel
+from minigraph.framework.errors import InvalidArgumentError
+
+
+@register_kernel("Variable")
+def variable(op, inputs, state):
+    return [state.read(op.name)]
+
+
+@register_kernel("Assign")
+def assign(op, inputs, state):
+    ref, value = op.inputs[0], inputs[1]
+    expected = op.inputs[0].shape
+    if op.attrs["validate_shape"] and not expected.is_compatible_with(value.shape):
+        raise InvalidArgumentError(f"Assign '{op.name}': value for variable '{ref.op.name}' "
+                                   f"must have shape {expected}, got {list(value.shape)}")
+    with state.lock:
+        return [state.write(ref.op.name, value.astype(ref.dtype.np_dtype, copy=False))]
+
+
+@register_kernel("RandomUniform")
+def random_uniform(op, inputs, state):
+    shape = inputs[0].tolist()
+    values = state.generator(op).random(shape, dtype=np.float64)
+    return [values.astype(op.attrs["dtype"].np_dtype)]
+
+
+def _update(op, state, names: tuple[str, ...], compute) -> list[np.ndarray]:
+    """Read the variables ``names`` (op inputs), apply ``compute``, write the results back."""
+    refs = [op.input_named(n).op.name for n in names]
+    with state.lock:
+        current = [state.read(r) for r in refs]
+        with np.errstate(all="ignore"):
+            updated = compute(*current)
+        for ref, value, old in zip(refs, updated, current):
+            state.write(ref, np.asarray(value, old.dtype))
+    return [state.read(refs[0])]
+
+
+def _scalars(op, inputs, names: tuple[str, ...]) -> list:
+    return [inputs[op.op_def.input_index(n)] for n in names]
+
+
+@register_kernel("ApplyGradientDescent")
+def apply_gradient_descent(op, inputs, state):
+    alpha, delta = _scalars(op, inputs, ("alpha", "delta"))
+    return _update(op, state, ("var",), lambda var: [var - alpha * delta])
+
+
+@register_kernel("ApplyMomentum")
+def apply_momentum(op, inputs, state):
+    lr, grad, momentum = _scalars(op, inputs, ("lr", "grad", "momentum"))
+
+    def compute(var, accum):
+        accum = accum * momentum + grad
+        if op.attrs["use_nesterov"]:
+            return [var - (grad * lr + accum * momentum * lr), accum]
+        return [var - lr * accum, accum]
+
+    return _update(op, state, ("var", "accum"), compute)
+
+
+@register_kernel("ApplyAdam")
+def apply_adam(op, inputs, state):
+    beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad = _scalars(
+        op, inputs, ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon", "grad"))
+
+    def compute(var, m, v):
+        lr_t = lr * np.sqrt(1 - beta2_power) / (1 - beta1_power)
+        m = m + (grad - m) * (1 - beta1)
+        v = v + (grad * grad - v) * (1 - beta2)
+        step = (m * beta1 + (1 - beta1) * grad) if op.attrs["use_nesterov"] else m
+        return [var - lr_t * step / (np.sqrt(v) + epsilon), m, v]
+
+    return _update(op, state, ("var", "m", "v"), compute)

@@ -1,0 +1,44 @@
+"""The state one ClientSession keeps between Run calls: variable values and random streams.
+
+Values are replaced, never mutated in place, so an array a Run returned keeps its value
+after later updates. A lock makes each read-modify-write of a variable atomic.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+
+import numpy as np
+
+from minigraph.framework.errors import FailedPreconditionError
+from minigraph.framework.graph import Operation
+
+
+class SessionState:
+    def __init__(self) -> None:
+        self.variables: dict[str, np.ndarray] = {}
+        self.lock = threading.RLock()
+        self._generators: dict[str, np.random.Generator] = {}
+
+    def read(self, name: str) -> np.ndarray:
+        try:
+            return self.variables[name]
+        except KeyError:
+            raise FailedPreconditionError(
+                f"Attempting to use uninitialized value '{name}': run its initializer (an "
+                f"Assign) first, or restore a checkpoint") from None
+
+    def write(self, name: str, value: np.ndarray) -> np.ndarray:
+        value = np.array(value)  # a private copy: callers may keep the array they passed
+        value.setflags(write=False)
+        self.variables[name] = value
+        return value
+
+    def generator(self, op: Operation) -> np.random.Generator:
+        """A deterministic stream per random op: seeded by its (seed, seed2, name)."""
+        with self.lock:
+            if op.name not in self._generators:
+                self._generators[op.name] = np.random.default_rng(
+                    [op.attrs["seed"], op.attrs["seed2"], zlib.crc32(op.name.encode())])
+            return self._generators[op.name]
