@@ -4,7 +4,7 @@ Build a graph with :class:`Scope` and the wrappers in :mod:`minigraph.ops`, run 
 :class:`ClientSession`.
 """
 
-from minigraph import errors, ops
+from minigraph import errors, io, ops, train
 from minigraph.client.session import ClientSession
 from minigraph.framework.dtypes import (
     DType,
@@ -28,7 +28,8 @@ from minigraph.gradients.registry import NotDifferentiable, RegisterGradient
 __version__ = "0.1.0"
 
 __all__ = [
-    "AddSymbolicGradients", "NotDifferentiable", "RegisterGradient", "gradient_checker",
-    "ClientSession", "DType", "Graph", "Operation", "Output", "Scope", "TensorShape", "as_dtype",
-    "bfloat16", "bool", "errors", "float16", "float32", "float64", "half", "int32", "int64", "ops",
+    "AddSymbolicGradients", "ClientSession", "DType", "Graph", "NotDifferentiable", "Operation",
+    "Output", "RegisterGradient", "Scope", "TensorShape", "as_dtype", "bfloat16", "bool",
+    "errors", "float16", "float32", "float64", "gradient_checker", "half", "int32", "int64",
+    "io", "ops", "train",
 ]

@@ -116,6 +116,9 @@ class Graph:
         self._ops: list[Operation] = []
         self._by_name: dict[str, Operation] = {}
         self._name_counts: dict[str, int] = {}
+        # Named lists of graph objects, like TF collections: "initializers" holds the Assign
+        # ops that give Variables their first value.
+        self.collections: dict[str, list] = {}
         self._lock = threading.Lock()
         for callback in tuple(_on_graph_created):
             callback(self)
@@ -144,6 +147,14 @@ class Graph:
             self._ops.append(op)
             self._by_name[op.name] = op
         return op
+
+    def add_to_collection(self, name: str, item: object) -> None:
+        with self._lock:
+            self.collections.setdefault(name, []).append(item)
+
+    def get_collection(self, name: str) -> list:
+        with self._lock:
+            return list(self.collections.get(name, []))
 
     def operations(self) -> list[Operation]:
         """All operations in creation order (a topological order: inputs come first)."""
