@@ -85,6 +85,19 @@ def reshape(op, inputs, math):
                          f"{shape.tolist()}") from None
 
 
+@register_kernel("Transpose")
+def transpose(op, inputs, math):
+    x, perm = inputs
+    if sorted(perm.tolist()) != list(range(x.ndim)):
+        raise _error(op, f"perm {perm.tolist()} is not a permutation of the {x.ndim} axes")
+    return [np.ascontiguousarray(x.transpose(perm.tolist()))]
+
+
+@register_kernel("InvertPermutation")
+def invert_permutation(op, inputs, math):
+    return [np.argsort(inputs[0]).astype(np.int32)]
+
+
 @register_kernel("Shape")
 def shape(op, inputs, math):
     return [np.array(inputs[0].shape, np.int32)]

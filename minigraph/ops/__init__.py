@@ -33,6 +33,7 @@ from minigraph.ops.math_ops import (
     Square,
     Sub,
     Sum,
+    Transpose,
     ZerosLike,
 )
 from minigraph.ops.state_ops import Assign, RandomUniform, Variable
@@ -42,7 +43,7 @@ __all__ = [
     "ApplyAdam", "ApplyGradientDescent", "ApplyMomentum", "Assign", "RandomUniform", "Variable",
     "Add", "AddN", "BroadcastGradientArgs", "BroadcastTo", "Cast", "Div", "Fill", "Mean", "Mul",
     "Neg", "OnesLike", "Reciprocal", "ReducedShape", "Reshape", "Rsqrt", "Shape", "Size",
-    "Square", "Sub", "Sum", "ZerosLike", "FusedBatchNormGradGrad",
+    "Square", "Sub", "Sum", "Transpose", "ZerosLike", "FusedBatchNormGradGrad",
     "BatchNormWithGlobalNormalization", "BatchNormWithGlobalNormalizationGrad", "Const",
     "FusedBatchNorm", "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
     "FusedBatchNormV2", "FusedBatchNormV3", "Identity", "Placeholder",

@@ -8,6 +8,8 @@ reductions work when static shapes are unknown; they carry no gradient themselve
 
 from __future__ import annotations
 
+import numpy as np
+
 from minigraph.framework import dtypes
 from minigraph.framework.graph import Operation, Output
 from minigraph.framework.op_def import (
@@ -191,6 +193,27 @@ Reshape = make_wrapper(register_op(OpDef(
 )))
 
 
+def _transpose_shape(ctx: InferenceContext) -> list[TensorShape]:
+    perm = ctx.constant_value("perm")
+    x = ctx.input_shapes[0]
+    if perm is None:
+        return [TensorShape.unknown(x.rank)]
+    if x.rank is not None and sorted(perm) != list(range(x.rank)):
+        raise ctx.error(f"attr-like input 'perm' must be a permutation of 0..{x.rank - 1}, "
+                        f"got {perm}")
+    return [TensorShape(x[p] for p in perm) if x.rank is not None
+            else TensorShape.unknown(len(perm))]
+
+
+Transpose = make_wrapper(register_op(OpDef(
+    name="Transpose",
+    inputs=[ArgDef("x", type_attr="T"), ArgDef("perm", type_attr="Tperm")],
+    outputs=[ArgDef("y", type_attr="T")],
+    attrs=[required("T", "type"), required("Tperm", "type", allowed=INDEX)],
+    shape_fn=_transpose_shape,
+)))
+
+
 def _shape_of_shape(ctx: InferenceContext) -> list[TensorShape]:
     return [TensorShape([ctx.input_shapes[0].rank])]
 
@@ -247,6 +270,12 @@ ReducedShape = make_wrapper(register_op(OpDef(
     outputs=[ArgDef("output", dtype=dtypes.int32)],
     shape_fn=lambda ctx: [ctx.input_shapes[0]],
 )))
+InvertPermutation = make_wrapper(register_op(OpDef(
+    name="InvertPermutation",
+    inputs=[ArgDef("x", dtype=dtypes.int32)],
+    outputs=[ArgDef("y", dtype=dtypes.int32)],
+    shape_fn=lambda ctx: [ctx.input_shapes[0]],
+)))
 BroadcastGradientArgs = make_wrapper(register_op(OpDef(
     name="BroadcastGradientArgs",
     inputs=[ArgDef("s0", dtype=dtypes.int32), ArgDef("s1", dtype=dtypes.int32)],
@@ -261,8 +290,8 @@ BroadcastGradientArgs = make_wrapper(register_op(OpDef(
 from minigraph.gradients.registry import NotDifferentiable, RegisterGradient  # noqa: E402
 from minigraph.ops.array_ops import Const  # noqa: E402
 
-NotDifferentiable("Shape", "Size", "ReducedShape", "BroadcastGradientArgs", "ZerosLike",
-                  "OnesLike", "Fill")
+NotDifferentiable("InvertPermutation", "Shape", "Size", "ReducedShape",
+                  "BroadcastGradientArgs", "ZerosLike", "OnesLike", "Fill")
 
 
 def _same_static_shape(a: Output, b: Output) -> bool:
@@ -349,6 +378,15 @@ def _cast_grad(scope, op, grads):
     if not source.dtype.is_floating:
         return [None]
     return [Cast(scope, grads[0], DstT=source.dtype)]
+
+
+@RegisterGradient("Transpose")
+def _transpose_grad(scope, op, grads):
+    """Transpose back with the inverse permutation."""
+    perm = op.inputs[1]
+    inverse = Const(scope, np.argsort(perm.op.attrs["value"]).astype(np.int32)) \
+        if perm.op.type == "Const" else InvertPermutation(scope, perm)
+    return [Transpose(scope, grads[0], inverse), None]
 
 
 @RegisterGradient("Reshape")
