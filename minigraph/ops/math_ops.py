@@ -291,7 +291,7 @@ from minigraph.gradients.registry import NotDifferentiable, RegisterGradient  # 
 from minigraph.ops.array_ops import Const  # noqa: E402
 
 NotDifferentiable("InvertPermutation", "Shape", "Size", "ReducedShape",
-                  "BroadcastGradientArgs", "ZerosLike", "OnesLike", "Fill")
+                  "BroadcastGradientArgs", "ZerosLike", "OnesLike")
 
 
 def _same_static_shape(a: Output, b: Output) -> bool:
@@ -423,3 +423,9 @@ def _mean_grad(scope, op, grads):
 def _broadcast_to_grad(scope, op, grads):
     return [reduce_to_shape_of(scope, grads[0], op.inputs[0]), None]
 
+
+@RegisterGradient("Fill")
+def _fill_grad(scope, op, grads):
+    """Every element is the scalar ``value``, so its gradient is the sum of the cotangent."""
+    flat = Reshape(scope, grads[0], Const(scope, [-1]))
+    return [None, Sum(scope, flat, Const(scope, [0]))]
