@@ -155,7 +155,7 @@ class ClientSession:
                 step.validate(step.context, values)
             results = step.kernel(step.op, values, self.state if step.stateful else self.math)
             for output, result in zip(step.op.outputs, results):
-                env[output] = result
+                env.setdefault(output, result)  # a fed output keeps its fed value
         results = [env[f] for f in fetch_list]
         return results[0] if single else results
 
