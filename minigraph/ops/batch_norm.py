@@ -373,7 +373,7 @@ FusedBatchNormGradGrad = make_wrapper(FUSED_BATCH_NORM_GRAD_GRAD)
 from minigraph.gradients.add_symbolic_gradients import AddSymbolicGradients  # noqa: E402
 from minigraph.gradients.registry import RegisterGradient, cotangent_or_zeros  # noqa: E402
 from minigraph.ops import math_ops as m  # noqa: E402
-from minigraph.ops.array_ops import Const  # noqa: E402
+from minigraph.ops.array_ops import Const, Identity  # noqa: E402
 
 
 def _same_attrs(op) -> dict:
@@ -461,8 +461,13 @@ def decomposed_batch_norm_grad(scope, dy, x, scale, mean, variance, *, epsilon, 
 @RegisterGradient("FusedBatchNormGradGrad")
 def _fused_batch_norm_grad_grad_grad(scope, op, grads):
     """Third order: rebuild the second order from the decomposed first-order gradient
-    (differentiated once), then differentiate that. Exact at every further order too."""
-    dy, x, scale, mean, variance, gx, gscale, goffset = op.inputs
+    (differentiated once), then differentiate that. Exact at every further order too.
+
+    Each differentiated input goes through its own Identity first: one tensor may fill
+    several roles (the same cotangent fed as y_backprop and grad_x_backprop, say), and the
+    roles must get separate gradients, not each the total one."""
+    dy, x, scale, gx, gscale, goffset = (Identity(scope, op.inputs[i]) for i in (0, 1, 2, 5, 6, 7))
+    mean, variance = op.inputs[3:5]
     first = decomposed_batch_norm_grad(scope, dy, x, scale, mean, variance, **_same_attrs(op))
     second = AddSymbolicGradients(scope, list(first), [dy, x, scale], [gx, gscale, goffset],
                                   stop_at_inputs=True)
