@@ -4,7 +4,7 @@ Build a graph with :class:`Scope` and the wrappers in :mod:`minigraph.ops`, run 
 :class:`ClientSession`.
 """
 
-from minigraph import errors, io, ops, train
+from minigraph import errors, io, ops, train, viz
 from minigraph.client.session import ClientSession
 from minigraph.framework.dtypes import (
     DType,
@@ -31,5 +31,5 @@ __all__ = [
     "AddSymbolicGradients", "ClientSession", "DType", "Graph", "NotDifferentiable", "Operation",
     "Output", "RegisterGradient", "Scope", "TensorShape", "as_dtype", "bfloat16", "bool",
     "errors", "float16", "float32", "float64", "gradient_checker", "half", "int32", "int64",
-    "io", "ops", "train",
+    "io", "ops", "train", "viz",
 ]

@@ -1,0 +1,129 @@
+"""``python -m minigraph viz script.py -o graph.svg``: run a script and draw a graph it built.
+
+The script runs as ``__main__`` (``runpy``) while every :class:`~minigraph.Graph` created is
+recorded (:func:`record_graphs`); then the largest one, or ``--graph-index N`` in creation
+order, is drawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+from minigraph.framework.errors import InvalidArgumentError, UnavailableError
+from minigraph.framework.graph import Graph, on_graph_created
+from minigraph.viz.rendering import FORMATS, render
+
+
+@contextlib.contextmanager
+def record_graphs() -> Iterator[list[Graph]]:
+    """Record every Graph created inside the ``with`` block, in creation order.
+
+    ``with mg.viz.record_graphs() as graphs: run_something()`` - the list holds the graphs
+    (strongly, so graphs built inside functions that have returned are kept) until it is
+    dropped.
+    """
+    graphs: list[Graph] = []
+    remove = on_graph_created(graphs.append)
+    try:
+        yield graphs
+    finally:
+        remove()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m minigraph viz",
+        description="Run a Python script, recording every minigraph Graph it creates, and draw "
+                    "the largest one (or --graph-index N) with Graphviz.",
+        epilog="Arguments after '--' are passed to the script as sys.argv[1:].")
+    parser.add_argument("script", help="the Python script to run")
+    parser.add_argument("-o", "--output", help="the file to write (default: <script>.svg); its "
+                        "extension picks the format unless --format is given")
+    parser.add_argument("--format", choices=FORMATS + ("dot",), default=None,
+                        help="output format (default: from --output, else svg)")
+    parser.add_argument("--graph-index", type=int, default=None, metavar="N",
+                        help="draw the N-th graph created (0-based, negative counts from the "
+                             "end) instead of the largest")
+    parser.add_argument("--fetch", action="append", default=[], metavar="OP",
+                        help="draw only what this op needs (repeatable)")
+    parser.add_argument("--collapse", action="append", default=[], metavar="SCOPE",
+                        help="draw this name scope as one box (repeatable)")
+    parser.add_argument("--no-shapes", action="store_true", help="leave shapes off the edges")
+    parser.add_argument("--legend", action="store_true", help="add a legend of op categories")
+    parser.add_argument("--list", action="store_true",
+                        help="only list the graphs the script created")
+    return parser
+
+
+def _run_script(script: Path, script_args: list[str]) -> tuple[list[Graph], int]:
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [str(script), *script_args]
+    sys.path.insert(0, str(script.parent.resolve()))
+    status = 0
+    try:
+        with record_graphs() as graphs:
+            try:
+                runpy.run_path(str(script), run_name="__main__")
+            except SystemExit as exc:
+                if exc.code not in (None, 0):
+                    status = exc.code if isinstance(exc.code, int) else 1
+            except Exception:  # the script's own error: show it, then draw what it built
+                traceback.print_exc()
+                status = 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    return graphs, status
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1:]
+    args = _parser().parse_args(argv)
+    script = Path(args.script)
+    if not script.is_file():
+        print(f"minigraph viz: no such script: {script}", file=sys.stderr)
+        return 2
+
+    graphs, status = _run_script(script, script_args)
+    if status:
+        print(f"minigraph viz: {script} failed (status {status}); drawing the graphs it built "
+              f"before that", file=sys.stderr)
+    sizes = ", ".join(f"#{i}: {len(g)} ops" for i, g in enumerate(graphs))
+    if args.list:
+        print(f"{script} created {len(graphs)} graph(s){': ' + sizes if graphs else ''}")
+        return 0
+    if not graphs or not any(len(g) for g in graphs):
+        print(f"minigraph viz: {script} created no graph with operations", file=sys.stderr)
+        return 1
+    if args.graph_index is None:
+        index = max(range(len(graphs)), key=lambda i: (len(graphs[i]), -i))
+    else:
+        index = args.graph_index
+        if not -len(graphs) <= index < len(graphs):
+            print(f"minigraph viz: --graph-index {index} is out of range; {script} created "
+                  f"{len(graphs)} graph(s): {sizes}", file=sys.stderr)
+            return 2
+        index %= len(graphs)
+    graph = graphs[index]
+
+    output = args.output or (script.stem + "." + (args.format or "svg"))
+    try:
+        written = render(graph, output, args.format, fetches=args.fetch or None,
+                         show_shapes=not args.no_shapes, collapse=args.collapse,
+                         legend=args.legend)
+    except (UnavailableError, InvalidArgumentError) as exc:
+        print(f"minigraph viz: {exc}", file=sys.stderr)
+        return 1
+    print(f"drew graph #{index} ({len(graph)} ops) of the {len(graphs)} that {script} "
+          f"created to {os.fspath(written)}")
+    return status
