@@ -158,12 +158,10 @@ def batch_norm_with_global_normalization_grad(op: Operation, inputs: list[np.nda
     scaled = op.attrs["scale_after_normalization"]
     eps = ct(op.attrs["variance_epsilon"])
     factor = gamma if scaled else np.ones_like(gamma)
-    if t.size == 0:
-        channels = t.shape[3]
-        zeros = np.zeros(channels, dtype)
-        dm = -zeros * factor.astype(dtype)
-        return [np.empty(t.shape, dtype), dm, zeros, zeros.copy(), zeros.copy()]
-    dx, s2_times_r, db = math.bn_backward_inference(backprop, t, factor, m, v, eps, True)
+    if t.size == 0:  # empty sums; the vector formulas below still give TF's signed zeros
+        dx, s2_times_r, db = np.empty(t.shape, dtype), np.zeros_like(v), np.zeros_like(v)
+    else:
+        dx, s2_times_r, db = math.bn_backward_inference(backprop, t, factor, m, v, eps, True)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         rstd = (1 / np.sqrt(v + eps)).astype(ct)
         dm = -db * (rstd * factor)
