@@ -251,11 +251,12 @@ def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
     return value
 
 
-def _resolve_types(op_def: OpDef, name: str, inputs: list[Output], attrs: dict[str, Any]
-                   ) -> None:
-    """Bind type attrs from the inputs (or check them against explicit ones)."""
+def _resolve_types(op_def: OpDef, name: str, inputs: list[Output], attrs: dict[str, Any],
+                   explicit: set[str]) -> None:
+    """Bind type attrs from the inputs, or check the inputs against the ones the caller gave
+    (``explicit``); a type attr's default only applies when no input binds it."""
     bound_by = {a.name: "the explicit attr" for a in op_def.attrs
-                if a.kind == "type" and a.name in attrs}
+                if a.kind == "type" and a.name in explicit}
     for arg, value in zip(op_def.inputs, inputs):
         if arg.dtype is not None:
             if value.dtype is not arg.dtype:
@@ -318,7 +319,7 @@ def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
             full_attrs[attr.name] = _check_attr(op_def, name, attr, attrs[attr.name])
         elif attr.has_default:
             full_attrs[attr.name] = _check_attr(op_def, name, attr, attr.default)
-    _resolve_types(op_def, name, inputs, full_attrs)
+    _resolve_types(op_def, name, inputs, full_attrs, set(attrs))
     missing = [a.name for a in op_def.attrs if a.name not in full_attrs]
     if missing:
         raise InvalidArgumentError(f"{op_def.name} '{name}': missing required attr(s) {missing}")
