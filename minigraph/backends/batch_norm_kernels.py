@@ -3,13 +3,16 @@
 Each kernel reads its node's attrs, handles what is the same on every backend (empty
 tensors, the statistics outputs, reserve spaces, exponential averaging, the global-
 normalization vector gradients) and hands the per-element loops to ``math``: the module
-the session chose, ``backends.reference`` (numpy) or ``backends.native`` (C).
+the session chose, ``backends.reference`` (numpy) or ``backends.native`` (C), or a device's
+math (``backends.opencl``). Arrays are made through ``xp = _namespace(math)``: numpy on the
+CPU, the device's array functions (``math.xp``) elsewhere, so the same code runs there.
 Inputs were already validated by the op's ``validate`` function.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -21,9 +24,14 @@ from minigraph.ops.batch_norm import channel_axis, channels_last
 F32 = np.float32
 
 
-def _empty_reserve() -> np.ndarray:
+def _namespace(math: ModuleType):
+    """The array functions for ``math``'s tensors: numpy, or a device backend's ``xp``."""
+    return getattr(math, "xp", np)
+
+
+def _empty_reserve(xp) -> np.ndarray:
     """reserve_space_3 (forward) and reserve_space_4/5 (grad): float32 [0], never read."""
-    return np.zeros(0, F32)
+    return xp.zeros(0, F32)
 
 
 def _compute_type(x: np.ndarray) -> type:
@@ -31,8 +39,8 @@ def _compute_type(x: np.ndarray) -> type:
     return np.float64 if x.dtype == np.float64 else F32
 
 
-def _vector(value: np.ndarray, ct: type = F32) -> np.ndarray:
-    return np.ascontiguousarray(value, dtype=ct)
+def _vector(xp, value: np.ndarray, ct: type = F32) -> np.ndarray:
+    return xp.ascontiguousarray(value, dtype=ct)
 
 
 @register_kernel("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
@@ -48,15 +56,17 @@ def fused_batch_norm(op: Operation, inputs: list[np.ndarray], math: ModuleType
     x, scale, offset, mean, variance = inputs
     attrs = op.attrs
     epsilon, last = attrs["epsilon"], channels_last(attrs["data_format"])
-    x = np.ascontiguousarray(x)
+    xp = _namespace(math)
+    x = xp.ascontiguousarray(x)
     ct = _compute_type(x)
-    scale, offset, mean, variance = (_vector(v, ct) for v in (scale, offset, mean, variance))
+    scale, offset, mean, variance = (_vector(xp, v, ct)
+                                     for v in (scale, offset, mean, variance))
     channels = x.shape[channel_axis(attrs["data_format"])]
     count = x.size // channels if channels else 0
     if x.size == 0:
-        nan = np.full(channels, np.nan, ct)
-        zeros = np.zeros(channels, ct)
-        outputs = [np.empty(x.shape, x.dtype), nan, nan.copy(), zeros, zeros.copy()]
+        nan = xp.full(channels, np.nan, ct)
+        zeros = xp.zeros(channels, ct)
+        outputs = [xp.empty(x.shape, x.dtype), nan, nan.copy(), zeros, zeros.copy()]
     elif attrs["is_training"]:
         y, batch_mean, biased_variance = math.bn_forward_training(x, scale, offset, epsilon, last)
         bessel = ct(count) / ct(max(count - 1, 1))
@@ -72,7 +82,7 @@ def fused_batch_norm(op: Operation, inputs: list[np.ndarray], math: ModuleType
         y = math.bn_forward_inference(x, scale, offset, mean, variance, epsilon, last)
         outputs = [y, mean.copy(), variance.copy(), mean.copy(), variance.copy()]
     if len(op.outputs) == 6:
-        outputs.append(_empty_reserve())
+        outputs.append(_empty_reserve(xp))
     return outputs
 
 
@@ -86,17 +96,19 @@ def fused_batch_norm_grad(op: Operation, inputs: list[np.ndarray], math: ModuleT
     """
     dy, x, scale, mean, variance = inputs[:5]
     attrs = op.attrs
+    xp = _namespace(math)
     ct = _compute_type(x)
     channels = x.shape[channel_axis(attrs["data_format"])]
     if x.size == 0:
-        outputs = [np.empty(x.shape, x.dtype), np.zeros(channels, ct), np.zeros(channels, ct)]
+        outputs = [xp.empty(x.shape, x.dtype), xp.zeros(channels, ct), xp.zeros(channels, ct)]
     else:
         backward = math.bn_backward_training if attrs["is_training"] else \
             math.bn_backward_inference
-        outputs = list(backward(np.ascontiguousarray(dy), np.ascontiguousarray(x),
-                                _vector(scale, ct), _vector(mean, ct), _vector(variance, ct),
-                                attrs["epsilon"], channels_last(attrs["data_format"])))
-    return outputs + [_empty_reserve(), _empty_reserve()]
+        outputs = list(backward(xp.ascontiguousarray(dy), xp.ascontiguousarray(x),
+                                _vector(xp, scale, ct), _vector(xp, mean, ct),
+                                _vector(xp, variance, ct), attrs["epsilon"],
+                                channels_last(attrs["data_format"])))
+    return outputs + [_empty_reserve(xp), _empty_reserve(xp)]
 
 
 @register_kernel("FusedBatchNormGradGrad")
@@ -106,13 +118,14 @@ def fused_batch_norm_grad_grad(op: Operation, inputs: list[np.ndarray], math: Mo
     (grad_y_backprop, grad_x, grad_scale). Training recomputes the statistics from x."""
     dy, x, scale, mean, variance, gx, gscale, goffset = inputs
     attrs = op.attrs
+    xp = _namespace(math)
     ct = _compute_type(x)
     if x.size == 0:
         channels = x.shape[channel_axis(attrs["data_format"])]
-        return [np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype), np.zeros(channels, ct)]
-    dy, x, gx = (np.ascontiguousarray(t) for t in (dy, x, gx))
+        return [xp.empty(x.shape, x.dtype), xp.empty(x.shape, x.dtype), xp.zeros(channels, ct)]
+    dy, x, gx = (xp.ascontiguousarray(t) for t in (dy, x, gx))
     scale, mean, variance, gscale, goffset = (
-        _vector(v, ct) for v in (scale, mean, variance, gscale, goffset))
+        _vector(xp, v, ct) for v in (scale, mean, variance, gscale, goffset))
     epsilon, last = attrs["epsilon"], channels_last(attrs["data_format"])
     if attrs["is_training"]:
         return list(math.bn_grad_grad_training(dy, x, scale, gx, gscale, goffset, epsilon,
@@ -122,10 +135,13 @@ def fused_batch_norm_grad_grad(op: Operation, inputs: list[np.ndarray], math: Mo
 
 
 def _global_norm_setup(op: Operation, t: np.ndarray, math: ModuleType, vectors: list
-                       ) -> tuple[ModuleType, type, list[np.ndarray]]:
-    """float64 runs on the reference backend in float64; float16/32 compute in float32."""
+                       ) -> tuple[ModuleType, Any, type, list[np.ndarray]]:
+    """(math, xp, compute type, vectors): float64 runs on the reference backend in float64;
+    float16/32 compute in float32."""
     ct = _compute_type(t)
-    return (reference if ct is np.float64 else math), ct, [_vector(v, ct) for v in vectors]
+    math = reference if ct is np.float64 else math
+    xp = _namespace(math)
+    return math, xp, ct, [_vector(xp, v, ct) for v in vectors]
 
 
 @register_kernel("BatchNormWithGlobalNormalization")
@@ -134,12 +150,12 @@ def batch_norm_with_global_normalization(op: Operation, inputs: list[np.ndarray]
     """TF_SEMANTICS §9.2: y = (t - m) * (rsqrt(v + eps) * gamma) + beta (gamma only if
     scale_after_normalization). float16 is computed in float32 and rounded once."""
     t, m, v, beta, gamma = inputs
-    t = np.ascontiguousarray(t)
-    math, ct, (m, v, beta, gamma) = _global_norm_setup(op, t, math, [m, v, beta, gamma])
+    math, xp, ct, (m, v, beta, gamma) = _global_norm_setup(op, t, math, [m, v, beta, gamma])
+    t = xp.ascontiguousarray(t)
     if not op.attrs["scale_after_normalization"]:
-        gamma = np.ones_like(gamma)
+        gamma = xp.ones_like(gamma)
     if t.size == 0:
-        return [np.empty(t.shape, t.dtype)]
+        return [xp.empty(t.shape, t.dtype)]
     return [math.bn_forward_inference(t, gamma, beta, m, v, op.attrs["variance_epsilon"], True)]
 
 
@@ -152,19 +168,19 @@ def batch_norm_with_global_normalization_grad(op: Operation, inputs: list[np.nda
     dg = s2 * r (gamma and dg replaced by 1 and 0 when not scale_after_normalization).
     """
     t, m, v, gamma, backprop = inputs
-    t, backprop = np.ascontiguousarray(t), np.ascontiguousarray(backprop)
     dtype = t.dtype
-    math, ct, (m, v, gamma) = _global_norm_setup(op, t, math, [m, v, gamma])
+    math, xp, ct, (m, v, gamma) = _global_norm_setup(op, t, math, [m, v, gamma])
+    t, backprop = xp.ascontiguousarray(t), xp.ascontiguousarray(backprop)
     scaled = op.attrs["scale_after_normalization"]
     eps = ct(op.attrs["variance_epsilon"])
-    factor = gamma if scaled else np.ones_like(gamma)
+    factor = gamma if scaled else xp.ones_like(gamma)
     if t.size == 0:  # empty sums; the vector formulas below still give TF's signed zeros
-        dx, s2_times_r, db = np.empty(t.shape, dtype), np.zeros_like(v), np.zeros_like(v)
+        dx, s2_times_r, db = xp.empty(t.shape, dtype), xp.zeros_like(v), xp.zeros_like(v)
     else:
         dx, s2_times_r, db = math.bn_backward_inference(backprop, t, factor, m, v, eps, True)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        rstd = (1 / np.sqrt(v + eps)).astype(ct)
+        rstd = xp.asarray(1 / xp.sqrt(v + eps), ct)
         dm = -db * (rstd * factor)
         dv = s2_times_r * (ct(-0.5) / (v + eps)) * factor
-        dg = s2_times_r if scaled else np.zeros_like(s2_times_r)
-    return [dx] + [np.asarray(vec, ct).astype(dtype) for vec in (dm, dv, db, dg)]
+        dg = s2_times_r if scaled else xp.zeros_like(s2_times_r)
+    return [dx] + [xp.asarray(xp.asarray(vec, ct), dtype) for vec in (dm, dv, db, dg)]
