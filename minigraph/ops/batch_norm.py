@@ -71,10 +71,11 @@ def _channel_of(ctx: InferenceContext, tensor: str, data_format: str) -> tuple[T
     return shape, channel_axis(data_format)
 
 
-def _merge_vector(ctx: InferenceContext, name: str, channel: int | None) -> int | None:
+def _merge_vector(ctx: InferenceContext, name: str, channel: int | None, of: str = "x"
+                  ) -> int | None:
     vector = ctx.with_rank(name, 1)
     return ctx.merge_dim(channel, vector[0],
-                         f"input '{name}' must have one element per channel of 'x'")
+                         f"input '{name}' must have one element per channel of '{of}'")
 
 
 def fused_batch_norm_shape(ctx: InferenceContext) -> list[TensorShape]:
@@ -123,13 +124,13 @@ def fused_batch_norm_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
 
 
 def _check_vector(ctx: RunContext, name: str, value: np.ndarray, channels: int | None,
-                  why: str = "") -> None:
+                  why: str = "", of: str = "x") -> None:
     if value.ndim != 1:
         raise ctx.error(f"input '{name}' must be 1-dimensional, got shape "
                         f"{_shape_text(value.shape)}")
     if channels is not None and value.shape[0] != channels:
         raise ctx.error(f"{why}input '{name}' must have the same number of elements as the "
-                        f"channels of x, expected {channels}, got {value.shape[0]}")
+                        f"channels of {of}, expected {channels}, got {value.shape[0]}")
 
 
 def _check_x(ctx: RunContext, name: str, value: np.ndarray, data_format: str) -> int:
@@ -257,7 +258,7 @@ def global_norm_shape(ctx: InferenceContext) -> list[TensorShape]:
     t = ctx.with_rank("t", 4)
     channel = t[3]
     for name in ("m", "v", "beta", "gamma"):
-        channel = _merge_vector(ctx, name, channel)
+        channel = _merge_vector(ctx, name, channel, of="t")
     return [t.replace_dim(3, channel)]
 
 
@@ -272,7 +273,7 @@ def global_norm_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
                         f"{backprop}") from None
     channel = merged[3]
     for name in ("m", "v", "gamma"):
-        channel = _merge_vector(ctx, name, channel)
+        channel = _merge_vector(ctx, name, channel, of="t")
     return [merged.replace_dim(3, channel)] + [TensorShape([channel])] * 4
 
 
@@ -281,7 +282,7 @@ def _validate_global_norm(ctx: RunContext, t: np.ndarray, vectors: dict[str, np.
     if t.ndim != 4:
         raise ctx.error(f"input 't' must be 4-dimensional, got shape {_shape_text(t.shape)}")
     for name, value in vectors.items():
-        _check_vector(ctx, name, value, t.shape[3])
+        _check_vector(ctx, name, value, t.shape[3], of="t")
 
 
 def validate_global_norm(ctx: RunContext, values: list[np.ndarray]) -> None:
