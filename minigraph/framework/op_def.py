@@ -222,7 +222,8 @@ def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float, np.floating,
                                                                np.integer)):
             raise InvalidArgumentError(f"{where} must be a float, got {value!r}")
-        value = float(np.float32(value))  # attrs are stored as float32, as in TF's AttrValue
+        with np.errstate(over="ignore"):  # beyond float32's range: inf, for the check below
+            value = float(np.float32(value))  # attrs are stored as float32, as in TF's AttrValue
     elif kind == "int":
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise InvalidArgumentError(f"{where} must be an int, got {value!r}")
