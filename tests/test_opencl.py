@@ -1,0 +1,389 @@
+"""The OpenCL device (``backends.opencl``) against the numpy reference backend.
+
+Skipped only when pyopencl cannot be imported or no OpenCL platform has a device; CI installs
+pyopencl[pocl] (and PoCL), so these run there on the CPU. Every graph is built twice, on
+``/device:OPENCL:0`` and on the CPU, and run with the reference math; the device's results
+must match:
+
+* float32 outputs: ``|actual - expected| <= 1e-5 * (|expected| + mag)``, ``mag`` the largest
+  ``|expected|`` of that output (norm-wise, as the float32 sums are ordered differently);
+* float16 / bfloat16 outputs: within one ulp of the storage type, plus the same float32
+  allowance ``1e-5 * mag`` (both compute in float32 and round once).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+pytest.importorskip("pyopencl")
+
+import minigraph as mg  # noqa: E402
+from minigraph import ops  # noqa: E402
+from minigraph.backends import opencl  # noqa: E402
+from minigraph.client import session as session_module  # noqa: E402
+
+if not any(info.name for info in opencl.devices()):
+    pytest.skip("no OpenCL platform with a device", allow_module_level=True)
+
+pytestmark = pytest.mark.filterwarnings("ignore:minigraph.*soft placement:UserWarning")
+DEVICE = "/device:OPENCL:0"
+F32, F16, BF16 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+FORMATS = ("NHWC", "NCHW", "NDHWC", "NCDHW")
+
+
+@pytest.fixture(scope="module")
+def device() -> opencl.OpenCLDevice:
+    return opencl.get_device("OPENCL", 0)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def ulp(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    info = ml_dtypes.finfo(dtype)
+    a = np.abs(values.astype(np.float64))
+    with np.errstate(divide="ignore"):
+        exponent = np.floor(np.log2(np.where(a > 0, a, 1.0)))
+    return np.exp2(np.maximum(np.where(a > 0, exponent, info.minexp), info.minexp)
+                   - info.nmant)
+
+
+def assert_matches(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
+    assert isinstance(actual, np.ndarray), f"{what}: got {type(actual).__name__}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} vs {expected.dtype}"
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} vs {expected.shape}"
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    assert np.array_equal(np.isnan(a), np.isnan(e)), f"{what}: NaNs differ"
+    finite = np.isfinite(e)
+    assert np.array_equal(a[~finite & ~np.isnan(e)], e[~finite & ~np.isnan(e)]), \
+        f"{what}: infinities differ"
+    if not finite.any():
+        return
+    a, e = a[finite], e[finite]
+    mag = np.abs(e).max()
+    allowance = 1e-5 * mag + (ulp(e, expected.dtype) if expected.dtype != F32
+                              else 1e-5 * np.abs(e))
+    error = np.abs(a - e)
+    assert (error <= allowance).all(), (
+        f"{what}: {(error > allowance).sum()}/{error.size} off, worst {error.max():.3g} "
+        f"(allowance there {allowance[np.argmax(error - allowance)]:.3g})")
+
+
+def run_both(build, feeds: dict, backend: str = "reference"):
+    """Build with ``build(scope) -> (fetches, placeholders)`` on the device and on the CPU,
+    run both with the same feeds; return (device results, CPU results)."""
+    results = []
+    for device in (DEVICE, ""):
+        root = mg.Scope.NewRootScope()
+        fetches, placeholders = build(root.WithDevice(device), root)
+        fed = {placeholders[name]: value for name, value in feeds.items()}
+        results.append(mg.ClientSession(root, backend=backend).Run(fed, fetches))
+    return results
+
+
+def channel_axis(data_format: str) -> int:
+    return len(data_format) - 1 if data_format.endswith("C") else 1
+
+
+def shape_for(data_format: str, channels: int, inner: int) -> tuple[int, ...]:
+    """N=3 and spatial dims whose product is ``inner`` (1 or 7)."""
+    spatial = (inner, 1) if len(data_format) == 4 else (1, inner, 1)
+    return (3, *spatial, channels) if data_format.endswith("C") else (3, channels, *spatial)
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+CASES = [(fmt, training, dtype, channels, inner)
+         for fmt in FORMATS for training in (True, False) for dtype in (F32, F16, BF16)
+         for channels in (1, 3, 17) for inner in (1, 7)]
+
+
+@pytest.mark.parametrize("data_format, is_training, dtype, channels, inner", [
+    pytest.param(*case, id=f"{case[0]}-{'train' if case[1] else 'infer'}-{case[2].name}"
+                 f"-C{case[3]}-in{case[4]}") for case in CASES])
+def test_fused_batch_norm_family_matches_reference(data_format, is_training, dtype, channels,
+                                                   inner):
+    """FusedBatchNormV3 -> FusedBatchNormGradV3 -> FusedBatchNormGradGrad, all on the device."""
+    rng = np.random.default_rng([channels, inner, len(data_format), int(is_training)])
+    shape = shape_for(data_format, channels, inner)
+    eaf = 0.3 if channels == 17 else 1.0  # exercises the blending on device vectors
+    epsilon = 1e-3
+    vec = {name: rng.normal(0, 1, channels).astype(np.float32)
+           for name in ("scale", "offset", "mean", "gscale", "goffset")}
+    vec["variance"] = rng.uniform(0.5, 2, channels).astype(np.float32)
+    feeds = {name: rng.normal(1.5, 2, shape).astype(np.float32).astype(dtype)
+             for name in ("x", "dy", "gx")}
+    attrs = dict(data_format=data_format, is_training=is_training, epsilon=epsilon)
+
+    def build(scope, root):
+        t = mg.as_dtype(dtype)
+        holders = {name: ops.Placeholder(root, t) for name in ("x", "dy", "gx")}
+        x, dy, gx = holders["x"], holders["dy"], holders["gx"]
+        fwd = ops.FusedBatchNormV3(scope, x, vec["scale"], vec["offset"], vec["mean"],
+                                   vec["variance"], exponential_avg_factor=eaf, **attrs)
+        saved = ((fwd.reserve_space_1, fwd.reserve_space_2) if is_training
+                 else (vec["mean"], vec["variance"]))
+        grad = ops.FusedBatchNormGradV3(scope, dy, x, vec["scale"], *saved,
+                                        fwd.reserve_space_3, **attrs)
+        second = ops.FusedBatchNormGradGrad(scope, dy, x, vec["scale"], *saved, gx,
+                                            vec["gscale"], vec["goffset"], **attrs)
+        return list(fwd)[:5] + list(grad)[:3] + list(second), holders
+
+    actual, expected = run_both(build, feeds)
+    names = ["y", "batch_mean", "batch_variance", "reserve_space_1", "reserve_space_2",
+             "x_backprop", "scale_backprop", "offset_backprop", "grad_y_backprop", "grad_x",
+             "grad_scale"]
+    for name, a, e in zip(names, actual, expected):
+        assert_matches(a, e, name)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCDHW"])
+def test_elementwise_paths_round_exactly_like_the_reference(device, dtype, data_format):
+    """Inference y and x_backprop use no sums: with correctly rounded float32 divide/sqrt
+    they are the reference's float32 values rounded once, bit for bit (rounding to nearest
+    even, overflow to inf, NaN kept) - stricter than the 1-ulp contract above."""
+    if "-cl-fp32-correctly-rounded-divide-sqrt" not in device.options:
+        pytest.skip("this device's float32 divide/sqrt are not correctly rounded")
+    rng = np.random.default_rng(4)
+    shape = shape_for(data_format, 5, 7)
+    values = rng.normal(0, 3, shape).astype(np.float32)
+    values.flat[:6] = [6.0e4, -6.0e4, np.inf, -np.inf, np.nan, 1e-7]
+    scale = np.array([4.0, -1.5, 0.3, 1.0, 2.0], np.float32)
+    offset, mean = rng.normal(0, 1, 5).astype(np.float32), rng.normal(0, 1, 5).astype(np.float32)
+    variance = rng.uniform(0.1, 3, 5).astype(np.float32)
+    feeds = {"x": values.astype(dtype), "dy": values[::-1].copy().astype(dtype)}
+    attrs = dict(data_format=data_format, is_training=False, epsilon=1e-3)
+
+    def build(scope, root):
+        holders = {name: ops.Placeholder(root, mg.as_dtype(dtype)) for name in feeds}
+        fwd = ops.FusedBatchNormV3(scope, holders["x"], scale, offset, mean, variance, **attrs)
+        grad = ops.FusedBatchNormGradV3(scope, holders["dy"], holders["x"], scale, mean,
+                                        variance, fwd.reserve_space_3, **attrs)
+        return [fwd.y, grad.x_backprop], holders
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        actual, expected = run_both(build, feeds)
+    for a, e in zip(actual, expected):
+        nan = np.isnan(e.astype(np.float64))
+        assert np.array_equal(np.isnan(a.astype(np.float64)), nan)
+        assert a[~nan].tobytes() == e[~nan].tobytes()
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16])
+def test_storage_conversions_round_to_nearest_even(device, dtype):
+    """The device's float32 -> half/bfloat16 stores (used by every kernel) on ties, extremes,
+    subnormals, inf and NaN, against numpy/ml_dtypes; and back to float32 exactly."""
+    rng = np.random.default_rng(5)
+    bits = np.concatenate([
+        rng.integers(0, 2 ** 32, 4000, dtype=np.uint64).astype(np.uint32),
+        np.array([0x3F808000, 0x3F818000, 0xBF808000, 0x3F800001, 0x7F7FFFFF, 0x7F800000,
+                  0xFF800000, 0x00000001, 0x80000000, 0x477FF000, 0x477FEFFF, 0x33000000,
+                  0x33000001, 0x38800000, 0x387FC000], np.uint32)])
+    values = bits.view(np.float32)
+    xp = device.math.xp
+    stored = device.download(xp.asarray(device.upload(values), dtype))
+    expected = values.astype(dtype)
+    nan = np.isnan(values)
+    assert np.isnan(stored[nan].astype(np.float32)).all()
+    assert stored[~nan].tobytes() == expected[~nan].tobytes()
+    widened = device.download(xp.asarray(device.upload(expected), F32))
+    assert np.isnan(widened[nan]).all()
+    assert widened[~nan].tobytes() == expected[~nan].astype(np.float32).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("scale_after_normalization", [True, False])
+@pytest.mark.parametrize("channels", [1, 17])
+def test_global_normalization_matches_reference(dtype, scale_after_normalization, channels):
+    rng = np.random.default_rng(channels)
+    shape = (2, 3, 7, channels)
+    m, beta, gamma = (rng.normal(0, 1, channels).astype(dtype) for _ in range(3))
+    v = rng.uniform(0.5, 2, channels).astype(dtype)
+    feeds = {"t": rng.normal(1, 2, shape).astype(dtype),
+             "backprop": rng.normal(0, 1, shape).astype(dtype)}
+
+    def build(scope, root):
+        holders = {name: ops.Placeholder(root, mg.as_dtype(dtype)) for name in feeds}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            y = ops.BatchNormWithGlobalNormalization(scope, holders["t"], m, v, beta, gamma,
+                                                     1e-3, scale_after_normalization)
+            grad = ops.BatchNormWithGlobalNormalizationGrad(
+                scope, holders["t"], m, v, gamma, holders["backprop"], 1e-3,
+                scale_after_normalization)
+        return [y] + list(grad), holders
+
+    actual, expected = run_both(build, feeds)
+    for name, a, e in zip(["result", "dx", "dm", "dv", "db", "dg"], actual, expected):
+        assert_matches(a, e, name)
+
+
+@pytest.mark.parametrize("shape, data_format", [((0, 3, 4, 5), "NHWC"), ((2, 5, 0, 2), "NCHW"),
+                                                ((0, 1, 2, 2, 3), "NDHWC")])
+@pytest.mark.parametrize("is_training", [True, False])
+def test_empty_x_on_device(shape, data_format, is_training):
+    channels = shape[channel_axis(data_format)]
+    vector = np.linspace(0.5, 1.5, channels).astype(np.float32)
+    attrs = dict(data_format=data_format, is_training=is_training)
+
+    def build(scope, root):
+        x = ops.Placeholder(root, mg.float32)
+        fwd = ops.FusedBatchNormV3(scope, x, vector, vector, vector, vector,
+                                   exponential_avg_factor=0.5, **attrs)
+        grad = ops.FusedBatchNormGradV3(scope, x, x, vector, vector, vector,
+                                        fwd.reserve_space_3, **attrs)
+        return list(fwd)[:5] + list(grad)[:3], {"x": x}
+
+    actual, expected = run_both(build, {"x": np.zeros(shape, np.float32)})
+    for a, e in zip(actual, expected):
+        assert_matches(a, e, "empty")
+
+
+def test_results_are_deterministic():
+    shape = (8, 16, 16, 17)
+    rng = np.random.default_rng(1)
+    x_value = rng.normal(3, 2, shape).astype(np.float32)
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, mg.float32)
+    fwd = ops.FusedBatchNormV3(root.WithDevice(DEVICE), x, np.ones(17, np.float32),
+                               np.zeros(17, np.float32), np.zeros(0, np.float32),
+                               np.zeros(0, np.float32))
+    session = mg.ClientSession(root, backend="reference")
+    first = session.Run({x: x_value}, list(fwd)[:3])
+    second = session.Run({x: x_value}, list(fwd)[:3])
+    for a, b in zip(first, second):
+        assert a.tobytes() == b.tobytes()
+
+
+# ----------------------------------------------------------------------------- placement
+
+
+def test_forward_then_grad_stays_on_the_device(device):
+    """Only the feeds go up and only the fetches come down: the forward's y and reserve
+    spaces reach the gradient without a host round trip."""
+    rng = np.random.default_rng(2)
+    root = mg.Scope.NewRootScope()
+    gpu = root.WithDevice(DEVICE)
+    x, dy = ops.Placeholder(root, mg.float32), ops.Placeholder(root, mg.float32)
+    scale, offset = ops.Placeholder(root, mg.float32), ops.Placeholder(root, mg.float32)
+    empty = np.zeros(0, np.float32)
+    fwd = ops.FusedBatchNormV3(gpu, x, scale, offset, empty, empty, data_format="NCHW")
+    grad = ops.FusedBatchNormGradV3(gpu, ops.Identity(gpu, dy), x, scale, fwd.reserve_space_1,
+                                    fwd.reserve_space_2, fwd.reserve_space_3,
+                                    data_format="NCHW")
+    feeds = {x: rng.normal(size=(4, 3, 5, 5)).astype(np.float32),
+             dy: rng.normal(size=(4, 3, 5, 5)).astype(np.float32),
+             scale: np.ones(3, np.float32), offset: np.zeros(3, np.float32)}
+    fetches = list(grad)[:3]
+    session = mg.ClientSession(root, backend="reference")
+    for _ in range(2):  # transfers are per Run
+        before = dict(device.transfers)
+        session.Run(feeds, fetches)
+        moved = {k: device.transfers[k] - before[k] for k in before}
+        # up: x (read by both ops, moved once), dy, scale (read by both), offset;
+        # down: the three fetched outputs, nothing else.
+        assert moved == {"to_device": 4, "to_host": 3}
+
+
+def test_graph_mixing_cpu_and_opencl_ops(monkeypatch):
+    """Device BN -> CPU math (soft placed, with a notice) -> explicit CPU op -> device BN."""
+    monkeypatch.setattr(session_module, "_soft_placed", set())
+    rng = np.random.default_rng(3)
+    ones, zeros = np.ones(5, np.float32), np.zeros(5, np.float32)
+    feeds = {"x": rng.normal(size=(2, 3, 4, 5)).astype(np.float32)}
+
+    def build(scope, root):
+        x = ops.Placeholder(root, mg.float32)
+        first = ops.FusedBatchNormV3(scope, x, ones, zeros, zeros, ones, is_training=False)
+        squared = ops.Square(scope, first.y)                      # no kernel: soft placed
+        on_cpu = ops.Identity(scope.WithDevice("/device:CPU:0"), squared)
+        second = ops.FusedBatchNormV3(scope, on_cpu, ones, zeros, zeros, ones)
+        return [second.y, second.batch_mean, first.y], {"x": x}
+
+    with pytest.warns(UserWarning, match=r"no OpenCL kernel for Square.*soft placement"):
+        actual, expected = run_both(build, feeds)
+    for a, e in zip(actual, expected):
+        assert_matches(a, e, "mixed")
+
+
+def test_float64_global_normalization_is_soft_placed(monkeypatch):
+    monkeypatch.setattr(session_module, "_soft_placed", set())
+    root = mg.Scope.NewRootScope()
+    v = np.ones(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        y = ops.BatchNormWithGlobalNormalization(root.WithDevice(DEVICE), np.ones((1, 1, 1, 2)),
+                                                 v, v, v, v, 0.0, True)
+    with pytest.warns(UserWarning, match="T=float64"):
+        result = mg.ClientSession(root, backend="reference").Run({}, y)
+    assert result.dtype == np.float64
+
+
+def test_gpu_placement_names(monkeypatch, device):
+    listed = [info for info in opencl.devices() if info.name == DEVICE]
+    assert listed and listed[0].device in device.description
+    monkeypatch.setenv("MINIGRAPH_OPENCL_DEVICE", "0")
+    assert opencl.get_device("GPU", 0) is device
+    monkeypatch.delenv("MINIGRAPH_OPENCL_DEVICE")
+    if not any("/device:GPU:0" in info.aliases for info in opencl.devices()):
+        with pytest.raises(mg.errors.UnavailableError, match=r"/device:GPU:0.*OPENCL"):
+            opencl.get_device("GPU", 0)
+
+
+def test_bad_device_names():
+    root = mg.Scope.NewRootScope()
+    for name, error in (("/device:TPU:0", mg.errors.InvalidArgumentError),
+                        ("/device:CPU:1", mg.errors.UnavailableError),
+                        ("/device:OPENCL:99", mg.errors.UnavailableError)):
+        x = ops.Identity(root.WithDevice(name), np.ones(2, np.float32))
+        with pytest.raises(error, match=name):
+            mg.ClientSession(root, backend="reference").Run({}, x)
+
+
+# ----------------------------------------------------------------------------- no platform
+
+
+def _run_in_subprocess(prelude: str, env: dict) -> str:
+    code = prelude + textwrap.dedent("""
+        import numpy as np
+        import minigraph as mg
+        from minigraph import ops
+        root = mg.Scope.NewRootScope()
+        v = np.ones(3, np.float32)
+        fwd = ops.FusedBatchNormV3(root.WithDevice("/device:OPENCL:0"),
+                                   np.ones((2, 2, 2, 3), np.float32), v, v, v, v)
+        session = mg.ClientSession(root, backend="reference")
+        try:
+            session.Run({}, fwd.y)
+        except mg.errors.UnavailableError as exc:
+            print("UnavailableError:", exc)
+        else:
+            print("ran")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_no_platform_is_a_clear_unavailable_error(tmp_path):
+    """No driver: OCL_ICD_VENDORS at an empty folder hides the system's ICDs, and
+    POCL_DEVICES=none empties the PoCL that pyopencl's wheel loads from its own folder."""
+    out = _run_in_subprocess("", {"OCL_ICD_VENDORS": str(tmp_path), "POCL_DEVICES": "none"})
+    assert out.startswith("UnavailableError: /device:OPENCL:0 is unavailable: no OpenCL"), out
+
+
+def test_missing_pyopencl_is_a_clear_unavailable_error():
+    out = _run_in_subprocess("import sys; sys.modules['pyopencl'] = None\n", {})
+    assert out.startswith("UnavailableError: /device:OPENCL:0 is unavailable: pyopencl is "
+                          "not installed"), out
