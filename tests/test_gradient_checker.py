@@ -1,0 +1,481 @@
+"""Every registered gradient, checked against float64 central finite differences.
+
+``mg.gradient_checker.compute_gradient`` returns the symbolic Jacobian (AddSymbolicGradients)
+and the numerical one (central differences), both evaluated on the ``"float64"`` backend, so
+the two agree to ~1e-9 when the gradient is right; the tolerance is ``TOL = 1e-6``.
+
+* Math/array ops: broadcasting in every direction, scalars, keep_dims, negative/scalar/int64
+  axes, unknown static shapes (the dynamic ``Shape``/``BroadcastGradientArgs``/
+  ``ReducedShape`` path), AddN, Identity, Cast, Reshape, BroadcastTo, Fill, and the
+  non-differentiable ops (their true derivative is 0).
+* Batch norm: FusedBatchNormV3 at orders 1, 2 and 3 (order k checks the Jacobian of an
+  order-(k-1) gradient tensor) in NHWC/NCHW/NDHWC/NCDHW, training and inference;
+  FusedBatchNorm/V2 at order 1; the raw FusedBatchNormGrad/V2/V3 ops (whose gradient is
+  FusedBatchNormGradGrad) and the raw FusedBatchNormGradGrad (whose gradient is the third
+  order); BatchNormWithGlobalNormalization with and without scale_after_normalization.
+
+``test_every_registered_gradient_is_checked`` fails when a gradient registered in
+math_ops/array_ops/batch_norm is for an op type that no case here covers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import minigraph as mg
+from minigraph import ops
+from minigraph.gradients import registry
+from minigraph.gradients.gradient_checker import compute_gradient, max_error
+
+TOL = 1e-6
+F32 = np.float32
+
+
+def ph(scope: mg.Scope, name: str, shape, dtype=mg.float32) -> mg.Output:
+    return ops.Placeholder(scope.WithOpName(name), dtype, shape=shape)
+
+
+def assert_gradients_match(xs, values, y, *, feeds=None, nonzero=True):
+    """Symbolic vs numerical Jacobians of ``y`` w.r.t. ``xs`` within TOL (float64)."""
+    theoretical, numerical = compute_gradient(xs, values, y, feeds=feeds)
+    y_size = int(np.prod(y.shape.dims))
+    for value, t, n in zip(values, theoretical, numerical):
+        assert t.shape == n.shape == (np.size(value), y_size)
+    error = max_error(theoretical, numerical)
+    worst = max(float(np.abs(n).max()) if n.size else 0.0 for n in numerical)
+    assert error < TOL, f"max |symbolic - numerical| = {error:.3g} (largest entry {worst:.3g})"
+    if nonzero:  # the check must not pass vacuously on all-zero Jacobians
+        assert worst > 1e-3, f"numerical Jacobian is ~0 (max {worst:.3g})"
+    return theoretical, numerical
+
+
+# ============================================================================ math / array ops
+
+
+@dataclass(frozen=True)
+class Case:
+    """``build(scope, rng) -> (xs, x_values, y[, feeds])``; ``covers``: the op types whose
+    gradient it checks."""
+
+    name: str
+    covers: tuple[str, ...]
+    build: Callable
+    nonzero: bool = True
+
+
+def _binary(op, x_shape, y_shape, *, y_low=None):
+    def build(s, rng):
+        x, y = ph(s, "x", x_shape), ph(s, "y", y_shape)
+        y_value = rng.normal(size=y_shape)
+        if y_low is not None:  # keep divisors away from zero
+            y_value = rng.uniform(y_low, 2.0, y_shape) * rng.choice([-1, 1], y_shape)
+        return [x, y], [rng.normal(size=x_shape), y_value], op(s, x, y)
+    return build
+
+
+def _unary(op, shape, low=None):
+    def build(s, rng):
+        x = ph(s, "x", shape)
+        value = rng.normal(size=shape) if low is None else rng.uniform(low, 2.0, shape)
+        return [x], [value], op(s, x)
+    return build
+
+
+def _reduction(op, shape, axes, keep_dims, axes_dtype=np.int32):
+    def build(s, rng):
+        x = ph(s, "x", shape)
+        axis = ops.Const(s, np.array(axes, axes_dtype))
+        # Square first, so the cotangent reaching the reduction is not constant
+        return [x], [rng.normal(size=shape)], op(s, ops.Square(s, x), axis, keep_dims=keep_dims)
+    return build
+
+
+def _dynamic_binary(op):
+    """x [?, 3] op y [?]: static shapes unknown, so the gradient needs BroadcastGradientArgs."""
+    def build(s, rng):
+        x, y = ph(s, "x", [None, 3]), ph(s, "y", [None])
+        z = op(s, ops.Square(s, x), y)
+        return [x, y], [rng.normal(size=(2, 3)), rng.uniform(0.5, 2, 3)], ops.Reshape(s, z, [6])
+    return build
+
+
+def _dynamic_reduction(op, keep_dims):
+    def build(s, rng):
+        x = ph(s, "x", [None, None, 2])
+        z = op(s, ops.Square(s, x), [1, -1], keep_dims=keep_dims)
+        return [x], [rng.normal(size=(2, 3, 2))], ops.Reshape(s, z, [2])
+    return build
+
+
+def _add_n(s, rng):
+    x, y = ph(s, "x", (2, 3)), ph(s, "y", (2, 3))
+    return [x, y], [rng.normal(size=(2, 3)), rng.normal(size=(2, 3))], ops.AddN(
+        s, [x, ops.Mul(s, x, y), y])
+
+
+def _identity(s, rng):
+    x, y = ph(s, "x", (2, 3)), ph(s, "y", (2, 3))
+    return [x, y], [rng.normal(size=(2, 3)), rng.normal(size=(2, 3))], ops.Mul(
+        s, ops.Identity(s, x), y)
+
+
+def _reshape(target):
+    def build(s, rng):
+        x = ph(s, "x", (2, 3, 4))
+        return [x], [rng.normal(size=(2, 3, 4))], ops.Reshape(s, ops.Square(s, x), target)
+    return build
+
+
+def _cast(source, target):
+    def build(s, rng):
+        x = ph(s, "x", (2, 3), source)
+        return [x], [rng.normal(size=(2, 3))], ops.Mul(
+            s, ops.Cast(s, x, DstT=target), ops.Const(s, rng.normal(size=(2, 3)), target))
+    return build
+
+
+def _cast_through_int(s, rng):
+    """Cast to int32 and back: no gradient (None), and the true derivative is 0 as well."""
+    x = ph(s, "x", (2, 3))
+    value = rng.integers(-3, 3, (2, 3)) + rng.uniform(0.2, 0.8, (2, 3))  # away from integers
+    as_int = ops.Cast(s, x, DstT=mg.int32)
+    return [x], [value], ops.Cast(s, as_int, DstT=mg.float32)
+
+
+def _broadcast_to(in_shape, out_shape):
+    def build(s, rng):
+        x = ph(s, "x", in_shape)
+        y = ops.BroadcastTo(s, x, ops.Const(s, np.array(out_shape, np.int32)))
+        return [x], [rng.normal(size=in_shape)], ops.Mul(s, y, ops.Const(
+            s, rng.normal(size=out_shape).astype(F32)))
+    return build
+
+
+def _transpose(s, rng):
+    x = ph(s, "x", (2, 3, 4))
+    y = ops.Transpose(s, ops.Square(s, x), [2, 0, 1])
+    return [x], [rng.normal(size=(2, 3, 4))], y
+
+
+def _transpose_fed_perm(s, rng):
+    """perm known only at run time: the gradient uses InvertPermutation."""
+    x, perm = ph(s, "x", (2, 3, 4)), ph(s, "perm", [3], mg.int32)
+    y = ops.Reshape(s, ops.Transpose(s, ops.Square(s, x), perm), [4, 2, 3])
+    return [x], [rng.normal(size=(2, 3, 4))], y, {perm: np.array([2, 0, 1], np.int32)}
+
+
+def _fill(s, rng):
+    value = ph(s, "value", [])
+    filled = ops.Fill(s, ops.Const(s, np.array([2, 3], np.int32)), value)
+    return [value], [np.array(1.5)], ops.Mul(s, filled, ops.Const(
+        s, rng.normal(size=(2, 3)).astype(F32)))
+
+
+def _zeros_ones_like(s, rng):
+    x = ph(s, "x", (2, 3))
+    y = ops.Add(s, ops.Mul(s, x, ops.OnesLike(s, x)), ops.ZerosLike(s, ops.Square(s, x)))
+    return [x], [rng.normal(size=(2, 3))], y
+
+
+def _shape_size(s, rng):
+    """Size/Shape feed the value only through integers: derivative through them is 0."""
+    x = ph(s, "x", (2, 3))
+    size = ops.Cast(s, ops.Size(s, x), DstT=mg.float32)
+    y = ops.Mul(s, ops.Square(s, x), size)
+    return [x], [rng.normal(size=(2, 3))], ops.Reshape(s, y, ops.Shape(s, x))
+
+
+MATH_CASES = [
+    Case("add_same_shape", ("Add",), _binary(ops.Add, (2, 3), (2, 3))),
+    Case("add_row_vector", ("Add",), _binary(ops.Add, (2, 3), (3,))),
+    Case("add_outer", ("Add",), _binary(ops.Add, (2, 1), (1, 3))),
+    Case("add_rank_expansion", ("Add",), _binary(ops.Add, (4, 1), (2, 1, 3))),
+    Case("add_scalar", ("Add",), _binary(ops.Add, (2, 3), ())),
+    Case("sub_same_shape", ("Sub",), _binary(ops.Sub, (2, 3), (2, 3))),
+    Case("sub_broadcast_left", ("Sub",), _binary(ops.Sub, (3,), (2, 3))),
+    Case("sub_scalar_left", ("Sub",), _binary(ops.Sub, (), (2, 3))),
+    Case("mul_same_shape", ("Mul",), _binary(ops.Mul, (2, 3), (2, 3))),
+    Case("mul_rank_expansion", ("Mul",), _binary(ops.Mul, (2, 1, 3), (4, 1))),
+    Case("mul_scalar", ("Mul",), _binary(ops.Mul, (), (2, 3))),
+    Case("div_same_shape", ("Div",), _binary(ops.Div, (2, 3), (2, 3), y_low=0.5)),
+    Case("div_by_vector", ("Div",), _binary(ops.Div, (2, 3), (3,), y_low=0.5)),
+    Case("div_scalar_numerator", ("Div",), _binary(ops.Div, (), (2, 3), y_low=0.5)),
+    Case("div_outer", ("Div",), _binary(ops.Div, (3, 1), (1, 2), y_low=0.5)),
+    Case("neg", ("Neg",), _unary(ops.Neg, (2, 3))),
+    Case("square", ("Square",), _unary(ops.Square, (2, 3))),
+    Case("rsqrt", ("Rsqrt",), _unary(ops.Rsqrt, (2, 3), low=0.5)),
+    Case("reciprocal", ("Reciprocal",), _unary(ops.Reciprocal, (2, 3), low=0.5)),
+    Case("sum_axes", ("Sum",), _reduction(ops.Sum, (2, 3, 4), [0, 2], False)),
+    Case("sum_axes_keep_dims", ("Sum",), _reduction(ops.Sum, (2, 3, 4), [0, 2], True)),
+    Case("sum_negative_axis", ("Sum",), _reduction(ops.Sum, (2, 3, 4), [-1], False)),
+    Case("sum_scalar_axis", ("Sum",), _reduction(ops.Sum, (2, 3, 4), 1, False)),
+    Case("sum_all_keep_dims", ("Sum",), _reduction(ops.Sum, (2, 3), [0, 1], True)),
+    Case("sum_int64_axes", ("Sum",), _reduction(ops.Sum, (2, 3, 4), [1], False, np.int64)),
+    Case("mean_axes", ("Mean",), _reduction(ops.Mean, (2, 3, 4), [0, 2], False)),
+    Case("mean_axes_keep_dims", ("Mean",), _reduction(ops.Mean, (2, 3, 4), [0, 2], True)),
+    Case("mean_negative_axis", ("Mean",), _reduction(ops.Mean, (2, 3, 4), [-2], True)),
+    Case("mean_all", ("Mean",), _reduction(ops.Mean, (2, 3), [0, 1], False)),
+    Case("mean_int64_axes", ("Mean",), _reduction(ops.Mean, (2, 3, 4), [2], True, np.int64)),
+    Case("dynamic_add", ("Add",), _dynamic_binary(ops.Add)),
+    Case("dynamic_mul", ("Mul",), _dynamic_binary(ops.Mul)),
+    Case("dynamic_div", ("Div",), _dynamic_binary(ops.Div)),
+    Case("dynamic_sum", ("Sum",), _dynamic_reduction(ops.Sum, False)),
+    Case("dynamic_mean_keep_dims", ("Mean",), _dynamic_reduction(ops.Mean, True)),
+    Case("add_n", ("AddN", "Mul"), _add_n),
+    Case("identity", ("Identity",), _identity),
+    Case("reshape_infer_dim", ("Reshape",), _reshape([4, -1])),
+    Case("reshape_flat", ("Reshape",), _reshape([24])),
+    Case("cast_f32_to_f64", ("Cast",), _cast(mg.float32, mg.float64)),
+    Case("cast_f16_to_f32", ("Cast",), _cast(mg.float16, mg.float32)),
+    Case("cast_f32_to_bf16", ("Cast",), _cast(mg.float32, mg.bfloat16)),
+    Case("cast_through_int32", ("Cast",), _cast_through_int, nonzero=False),
+    Case("broadcast_to_rows", ("BroadcastTo",), _broadcast_to((3,), (2, 3))),
+    Case("broadcast_to_rank_expansion", ("BroadcastTo",), _broadcast_to((2, 1), (4, 2, 3))),
+    Case("transpose", ("Transpose",), _transpose),
+    Case("transpose_fed_perm", ("Transpose",), _transpose_fed_perm),
+    Case("fill_value", ("Fill",), _fill),
+    Case("zeros_like_ones_like", ("ZerosLike", "OnesLike"), _zeros_ones_like),
+    Case("shape_size", ("Shape", "Size"), _shape_size),
+]
+
+
+@pytest.mark.parametrize("case", MATH_CASES, ids=[c.name for c in MATH_CASES])
+def test_math_gradient(case):
+    scope = mg.Scope.NewRootScope()
+    xs, values, y, *feeds = case.build(scope, np.random.default_rng(len(case.name)))
+    assert_gradients_match(xs, values, y, feeds=feeds[0] if feeds else None,
+                           nonzero=case.nonzero)
+
+
+# ============================================================================ batch norm
+
+FORMATS = ("NHWC", "NCHW", "NDHWC", "NCDHW")
+EPSILON = 0.01
+
+
+def bn_shape(data_format: str) -> tuple[int, ...]:
+    """24 elements, C = 3 channels."""
+    return {"NHWC": (2, 2, 2, 3), "NCHW": (2, 3, 2, 2), "NDHWC": (2, 1, 2, 2, 3),
+            "NCDHW": (2, 3, 1, 2, 2)}[data_format]
+
+
+C = 3
+
+
+def bn_values(rng, data_format):
+    """x (spread out, so no channel is nearly constant), scale, offset."""
+    return [rng.normal(0.5, 2.0, bn_shape(data_format)),
+            rng.uniform(0.5, 2.0, C) * rng.choice([-1, 1], C), rng.normal(size=C)]
+
+
+def population_stats(rng, c):
+    """Inference-mode mean and variance (float32 arrays, made constants by the op)."""
+    return rng.normal(size=c).astype(F32), rng.uniform(0.5, 2.0, c).astype(F32)
+
+
+FORWARD_OPS = {"FusedBatchNorm": ops.FusedBatchNorm, "FusedBatchNormV2": ops.FusedBatchNormV2,
+               "FusedBatchNormV3": ops.FusedBatchNormV3}
+GRAD_OPS = {"FusedBatchNormGrad": ops.FusedBatchNormGrad,
+            "FusedBatchNormGradV2": ops.FusedBatchNormGradV2,
+            "FusedBatchNormGradV3": ops.FusedBatchNormGradV3}
+
+
+def build_forward(scope, op_type, data_format, is_training, rng, **attrs):
+    """Placeholders x, scale, offset; returns (xs, values, forward op result, axes)."""
+    shape, c = bn_shape(data_format), C
+    x, scale, offset = ph(scope, "x", shape), ph(scope, "scale", [c]), ph(scope, "offset", [c])
+    mean, variance = population_stats(rng, c)
+    bn = FORWARD_OPS[op_type](scope, x, scale, offset, mean, variance, epsilon=EPSILON,
+                              data_format=data_format, is_training=is_training, **attrs)
+    return [x, scale, offset], bn_values(rng, data_format), bn, list(range(len(shape)))
+
+
+def weighted_sum(scope, tensor, rng):
+    """sum(tensor * w) with a fixed random w: a scalar whose cotangent for tensor is w."""
+    w = ops.Const(scope, rng.normal(size=tensor.shape.dims).astype(F32))
+    return ops.Sum(scope, ops.Mul(scope, tensor, w), list(range(tensor.shape.rank)))
+
+
+def first_and_second_order(scope, xs, bn, axes, rng):
+    """g = d loss/d(x, scale, offset) with loss = sum(w * y^2) (so the cotangent of y depends
+    on every input), and h = d<(g_x, g_scale), (v, u)>/d(x, scale, offset)."""
+    loss = weighted_sum(scope, ops.Square(scope, bn.y), rng)
+    g = mg.AddSymbolicGradients(scope, [loss], xs)
+    inner = ops.Add(scope, weighted_sum(scope, g[0], rng), weighted_sum(scope, g[1], rng))
+    h = mg.AddSymbolicGradients(scope, [inner], xs)
+    return g, h
+
+
+V3_CASES = [(f, t, o) for f in FORMATS for t in (True, False) for o in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("data_format,is_training,order", V3_CASES,
+                         ids=[f"{f}-{'train' if t else 'infer'}-order{o}" for f, t, o in V3_CASES])
+def test_fused_batch_norm_v3(data_format, is_training, order):
+    scope = mg.Scope.NewRootScope()
+    rng = np.random.default_rng(FORMATS.index(data_format) * 10 + order + 5 * is_training)
+    xs, values, bn, axes = build_forward(scope, "FusedBatchNormV3", data_format, is_training, rng)
+    if order == 1:
+        targets = [bn.y]
+    else:
+        g, h = first_and_second_order(scope, xs, bn, axes, rng)
+        targets = g if order == 2 else h
+    for target in targets:
+        # offset's first-order gradient does not depend on scale/offset in inference, but
+        # the Jacobian w.r.t. all three inputs together is never zero
+        assert_gradients_match(xs, values, target)
+
+
+LEGACY_CASES = [(op, f, t) for op in ("FusedBatchNorm", "FusedBatchNormV2")
+                for f in ("NHWC", "NCHW") for t in (True, False)]
+
+
+@pytest.mark.parametrize("op_type,data_format,is_training", LEGACY_CASES,
+                         ids=[f"{o}-{f}-{'train' if t else 'infer'}" for o, f, t in LEGACY_CASES])
+def test_fused_batch_norm_v1_v2_order1(op_type, data_format, is_training):
+    scope = mg.Scope.NewRootScope()
+    rng = np.random.default_rng(len(op_type) + 3 * is_training)
+    xs, values, bn, _ = build_forward(scope, op_type, data_format, is_training, rng)
+    assert_gradients_match(xs, values, bn.y)
+
+
+@pytest.mark.parametrize("exponential_avg_factor", [0.5, 0.0])
+def test_fused_batch_norm_v3_exponential_avg_factor_order2(exponential_avg_factor):
+    """eaf != 1 only changes batch_mean/batch_variance; y and its derivatives are unchanged."""
+    scope = mg.Scope.NewRootScope()
+    rng = np.random.default_rng(11)
+    xs, values, bn, axes = build_forward(scope, "FusedBatchNormV3", "NHWC", True, rng,
+                                         exponential_avg_factor=exponential_avg_factor)
+    g, _ = first_and_second_order(scope, xs, bn, axes, rng)
+    for target in [bn.y, *g]:
+        assert_gradients_match(xs, values, target)
+
+
+RAW_GRAD_CASES = ([("FusedBatchNormGradV3", f, t) for f in FORMATS for t in (True, False)]
+                  + [(op, f, t) for op in ("FusedBatchNormGrad", "FusedBatchNormGradV2")
+                     for f in ("NHWC", "NCHW") for t in (True, False)])
+
+
+@pytest.mark.parametrize("op_type,data_format,is_training", RAW_GRAD_CASES,
+                         ids=[f"{o}-{f}-{'train' if t else 'infer'}"
+                              for o, f, t in RAW_GRAD_CASES])
+def test_raw_fused_batch_norm_grad(op_type, data_format, is_training):
+    """The gradient of the grad op itself (FusedBatchNormGradGrad) w.r.t. dy, x and scale.
+
+    In training the reserve spaces come from a forward op on the same x (TF §8.2: the
+    second order recomputes the statistics from x, so they must be x's statistics for the
+    derivative to be the true one); in inference they are the given population statistics.
+    """
+    scope = mg.Scope.NewRootScope()
+    rng = np.random.default_rng(len(op_type) + FORMATS.index(data_format))
+    shape, c = bn_shape(data_format), C
+    dy, x, scale = ph(scope, "dy", shape), ph(scope, "x", shape), ph(scope, "scale", [c])
+    forward = "FusedBatchNormV3" if op_type.endswith("V3") else (
+        "FusedBatchNormV2" if op_type.endswith("V2") else "FusedBatchNorm")
+    mean, variance = population_stats(rng, c)
+    bn = FORWARD_OPS[forward](scope, x, scale, np.zeros(c, F32), mean, variance,
+                              epsilon=EPSILON, data_format=data_format, is_training=is_training)
+    saved = (bn.reserve_space_1, bn.reserve_space_2) if is_training else (
+        ops.Const(scope, mean), ops.Const(scope, variance))
+    extra = [bn.reserve_space_3] if op_type.endswith("V3") else []
+    grad = GRAD_OPS[op_type](scope, dy, x, scale, *saved, *extra, epsilon=EPSILON,
+                             data_format=data_format, is_training=is_training)
+    values = [rng.normal(size=shape), *bn_values(rng, data_format)[:2]]
+    for target in (grad.x_backprop, grad.scale_backprop, grad.offset_backprop):
+        assert_gradients_match([dy, x, scale], values, target)
+
+
+@pytest.mark.parametrize("data_format,is_training",
+                         [(f, t) for f in FORMATS for t in (True, False)],
+                         ids=[f"{f}-{'train' if t else 'infer'}" for f in FORMATS
+                              for t in (True, False)])
+def test_raw_fused_batch_norm_grad_grad(data_format, is_training):
+    """The gradient of FusedBatchNormGradGrad (the third order) w.r.t. all six inputs that
+    get one: y_backprop, x, scale and the three second-level cotangents."""
+    scope = mg.Scope.NewRootScope()
+    rng = np.random.default_rng(40 + FORMATS.index(data_format) + 4 * is_training)
+    shape, c = bn_shape(data_format), C
+    dy, x, scale = ph(scope, "dy", shape), ph(scope, "x", shape), ph(scope, "scale", [c])
+    gx, gscale, goffset = ph(scope, "gx", shape), ph(scope, "gscale", [c]), ph(scope, "goff", [c])
+    mean, variance = population_stats(rng, c)
+    bn = ops.FusedBatchNormV3(scope, x, scale, np.zeros(c, F32), mean, variance,
+                              epsilon=EPSILON, data_format=data_format, is_training=is_training)
+    saved = (bn.reserve_space_1, bn.reserve_space_2) if is_training else (
+        ops.Const(scope, mean), ops.Const(scope, variance))
+    result = ops.FusedBatchNormGradGrad(scope, dy, x, scale, *saved, gx, gscale, goffset,
+                                        epsilon=EPSILON, data_format=data_format,
+                                        is_training=is_training)
+    xs = [dy, x, scale, gx, gscale, goffset]
+    values = [rng.normal(size=shape), *bn_values(rng, data_format)[:2],
+              rng.normal(size=shape), rng.normal(size=c), rng.normal(size=c)]
+    for target in result:
+        assert_gradients_match(xs, values, target)
+
+
+@pytest.mark.parametrize("is_training", [True, False], ids=["train", "infer"])
+def test_third_order_with_one_tensor_in_two_roles(is_training):
+    """d/dw of a Hessian-vector product that uses the same tensor w as the cotangent at both
+    levels: FusedBatchNormGradGrad gets w as y_backprop AND as grad_x_backprop, and its
+    gradient must give each role its own share (regression: w's was counted twice)."""
+    scope = mg.Scope.NewRootScope()
+    rng = np.random.default_rng(3)
+    xs, values, bn, _ = build_forward(scope, "FusedBatchNormV3", "NHWC", is_training, rng)
+    x, scale, offset = xs
+    w = ph(scope, "w", bn_shape("NHWC"))
+    (g_x,) = mg.AddSymbolicGradients(scope, [bn.y], [x], [w])
+    h_x, h_scale = mg.AddSymbolicGradients(scope, [g_x], [x, scale], [w])
+    grad_grad = [op for op in scope.graph().operations() if op.type == "FusedBatchNormGradGrad"]
+    assert len(grad_grad) == 1 and grad_grad[0].inputs[0] is w and grad_grad[0].inputs[5] is w
+    for target in (h_x, h_scale):
+        # in inference h_x = 0 identically (g_x = w * scale * r does not depend on x)
+        assert_gradients_match([x, scale, w], [*values[:2], rng.normal(size=bn_shape("NHWC"))],
+                               target, feeds={offset: values[2]},
+                               nonzero=is_training or target is h_scale)
+
+
+@pytest.mark.filterwarnings("ignore:BatchNormWithGlobalNormalization:DeprecationWarning")
+@pytest.mark.parametrize("scale_after_normalization", [True, False])
+def test_batch_norm_with_global_normalization(scale_after_normalization):
+    """Gradients for all five inputs, m and v included (TF §9.3); gamma's is 0 when unused."""
+    scope = mg.Scope.NewRootScope()
+    rng = np.random.default_rng(7 + scale_after_normalization)
+    shape, c = (2, 2, 2, 3), 3
+    t = ph(scope, "t", shape)
+    m, v, beta, gamma = (ph(scope, name, [c]) for name in ("m", "v", "beta", "gamma"))
+    y = ops.BatchNormWithGlobalNormalization(scope, t, m, v, beta, gamma, EPSILON,
+                                             scale_after_normalization)
+    values = [rng.normal(size=shape), rng.normal(size=c), rng.uniform(0.5, 2.0, c),
+              rng.normal(size=c), rng.uniform(0.5, 2.0, c) * rng.choice([-1, 1], c)]
+    theoretical, numerical = assert_gradients_match([t, m, v, beta, gamma], values,
+                                                    weighted_sum(scope, ops.Square(scope, y),
+                                                                 rng))
+    assert_gradients_match([t, m, v, beta, gamma], values, y)
+    assert bool(np.abs(numerical[4]).max() > 1e-3) == scale_after_normalization
+
+
+# ============================================================================ coverage
+
+COVERED = (
+    {op for case in MATH_CASES for op in case.covers}
+    | set(FORWARD_OPS) | set(GRAD_OPS)
+    | {"FusedBatchNormGradGrad", "BatchNormWithGlobalNormalization"}
+)
+
+
+# the modules whose gradients this file is responsible for (the autodiff core); gradients
+# registered elsewhere (minigraph.ops.nn_ops, ...) are checked by their own test files
+CHECKED_MODULES = ("minigraph.ops.math_ops", "minigraph.ops.array_ops",
+                   "minigraph.ops.batch_norm")
+
+
+def test_every_registered_gradient_is_checked():
+    registered = {op for op, fn in registry._GRADIENTS.items()
+                  if fn is not None and fn.__module__ in CHECKED_MODULES}
+    assert {"Add", "FusedBatchNormV3", "FusedBatchNormGradGrad"} <= registered
+    missing = registered - COVERED
+    assert not missing, (f"gradients registered for {sorted(missing)} are not checked by "
+                         f"tests/test_gradient_checker.py: add a case")
