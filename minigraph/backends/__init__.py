@@ -15,7 +15,9 @@ from types import ModuleType, SimpleNamespace
 from minigraph.backends import (  # noqa: F401  (importing registers the kernels)
     array_kernels,
     batch_norm_kernels,
+    conv_kernels,
     math_kernels,
+    nn_kernels,
     reference,
     state_kernels,
 )

@@ -36,10 +36,32 @@ from minigraph.ops.math_ops import (
     Transpose,
     ZerosLike,
 )
+from minigraph.ops.nn_ops import (
+    ArgMax,
+    AvgPool,
+    AvgPoolGrad,
+    BiasAdd,
+    BiasAddGrad,
+    Conv2D,
+    Conv2DBackpropFilter,
+    Conv2DBackpropInput,
+    Equal,
+    MatMul,
+    MaxPool,
+    MaxPoolGrad,
+    MaxPoolGradGrad,
+    Relu,
+    ReluGrad,
+    Softmax,
+    SparseSoftmaxCrossEntropyWithLogits,
+)
 from minigraph.ops.state_ops import Assign, RandomUniform, Variable
 from minigraph.ops.training_ops import ApplyAdam, ApplyGradientDescent, ApplyMomentum
 
 __all__ = [
+    "ArgMax", "AvgPool", "AvgPoolGrad", "BiasAdd", "BiasAddGrad", "Conv2D",
+    "Conv2DBackpropFilter", "Conv2DBackpropInput", "Equal", "MatMul", "MaxPool", "MaxPoolGrad",
+    "MaxPoolGradGrad", "Relu", "ReluGrad", "Softmax", "SparseSoftmaxCrossEntropyWithLogits",
     "ApplyAdam", "ApplyGradientDescent", "ApplyMomentum", "Assign", "RandomUniform", "Variable",
     "Add", "AddN", "BroadcastGradientArgs", "BroadcastTo", "Cast", "Div", "Fill", "Mean", "Mul",
     "Neg", "OnesLike", "Reciprocal", "ReducedShape", "Reshape", "Rsqrt", "Shape", "Size",
