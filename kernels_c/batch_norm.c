@@ -1,0 +1,802 @@
+/* minigraph native batch norm: the driver.
+ *
+ * How a call runs
+ * ---------------
+ * The tensor (outer, C, inner) is cut into a FIXED list of blocks that depends only on the
+ * shape, the dtype and the vector width, never on the thread count:
+ *
+ *   row blocks   (channels-last, inner == 1, or short channels-first planes): a block is a
+ *                range of whole rows of C*inner elements, i.e. one contiguous stretch. A
+ *                position p of a row belongs to channel (p % (C*inner)) / inner. Rows are
+ *                replicated so that a period of positions is a multiple of the vector width
+ *                (C = 3 -> 16 rows = 48 positions = 3 full AVX-512 vectors), so SIMD runs over
+ *                channels with no masks except in the block's last partial period.
+ *   plane blocks (channels-first, planes of >= 32 elements): a block is one channel's slice
+ *                of several (n, c) planes (or a chunk of one long plane); SIMD runs along the
+ *                plane and the per-channel coefficients are broadcast.
+ *
+ * Blocks hold ~128 KB of each tensor so a block's statistics can be computed with two
+ * sub-passes (sums, then centered sums) while the block sits in L2: training ops stream
+ * the tensors twice (statistics, then outputs), inference ops once. Each block writes a
+ * per-channel record of float32 vector sums folded to double; the records are then combined
+ * serially in block order (Chan et al.'s pairwise update for means and centered
+ * (co)moments, plain sums otherwise). Blocks are handed to threads dynamically, so the
+ * result is bit-identical for any thread count and any schedule.
+ *
+ * The element loops are in bn_runs_template.h, instantiated per ISA and dtype
+ * (bn_isa_*.c); the ISA is chosen once with __builtin_cpu_supports.
+ */
+#include "batch_norm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bn_internal.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+enum {
+    BN_BLOCK_BYTES = 128 * 1024,    /* bytes of one tensor per block (stays in L2)             */
+    BN_BLOCK_MIN_ROWS = 64,         /* row blocks have at least this many rows (few records)   */
+        BN_ROW_MIN_PERIOD = 128,        /* rows are replicated up to at least this many positions, */
+    BN_ROW_MAX_PERIOD = 4096,       /* but only while that stays below this many              */
+    BN_PLANE_MIN_INNER = 32,        /* shorter channels-first planes use row blocks...         */
+    BN_ROW_MAX_LEN = 1 << 16,       /* ...unless a row (C * inner) is longer than this         */
+    BN_PARALLEL_MIN_ELEMS = 1 << 15 /* smaller tensors run on the calling thread               */
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Instruction set                                                                             */
+
+static int g_isa = -1; /* -1: not chosen yet */
+
+static int isa_supported(int isa)
+{
+    if (isa == MG_BN_ISA_SCALAR)
+        return 1;
+#if BN_X86
+    __builtin_cpu_init();
+    if (isa == MG_BN_ISA_AVX2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    if (isa == MG_BN_ISA_AVX512)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("fma");
+#endif
+    return 0;
+}
+
+int mg_bn_best_isa(void)
+{
+    for (int isa = MG_BN_ISA_AVX512; isa > MG_BN_ISA_SCALAR; --isa)
+        if (isa_supported(isa))
+            return isa;
+    return MG_BN_ISA_SCALAR;
+}
+
+int mg_bn_isa(void)
+{
+    int isa = __atomic_load_n(&g_isa, __ATOMIC_RELAXED);
+    if (isa < 0) {
+        isa = mg_bn_best_isa();
+        __atomic_store_n(&g_isa, isa, __ATOMIC_RELAXED);
+    }
+    return isa;
+}
+
+int mg_bn_set_isa(int isa)
+{
+    if (isa >= MG_BN_ISA_SCALAR && isa <= MG_BN_ISA_AVX512 && isa_supported(isa))
+        __atomic_store_n(&g_isa, isa, __ATOMIC_RELAXED);
+    return mg_bn_isa();
+}
+
+static const bn_run_table *run_table(int dtype)
+{
+    static const bn_run_table *const scalar[3] = {&bn_runs_scalar_f32, &bn_runs_scalar_f16,
+                                                  &bn_runs_scalar_bf16};
+#if BN_X86
+    static const bn_run_table *const avx2[3] = {&bn_runs_avx2_f32, &bn_runs_avx2_f16,
+                                                &bn_runs_avx2_bf16};
+    static const bn_run_table *const avx512[3] = {&bn_runs_avx512_f32, &bn_runs_avx512_f16,
+                                                  &bn_runs_avx512_bf16};
+#endif
+    if (dtype < MG_BN_F32 || dtype > MG_BN_BF16)
+        return NULL;
+    switch (mg_bn_isa()) {
+#if BN_X86
+    case MG_BN_ISA_AVX512:
+        return avx512[dtype];
+    case MG_BN_ISA_AVX2:
+        return avx2[dtype];
+#endif
+    default:
+        return scalar[dtype];
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Blocks                                                                                      */
+
+typedef struct {
+    int64_t outer, channels, inner, row_len; /* row_len = channels * inner                    */
+    int rows;                /* 1: row blocks; 0: plane blocks                                 */
+    int64_t period, padded;  /* row blocks: positions per period; position array length      */
+    int64_t nblocks;
+    int64_t block_channels;  /* most channels in a block: C (rows), channels_per_block (planes) */
+    int64_t acc_len;         /* floats per accumulator array                                   */
+    int64_t rows_per_block;                                                 /* row blocks   */
+    int64_t channels_per_block, chunk, chunks_per_plane, blocks_per_sample; /* plane blocks */
+} bn_plan;
+
+typedef struct {
+    int64_t start;        /* element offset of the block                                       */
+    int64_t len;          /* row blocks: elements; plane blocks: elements per segment           */
+    int64_t c0, nc;       /* the block's channels [c0, c0 + nc); plane blocks: segment s is
+                             channel c0 + s, segments are `inner` elements apart               */
+    int64_t count;        /* elements per channel in the block                                  */
+} bn_block;
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        const int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static void make_plan(bn_plan *p, int64_t outer, int64_t channels, int64_t inner, int vlen,
+                      size_t elsize)
+{
+    const int64_t block_elems = BN_BLOCK_BYTES / (int64_t)elsize;
+    memset(p, 0, sizeof *p);
+    p->outer = outer;
+    p->channels = channels;
+    p->inner = inner;
+    p->row_len = channels * inner;
+    p->rows = inner == 1 || (inner < BN_PLANE_MIN_INNER && p->row_len <= BN_ROW_MAX_LEN);
+    if (p->rows) {
+        /* replicate rows until a period is a whole number of vectors (if that stays short) */
+        int64_t reps = vlen / gcd64(p->row_len, vlen);
+        if (reps * p->row_len > BN_ROW_MAX_PERIOD)
+            reps = 1;
+        while (reps * p->row_len < BN_ROW_MIN_PERIOD)
+            reps *= 2;
+        p->period = reps * p->row_len;
+        p->padded = ceil_div(p->period, 4 * vlen) * 4 * vlen; /* whole row-run chunks */
+        int64_t rows = reps * max64(1, block_elems / p->period);
+        if (rows < BN_BLOCK_MIN_ROWS) /* fewer records per element; capped at 4 blocks' worth */
+            rows = reps * max64(rows / reps, min64(ceil_div(BN_BLOCK_MIN_ROWS, reps),
+                                                   4 * block_elems / p->period));
+        p->rows_per_block = rows;
+        p->nblocks = ceil_div(outer, rows);
+        p->block_channels = channels;
+        p->acc_len = p->padded;
+    } else {
+        if (inner > block_elems) { /* one channel's chunk of one plane per block */
+            p->chunks_per_plane = ceil_div(inner, block_elems);
+            p->chunk = ceil_div(inner, p->chunks_per_plane);
+            p->chunks_per_plane = ceil_div(inner, p->chunk);
+            p->channels_per_block = 1;
+        } else { /* consecutive whole planes of one sample per block */
+            p->chunks_per_plane = 1;
+            p->chunk = inner;
+            p->channels_per_block = min64(channels, block_elems / inner);
+        }
+        p->blocks_per_sample = ceil_div(channels, p->channels_per_block) * p->chunks_per_plane;
+        p->nblocks = outer * p->blocks_per_sample;
+        p->block_channels = p->channels_per_block;
+        p->acc_len = p->channels_per_block;
+        p->period = p->padded = vlen;
+    }
+}
+
+static void plan_block(const bn_plan *p, int64_t b, bn_block *blk)
+{
+    if (p->rows) {
+        const int64_t r0 = b * p->rows_per_block, r1 = min64(p->outer, r0 + p->rows_per_block);
+        blk->start = r0 * p->row_len;
+        blk->len = (r1 - r0) * p->row_len;
+        blk->c0 = 0;
+        blk->nc = p->channels;
+        blk->count = (r1 - r0) * p->inner;
+    } else {
+        const int64_t n = b / p->blocks_per_sample, r = b % p->blocks_per_sample;
+        const int64_t i0 = (r % p->chunks_per_plane) * p->chunk;
+        blk->c0 = (r / p->chunks_per_plane) * p->channels_per_block;
+        blk->nc = min64(p->channels_per_block, p->channels - blk->c0);
+        blk->len = min64(p->chunk, p->inner - i0);
+        blk->start = (n * p->channels + blk->c0) * p->inner + i0;
+        blk->count = blk->len;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* One call: buffers, passes over the blocks                                                   */
+
+typedef struct bn_call bn_call;
+typedef void (*bn_block_fn)(bn_call *k, int64_t b, int tid);
+
+struct bn_call {
+    bn_plan plan;
+    const bn_run_fn *runs;   /* the row or plane flavour of the run table */
+    size_t elsize;
+    int nthreads;
+    const char *x, *dy, *gx;
+    char *out0, *out1;
+    /* the current pass */
+    int run;                 /* BN_* run id (pass_block) */
+    int ncoef, nacc;         /* coefficient vectors it reads, accumulators it folds into records */
+    int nvars;               /* statistics pass (stats_block): 1 (x) or 3 (x, dy, gx) */
+    int nfields;             /* doubles per channel in a block record */
+    /* workspace (one allocation) */
+    void *workspace;
+    int32_t *chan;           /* row blocks: channel of each position, [period] */
+    float *coef;             /* per-channel coefficient vectors, [BN_NCOEF][C] */
+    float *row_coef;         /* row blocks: coef expanded to positions, [BN_NCOEF][padded] */
+    double *records;         /* [nblocks][nfields][block_channels] */
+    double *combined;        /* [BN_NACC][C] */
+    double *counts;          /* [C] */
+    char *scratch;           /* per thread, scratch_stride bytes each */
+    size_t scratch_stride;
+};
+
+typedef struct {
+    float *acc[BN_NACC];  /* [acc_len] each */
+    float *pos[3];        /* row blocks: block means expanded to positions, [padded] each */
+    double *fold;         /* [BN_NACC][block_channels] */
+    float *means;         /* [3][block_channels] */
+} bn_scratch;
+
+static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static bn_scratch thread_scratch(const bn_call *k, int tid)
+{
+    bn_scratch s;
+    const bn_plan *p = &k->plan;
+    char *base = k->scratch + (size_t)tid * k->scratch_stride;
+    for (int i = 0; i < BN_NACC; ++i, base += round64((size_t)p->acc_len * sizeof(float)))
+        s.acc[i] = (float *)base;
+    for (int i = 0; i < 3; ++i, base += round64((size_t)p->padded * sizeof(float)))
+        s.pos[i] = (float *)base;
+    s.fold = (double *)base;
+    base += round64((size_t)BN_NACC * (size_t)p->block_channels * sizeof(double));
+    s.means = (float *)base;
+    return s;
+}
+
+static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int64_t inner,
+                     int nfields, int num_threads)
+{
+    memset(k, 0, sizeof *k);
+    const bn_run_table *table = run_table(dtype);
+    if (!table)
+        return MG_BN_EBADARG;
+    k->elsize = dtype == MG_BN_F32 ? 4 : 2;
+    k->nfields = nfields;
+    make_plan(&k->plan, outer, channels, inner, table->vlen, k->elsize);
+    const bn_plan *p = &k->plan;
+    k->runs = p->rows ? table->row : table->plane;
+
+    k->nthreads = 1;
+    if (num_threads > 1 && outer * p->row_len >= BN_PARALLEL_MIN_ELEMS)
+        k->nthreads = (int)min64(num_threads, p->nblocks);
+
+    const size_t pos_bytes = round64((size_t)p->padded * sizeof(float));
+    k->scratch_stride = BN_NACC * round64((size_t)p->acc_len * sizeof(float)) + 3 * pos_bytes +
+                        round64((size_t)BN_NACC * (size_t)p->block_channels * sizeof(double)) +
+                        round64(3 * (size_t)p->block_channels * sizeof(float));
+    const size_t sizes[] = {
+        p->rows ? round64((size_t)p->period * sizeof(int32_t)) : 0,
+        round64((size_t)BN_NCOEF * (size_t)channels * sizeof(float)),
+        p->rows ? BN_NCOEF * pos_bytes : 0,
+        round64((size_t)p->nblocks * (size_t)nfields * (size_t)p->block_channels * sizeof(double)),
+        round64((size_t)BN_NACC * (size_t)channels * sizeof(double)),
+        round64((size_t)channels * sizeof(double)),
+        (size_t)k->nthreads * k->scratch_stride,
+    };
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
+        total += sizes[i];
+    char *base = aligned_alloc(64, total);
+    if (!base)
+        return MG_BN_ENOMEM;
+    k->workspace = base;
+    k->chan = (int32_t *)base;
+    base += sizes[0];
+    k->coef = (float *)base;
+    base += sizes[1];
+    k->row_coef = (float *)base;
+    base += sizes[2];
+    k->records = (double *)base;
+    base += sizes[3];
+    k->combined = (double *)base;
+    base += sizes[4];
+    k->counts = (double *)base;
+    base += sizes[5];
+    k->scratch = base;
+    if (p->rows) { /* channel of position pos: (pos % row_len) / inner, without divisions */
+        int64_t pos = 0;
+        while (pos < p->period)
+            for (int32_t c = 0; c < channels; ++c)
+                for (int64_t i = 0; i < inner; ++i)
+                    k->chan[pos++] = c;
+    }
+    return 0;
+}
+
+static void call_free(bn_call *k) { free(k->workspace); }
+
+static float *chan_coef(const bn_call *k, int i) { return k->coef + (size_t)i * (size_t)k->plan.channels; }
+
+static double *record(const bn_call *k, int64_t b)
+{
+    return k->records + (size_t)b * (size_t)k->nfields * (size_t)k->plan.block_channels;
+}
+
+static void run_blocks(bn_call *k, bn_block_fn fn)
+{
+    const int64_t nblocks = k->plan.nblocks;
+    if (k->nthreads <= 1) {
+        for (int64_t b = 0; b < nblocks; ++b)
+            fn(k, b, 0);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(k->nthreads)
+    for (int64_t b = 0; b < nblocks; ++b)
+        fn(k, b, omp_get_thread_num());
+#endif
+}
+
+/* Run args for the block: tensors at its start, its length / segments, accumulators zeroed
+ * (row runs add to them; plane runs overwrite them). */
+static void block_args(const bn_call *k, const bn_block *blk, const bn_scratch *s, int nacc,
+                       bn_run_args *a)
+{
+    const size_t off = (size_t)blk->start * k->elsize;
+    memset(a, 0, sizeof *a);
+    a->x = k->x ? k->x + off : NULL;
+    a->dy = k->dy ? k->dy + off : NULL;
+    a->gx = k->gx ? k->gx + off : NULL;
+    a->out0 = k->out0 ? k->out0 + off : NULL;
+    a->out1 = k->out1 ? k->out1 + off : NULL;
+    a->len = blk->len;
+    a->period = k->plan.period;
+    a->nseg = k->plan.rows ? 1 : blk->nc;
+    a->seg_stride = k->plan.inner;
+    for (int i = 0; i < nacc; ++i) {
+        a->acc[i] = s->acc[i];
+        if (k->plan.rows)
+            memset(s->acc[i], 0, (size_t)k->plan.padded * sizeof(float));
+    }
+}
+
+/* out[i][c] = sum of accumulator i over the block's channel c (c local to the block). */
+static void fold(const bn_call *k, const bn_block *blk, float *const *acc, int nacc, double *out)
+{
+    const bn_plan *p = &k->plan;
+    const int64_t nc = blk->nc;
+    for (int i = 0; i < nacc; ++i) {
+        double *o = out + (size_t)i * (size_t)nc;
+        const float *a = acc[i];
+        if (p->rows) { /* positions of the block's first period */
+            const int64_t used = min64(p->period, blk->len);
+            for (int64_t c = 0; c < nc; ++c)
+                o[c] = 0.0;
+            for (int64_t pos = 0; pos < used; ++pos)
+                o[k->chan[pos]] += a[pos];
+        } else { /* one sum per segment */
+            for (int64_t c = 0; c < nc; ++c)
+                o[c] = a[c];
+        }
+    }
+}
+
+/* dst[pos] = vals[channel of pos], zero padded (row blocks). */
+static void expand(const bn_call *k, const float *vals, float *dst)
+{
+    const bn_plan *p = &k->plan;
+    for (int64_t pos = 0; pos < p->period; ++pos)
+        dst[pos] = vals[k->chan[pos]];
+    for (int64_t pos = p->period; pos < p->padded; ++pos)
+        dst[pos] = 0.0f;
+}
+
+/* Co-moment pairs (a, b) of the statistics passes: x*x, then dy*x, gx*x, gx*dy. */
+static const int pair_a[4] = {0, 1, 2, 2}, pair_b[4] = {0, 0, 0, 1};
+static int npairs(int nvars) { return nvars == 1 ? 1 : 4; }
+
+/* Statistics of one block (variables v: x; or x, dy, gx), two sub-passes over the block:
+ *   1. s_v = sum(v)                    -> block mean m_v = s_v / count (float32)
+ *   2. d_v = sum(v - m_v), P_ab = sum((a - m_a) * (b - m_b))
+ * and the record, corrected for the rounding of m_v (corrected two-pass algorithm):
+ *   mean_v = m_v + d_v / count,  M_ab = P_ab - d_a * d_b / count. */
+static void stats_block(bn_call *k, int64_t b, int tid)
+{
+    bn_block blk;
+    plan_block(&k->plan, b, &blk);
+    const bn_scratch s = thread_scratch(k, tid);
+    const int nvars = k->nvars, np = npairs(nvars);
+    const size_t nc = (size_t)blk.nc;
+    const double count = (double)blk.count;
+    bn_run_args a;
+
+    block_args(k, &blk, &s, nvars, &a);
+    k->runs[nvars == 1 ? BN_SUM_X : BN_GG_SUM](&a);
+    fold(k, &blk, s.acc, nvars, s.fold);
+
+    block_args(k, &blk, &s, nvars + np, &a);
+    for (int v = 0; v < nvars; ++v) {
+        float *m = s.means + v * nc;
+        for (size_t c = 0; c < nc; ++c)
+            m[c] = (float)(s.fold[v * nc + c] / count);
+        if (k->plan.rows) {
+            expand(k, m, s.pos[v]);
+            a.k[v] = s.pos[v];
+        } else {
+            a.k[v] = m;
+        }
+    }
+    k->runs[nvars == 1 ? BN_DEV_X : BN_GG_DEV](&a);
+    fold(k, &blk, s.acc, nvars + np, s.fold);
+
+    double *rec = record(k, b);
+    const double *dev = s.fold, *prod = s.fold + nvars * nc;
+    for (size_t c = 0; c < nc; ++c) {
+        for (int v = 0; v < nvars; ++v)
+            rec[v * nc + c] = s.means[v * nc + c] + dev[v * nc + c] / count;
+        for (int q = 0; q < np; ++q) {
+            double m2 = prod[q * nc + c] - dev[pair_a[q] * nc + c] * dev[pair_b[q] * nc + c] / count;
+            if (q == 0 && m2 < 0.0) /* a sum of squares; keeps NaN */
+                m2 = 0.0;
+            rec[(nvars + q) * nc + c] = m2;
+        }
+    }
+}
+
+/* Merges the block records in block order (Chan, Golub & LeVeque's pairwise update):
+ *   n = na + nb, f = nb / n, delta_v = mean_v(b) - mean_v(a),
+ *   mean_v += delta_v * f,  M_ab += M_ab(b) + delta_a * delta_b * na * f.
+ * combined[v][c] = mean of variable v, combined[nvars + q][c] = co-moment of pair q. */
+static void combine_moments(const bn_call *k)
+{
+    const size_t C = (size_t)k->plan.channels;
+    const int nvars = k->nvars, np = npairs(nvars);
+    memset(k->combined, 0, (size_t)(nvars + np) * C * sizeof(double));
+    memset(k->counts, 0, C * sizeof(double));
+    for (int64_t b = 0; b < k->plan.nblocks; ++b) {
+        bn_block blk;
+        plan_block(&k->plan, b, &blk);
+        const double *rec = record(k, b);
+        const size_t nc = (size_t)blk.nc;
+        /* all channels of a block have the same running count (same blocks so far) */
+        const double na = k->counts[blk.c0], n = na + (double)blk.count;
+        const double f = (double)blk.count / n, w = na * f;
+        for (size_t c = 0; c < nc; ++c) {
+            double delta[3];
+            double *out = k->combined + blk.c0 + c;
+            for (int v = 0; v < nvars; ++v) {
+                delta[v] = rec[v * nc + c] - out[v * C];
+                out[v * C] += delta[v] * f;
+            }
+            for (int q = 0; q < np; ++q)
+                out[(nvars + q) * C] += rec[(nvars + q) * nc + c] + delta[pair_a[q]] * delta[pair_b[q]] * w;
+            k->counts[blk.c0 + c] = n;
+        }
+    }
+}
+
+/* combined[i][c] = sum over blocks (in block order) of the records' field i. */
+static void combine_sums(const bn_call *k)
+{
+    const size_t C = (size_t)k->plan.channels;
+    memset(k->combined, 0, (size_t)k->nfields * C * sizeof(double));
+    for (int64_t b = 0; b < k->plan.nblocks; ++b) {
+        bn_block blk;
+        plan_block(&k->plan, b, &blk);
+        const double *rec = record(k, b);
+        const size_t nc = (size_t)blk.nc;
+        for (int i = 0; i < k->nfields; ++i)
+            for (size_t c = 0; c < nc; ++c)
+                k->combined[i * C + (size_t)blk.c0 + c] += rec[i * nc + c];
+    }
+}
+
+static double combined(const bn_call *k, int i, int64_t c)
+{
+    return k->combined[(size_t)i * (size_t)k->plan.channels + (size_t)c];
+}
+
+/* One element pass over a block: run k->run with k->ncoef per-channel coefficient vectors
+ * (chan_coef); its k->nacc accumulators are folded into the block's record. */
+static void pass_block(bn_call *k, int64_t b, int tid)
+{
+    bn_block blk;
+    plan_block(&k->plan, b, &blk);
+    const bn_scratch s = thread_scratch(k, tid);
+    bn_run_args a;
+    block_args(k, &blk, &s, k->nacc, &a);
+    for (int i = 0; i < k->ncoef; ++i)
+        a.k[i] = k->plan.rows ? k->row_coef + (size_t)i * (size_t)k->plan.padded
+                              : chan_coef(k, i) + blk.c0;
+    k->runs[k->run](&a);
+    if (k->nacc)
+        fold(k, &blk, s.acc, k->nacc, record(k, b));
+}
+
+/* Runs an element pass over all blocks; coefficients must be in chan_coef(k, 0..ncoef-1). */
+static void element_pass(bn_call *k, int run, int ncoef, int nacc)
+{
+    k->run = run;
+    k->ncoef = ncoef;
+    k->nacc = nacc;
+    if (k->plan.rows)
+        for (int i = 0; i < ncoef; ++i)
+            expand(k, chan_coef(k, i), k->row_coef + (size_t)i * (size_t)k->plan.padded);
+    run_blocks(k, pass_block);
+}
+
+static void statistics_pass(bn_call *k, int nvars)
+{
+    k->nvars = nvars;
+    run_blocks(k, stats_block);
+    combine_moments(k);
+}
+
+static double rsqrt_eps(float variance, double epsilon) { return 1.0 / sqrt((double)variance + epsilon); }
+
+/* Shape checks shared by the entry points: returns -1 to proceed, else the return code. */
+static int check_sizes(int dtype, int64_t outer, int64_t channels, int64_t inner)
+{
+    if (dtype < MG_BN_F32 || dtype > MG_BN_BF16 || outer < 0 || channels < 0 || inner < 0)
+        return MG_BN_EBADARG;
+    return -1;
+}
+
+static void fill(float *dst, int64_t n, float value)
+{
+    for (int64_t i = 0; i < n; ++i)
+        dst[i] = value;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Entry points                                                                                */
+
+/* Training forward (TF_SEMANTICS §2.1):
+ *   mu = mean(x), var = mean((x - mu)^2) (biased; block-wise two-pass + Chan merge),
+ *   y = (x - mu) * (scale * rsqrt(var + eps)) + offset. Empty x: mean = variance = NaN. */
+int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                           const void *x, const float *scale, const float *offset,
+                           double epsilon, void *y, float *mean, float *variance,
+                           int num_threads)
+{
+    int rc = check_sizes(dtype, outer, channels, inner);
+    if (rc >= 0 || channels == 0)
+        return rc >= 0 ? rc : 0;
+    if (outer == 0 || inner == 0) {
+        fill(mean, channels, NAN);
+        fill(variance, channels, NAN);
+        return 0;
+    }
+    bn_call k;
+    if ((rc = call_init(&k, dtype, outer, channels, inner, 2, num_threads)))
+        return rc;
+    k.x = x;
+    k.out0 = y;
+    statistics_pass(&k, 1);
+    for (int64_t c = 0; c < channels; ++c) {
+        const float mu = (float)combined(&k, 0, c);
+        const float var = (float)(combined(&k, 1, c) / k.counts[c]);
+        mean[c] = mu;
+        variance[c] = var;
+        chan_coef(&k, 0)[c] = mu;
+        chan_coef(&k, 1)[c] = (float)(scale[c] * rsqrt_eps(var, epsilon));
+        chan_coef(&k, 2)[c] = offset[c];
+    }
+    element_pass(&k, BN_FWD_APPLY, 3, 0);
+    call_free(&k);
+    return 0;
+}
+
+/* Inference forward (TF_SEMANTICS §2.2):
+ *   y = (x - mean) * (scale * rsqrt(variance + eps)) + offset, one pass. */
+int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                            const void *x, const float *scale, const float *offset,
+                            const float *mean, const float *variance, double epsilon,
+                            void *y, int num_threads)
+{
+    int rc = check_sizes(dtype, outer, channels, inner);
+    if (rc >= 0 || channels == 0 || outer == 0 || inner == 0)
+        return rc >= 0 ? rc : 0;
+    bn_call k;
+    if ((rc = call_init(&k, dtype, outer, channels, inner, 1, num_threads)))
+        return rc;
+    k.x = x;
+    k.out0 = y;
+    for (int64_t c = 0; c < channels; ++c) {
+        chan_coef(&k, 0)[c] = mean[c];
+        chan_coef(&k, 1)[c] = (float)(scale[c] * rsqrt_eps(variance[c], epsilon));
+        chan_coef(&k, 2)[c] = offset[c];
+    }
+    element_pass(&k, BN_FWD_APPLY, 3, 0);
+    call_free(&k);
+    return 0;
+}
+
+/* Backward, both modes (TF_SEMANTICS §3.2), with the given mean/variance:
+ *   r = rsqrt(variance + eps), xc = x - mean,
+ *   offset_backprop = sum(dy), scale_backprop = sum(dy * xc) * r,
+ *   training:  dx = scale*r*(dy - sum(dy)/n - xc * (sum(dy*xc)/n) * r^2)   (second pass)
+ *   inference: dx = dy * scale * r                                          (same pass)
+ * Empty x: scale_backprop = offset_backprop = 0. */
+static int backward(int training, int dtype, int64_t outer, int64_t channels, int64_t inner,
+                    const void *dy, const void *x, const float *scale, const float *mean,
+                    const float *variance, double epsilon, void *dx, float *scale_backprop,
+                    float *offset_backprop, int num_threads)
+{
+    int rc = check_sizes(dtype, outer, channels, inner);
+    if (rc >= 0 || channels == 0)
+        return rc >= 0 ? rc : 0;
+    if (outer == 0 || inner == 0) {
+        fill(scale_backprop, channels, 0.0f);
+        fill(offset_backprop, channels, 0.0f);
+        return 0;
+    }
+    bn_call k;
+    if ((rc = call_init(&k, dtype, outer, channels, inner, 2, num_threads)))
+        return rc;
+    k.x = x;
+    k.dy = dy;
+    const double n = (double)outer * (double)inner;
+    for (int64_t c = 0; c < channels; ++c) {
+        chan_coef(&k, 0)[c] = mean[c];
+        chan_coef(&k, 1)[c] = (float)(scale[c] * rsqrt_eps(variance[c], epsilon));
+    }
+    if (training) {
+        element_pass(&k, BN_BWD_SUMS, 1, 2);
+    } else {
+        k.out0 = dx;
+        element_pass(&k, BN_BWD_INFER, 2, 2);
+    }
+    combine_sums(&k);
+    for (int64_t c = 0; c < channels; ++c) {
+        const double r = rsqrt_eps(variance[c], epsilon), s = scale[c];
+        const double sum_dy = combined(&k, 0, c), sum_dy_xc = combined(&k, 1, c);
+        offset_backprop[c] = (float)sum_dy;
+        scale_backprop[c] = (float)(sum_dy_xc * r);
+        /* dx = k1 * dy + k2 * xc + k3 */
+        chan_coef(&k, 2)[c] = (float)(-s * r * r * r * sum_dy_xc / n);
+        chan_coef(&k, 3)[c] = (float)(-s * r * sum_dy / n);
+    }
+    if (training) {
+        k.out0 = dx;
+        element_pass(&k, BN_BWD_APPLY, 4, 0);
+    }
+    call_free(&k);
+    return 0;
+}
+
+int mg_bn_backward_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                            const void *dy, const void *x, const float *scale,
+                            const float *mean, const float *variance, double epsilon,
+                            void *dx, float *scale_backprop, float *offset_backprop,
+                            int num_threads)
+{
+    return backward(1, dtype, outer, channels, inner, dy, x, scale, mean, variance, epsilon, dx,
+                    scale_backprop, offset_backprop, num_threads);
+}
+
+int mg_bn_backward_inference(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                             const void *dy, const void *x, const float *scale,
+                             const float *mean, const float *variance, double epsilon,
+                             void *dx, float *scale_backprop, float *offset_backprop,
+                             int num_threads)
+{
+    return backward(0, dtype, outer, channels, inner, dy, x, scale, mean, variance, epsilon, dx,
+                    scale_backprop, offset_backprop, num_threads);
+}
+
+/* Second order, training (TF_SEMANTICS §8.2): the gradient of (dx, scale_backprop,
+ * offset_backprop) of the training backward, whose statistics come from x, against the
+ * cotangents (gx, gscale, goffset). With mu, var (biased) recomputed from x, r = rsqrt(var +
+ * eps), xh = (x - mu) * r and per-channel means mdy, mgx, mdyxh = mean(dy*xh),
+ * mgxxh = mean(gx*xh), cov = mean((gx - mgx) * (dy - mdy)):
+ *   d_dy    = scale*r*(gx - mgx - xh*mgxxh) + gscale*xh + goffset
+ *   d_scale = r * n * (cov - mgxxh*mdyxh)          ( = r * sum(gx * (dy - mdy - xh*mdyxh)) )
+ *   d_x     = -scale*r^2*(xh*(cov - 3*mdyxh*mgxxh) + mgxxh*(dy - mdy) + mdyxh*(gx - mgx))
+ *             + gscale*r*(dy - mdy - xh*mdyxh)
+ * The first pass gathers centered (co)moments of x, dy, gx per block; the second pass
+ * evaluates both tensors centered at the means: d_dy = k3*gc + k4*xc + k5,
+ * d_x = k6*xc + k7*dc + k8*gc (xc = x - mu, dc = dy - mdy, gc = gx - mgx). */
+int mg_bn_grad_grad_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                             const void *dy, const void *x, const float *scale,
+                             const void *gx, const float *gscale, const float *goffset,
+                             double epsilon, void *d_dy, void *d_x, float *d_scale,
+                             int num_threads)
+{
+    int rc = check_sizes(dtype, outer, channels, inner);
+    if (rc >= 0 || channels == 0)
+        return rc >= 0 ? rc : 0;
+    if (outer == 0 || inner == 0) {
+        fill(d_scale, channels, 0.0f);
+        return 0;
+    }
+    bn_call k;
+    if ((rc = call_init(&k, dtype, outer, channels, inner, 7, num_threads)))
+        return rc;
+    k.x = x;
+    k.dy = dy;
+    k.gx = gx;
+    statistics_pass(&k, 3);
+    for (int64_t c = 0; c < channels; ++c) {
+        const double n = k.counts[c], s = scale[c], gs = gscale[c];
+        const double var = combined(&k, 3, c) / n, r = 1.0 / sqrt(var + epsilon), r2 = r * r;
+        const double mdyxh = r * combined(&k, 4, c) / n, mgxxh = r * combined(&k, 5, c) / n;
+        const double cov = combined(&k, 6, c) / n;
+        d_scale[c] = (float)(r * n * (cov - mgxxh * mdyxh));
+        chan_coef(&k, 0)[c] = (float)combined(&k, 0, c);
+        chan_coef(&k, 1)[c] = (float)combined(&k, 1, c);
+        chan_coef(&k, 2)[c] = (float)combined(&k, 2, c);
+        chan_coef(&k, 3)[c] = (float)(s * r);
+        chan_coef(&k, 4)[c] = (float)(gs * r - s * r2 * mgxxh);
+        chan_coef(&k, 5)[c] = goffset[c];
+        chan_coef(&k, 6)[c] = (float)(-s * r2 * r * (cov - 3.0 * mdyxh * mgxxh) - gs * r2 * mdyxh);
+        chan_coef(&k, 7)[c] = (float)(gs * r - s * r2 * mgxxh);
+        chan_coef(&k, 8)[c] = (float)(-s * r2 * mdyxh);
+    }
+    k.out0 = d_dy;
+    k.out1 = d_x;
+    element_pass(&k, BN_GG_APPLY, 9, 0);
+    call_free(&k);
+    return 0;
+}
+
+/* Second order, inference (TF_SEMANTICS §8.2), one pass with the given mean/variance:
+ *   r = rsqrt(variance + eps); d_dy = gx*scale*r + gscale*(x - mean)*r + goffset;
+ *   d_x = gscale*dy*r; d_scale = sum(gx*dy) * r. */
+int mg_bn_grad_grad_inference(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                              const void *dy, const void *x, const float *scale,
+                              const float *mean, const float *variance,
+                              const void *gx, const float *gscale, const float *goffset,
+                              double epsilon, void *d_dy, void *d_x, float *d_scale,
+                              int num_threads)
+{
+    int rc = check_sizes(dtype, outer, channels, inner);
+    if (rc >= 0 || channels == 0)
+        return rc >= 0 ? rc : 0;
+    if (outer == 0 || inner == 0) {
+        fill(d_scale, channels, 0.0f);
+        return 0;
+    }
+    bn_call k;
+    if ((rc = call_init(&k, dtype, outer, channels, inner, 1, num_threads)))
+        return rc;
+    k.x = x;
+    k.dy = dy;
+    k.gx = gx;
+    k.out0 = d_dy;
+    k.out1 = d_x;
+    for (int64_t c = 0; c < channels; ++c) {
+        const double r = rsqrt_eps(variance[c], epsilon);
+        chan_coef(&k, 0)[c] = mean[c];
+        chan_coef(&k, 1)[c] = (float)(scale[c] * r);
+        chan_coef(&k, 2)[c] = (float)(gscale[c] * r);
+        chan_coef(&k, 3)[c] = goffset[c];
+    }
+    element_pass(&k, BN_GG_INFER, 4, 1);
+    combine_sums(&k);
+    for (int64_t c = 0; c < channels; ++c)
+        d_scale[c] = (float)(combined(&k, 0, c) * rsqrt_eps(variance[c], epsilon));
+    call_free(&k);
+    return 0;
+}

@@ -1,0 +1,78 @@
+/* minigraph native batch-norm kernels: public C API.
+ *
+ * Every tensor is a C-contiguous array viewed as (outer, C, inner):
+ *   channels-last  (NHWC/NDHWC): outer = prod(shape[:-1]), inner = 1
+ *   channels-first (NCHW/NCDHW): outer = shape[0],         inner = prod(shape[2:])
+ * The kernels never transpose. All tensor arguments of one call share `dtype` and shape;
+ * per-channel vectors are float32 [C]. Math is float32 (per-channel sums are reduced in
+ * float32 vectors per block and combined in double, in a fixed block order, so results are
+ * bit-identical for any thread count); float16/bfloat16 values are widened on load and
+ * rounded once (to nearest even) on store. The formulas are in TF_SEMANTICS.md §2, §3, §8
+ * and next to each kernel in batch_norm.c.
+ *
+ * Return value: 0 on success, MG_BN_EBADARG for a bad dtype/size, MG_BN_ENOMEM when a
+ * scratch allocation failed. `num_threads` <= 1 runs on the calling thread only.
+ *
+ * The region between the CDEF markers is parsed by cffi (kernels_c/build_native.py).
+ */
+#ifndef MINIGRAPH_BATCH_NORM_H
+#define MINIGRAPH_BATCH_NORM_H
+
+#include <stdint.h>
+
+/* BEGIN CDEF */
+#define MG_BN_F32 0
+#define MG_BN_F16 1
+#define MG_BN_BF16 2
+
+#define MG_BN_ISA_SCALAR 0
+#define MG_BN_ISA_AVX2 1
+#define MG_BN_ISA_AVX512 2
+
+#define MG_BN_EBADARG 1
+#define MG_BN_ENOMEM 2
+
+/* The instruction set in use (best supported one unless mg_bn_set_isa chose another). */
+int mg_bn_isa(void);
+/* Use `isa` if this CPU supports it; returns the ISA now in use. */
+int mg_bn_set_isa(int isa);
+/* The best ISA this CPU supports. */
+int mg_bn_best_isa(void);
+
+int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                           const void *x, const float *scale, const float *offset,
+                           double epsilon, void *y, float *mean, float *variance,
+                           int num_threads);
+
+int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                            const void *x, const float *scale, const float *offset,
+                            const float *mean, const float *variance, double epsilon,
+                            void *y, int num_threads);
+
+int mg_bn_backward_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                            const void *dy, const void *x, const float *scale,
+                            const float *mean, const float *variance, double epsilon,
+                            void *dx, float *scale_backprop, float *offset_backprop,
+                            int num_threads);
+
+int mg_bn_backward_inference(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                             const void *dy, const void *x, const float *scale,
+                             const float *mean, const float *variance, double epsilon,
+                             void *dx, float *scale_backprop, float *offset_backprop,
+                             int num_threads);
+
+int mg_bn_grad_grad_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                             const void *dy, const void *x, const float *scale,
+                             const void *gx, const float *gscale, const float *goffset,
+                             double epsilon, void *d_dy, void *d_x, float *d_scale,
+                             int num_threads);
+
+int mg_bn_grad_grad_inference(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                              const void *dy, const void *x, const float *scale,
+                              const float *mean, const float *variance,
+                              const void *gx, const float *gscale, const float *goffset,
+                              double epsilon, void *d_dy, void *d_x, float *d_scale,
+                              int num_threads);
+/* END CDEF */
+
+#endif

@@ -1,0 +1,71 @@
+/* Internals shared by the driver (batch_norm.c) and the per-ISA run kernels (bn_isa_*.c).
+ *
+ * A "run" is a contiguous stretch of `len` tensor elements whose position p (element offset
+ * modulo `period`) indexes position arrays: coefficients k[i][p] (float32, read-only) and
+ * accumulators acc[i][p] (float32, added to). Position arrays hold `period` rounded up to
+ * the vector width, zero-padded. The driver maps positions to channels; the run kernels
+ * never see channels, layouts or threads, so they are the only code written per ISA and
+ * per dtype (bn_runs_template.h, instantiated 3 x 3 times).
+ */
+#ifndef MINIGRAPH_BN_INTERNAL_H
+#define MINIGRAPH_BN_INTERNAL_H
+
+#include <stdint.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define BN_X86 1
+#else
+#define BN_X86 0
+#endif
+
+#define BN_NCOEF 9
+#define BN_NACC 7
+
+typedef struct {
+    const void *x, *dy, *gx; /* inputs at the start of the run */
+    void *out0, *out1;       /* outputs at the start of the run */
+    int64_t len;             /* elements in the run (plane runs: in each segment) */
+    int64_t period;          /* row runs: positions per row, a multiple of the vector width
+                                unless >= len */
+    int64_t nseg, seg_stride; /* plane runs: nseg segments, seg_stride elements apart */
+    const float *k[BN_NCOEF];
+    float *acc[BN_NACC];
+} bn_run_args;
+
+typedef void (*bn_run_fn)(const bn_run_args *a);
+
+/* The run kernels. Formulas (xc = x - k0, dc = dy - k1, gc = gx - k2) are next to their
+ * bodies in bn_runs_template.h. */
+enum {
+    BN_SUM_X,     /* acc0 += x                                                  */
+    BN_DEV_X,     /* acc0 += xc; acc1 += xc^2                                   */
+    BN_FWD_APPLY, /* out0 = xc * k1 + k2                                         */
+    BN_BWD_SUMS,  /* acc0 += dy; acc1 += dy * xc                                 */
+    BN_BWD_APPLY, /* out0 = k1 * dy + (k2 * xc + k3)                             */
+    BN_BWD_INFER, /* BN_BWD_SUMS, and out0 = dy * k1                             */
+    BN_GG_SUM,    /* acc0 += x; acc1 += dy; acc2 += gx                           */
+    BN_GG_DEV,    /* acc0..2 += xc, dc, gc; acc3..6 += xc^2, dc*xc, gc*xc, gc*dc  */
+    BN_GG_APPLY,  /* out0 = k3*gc + (k4*xc + k5); out1 = k6*xc + (k7*dc + k8*gc) */
+    BN_GG_INFER,  /* out0 = k1*gx + (k2*xc + k3); out1 = dy*k2; acc0 += gx*dy     */
+    BN_NRUNS
+};
+
+/* One table per (ISA, dtype), two flavours of every run:
+ *   row[]:   one contiguous run; k[i] and acc[i] are position arrays of `period` positions
+ *            (see above);
+ *   plane[]: nseg segments of one channel each; segment s uses the coefficients k[i][s]
+ *            (broadcast) and OVERWRITES acc[i][s] with its sum (accumulated in registers);
+ *            `period` is ignored. */
+typedef struct {
+    int vlen;
+    bn_run_fn row[BN_NRUNS];
+    bn_run_fn plane[BN_NRUNS];
+} bn_run_table;
+
+extern const bn_run_table bn_runs_scalar_f32, bn_runs_scalar_f16, bn_runs_scalar_bf16;
+#if BN_X86
+extern const bn_run_table bn_runs_avx2_f32, bn_runs_avx2_f16, bn_runs_avx2_bf16;
+extern const bn_run_table bn_runs_avx512_f32, bn_runs_avx512_f16, bn_runs_avx512_bf16;
+#endif
+
+#endif

@@ -1,0 +1,40 @@
+/* Scalar run kernels (any CPU): vectors of one float. The fallback when neither AVX2+FMA+F16C
+ * nor AVX-512 is available; also selectable with mg_bn_set_isa for testing. */
+#include "bn_convert.h"
+#include "bn_internal.h"
+
+#define VLEN 1
+typedef float vf;
+
+static inline vf vf_zero(void) { return 0.0f; }
+static inline vf vf_set1(float a) { return a; }
+static inline vf vf_add(vf a, vf b) { return a + b; }
+static inline vf vf_sub(vf a, vf b) { return a - b; }
+static inline vf vf_mul(vf a, vf b) { return a * b; }
+static inline vf vf_fma(vf a, vf b, vf c) { return a * b + c; }
+static inline vf vf_keep(vf v, int n) { (void)n; return v; }
+static inline vf vf_ldk(const float *p) { return *p; }
+static inline float vf_hsum(vf v) { return v; }
+static inline void vf_acc(float *p, vf v) { *p += v; }
+
+static inline vf ld_f32(const float *p, int n) { (void)n; return *p; }
+static inline vf ld_f16(const uint16_t *p, int n) { (void)n; return bn_f16_to_f32(*p); }
+static inline vf ld_bf16(const uint16_t *p, int n) { (void)n; return bn_bf16_to_f32(*p); }
+static inline void st_f32(float *p, vf v, int n) { (void)n; *p = v; }
+static inline void st_f16(uint16_t *p, vf v, int n) { (void)n; *p = bn_f32_to_f16(v); }
+static inline void st_bf16(uint16_t *p, vf v, int n) { (void)n; *p = bn_f32_to_bf16(v); }
+
+#define BN_ISA scalar
+#define BN_DT f32
+#define BN_T float
+#include "bn_runs_template.h"
+#undef BN_DT
+#undef BN_T
+#define BN_DT f16
+#define BN_T uint16_t
+#include "bn_runs_template.h"
+#undef BN_DT
+#undef BN_T
+#define BN_DT bf16
+#define BN_T uint16_t
+#include "bn_runs_template.h"

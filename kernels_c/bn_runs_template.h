@@ -1,0 +1,258 @@
+/* The run kernels, written once and instantiated per (ISA, dtype) by bn_isa_*.c.
+ *
+ * Included with these defined:
+ *   BN_ISA, BN_DT     name tokens (avx512/avx2/scalar, f32/f16/bf16)
+ *   BN_T              the storage type of tensor elements (float or uint16_t)
+ *   VLEN, vf          vector width in floats and the float vector type
+ *   vf_zero(), vf_set1(s), vf_add/sub/mul(a, b), vf_fma(a, b, c) = a * b + c
+ *   vf_keep(v, n)     v with lanes >= n zeroed (n == VLEN: v)
+ *   vf_ldk(p)         load VLEN floats of a position array
+ *   vf_hsum(v)        the sum of the lanes of v
+ *   vf_acc(p, v)      position accumulator update: p[0..VLEN) += v
+ *   ld_<dt>(p, n)     load n <= VLEN tensor elements widened to float (missing lanes 0)
+ *   st_<dt>(p, v, n)  round and store the first n lanes
+ * No per-dtype or per-ISA logic lives here: only the loops and their formulas.
+ *
+ * Every kernel body is written once, as a macro of (K, ACC): K(i) is coefficient i at the
+ * current vector, ACC(i, v) adds v to accumulator i. BN_RUN turns a body into two functions
+ * (bn_internal.h): a row run (K and ACC index position arrays) and a plane run (per
+ * segment, K are broadcast scalars and ACC are registers). Names in scope in a body: x, dy, gx, out0, out1
+ * (tensors at the run's start), e (element offset), n (active lanes: VLEN except in the
+ * last, masked vector of a row or run). Accumulated values must be zero in inactive lanes:
+ * ACC applies vf_keep, and each body zeroes centered values (vf_keep) before it multiplies.
+ */
+
+#define BN_GLUE3_(a, b, c) a##_##b##_##c
+#define BN_GLUE3(a, b, c) BN_GLUE3_(a, b, c)
+#define BN_GLUE2_(a, b) a##_##b
+#define BN_GLUE2(a, b) BN_GLUE2_(a, b)
+#define FN(name) BN_GLUE3(name, BN_ISA, BN_DT)
+#define LD(p, n) BN_GLUE2(ld, BN_DT)(p, n)
+#define ST(p, v, n) BN_GLUE2(st, BN_DT)(p, v, n)
+
+/* Both flavours keep coefficients and sums in registers: kv_[i][u_] and ra_[i][u_], where
+ * u_ is a vector slot that the fully unrolled loops turn into a constant. */
+#define BN_K(i) kv_[i][u_]
+#define BN_ACC(i, v) (ra_[i][u_] = vf_add(ra_[i][u_], vf_keep(v, n)))
+#define BN_UNROLL_ALL _Pragma("GCC unroll 8")
+
+/* Row runs: position p = e % period. The period is walked in chunks of CH vectors; a chunk
+ * walks every row of the run with its coefficients and sums in registers, then adds the
+ * sums to acc[i] (so each vector of acc is stored once per run, not once per row). Rows
+ * and vectors past the end of the run or of the period are skipped or masked. */
+#define BN_FOR_ROW_VECTORS(a, CH, nk, nacc, ...)                                    \
+    do {                                                                            \
+        const int64_t len_ = (a)->len, period_ = (a)->period;                       \
+        const int64_t rows_ = len_ / period_, tail_ = len_ - rows_ * period_;       \
+        for (int64_t j0_ = 0; j0_ < period_; j0_ += (CH) * VLEN) {                  \
+            vf kv_[(nk) + 1][CH], ra_[(nacc) + 1][CH];                              \
+            (void)kv_, (void)ra_;                                                   \
+            BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_) {                       \
+                for (int i = 0; i < (nk); ++i)                                      \
+                    kv_[i][u_] = vf_ldk((a)->k[i] + j0_ + u_ * VLEN);               \
+                for (int i = 0; i < (nacc); ++i)                                    \
+                    ra_[i][u_] = vf_zero();                                         \
+            }                                                                       \
+            if (j0_ + (CH) * VLEN <= period_) { /* a chunk of whole vectors */      \
+                for (int64_t r_ = 0; r_ < rows_; ++r_) {                            \
+                    BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_) {               \
+                        const int64_t e = r_ * period_ + j0_ + u_ * VLEN;           \
+                        const int n = VLEN;                                         \
+                        __VA_ARGS__                                                 \
+                    }                                                               \
+                }                                                                   \
+            } else {                                                                \
+                for (int64_t r_ = 0; r_ < rows_; ++r_) {                            \
+                    BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_) {               \
+                        const int64_t j = j0_ + u_ * VLEN, e = r_ * period_ + j;     \
+                        if (j >= period_)                                           \
+                            break;                                                  \
+                        const int n = period_ - j < VLEN ? (int)(period_ - j) : VLEN; \
+                        __VA_ARGS__                                                 \
+                    }                                                               \
+                }                                                                   \
+            }                                                                       \
+            BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_) { /* partial last row */ \
+                const int64_t j = j0_ + u_ * VLEN, e = rows_ * period_ + j;         \
+                if (j >= tail_)                                                     \
+                    break;                                                          \
+                const int n = tail_ - j < VLEN ? (int)(tail_ - j) : VLEN;           \
+                __VA_ARGS__                                                         \
+            }                                                                       \
+            BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_)                         \
+                for (int i = 0; i < (nacc); ++i)                                    \
+                    vf_acc((a)->acc[i] + j0_ + u_ * VLEN, ra_[i][u_]);              \
+        }                                                                           \
+    } while (0)
+
+/* Plane runs: per segment, coefficients broadcast to every slot, BN_UNROLL sum slots. */
+#define BN_UNROLL 4
+#define BN_FOR_PLANE_VECTORS(a, nk, nacc, ...)                                      \
+    for (int64_t s = 0; s < (a)->nseg; ++s) {                                       \
+        BN_RUN_TENSORS(a, s * (a)->seg_stride);                                     \
+        const int64_t len_ = (a)->len;                                              \
+        vf kv_[(nk) + 1][BN_UNROLL], ra_[(nacc) + 1][BN_UNROLL];                    \
+        (void)kv_, (void)ra_;                                                       \
+        BN_UNROLL_ALL for (int u_ = 0; u_ < BN_UNROLL; ++u_) {                      \
+            for (int i = 0; i < (nk); ++i)                                          \
+                kv_[i][u_] = vf_set1((a)->k[i][s]);                                 \
+            for (int i = 0; i < (nacc); ++i)                                        \
+                ra_[i][u_] = vf_zero();                                             \
+        }                                                                           \
+        int64_t e0_ = 0;                                                            \
+        for (; e0_ + BN_UNROLL * VLEN <= len_; e0_ += BN_UNROLL * VLEN) {           \
+            BN_UNROLL_ALL for (int u_ = 0; u_ < BN_UNROLL; ++u_) {                  \
+                const int64_t e = e0_ + u_ * VLEN;                                  \
+                const int n = VLEN;                                                 \
+                __VA_ARGS__                                                         \
+            }                                                                       \
+        }                                                                           \
+        BN_UNROLL_ALL for (int u_ = 0; u_ < BN_UNROLL; ++u_) { /* the last < 4 vectors */ \
+            const int64_t e = e0_ + u_ * VLEN;                                      \
+            if (e >= len_)                                                          \
+                break;                                                              \
+            const int n = len_ - e < VLEN ? (int)(len_ - e) : VLEN;                 \
+            __VA_ARGS__                                                             \
+        }                                                                           \
+        for (int i = 0; i < (nacc); ++i) {                                          \
+            vf sum = ra_[i][0];                                                     \
+            BN_UNROLL_ALL for (int u = 1; u < BN_UNROLL; ++u)                       \
+                sum = vf_add(sum, ra_[i][u]);                                       \
+            (a)->acc[i][s] = vf_hsum(sum);                                          \
+        }                                                                           \
+    }
+
+/* The tensors of a run (or of segment s of a plane run: `off` elements in) */
+#define BN_RUN_TENSORS(a, off)                                                      \
+    const BN_T *const x = (a)->x ? (const BN_T *)(a)->x + (off) : NULL;             \
+    const BN_T *const dy = (a)->dy ? (const BN_T *)(a)->dy + (off) : NULL;          \
+    const BN_T *const gx = (a)->gx ? (const BN_T *)(a)->gx + (off) : NULL;          \
+    BN_T *const out0 = (a)->out0 ? (BN_T *)(a)->out0 + (off) : NULL;                \
+    BN_T *const out1 = (a)->out1 ? (BN_T *)(a)->out1 + (off) : NULL;                \
+    (void)x, (void)dy, (void)gx, (void)out0, (void)out1
+
+/* Defines FN(row_<name>) and FN(plane_<name>) from BODY(K, ACC); nk coefficients and nacc
+ * accumulators. Row chunks are 4 vectors wide, or 2 when that would take too many
+ * registers. */
+#define BN_ROW_CHUNK(nk, nacc) ((nk) + (nacc) <= 4 ? 4 : 2)
+#define BN_RUN(name, nk, nacc, BODY)                                                \
+    static void FN(row_##name)(const bn_run_args *a)                                \
+    {                                                                               \
+        BN_RUN_TENSORS(a, 0);                                                       \
+        BN_FOR_ROW_VECTORS(a, BN_ROW_CHUNK(nk, nacc), nk, nacc, BODY(BN_K, BN_ACC)); \
+    }                                                                               \
+    static void FN(plane_##name)(const bn_run_args *a)                              \
+    {                                                                               \
+        BN_FOR_PLANE_VECTORS(a, nk, nacc, BODY(BN_K, BN_ACC));                      \
+    }
+
+/* acc0 += x  (first sub-pass of the block statistics) */
+#define BODY_SUM_X(K, ACC) { ACC(0, LD(x + e, n)); }
+BN_RUN(sum_x, 0, 1, BODY_SUM_X)
+
+/* xc = x - k0 (block mean); acc0 += xc; acc1 += xc^2  (second sub-pass, from cache) */
+#define BODY_DEV_X(K, ACC)                                                          \
+    {                                                                               \
+        const vf xc = vf_keep(vf_sub(LD(x + e, n), K(0)), n);                       \
+        ACC(0, xc);                                                                 \
+        ACC(1, vf_mul(xc, xc));                                                     \
+    }
+BN_RUN(dev_x, 1, 2, BODY_DEV_X)
+
+/* y = (x - k0) * k1 + k2  with k0 = mean, k1 = scale * rsqrt(variance + eps), k2 = offset */
+#define BODY_FWD_APPLY(K, ACC)                                                      \
+    { ST(out0 + e, vf_fma(vf_sub(LD(x + e, n), K(0)), K(1), K(2)), n); }
+BN_RUN(fwd_apply, 3, 0, BODY_FWD_APPLY)
+
+/* xc = x - k0 (given mean); acc0 += dy; acc1 += dy * xc */
+#define BODY_BWD_SUMS(K, ACC)                                                       \
+    {                                                                               \
+        const vf g = LD(dy + e, n);                                                 \
+        ACC(0, g);                                                                  \
+        ACC(1, vf_mul(g, vf_keep(vf_sub(LD(x + e, n), K(0)), n)));                  \
+    }
+BN_RUN(bwd_sums, 1, 2, BODY_BWD_SUMS)
+
+/* dx = k1 * dy + (k2 * (x - k0) + k3): the training x_backprop with per-channel
+ * k1 = scale*r, k2 = -scale*r^3*sum(dy*xc)/n, k3 = -scale*r*sum(dy)/n */
+#define BODY_BWD_APPLY(K, ACC)                                                      \
+    {                                                                               \
+        const vf t = vf_fma(K(2), vf_sub(LD(x + e, n), K(0)), K(3));                \
+        ST(out0 + e, vf_fma(K(1), LD(dy + e, n), t), n);                            \
+    }
+BN_RUN(bwd_apply, 4, 0, BODY_BWD_APPLY)
+
+/* Inference backward in one pass: dx = dy * k1 (k1 = scale * r); acc0 += dy;
+ * acc1 += dy * (x - k0) */
+#define BODY_BWD_INFER(K, ACC)                                                      \
+    {                                                                               \
+        const vf g = LD(dy + e, n);                                                 \
+        ST(out0 + e, vf_mul(g, K(1)), n);                                           \
+        ACC(0, g);                                                                  \
+        ACC(1, vf_mul(g, vf_keep(vf_sub(LD(x + e, n), K(0)), n)));                  \
+    }
+BN_RUN(bwd_infer, 2, 2, BODY_BWD_INFER)
+
+/* acc0 += x; acc1 += dy; acc2 += gx  (first sub-pass of the grad-grad statistics) */
+#define BODY_GG_SUM(K, ACC)                                                         \
+    {                                                                               \
+        ACC(0, LD(x + e, n));                                                       \
+        ACC(1, LD(dy + e, n));                                                      \
+        ACC(2, LD(gx + e, n));                                                      \
+    }
+BN_RUN(gg_sum, 0, 3, BODY_GG_SUM)
+
+/* Centered at the block means k0, k1, k2: xc = x - k0, dc = dy - k1, gc = gx - k2;
+ * acc0..2 += xc, dc, gc; acc3 += xc^2; acc4 += dc*xc; acc5 += gc*xc; acc6 += gc*dc */
+#define BODY_GG_DEV(K, ACC)                                                         \
+    {                                                                               \
+        const vf xc = vf_keep(vf_sub(LD(x + e, n), K(0)), n);                       \
+        const vf dc = vf_keep(vf_sub(LD(dy + e, n), K(1)), n);                      \
+        const vf gc = vf_keep(vf_sub(LD(gx + e, n), K(2)), n);                      \
+        ACC(0, xc);                                                                 \
+        ACC(1, dc);                                                                 \
+        ACC(2, gc);                                                                 \
+        ACC(3, vf_mul(xc, xc));                                                     \
+        ACC(4, vf_mul(dc, xc));                                                     \
+        ACC(5, vf_mul(gc, xc));                                                     \
+        ACC(6, vf_mul(gc, dc));                                                     \
+    }
+BN_RUN(gg_dev, 3, 7, BODY_GG_DEV)
+
+/* Grad-grad training outputs, centered at the batch means k0 (x), k1 (dy), k2 (gx):
+ * d_dy = k3*gc + (k4*xc + k5);  d_x = k6*xc + (k7*dc + k8*gc)  (coefficients: batch_norm.c) */
+#define BODY_GG_APPLY(K, ACC)                                                       \
+    {                                                                               \
+        const vf xc = vf_sub(LD(x + e, n), K(0));                                   \
+        const vf dc = vf_sub(LD(dy + e, n), K(1));                                  \
+        const vf gc = vf_sub(LD(gx + e, n), K(2));                                  \
+        ST(out0 + e, vf_fma(K(3), gc, vf_fma(K(4), xc, K(5))), n);                  \
+        ST(out1 + e, vf_fma(K(6), xc, vf_fma(K(7), dc, vf_mul(K(8), gc))), n);      \
+    }
+BN_RUN(gg_apply, 9, 0, BODY_GG_APPLY)
+
+/* Grad-grad inference in one pass: k0 = mean, k1 = scale*r, k2 = gscale*r, k3 = goffset;
+ * d_dy = k1*gx + (k2*(x - k0) + k3); d_x = dy*k2; acc0 += gx*dy */
+#define BODY_GG_INFER(K, ACC)                                                       \
+    {                                                                               \
+        const vf g = LD(gx + e, n), d = LD(dy + e, n);                              \
+        ST(out0 + e, vf_fma(K(1), g, vf_fma(K(2), vf_sub(LD(x + e, n), K(0)), K(3))), n); \
+        ST(out1 + e, vf_mul(d, K(2)), n);                                           \
+        ACC(0, vf_mul(g, d));                                                       \
+    }
+BN_RUN(gg_infer, 4, 1, BODY_GG_INFER)
+
+#define BN_BOTH(id, name) .row[id] = FN(row_##name), .plane[id] = FN(plane_##name)
+const bn_run_table BN_GLUE3(bn_runs, BN_ISA, BN_DT) = {
+    .vlen = VLEN,
+    BN_BOTH(BN_SUM_X, sum_x),
+    BN_BOTH(BN_DEV_X, dev_x),
+    BN_BOTH(BN_FWD_APPLY, fwd_apply),
+    BN_BOTH(BN_BWD_SUMS, bwd_sums),
+    BN_BOTH(BN_BWD_APPLY, bwd_apply),
+    BN_BOTH(BN_BWD_INFER, bwd_infer),
+    BN_BOTH(BN_GG_SUM, gg_sum),
+    BN_BOTH(BN_GG_DEV, gg_dev),
+    BN_BOTH(BN_GG_APPLY, gg_apply),
+    BN_BOTH(BN_GG_INFER, gg_infer),
+};

@@ -1,0 +1,235 @@
+"""The native backend: batch-norm math in C (SIMD + OpenMP), loaded from ``minigraph._native``.
+
+The extension is built from ``kernels_c/`` by ``pip install`` (cffi, API mode); when it could
+not be built, :func:`available` is False and :func:`unavailable_reason` says why, and the
+framework falls back to the numpy reference backend.
+
+Tensors are C-contiguous float32 / float16 / bfloat16 arrays (rank >= 2, in practice 4 or 5),
+all tensors of one call with x's dtype and shape; ``channels_last`` puts the channel on the
+last axis (NHWC/NDHWC), otherwise on axis 1 (NCHW/NCDHW). Per-channel vectors are float32
+[C], inputs and outputs. The C code sees the tensor as (outer, C, inner) and never transposes.
+Math is float32 with per-channel sums combined in double in a fixed order, so results are
+bit-identical whatever the thread count; float16/bfloat16 results are rounded once. The GIL
+is released while the C code runs.
+
+``MINIGRAPH_NUM_THREADS`` sets the thread count (default: ``os.cpu_count()``), read at every
+call. ``MINIGRAPH_NATIVE_ISA`` (``avx512``, ``avx2`` or ``scalar``) picks a narrower
+instruction set than the best one the CPU has, at import; :func:`set_isa` does it later.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numpy as np
+
+try:
+    from minigraph._native import ffi, lib
+except ImportError as error:  # not built (no compiler at install time) or built for another Python
+    ffi = lib = None
+    _REASON: str | None = (
+        f"the C extension minigraph._native is not available ({error}); reinstall minigraph "
+        "with a C compiler (gcc/clang with OpenMP) to build it")
+else:
+    _REASON = None
+
+F32 = np.float32
+ISAS = ("scalar", "avx2", "avx512")  # index = the C code MG_BN_ISA_*
+_DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1,
+                np.dtype(ml_dtypes.bfloat16): 2}
+
+
+def available() -> bool:
+    """True iff the C extension was imported."""
+    return lib is not None
+
+
+def unavailable_reason() -> str | None:
+    """Why the extension is missing, or None when it is available."""
+    return _REASON
+
+
+_CPU_COUNT = os.cpu_count() or 1
+_threads_cache: tuple[str | None, int] = (None, _CPU_COUNT)
+
+
+def num_threads() -> int:
+    """Threads a call may use: ``$MINIGRAPH_NUM_THREADS`` if it is a positive integer, else
+    ``os.cpu_count()``."""
+    global _threads_cache
+    value = os.environ.get("MINIGRAPH_NUM_THREADS")
+    if value != _threads_cache[0]:
+        count = int(value) if value and value.strip().isdigit() and int(value) > 0 else None
+        _threads_cache = (value, count or _CPU_COUNT)
+    return _threads_cache[1]
+
+
+def isa() -> str:
+    """The instruction set the kernels use now: "avx512", "avx2" or "scalar"."""
+    return ISAS[lib.mg_bn_isa()]
+
+
+def best_isa() -> str:
+    """The best instruction set this CPU supports."""
+    return ISAS[lib.mg_bn_best_isa()]
+
+
+def set_isa(name: str) -> str:
+    """Use instruction set ``name`` if the CPU supports it (else keep the current one);
+    returns the one in use. Meant for tests and benchmarks."""
+    if name not in ISAS:
+        raise ValueError(f"unknown instruction set {name!r}; expected one of {ISAS}")
+    return ISAS[lib.mg_bn_set_isa(ISAS.index(name))]
+
+
+if lib is not None and os.environ.get("MINIGRAPH_NATIVE_ISA"):
+    set_isa(os.environ["MINIGRAPH_NATIVE_ISA"])
+
+
+# --------------------------------------------------------------------------------------------
+# argument checks and buffers
+
+
+def _geometry(x: np.ndarray, channels_last: bool) -> tuple[int, int, int, int]:
+    """(dtype code, outer, C, inner) of x viewed as (outer, C, inner)."""
+    code = _DTYPE_CODES.get(x.dtype)
+    if code is None:
+        raise TypeError(f"native batch norm: x must be float32, float16 or bfloat16, "
+                        f"got {x.dtype}")
+    if x.ndim < 2 or not x.flags.c_contiguous:
+        raise ValueError(f"native batch norm: x must be C-contiguous with rank >= 2, got "
+                         f"shape {x.shape}")
+    shape = x.shape
+    if channels_last:
+        channels = shape[-1]
+        return code, x.size // channels if channels else 0, channels, 1
+    inner = 1
+    for dim in shape[2:]:
+        inner *= dim
+    return code, shape[0], shape[1], inner
+
+
+def _same_as_x(x: np.ndarray, **tensors: np.ndarray) -> None:
+    for name, tensor in tensors.items():
+        if (tensor.dtype != x.dtype or tensor.shape != x.shape
+                or not tensor.flags.c_contiguous):
+            raise ValueError(f"native batch norm: {name} must be a C-contiguous {x.dtype} "
+                             f"array of shape {x.shape}, got {tensor.dtype} {tensor.shape}")
+
+
+def _vectors(channels: int, **vectors: np.ndarray) -> None:
+    for name, vector in vectors.items():
+        if (vector.dtype != F32 or vector.shape != (channels,)
+                or not vector.flags.c_contiguous):
+            raise ValueError(f"native batch norm: {name} must be a contiguous float32 array "
+                             f"of shape ({channels},), got {vector.dtype} {vector.shape}")
+
+
+def _buf(array: np.ndarray):
+    return ffi.from_buffer(array)
+
+
+def _fbuf(array: np.ndarray):
+    return ffi.from_buffer("float[]", array)
+
+
+def _check(code: int) -> None:
+    if code == 2:
+        raise MemoryError("native batch norm: out of memory for the kernel's workspace")
+    if code:
+        raise ValueError("native batch norm: invalid arguments")
+
+
+# --------------------------------------------------------------------------------------------
+# the math primitives (same signatures as backends.reference)
+
+
+def bn_forward_training(x, scale, offset, epsilon, channels_last):
+    """(y, mean, biased variance): mu = mean(x), var = mean((x - mu)^2) per channel,
+    y = (x - mu) * (scale * rsqrt(var + epsilon)) + offset."""
+    code, outer, channels, inner = _geometry(x, channels_last)
+    _vectors(channels, scale=scale, offset=offset)
+    y = np.empty(x.shape, x.dtype)
+    mean = np.empty(channels, F32)
+    variance = np.empty(channels, F32)
+    _check(lib.mg_bn_forward_training(
+        code, outer, channels, inner, _buf(x), _fbuf(scale), _fbuf(offset), float(epsilon),
+        _buf(y), _fbuf(mean), _fbuf(variance), num_threads()))
+    return y, mean, variance
+
+
+def bn_forward_inference(x, scale, offset, mean, variance, epsilon, channels_last):
+    """y = (x - mean) * (scale * rsqrt(variance + epsilon)) + offset."""
+    code, outer, channels, inner = _geometry(x, channels_last)
+    _vectors(channels, scale=scale, offset=offset, mean=mean, variance=variance)
+    y = np.empty(x.shape, x.dtype)
+    _check(lib.mg_bn_forward_inference(
+        code, outer, channels, inner, _buf(x), _fbuf(scale), _fbuf(offset), _fbuf(mean),
+        _fbuf(variance), float(epsilon), _buf(y), num_threads()))
+    return y
+
+
+def _backward(function, dy, x, scale, mean, variance, epsilon, channels_last):
+    code, outer, channels, inner = _geometry(x, channels_last)
+    _same_as_x(x, dy=dy)
+    _vectors(channels, scale=scale, mean=mean, variance=variance)
+    dx = np.empty(x.shape, x.dtype)
+    scale_backprop = np.empty(channels, F32)
+    offset_backprop = np.empty(channels, F32)
+    _check(function(
+        code, outer, channels, inner, _buf(dy), _buf(x), _fbuf(scale), _fbuf(mean),
+        _fbuf(variance), float(epsilon), _buf(dx), _fbuf(scale_backprop),
+        _fbuf(offset_backprop), num_threads()))
+    return dx, scale_backprop, offset_backprop
+
+
+def bn_backward_training(dy, x, scale, mean, variance, epsilon, channels_last):
+    """(dx, scale_backprop, offset_backprop) with the given batch mean / biased variance:
+    r = rsqrt(variance + epsilon), xc = x - mean, offset_backprop = sum(dy),
+    scale_backprop = sum(dy * xc) * r,
+    dx = scale * r * (dy - sum(dy)/n - xc * (sum(dy * xc)/n) * r^2)."""
+    return _backward(lib.mg_bn_backward_training, dy, x, scale, mean, variance, epsilon,
+                     channels_last)
+
+
+def bn_backward_inference(dy, x, scale, mean, variance, epsilon, channels_last):
+    """As bn_backward_training, but dx = dy * scale * r (the statistics are constants)."""
+    return _backward(lib.mg_bn_backward_inference, dy, x, scale, mean, variance, epsilon,
+                     channels_last)
+
+
+def bn_grad_grad_training(dy, x, scale, gx, gscale, goffset, epsilon, channels_last):
+    """(d_dy, d_x, d_scale): the gradient of the training backward's (dx, scale_backprop,
+    offset_backprop), statistics recomputed from x, against cotangents (gx, gscale, goffset).
+    See kernels_c/batch_norm.c (mg_bn_grad_grad_training) for the formulas."""
+    code, outer, channels, inner = _geometry(x, channels_last)
+    _same_as_x(x, dy=dy, gx=gx)
+    _vectors(channels, scale=scale, gscale=gscale, goffset=goffset)
+    d_dy = np.empty(x.shape, x.dtype)
+    d_x = np.empty(x.shape, x.dtype)
+    d_scale = np.empty(channels, F32)
+    _check(lib.mg_bn_grad_grad_training(
+        code, outer, channels, inner, _buf(dy), _buf(x), _fbuf(scale), _buf(gx),
+        _fbuf(gscale), _fbuf(goffset), float(epsilon), _buf(d_dy), _buf(d_x), _fbuf(d_scale),
+        num_threads()))
+    return d_dy, d_x, d_scale
+
+
+def bn_grad_grad_inference(dy, x, scale, mean, variance, gx, gscale, goffset, epsilon,
+                           channels_last):
+    """(d_dy, d_x, d_scale) of the inference backward: r = rsqrt(variance + epsilon),
+    d_dy = gx*scale*r + gscale*(x - mean)*r + goffset, d_x = gscale*dy*r,
+    d_scale = sum(gx*dy*r)."""
+    code, outer, channels, inner = _geometry(x, channels_last)
+    _same_as_x(x, dy=dy, gx=gx)
+    _vectors(channels, scale=scale, mean=mean, variance=variance, gscale=gscale,
+             goffset=goffset)
+    d_dy = np.empty(x.shape, x.dtype)
+    d_x = np.empty(x.shape, x.dtype)
+    d_scale = np.empty(channels, F32)
+    _check(lib.mg_bn_grad_grad_inference(
+        code, outer, channels, inner, _buf(dy), _buf(x), _fbuf(scale), _fbuf(mean),
+        _fbuf(variance), _buf(gx), _fbuf(gscale), _fbuf(goffset), float(epsilon), _buf(d_dy),
+        _buf(d_x), _fbuf(d_scale), num_threads()))
+    return d_dy, d_x, d_scale

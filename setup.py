@@ -1,0 +1,58 @@
+"""Build hook for the optional C extension ``minigraph._native``; metadata is in pyproject.toml.
+
+``pip install .`` and ``pip install -e .`` compile kernels_c/ with cffi (API mode, see
+kernels_c/build_native.py). When that is impossible (no C compiler, no OpenMP, no cffi) the
+install still succeeds without the extension, after one warning, and minigraph uses its numpy
+backend (``minigraph.backends.native.available()`` is then False).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import BaseError, CCompilerError
+
+BUILD_ERRORS = (BaseError, CCompilerError, OSError)  # DistutilsError, compile/link errors
+
+
+def _warn(error: object) -> None:
+    print(f"WARNING: minigraph's C kernels (minigraph._native) were not built: {error}. "
+          "minigraph is installed without them and will use its numpy backend.",
+          file=sys.stderr)
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that skips extensions which fail to compile instead of failing the install."""
+
+    warned = False
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BUILD_ERRORS as error:
+            self._skip(None, error)
+
+    def build_extension(self, ext) -> None:
+        try:
+            super().build_extension(ext)
+        except BUILD_ERRORS as error:
+            self._skip(ext, error)
+
+    def _skip(self, ext, error: BaseException) -> None:
+        if ext is not None:  # keep the missing file out of get_outputs() / in-place copies
+            self.extensions = [e for e in self.extensions if e is not ext]
+        if not OptionalBuildExt.warned:
+            OptionalBuildExt.warned = True
+            _warn(error)
+
+
+options: dict = {"cmdclass": {"build_ext": OptionalBuildExt}}
+if importlib.util.find_spec("cffi") is not None:
+    options["cffi_modules"] = ["kernels_c/build_native.py:ffibuilder"]
+else:
+    _warn("cffi is not installed")
+
+setup(**options)

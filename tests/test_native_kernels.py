@@ -1,0 +1,470 @@
+"""The native (C) batch-norm math functions against float64 numpy formulas written here.
+
+Table-driven over channels_last x dtype (float32, float16, bfloat16) x rank (4, 5) x awkward
+shapes (C = 1, 3, 17, 65; planes of 1, 7, 35 elements; one tensor large enough for several
+blocks and threads) x every function of ``minigraph.backends.native``. The expected values
+come only from the formulas below (TF_SEMANTICS §2, §3, §8), evaluated in float64 on the
+exact input values.
+
+Tolerance: float32 results must satisfy ``|actual - expected| <= 1e-5 * (|expected| + mag)``
+where ``mag`` is the size of the terms the result is made of; float16/bfloat16 results must
+be within one ulp of T of ``expected.astype(float32).astype(T)``, plus the same float32
+allowance (it matters only near zero, where cancellation in float32 exceeds an ulp of T).
+"""
+
+from __future__ import annotations
+
+import os
+import tracemalloc
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from minigraph.backends import native
+
+if not native.available():
+    pytest.skip(f"native backend unavailable: {native.unavailable_reason()}",
+                allow_module_level=True)
+
+F32, F64 = np.float32, np.float64
+BF16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = [np.dtype(F32), np.dtype(np.float16), BF16]
+RTOL = 1e-5
+EPS = 1e-3
+
+# (id, N, C, spatial dims for rank 5; rank 4 merges the last two)
+CASES = [
+    ("C1_plane7", 3, 1, (7, 1, 1)),
+    ("C3_plane1", 5, 3, (1, 1, 1)),
+    ("C17_plane7", 2, 17, (1, 7, 1)),
+    ("C65_plane1", 3, 65, (1, 1, 1)),
+    ("C65_plane35", 2, 65, (5, 1, 7)),
+    ("C3_plane20", 2, 3, (4, 5, 1)),
+    ("large", 4, 17, (37, 41, 1)),  # 103 K elements: threads, several blocks, tails
+]
+FUNCTIONS = ["fwd_train", "fwd_infer", "bwd_train", "bwd_infer", "gg_train", "gg_infer"]
+
+
+def make_shape(n, c, spatial, rank, channels_last):
+    spatial = spatial if rank == 5 else (spatial[0], spatial[1] * spatial[2])
+    return (n, *spatial, c) if channels_last else (n, c, *spatial)
+
+
+# ------------------------------------------------------------------------ float64 formulas
+
+
+class Layout:
+    """Reduction axes and per-channel broadcasting for a tensor shape."""
+
+    def __init__(self, shape, channels_last):
+        self.axis = len(shape) - 1 if channels_last else 1
+        self.axes = tuple(a for a in range(len(shape)) if a != self.axis)
+        self.count = int(np.prod([shape[a] for a in self.axes]))
+        self.bshape = [1] * len(shape)
+        self.bshape[self.axis] = shape[self.axis]
+
+    def b(self, v):  # per-channel vector -> broadcastable
+        return np.asarray(v, F64).reshape(self.bshape)
+
+    def sum(self, t):
+        return t.sum(axis=self.axes)
+
+    def mean(self, t):
+        return t.mean(axis=self.axes)
+
+
+def ref_fwd_train(lay, x, scale, offset, eps):
+    mu = lay.mean(x)
+    var = lay.mean((x - lay.b(mu)) ** 2)
+    y = (x - lay.b(mu)) * lay.b(scale / np.sqrt(var + eps)) + lay.b(offset)
+    return y, mu, var
+
+
+def ref_fwd_infer(lay, x, scale, offset, mean, var, eps):
+    return (x - lay.b(mean)) * lay.b(scale / np.sqrt(var + eps)) + lay.b(offset)
+
+
+def ref_bwd(lay, dy, x, scale, mean, var, eps, training):
+    r = 1 / np.sqrt(var + eps)
+    xc = x - lay.b(mean)
+    sum_dy, sum_dy_xc = lay.sum(dy), lay.sum(dy * xc)
+    n = lay.count
+    if training:
+        dx = lay.b(scale * r) * (dy - lay.b(sum_dy / n) - xc * lay.b(sum_dy_xc / n * r**2))
+    else:
+        dx = dy * lay.b(scale * r)
+    return dx, sum_dy_xc * r, sum_dy
+
+
+def first_order_training(lay, dy, x, scale, eps):
+    """(dx, scale_backprop, offset_backprop) with batch statistics taken from x."""
+    mu = lay.mean(x)
+    var = lay.mean((x - lay.b(mu)) ** 2)
+    return ref_bwd(lay, dy, x, scale, mu, var, eps, True)
+
+
+def ref_gg_train(lay, dy, x, scale, gx, gscale, goffset, eps):
+    mu = lay.mean(x)
+    var = lay.mean((x - lay.b(mu)) ** 2)
+    r = 1 / np.sqrt(var + eps)
+    xh = (x - lay.b(mu)) * lay.b(r)
+    mdy, mgx = lay.mean(dy), lay.mean(gx)
+    mdyxh, mgxxh, mgxdy = lay.mean(dy * xh), lay.mean(gx * xh), lay.mean(gx * dy)
+    b = lay.b
+    d_dy = b(scale * r) * (gx - b(mgx) - xh * b(mgxxh)) + b(gscale) * xh + b(goffset)
+    d_scale = r * lay.sum(gx * (dy - b(mdy) - xh * b(mdyxh)))
+    d_x = (-b(scale * r**2) * (xh * b(mgxdy - mgx * mdy - 3 * mdyxh * mgxxh)
+                               + b(mgxxh) * (dy - b(mdy)) + b(mdyxh) * (gx - b(mgx)))
+           + b(gscale * r) * (dy - b(mdy) - xh * b(mdyxh)))
+    return d_dy, d_x, d_scale
+
+
+def ref_gg_infer(lay, dy, x, scale, mean, var, gx, gscale, goffset, eps):
+    r = 1 / np.sqrt(var + eps)
+    b = lay.b
+    d_dy = gx * b(scale * r) + b(gscale) * (x - b(mean)) * b(r) + b(goffset)
+    return d_dy, b(gscale * r) * dy, lay.sum(gx * dy * b(r))
+
+
+# ------------------------------------------------------------------------------ comparison
+
+
+def ulp(values):
+    """One ulp of a float16/bfloat16 array at each value (float64)."""
+    magnitude = np.abs(values)
+    bits = magnitude.view(np.uint16)
+    return (bits + np.uint16(1)).view(values.dtype).astype(F64) - magnitude.astype(F64)
+
+
+def assert_close(actual, expected, mag, what):
+    """actual (any dtype) vs the float64 expected value; mag: scalar or broadcastable."""
+    expected = np.asarray(expected, F64)
+    allowance = RTOL * (np.abs(expected) + mag)
+    if actual.dtype == F32:
+        err = np.abs(actual.astype(F64) - expected)
+    else:
+        rounded = expected.astype(F32).astype(actual.dtype)
+        err = np.abs(actual.astype(F64) - rounded.astype(F64))
+        allowance = allowance + ulp(rounded)
+    bad = ~(err <= allowance)
+    if bad.any():
+        i = np.flatnonzero(bad)[0]
+        raise AssertionError(
+            f"{what}: {bad.sum()} of {bad.size} elements off, first at flat index {i}: "
+            f"actual {actual.flat[i]!r}, expected {expected.flat[i]!r}, "
+            f"err {err.flat[i]:.3g} > {allowance.flat[i]:.3g}")
+
+
+def channel_mag(lay, terms):
+    """Per-channel sum of |terms| (the size of a per-channel sum)."""
+    return lay.sum(np.abs(terms))
+
+
+# ----------------------------------------------------------------------------------- data
+
+
+def make_inputs(shape, channels_last, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    lay = Layout(shape, channels_last)
+    channels = shape[lay.axis]
+
+    def tensor(loc, spread):
+        return (rng.standard_normal(shape) * spread + loc).astype(F32).astype(dtype)
+
+    def vector(lo, hi):
+        return rng.uniform(lo, hi, channels).astype(F32)
+
+    return {
+        "lay": lay,
+        "x": tensor(1.5, 2.0), "dy": tensor(0.3, 1.0), "gx": tensor(-0.2, 0.8),
+        "scale": vector(0.5, 2.0), "offset": vector(-1, 1), "mean": vector(0.5, 2.5),
+        "var": vector(2.0, 6.0), "gscale": vector(-1, 1), "goffset": vector(-1, 1),
+    }
+
+
+def f64(*arrays):
+    return [np.asarray(a, F64) for a in arrays]
+
+
+def run_and_check(function, shape, channels_last, dtype, seed=0):
+    d = make_inputs(shape, channels_last, dtype, seed)
+    lay = d["lay"]
+    x, dy, gx = f64(d["x"], d["dy"], d["gx"])
+    scale, offset, mean, var, gscale, goffset = f64(
+        d["scale"], d["offset"], d["mean"], d["var"], d["gscale"], d["goffset"])
+    cl = channels_last
+    what = f"{function} {shape} {'NHWC' if cl else 'NCHW'} {np.dtype(dtype).name}"
+
+    if function == "fwd_train":
+        y, m, v = native.bn_forward_training(d["x"], d["scale"], d["offset"], EPS, cl)
+        ey, em, ev = ref_fwd_train(lay, x, scale, offset, EPS)
+        assert y.dtype == d["x"].dtype and y.shape == shape and m.dtype == v.dtype == F32
+        assert_close(m, em, lay.mean(np.abs(x)), what + " mean")
+        assert_close(v, ev, 0, what + " variance")
+        assert_close(y, ey, np.abs(ey).max(), what + " y")
+    elif function == "fwd_infer":
+        y = native.bn_forward_inference(d["x"], d["scale"], d["offset"], d["mean"], d["var"],
+                                        EPS, cl)
+        ey = ref_fwd_infer(lay, x, scale, offset, mean, var, EPS)
+        assert y.dtype == d["x"].dtype and y.shape == shape
+        assert_close(y, ey, np.abs(ey).max(), what + " y")
+    elif function in ("bwd_train", "bwd_infer"):
+        training = function == "bwd_train"
+        call = native.bn_backward_training if training else native.bn_backward_inference
+        dx, sb, ob = call(d["dy"], d["x"], d["scale"], d["mean"], d["var"], EPS, cl)
+        edx, esb, eob = ref_bwd(lay, dy, x, scale, mean, var, EPS, training)
+        assert dx.dtype == d["x"].dtype and dx.shape == shape and sb.dtype == ob.dtype == F32
+        r = 1 / np.sqrt(var + EPS)
+        assert_close(ob, eob, channel_mag(lay, dy), what + " offset_backprop")
+        assert_close(sb, esb, channel_mag(lay, dy * (x - lay.b(mean))) * r,
+                     what + " scale_backprop")
+        assert_close(dx, edx, np.abs(dy * lay.b(scale * r)).max() * 3, what + " dx")
+    elif function == "gg_train":
+        ddy, dx, ds = native.bn_grad_grad_training(
+            d["dy"], d["x"], d["scale"], d["gx"], d["gscale"], d["goffset"], EPS, cl)
+        eddy, edx, eds = ref_gg_train(lay, dy, x, scale, gx, gscale, goffset, EPS)
+        assert ddy.dtype == dx.dtype == d["x"].dtype and ds.dtype == F32
+        # magnitudes of the terms of each formula (see ref_gg_train)
+        b, mu = lay.b, lay.mean(x)
+        r = 1 / np.sqrt(lay.mean((x - b(mu)) ** 2) + EPS)
+        xh, dc, gc = (x - b(mu)) * b(r), np.abs(dy - b(lay.mean(dy))), np.abs(gx - b(lay.mean(gx)))
+        mdyxh, mgxxh = np.abs(lay.mean(dy * xh)), np.abs(lay.mean(gx * xh))
+        xh = np.abs(xh)
+        k = np.abs(lay.mean(gx * dy)) + np.abs(lay.mean(gx) * lay.mean(dy)) + 3 * mdyxh * mgxxh
+        dx_terms = (b(np.abs(scale) * r**2) * (xh * b(k) + b(mgxxh) * dc + b(mdyxh) * gc)
+                    + b(np.abs(gscale) * r) * (dc + xh * b(mdyxh)))
+        ddy_terms = (b(np.abs(scale) * r) * (gc + xh * b(mgxxh)) + b(np.abs(gscale)) * xh
+                     + b(np.abs(goffset)))
+        ds_terms = np.abs(gx) * (dc + xh * b(mdyxh))
+        assert_close(ds, eds, channel_mag(lay, ds_terms) * r, what + " d_scale")
+        assert_close(ddy, eddy, ddy_terms.max(), what + " d_dy")
+        assert_close(dx, edx, dx_terms.max(), what + " d_x")
+    elif function == "gg_infer":
+        ddy, dx, ds = native.bn_grad_grad_inference(
+            d["dy"], d["x"], d["scale"], d["mean"], d["var"], d["gx"], d["gscale"],
+            d["goffset"], EPS, cl)
+        eddy, edx, eds = ref_gg_infer(lay, dy, x, scale, mean, var, gx, gscale, goffset, EPS)
+        assert ddy.dtype == dx.dtype == d["x"].dtype and ds.dtype == F32
+        r = 1 / np.sqrt(var + EPS)
+        assert_close(ds, eds, channel_mag(lay, gx * dy) * r, what + " d_scale")
+        assert_close(ddy, eddy, np.abs(eddy).max() * 3, what + " d_dy")
+        assert_close(dx, edx, np.abs(edx).max(), what + " d_x")
+    else:
+        raise AssertionError(function)
+
+
+# ----------------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("rank", [4, 5])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("channels_last", [True, False], ids=["NHWC", "NCHW"])
+def test_matches_float64_formulas(function, case, rank, dtype, channels_last):
+    _, n, c, spatial = case
+    shape = make_shape(n, c, spatial, rank, channels_last)
+    run_and_check(function, shape, channels_last, dtype)
+
+
+BLOCK_CASES = [  # shapes that cross the kernels' block boundaries (blocks hold ~128 KB)
+    ((2, 3, 1, 70001), False),  # planes longer than a block: split into chunks
+    ((3, 2, 5, 9999), False),   # float32: chunks; bfloat16: whole planes; masked tails
+    ((300, 3, 5, 7), False),    # planes of 35: several channels per block, masked tails
+    ((1000, 5, 3, 3), False),   # planes of 9: processed as rows of C * 9, two row blocks
+    ((4, 25, 25, 17), True),    # C = 17: rows replicated to whole vectors, two row blocks
+    ((2, 9, 9, 1300), True),    # C = 1300: no replication, masked row tails, three blocks
+]
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+@pytest.mark.parametrize("dtype", [np.dtype(F32), BF16], ids=lambda d: d.name)
+@pytest.mark.parametrize("shape, channels_last", BLOCK_CASES, ids=lambda v: str(v))
+def test_block_boundaries(function, dtype, shape, channels_last):
+    run_and_check(function, shape, channels_last, dtype, seed=1)
+
+
+@pytest.fixture(params=native.ISAS)
+def isa(request):
+    """Every instruction set this CPU supports (the kernels are written once for all)."""
+    previous = native.isa()
+    if native.set_isa(request.param) != request.param:
+        native.set_isa(previous)
+        pytest.skip(f"this CPU has no {request.param}")
+    yield request.param
+    native.set_isa(previous)
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape, channels_last", [((3, 5, 7, 17), True), ((3, 17, 5, 7), False),
+                                                  ((2, 3, 40, 40), False)], ids=str)
+def test_every_isa(isa, function, dtype, shape, channels_last):
+    run_and_check(function, shape, channels_last, dtype, seed=2)
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), BF16], ids=lambda d: d.name)
+def test_rounding_is_round_to_nearest_even(isa, dtype):
+    """y = (x - mean) * 1 + offset with x = 0 is exactly float32 (0 - mean) + offset rounded
+    to T: compare bit for bit over random float32 bit patterns and the edge cases (ties,
+    float16 overflow at 65520, subnormals, inf, NaN)."""
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 2**32, 6000, dtype=np.uint64).astype(np.uint32)
+    ties = (rng.integers(0, 2**16, 2000, dtype=np.uint32) << 16) | 0x8000  # bfloat16 ties
+    values = np.concatenate([
+        bits.view(F32), ties.view(F32),
+        rng.uniform(-7e4, 7e4, 2000).astype(F32), rng.uniform(-1e-4, 1e-4, 2000).astype(F32),
+        np.array([65504, 65519.996, 65520, -65520, 6e-8, 2.9e-8, 3e-8, 1e-45, 0, -0.0,
+                  np.inf, -np.inf, np.nan, 3.4e38], F32),
+    ])
+    channels = values.size
+    x = np.zeros((1, 1, 1, channels), dtype)
+    ones = np.ones(channels, F32)
+    zeros = np.zeros(channels, F32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = native.bn_forward_inference(x, ones, zeros, -values, ones, 0.0, True)
+        expected = ((np.zeros(channels, F32) - (-values)) * F32(1) + zeros).astype(dtype)
+    y = y.reshape(-1)
+    nan = np.isnan(expected.astype(F32))
+    assert np.array_equal(np.isnan(y.astype(F32)), nan)
+    assert np.array_equal(y.view(np.uint16)[~nan], expected.view(np.uint16)[~nan])
+
+
+def test_grad_grad_training_formula_by_finite_differences():
+    """d_x, d_dy, d_scale of ref_gg_train are the exact gradient of
+    L = <gx, dx> + <gscale, scale_backprop> + <goffset, offset_backprop>, where the first-order
+    training gradient uses batch statistics computed from x (float64 central differences)."""
+    shape = (3, 2, 2, 3)
+    d = make_inputs(shape, True, F32, seed=4)
+    lay = d["lay"]
+    x, dy, gx = f64(d["x"], d["dy"], d["gx"])
+    scale, gscale, goffset = f64(d["scale"], d["gscale"], d["goffset"])
+    eps = 0.3
+
+    def loss(x, dy, scale):
+        dx, sb, ob = first_order_training(lay, dy, x, scale, eps)
+        return (gx * dx).sum() + (gscale * sb).sum() + (goffset * ob).sum()
+
+    def numeric(f, at):
+        grad = np.zeros_like(at)
+        h = 1e-6
+        for i in range(at.size):
+            step = np.zeros_like(at)
+            step.flat[i] = h
+            grad.flat[i] = (f(at + step) - f(at - step)) / (2 * h)
+        return grad
+
+    d_dy, d_x, d_scale = ref_gg_train(lay, dy, x, scale, gx, gscale, goffset, eps)
+    np.testing.assert_allclose(numeric(lambda v: loss(v, dy, scale), x), d_x, atol=1e-7)
+    np.testing.assert_allclose(numeric(lambda v: loss(x, v, scale), dy), d_dy, atol=1e-7)
+    np.testing.assert_allclose(numeric(lambda v: loss(x, dy, v), scale), d_scale, atol=1e-7)
+
+
+def call_all(d, channels_last):
+    x, dy, gx = d["x"], d["dy"], d["gx"]
+    s, o, m, v, gs, go = (d[k] for k in ("scale", "offset", "mean", "var", "gscale",
+                                         "goffset"))
+    return [
+        native.bn_forward_training(x, s, o, EPS, channels_last),
+        (native.bn_forward_inference(x, s, o, m, v, EPS, channels_last),),
+        native.bn_backward_training(dy, x, s, m, v, EPS, channels_last),
+        native.bn_backward_inference(dy, x, s, m, v, EPS, channels_last),
+        native.bn_grad_grad_training(dy, x, s, gx, gs, go, EPS, channels_last),
+        native.bn_grad_grad_inference(dy, x, s, m, v, gx, gs, go, EPS, channels_last),
+    ]
+
+
+def assert_bitwise_equal(first, second):
+    for outs_a, outs_b in zip(first, second, strict=True):
+        for a, b in zip(outs_a, outs_b, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(F32), BF16], ids=lambda d: d.name)
+@pytest.mark.parametrize("shape, channels_last", [((8, 33, 35, 17), True),
+                                                  ((8, 17, 33, 35), False),
+                                                  ((600, 6, 3, 3), False)], ids=str)
+def test_deterministic_for_any_thread_count(monkeypatch, dtype, shape, channels_last):
+    d = make_inputs(shape, channels_last, dtype, seed=5)
+    monkeypatch.setenv("MINIGRAPH_NUM_THREADS", "2")
+    first = call_all(d, channels_last)
+    again = call_all(d, channels_last)
+    monkeypatch.setenv("MINIGRAPH_NUM_THREADS", "1")
+    single = call_all(d, channels_last)
+    monkeypatch.setenv("MINIGRAPH_NUM_THREADS", "3")
+    three = call_all(d, channels_last)
+    assert_bitwise_equal(first, again)
+    assert_bitwise_equal(first, single)
+    assert_bitwise_equal(first, three)
+
+
+def test_num_threads(monkeypatch):
+    monkeypatch.setenv("MINIGRAPH_NUM_THREADS", "3")
+    assert native.num_threads() == 3
+    monkeypatch.setenv("MINIGRAPH_NUM_THREADS", "zero")
+    assert native.num_threads() == (os.cpu_count() or 1)
+    monkeypatch.delenv("MINIGRAPH_NUM_THREADS")
+    assert native.num_threads() == (os.cpu_count() or 1)
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_no_leaks():
+    d = make_inputs((4, 9, 9, 65), True, F32, seed=6)
+    e = make_inputs((4, 65, 9, 9), False, BF16, seed=6)
+    for _ in range(20):  # warm up allocator pools
+        call_all(d, True)
+        call_all(e, False)
+    tracemalloc.start()
+    rss_before = rss_bytes() if os.path.exists("/proc/self/statm") else 0
+    snapshot = tracemalloc.take_snapshot()
+    for _ in range(300):
+        call_all(d, True)
+        call_all(e, False)
+    grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(snapshot, "filename"))
+    tracemalloc.stop()
+    assert grown < 64 * 1024
+    if rss_before:
+        assert rss_bytes() - rss_before < 8 * 1024 * 1024
+
+
+def test_empty_and_degenerate_sizes_do_not_crash():
+    s = np.ones(4, F32)
+    z = np.zeros(4, F32)
+    y, m, v = native.bn_forward_training(np.zeros((0, 3, 3, 4), F32), s, z, EPS, True)
+    assert y.shape == (0, 3, 3, 4) and np.isnan(m).all() and np.isnan(v).all()
+    dx, sb, ob = native.bn_backward_training(np.zeros((2, 4, 0, 3), BF16),
+                                             np.zeros((2, 4, 0, 3), BF16), s, z, s, EPS, False)
+    assert dx.shape == (2, 4, 0, 3) and not sb.any() and not ob.any()
+    e = np.zeros(0, F32)
+    y = native.bn_forward_inference(np.zeros((2, 0, 3, 3), F32), e, e, e, e, EPS, False)
+    assert y.shape == (2, 0, 3, 3)
+
+
+def test_single_element_per_channel_and_constant_channels():
+    x = np.full((1, 1, 1, 5), 3.0, F32)
+    scale, offset = np.ones(5, F32), np.arange(5, dtype=F32)
+    y, m, v = native.bn_forward_training(x, scale, offset, EPS, True)
+    assert np.array_equal(y, offset.reshape(x.shape)) and not v.any() and (m == 3).all()
+    y, _, _ = native.bn_forward_training(np.ones((2, 5, 3, 3), F32), scale, offset, 0.0, False)
+    assert np.isnan(y).all()  # 0 * rsqrt(0): TF gives NaN too
+
+
+def test_rejects_malformed_arguments():
+    x = np.zeros((2, 3, 4, 5), F32)
+    s = np.ones(5, F32)
+    with pytest.raises(TypeError):
+        native.bn_forward_training(x.astype(F64), s, s, EPS, True)
+    with pytest.raises(ValueError):
+        native.bn_forward_training(x, np.ones(4, F32), s, EPS, True)
+    with pytest.raises(ValueError):
+        native.bn_forward_training(x[..., ::2], s[:3], s[:3], EPS, True)
+    with pytest.raises(ValueError):
+        native.bn_backward_training(x[:1], x, s, s, s, EPS, True)
+    with pytest.raises(ValueError):
+        native.bn_backward_training(x.astype(np.float16), x, s, s, s, EPS, True)
