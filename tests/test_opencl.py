@@ -249,6 +249,13 @@ def test_empty_x_on_device(shape, data_format, is_training):
         assert_matches(a, e, "empty")
 
 
+def test_elementwise_loop_over_rows(monkeypatch):
+    """With fewer work-groups allowed than rows, each work-item loops over rows."""
+    monkeypatch.setattr(opencl, "_MAX_GROUPS", 1)
+    test_fused_batch_norm_family_matches_reference("NHWC", True, F16, 17, 7)
+    test_fused_batch_norm_family_matches_reference("NCHW", False, F32, 3, 7)
+
+
 def test_results_are_deterministic():
     shape = (8, 16, 16, 17)
     rng = np.random.default_rng(1)

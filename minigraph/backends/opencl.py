@@ -57,6 +57,7 @@ DEVICE_OPS: dict[str, tuple | None] = {
 _REDUCE_WIDTH = 256   # work-items per reduction work-group (LC x LR), at most
 _APPLY_WIDTH = 256    # work-items per elementwise work-group, at most
 _ITEM_MIN, _ITEM_MAX = 16, 256   # elements one work-item sums in stage 1: at least, at most
+_MAX_GROUPS = 65535   # work-groups along range dimension 1 (some GPUs allow no more)
 
 
 def _pyopencl(device: str):
@@ -399,8 +400,7 @@ def _launch_elementwise(device: OpenCLDevice, name: str, source, dtype: np.dtype
     out = device.math.xp.empty(source.shape, dtype)
     if source.size:
         launch = _Launcher(device, storage, source.size)
-        launch.elementwise(name, source.size, [source.data, launch.index(source.size)],
-                           [out.data])
+        launch.flat(name, source.size, [source.data, launch.index(source.size)], [out.data])
     return out
 
 
@@ -433,10 +433,25 @@ class _Launcher:
     def geometry(self, layout: _Layout) -> list:
         return [self.index(layout.channels), self.index(layout.inner)]
 
-    def elementwise(self, name: str, total: int, args: list, outputs: list) -> None:
+    def flat(self, name: str, total: int, args: list, outputs: list) -> None:
+        """A 1-D kernel over ``total`` elements (the dtype conversions)."""
         width = self.device.apply_width
-        global_size = (-(-total // width) * width,)
-        self.kernels[name](self.queue, global_size, (width,), *args, *outputs)
+        self.kernels[name](self.queue, (-(-total // width) * width,), (width,), *args,
+                           *outputs)
+
+    def elementwise(self, name: str, layout: _Layout, args: list, outputs: list) -> None:
+        """An apply_* kernel: a 2-D range of (columns of a row, rows), see batch_norm.cl;
+        one element per work-item unless the rows exceed 65535 groups (then they loop)."""
+        device = self.device
+        width = device.apply_width
+        row = layout.channels * layout.inner
+        lanes = min(_pow2_ceil(row), width)
+        lines = width // lanes
+        column_groups = -(-row // lanes)
+        row_groups = min(-(-(layout.total // row) // lines), _MAX_GROUPS)
+        self.kernels[name](self.queue, (column_groups * lanes, row_groups * lines),
+                           (lanes, lines), *args, *self.geometry(layout),
+                           self.index(layout.total), *outputs)
 
     def vector(self, name: str, channels: int, args: list) -> None:
         self.kernels[name](self.queue, (-(-channels // 64) * 64,), None, *args)
@@ -451,7 +466,7 @@ class _Launcher:
         for_accuracy = -(-n // (rows * _ITEM_MAX))
         for_parallelism = min(-(-device.compute_units * 8 // channel_groups),
                               -(-n // (rows * _ITEM_MIN)))
-        groups = min(max(1, for_accuracy, for_parallelism), 65535)
+        groups = min(max(1, for_accuracy, for_parallelism), _MAX_GROUPS)
         chunk = -(-n // groups)
         groups = -(-n // chunk)
         partials = device.math.xp.empty((nterms * groups * channels,), F32)
@@ -506,10 +521,9 @@ class OpenCLMath:
 
     def _normalize(self, run, layout, x, scale, offset, mean, variance, epsilon):
         y = self.xp.empty(x.shape, x.dtype)
-        run.elementwise("apply_normalize", layout.total,
+        run.elementwise("apply_normalize", layout,
                         [x.data, mean.data, variance.data, scale.data, offset.data,
-                         F32(epsilon), *run.geometry(layout), run.index(layout.total)],
-                        [y.data])
+                         F32(epsilon)], [y.data])
         return y
 
     def _backward(self, dy, x, scale, mean, variance, epsilon, channels_last, training):
@@ -523,16 +537,14 @@ class OpenCLMath:
                    [partials.data, groups, run.index(channels), variance.data, F32(epsilon),
                     offset_backprop.data, sum_dy_xc.data, scale_backprop.data])
         dx = self.xp.empty(x.shape, x.dtype)
-        tail = [*run.geometry(layout), run.index(layout.total)]
         if training:
-            run.elementwise("apply_backward_training", layout.total,
+            run.elementwise("apply_backward_training", layout,
                             [dy.data, x.data, scale.data, mean.data, variance.data,
                              F32(epsilon), offset_backprop.data, sum_dy_xc.data,
-                             F32(layout.count), *tail], [dx.data])
+                             F32(layout.count)], [dx.data])
         else:
-            run.elementwise("apply_backward_inference", layout.total,
-                            [dy.data, scale.data, variance.data, F32(epsilon), *tail],
-                            [dx.data])
+            run.elementwise("apply_backward_inference", layout,
+                            [dy.data, scale.data, variance.data, F32(epsilon)], [dx.data])
         return dx, scale_backprop, offset_backprop
 
     def bn_backward_training(self, dy, x, scale, mean, variance, epsilon, channels_last):
@@ -557,10 +569,9 @@ class OpenCLMath:
                    [partials.data, groups, run.index(channels), F32(layout.count),
                     variance.data, F32(epsilon), means.data, d_scale.data])
         d_dy, d_x = self.xp.empty(x.shape, x.dtype), self.xp.empty(x.shape, x.dtype)
-        run.elementwise("apply_grad_grad_training", layout.total,
+        run.elementwise("apply_grad_grad_training", layout,
                         [dy.data, x.data, gx.data, scale.data, gscale.data, goffset.data,
-                         mean.data, variance.data, F32(epsilon), means.data,
-                         *run.geometry(layout), run.index(layout.total)],
+                         mean.data, variance.data, F32(epsilon), means.data],
                         [d_dy.data, d_x.data])
         return d_dy, d_x, d_scale
 
@@ -574,9 +585,7 @@ class OpenCLMath:
                    [partials.data, groups, run.index(channels), variance.data, F32(epsilon),
                     d_scale.data])
         d_dy, d_x = self.xp.empty(x.shape, x.dtype), self.xp.empty(x.shape, x.dtype)
-        run.elementwise("apply_grad_grad_inference", layout.total,
+        run.elementwise("apply_grad_grad_inference", layout,
                         [dy.data, x.data, gx.data, scale.data, gscale.data, goffset.data,
-                         mean.data, variance.data, F32(epsilon), *run.geometry(layout),
-                         run.index(layout.total)],
-                        [d_dy.data, d_x.data])
+                         mean.data, variance.data, F32(epsilon)], [d_dy.data, d_x.data])
         return d_dy, d_x, d_scale

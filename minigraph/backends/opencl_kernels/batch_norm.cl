@@ -52,10 +52,6 @@ inline float rsqrt_exact(float v) { return 1.0f / sqrt(v); }
 
 /* --------------------------------------------------------------------- addressing */
 
-inline IDX channel_of(IDX i, IDX C, IDX inner) {
-    return (inner == 1 ? i : i / inner) % C;
-}
-
 inline IDX address_of(IDX e, IDX c, IDX C, IDX inner) {
     return inner == 1 ? e * C + c : (e / inner * C + c) * inner + e % inner;
 }
@@ -245,19 +241,32 @@ __kernel void finish_grad_grad(__global const float *partials, const IDX G, cons
     d_scale[c] = rsqrt_exact(variance[c] + epsilon) * count * (m[4] - m[1] * m[0] - m[3] * m[2]);
 }
 
-/* --------------------------------------------------------------------- elementwise */
+/* --------------------------------------------------------------------- elementwise
+ *
+ * A 2-D range over the tensor as [outer rows, C * inner columns]: work-item (j, r) takes
+ * column j (channel j / inner: no per-element division) of row r, and of rows r + R,
+ * r + 2R... when the rows outnumber the range (R = global size 1). Neighbouring work-items
+ * touch neighbouring columns.
+ */
+
+#define FOR_EACH_ROW(i) \
+    for (IDX i = (IDX)get_global_id(1) * row + j; i < total; i += (IDX)get_global_size(1) * row)
+
+#define COLUMN_PROLOGUE \
+    const IDX row = C * inner, j = get_global_id(0); \
+    if (j >= row) \
+        return; \
+    const IDX c = inner == 1 ? j : j / inner;
 
 /* y = (x - mean) * (scale * rsqrt(variance + epsilon)) + offset */
 __kernel void apply_normalize(__global const storage_t *x, __global const float *mean,
                               __global const float *variance, __global const float *scale,
                               __global const float *offset, const float epsilon, const IDX C,
                               const IDX inner, const IDX total, __global storage_t *y) {
-    const IDX i = get_global_id(0);
-    if (i >= total)
-        return;
-    const IDX c = channel_of(i, C, inner);
-    const float factor = scale[c] * rsqrt_exact(variance[c] + epsilon);
-    STORE(y, i, (LOAD(x, i) - mean[c]) * factor + offset[c]);
+    COLUMN_PROLOGUE
+    const float m = mean[c], factor = scale[c] * rsqrt_exact(variance[c] + epsilon);
+    const float b = offset[c];
+    FOR_EACH_ROW(i) STORE(y, i, (LOAD(x, i) - m) * factor + b);
 }
 
 /* dx = scale*r * (dy - sum_dy/n - (x - mean) * ((sum_dy_xc/n) * r * r)), r = rsqrt(var + eps) */
@@ -269,14 +278,11 @@ __kernel void apply_backward_training(__global const storage_t *dy,
                                       __global const float *sum_dy_xc, const float count,
                                       const IDX C, const IDX inner, const IDX total,
                                       __global storage_t *dx) {
-    const IDX i = get_global_id(0);
-    if (i >= total)
-        return;
-    const IDX c = channel_of(i, C, inner);
-    const float r = rsqrt_exact(variance[c] + epsilon);
+    COLUMN_PROLOGUE
+    const float r = rsqrt_exact(variance[c] + epsilon), m = mean[c];
+    const float k = scale[c] * r, m_dy = sum_dy[c] / count;
     const float projection = sum_dy_xc[c] / count * r * r;
-    const float centered = LOAD(x, i) - mean[c];
-    STORE(dx, i, scale[c] * r * (LOAD(dy, i) - sum_dy[c] / count - centered * projection));
+    FOR_EACH_ROW(i) STORE(dx, i, k * (LOAD(dy, i) - m_dy - (LOAD(x, i) - m) * projection));
 }
 
 /* dx = dy * (scale * rsqrt(variance + epsilon)) */
@@ -285,11 +291,9 @@ __kernel void apply_backward_inference(__global const storage_t *dy,
                                        __global const float *variance, const float epsilon,
                                        const IDX C, const IDX inner, const IDX total,
                                        __global storage_t *dx) {
-    const IDX i = get_global_id(0);
-    if (i >= total)
-        return;
-    const IDX c = channel_of(i, C, inner);
-    STORE(dx, i, LOAD(dy, i) * (scale[c] * rsqrt_exact(variance[c] + epsilon)));
+    COLUMN_PROLOGUE
+    const float k = scale[c] * rsqrt_exact(variance[c] + epsilon);
+    FOR_EACH_ROW(i) STORE(dx, i, LOAD(dy, i) * k);
 }
 
 /* Second order, training (statistics of x; means from finish_grad_grad), xh = (x - mu) r:
@@ -307,18 +311,18 @@ __kernel void apply_grad_grad_training(__global const storage_t *dy,
                                        __global const float *means, const IDX C,
                                        const IDX inner, const IDX total,
                                        __global storage_t *d_dy, __global storage_t *d_x) {
-    const IDX i = get_global_id(0);
-    if (i >= total)
-        return;
-    const IDX c = channel_of(i, C, inner);
+    COLUMN_PROLOGUE
     const float m_dy = means[c], m_gx = means[C + c], m_dy_xh = means[2 * C + c];
     const float m_gx_xh = means[3 * C + c], m_gx_dy = means[4 * C + c];
     const float r = rsqrt_exact(variance[c] + epsilon), s = scale[c], gs = gscale[c];
-    const float g = LOAD(dy, i), h = LOAD(gx, i), xh = (LOAD(x, i) - mean[c]) * r;
-    STORE(d_dy, i, s * r * (h - m_gx - xh * m_gx_xh) + gs * xh + goffset[c]);
-    STORE(d_x, i, -s * r * r * (xh * (m_gx_dy - m_gx * m_dy - 3.0f * m_dy_xh * m_gx_xh)
-                                + m_gx_xh * (g - m_dy) + m_dy_xh * (h - m_gx))
-                      + gs * r * (g - m_dy - xh * m_dy_xh));
+    const float m = mean[c], b = goffset[c], sr = s * r, nsrr = -s * r * r, gsr = gs * r;
+    const float cross = m_gx_dy - m_gx * m_dy - 3.0f * m_dy_xh * m_gx_xh;
+    FOR_EACH_ROW(i) {
+        const float g = LOAD(dy, i), h = LOAD(gx, i), xh = (LOAD(x, i) - m) * r;
+        STORE(d_dy, i, sr * (h - m_gx - xh * m_gx_xh) + gs * xh + b);
+        STORE(d_x, i, nsrr * (xh * cross + m_gx_xh * (g - m_dy) + m_dy_xh * (h - m_gx))
+                          + gsr * (g - m_dy - xh * m_dy_xh));
+    }
 }
 
 /* Second order, inference, r = rsqrt(variance + epsilon):
@@ -333,13 +337,13 @@ __kernel void apply_grad_grad_inference(__global const storage_t *dy,
                                         __global const float *variance, const float epsilon,
                                         const IDX C, const IDX inner, const IDX total,
                                         __global storage_t *d_dy, __global storage_t *d_x) {
-    const IDX i = get_global_id(0);
-    if (i >= total)
-        return;
-    const IDX c = channel_of(i, C, inner);
+    COLUMN_PROLOGUE
     const float r = rsqrt_exact(variance[c] + epsilon), gs = gscale[c];
-    STORE(d_dy, i, LOAD(gx, i) * (scale[c] * r) + gs * (LOAD(x, i) - mean[c]) * r + goffset[c]);
-    STORE(d_x, i, gs * LOAD(dy, i) * r);
+    const float sr = scale[c] * r, m = mean[c], b = goffset[c];
+    FOR_EACH_ROW(i) {
+        STORE(d_dy, i, LOAD(gx, i) * sr + gs * (LOAD(x, i) - m) * r + b);
+        STORE(d_x, i, gs * LOAD(dy, i) * r);
+    }
 }
 
 /* --------------------------------------------------------------------- conversions */
