@@ -34,6 +34,7 @@ except ImportError as error:  # not built (no compiler at install time) or built
 else:
     _REASON = None
 
+NAME = "native"
 F32 = np.float32
 ISAS = ("scalar", "avx2", "avx512")  # index = the C code MG_BN_ISA_*
 _DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1,
