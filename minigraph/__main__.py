@@ -9,8 +9,9 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minigraph")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="build and run a FusedBatchNormV3 -> FusedBatchNormGradV3 "
-                                     "graph and print what it computed")
+    commands.add_parser("demo", help="the main job: train the digits CNN (see demo --help)")
+    commands.add_parser("tour", help="FusedBatchNormV3, its first and second order gradients, "
+                                     "checked against finite differences")
     commands.add_parser("viz", add_help=False,
                         help="run a script and draw a graph it builds: viz script.py -o "
                              "graph.svg (see viz --help)")
@@ -21,9 +22,13 @@ def main(argv: list[str] | None = None) -> int:
         return cli.main(argv[1:])
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
-        from minigraph.examples import batch_norm_demo
+        from minigraph.examples import train_digits_cnn
 
-        return batch_norm_demo.main(rest)
+        return train_digits_cnn.main(rest)
+    if args.command == "tour":
+        from minigraph.examples import bn_gradients_tour
+
+        return bn_gradients_tour.main(rest)
     return 1
 
 

@@ -1,7 +1,9 @@
-"""Demo: a forward FusedBatchNormV3 feeding FusedBatchNormGradV3, run and explained.
+"""The five-minute tour of the seed op: FusedBatchNormV3, its gradient, and its second order.
 
-Builds the graph with the TF C++-style API, runs it, and prints y's per-channel statistics
-and the gradients next to a float64 numpy recomputation, so the numbers can be trusted.
+1. Builds a forward FusedBatchNormV3 (training mode) with the TF C++-style API.
+2. Lets AddSymbolicGradients wire the FusedBatchNormGradV3 node and prints its outputs.
+3. Differentiates again (a fused FusedBatchNormGradGrad node) for a Hessian-vector product.
+4. Checks both against central finite differences in float64 (mg.gradient_checker).
 """
 
 from __future__ import annotations
@@ -12,59 +14,56 @@ import numpy as np
 
 import minigraph as mg
 from minigraph import ops
+from minigraph.gradients.gradient_checker import compute_gradient, max_error
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-format", default="NHWC", choices=["NHWC", "NCHW"])
     parser.add_argument("--backend", default=None, choices=["native", "reference"])
     args = parser.parse_args(argv)
-
     rng = np.random.default_rng(0)
-    shape = (8, 6, 6, 4) if args.data_format == "NHWC" else (8, 4, 6, 6)
-    axes = (0, 1, 2) if args.data_format == "NHWC" else (0, 2, 3)
-    x_value = rng.normal(2.0, 3.0, shape).astype(np.float32)
-    dy_value = rng.normal(0.0, 1.0, shape).astype(np.float32)
-    scale_value = np.array([1.0, 0.5, 2.0, -1.0], np.float32)
+    nhwc = args.data_format == "NHWC"
+    shape = (4, 3, 3, 2) if nhwc else (4, 2, 3, 3)
+    axes = [0, 1, 2, 3]
 
     root = mg.Scope.NewRootScope()
-    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[None, *shape[1:]])
-    dy = ops.Placeholder(root.WithOpName("dy"), mg.float32)
-    scale = ops.Const(root.WithOpName("scale"), scale_value)
-    offset = ops.Const(root.WithOpName("offset"), np.zeros(4, np.float32))
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=shape)
+    scale = ops.Placeholder(root.WithOpName("scale"), mg.float32, shape=[2])
+    offset = ops.Const(root.WithOpName("offset"), np.array([0.1, -0.2], np.float32))
     empty = np.zeros(0, np.float32)
     bn = ops.FusedBatchNormV3(root.WithOpName("bn"), x, scale, offset, empty, empty,
                               epsilon=1e-3, data_format=args.data_format, is_training=True)
-    grad = ops.FusedBatchNormGradV3(
-        root.WithOpName("bn_grad"), dy, x, scale, bn.reserve_space_1, bn.reserve_space_2,
-        bn.reserve_space_3,
-        ops.FusedBatchNormGradV3.Attrs().Epsilon(1e-3).DataFormat(args.data_format))
-    print(f"graph: {len(root.graph())} ops; y static shape {bn.y.shape}, "
-          f"x_backprop static shape {grad.x_backprop.shape}")
+    weights = ops.Const(root.WithOpName("w"), rng.normal(size=shape).astype(np.float32))
+    loss = ops.Sum(root.WithOpName("loss"), ops.Mul(root, bn.y, weights), axes)
+    dx, dscale, doffset = mg.AddSymbolicGradients(root, [loss], [x, scale, offset])
+    grad_op = dx.op
+    print(f"1st order: {grad_op.type} '{grad_op.name}' fed by "
+          f"{[i.name for i in grad_op.inputs[3:]]}")
 
+    probe = ops.Const(root.WithOpName("v"), rng.normal(size=shape).astype(np.float32))
+    hvp = ops.Sum(root, ops.Mul(root, dx, probe), axes)
+    d2x, d2scale = mg.AddSymbolicGradients(root, [hvp], [x, scale])
+    print(f"2nd order: {d2x.op.type} '{d2x.op.name}' (one fused node)")
+
+    x_value = rng.normal(1.0, 2.0, shape).astype(np.float32)
+    scale_value = np.array([1.5, -0.5], np.float32)
     session = mg.ClientSession(root, backend=args.backend)
-    y, mean, variance, dx, dscale, doffset = session.Run(
-        {x: x_value, dy: dy_value},
-        [bn.y, bn.batch_mean, bn.batch_variance, grad.x_backprop, grad.scale_backprop,
-         grad.offset_backprop])
+    feeds = {x: x_value, scale: scale_value}
+    values = session.Run(feeds, [dx, dscale, doffset, d2x, d2scale])
+    for name, value in zip(["x_backprop", "scale_backprop", "offset_backprop",
+                            "d<x_backprop, v>/dx", "d<x_backprop, v>/dscale"], values):
+        print(f"{name:>24}: shape {value.shape}, |max| {np.abs(value).max():.4f}")
 
-    x64, dy64 = x_value.astype(np.float64), dy_value.astype(np.float64)
-    n = x64.size // 4
-    mu = x64.mean(axis=axes, keepdims=True)
-    var = x64.var(axis=axes, keepdims=True)
-    xhat = (x64 - mu) / np.sqrt(var + 1e-3)
-    s = scale_value.reshape(mu.shape)
-    dx64 = s / np.sqrt(var + 1e-3) * (dy64 - dy64.mean(axis=axes, keepdims=True)
-                                      - xhat * (dy64 * xhat).mean(axis=axes, keepdims=True))
-    print(f"backend: {session.backend}")
-    print(f"batch_mean      {np.round(mean, 4)}")
-    print(f"batch_variance  {np.round(variance, 4)}  (Bessel-corrected, n={n})")
-    print(f"y per-channel mean {np.round(y.mean(axis=axes), 4)}, "
-          f"std {np.round(y.std(axis=axes), 4)}  (~0 and ~|scale|)")
-    print(f"scale_backprop  {np.round(dscale, 4)}")
-    print(f"offset_backprop {np.round(doffset, 4)}")
-    print(f"max |x_backprop - float64 formula| = {np.abs(dx - dx64).max():.2e}")
-    return 0
+    worst = 0.0
+    for label, tensor in (("x_backprop", dx), ("second order d/dx", d2x)):
+        theoretical, numerical = compute_gradient([x, scale], [x_value, scale_value], tensor)
+        error = max_error(theoretical, numerical)
+        worst = max(worst, error)
+        print(f"finite differences vs symbolic Jacobian of {label}: max error {error:.2e}")
+    print("OK" if worst < 1e-6 else "MISMATCH")
+    return 0 if worst < 1e-6 else 1
 
 
 if __name__ == "__main__":
