@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= test,oracle,viz,dev
+EXTRAS ?= test,oracle,viz,examples,opencl-pocl,dev
 
 .PHONY: demo test install clean lint
 
