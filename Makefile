@@ -1,29 +1,38 @@
 # Two commands do everything on a fresh machine:
-#   make demo   - build .venv, install minigraph, run the main job
-#   make test   - build .venv, install minigraph with the test/oracle extras, run the suite
+#   make demo   - build .venv, install minigraph (C kernels included), run the main job
+#   make test   - build .venv, install minigraph with every test extra, run the whole suite
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= test,oracle,viz,examples,opencl-pocl,dev
 
-.PHONY: demo test install clean lint
+.PHONY: demo test tour lint asan clean
 
-$(VENV)/.installed: pyproject.toml setup.py
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel cffi
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+
+$(VENV)/.demo: $(VENV)/bin/python pyproject.toml setup.py
+	$(PY) -m pip install -q -e ".[examples,viz]"
 	touch $@
 
-install: $(VENV)/.installed
+$(VENV)/.test: $(VENV)/bin/python pyproject.toml setup.py
+	$(PY) -m pip install -q -e ".[test,oracle,examples,viz,opencl-pocl,dev]"
+	touch $@ $(VENV)/.demo
 
-demo: install
+demo: $(VENV)/.demo
 	$(PY) -m minigraph demo
 
-test: install
+tour: $(VENV)/.demo
+	$(PY) -m minigraph tour
+
+test: $(VENV)/.test
 	$(PY) -m pytest -q
 
-lint: install
-	$(PY) -m ruff check minigraph tests benchmarks examples
+lint: $(VENV)/.test
+	$(PY) -m ruff check minigraph tests benchmarks examples docs
+
+asan:
+	$(MAKE) -C kernels_c asan
 
 clean:
 	rm -rf $(VENV) build *.egg-info minigraph/_native*.so
