@@ -235,12 +235,14 @@ def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
     elif kind == "string":
         if not isinstance(value, str):
             raise InvalidArgumentError(f"{where} must be a string, got {value!r}")
-    elif kind == "type":
-        value = dtypes.as_dtype(value)
-    elif kind == "shape":
-        value = as_shape(value)
-    elif kind == "list(int)":
-        value = [int(v) for v in value]
+    elif kind in ("type", "shape", "list(int)"):
+        convert = {"type": dtypes.as_dtype, "shape": as_shape,
+                   "list(int)": lambda items: [int(v) for v in items]}[kind]
+        try:
+            value = convert(value)
+        except (TypeError, ValueError) as exc:  # InvalidArgumentError is a ValueError too
+            raise InvalidArgumentError(f"{where} must be a {kind}, got {value!r}: {exc}"
+                                       ) from None
     if attr.allowed is not None and value not in attr.allowed:
         allowed = ", ".join(f'"{a}"' if isinstance(a, str) else str(a) for a in attr.allowed)
         raise InvalidArgumentError(f"{where} is {value!r}, which is not in the allowed values: "
