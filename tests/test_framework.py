@@ -356,6 +356,22 @@ class TestAttrs:
             fbn(root, **{attr: value})
         assert message in str(info.value)
 
+    @pytest.mark.parametrize("shape", [[-1, 3], [1.5], "abc", 3])
+    def test_bad_shape_attr(self, shape):
+        root = mg.Scope.NewRootScope()
+        with pytest.raises(InvalidArgumentError, match=r"Placeholder 'x': attr 'shape' must be "
+                                                       r"a shape, got "):
+            ops.Placeholder(root.WithOpName("x"), mg.float32, shape=shape)
+
+    def test_bad_type_attr(self):
+        root = mg.Scope.NewRootScope()
+        with pytest.raises(InvalidArgumentError, match=r"Placeholder 'x': attr 'dtype' must be "
+                                                       r"a type, got 'float33': unsupported"):
+            ops.Placeholder(root.WithOpName("x"), "float33")
+        with pytest.raises(InvalidArgumentError, match=r"attr 'T' is mg.float64, which is not "
+                                                       r"in the allowed values"):
+            fbn(root, T=mg.float64)
+
     def test_attrs_of_another_op_are_rejected(self):
         root = mg.Scope.NewRootScope()
         with pytest.raises(InvalidArgumentError, match="FusedBatchNormGradV3.Attrs"):
