@@ -25,8 +25,11 @@ demo: $(VENV)/.demo
 tour: $(VENV)/.demo
 	$(PY) -m minigraph tour
 
+# The OpenCL suite runs in its own process: TensorFlow's LLVM breaks PoCL's compiler once TF
+# has run (tests/conftest.py deselects it from mixed runs).
 test: $(VENV)/.test
 	$(PY) -m pytest -q
+	$(PY) -m pytest -q tests/test_opencl.py
 
 lint: $(VENV)/.test
 	$(PY) -m ruff check minigraph tests benchmarks examples docs

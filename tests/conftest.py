@@ -308,3 +308,24 @@ def random_case(rng: np.random.Generator, shape, data_format: str, dtype, *,
     mean = rng.normal(centre, 1, c).astype(np.float32)
     variance = rng.uniform(0.5, 4.0, c).astype(np.float32)
     return x, scale, offset, mean, variance
+
+
+# ----------------------------------------------------------------------------- OpenCL isolation
+
+OPENCL_TESTS = "test_opencl.py"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Keep the OpenCL suite out of a run that also executes TensorFlow.
+
+    TensorFlow's bundled LLVM, once TF has run ops in the process, breaks PoCL's kernel
+    compiler (``unknown target CPU``, or a segfault). ``make test`` therefore runs
+    ``tests/test_opencl.py`` in its own pytest process; a mixed run deselects it and says so.
+    """
+    opencl = [item for item in items if item.path.name == OPENCL_TESTS]
+    if opencl and len(opencl) != len(items):
+        items[:] = [item for item in items if item.path.name != OPENCL_TESTS]
+        config.hook.pytest_deselected(items=opencl)
+        config.issue_config_time_warning(pytest.PytestConfigWarning(
+            f"{len(opencl)} OpenCL tests deselected: they must run in their own process "
+            f"(python -m pytest tests/{OPENCL_TESTS}; `make test` does it)"), stacklevel=2)
