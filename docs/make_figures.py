@@ -107,7 +107,8 @@ FIGURES = [
     Figure("bn_network_training_collapsed", bn_network_training,
            {"collapse": ["gradients", "sgd"], "legend": True}),
     Figure("digits_training", digits_training, {"legend": True}),
-    Figure("digits_training_collapsed", digits_training, {"collapse": ["gradients"]}),
+    Figure("digits_training_collapsed", digits_training,
+           {"collapse": ["train/gradients", "train/Adam"]}),
 ]
 
 

@@ -1,0 +1,343 @@
+"""Batch-norm kernel benchmark: minigraph (native kernel, full ClientSession.Run, reference)
+against PyTorch CPU and TensorFlow CPU, measured interleaved in one run.
+
+For each dtype, shape, layout and op (fwd-train, fwd-infer, bwd-train, bwd-infer) it prints
+medians of interleaved runs, effective GB/s on two-pass bytes (fwd-train 3T, fwd-infer 2T,
+bwd-train 5T, bwd-infer 3T; T = tensor bytes), % of the warm STREAM triad measured here, and
+the ratio best-peer time / minigraph kernel time. Then the target summary and the
+second-order comparison (forward + first + second order gradients).
+
+    python benchmarks/bn_kernels.py            # everything (several minutes)
+    python benchmarks/bn_kernels.py --quick    # float32, two shapes
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import geomean, markdown_table, stream_triad, time_interleaved  # noqa: E402
+
+import minigraph as mg  # noqa: E402
+from minigraph import ops  # noqa: E402
+from minigraph.backends import native, reference  # noqa: E402
+
+SHAPES = [(32, 56, 56, 64), (64, 28, 28, 128), (128, 14, 14, 256), (8, 112, 112, 32),
+          (256, 7, 7, 512), (16, 8, 8, 16), (8, 16, 16, 16, 32)]
+LARGE = [(32, 56, 56, 64), (64, 28, 28, 128), (128, 14, 14, 256), (256, 7, 7, 512)]
+OPS = ["fwd-train", "fwd-infer", "bwd-train", "bwd-infer"]
+TWO_PASS_BYTES = {"fwd-train": 3, "fwd-infer": 2, "bwd-train": 5, "bwd-infer": 3}
+EPSILON = 1e-3
+
+
+def formats_for(shape) -> list[str]:
+    return ["NHWC", "NCHW"] if len(shape) == 4 else ["NDHWC", "NCDHW"]
+
+
+def logical(shape, data_format):
+    """The tensor's shape in memory for a channels-last (N,...,C) benchmark shape."""
+    if data_format.endswith("C"):
+        return shape
+    return (shape[0], shape[-1], *shape[1:-1])
+
+
+class Case:
+    """Inputs of one (shape, format, dtype) cell, shared by every implementation."""
+
+    def __init__(self, shape, data_format, dtype):
+        rng = np.random.default_rng(0)
+        self.shape, self.data_format, self.dtype = logical(shape, data_format), data_format, \
+            dtype
+        self.channels = shape[-1]
+        self.x = rng.normal(size=self.shape).astype(np.float32).astype(dtype.np_dtype)
+        self.dy = rng.normal(size=self.shape).astype(np.float32).astype(dtype.np_dtype)
+        self.scale = rng.uniform(0.5, 1.5, self.channels).astype(np.float32)
+        self.offset = rng.normal(size=self.channels).astype(np.float32)
+        self.mean = rng.normal(size=self.channels).astype(np.float32) * 0.1
+        self.variance = rng.uniform(0.5, 1.5, self.channels).astype(np.float32)
+        self.last = data_format.endswith("C")
+        self.bytes = self.x.nbytes
+
+
+def kernel_call(math, case: Case, op: str):
+    """The bare math call of a backend (native or reference)."""
+    c = case
+    if op == "fwd-train":
+        return lambda: math.bn_forward_training(c.x, c.scale, c.offset, EPSILON, c.last)
+    if op == "fwd-infer":
+        return lambda: math.bn_forward_inference(c.x, c.scale, c.offset, c.mean, c.variance,
+                                                 EPSILON, c.last)
+    backward = math.bn_backward_training if op == "bwd-train" else math.bn_backward_inference
+    return lambda: backward(c.dy, c.x, c.scale, c.mean, c.variance, EPSILON, c.last)
+
+
+def session_call(case: Case, op: str, backend: str):
+    """The full ClientSession.Run of a one-op graph fed with x (and dy)."""
+    c = case
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, c.dtype, shape=c.shape)
+    training = op.endswith("train")
+    if op.startswith("fwd"):
+        stats = (np.zeros(0, np.float32),) * 2 if training else (c.mean, c.variance)
+        node = ops.FusedBatchNormV3(root, x, c.scale, c.offset, *stats, epsilon=EPSILON,
+                                    data_format=c.data_format, is_training=training)
+        fetches, feeds = [node.y, node.batch_mean, node.batch_variance], {x: c.x}
+    else:
+        dy = ops.Placeholder(root, c.dtype, shape=c.shape)
+        node = ops.FusedBatchNormGradV3(root, dy, x, c.scale, c.mean, c.variance,
+                                        np.zeros(0, np.float32), epsilon=EPSILON,
+                                        data_format=c.data_format, is_training=training)
+        fetches, feeds = [node.x_backprop, node.scale_backprop, node.offset_backprop], \
+            {x: c.x, dy: c.dy}
+    session = mg.ClientSession(root, backend=backend)
+    return lambda: session.Run(feeds, fetches)
+
+
+def torch_call(torch, case: Case, op: str):
+    c = case
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                   "float16": torch.float16}[c.dtype.name]
+
+    def tensor(array):
+        t = torch.from_numpy(np.asarray(array, np.float32)).to(torch_dtype)
+        if c.last:  # NHWC memory, NCHW logical: channels_last(_3d)
+            t = t.permute(0, t.dim() - 1, *range(1, t.dim() - 1))
+        return t
+
+    x, dy = tensor(c.x), tensor(c.dy)
+    weight, bias = torch.from_numpy(c.scale), torch.from_numpy(c.offset)
+    mean, var = torch.from_numpy(c.mean), torch.from_numpy(c.variance)
+    training = op.endswith("train")
+    if op.startswith("fwd"):
+        return lambda: torch.ops.aten.native_batch_norm(x, weight, bias, mean.clone(),
+                                                        var.clone(), training, 0.1, EPSILON)
+    _, save_mean, save_invstd = torch.ops.aten.native_batch_norm(x, weight, bias, mean.clone(),
+                                                                 var.clone(), True, 0.1, EPSILON)
+    return lambda: torch.ops.aten.native_batch_norm_backward(
+        dy, x, weight, mean, var, save_mean, save_invstd, training, EPSILON, [True] * 3)
+
+
+def tf_call(tf, case: Case, op: str):
+    c = case
+    tf_dtype = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}[
+        c.dtype.name]
+    x = tf.constant(c.x.astype(np.float32), dtype=tf.float32)
+    x = tf.cast(x, tf_dtype)
+    dy = tf.cast(tf.constant(c.dy.astype(np.float32)), tf_dtype)
+    scale, offset = tf.constant(c.scale), tf.constant(c.offset)
+    mean, var = tf.constant(c.mean), tf.constant(c.variance)
+    empty = tf.zeros([0])
+    training = op.endswith("train")
+    if op.startswith("fwd"):
+        @tf.function
+        def run(x):
+            out = tf.raw_ops.FusedBatchNormV3(
+                x=x, scale=scale, offset=offset, mean=empty if training else mean,
+                variance=empty if training else var, epsilon=EPSILON,
+                data_format=c.data_format, is_training=training)
+            return out[0], out[1], out[2]
+        call = lambda: run(x)  # noqa: E731
+    else:
+        @tf.function
+        def run(dy, x):
+            out = tf.raw_ops.FusedBatchNormGradV3(
+                y_backprop=dy, x=x, scale=scale, reserve_space_1=mean, reserve_space_2=var,
+                reserve_space_3=empty, epsilon=EPSILON, data_format=c.data_format,
+                is_training=training)
+            return out[0], out[1], out[2]
+        call = lambda: run(dy, x)  # noqa: E731
+    call()  # TF refuses some combos (f16/NCHW inference grad): raise here, report n/a
+    return call
+
+
+def load_peers(skip: set[str]):
+    peers = {}
+    if "torch" not in skip:
+        try:
+            import torch
+
+            torch.set_num_threads(os.cpu_count() or 1)
+            peers["torch"] = torch
+        except ImportError:
+            pass
+    if "tf" not in skip:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        try:
+            import tensorflow as tf
+
+            peers["tf"] = tf
+        except ImportError:
+            pass
+    return peers
+
+
+def benchmark_table(dtype, shapes, peers, warm_gbs, repeats, with_reference):
+    rows, results = [], {}
+    for shape in shapes:
+        for data_format in formats_for(shape):
+            case = Case(shape, data_format, dtype)
+            for op in OPS:
+                functions = {"kernel": kernel_call(native, case, op),
+                             "session": session_call(case, op, "native")}
+                if with_reference:
+                    functions["reference"] = kernel_call(reference, case, op)
+                for name, module in peers.items():
+                    try:
+                        functions[name] = (torch_call if name == "torch" else tf_call)(
+                            module, case, op)
+                    except Exception:  # noqa: BLE001  the peer refuses this combination
+                        pass
+                times = time_interleaved(functions, repeats)
+                peer_times = {k: v for k, v in times.items() if k in peers}
+                best_peer = min(peer_times, key=peer_times.get) if peer_times else None
+                ratio = peer_times[best_peer] / times["kernel"] if best_peer else float("nan")
+                gbs = TWO_PASS_BYTES[op] * case.bytes / times["kernel"] / 1e9
+                results[(shape, data_format, op)] = {**times, "ratio": ratio, "gbs": gbs,
+                                                     "best_peer": best_peer}
+                ms = {k: f"{v * 1e3:.3f}" for k, v in times.items()}
+                rows.append(["x".join(map(str, shape)), data_format, op, ms["kernel"],
+                             ms["session"], ms.get("reference", "-"), ms.get("torch", "n/a"),
+                             ms.get("tf", "n/a"), f"{gbs:.1f}", f"{100 * gbs / warm_gbs:.0f}%",
+                             f"{ratio:.2f}x ({best_peer})" if best_peer else "-"])
+                print(f"  {rows[-1]}", file=sys.stderr, flush=True)
+    header = ["shape (N..C)", "format", "op", "mg kernel ms", "mg Run ms", "reference ms",
+              "torch ms", "tf ms", "GB/s (2-pass)", "% warm STREAM", "best peer / mg"]
+    return markdown_table(header, rows), results
+
+
+def summary(dtype, results, warm_gbs) -> list[list[str]]:
+    target = 1.5 if dtype is mg.float32 else 2.0
+    rows = []
+    for op in ("fwd-train", "bwd-train"):
+        for layout in ("channels-last", "channels-first"):
+            ratios = [r["ratio"] for (shape, fmt, o), r in results.items()
+                      if o == op and shape in LARGE and fmt.endswith("C") == (
+                          layout == "channels-last")]
+            value = geomean(ratios)
+            rows.append([dtype.name, op, layout, f"{value:.2f}", f">= {target}",
+                         "PASS" if value >= target else "FAIL"])
+    worst = min((r["ratio"] for r in results.values() if np.isfinite(r["ratio"])),
+                default=float("nan"))
+    rows.append([dtype.name, "all", "worst cell", f"{worst:.2f}", ">= 0.9",
+                 "PASS" if worst >= 0.9 else "FAIL"])
+    if dtype is mg.float32:
+        bandwidth = [r["gbs"] / warm_gbs for (shape, fmt, op), r in results.items()
+                     if op == "bwd-train" and shape in LARGE]
+        if bandwidth:
+            value = float(np.mean(bandwidth))
+            rows.append([dtype.name, "bwd-train", "mean % warm STREAM (large)",
+                         f"{100 * value:.0f}%", ">= 85%", "PASS" if value >= 0.85 else "FAIL"])
+        tiny = [r["session"] - r["kernel"] for (shape, fmt, op), r in results.items()
+                if shape == (16, 8, 8, 16)]
+        if tiny:
+            value = max(tiny) * 1e6
+            rows.append([dtype.name, "all", "Run overhead, 16x8x8x16 (max)", f"{value:.0f} us",
+                         "<= 30 us", "PASS" if value <= 30 else "FAIL"])
+    return rows
+
+
+def second_order(peers, repeats) -> str:
+    """Forward + first order + second order (d/d(x, scale, dy) of <x_backprop, v>),
+    32x28x28x64 NHWC float32, training mode."""
+    shape, rng = (32, 28, 28, 64), np.random.default_rng(1)
+    x_value = rng.normal(size=shape).astype(np.float32)
+    dy_value = rng.normal(size=shape).astype(np.float32)
+    v_value = rng.normal(size=shape).astype(np.float32)
+    scale_value, offset_value = np.ones(64, np.float32), np.zeros(64, np.float32)
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, mg.float32, shape=shape)
+    dy = ops.Placeholder(root, mg.float32, shape=shape)
+    v = ops.Placeholder(root, mg.float32, shape=shape)
+    scale = ops.Placeholder(root, mg.float32, shape=[64])
+    empty = np.zeros(0, np.float32)
+    bn = ops.FusedBatchNormV3(root, x, scale, offset_value, empty, empty, epsilon=EPSILON)
+    dx, = mg.AddSymbolicGradients(root, [bn.y], [x], [dy])
+    product = ops.Sum(root, ops.Mul(root, dx, v), [0, 1, 2, 3])
+    second = mg.AddSymbolicGradients(root, [product], [x, scale, dy])
+    session = mg.ClientSession(root, backend="native")
+    feeds = {x: x_value, dy: dy_value, v: v_value, scale: scale_value}
+    first_only = lambda: session.Run(feeds, [bn.y, dx])  # noqa: E731
+    functions = {"minigraph": lambda: session.Run(feeds, [bn.y, dx] + second),
+                 "minigraph 1st order only": first_only}
+    if "tf" in peers:
+        tf = peers["tf"]
+        tx, tdy, tv = (tf.constant(a) for a in (x_value, dy_value, v_value))
+        tscale, toffset = tf.constant(scale_value), tf.constant(offset_value)
+
+        @tf.function
+        def tf_second(x, scale, dy):
+            with tf.GradientTape() as outer:
+                outer.watch([x, scale, dy])
+                with tf.GradientTape() as inner:
+                    inner.watch(x)
+                    y = tf.raw_ops.FusedBatchNormV3(
+                        x=x, scale=scale, offset=toffset, mean=tf.zeros([0]),
+                        variance=tf.zeros([0]), epsilon=EPSILON, is_training=True)[0]
+                dx = inner.gradient(y, x, output_gradients=dy)
+                product = tf.reduce_sum(dx * tv)
+            return y, dx, outer.gradient(product, [x, scale, dy])
+
+        functions["tensorflow"] = lambda: tf_second(tx, tscale, tdy)
+    if "torch" in peers:
+        torch = peers["torch"]
+
+        def torch_second():
+            px = torch.from_numpy(x_value).permute(0, 3, 1, 2).requires_grad_()
+            pscale = torch.from_numpy(scale_value.copy()).requires_grad_()
+            pdy = torch.from_numpy(dy_value).permute(0, 3, 1, 2).requires_grad_()
+            y = torch.nn.functional.batch_norm(px, None, None, pscale,
+                                               torch.from_numpy(offset_value), True, 0.1,
+                                               EPSILON)
+            dx, = torch.autograd.grad(y, px, pdy, create_graph=True)
+            product = (dx * torch.from_numpy(v_value).permute(0, 3, 1, 2)).sum()
+            return torch.autograd.grad(product, [px, pscale, pdy])
+
+        functions["pytorch"] = torch_second
+    times = time_interleaved(functions, max(5, repeats // 3), min_sample=0)
+    peers_only = {k: t for k, t in times.items() if k in ("tensorflow", "pytorch")}
+    best = min(peers_only.values()) if peers_only else float("nan")
+    rows = [[name, f"{t * 1e3:.2f}", f"{best / t:.2f}x" if peers_only else "-"]
+            for name, t in times.items()]
+    return markdown_table(["implementation", "ms", "best peer / this"], rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--dtypes", default="float32,bfloat16,float16")
+    parser.add_argument("--skip", default="", help="comma list of peers to skip: torch,tf")
+    parser.add_argument("--no-reference", action="store_true")
+    args = parser.parse_args(argv)
+    if not native.available():
+        print(f"native backend unavailable: {native.unavailable_reason()}")
+        return 1
+    peers = load_peers(set(filter(None, args.skip.split(","))))
+    warm, dram = stream_triad(26), stream_triad(256, reps=5)
+    print(f"# Batch-norm kernels: minigraph native vs peers\n\nthreads: {native.num_threads()}"
+          f", ISA: {native.isa()}, peers: {', '.join(peers) or 'none'}; STREAM triad "
+          f"(measured now): warm (3x26 MB) {warm:.1f} GB/s, DRAM (3x256 MB) {dram:.1f} GB/s\n")
+    shapes = [SHAPES[0], SHAPES[5]] if args.quick else SHAPES
+    dtypes = ["float32"] if args.quick else args.dtypes.split(",")
+    summaries = []
+    for name in dtypes:
+        dtype = mg.as_dtype(name)
+        table, results = benchmark_table(dtype, shapes, peers, warm, args.repeats,
+                                         with_reference=not args.no_reference and name ==
+                                         "float32")
+        print(f"## {name}\n\n{table}\n", flush=True)
+        summaries += summary(dtype, results, warm)
+    print("## Targets\n\n" + markdown_table(
+        ["dtype", "op", "measure", "value", "target", ""], summaries) + "\n")
+    print("## Second order (32x28x28x64 NHWC float32: forward + 1st + 2nd order)\n\n"
+          + second_order(peers, args.repeats) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
