@@ -35,9 +35,6 @@ def compute_gradient(xs: Sequence[Output], x_values: Sequence[np.ndarray], y: Ou
     """
     if len(xs) != len(x_values):
         raise InvalidArgumentError(f"compute_gradient: {len(xs)} xs but {len(x_values)} values")
-    if not y.shape.is_fully_defined():
-        raise InvalidArgumentError(f"compute_gradient: y '{y.name}' needs a fully defined "
-                                   f"static shape, got {y.shape}")
     graph = y.graph
     scope = Scope(graph).NewSubScope("gradient_checker")
     cotangent = Placeholder(scope.WithOpName("dy"), y.dtype, shape=y.shape)
@@ -46,14 +43,15 @@ def compute_gradient(xs: Sequence[Output], x_values: Sequence[np.ndarray], y: Ou
     base = {k: v for k, v in (feeds or {}).items()}
     values = [np.asarray(v, np.float64) for v in x_values]
     base.update(zip(xs, values))
-    y_size = int(np.prod(y.shape.dims))
+    y_shape = np.shape(session.Run(base, y))  # the runtime shape; static dims may be unknown
+    y_size = int(np.prod(y_shape))
 
     theoretical = [np.zeros((v.size, y_size)) for v in values]
     live = [(i, g) for i, g in enumerate(grads) if g is not None]
     for j in range(y_size):
         one_hot = np.zeros(y_size)
         one_hot[j] = 1
-        rows = session.Run({**base, cotangent: one_hot.reshape(y.shape.dims)},
+        rows = session.Run({**base, cotangent: one_hot.reshape(y_shape)},
                            [g for _, g in live]) if live else []
         for (i, _), row in zip(live, rows):
             theoretical[i][:, j] = np.asarray(row, np.float64).reshape(-1)
