@@ -9,6 +9,7 @@ backend (``minigraph.backends.native.available()`` is then False).
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 
 from setuptools import setup
@@ -49,10 +50,13 @@ class OptionalBuildExt(build_ext):
             _warn(error)
 
 
+BUILD_SCRIPT = "kernels_c/build_native.py"
 options: dict = {"cmdclass": {"build_ext": OptionalBuildExt}}
-if importlib.util.find_spec("cffi") is not None:
-    options["cffi_modules"] = ["kernels_c/build_native.py:ffibuilder"]
-else:
+if importlib.util.find_spec("cffi") is None:
     _warn("cffi is not installed")
+elif not os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), BUILD_SCRIPT)):
+    _warn(f"{BUILD_SCRIPT} is missing from this source tree")
+else:
+    options["cffi_modules"] = [f"{BUILD_SCRIPT}:ffibuilder"]
 
 setup(**options)

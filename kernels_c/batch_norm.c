@@ -5,26 +5,29 @@
  * The tensor (outer, C, inner) is cut into a FIXED list of blocks that depends only on the
  * shape, the dtype and the vector width, never on the thread count:
  *
- *   row blocks   (channels-last, inner == 1, or short channels-first planes): a block is a
- *                range of whole rows of C*inner elements, i.e. one contiguous stretch. A
- *                position p of a row belongs to channel (p % (C*inner)) / inner. Rows are
- *                replicated so that a period of positions is a multiple of the vector width
- *                (C = 3 -> 16 rows = 48 positions = 3 full AVX-512 vectors), so SIMD runs over
- *                channels with no masks except in the block's last partial period.
- *   plane blocks (channels-first, planes of >= 32 elements): a block is one channel's slice
- *                of several (n, c) planes (or a chunk of one long plane); SIMD runs along the
- *                plane and the per-channel coefficients are broadcast.
+ *   row blocks   (channels-last, inner == 1, or channels-first planes shorter than 32): a
+ *                block is a range of whole rows of C*inner elements, one contiguous stretch.
+ *                Position p of a row belongs to channel (p % (C*inner)) / inner. Rows are
+ *                replicated so that a period of positions is a whole number of vectors of at
+ *                least 128 floats (C = 3: 48 rows = 144 positions = 9 AVX-512 vectors), so
+ *                SIMD runs across channels, with per-position coefficient arrays.
+ *   plane blocks (channels-first, planes of >= 32 elements): a block is consecutive whole
+ *                planes of one sample (or a chunk of one long plane), also one contiguous
+ *                stretch; SIMD runs along each plane with the channel's coefficients and
+ *                sums in registers.
  *
- * Blocks hold ~128 KB of each tensor so a block's statistics can be computed with two
- * sub-passes (sums, then centered sums) while the block sits in L2: training ops stream
- * the tensors twice (statistics, then outputs), inference ops once. Each block writes a
- * per-channel record of float32 vector sums folded to double; the records are then combined
+ * Blocks hold ~128 KB of each tensor, so a block's statistics are computed with two
+ * sub-passes (sums, then centered sums) while the block sits in L2: training ops stream the
+ * tensors twice (statistics, then outputs), inference ops once. Each block writes a
+ * per-channel record (float32 vector sums, folded to double); the records are then combined
  * serially in block order (Chan et al.'s pairwise update for means and centered
- * (co)moments, plain sums otherwise). Blocks are handed to threads dynamically, so the
- * result is bit-identical for any thread count and any schedule.
+ * (co)moments, plain sums otherwise). Blocks are handed to threads dynamically (the machine
+ * may be shared), and the result is bit-identical for any thread count, any schedule and any
+ * buffer alignment.
  *
- * The element loops are in bn_runs_template.h, instantiated per ISA and dtype
- * (bn_isa_*.c); the ISA is chosen once with __builtin_cpu_supports.
+ * The element loops ("runs") are in bn_runs_template.h, instantiated per ISA and dtype
+ * (bn_isa_*.c); the ISA is chosen once with __builtin_cpu_supports (mg_bn_set_isa can narrow
+ * it for tests).
  */
 #include "batch_norm.h"
 
@@ -39,13 +42,13 @@
 #endif
 
 enum {
-    BN_BLOCK_BYTES = 128 * 1024,    /* bytes of one tensor per block (stays in L2)             */
-    BN_BLOCK_MIN_ROWS = 64,         /* row blocks have at least this many rows (few records)   */
-        BN_ROW_MIN_PERIOD = 128,        /* rows are replicated up to at least this many positions, */
-    BN_ROW_MAX_PERIOD = 4096,       /* but only while that stays below this many              */
-    BN_PLANE_MIN_INNER = 32,        /* shorter channels-first planes use row blocks...         */
-    BN_ROW_MAX_LEN = 1 << 16,       /* ...unless a row (C * inner) is longer than this         */
-    BN_PARALLEL_MIN_ELEMS = 1 << 15 /* smaller tensors run on the calling thread               */
+    BN_BLOCK_BYTES = 128 * 1024,    /* bytes of one tensor per block (stays in L2)            */
+    BN_BLOCK_MIN_ROWS = 64,         /* row blocks have at least this many rows (few records)  */
+    BN_ROW_MIN_PERIOD = 128,        /* rows are replicated to at least this many positions,   */
+    BN_ROW_MAX_PERIOD = 4096,       /* but only while that stays below this many             */
+    BN_PLANE_MIN_INNER = 32,        /* shorter channels-first planes use row blocks...        */
+    BN_ROW_MAX_LEN = 1 << 16,       /* ...unless a row (C * inner) is longer than this        */
+    BN_PARALLEL_MIN_ELEMS = 1 << 15 /* smaller tensors run on the calling thread (overhead)   */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -126,6 +129,7 @@ typedef struct {
     int64_t outer, channels, inner, row_len; /* row_len = channels * inner                    */
     int rows;                /* 1: row blocks; 0: plane blocks                                 */
     int64_t period, padded;  /* row blocks: positions per period; position array length      */
+    int64_t head;            /* row blocks: elements before the first aligned one (see row_head) */
     int64_t nblocks;
     int64_t block_channels;  /* most channels in a block: C (rows), channels_per_block (planes) */
     int64_t acc_len;         /* floats per accumulator array                                   */
@@ -172,7 +176,8 @@ static void make_plan(bn_plan *p, int64_t outer, int64_t channels, int64_t inner
         while (reps * p->row_len < BN_ROW_MIN_PERIOD)
             reps *= 2;
         p->period = reps * p->row_len;
-        p->padded = ceil_div(p->period, 4 * vlen) * 4 * vlen; /* whole row-run chunks */
+        /* zero padding: row runs read and add whole vectors, up to 4 past the period */
+        p->padded = ceil_div(p->period, vlen) * vlen + 4 * vlen;
         int64_t rows = reps * max64(1, block_elems / p->period);
         if (rows < BN_BLOCK_MIN_ROWS) /* fewer records per element; capped at 4 blocks' worth */
             rows = reps * max64(rows / reps, min64(ceil_div(BN_BLOCK_MIN_ROWS, reps),
@@ -274,8 +279,22 @@ static bn_scratch thread_scratch(const bn_call *k, int tid)
     return s;
 }
 
+/* Row runs that only write tensors start at the first element of `ref` (their output) that
+ * is aligned to a vector, the elements before it being a masked head: aligned stores and
+ * loads are faster, and numpy's large arrays sit 16 bytes past a 64-byte boundary. All
+ * blocks and rows share that alignment when the period is a whole number of vectors
+ * (otherwise: no head). Runs that accumulate never use a head, so that sums (and the
+ * results) do not depend on where the buffers happen to be. */
+static int64_t row_head(const bn_plan *p, const void *ref, int vlen, size_t elsize)
+{
+    const size_t align = (size_t)vlen * elsize, misalign = (uintptr_t)ref % align;
+    if (!p->rows || p->period % vlen || misalign % elsize || misalign == 0)
+        return 0;
+    return (int64_t)((align - misalign) / elsize);
+}
+
 static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int64_t inner,
-                     int nfields, int num_threads)
+                     int nfields, int num_threads, const void *align_ref)
 {
     memset(k, 0, sizeof *k);
     const bn_run_table *table = run_table(dtype);
@@ -284,6 +303,7 @@ static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int
     k->elsize = dtype == MG_BN_F32 ? 4 : 2;
     k->nfields = nfields;
     make_plan(&k->plan, outer, channels, inner, table->vlen, k->elsize);
+    k->plan.head = row_head(&k->plan, align_ref, table->vlen, k->elsize);
     const bn_plan *p = &k->plan;
     k->runs = p->rows ? table->row : table->plane;
 
@@ -336,7 +356,10 @@ static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int
 
 static void call_free(bn_call *k) { free(k->workspace); }
 
-static float *chan_coef(const bn_call *k, int i) { return k->coef + (size_t)i * (size_t)k->plan.channels; }
+static float *chan_coef(const bn_call *k, int i)
+{
+    return k->coef + (size_t)i * (size_t)k->plan.channels;
+}
 
 static double *record(const bn_call *k, int64_t b)
 {
@@ -372,6 +395,7 @@ static void block_args(const bn_call *k, const bn_block *blk, const bn_scratch *
     a->out1 = k->out1 ? k->out1 + off : NULL;
     a->len = blk->len;
     a->period = k->plan.period;
+    a->head = nacc ? 0 : k->plan.head; /* see row_head */
     a->nseg = k->plan.rows ? 1 : blk->nc;
     a->seg_stride = k->plan.inner;
     for (int i = 0; i < nacc; ++i) {
@@ -389,7 +413,7 @@ static void fold(const bn_call *k, const bn_block *blk, float *const *acc, int n
     for (int i = 0; i < nacc; ++i) {
         double *o = out + (size_t)i * (size_t)nc;
         const float *a = acc[i];
-        if (p->rows) { /* positions of the block's first period */
+        if (p->rows) { /* the positions the block touched */
             const int64_t used = min64(p->period, blk->len);
             for (int64_t c = 0; c < nc; ++c)
                 o[c] = 0.0;
@@ -402,12 +426,13 @@ static void fold(const bn_call *k, const bn_block *blk, float *const *acc, int n
     }
 }
 
-/* dst[pos] = vals[channel of pos], zero padded (row blocks). */
-static void expand(const bn_call *k, const float *vals, float *dst)
+/* dst[pos] = vals[channel of the elements at position pos], zero padded (row blocks);
+ * head: the run's head (see row_head). */
+static void expand(const bn_call *k, const float *vals, float *dst, int64_t head)
 {
     const bn_plan *p = &k->plan;
     for (int64_t pos = 0; pos < p->period; ++pos)
-        dst[pos] = vals[k->chan[pos]];
+        dst[pos] = vals[k->chan[pos + head < p->period ? pos + head : pos + head - p->period]];
     for (int64_t pos = p->period; pos < p->padded; ++pos)
         dst[pos] = 0.0f;
 }
@@ -441,7 +466,7 @@ static void stats_block(bn_call *k, int64_t b, int tid)
         for (size_t c = 0; c < nc; ++c)
             m[c] = (float)(s.fold[v * nc + c] / count);
         if (k->plan.rows) {
-            expand(k, m, s.pos[v]);
+            expand(k, m, s.pos[v], 0);
             a.k[v] = s.pos[v];
         } else {
             a.k[v] = m;
@@ -456,7 +481,8 @@ static void stats_block(bn_call *k, int64_t b, int tid)
         for (int v = 0; v < nvars; ++v)
             rec[v * nc + c] = s.means[v * nc + c] + dev[v * nc + c] / count;
         for (int q = 0; q < np; ++q) {
-            double m2 = prod[q * nc + c] - dev[pair_a[q] * nc + c] * dev[pair_b[q] * nc + c] / count;
+            double m2 = prod[q * nc + c] -
+                        dev[pair_a[q] * nc + c] * dev[pair_b[q] * nc + c] / count;
             if (q == 0 && m2 < 0.0) /* a sum of squares; keeps NaN */
                 m2 = 0.0;
             rec[(nvars + q) * nc + c] = m2;
@@ -490,7 +516,8 @@ static void combine_moments(const bn_call *k)
                 out[v * C] += delta[v] * f;
             }
             for (int q = 0; q < np; ++q)
-                out[(nvars + q) * C] += rec[(nvars + q) * nc + c] + delta[pair_a[q]] * delta[pair_b[q]] * w;
+                out[(nvars + q) * C] +=
+                    rec[(nvars + q) * nc + c] + delta[pair_a[q]] * delta[pair_b[q]] * w;
             k->counts[blk.c0 + c] = n;
         }
     }
@@ -518,7 +545,10 @@ static double combined(const bn_call *k, int i, int64_t c)
 }
 
 /* One element pass over a block: run k->run with k->ncoef per-channel coefficient vectors
- * (chan_coef); its k->nacc accumulators are folded into the block's record. */
+ * (chan_coef); its k->nacc accumulators are folded into the block's record. Row blocks
+ * split the one-pass inference runs into their outputs, then their sums (re-reading the
+ * block from L2): row runs that write are fastest in memory order with coefficients read
+ * from position arrays, row runs that sum are fastest in chunks with sums in registers. */
 static void pass_block(bn_call *k, int64_t b, int tid)
 {
     bn_block blk;
@@ -529,7 +559,12 @@ static void pass_block(bn_call *k, int64_t b, int tid)
     for (int i = 0; i < k->ncoef; ++i)
         a.k[i] = k->plan.rows ? k->row_coef + (size_t)i * (size_t)k->plan.padded
                               : chan_coef(k, i) + blk.c0;
-    k->runs[k->run](&a);
+    if (k->plan.rows && (k->run == BN_BWD_INFER || k->run == BN_GG_INFER)) {
+        k->runs[k->run == BN_BWD_INFER ? BN_BWD_INFER_DX : BN_GG_INFER_OUT](&a);
+        k->runs[k->run == BN_BWD_INFER ? BN_BWD_SUMS : BN_GG_DOT](&a);
+    } else {
+        k->runs[k->run](&a);
+    }
     if (k->nacc)
         fold(k, &blk, s.acc, k->nacc, record(k, b));
 }
@@ -542,7 +577,8 @@ static void element_pass(bn_call *k, int run, int ncoef, int nacc)
     k->nacc = nacc;
     if (k->plan.rows)
         for (int i = 0; i < ncoef; ++i)
-            expand(k, chan_coef(k, i), k->row_coef + (size_t)i * (size_t)k->plan.padded);
+            expand(k, chan_coef(k, i), k->row_coef + (size_t)i * (size_t)k->plan.padded,
+                   nacc ? 0 : k->plan.head);
     run_blocks(k, pass_block);
 }
 
@@ -553,7 +589,10 @@ static void statistics_pass(bn_call *k, int nvars)
     combine_moments(k);
 }
 
-static double rsqrt_eps(float variance, double epsilon) { return 1.0 / sqrt((double)variance + epsilon); }
+static double rsqrt_eps(float variance, double epsilon)
+{
+    return 1.0 / sqrt((double)variance + epsilon);
+}
 
 /* Shape checks shared by the entry points: returns -1 to proceed, else the return code. */
 static int check_sizes(int dtype, int64_t outer, int64_t channels, int64_t inner)
@@ -589,7 +628,7 @@ int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t i
         return 0;
     }
     bn_call k;
-    if ((rc = call_init(&k, dtype, outer, channels, inner, 2, num_threads)))
+    if ((rc = call_init(&k, dtype, outer, channels, inner, 2, num_threads, y)))
         return rc;
     k.x = x;
     k.out0 = y;
@@ -619,7 +658,7 @@ int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t 
     if (rc >= 0 || channels == 0 || outer == 0 || inner == 0)
         return rc >= 0 ? rc : 0;
     bn_call k;
-    if ((rc = call_init(&k, dtype, outer, channels, inner, 1, num_threads)))
+    if ((rc = call_init(&k, dtype, outer, channels, inner, 1, num_threads, y)))
         return rc;
     k.x = x;
     k.out0 = y;
@@ -653,7 +692,7 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         return 0;
     }
     bn_call k;
-    if ((rc = call_init(&k, dtype, outer, channels, inner, 2, num_threads)))
+    if ((rc = call_init(&k, dtype, outer, channels, inner, 2, num_threads, dx)))
         return rc;
     k.x = x;
     k.dy = dy;
@@ -732,7 +771,7 @@ int mg_bn_grad_grad_training(int dtype, int64_t outer, int64_t channels, int64_t
         return 0;
     }
     bn_call k;
-    if ((rc = call_init(&k, dtype, outer, channels, inner, 7, num_threads)))
+    if ((rc = call_init(&k, dtype, outer, channels, inner, 7, num_threads, d_dy)))
         return rc;
     k.x = x;
     k.dy = dy;
@@ -779,7 +818,7 @@ int mg_bn_grad_grad_inference(int dtype, int64_t outer, int64_t channels, int64_
         return 0;
     }
     bn_call k;
-    if ((rc = call_init(&k, dtype, outer, channels, inner, 1, num_threads)))
+    if ((rc = call_init(&k, dtype, outer, channels, inner, 1, num_threads, d_dy)))
         return rc;
     k.x = x;
     k.dy = dy;

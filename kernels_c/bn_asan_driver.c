@@ -1,8 +1,8 @@
 /* Test driver for `make asan`: runs every entry point of batch_norm.h over awkward sizes,
  * every dtype, every instruction set this CPU has and 1 or 2 threads, under
- * AddressSanitizer + UndefinedBehaviorSanitizer. Outputs carry guard elements after their
- * end (masked vector stores are not seen by ASan), results must be finite, and the forward
- * statistics and output are checked against a naive double-precision computation. */
+ * AddressSanitizer + UndefinedBehaviorSanitizer. Outputs sit at varying alignments between
+ * guard bytes (masked vector stores are not seen by ASan), results must be finite, and the
+ * forward statistics and output are checked against a naive double-precision computation. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,7 +13,6 @@
 #include "bn_convert.h"
 
 enum { GUARD = 64 };
-static const uint16_t GUARD_BITS = 0xA5A5;
 
 static int failures;
 
@@ -64,23 +63,38 @@ static void *input_tensor(int dtype, size_t n, double loc, double spread)
     return p;
 }
 
-/* An output tensor followed by GUARD guard elements. */
-static void *output_tensor(int dtype, size_t n)
+/* An output tensor at a varying alignment (row runs that only write align themselves to
+ * their output), with GUARD guard bytes before and after it. */
+typedef struct {
+    unsigned char *base;
+    void *data;
+    size_t bytes, total;
+} out_buf;
+
+static unsigned output_shift;
+
+static out_buf output_tensor(int dtype, size_t n)
 {
-    uint16_t *p = malloc(n * elsize(dtype) + GUARD * 4);
-    for (size_t i = 0; i < (n * elsize(dtype) + GUARD * 4) / 2; ++i)
-        p[i] = GUARD_BITS;
-    return p;
+    out_buf o;
+    const size_t shift = (output_shift++ * elsize(dtype)) % 64;
+    o.bytes = n * elsize(dtype);
+    o.total = GUARD + 64 + o.bytes + GUARD;
+    o.base = malloc(o.total);
+    memset(o.base, 0xA5, o.total);
+    o.data = o.base + GUARD + shift;
+    return o;
 }
 
-static void check_output(int dtype, void *p, size_t n, const char *what)
+static void check_output(int dtype, out_buf o, size_t n, const char *what)
 {
     for (size_t i = 0; i < n; ++i)
-        CHECK(isfinite(get(dtype, p, i)), "%s[%zu] = %g is not finite", what, i, get(dtype, p, i));
-    const uint16_t *guard = (const uint16_t *)((char *)p + n * elsize(dtype));
-    for (size_t i = 0; i < GUARD * 2; ++i)
-        CHECK(guard[i] == GUARD_BITS, "%s: write past the end (guard %zu)", what, i);
-    free(p);
+        CHECK(isfinite(get(dtype, o.data, i)), "%s[%zu] = %g is not finite", what, i,
+              get(dtype, o.data, i));
+    const unsigned char *begin = o.data, *end = begin + o.bytes;
+    for (const unsigned char *q = o.base; q < o.base + o.total; ++q)
+        if (q < begin || q >= end)
+            CHECK(*q == 0xA5, "%s: write outside the tensor (byte %td)", what, q - begin);
+    free(o.base);
 }
 
 static float *vector(int64_t c, double lo, double hi)
@@ -112,10 +126,10 @@ static void run_case(int dtype, int64_t outer, int64_t channels, int64_t inner, 
     int rc;
 
     /* forward training, checked against a naive double computation */
-    void *y = output_tensor(dtype, n);
+    out_buf y = output_tensor(dtype, n);
     float *bm = out_vector(channels), *bv = out_vector(channels);
-    rc = mg_bn_forward_training(dtype, outer, channels, inner, x, scale, offset, eps, y, bm, bv,
-                                threads);
+    rc = mg_bn_forward_training(dtype, outer, channels, inner, x, scale, offset, eps, y.data, bm,
+                                bv, threads);
     CHECK(rc == 0, "forward_training rc %d", rc);
     const double count = (double)(outer * inner);
     for (int64_t c = 0; c < channels && count > 0; ++c) {
@@ -130,15 +144,17 @@ static void run_case(int dtype, int64_t outer, int64_t channels, int64_t inner, 
                 sq += d * d;
             }
         const double v = sq / count, a = scale[c] / sqrt(v + eps);
-        CHECK(fabs(bm[c] - mu) <= 1e-5 * (fabs(mu) + 2), "mean[%lld] %g vs %g", (long long)c, bm[c], mu);
-        CHECK(fabs(bv[c] - v) <= 1e-5 * v + 1e-9, "variance[%lld] %g vs %g", (long long)c, bv[c], v);
+        CHECK(fabs(bm[c] - mu) <= 1e-5 * (fabs(mu) + 2), "mean[%lld] %g vs %g", (long long)c,
+              bm[c], mu);
+        CHECK(fabs(bv[c] - v) <= 1e-5 * v + 1e-9, "variance[%lld] %g vs %g", (long long)c,
+              bv[c], v);
         const double tol = dtype == MG_BN_F32 ? 1e-4 : 2e-2;
         for (int64_t o = 0; o < outer; ++o)
             for (int64_t i = 0; i < inner; ++i) {
                 const size_t at = (size_t)((o * channels + c) * inner + i);
                 const double want = (get(dtype, x, at) - mu) * a + offset[c];
-                CHECK(fabs(get(dtype, y, at) - want) <= tol * (fabs(want) + 1), "y %g vs %g",
-                      get(dtype, y, at), want);
+                CHECK(fabs(get(dtype, y.data, at) - want) <= tol * (fabs(want) + 1), "y %g vs %g",
+                      get(dtype, y.data, at), want);
             }
     }
     check_output(dtype, y, n, "y");
@@ -152,28 +168,29 @@ static void run_case(int dtype, int64_t outer, int64_t channels, int64_t inner, 
 
     y = output_tensor(dtype, n);
     rc = mg_bn_forward_inference(dtype, outer, channels, inner, x, scale, offset, mean, var, eps,
-                                 y, threads);
+                                 y.data, threads);
     CHECK(rc == 0, "forward_inference rc %d", rc);
     check_output(dtype, y, n, "y (inference)");
 
     for (int training = 0; training < 2; ++training) {
-        void *dx = output_tensor(dtype, n);
+        out_buf dx = output_tensor(dtype, n);
         float *sb = out_vector(channels), *ob = out_vector(channels);
         rc = (training ? mg_bn_backward_training : mg_bn_backward_inference)(
-            dtype, outer, channels, inner, dy, x, scale, mean, var, eps, dx, sb, ob, threads);
+            dtype, outer, channels, inner, dy, x, scale, mean, var, eps, dx.data, sb, ob, threads);
         CHECK(rc == 0, "backward rc %d", rc);
         check_output(dtype, dx, n, "dx");
         check_vector(sb, channels, "scale_backprop");
         check_vector(ob, channels, "offset_backprop");
 
-        void *ddy = output_tensor(dtype, n), *ddx = output_tensor(dtype, n);
+        out_buf ddy = output_tensor(dtype, n), ddx = output_tensor(dtype, n);
         float *ds = out_vector(channels);
         if (training)
             rc = mg_bn_grad_grad_training(dtype, outer, channels, inner, dy, x, scale, gx, gscale,
-                                          goffset, eps, ddy, ddx, ds, threads);
+                                          goffset, eps, ddy.data, ddx.data, ds, threads);
         else
             rc = mg_bn_grad_grad_inference(dtype, outer, channels, inner, dy, x, scale, mean, var,
-                                           gx, gscale, goffset, eps, ddy, ddx, ds, threads);
+                                           gx, gscale, goffset, eps, ddy.data, ddx.data, ds,
+                                           threads);
         CHECK(rc == 0, "grad_grad rc %d", rc);
         check_output(dtype, ddy, n, "d_dy");
         check_output(dtype, ddx, n, "d_x");

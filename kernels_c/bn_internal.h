@@ -1,11 +1,12 @@
 /* Internals shared by the driver (batch_norm.c) and the per-ISA run kernels (bn_isa_*.c).
  *
- * A "run" is a contiguous stretch of `len` tensor elements whose position p (element offset
- * modulo `period`) indexes position arrays: coefficients k[i][p] (float32, read-only) and
- * accumulators acc[i][p] (float32, added to). Position arrays hold `period` rounded up to
- * the vector width, zero-padded. The driver maps positions to channels; the run kernels
- * never see channels, layouts or threads, so they are the only code written per ISA and
- * per dtype (bn_runs_template.h, instantiated 3 x 3 times).
+ * A "run" is a contiguous stretch of `len` tensor elements. In a row run, element e has the
+ * position p = (e - head) mod period, which indexes position arrays: coefficients k[i][p]
+ * (float32, read-only) and accumulators acc[i][p] (float32, added to); they hold the period
+ * rounded up to the vector width plus 4 vectors, zero-padded. A plane run is a few segments
+ * of one channel each (see bn_run_table). The driver maps positions and segments to
+ * channels; the run kernels never see channels, layouts or threads, so they are the only
+ * code written per ISA and per dtype (bn_runs_template.h, instantiated 3 x 3 times).
  */
 #ifndef MINIGRAPH_BN_INTERNAL_H
 #define MINIGRAPH_BN_INTERNAL_H
@@ -25,8 +26,10 @@ typedef struct {
     const void *x, *dy, *gx; /* inputs at the start of the run */
     void *out0, *out1;       /* outputs at the start of the run */
     int64_t len;             /* elements in the run (plane runs: in each segment) */
-    int64_t period;          /* row runs: positions per row, a multiple of the vector width
-                                unless >= len */
+    int64_t period;          /* row runs: positions per row: a multiple of the vector width,
+                                or long rows ending with a masked vector */
+    int64_t head;            /* row runs: elements before position 0 (they have positions
+                                period - head .. period - 1), < vector width */
     int64_t nseg, seg_stride; /* plane runs: nseg segments, seg_stride elements apart */
     const float *k[BN_NCOEF];
     float *acc[BN_NACC];
@@ -47,6 +50,9 @@ enum {
     BN_GG_DEV,    /* acc0..2 += xc, dc, gc; acc3..6 += xc^2, dc*xc, gc*xc, gc*dc  */
     BN_GG_APPLY,  /* out0 = k3*gc + (k4*xc + k5); out1 = k6*xc + (k7*dc + k8*gc) */
     BN_GG_INFER,  /* out0 = k1*gx + (k2*xc + k3); out1 = dy*k2; acc0 += gx*dy     */
+    BN_BWD_INFER_DX, /* out0 = dy * k1                       (BN_BWD_INFER, row blocks) */
+    BN_GG_INFER_OUT, /* the outputs of BN_GG_INFER           (BN_GG_INFER, row blocks)  */
+    BN_GG_DOT,       /* acc0 += gx*dy                        (BN_GG_INFER, row blocks)  */
     BN_NRUNS
 };
 

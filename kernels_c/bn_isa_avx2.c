@@ -21,7 +21,10 @@ typedef __m256 vf;
 #define vf_fma _mm256_fmadd_ps
 #define vf_ldk _mm256_loadu_ps
 
-static inline void vf_acc(float *p, vf v) { _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), v)); }
+static inline void vf_acc(float *p, vf v)
+{
+    _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), v));
+}
 
 static inline float vf_hsum(vf v)
 {
@@ -39,7 +42,10 @@ static inline vf vf_keep(vf v, int n)
 }
 
 static inline vf f32_full(const float *p) { return _mm256_loadu_ps(p); }
-static inline vf f16_full(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline vf f16_full(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
 static inline vf bf16_full(const uint16_t *p)
 {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -49,19 +55,23 @@ static inline vf bf16_full(const uint16_t *p)
 static inline void f32_put(float *p, vf v) { _mm256_storeu_ps(p, v); }
 static inline void f16_put(uint16_t *p, vf v)
 {
-    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128((__m128i *)p, h);
 }
 /* float32 -> bfloat16, round to nearest even; NaN -> quiet NaN with the sign (as bn_convert.h) */
 static inline void bf16_put(uint16_t *p, vf v)
 {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i hi = _mm256_srli_epi32(u, 16);
-    const __m256i bias = _mm256_add_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(1)), _mm256_set1_epi32(0x7fff));
+    const __m256i bias =
+        _mm256_add_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(1)), _mm256_set1_epi32(0x7fff));
     __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
-    const __m256i qnan = _mm256_or_si256(_mm256_and_si256(hi, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x7fc0));
+    const __m256i sign = _mm256_and_si256(hi, _mm256_set1_epi32(0x8000));
+    const __m256i qnan = _mm256_or_si256(sign, _mm256_set1_epi32(0x7fc0));
     const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     r = _mm256_blendv_epi8(r, qnan, is_nan);
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    const __m128i packed =
+        _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
     _mm_storeu_si128((__m128i *)p, packed);
 }
 

@@ -24,7 +24,10 @@ typedef __m512 vf;
 #define vf_hsum _mm512_reduce_add_ps
 
 static inline __mmask16 lanes(int n) { return (__mmask16)((1u << n) - 1u); }
-static inline void vf_acc(float *p, vf v) { _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), v)); }
+static inline void vf_acc(float *p, vf v)
+{
+    _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), v));
+}
 static inline vf vf_keep(vf v, int n) { return n == VLEN ? v : _mm512_maskz_mov_ps(lanes(n), v); }
 
 static inline vf ld_f32(const float *p, int n)
@@ -41,7 +44,9 @@ static inline void st_f32(float *p, vf v, int n)
 
 static inline __m256i ld_u16(const uint16_t *p, int n)
 {
-    return n == VLEN ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(lanes(n), p);
+    if (n == VLEN)
+        return _mm256_loadu_si256((const __m256i *)p);
+    return _mm256_maskz_loadu_epi16(lanes(n), p);
 }
 static inline void st_u16(uint16_t *p, __m256i h, int n)
 {
@@ -66,9 +71,11 @@ static inline void st_bf16(uint16_t *p, vf v, int n)
 {
     const __m512i u = _mm512_castps_si512(v);
     const __m512i hi = _mm512_srli_epi32(u, 16);
-    const __m512i bias = _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fff));
+    const __m512i bias =
+        _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fff));
     __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
-    const __m512i qnan = _mm512_or_si512(_mm512_and_si512(hi, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7fc0));
+    const __m512i sign = _mm512_and_si512(hi, _mm512_set1_epi32(0x8000));
+    const __m512i qnan = _mm512_or_si512(sign, _mm512_set1_epi32(0x7fc0));
     r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), qnan);
     st_u16(p, _mm512_cvtepi32_epi16(r), n);
 }

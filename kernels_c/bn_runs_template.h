@@ -15,11 +15,12 @@
  *
  * Every kernel body is written once, as a macro of (K, ACC): K(i) is coefficient i at the
  * current vector, ACC(i, v) adds v to accumulator i. BN_RUN turns a body into two functions
- * (bn_internal.h): a row run (K and ACC index position arrays) and a plane run (per
- * segment, K are broadcast scalars and ACC are registers). Names in scope in a body: x, dy, gx, out0, out1
- * (tensors at the run's start), e (element offset), n (active lanes: VLEN except in the
- * last, masked vector of a row or run). Accumulated values must be zero in inactive lanes:
- * ACC applies vf_keep, and each body zeroes centered values (vf_keep) before it multiplies.
+ * (bn_internal.h): a row run (K from position arrays; ACC into position arrays or, for runs
+ * that only sum, into registers) and a plane run (per segment, K broadcast and ACC in
+ * registers). Names in scope in a body: x, dy, gx, out0, out1 (tensors at the run's start),
+ * e (element offset), n (active lanes: VLEN except in masked vectors at the ends of rows,
+ * segments and runs). Accumulated values must be zero in inactive lanes: ACC applies
+ * vf_keep, and each body zeroes centered values (vf_keep) before it multiplies.
  */
 
 #define BN_GLUE3_(a, b, c) a##_##b##_##c
@@ -30,64 +31,124 @@
 #define LD(p, n) BN_GLUE2(ld, BN_DT)(p, n)
 #define ST(p, v, n) BN_GLUE2(st, BN_DT)(p, v, n)
 
-/* Both flavours keep coefficients and sums in registers: kv_[i][u_] and ra_[i][u_], where
- * u_ is a vector slot that the fully unrolled loops turn into a constant. */
-#define BN_K(i) kv_[i][u_]
-#define BN_ACC(i, v) (ra_[i][u_] = vf_add(ra_[i][u_], vf_keep(v, n)))
 #define BN_UNROLL_ALL _Pragma("GCC unroll 8")
 
-/* Row runs: position p = e % period. The period is walked in chunks of CH vectors; a chunk
- * walks every row of the run with its coefficients and sums in registers, then adds the
- * sums to acc[i] (so each vector of acc is stored once per run, not once per row). Rows
- * and vectors past the end of the run or of the period are skipped or masked. */
-#define BN_FOR_ROW_VECTORS(a, CH, nk, nacc, ...)                                    \
-    do {                                                                            \
-        const int64_t len_ = (a)->len, period_ = (a)->period;                       \
-        const int64_t rows_ = len_ / period_, tail_ = len_ - rows_ * period_;       \
-        for (int64_t j0_ = 0; j0_ < period_; j0_ += (CH) * VLEN) {                  \
-            vf kv_[(nk) + 1][CH], ra_[(nacc) + 1][CH];                              \
-            (void)kv_, (void)ra_;                                                   \
-            BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_) {                       \
-                for (int i = 0; i < (nk); ++i)                                      \
-                    kv_[i][u_] = vf_ldk((a)->k[i] + j0_ + u_ * VLEN);               \
-                for (int i = 0; i < (nacc); ++i)                                    \
-                    ra_[i][u_] = vf_zero();                                         \
-            }                                                                       \
-            if (j0_ + (CH) * VLEN <= period_) { /* a chunk of whole vectors */      \
-                for (int64_t r_ = 0; r_ < rows_; ++r_) {                            \
-                    BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_) {               \
-                        const int64_t e = r_ * period_ + j0_ + u_ * VLEN;           \
-                        const int n = VLEN;                                         \
-                        __VA_ARGS__                                                 \
-                    }                                                               \
-                }                                                                   \
-            } else {                                                                \
-                for (int64_t r_ = 0; r_ < rows_; ++r_) {                            \
-                    BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_) {               \
-                        const int64_t j = j0_ + u_ * VLEN, e = r_ * period_ + j;     \
-                        if (j >= period_)                                           \
-                            break;                                                  \
-                        const int n = period_ - j < VLEN ? (int)(period_ - j) : VLEN; \
-                        __VA_ARGS__                                                 \
-                    }                                                               \
-                }                                                                   \
-            }                                                                       \
-            BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_) { /* partial last row */ \
-                const int64_t j = j0_ + u_ * VLEN, e = rows_ * period_ + j;         \
-                if (j >= tail_)                                                     \
-                    break;                                                          \
-                const int n = tail_ - j < VLEN ? (int)(tail_ - j) : VLEN;           \
-                __VA_ARGS__                                                         \
-            }                                                                       \
-            BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_)                         \
-                for (int i = 0; i < (nacc); ++i)                                    \
-                    vf_acc((a)->acc[i] + j0_ + u_ * VLEN, ra_[i][u_]);              \
-        }                                                                           \
-    } while (0)
+/* The tensors of a run (or of segment s of a plane run: `off` elements in) */
+#define BN_RUN_TENSORS(a, off)                                                      \
+    const BN_T *const x = (a)->x ? (const BN_T *)(a)->x + (off) : NULL;             \
+    const BN_T *const dy = (a)->dy ? (const BN_T *)(a)->dy + (off) : NULL;          \
+    const BN_T *const gx = (a)->gx ? (const BN_T *)(a)->gx + (off) : NULL;          \
+    BN_T *const out0 = (a)->out0 ? (BN_T *)(a)->out0 + (off) : NULL;                \
+    BN_T *const out1 = (a)->out1 ? (BN_T *)(a)->out1 + (off) : NULL;                \
+    (void)x, (void)dy, (void)gx, (void)out0, (void)out1
 
-/* Plane runs: per segment, coefficients broadcast to every slot, BN_UNROLL sum slots. */
+/* ---- Row runs ------------------------------------------------------------------------- */
+/* Element e of a row run has position (e - head) mod period; j is the position of the current
+ * vector. Coefficients are read from the position arrays kp_[i]; accumulators are either the
+ * arrays ap_[i] (BN_ROW_ACC) or registers (BN_CHUNK_ACC). */
+#define BN_ROW_K(i) vf_ldk(kp_[i] + j)
+#define BN_ROW_ACC(i, v) vf_acc(ap_[i] + j, vf_keep(v, n))
+#define BN_CHUNK_K(i) kv_[i][u_]
+#define BN_CHUNK_ACC(i, v) (ra_[i][u_] = vf_add(ra_[i][u_], vf_keep(v, n)))
+
+/* Memory order (for runs that write tensors): rows of `period` positions; a row whose
+ * length is not a multiple of VLEN ends with one masked vector. */
+#define BN_FOR_ROW_VECTORS(len, period, ...)                                        \
+    for (int64_t row_ = 0; row_ < (len); row_ += (period)) {                        \
+        const int64_t rowlen_ = (len) - row_ < (period) ? (len) - row_ : (period);  \
+        int64_t j = 0;                                                              \
+        for (; j + VLEN <= rowlen_; j += VLEN) {                                    \
+            const int64_t e = row_ + j;                                             \
+            const int n = VLEN;                                                     \
+            __VA_ARGS__                                                             \
+        }                                                                           \
+        if (j < rowlen_) {                                                          \
+            const int64_t e = row_ + j;                                             \
+            const int n = (int)(rowlen_ - j);                                       \
+            __VA_ARGS__                                                             \
+        }                                                                           \
+    }
+
+/* Chunk order (for runs that only accumulate): the period in chunks of CH vectors; a chunk
+ * walks rows r_begin..r_end-1 (at most `rowlen` positions each) with its coefficients and
+ * sums in registers, then adds the sums to ap_[i]: one store per chunk, not one per row. */
+#define BN_ROW_CHUNK(CH, nk, nacc, period, r_begin, r_end, rowlen, ...)             \
+    for (int64_t j0_ = 0; j0_ < (rowlen); j0_ += (CH) * VLEN) {                     \
+        vf kv_[(nk) + 1][CH], ra_[(nacc) + 1][CH];                                  \
+        (void)kv_, (void)ra_;                                                       \
+        BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_) {                           \
+            for (int i = 0; i < (nk); ++i)                                          \
+                kv_[i][u_] = vf_ldk(kp_[i] + j0_ + u_ * VLEN);                      \
+            for (int i = 0; i < (nacc); ++i)                                        \
+                ra_[i][u_] = vf_zero();                                             \
+        }                                                                           \
+        if (j0_ + (CH) * VLEN <= (rowlen)) { /* CH whole vectors */                 \
+            for (int64_t r_ = (r_begin); r_ < (r_end); ++r_) {                      \
+                BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_) {                   \
+                    const int64_t e = r_ * (period) + j0_ + u_ * VLEN;              \
+                    const int n = VLEN;                                             \
+                    __VA_ARGS__                                                     \
+                }                                                                   \
+            }                                                                       \
+        } else {                                                                    \
+            for (int64_t r_ = (r_begin); r_ < (r_end); ++r_) {                      \
+                BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_) {                   \
+                    const int64_t j = j0_ + u_ * VLEN, e = r_ * (period) + j;        \
+                    if (j >= (rowlen))                                              \
+                        break;                                                      \
+                    const int n = (rowlen) - j < VLEN ? (int)((rowlen) - j) : VLEN;  \
+                    __VA_ARGS__                                                     \
+                }                                                                   \
+            }                                                                       \
+        }                                                                           \
+        BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_)                             \
+            for (int i = 0; i < (nacc); ++i)                                        \
+                vf_acc(ap_[i] + j0_ + u_ * VLEN, ra_[i][u_]);                       \
+    }
+#define BN_FOR_ROW_CHUNKS(len, period, CH, nk, nacc, ...)                           \
+    do {                                                                            \
+        const int64_t rows_ = (len) / (period), tail_ = (len) - rows_ * (period);   \
+        BN_ROW_CHUNK(CH, nk, nacc, period, 0, rows_, period, __VA_ARGS__)           \
+        BN_ROW_CHUNK(CH, nk, nacc, period, rows_, rows_ + 1, tail_, __VA_ARGS__)    \
+    } while (0)
+#define BN_ROW_CHUNK_VECTORS(nk, nacc) ((nk) + (nacc) <= 4 ? 4 : 2) /* registers permitting */
+
+/* A row run: first the `head` elements before the first aligned one (positions
+ * period - head .. period - 1, one masked vector), then rows from position 0. */
+#define BN_ROW_RUN(a, nk, nacc, BODY)                                               \
+    const float *kp_[(nk) + 1];                                                     \
+    float *ap_[(nacc) + 1];                                                         \
+    for (int i = 0; i < (nk); ++i) /* local copies: vector stores may alias *a */   \
+        kp_[i] = (a)->k[i];                                                         \
+    for (int i = 0; i < (nacc); ++i)                                                \
+        ap_[i] = (a)->acc[i];                                                       \
+    (void)kp_, (void)ap_;                                                           \
+    const int64_t period_ = (a)->period;                                            \
+    const int64_t head_ = (a)->head < (a)->len ? (a)->head : (a)->len;              \
+    if (head_) {                                                                    \
+        BN_RUN_TENSORS(a, 0);                                                       \
+        const int64_t e = 0, j = period_ - (a)->head;                               \
+        const int n = (int)head_;                                                   \
+        BODY(BN_ROW_K, BN_ROW_ACC)                                                  \
+    }                                                                               \
+    {                                                                               \
+        BN_RUN_TENSORS(a, head_);                                                   \
+        const int64_t len_ = (a)->len - head_;                                      \
+        if ((nacc) == 0) {                                                          \
+            BN_FOR_ROW_VECTORS(len_, period_, BODY(BN_ROW_K, BN_ROW_ACC))           \
+        } else {                                                                    \
+            BN_FOR_ROW_CHUNKS(len_, period_, BN_ROW_CHUNK_VECTORS(nk, nacc), nk, nacc, \
+                              BODY(BN_CHUNK_K, BN_CHUNK_ACC));                      \
+        }                                                                           \
+    }
+
+/* ---- Plane runs ----------------------------------------------------------------------- */
+/* Per segment, coefficients and sums live in registers: kv_[i][u_] (broadcast to every
+ * slot) and ra_[i][u_], u_ a vector slot that the unrolled loops make a constant. */
 #define BN_UNROLL 4
-#define BN_FOR_PLANE_VECTORS(a, nk, nacc, ...)                                      \
+#define BN_PLANE_K(i) kv_[i][u_]
+#define BN_PLANE_ACC(i, v) (ra_[i][u_] = vf_add(ra_[i][u_], vf_keep(v, n)))
+#define BN_PLANE_RUN(a, nk, nacc, BODY)                                             \
     for (int64_t s = 0; s < (a)->nseg; ++s) {                                       \
         BN_RUN_TENSORS(a, s * (a)->seg_stride);                                     \
         const int64_t len_ = (a)->len;                                              \
@@ -104,7 +165,7 @@
             BN_UNROLL_ALL for (int u_ = 0; u_ < BN_UNROLL; ++u_) {                  \
                 const int64_t e = e0_ + u_ * VLEN;                                  \
                 const int n = VLEN;                                                 \
-                __VA_ARGS__                                                         \
+                BODY(BN_PLANE_K, BN_PLANE_ACC)                                      \
             }                                                                       \
         }                                                                           \
         BN_UNROLL_ALL for (int u_ = 0; u_ < BN_UNROLL; ++u_) { /* the last < 4 vectors */ \
@@ -112,7 +173,7 @@
             if (e >= len_)                                                          \
                 break;                                                              \
             const int n = len_ - e < VLEN ? (int)(len_ - e) : VLEN;                 \
-            __VA_ARGS__                                                             \
+            BODY(BN_PLANE_K, BN_PLANE_ACC)                                          \
         }                                                                           \
         for (int i = 0; i < (nacc); ++i) {                                          \
             vf sum = ra_[i][0];                                                     \
@@ -122,29 +183,11 @@
         }                                                                           \
     }
 
-/* The tensors of a run (or of segment s of a plane run: `off` elements in) */
-#define BN_RUN_TENSORS(a, off)                                                      \
-    const BN_T *const x = (a)->x ? (const BN_T *)(a)->x + (off) : NULL;             \
-    const BN_T *const dy = (a)->dy ? (const BN_T *)(a)->dy + (off) : NULL;          \
-    const BN_T *const gx = (a)->gx ? (const BN_T *)(a)->gx + (off) : NULL;          \
-    BN_T *const out0 = (a)->out0 ? (BN_T *)(a)->out0 + (off) : NULL;                \
-    BN_T *const out1 = (a)->out1 ? (BN_T *)(a)->out1 + (off) : NULL;                \
-    (void)x, (void)dy, (void)gx, (void)out0, (void)out1
-
-/* Defines FN(row_<name>) and FN(plane_<name>) from BODY(K, ACC); nk coefficients and nacc
- * accumulators. Row chunks are 4 vectors wide, or 2 when that would take too many
- * registers. */
-#define BN_ROW_CHUNK(nk, nacc) ((nk) + (nacc) <= 4 ? 4 : 2)
+/* Defines FN(row_<name>) and FN(plane_<name>) from BODY(K, ACC), which uses nk
+ * coefficients and nacc accumulators. */
 #define BN_RUN(name, nk, nacc, BODY)                                                \
-    static void FN(row_##name)(const bn_run_args *a)                                \
-    {                                                                               \
-        BN_RUN_TENSORS(a, 0);                                                       \
-        BN_FOR_ROW_VECTORS(a, BN_ROW_CHUNK(nk, nacc), nk, nacc, BODY(BN_K, BN_ACC)); \
-    }                                                                               \
-    static void FN(plane_##name)(const bn_run_args *a)                              \
-    {                                                                               \
-        BN_FOR_PLANE_VECTORS(a, nk, nacc, BODY(BN_K, BN_ACC));                      \
-    }
+    static void FN(row_##name)(const bn_run_args *a) { BN_ROW_RUN(a, nk, nacc, BODY) } \
+    static void FN(plane_##name)(const bn_run_args *a) { BN_PLANE_RUN(a, nk, nacc, BODY) }
 
 /* acc0 += x  (first sub-pass of the block statistics) */
 #define BODY_SUM_X(K, ACC) { ACC(0, LD(x + e, n)); }
@@ -242,6 +285,20 @@ BN_RUN(gg_apply, 9, 0, BODY_GG_APPLY)
     }
 BN_RUN(gg_infer, 4, 1, BODY_GG_INFER)
 
+/* The inference runs in two parts, for row blocks (see pass_block in batch_norm.c):
+ * dx = dy * k1;  d_dy and d_x of BN_GG_INFER;  acc0 += gx*dy */
+#define BODY_BWD_INFER_DX(K, ACC) { ST(out0 + e, vf_mul(LD(dy + e, n), K(1)), n); }
+BN_RUN(bwd_infer_dx, 2, 0, BODY_BWD_INFER_DX)
+#define BODY_GG_INFER_OUT(K, ACC)                                                   \
+    {                                                                               \
+        const vf g = LD(gx + e, n), d = LD(dy + e, n);                              \
+        ST(out0 + e, vf_fma(K(1), g, vf_fma(K(2), vf_sub(LD(x + e, n), K(0)), K(3))), n); \
+        ST(out1 + e, vf_mul(d, K(2)), n);                                           \
+    }
+BN_RUN(gg_infer_out, 4, 0, BODY_GG_INFER_OUT)
+#define BODY_GG_DOT(K, ACC) { ACC(0, vf_mul(LD(gx + e, n), LD(dy + e, n))); }
+BN_RUN(gg_dot, 0, 1, BODY_GG_DOT)
+
 #define BN_BOTH(id, name) .row[id] = FN(row_##name), .plane[id] = FN(plane_##name)
 const bn_run_table BN_GLUE3(bn_runs, BN_ISA, BN_DT) = {
     .vlen = VLEN,
@@ -255,4 +312,7 @@ const bn_run_table BN_GLUE3(bn_runs, BN_ISA, BN_DT) = {
     BN_BOTH(BN_GG_DEV, gg_dev),
     BN_BOTH(BN_GG_APPLY, gg_apply),
     BN_BOTH(BN_GG_INFER, gg_infer),
+    BN_BOTH(BN_BWD_INFER_DX, bwd_infer_dx),
+    BN_BOTH(BN_GG_INFER_OUT, gg_infer_out),
+    BN_BOTH(BN_GG_DOT, gg_dot),
 };

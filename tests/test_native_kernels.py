@@ -382,11 +382,22 @@ def assert_bitwise_equal(first, second):
             assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
+def shifted_copy(array, shift_bytes):
+    """A C-contiguous copy of array that starts shift_bytes past a 64-byte boundary."""
+    raw = np.empty(array.nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + shift_bytes
+    copy = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    return copy
+
+
 @pytest.mark.parametrize("dtype", [np.dtype(F32), BF16], ids=lambda d: d.name)
-@pytest.mark.parametrize("shape, channels_last", [((8, 33, 35, 17), True),
+@pytest.mark.parametrize("shape, channels_last", [((8, 33, 35, 64), True),
+                                                  ((8, 33, 35, 17), True),
                                                   ((8, 17, 33, 35), False),
                                                   ((600, 6, 3, 3), False)], ids=str)
-def test_deterministic_for_any_thread_count(monkeypatch, dtype, shape, channels_last):
+def test_deterministic_for_any_thread_count_and_alignment(monkeypatch, dtype, shape,
+                                                          channels_last):
     d = make_inputs(shape, channels_last, dtype, seed=5)
     monkeypatch.setenv("MINIGRAPH_NUM_THREADS", "2")
     first = call_all(d, channels_last)
@@ -398,6 +409,49 @@ def test_deterministic_for_any_thread_count(monkeypatch, dtype, shape, channels_
     assert_bitwise_equal(first, again)
     assert_bitwise_equal(first, single)
     assert_bitwise_equal(first, three)
+    for shift in (4, 16, 36):  # inputs at other alignments (outputs come from np.empty)
+        moved = {k: shifted_copy(v, shift) if isinstance(v, np.ndarray) and v.ndim > 1 else v
+                 for k, v in d.items()}
+        assert_bitwise_equal(first, call_all(moved, channels_last))
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(F32), BF16], ids=lambda d: d.name)
+@pytest.mark.parametrize("shape, channels_last", [((1, 1, 1, 5), True), ((3, 2, 2, 17), True),
+                                                  ((2, 5, 3, 3), False), ((4, 3, 3, 64), True),
+                                                  ((2, 3, 2, 33), False)], ids=str)
+def test_output_alignment_does_not_matter(dtype, shape, channels_last):
+    """The C functions write into buffers at any alignment (row runs that only write start
+    at the first aligned output element): bit-identical results, nothing written outside."""
+    d = make_inputs(shape, channels_last, dtype, seed=7)
+    lay, x, s, o, m, v = d["lay"], d["x"], d["scale"], d["offset"], d["mean"], d["var"]
+    channels = shape[lay.axis]
+    outer, inner = ((x.size // channels, 1) if channels_last
+                    else (shape[0], int(np.prod(shape[2:]))))
+    code = {np.dtype(F32): 0, BF16: 2}[np.dtype(dtype)]
+    ffi, lib, threads = native.ffi, native.lib, native.num_threads()
+    fb, ff = ffi.from_buffer, (lambda a: ffi.from_buffer("float[]", a))
+    expected = [native.bn_forward_inference(x, s, o, m, v, EPS, channels_last),
+                native.bn_forward_training(x, s, o, EPS, channels_last)[0],
+                native.bn_backward_training(d["dy"], x, s, m, v, EPS, channels_last)[0]]
+    for shift in range(0, 64, x.itemsize):
+        raw = np.full(x.nbytes + 128, 0xA5, np.uint8)
+        start = (-raw.ctypes.data) % 64 + shift
+        y = raw[start:start + x.nbytes].view(x.dtype).reshape(shape)
+        vec = [np.empty(channels, F32) for _ in range(2)]
+        outputs = []
+        assert lib.mg_bn_forward_inference(code, outer, channels, inner, fb(x), ff(s), ff(o),
+                                           ff(m), ff(v), EPS, fb(y), threads) == 0
+        outputs.append(y.copy())
+        assert lib.mg_bn_forward_training(code, outer, channels, inner, fb(x), ff(s), ff(o),
+                                          EPS, fb(y), ff(vec[0]), ff(vec[1]), threads) == 0
+        outputs.append(y.copy())
+        assert lib.mg_bn_backward_training(code, outer, channels, inner, fb(d["dy"]), fb(x),
+                                           ff(s), ff(m), ff(v), EPS, fb(y), ff(vec[0]),
+                                           ff(vec[1]), threads) == 0
+        outputs.append(y.copy())
+        for got, want in zip(outputs, expected, strict=True):
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), shift
+        assert (raw[:start] == 0xA5).all() and (raw[start + x.nbytes:] == 0xA5).all()
 
 
 def test_num_threads(monkeypatch):
@@ -468,3 +522,5 @@ def test_rejects_malformed_arguments():
         native.bn_backward_training(x[:1], x, s, s, s, EPS, True)
     with pytest.raises(ValueError):
         native.bn_backward_training(x.astype(np.float16), x, s, s, s, EPS, True)
+    with pytest.raises(ValueError):  # float32 elements that are not 4-byte aligned
+        native.bn_forward_training(shifted_copy(x, 2), s, s, EPS, True)
