@@ -713,9 +713,9 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         const double sum_dy = combined(&k, 0, c), sum_dy_xc = combined(&k, 1, c);
         offset_backprop[c] = (float)sum_dy;
         scale_backprop[c] = (float)(sum_dy_xc * r);
-        /* dx = k1 * dy + k2 * xc + k3 */
+        /* dx = k1 * (dy - k3) + k2 * xc */
         chan_coef(&k, 2)[c] = (float)(-s * r * r * r * sum_dy_xc / n);
-        chan_coef(&k, 3)[c] = (float)(-s * r * sum_dy / n);
+        chan_coef(&k, 3)[c] = (float)(sum_dy / n);
     }
     if (training) {
         k.out0 = dx;

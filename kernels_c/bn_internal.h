@@ -44,7 +44,7 @@ enum {
     BN_DEV_X,     /* acc0 += xc; acc1 += xc^2                                   */
     BN_FWD_APPLY, /* out0 = xc * k1 + k2                                         */
     BN_BWD_SUMS,  /* acc0 += dy; acc1 += dy * xc                                 */
-    BN_BWD_APPLY, /* out0 = k1 * dy + (k2 * xc + k3)                             */
+    BN_BWD_APPLY, /* out0 = k1 * (dy - k3) + k2 * xc                             */
     BN_BWD_INFER, /* BN_BWD_SUMS, and out0 = dy * k1                             */
     BN_GG_SUM,    /* acc0 += x; acc1 += dy; acc2 += gx                           */
     BN_GG_DEV,    /* acc0..2 += xc, dc, gc; acc3..6 += xc^2, dc*xc, gc*xc, gc*dc  */

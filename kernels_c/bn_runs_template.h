@@ -216,12 +216,13 @@ BN_RUN(fwd_apply, 3, 0, BODY_FWD_APPLY)
     }
 BN_RUN(bwd_sums, 1, 2, BODY_BWD_SUMS)
 
-/* dx = k1 * dy + (k2 * (x - k0) + k3): the training x_backprop with per-channel
- * k1 = scale*r, k2 = -scale*r^3*sum(dy*xc)/n, k3 = -scale*r*sum(dy)/n */
+/* dx = k1 * (dy - k3) + k2 * (x - k0): the training x_backprop
+ * scale*r*(dy - mean(dy) - xc*mean(dy*xc)*r^2) with per-channel k0 = mean, k1 = scale*r,
+ * k2 = -scale*r^3*sum(dy*xc)/n, k3 = mean(dy) (dy - mean(dy) first, as TF: exactly 0 for n = 1) */
 #define BODY_BWD_APPLY(K, ACC)                                                      \
     {                                                                               \
-        const vf t = vf_fma(K(2), vf_sub(LD(x + e, n), K(0)), K(3));                \
-        ST(out0 + e, vf_fma(K(1), LD(dy + e, n), t), n);                            \
+        const vf t = vf_mul(K(2), vf_sub(LD(x + e, n), K(0)));                      \
+        ST(out0 + e, vf_fma(K(1), vf_sub(LD(dy + e, n), K(3)), t), n);              \
     }
 BN_RUN(bwd_apply, 4, 0, BODY_BWD_APPLY)
 
