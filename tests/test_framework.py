@@ -356,12 +356,18 @@ class TestAttrs:
             fbn(root, **{attr: value})
         assert message in str(info.value)
 
-    @pytest.mark.parametrize("shape", [[-1, 3], [1.5], "abc", 3])
+    @pytest.mark.parametrize("shape", [[-2, 3], [1.5], "abc", 3])
     def test_bad_shape_attr(self, shape):
         root = mg.Scope.NewRootScope()
         with pytest.raises(InvalidArgumentError, match=r"Placeholder 'x': attr 'shape' must be "
                                                        r"a shape, got "):
             ops.Placeholder(root.WithOpName("x"), mg.float32, shape=shape)
+
+    def test_minus_one_is_an_unknown_dim(self):
+        """TF's C++ PartialTensorShape spells an unknown dimension -1."""
+        root = mg.Scope.NewRootScope()
+        x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[-1, 3])
+        assert x.shape.dims == (None, 3)
 
     def test_bad_type_attr(self):
         root = mg.Scope.NewRootScope()

@@ -72,7 +72,7 @@ def fused_batch_norm(op: Operation, inputs: list[np.ndarray], math: ModuleType
         bessel = ct(count) / ct(max(count - 1, 1))
         factor = ct(attrs["exponential_avg_factor"])
         if factor == 1:
-            running_mean, running_variance = batch_mean, biased_variance * bessel
+            running_mean, running_variance = batch_mean.copy(), biased_variance * bessel
         else:
             keep = ct(1) - factor
             running_mean = mean * keep + batch_mean * factor

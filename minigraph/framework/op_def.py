@@ -215,6 +215,13 @@ def _convert_input(scope: Scope, op_type: str, arg: ArgDef, value: Any,
     return Const(scope.WithOpName(f"{arg.name}"), array)
 
 
+def _shape_attr(value: Any) -> TensorShape:
+    """A shape attr; -1 means an unknown dimension, as in TF's C++ PartialTensorShape."""
+    if value is None or isinstance(value, TensorShape):
+        return as_shape(value)
+    return TensorShape(None if d == -1 else d for d in value)
+
+
 def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
     where = f"{op_def.name} '{name}': attr '{attr.name}'"
     kind = attr.kind
@@ -236,7 +243,7 @@ def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
         if not isinstance(value, str):
             raise InvalidArgumentError(f"{where} must be a string, got {value!r}")
     elif kind in ("type", "shape", "list(int)"):
-        convert = {"type": dtypes.as_dtype, "shape": as_shape,
+        convert = {"type": dtypes.as_dtype, "shape": _shape_attr,
                    "list(int)": lambda items: [int(v) for v in items]}[kind]
         try:
             value = convert(value)

@@ -46,13 +46,15 @@ def Const(scope: Scope, value: Any, dtype: DType | None = None) -> Output:
     Without ``dtype``, numpy arrays keep their dtype and Python floats/ints become float32/int32
     (TensorFlow's conversion rule).
     """
-    if dtype is not None:
-        dtype = dtypes.as_dtype(dtype)
-        array = np.array(value, dtype=dtype.np_dtype)
-    elif isinstance(value, (np.ndarray, np.generic)):
-        array = np.array(value)
-    else:
-        array = np.array(value)
+    try:
+        if dtype is not None:
+            dtype = dtypes.as_dtype(dtype)
+            array = np.array(value, dtype=dtype.np_dtype)
+        else:
+            array = np.array(value)
+    except (TypeError, ValueError) as exc:  # ragged lists, strings for a float dtype...
+        raise InvalidArgumentError(f"Const: cannot make a tensor of {value!r}: {exc}") from None
+    if dtype is None and not isinstance(value, (np.ndarray, np.generic)):
         if array.dtype == np.float64:
             array = array.astype(np.float32)
         elif array.dtype == np.int64:
