@@ -32,6 +32,7 @@
 #include "batch_norm.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,25 @@ enum {
     BN_ROW_MAX_LEN = 1 << 16,       /* ...unless a row (C * inner) is longer than this        */
     BN_PARALLEL_MIN_ELEMS = 1 << 15 /* smaller tensors run on the calling thread (overhead)   */
 };
+
+/* ------------------------------------------------------------------------------------------ */
+/* Threads and fork                                                                            */
+
+/* GNU OpenMP's thread pool does not survive fork(): a child that enters a parallel region
+ * after its parent used one waits forever. So a child forked after a parallel region runs
+ * every call on its calling thread (same results: they do not depend on the thread count). */
+static int g_used_threads, g_serial_only;
+
+static void forked_child(void)
+{
+    if (__atomic_load_n(&g_used_threads, __ATOMIC_RELAXED))
+        __atomic_store_n(&g_serial_only, 1, __ATOMIC_RELAXED);
+}
+
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, forked_child);
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Instruction set                                                                             */
@@ -308,7 +328,8 @@ static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int
     k->runs = p->rows ? table->row : table->plane;
 
     k->nthreads = 1;
-    if (num_threads > 1 && outer * p->row_len >= BN_PARALLEL_MIN_ELEMS)
+    if (num_threads > 1 && outer * p->row_len >= BN_PARALLEL_MIN_ELEMS &&
+        !__atomic_load_n(&g_serial_only, __ATOMIC_RELAXED))
         k->nthreads = (int)min64(num_threads, p->nblocks);
 
     const size_t pos_bytes = round64((size_t)p->padded * sizeof(float));
@@ -375,6 +396,7 @@ static void run_blocks(bn_call *k, bn_block_fn fn)
         return;
     }
 #ifdef _OPENMP
+    __atomic_store_n(&g_used_threads, 1, __ATOMIC_RELAXED);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(k->nthreads)
     for (int64_t b = 0; b < nblocks; ++b)
         fn(k, b, omp_get_thread_num());

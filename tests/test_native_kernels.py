@@ -14,6 +14,7 @@ allowance (it matters only near zero, where cancellation in float32 exceeds an u
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import tracemalloc
 
@@ -452,6 +453,31 @@ def test_output_alignment_does_not_matter(dtype, shape, channels_last):
         for got, want in zip(outputs, expected, strict=True):
             assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), shift
         assert (raw[:start] == 0xA5).all() and (raw[start + x.nbytes:] == 0xA5).all()
+
+
+def _forked_child(queue, d, expected):
+    result = call_all(d, True)
+    queue.put(all(np.array_equal(a.view(np.uint8), b.view(np.uint8))
+                  for outs_a, outs_b in zip(result, expected, strict=True)
+                  for a, b in zip(outs_a, outs_b, strict=True)))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_works_in_a_forked_child(monkeypatch):
+    """GNU OpenMP cannot run parallel regions in a child forked after the parent used them;
+    the kernels then run on one thread there (same bits)."""
+    monkeypatch.setenv("MINIGRAPH_NUM_THREADS", "2")
+    d = make_inputs((8, 16, 16, 17), True, F32, seed=8)
+    expected = call_all(d, True)  # the parent uses its thread pool
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_forked_child, args=(queue, d, expected))
+    child.start()
+    child.join(60)
+    if child.exitcode is None:
+        child.kill()
+        pytest.fail("the forked child hung")
+    assert child.exitcode == 0 and queue.get(timeout=5)
 
 
 def test_num_threads(monkeypatch):
