@@ -616,12 +616,9 @@ static double rsqrt_eps(float variance, double epsilon)
     return 1.0 / sqrt((double)variance + epsilon);
 }
 
-/* Shape checks shared by the entry points: returns -1 to proceed, else the return code. */
-static int check_sizes(int dtype, int64_t outer, int64_t channels, int64_t inner)
+static int bad_args(int dtype, int64_t outer, int64_t channels, int64_t inner)
 {
-    if (dtype < MG_BN_F32 || dtype > MG_BN_BF16 || outer < 0 || channels < 0 || inner < 0)
-        return MG_BN_EBADARG;
-    return -1;
+    return dtype < MG_BN_F32 || dtype > MG_BN_BF16 || outer < 0 || channels < 0 || inner < 0;
 }
 
 static void fill(float *dst, int64_t n, float value)
@@ -641,15 +638,17 @@ int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t i
                            double epsilon, void *y, float *mean, float *variance,
                            int num_threads)
 {
-    int rc = check_sizes(dtype, outer, channels, inner);
-    if (rc >= 0 || channels == 0)
-        return rc >= 0 ? rc : 0;
+    if (bad_args(dtype, outer, channels, inner))
+        return MG_BN_EBADARG;
+    if (channels == 0)
+        return 0;
     if (outer == 0 || inner == 0) {
         fill(mean, channels, NAN);
         fill(variance, channels, NAN);
         return 0;
     }
     bn_call k;
+    int rc;
     if ((rc = call_init(&k, dtype, outer, channels, inner, 2, num_threads, y)))
         return rc;
     k.x = x;
@@ -676,10 +675,12 @@ int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t 
                             const float *mean, const float *variance, double epsilon,
                             void *y, int num_threads)
 {
-    int rc = check_sizes(dtype, outer, channels, inner);
-    if (rc >= 0 || channels == 0 || outer == 0 || inner == 0)
-        return rc >= 0 ? rc : 0;
+    if (bad_args(dtype, outer, channels, inner))
+        return MG_BN_EBADARG;
+    if (channels == 0 || outer == 0 || inner == 0)
+        return 0;
     bn_call k;
+    int rc;
     if ((rc = call_init(&k, dtype, outer, channels, inner, 1, num_threads, y)))
         return rc;
     k.x = x;
@@ -705,15 +706,17 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
                     const float *variance, double epsilon, void *dx, float *scale_backprop,
                     float *offset_backprop, int num_threads)
 {
-    int rc = check_sizes(dtype, outer, channels, inner);
-    if (rc >= 0 || channels == 0)
-        return rc >= 0 ? rc : 0;
+    if (bad_args(dtype, outer, channels, inner))
+        return MG_BN_EBADARG;
+    if (channels == 0)
+        return 0;
     if (outer == 0 || inner == 0) {
         fill(scale_backprop, channels, 0.0f);
         fill(offset_backprop, channels, 0.0f);
         return 0;
     }
     bn_call k;
+    int rc;
     if ((rc = call_init(&k, dtype, outer, channels, inner, 2, num_threads, dx)))
         return rc;
     k.x = x;
@@ -785,14 +788,16 @@ int mg_bn_grad_grad_training(int dtype, int64_t outer, int64_t channels, int64_t
                              double epsilon, void *d_dy, void *d_x, float *d_scale,
                              int num_threads)
 {
-    int rc = check_sizes(dtype, outer, channels, inner);
-    if (rc >= 0 || channels == 0)
-        return rc >= 0 ? rc : 0;
+    if (bad_args(dtype, outer, channels, inner))
+        return MG_BN_EBADARG;
+    if (channels == 0)
+        return 0;
     if (outer == 0 || inner == 0) {
         fill(d_scale, channels, 0.0f);
         return 0;
     }
     bn_call k;
+    int rc;
     if ((rc = call_init(&k, dtype, outer, channels, inner, 7, num_threads, d_dy)))
         return rc;
     k.x = x;
@@ -832,14 +837,16 @@ int mg_bn_grad_grad_inference(int dtype, int64_t outer, int64_t channels, int64_
                               double epsilon, void *d_dy, void *d_x, float *d_scale,
                               int num_threads)
 {
-    int rc = check_sizes(dtype, outer, channels, inner);
-    if (rc >= 0 || channels == 0)
-        return rc >= 0 ? rc : 0;
+    if (bad_args(dtype, outer, channels, inner))
+        return MG_BN_EBADARG;
+    if (channels == 0)
+        return 0;
     if (outer == 0 || inner == 0) {
         fill(d_scale, channels, 0.0f);
         return 0;
     }
     bn_call k;
+    int rc;
     if ((rc = call_init(&k, dtype, outer, channels, inner, 1, num_threads, d_dy)))
         return rc;
     k.x = x;
