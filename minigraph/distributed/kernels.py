@@ -1,0 +1,250 @@
+"""CPU kernels of the distributed ops (importing this module registers them).
+
+The collectives are stateful kernels, ``kernel(op, inputs, state)``, that call the runtime's
+non-blocking MPI collectives on numpy buffers; the batch-norm pieces are ordinary kernels,
+``kernel(op, inputs, math)``, that accumulate their statistics and sums in float64 and hand
+the per-element normalization to ``math`` (the session's reference or native backend).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import numpy as np
+
+from minigraph.backends.registry import register_kernel
+from minigraph.distributed import runtime
+from minigraph.framework.graph import Operation
+from minigraph.ops.batch_norm import channel_axis, channels_last
+
+F64 = np.float64
+
+
+def _compute_type(x: np.ndarray) -> type:
+    """float32 (TF's U) for float16/bfloat16/float32 storage; float64 under the float64
+    backend, which promotes every floating tensor."""
+    return F64 if x.dtype == F64 else np.float32
+
+
+class _Layout:
+    """Reduction axes and the broadcast shape of per-channel vectors for one data_format."""
+
+    def __init__(self, x: np.ndarray, data_format: str) -> None:
+        self.axis = channel_axis(data_format)
+        self.axes = tuple(a for a in range(x.ndim) if a != self.axis)
+        self.channels = x.shape[self.axis]
+        self.count = x.size // self.channels if self.channels else 0
+        self.shape = [1] * x.ndim
+        self.shape[self.axis] = self.channels
+
+    def channel(self, vector: np.ndarray, dtype: type) -> np.ndarray:
+        return np.asarray(vector, dtype).reshape(self.shape)
+
+
+# ----------------------------------------------------------------------------- moments
+
+
+def _as_3d(x: np.ndarray, data_format: str) -> np.ndarray:
+    """x viewed as [outer, C, inner]: [N*H*W, C, 1] for channels last, [N, C, H*W] first."""
+    if channels_last(data_format):
+        return x.reshape(-1, x.shape[-1], 1)
+    return x.reshape(x.shape[0], x.shape[1], -1)
+
+
+# float64 work happens block by block in one reused buffer of about this many elements:
+# float64 temporaries of x's size would double its memory and cost more in page faults than
+# the arithmetic.
+_BLOCK_ELEMENTS = 1 << 15
+
+
+def _centered_blocks(values: np.ndarray, mean: np.ndarray):
+    """(rows, values[rows] - mean in float64) over the outer axis of an [outer, C, inner]
+    array, block by block; the float64 block is a reused buffer."""
+    per_row = max(1, values.shape[1] * values.shape[2])
+    step = max(1, _BLOCK_ELEMENTS // per_row)
+    buffer = np.empty((min(step, values.shape[0]),) + values.shape[1:], F64)
+    mean = mean[None, :, None]
+    for begin in range(0, values.shape[0], step):
+        rows = slice(begin, begin + step)
+        block = values[rows]
+        out = buffer[:block.shape[0]]
+        np.subtract(block, mean, out=out)
+        yield rows, out
+
+
+def local_moments(x: np.ndarray, data_format: str) -> tuple[np.ndarray, ...]:
+    """(count, mean, M2) per channel, accumulated in float64, two passes:
+    mean = sum(x) / n, then M2 = sum((x - mean)^2) with x - mean formed in float64.
+    An empty batch gives count 0 and zero mean/M2."""
+    layout = _Layout(x, data_format)
+    count = np.asarray(float(layout.count), F64)
+    if layout.count == 0:
+        zeros = np.zeros(layout.channels, F64)
+        return count, zeros, zeros.copy()
+    values = _as_3d(x, data_format)
+    mean = np.einsum("ocm->c", values, dtype=F64) / layout.count
+    m2 = np.zeros(layout.channels, F64)
+    for _, centered in _centered_blocks(values, mean):
+        m2 += np.einsum("ocm,ocm->c", centered, centered)
+    return count, mean, m2
+
+
+def combine_moments(counts: np.ndarray, means: np.ndarray, m2s: np.ndarray
+                    ) -> tuple[np.ndarray, ...]:
+    """Chan et al.'s parallel combination of per-part moments, in float64, part by part.
+
+    For parts a and b: n = n_a + n_b, delta = mean_b - mean_a,
+    mean = mean_a + delta n_b / n, M2 = M2_a + M2_b + delta^2 n_a n_b / n.
+    Exact for unequal part sizes (averaging variances is not); empty parts are skipped.
+    ``counts`` is [P], ``means`` and ``m2s`` are [P, C]. All parts empty: NaN mean and M2
+    (FusedBatchNormV3's statistics of an empty batch).
+    """
+    counts = np.asarray(counts, F64)
+    means, m2s = np.asarray(means, F64), np.asarray(m2s, F64)
+    n = F64(0)
+    mean = np.zeros(means.shape[1], F64)
+    m2 = np.zeros(means.shape[1], F64)
+    for n_b, mean_b, m2_b in zip(counts, means, m2s):
+        if n_b == 0:
+            continue
+        total = n + n_b
+        delta = mean_b - mean
+        mean = mean + delta * (n_b / total)
+        m2 = m2 + m2_b + delta * delta * (n * n_b / total)
+        n = total
+    if n == 0:
+        mean = np.full_like(mean, np.nan)
+        m2 = np.full_like(m2, np.nan)
+    return np.asarray(n, F64), mean, m2
+
+
+@register_kernel("BatchNormLocalStats")
+def batch_norm_local_stats(op: Operation, inputs: list[np.ndarray], math: ModuleType
+                           ) -> list[np.ndarray]:
+    return list(local_moments(inputs[0], op.attrs["data_format"]))
+
+
+@register_kernel("CollectiveBatchNormStats")
+def collective_batch_norm_stats(op: Operation, inputs: list[np.ndarray], state
+                                ) -> list[np.ndarray]:
+    """All-reduce with Chan's operator: every replica's (count, mean, M2) row is gathered
+    (one Iallgather of 1 + 2C float64 per replica) and combined in rank order, so every
+    replica gets bitwise the same global statistics whatever MPI's reduction order."""
+    count, mean, m2 = (np.asarray(v, F64) for v in inputs)
+    channels = mean.shape[0]
+    packed = np.concatenate([count.reshape(1), mean, m2])
+    table = runtime.all_gather(packed, what=f"CollectiveBatchNormStats '{op.name}'",
+                               timeout_seconds=op.attrs["timeout_seconds"])
+    return list(combine_moments(table[:, 0], table[:, 1:1 + channels],
+                                table[:, 1 + channels:]))
+
+
+# ----------------------------------------------------------------------------- all-reduce
+
+
+@register_kernel("CollectiveAllReduce")
+def collective_all_reduce(op: Operation, inputs: list[np.ndarray], state) -> list[np.ndarray]:
+    return [runtime.all_reduce(inputs[0], op.attrs["merge_op"],
+                               what=f"CollectiveAllReduce '{op.name}'",
+                               timeout_seconds=op.attrs["timeout_seconds"])]
+
+
+@register_kernel("FlatConcat")
+def flat_concat(op: Operation, inputs: list[np.ndarray], math: ModuleType) -> list[np.ndarray]:
+    if not inputs:
+        return [np.zeros(0, op.attrs["T"].np_dtype)]
+    return [np.concatenate([np.asarray(v).reshape(-1) for v in inputs])]
+
+
+@register_kernel("FlatSlice")
+def flat_slice(op: Operation, inputs: list[np.ndarray], math: ModuleType) -> list[np.ndarray]:
+    begin, shape = op.attrs["begin"], op.attrs["shape"]
+    end = begin + shape.num_elements()
+    return [np.array(inputs[0][begin:end]).reshape(shape.dims)]
+
+
+# ----------------------------------------------------------------------------- batch norm
+
+
+def _variance(count: np.ndarray, m2: np.ndarray) -> np.ndarray:
+    """Biased variance M2 / N (NaN for N = 0)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return m2 / F64(count)
+
+
+@register_kernel("BatchNormApply")
+def batch_norm_apply(op: Operation, inputs: list[np.ndarray], math: ModuleType
+                     ) -> list[np.ndarray]:
+    """y = (x - mean) * (scale * rsqrt(M2/N + epsilon)) + offset with the global moments, and
+    FusedBatchNormV3's training outputs (TF_SEMANTICS §2.1) with the global N:
+    batch_mean = mean, batch_variance = M2 / max(N - 1, 1) (blended with the incoming
+    mean/variance when exponential_avg_factor != 1), reserve_space_1/2 = mean, M2 / N."""
+    x, scale, offset, mean, variance, count, stat_mean, stat_m2 = inputs
+    attrs = op.attrs
+    ct = _compute_type(x)
+    n = float(count)
+    biased = _variance(count, stat_m2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        unbiased = stat_m2 / F64(max(n - 1.0, 1.0))
+    mean_ct, biased_ct = stat_mean.astype(ct), biased.astype(ct)
+    if x.size == 0:
+        y = np.empty(x.shape, x.dtype)
+    else:
+        vector = [np.ascontiguousarray(v, dtype=ct) for v in (scale, offset)]
+        y = math.bn_forward_inference(np.ascontiguousarray(x), vector[0], vector[1], mean_ct,
+                                      biased_ct, attrs["epsilon"],
+                                      channels_last(attrs["data_format"]))
+    factor = attrs["exponential_avg_factor"]
+    if factor == 1.0:
+        batch_mean, batch_variance = mean_ct.copy(), unbiased.astype(ct)
+    else:
+        keep = ct(1) - ct(factor)
+        batch_mean = np.asarray(mean, ct) * keep + mean_ct * ct(factor)
+        batch_variance = np.asarray(variance, ct) * keep + unbiased.astype(ct) * ct(factor)
+    return [y, batch_mean, batch_variance, mean_ct, biased_ct]
+
+
+@register_kernel("BatchNormLocalGradSums")
+def batch_norm_local_grad_sums(op: Operation, inputs: list[np.ndarray], math: ModuleType
+                               ) -> list[np.ndarray]:
+    """[[sum(dy)], [sum(dy * (x - mean))]] per channel over this replica's batch, float64."""
+    dy, x, mean = inputs
+    data_format = op.attrs["data_format"]
+    layout = _Layout(x, data_format)
+    if x.size == 0:
+        return [np.zeros((2, layout.channels), F64)]
+    dy3, x3 = _as_3d(dy, data_format), _as_3d(x, data_format)
+    mean = np.asarray(mean, F64)
+    sum_dy = np.einsum("ocm->c", dy3, dtype=F64)
+    sum_dy_xc = np.zeros(layout.channels, F64)
+    for rows, centered in _centered_blocks(x3, mean):
+        sum_dy_xc += np.einsum("ocm,ocm->c", dy3[rows], centered, dtype=F64)
+    return [np.stack([sum_dy, sum_dy_xc])]
+
+
+@register_kernel("BatchNormGradApply")
+def batch_norm_grad_apply(op: Operation, inputs: list[np.ndarray], math: ModuleType
+                          ) -> list[np.ndarray]:
+    """x_backprop = scale r (dy - sum_dy/N - (x - mean) sum_dy_xc/N r^2) with the global N,
+    mean, variance and sums (r = rsqrt(M2/N + epsilon)); scale_backprop = local
+    sum_dy_xc * r, offset_backprop = local sum_dy."""
+    dy, x, scale, count, mean, m2, local_sums, global_sums = inputs
+    attrs = op.attrs
+    ct = _compute_type(x)
+    layout = _Layout(x, attrs["data_format"])
+    n = F64(count)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rstd = 1.0 / np.sqrt(_variance(count, m2) + F64(attrs["epsilon"]))
+        scale_backprop = (local_sums[1] * rstd).astype(ct)
+        offset_backprop = local_sums[0].astype(ct)
+        if x.size == 0:
+            return [np.empty(x.shape, x.dtype), scale_backprop, offset_backprop]
+        gain = layout.channel(np.asarray(scale, F64) * rstd, ct)
+        shift = layout.channel(global_sums[0] / n, ct)
+        slope = layout.channel(global_sums[1] / n * rstd * rstd, ct)
+        projection = np.subtract(x, layout.channel(mean, ct), dtype=ct)  # (x - mean) ...
+        projection *= slope  # ... * sum_dy_xc/N r^2
+        dx = np.subtract(dy, shift, dtype=ct)
+        dx -= projection
+        dx *= gain
+    return [dx.astype(x.dtype, copy=False), scale_backprop, offset_backprop]
