@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import runpy
 import sys
 
 from setuptools import setup
@@ -51,12 +52,28 @@ class OptionalBuildExt(build_ext):
 
 
 BUILD_SCRIPT = "kernels_c/build_native.py"
+
+
+def _build_script_works() -> bool:
+    """cffi runs the build script while setup() is configured, where an exception (a missing
+    source, a cdef cffi cannot parse) would abort the install: try it first."""
+    if importlib.util.find_spec("cffi") is None:
+        _warn("cffi is not installed")
+        return False
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), BUILD_SCRIPT)
+    if not os.path.exists(path):
+        _warn(f"{BUILD_SCRIPT} is missing from this source tree")
+        return False
+    try:
+        runpy.run_path(path, run_name="__cffi_check__")
+    except Exception as error:  # noqa: BLE001 - any failure means: install without the kernels
+        _warn(f"{BUILD_SCRIPT} failed: {error!r}")
+        return False
+    return True
+
+
 options: dict = {"cmdclass": {"build_ext": OptionalBuildExt}}
-if importlib.util.find_spec("cffi") is None:
-    _warn("cffi is not installed")
-elif not os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), BUILD_SCRIPT)):
-    _warn(f"{BUILD_SCRIPT} is missing from this source tree")
-else:
+if _build_script_works():
     options["cffi_modules"] = [f"{BUILD_SCRIPT}:ffibuilder"]
 
 setup(**options)
