@@ -12,18 +12,13 @@ from types import ModuleType
 
 import numpy as np
 
+from minigraph.backends.batch_norm_kernels import _compute_type
 from minigraph.backends.registry import register_kernel
 from minigraph.distributed import runtime
 from minigraph.framework.graph import Operation
 from minigraph.ops.batch_norm import channel_axis, channels_last
 
 F64 = np.float64
-
-
-def _compute_type(x: np.ndarray) -> type:
-    """float32 (TF's U) for float16/bfloat16/float32 storage; float64 under the float64
-    backend, which promotes every floating tensor."""
-    return F64 if x.dtype == F64 else np.float32
 
 
 class _Layout:

@@ -52,9 +52,12 @@ from minigraph.framework.tensor_shape import TensorShape
 from minigraph.ops.batch_norm import (
     FORMATS_2D_3D,
     HALF_TYPES,
-    channel_axis,
-    format_rank,
+    _channel_of,
+    _check_vector,
+    _merge_vector,
+    _shape_text,
 )
+from minigraph.ops.batch_norm import _check_x as _check_x_format
 
 REDUCIBLE_TYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64,
                    dtypes.int32, dtypes.int64)
@@ -73,10 +76,6 @@ def _data_format_attr() -> AttrDef:
 
 def _epsilon_attr() -> AttrDef:
     return AttrDef("epsilon", "float", default=0.0001, check=finite_non_negative)
-
-
-def _shape_text(shape: tuple[int, ...]) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
 
 
 # ----------------------------------------------------------------------------- all-reduce
@@ -152,18 +151,11 @@ FlatSlice = make_wrapper(FLAT_SLICE)
 
 
 # ----------------------------------------------------------------------------- shape helpers
+# (the batch-norm family's own checks, so that messages read the same)
 
 
 def _x_channel(ctx: InferenceContext, name: str) -> tuple[TensorShape, int]:
-    fmt = ctx.attrs["data_format"]
-    shape = ctx.with_rank(name, format_rank(fmt), f" for data_format {fmt}")
-    return shape, channel_axis(fmt)
-
-
-def _merge_vector(ctx: InferenceContext, name: str, channel: int | None) -> int | None:
-    vector = ctx.with_rank(name, 1)
-    return ctx.merge_dim(channel, vector[0],
-                         f"input '{name}' must have one element per channel of 'x'")
+    return _channel_of(ctx, name, ctx.attrs["data_format"])
 
 
 def _merge_sums(ctx: InferenceContext, name: str, channel: int | None) -> int | None:
@@ -173,21 +165,7 @@ def _merge_sums(ctx: InferenceContext, name: str, channel: int | None) -> int | 
 
 
 def _check_x(ctx: RunContext, name: str, value: np.ndarray) -> int:
-    fmt = ctx.op.attrs["data_format"]
-    rank = format_rank(fmt)
-    if value.ndim != rank:
-        raise ctx.error(f"input '{name}' must be {rank}-dimensional for data_format {fmt}, "
-                        f"got shape {_shape_text(value.shape)}")
-    return value.shape[channel_axis(fmt)]
-
-
-def _check_vector(ctx: RunContext, name: str, value: np.ndarray, channels: int | None) -> None:
-    if value.ndim != 1:
-        raise ctx.error(f"input '{name}' must be 1-dimensional, got shape "
-                        f"{_shape_text(value.shape)}")
-    if channels is not None and value.shape[0] != channels:
-        raise ctx.error(f"input '{name}' must have the same number of elements as the "
-                        f"channels of x, expected {channels}, got {value.shape[0]}")
+    return _check_x_format(ctx, name, value, ctx.op.attrs["data_format"])
 
 
 def _check_scalar(ctx: RunContext, name: str, value: np.ndarray) -> None:
@@ -228,7 +206,7 @@ BatchNormLocalStats = make_wrapper(BATCH_NORM_LOCAL_STATS)
 def _stats_shape(ctx: InferenceContext) -> list[TensorShape]:
     ctx.with_rank("count", 0)
     channel = _merge_vector(ctx, "mean", None)
-    channel = _merge_vector(ctx, "m2", channel)
+    channel = _merge_vector(ctx, "m2", channel, of="mean")
     vector = TensorShape([channel])
     return [TensorShape([]), vector, vector]
 
@@ -237,7 +215,7 @@ def _validate_stats(ctx: RunContext, values: list[np.ndarray]) -> None:
     count, mean, m2 = values
     _check_scalar(ctx, "count", count)
     _check_vector(ctx, "mean", mean, None)
-    _check_vector(ctx, "m2", m2, mean.shape[0])
+    _check_vector(ctx, "m2", m2, mean.shape[0], of="mean")
 
 
 COLLECTIVE_BATCH_NORM_STATS = register_op(OpDef(
