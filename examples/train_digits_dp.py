@@ -168,8 +168,19 @@ def _blas_limit(threads: int):
     return threadpool_limits(threads, user_api="blas")
 
 
+def share_cores() -> None:
+    """Give each process of this machine its share of the cores for the native kernels
+    (unless $MINIGRAPH_NUM_THREADS is set): the launcher says how many run here."""
+    local = next((int(os.environ[name]) for name in ("MPI_LOCALNRANKS",
+                                                      "OMPI_COMM_WORLD_LOCAL_SIZE")
+                  if os.environ.get(name, "").isdigit()), dist.size())
+    os.environ.setdefault("MINIGRAPH_NUM_THREADS",
+                          str(max(1, (os.cpu_count() or 1) // max(local, 1))))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    share_cores()
     with _blas_limit(args.blas_threads):
         result = train(args)
         if dist.is_chief():

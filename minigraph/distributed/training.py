@@ -22,7 +22,7 @@ from minigraph.distributed.ops import CollectiveAllReduce, FlatConcat, FlatSlice
 from minigraph.framework.errors import InvalidArgumentError
 from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.scope import Scope
-from minigraph.framework.tensor_shape import TensorShape
+from minigraph.framework.tensor_shape import TensorShape, as_shape
 from minigraph.gradients.add_symbolic_gradients import AddSymbolicGradients
 from minigraph.train import checkpoint
 from minigraph.train.optimizers import Optimizer
@@ -36,10 +36,7 @@ def fused_all_reduce(scope: Scope, tensors: Sequence[Output], *, merge_op: str =
     once, slice back to ``shapes`` (default: the tensors' static shapes, which must be fully
     defined). Returns the reduced tensors in order."""
     tensors = list(tensors)
-    shapes = [t.shape for t in tensors] if shapes is None else [TensorShape(s.dims)
-                                                                 if isinstance(s, TensorShape)
-                                                                 else TensorShape(s)
-                                                                 for s in shapes]
+    shapes = [t.shape for t in tensors] if shapes is None else [as_shape(s) for s in shapes]
     for tensor, shape in zip(tensors, shapes):
         if not shape.is_fully_defined():
             raise InvalidArgumentError(f"fused_all_reduce: '{tensor.name}' needs a fully "
