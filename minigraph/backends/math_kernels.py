@@ -116,9 +116,11 @@ def fill(op, inputs, math):
 
 @register_kernel("BroadcastTo")
 def broadcast_to(op, inputs, math):
+    """A read-only broadcast view: no copy (gradients of Sum/Mean broadcast a cotangent over
+    the whole input, and the consumer reads it once)."""
     x, shape = inputs
     try:
-        return [np.array(np.broadcast_to(x, shape.tolist()))]
+        return [np.broadcast_to(x, shape.tolist())]
     except ValueError:
         raise _error(op, f"cannot broadcast shape {list(x.shape)} to {shape.tolist()}") from None
 
