@@ -8,6 +8,7 @@ the per-element normalization to ``math`` (the session's reference or native bac
 
 from __future__ import annotations
 
+import threading
 from types import ModuleType
 
 import numpy as np
@@ -52,36 +53,61 @@ def _as_3d(x: np.ndarray, data_format: str) -> np.ndarray:
 _BLOCK_ELEMENTS = 1 << 15
 
 
-def _centered_blocks(values: np.ndarray, mean: np.ndarray):
-    """(rows, values[rows] - mean in float64) over the outer axis of an [outer, C, inner]
-    array, block by block; the float64 block is a reused buffer."""
+_scratch = threading.local()
+
+
+def _float64_buffer(elements: int) -> np.ndarray:
+    """A float64 scratch buffer of at least ``elements``, kept per thread across calls (a
+    fresh one each call would be paid for in page faults)."""
+    buffer = getattr(_scratch, "buffer", None)
+    if buffer is None or buffer.size < elements:
+        buffer = _scratch.buffer = np.empty(max(elements, _BLOCK_ELEMENTS), F64)
+    return buffer
+
+
+def _float64_blocks(values: np.ndarray):
+    """(rows, values[rows] in float64) over the outer axis of an [outer, C, inner] array,
+    block by block, in one reused buffer (each block is then worked on while in cache)."""
     per_row = max(1, values.shape[1] * values.shape[2])
     step = max(1, _BLOCK_ELEMENTS // per_row)
-    buffer = np.empty((min(step, values.shape[0]),) + values.shape[1:], F64)
-    mean = mean[None, :, None]
+    rows_per_block = min(step, values.shape[0])
+    buffer = _float64_buffer(rows_per_block * per_row)[:rows_per_block * per_row].reshape(
+        (rows_per_block,) + values.shape[1:])
     for begin in range(0, values.shape[0], step):
         rows = slice(begin, begin + step)
         block = values[rows]
         out = buffer[:block.shape[0]]
-        np.subtract(block, mean, out=out)
+        np.copyto(out, block)
         yield rows, out
 
 
 def local_moments(x: np.ndarray, data_format: str) -> tuple[np.ndarray, ...]:
-    """(count, mean, M2) per channel, accumulated in float64, two passes:
-    mean = sum(x) / n, then M2 = sum((x - mean)^2) with x - mean formed in float64.
-    An empty batch gives count 0 and zero mean/M2."""
+    """(count, mean, M2) per channel in float64, M2 = sum((x - mean)^2).
+
+    One pass over x, block by block: each block's mean and M2 are computed two-pass in
+    float64 (its deviations from its own mean), and the blocks are combined with Chan's
+    formula (:func:`combine_moments`, exact). An empty batch gives count 0 and zero mean/M2.
+    """
     layout = _Layout(x, data_format)
     count = np.asarray(float(layout.count), F64)
-    if layout.count == 0:
-        zeros = np.zeros(layout.channels, F64)
-        return count, zeros, zeros.copy()
-    values = _as_3d(x, data_format)
-    mean = np.einsum("ocm->c", values, dtype=F64) / layout.count
+    n = F64(0)
+    mean = np.zeros(layout.channels, F64)
     m2 = np.zeros(layout.channels, F64)
-    for _, centered in _centered_blocks(values, mean):
-        m2 += np.einsum("ocm,ocm->c", centered, centered)
+    if layout.count == 0:
+        return count, mean, m2
+    for _, block in _float64_blocks(_as_3d(x, data_format)):
+        n_b = F64(block.shape[0] * block.shape[2])
+        mean_b = np.einsum("ocm->c", block) / n_b
+        block -= mean_b[None, :, None]
+        n, mean, m2 = _chan(n, mean, m2, n_b, mean_b, np.einsum("ocm,ocm->c", block, block))
     return count, mean, m2
+
+
+def _chan(n_a, mean_a, m2_a, n_b, mean_b, m2_b):
+    """Chan et al.: the moments of parts a and b together (n_a + n_b > 0)."""
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    return n, mean_a + delta * (n_b / n), m2_a + m2_b + delta * delta * (n_a * n_b / n)
 
 
 def combine_moments(counts: np.ndarray, means: np.ndarray, m2s: np.ndarray
@@ -100,13 +126,8 @@ def combine_moments(counts: np.ndarray, means: np.ndarray, m2s: np.ndarray
     mean = np.zeros(means.shape[1], F64)
     m2 = np.zeros(means.shape[1], F64)
     for n_b, mean_b, m2_b in zip(counts, means, m2s):
-        if n_b == 0:
-            continue
-        total = n + n_b
-        delta = mean_b - mean
-        mean = mean + delta * (n_b / total)
-        m2 = m2 + m2_b + delta * delta * (n * n_b / total)
-        n = total
+        if n_b > 0:
+            n, mean, m2 = _chan(n, mean, m2, n_b, mean_b, m2_b)
     if n == 0:
         mean = np.full_like(mean, np.nan)
         m2 = np.full_like(m2, np.nan)
@@ -208,13 +229,14 @@ def batch_norm_local_grad_sums(op: Operation, inputs: list[np.ndarray], math: Mo
     layout = _Layout(x, data_format)
     if x.size == 0:
         return [np.zeros((2, layout.channels), F64)]
-    dy3, x3 = _as_3d(dy, data_format), _as_3d(x, data_format)
-    mean = np.asarray(mean, F64)
-    sum_dy = np.einsum("ocm->c", dy3, dtype=F64)
-    sum_dy_xc = np.zeros(layout.channels, F64)
-    for rows, centered in _centered_blocks(x3, mean):
-        sum_dy_xc += np.einsum("ocm,ocm->c", dy3[rows], centered, dtype=F64)
-    return [np.stack([sum_dy, sum_dy_xc])]
+    dy3 = _as_3d(dy, data_format)
+    mean = np.asarray(mean, F64)[None, :, None]
+    sums = np.zeros((2, layout.channels), F64)
+    for rows, centered in _float64_blocks(_as_3d(x, data_format)):
+        centered -= mean
+        sums[0] += np.einsum("ocm->c", dy3[rows], dtype=F64)
+        sums[1] += np.einsum("ocm,ocm->c", dy3[rows], centered, dtype=F64)
+    return [sums]
 
 
 @register_kernel("BatchNormGradApply")
@@ -237,9 +259,9 @@ def batch_norm_grad_apply(op: Operation, inputs: list[np.ndarray], math: ModuleT
         gain = layout.channel(np.asarray(scale, F64) * rstd, ct)
         shift = layout.channel(global_sums[0] / n, ct)
         slope = layout.channel(global_sums[1] / n * rstd * rstd, ct)
-        projection = np.subtract(x, layout.channel(mean, ct), dtype=ct)  # (x - mean) ...
-        projection *= slope  # ... * sum_dy_xc/N r^2
-        dx = np.subtract(dy, shift, dtype=ct)
-        dx -= projection
+        dx = np.subtract(x, layout.channel(mean, ct), dtype=ct)  # in place from here on
+        dx *= -slope
+        np.add(dx, dy, out=dx)
+        dx -= shift
         dx *= gain
     return [dx.astype(x.dtype, copy=False), scale_backprop, offset_backprop]
