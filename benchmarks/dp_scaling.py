@@ -4,7 +4,8 @@ For each global batch size, the same training step (SyncBatchNorm, one fused gra
 all-reduce, Adam) runs under ``mpiexec -n P`` for P in --processes; each rank takes
 1/P of the global batch. ``plain`` is the single-process program (FusedBatchNormV3, no
 distributed ops) on the whole batch: the baseline for the speedup column. Reported: the
-median step time on rank 0, throughput, speedup over ``plain``, and the time rank 0 spent
+median step time on rank 0, throughput, speedup over ``plain`` and over the same
+data-parallel program on one process (the scaling), and the time rank 0 spent
 waiting in collectives per step (communication plus waiting for the slowest rank).
 Each process gets cores/P native-kernel threads and one BLAS thread; P above the core count
 oversubscribes (this project's machine has 2 cores, so P = 4 runs 2 processes per core).
@@ -130,17 +131,20 @@ def main(argv: list[str] | None = None) -> int:
     for batch, processes in configs:
         result = best[(batch, processes)]
         base = best[(batch, 0)]["median"]
+        one = best.get((batch, 1), {}).get("median")
         if processes == 0:
-            label, wait = "plain: 1 process, FusedBatchNormV3", "-"
+            label, wait, scaling = "plain: 1 process, FusedBatchNormV3", "-", "-"
         else:
             label = f"{processes} process{'es' if processes > 1 else ''}, sync BN + DP" + (
                 " (oversubscribed)" if processes > cores else "")
             wait = f"{result['waited'] * 1e3:.2f} ({result['collectives']:.0f})"
+            scaling = f"{one / result['median']:.2f}" if one else "-"
         rows.append([label, batch, result["local"], f"{result['median'] * 1e3:.2f}",
                      f"{batch / result['median']:.0f}", f"{base / result['median']:.2f}",
-                     wait])
+                     scaling, wait])
     print(markdown_table(["run", "global batch", "per-rank batch", "step ms", "images/s",
-                          "speedup vs plain", "collective wait ms/step (calls)"], rows))
+                          "vs plain", "vs 1 process sync BN + DP",
+                          "collective wait ms/step (calls)"], rows))
     return 0
 
 

@@ -56,29 +56,45 @@ _BLOCK_ELEMENTS = 1 << 15
 _scratch = threading.local()
 
 
-def _float64_buffer(elements: int) -> np.ndarray:
-    """A float64 scratch buffer of at least ``elements``, kept per thread across calls (a
-    fresh one each call would be paid for in page faults)."""
-    buffer = getattr(_scratch, "buffer", None)
+def _float64_buffer(slot: int, elements: int) -> np.ndarray:
+    """Float64 scratch buffer number ``slot`` with at least ``elements``, kept per thread
+    across calls (a fresh one each call would be paid for in page faults)."""
+    buffers = getattr(_scratch, "buffers", None)
+    if buffers is None:
+        buffers = _scratch.buffers = {}
+    buffer = buffers.get(slot)
     if buffer is None or buffer.size < elements:
-        buffer = _scratch.buffer = np.empty(max(elements, _BLOCK_ELEMENTS), F64)
+        buffer = buffers[slot] = np.empty(max(elements, _BLOCK_ELEMENTS), F64)
     return buffer
 
 
-def _float64_blocks(values: np.ndarray):
-    """(rows, values[rows] in float64) over the outer axis of an [outer, C, inner] array,
-    block by block, in one reused buffer (each block is then worked on while in cache)."""
-    per_row = max(1, values.shape[1] * values.shape[2])
+def _float64_blocks(*arrays: np.ndarray):
+    """(rows, arrays[0][rows] in float64, arrays[1][rows] in float64, ...) over the outer
+    axis of [outer, C, inner] arrays, block by block, in reused buffers (each block is then
+    worked on in place while in cache)."""
+    shape = arrays[0].shape
+    per_row = max(1, shape[1] * shape[2])
     step = max(1, _BLOCK_ELEMENTS // per_row)
-    rows_per_block = min(step, values.shape[0])
-    buffer = _float64_buffer(rows_per_block * per_row)[:rows_per_block * per_row].reshape(
-        (rows_per_block,) + values.shape[1:])
-    for begin in range(0, values.shape[0], step):
+    rows_per_block = min(step, shape[0])
+    size = rows_per_block * per_row
+    buffers = [_float64_buffer(slot, size)[:size].reshape((rows_per_block,) + shape[1:])
+               for slot in range(len(arrays))]
+    for begin in range(0, shape[0], step):
         rows = slice(begin, begin + step)
-        block = values[rows]
-        out = buffer[:block.shape[0]]
-        np.copyto(out, block)
-        yield rows, out
+        blocks = []
+        for array, buffer in zip(arrays, buffers):
+            block = array[rows]
+            out = buffer[:block.shape[0]]
+            np.copyto(out, block)
+            blocks.append(out)
+        yield (rows, *blocks)
+
+
+def _channel_sum(block: np.ndarray) -> np.ndarray:
+    """Per-channel sum of a float64 [rows, C, inner] block (BLAS when channels are last)."""
+    if block.shape[2] == 1:
+        return np.ones(block.shape[0]) @ block[:, :, 0]
+    return np.einsum("ocm->c", block)
 
 
 def local_moments(x: np.ndarray, data_format: str) -> tuple[np.ndarray, ...]:
@@ -97,9 +113,10 @@ def local_moments(x: np.ndarray, data_format: str) -> tuple[np.ndarray, ...]:
         return count, mean, m2
     for _, block in _float64_blocks(_as_3d(x, data_format)):
         n_b = F64(block.shape[0] * block.shape[2])
-        mean_b = np.einsum("ocm->c", block) / n_b
+        mean_b = _channel_sum(block) / n_b
         block -= mean_b[None, :, None]
-        n, mean, m2 = _chan(n, mean, m2, n_b, mean_b, np.einsum("ocm,ocm->c", block, block))
+        np.square(block, out=block)
+        n, mean, m2 = _chan(n, mean, m2, n_b, mean_b, _channel_sum(block))
     return count, mean, m2
 
 
@@ -229,13 +246,14 @@ def batch_norm_local_grad_sums(op: Operation, inputs: list[np.ndarray], math: Mo
     layout = _Layout(x, data_format)
     if x.size == 0:
         return [np.zeros((2, layout.channels), F64)]
-    dy3 = _as_3d(dy, data_format)
     mean = np.asarray(mean, F64)[None, :, None]
     sums = np.zeros((2, layout.channels), F64)
-    for rows, centered in _float64_blocks(_as_3d(x, data_format)):
+    for _, dy64, centered in _float64_blocks(_as_3d(dy, data_format),
+                                             _as_3d(x, data_format)):
         centered -= mean
-        sums[0] += np.einsum("ocm->c", dy3[rows], dtype=F64)
-        sums[1] += np.einsum("ocm,ocm->c", dy3[rows], centered, dtype=F64)
+        sums[0] += _channel_sum(dy64)
+        centered *= dy64
+        sums[1] += _channel_sum(centered)
     return [sums]
 
 
