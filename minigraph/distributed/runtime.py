@@ -116,6 +116,8 @@ def init(comm: Any = None, *, abort_on_exception: bool = True) -> Runtime:
     """Start (once) and return the runtime; ``comm`` replaces the communicator (default
     ``MPI.COMM_WORLD``). Called implicitly by every function that needs it."""
     global _runtime
+    if _runtime is not None and comm is None:  # the common case, on every collective
+        return _runtime
     with _lock:
         if _runtime is not None and comm is None:
             return _runtime
