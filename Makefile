@@ -16,7 +16,7 @@ $(VENV)/.demo: $(VENV)/bin/python pyproject.toml setup.py
 	touch $@
 
 $(VENV)/.test: $(VENV)/bin/python pyproject.toml setup.py
-	$(PY) -m pip install -q -e ".[test,oracle,examples,viz,opencl-pocl,dev]"
+	$(PY) -m pip install -q -e ".[test,oracle,examples,viz,opencl-pocl,mpi,dev]"
 	touch $@ $(VENV)/.demo
 
 demo: $(VENV)/.demo
