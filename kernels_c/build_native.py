@@ -1,10 +1,12 @@
-"""cffi (API mode) build script for ``minigraph._native``, the native batch-norm kernels.
+"""cffi (API mode) build script for ``minigraph._native``, the native kernels (batch norm;
+convolutions, pooling and elementwise ops).
 
 Used by setup.py (``cffi_modules=["kernels_c/build_native.py:ffibuilder"]``) and runnable by
 hand: ``python kernels_c/build_native.py`` builds the extension in a temporary folder and
-copies it into minigraph/. The declarations come from the CDEF region of batch_norm.h, so
-the header is the single source of truth. No -march flag: the kernels pick AVX-512 / AVX2 / scalar
-at run time (batch_norm.c). Functions declared this way release the GIL during the call.
+copies it into minigraph/. The declarations come from the CDEF regions of the public
+headers (CDEF_HEADERS), so the headers are the single source of truth. No -march flag: the
+kernels pick AVX-512 / AVX2 / scalar at run time (batch_norm.c). Functions declared this way
+release the GIL during the call.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = ["batch_norm.c", "bn_isa_scalar.c", "bn_isa_avx2.c", "bn_isa_avx512.c"]
 HEADERS = ["batch_norm.h", "bn_internal.h", "bn_convert.h", "bn_runs_template.h"]
+# convolutions, pooling and elementwise ops (conv.h, pool.h)
+SOURCES += ["conv.c", "conv_avx512.c", "pool.c"]
+HEADERS += ["conv.h", "conv_internal.h", "pool.h"]
+CDEF_HEADERS = ["batch_norm.h", "conv.h", "pool.h"]
 COMPILE_ARGS = ["-O3", "-g0", "-fopenmp", "-fno-math-errno", "-std=gnu11"]
 LINK_ARGS = ["-fopenmp"]
 
@@ -29,9 +35,12 @@ def _path(name: str, absolute: bool) -> str:
 
 
 def _cdef() -> str:
-    with open(os.path.join(HERE, "batch_norm.h"), encoding="utf-8") as header:
-        text = header.read()
-    return text.split("/* BEGIN CDEF */")[1].split("/* END CDEF */")[0]
+    regions = []
+    for name in CDEF_HEADERS:
+        with open(os.path.join(HERE, name), encoding="utf-8") as header:
+            text = header.read()
+        regions.append(text.split("/* BEGIN CDEF */")[1].split("/* END CDEF */")[0])
+    return "\n".join(regions)
 
 
 def make_builder(absolute: bool = False) -> FFI:
@@ -39,7 +48,7 @@ def make_builder(absolute: bool = False) -> FFI:
     builder.cdef(_cdef())
     builder.set_source(
         "minigraph._native",
-        '#include "batch_norm.h"',
+        "".join(f'#include "{name}"\n' for name in CDEF_HEADERS),
         sources=[_path(name, absolute) for name in SOURCES],
         depends=[_path(name, absolute) for name in HEADERS],
         include_dirs=[_path(".", absolute)],

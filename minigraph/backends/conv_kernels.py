@@ -11,9 +11,15 @@ NCHW tensors are transposed to NHWC and back.
 Pools loop over the ``kh * kw`` window offsets (never over pixels), each step a strided
 slice of the whole batch, in the tensor's own layout. float16/bfloat16 are computed in
 float32 and rounded once; float64 (the gradient checker's evaluation) stays float64.
+
+With the native backend (``math`` is ``backends.native``), float32 convolutions with stride 1,
+dilation 1 and SAME/VALID padding, max pools, and max-pool gradients with non-overlapping
+windows run in C instead (kernels_c/conv.c, pool.c), after the same checks.
 """
 
 from __future__ import annotations
+
+import functools
 
 import ml_dtypes
 import numpy as np
@@ -169,6 +175,16 @@ def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tup
 # ----------------------------------------------------------------------------- conv kernels
 
 
+def _native_conv(math, op, window: Window, *arrays: np.ndarray) -> bool:
+    """True when the session's math backend has the C convolutions and handles this case:
+    float32, stride 1, dilation 1, SAME/VALID padding, no empty tensor."""
+    return (getattr(math, "conv2d_backprop_filter", None) is not None
+            and op.attrs["padding"] != "EXPLICIT"
+            and window.strides == (1, 1) and window.dilations == (1, 1)
+            and all(a.dtype == np.float32 and a.size for a in arrays))
+
+
+
 @register_kernel("Conv2D")
 def conv2d(op, inputs, math):
     x, f = inputs
@@ -176,6 +192,8 @@ def conv2d(op, inputs, math):
     _check_rank4(op, "filter", f)
     fmt = op.attrs["data_format"]
     window = conv_geometry(op.attrs, _fail(op), x.shape, f.shape)
+    if _native_conv(math, op, window, x, f) and 0 not in window.out:
+        return [math.conv2d(x, f, window.pads, window.out, fmt == "NHWC")]
     ct = compute_dtype(x.dtype)
     y = conv2d_nhwc(_nhwc(x, fmt).astype(ct, copy=False), f.astype(ct, copy=False), window)
     return [_from_nhwc(y, fmt).astype(x.dtype, copy=False)]
@@ -193,6 +211,9 @@ def conv2d_backprop_input(op, inputs, math):
                              f.shape[2])
     window = conv_geometry(op.attrs, fail, x_shape, f.shape)
     check_out_backprop(op.attrs, fail, x_shape, f.shape, dy.shape, window)
+    if _native_conv(math, op, window, f, dy) and 0 not in x_shape:
+        hw = to_nhwc(x_shape, fmt)[1:3]
+        return [math.conv2d_backprop_input(dy, f, hw, window.pads, fmt == "NHWC")]
     ct = compute_dtype(dy.dtype)
     dx = conv2d_backprop_input_nhwc(_nhwc(dy, fmt).astype(ct, copy=False),
                                     f.astype(ct, copy=False), to_nhwc(x_shape, fmt), window)
@@ -211,6 +232,8 @@ def conv2d_backprop_filter(op, inputs, math):
         raise fail(f"input 'filter_sizes' must be non-negative, got {list(f_shape)}")
     window = conv_geometry(op.attrs, fail, x.shape, f_shape)
     check_out_backprop(op.attrs, fail, x.shape, f_shape, dy.shape, window)
+    if _native_conv(math, op, window, x, dy):
+        return [math.conv2d_backprop_filter(x, dy, f_shape[:2], window.pads, fmt == "NHWC")]
     ct = compute_dtype(x.dtype)
     df = conv2d_backprop_filter_nhwc(_nhwc(x, fmt).astype(ct, copy=False),
                                      np.ascontiguousarray(_nhwc(dy, fmt), dtype=ct),
@@ -230,13 +253,20 @@ class _Pool:
         self.in_hw = in_hw
         (self.top, self.bottom), (self.left, self.right) = window.pads
         self.padded = bool(self.top or self.bottom or self.left or self.right)
-        out_h, out_w = window.out
-        kh, kw = window.ksize
-        sh, sw = window.strides
-        rows = np.arange(kh)[:, None] + sh * np.arange(out_h)[None, :] - self.top
-        cols = np.arange(kw)[:, None] + sw * np.arange(out_w)[None, :] - self.left
-        self.valid_h = (rows >= 0) & (rows < in_hw[0])  # [kh, out_h]
-        self.valid_w = (cols >= 0) & (cols < in_hw[1])  # [kw, out_w]
+
+    @functools.cached_property
+    def valid_h(self) -> np.ndarray:
+        """[kh, out_h]: whether window row i of output row y is in bounds."""
+        rows = (np.arange(self.window.ksize[0])[:, None]
+                + self.window.strides[0] * np.arange(self.window.out[0])[None, :] - self.top)
+        return (rows >= 0) & (rows < self.in_hw[0])
+
+    @functools.cached_property
+    def valid_w(self) -> np.ndarray:
+        """[kw, out_w]: whether window column j of output column x is in bounds."""
+        cols = (np.arange(self.window.ksize[1])[:, None]
+                + self.window.strides[1] * np.arange(self.window.out[1])[None, :] - self.left)
+        return (cols >= 0) & (cols < self.in_hw[1])
 
     def offsets(self):
         """(k, slicing index into the padded tensor, validity mask or None) per offset."""
@@ -324,6 +354,10 @@ def max_pool(op, inputs, math):
     out_shape, pool = _pool_setup(op, x.shape, op.attrs["data_format"])
     if 0 in out_shape:
         return [np.zeros(out_shape, x.dtype)]
+    if x.dtype == np.float32 and getattr(math, "max_pool", None) is not None:
+        w = pool.window
+        return [math.max_pool(x, w.ksize, w.strides, w.pads, w.out,
+                              op.attrs["data_format"] == "NHWC")]
     ct = compute_dtype(x.dtype)
     xp = pool.pad(x.astype(ct, copy=False), _lowest(ct))
     out = None
@@ -354,6 +388,11 @@ def max_pool_grad(op, inputs, math):
     ct = compute_dtype(x.dtype)
     if 0 in out_shape or x.size == 0:
         return [np.zeros(x.shape, x.dtype)]
+    w = pool.window
+    if (x.dtype == np.float32 and getattr(math, "max_pool_grad", None) is not None
+            and w.strides[0] >= w.ksize[0] and w.strides[1] >= w.ksize[1]):
+        return [math.max_pool_grad(x, g, w.ksize, w.strides, w.pads, w.out,
+                                   op.attrs["data_format"] == "NHWC")]
     arg = pool.argmax(pool.pad(x.astype(ct, copy=False), _lowest(ct)), out_shape)
     g = g.astype(ct, copy=False)
     dxp = pool.padded_zeros(x.shape, ct)

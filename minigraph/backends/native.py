@@ -244,3 +244,127 @@ def bn_grad_grad_inference(dy, x, scale, mean, variance, gx, gscale, goffset, ep
         _fbuf(variance), _buf(gx), _fbuf(gscale), _fbuf(goffset), float(epsilon), _buf(d_dy),
         _buf(d_x), _fbuf(d_scale), num_threads()))
     return d_dy, d_x, d_scale
+
+
+# --------------------------------------------------------------------------------------------
+# convolutions, max pooling, ReLU and Adam (kernels_c/conv.c, pool.c): float32 fast paths for
+# the numpy kernels (backends.conv_kernels, nn_kernels, state_kernels), which call them when
+# the session's math backend is this module and the case is one the C code handles
+# (float32; convolutions with stride 1, dilation 1 and SAME/VALID padding; max-pool
+# gradients with non-overlapping windows). Geometry (pads, output size) comes from the op's
+# Window. Results are bit-identical for any thread count.
+
+
+def _check_nn(code: int, what: str) -> None:
+    if code == 2:
+        raise MemoryError(f"native {what}: out of memory for the kernel's scratch")
+    if code:
+        raise ValueError(f"native {what}: invalid arguments")
+
+
+def _f32(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array, dtype=F32)
+
+
+def _nhwc_dims(shape: tuple, channels_last: bool) -> tuple[int, int, int, int]:
+    n, a, b, c = shape
+    return (n, a, b, c) if channels_last else (n, b, c, a)
+
+
+def _shaped(n: int, h: int, w: int, c: int, channels_last: bool) -> tuple[int, ...]:
+    return (n, h, w, c) if channels_last else (n, c, h, w)
+
+
+def conv2d(x, f, pads, out_hw, channels_last):
+    """Cross-correlation of x (NHWC or NCHW) with the HWIO filter f, stride 1, dilation 1;
+    ``pads`` = ((top, bottom), (left, right)), ``out_hw`` the output's (height, width)."""
+    x, f = _f32(x), _f32(f)
+    n, h, w, c = _nhwc_dims(x.shape, channels_last)
+    kh, kw, _, co = f.shape
+    y = np.empty(_shaped(n, out_hw[0], out_hw[1], co, channels_last), F32)
+    _check_nn(lib.mg_conv2d_forward(
+        n, h, w, c, kh, kw, co, pads[0][0], pads[1][0], out_hw[0], out_hw[1],
+        int(channels_last), _fbuf(x), _fbuf(f), _fbuf(y), num_threads()), "Conv2D")
+    return y
+
+
+def conv2d_backprop_input(dy, f, input_hw, pads, channels_last):
+    """d input (shape: dy's batch, ``input_hw``, f's in_channels) of conv2d given dy."""
+    dy, f = _f32(dy), _f32(f)
+    n, oh, ow, co = _nhwc_dims(dy.shape, channels_last)
+    kh, kw, c, _ = f.shape
+    dx = np.empty(_shaped(n, input_hw[0], input_hw[1], c, channels_last), F32)
+    _check_nn(lib.mg_conv2d_backprop_input(
+        n, input_hw[0], input_hw[1], c, kh, kw, co, pads[0][0], pads[1][0], oh, ow,
+        int(channels_last), _fbuf(f), _fbuf(dy), _fbuf(dx), num_threads()),
+        "Conv2DBackpropInput")
+    return dx
+
+
+def conv2d_backprop_filter(x, dy, filter_hw, pads, channels_last):
+    """d filter (HWIO, spatial size ``filter_hw``) of conv2d given its input x and dy."""
+    x, dy = _f32(x), _f32(dy)
+    n, h, w, c = _nhwc_dims(x.shape, channels_last)
+    _, oh, ow, co = _nhwc_dims(dy.shape, channels_last)
+    df = np.empty((filter_hw[0], filter_hw[1], c, co), F32)
+    _check_nn(lib.mg_conv2d_backprop_filter(
+        n, h, w, c, filter_hw[0], filter_hw[1], co, pads[0][0], pads[1][0], oh, ow,
+        int(channels_last), _fbuf(x), _fbuf(dy), _fbuf(df), num_threads()),
+        "Conv2DBackpropFilter")
+    return df
+
+
+def _pool_args(x, ksize, strides, pads, out_hw, channels_last):
+    n, h, w, c = _nhwc_dims(x.shape, channels_last)
+    return (n, h, w, c, ksize[0], ksize[1], strides[0], strides[1], pads[0][0], pads[1][0],
+            out_hw[0], out_hw[1], int(channels_last))
+
+
+def max_pool(x, ksize, strides, pads, out_hw, channels_last):
+    """Max over each window's in-bounds elements (NaN propagates, as numpy.maximum)."""
+    x = _f32(x)
+    n, _, _, c = _nhwc_dims(x.shape, channels_last)
+    y = np.empty(_shaped(n, out_hw[0], out_hw[1], c, channels_last), F32)
+    _check_nn(lib.mg_max_pool(*_pool_args(x, ksize, strides, pads, out_hw, channels_last),
+                              _fbuf(x), _fbuf(y), num_threads()), "MaxPool")
+    return y
+
+
+def max_pool_grad(x, g, ksize, strides, pads, out_hw, channels_last):
+    """Each window's gradient g to its first maximum in x (row-major, strict >); windows
+    must not overlap (strides >= ksize)."""
+    x, g = _f32(x), _f32(g)
+    dx = np.empty(x.shape, F32)
+    _check_nn(lib.mg_max_pool_grad(*_pool_args(x, ksize, strides, pads, out_hw,
+                                               channels_last),
+                                   _fbuf(x), _fbuf(g), _fbuf(dx), num_threads()),
+              "MaxPoolGrad")
+    return dx
+
+
+def relu(x):
+    """x > 0 ? x : +0 of a float32 array, NaN stays NaN (as numpy.maximum(x, 0))."""
+    x = _f32(x)
+    y = np.empty(x.shape, F32)
+    _check_nn(lib.mg_relu(x.size, _fbuf(x), _fbuf(y), num_threads()), "Relu")
+    return y
+
+
+def relu_grad(g, features):
+    """g where features > 0, else +0 (float32 arrays of one shape)."""
+    g, features = _f32(g), _f32(features)
+    dx = np.empty(g.shape, F32)
+    _check_nn(lib.mg_relu_grad(g.size, _fbuf(g), _fbuf(features), _fbuf(dx), num_threads()),
+              "ReluGrad")
+    return dx
+
+
+def apply_adam(var, m, v, grad, lr_t, beta1, beta2, epsilon, use_nesterov):
+    """(var', m', v') of one Adam step (pool.h has the formulas); new float32 arrays."""
+    var, m, v, grad = _f32(var), _f32(m), _f32(v), _f32(grad)
+    out = [np.empty(var.shape, F32) for _ in range(3)]
+    _check_nn(lib.mg_apply_adam(
+        var.size, _fbuf(var), _fbuf(m), _fbuf(v), _fbuf(grad), float(lr_t), float(beta1),
+        float(beta2), float(epsilon), int(use_nesterov), *(_fbuf(a) for a in out)),
+        "ApplyAdam")
+    return out

@@ -2,7 +2,8 @@
 MatMul, Softmax, SparseSoftmaxCrossEntropyWithLogits, ArgMax and Equal.
 
 float16/bfloat16 are computed in float32 and rounded once to the storage type; float64 (the
-gradient checker's evaluation) stays float64; integer ops stay in their own type.
+gradient checker's evaluation) stays float64; integer ops stay in their own type. With the
+native backend, float32 Relu and ReluGrad run in C (kernels_c/pool.c).
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def bias_add_grad(op, inputs, math):
 @register_kernel("Relu")
 def relu(op, inputs, math):
     x = inputs[0]
+    if x.dtype == np.float32 and getattr(math, "relu", None) is not None:
+        return [math.relu(x)]
     return [np.maximum(_in(x), 0).astype(x.dtype, copy=False)]
 
 
@@ -71,6 +74,9 @@ def relu_grad(op, inputs, math):
     if g.shape != features.shape:
         raise _error(op, f"inputs 'gradients' and 'features' must have the same shape, got "
                          f"{shape_text(g.shape)} and {shape_text(features.shape)}")
+    if (g.dtype == np.float32 and features.dtype == np.float32
+            and getattr(math, "relu_grad", None) is not None):
+        return [math.relu_grad(g, features)]
     return [masked(g, _in(features) > 0)]
 
 

@@ -2,7 +2,9 @@
 
 They take the session's :class:`~minigraph.client.state.SessionState` instead of a math
 backend: ``kernel(op, inputs, state)``. Optimizer kernels read the current variable values
-and write new arrays under the state's lock (formulas in ``ops.training_ops``).
+and write new arrays under the state's lock (formulas in ``ops.training_ops``). With the
+native backend (``state.math``), float32 ApplyAdam runs in C (kernels_c/pool.c), with the
+same float32 operations in the same order (identical results).
 """
 
 from __future__ import annotations
@@ -36,9 +38,21 @@ def random_uniform(op, inputs, state):
     return [values.astype(op.attrs["dtype"].np_dtype)]
 
 
+_INDICES: dict[tuple[str, tuple[str, ...]], tuple[int, ...]] = {}
+
+
+def _input_indices(op, names: tuple[str, ...]) -> tuple[int, ...]:
+    """Positions of the inputs ``names`` of ``op`` (cached per op type)."""
+    key = (op.type, names)
+    indices = _INDICES.get(key)
+    if indices is None:
+        indices = _INDICES[key] = tuple(op.op_def.input_index(n) for n in names)
+    return indices
+
+
 def _update(op, state, names: tuple[str, ...], compute) -> list[np.ndarray]:
     """Read the variables ``names`` (op inputs), apply ``compute``, write the results back."""
-    refs = [op.input_named(n).op.name for n in names]
+    refs = [op.inputs[i].op.name for i in _input_indices(op, names)]
     with state.lock:
         current = [state.read(r) for r in refs]
         with np.errstate(all="ignore"):
@@ -49,7 +63,7 @@ def _update(op, state, names: tuple[str, ...], compute) -> list[np.ndarray]:
 
 
 def _scalars(op, inputs, names: tuple[str, ...]) -> list:
-    return [inputs[op.op_def.input_index(n)] for n in names]
+    return [inputs[i] for i in _input_indices(op, names)]
 
 
 @register_kernel("ApplyGradientDescent")
@@ -75,12 +89,16 @@ def apply_momentum(op, inputs, state):
 def apply_adam(op, inputs, state):
     beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad = _scalars(
         op, inputs, ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon", "grad"))
+    nesterov = op.attrs["use_nesterov"]
+    native = getattr(getattr(state, "math", None), "apply_adam", None)
 
     def compute(var, m, v):
         lr_t = lr * np.sqrt(1 - beta2_power) / (1 - beta1_power)
+        if native is not None and var.dtype == m.dtype == v.dtype == grad.dtype == np.float32:
+            return native(var, m, v, grad, lr_t, beta1, beta2, epsilon, nesterov)
         m = m + (grad - m) * (1 - beta1)
         v = v + (grad * grad - v) * (1 - beta2)
-        step = (m * beta1 + (1 - beta1) * grad) if op.attrs["use_nesterov"] else m
+        step = (m * beta1 + (1 - beta1) * grad) if nesterov else m
         return [var - lr_t * step / (np.sqrt(v) + epsilon), m, v]
 
     return _update(op, state, ("var", "m", "v"), compute)

@@ -243,7 +243,7 @@ class ClientSession:
         self.math = backends.select(backend)
         self.backend = self.math.NAME
         self.promote_float64 = getattr(self.math, "FLOAT64", False)
-        self.state = SessionState()
+        self.state = SessionState(self.math)
         self.host = _HostDevice(self.math)
         self._devices: dict[str, Any] = {}
         self._plans: dict[tuple, tuple[list, list[_Key]]] = {}

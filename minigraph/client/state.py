@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +17,8 @@ from minigraph.framework.graph import Operation
 
 
 class SessionState:
-    def __init__(self) -> None:
+    def __init__(self, math: Any = None) -> None:
+        self.math = math  # the session's CPU math backend (optimizer kernels may use it)
         self.variables: dict[str, np.ndarray] = {}
         self.lock = threading.RLock()
         self._generators: dict[str, np.random.Generator] = {}

@@ -1,0 +1,554 @@
+/* minigraph native 2-D convolutions (float32, stride 1, dilation 1): the drivers.
+ *
+ * How a call runs
+ * ---------------
+ * Forward and input gradient are one engine: a stride-1 cross-correlation of a source
+ * tensor (x, or dy for the input gradient) with a packed filter. The input gradient is the
+ * correlation of dy, padded by (kh - 1 - pad_top, kw - 1 - pad_left), with the filter
+ * flipped in H and W and its in/out channels swapped. One parallel region:
+ *   1. pack the filter as [kh * kw * c][cop] (cop = co rounded up to 16, zero tail; skipped
+ *      when the forward filter already is that) and copy the source, image by image, into a
+ *      zero-padded NHWC scratch [n][out_h + kh - 1][out_w + kw - 1][c] (NCHW is transposed
+ *      here);
+ *   2. tiles of output pixels (flat over images and rows) x blocks of up to 64 output
+ *      channels, in contiguous ranges per thread: each tile is one micro-kernel call that
+ *      keeps its outputs in registers over all kh * kw * c taps;
+ *   3. NCHW only: transpose the NHWC result scratch into the output.
+ * The filter gradient sums x[pixel + tap] * dy[pixel] over all pixels: tiles of filter rows
+ * x channel blocks are split between threads; each thread walks the images in order in
+ * chunks that fit in L1, calling its tiles' micro-kernels (which carry the sums in
+ * registers through a chunk). Each output element is one tile's, summed in a fixed order:
+ * results do not depend on the thread count.
+ *
+ * The micro-kernels are per ISA (conv_avx512.c; the generic ones below for other CPUs).
+ */
+#include "conv.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch_norm.h" /* mg_bn_isa: one instruction-set switch for all native kernels */
+#include "conv_internal.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Threads, fork, instruction set                                                              */
+
+/* GNU OpenMP's thread pool does not survive fork(): a child that enters a parallel region
+ * after its parent used one waits forever; such a child runs every call serially (same
+ * results). */
+static int g_used_threads, g_serial_only;
+
+static void forked_child(void)
+{
+    if (__atomic_load_n(&g_used_threads, __ATOMIC_RELAXED))
+        __atomic_store_n(&g_serial_only, 1, __ATOMIC_RELAXED);
+}
+
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, forked_child);
+}
+
+int nn_threads(int requested)
+{
+#ifdef _OPENMP
+    if (requested <= 1 || __atomic_load_n(&g_serial_only, __ATOMIC_RELAXED))
+        return 1;
+    __atomic_store_n(&g_used_threads, 1, __ATOMIC_RELAXED);
+    return requested;
+#else
+    (void)requested;
+    return 1;
+#endif
+}
+
+int nn_use_avx512(void)
+{
+#if NN_X86
+    return mg_bn_isa() == MG_BN_ISA_AVX512;
+#else
+    return 0;
+#endif
+}
+
+static const nn_conv_table *conv_table(void)
+{
+#if NN_X86
+    if (nn_use_avx512())
+        return &nn_conv_avx512;
+#endif
+    return &nn_conv_generic;
+}
+
+/* A phase is `count` independent items; run_phases runs the phases in order (a barrier
+ * between them), handing items to threads dynamically (the machine may be shared: a thread
+ * that starts late takes fewer items). Which thread runs an item never changes a result. */
+typedef struct {
+    int64_t count;
+    void (*fn)(void *ctx, int64_t item);
+} phase;
+
+static void run_phases(void *ctx, const phase *phases, int nphases, int nt)
+{
+    if (nt <= 1) {
+        for (int p = 0; p < nphases; ++p)
+            for (int64_t i = 0; i < phases[p].count; ++i)
+                phases[p].fn(ctx, i);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+    for (int p = 0; p < nphases; ++p) {
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < phases[p].count; ++i)
+            phases[p].fn(ctx, i);
+    }
+#endif
+}
+
+/* Threads for a call of `work` multiply-adds: small problems stay on the calling thread. */
+static int threads_for(int requested, double work)
+{
+    if (work < 2e5)
+        return 1;
+    if (requested > 1 && work < 2e5 * requested)
+        requested = (int)(work / 2e5) + 1;
+    return nn_threads(requested);
+}
+
+static float *alloc_floats(int64_t count)
+{
+    size_t bytes = ((size_t)count * sizeof(float) + 63) & ~(size_t)63;
+    return aligned_alloc(64, bytes ? bytes : 64);
+}
+
+static int64_t round16(int64_t v) { return (v + 15) & ~(int64_t)15; }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Padding and transposes                                                                      */
+
+typedef struct {
+    const float *src; /* [n][h][w][c] or [n][c][h][w] */
+    int64_t h, w, c;
+    int64_t pt, pl, hp, wp; /* pads; padded extent (rows/columns past h+pt / w+pl are zero,
+                               rows/columns of the source past hp / wp are dropped) */
+    int channels_last;
+} pad_geo;
+
+static void pad_image(const pad_geo *g, int64_t img, float *dst)
+{
+    const int64_t c = g->c, rowlen = g->wp * c;
+    const int64_t left = g->pl < g->wp ? g->pl : g->wp;
+    int64_t ncols = g->wp - left < g->w ? g->wp - left : g->w;
+    if (ncols < 0)
+        ncols = 0;
+    for (int64_t r = 0; r < g->hp; ++r) {
+        float *row = dst + r * rowlen;
+        const int64_t hh = r - g->pt;
+        if (hh < 0 || hh >= g->h) {
+            memset(row, 0, (size_t)rowlen * sizeof(float));
+            continue;
+        }
+        memset(row, 0, (size_t)(left * c) * sizeof(float));
+        memset(row + (left + ncols) * c, 0, (size_t)((g->wp - left - ncols) * c) * sizeof(float));
+        float *out = row + left * c;
+        if (g->channels_last) {
+            memcpy(out, g->src + ((img * g->h + hh) * g->w) * c, (size_t)(ncols * c) * sizeof(float));
+        } else {
+            const float *plane = g->src + img * c * g->h * g->w + hh * g->w;
+            for (int64_t ci = 0; ci < c; ++ci) {
+                const float *s = plane + ci * g->h * g->w;
+                for (int64_t x = 0; x < ncols; ++x)
+                    out[x * c + ci] = s[x];
+            }
+        }
+    }
+}
+
+/* dst[img][ch][p] = src[img][p][ch] for p < plane (NHWC -> NCHW), or the reverse. */
+static void transpose_image(const float *src, float *dst, int64_t img, int64_t plane,
+                            int64_t ch, int to_channels_first)
+{
+    const float *s = src + img * plane * ch;
+    float *d = dst + img * plane * ch;
+    enum { B = 16 };
+    for (int64_t p0 = 0; p0 < plane; p0 += B)
+        for (int64_t c0 = 0; c0 < ch; c0 += B) {
+            const int64_t p1 = p0 + B < plane ? p0 + B : plane;
+            const int64_t c1 = c0 + B < ch ? c0 + B : ch;
+            if (to_channels_first) {
+                for (int64_t k = c0; k < c1; ++k)
+                    for (int64_t p = p0; p < p1; ++p)
+                        d[k * plane + p] = s[p * ch + k];
+            } else {
+                for (int64_t p = p0; p < p1; ++p)
+                    for (int64_t k = c0; k < c1; ++k)
+                        d[p * ch + k] = s[k * plane + p];
+            }
+        }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Forward / input-gradient engine                                                             */
+
+typedef struct {
+    const nn_conv_table *tab;
+    pad_geo pad;
+    int64_t n, c, kh, kw, oh, ow, co, cop;
+    const float *f;     /* caller's filter */
+    int flip;           /* 0: f is HWIO [kh][kw][c][co]; 1: f is the forward filter
+                           [kh][kw][co][c] of the input gradient (flip and swap) */
+    float *fp;          /* packed filter (== f when usable as is) */
+    float *xp;          /* padded source */
+    float *ybuf;        /* NHWC result (== out for NHWC) */
+    float *out;
+    int channels_last;
+    int64_t nblk;            /* blocks of (up to) 64 output channels */
+    int64_t ufull, ulast;    /* units (pixel tiles) of a full block, of the last block */
+    int64_t group;           /* units per work item */
+} fwd_ctx;
+
+/* Work units are numbered block by block; all blocks but the last are full (4 vectors). */
+static int64_t block_nvec(int64_t co, int64_t b)
+{
+    const int64_t nvec_all = (co + 15) / 16;
+    return nvec_all - 4 * b < 4 ? nvec_all - 4 * b : 4;
+}
+
+static void pack_rows(fwd_ctx *k, int64_t lo, int64_t hi)
+{
+    const int64_t c = k->c, co = k->co, cop = k->cop, kh = k->kh, kw = k->kw;
+    for (int64_t m = lo; m < hi; ++m) { /* m = (i * kw + j) * c + ci */
+        float *row = k->fp + m * cop;
+        if (!k->flip) {
+            memcpy(row, k->f + m * co, (size_t)co * sizeof(float));
+        } else {
+            const int64_t ci = m % c, ij = m / c, i = ij / kw, j = ij % kw;
+            const float *src = k->f + ((kh - 1 - i) * kw + (kw - 1 - j)) * co * c + ci;
+            for (int64_t o = 0; o < co; ++o)
+                row[o] = src[o * c];
+        }
+        memset(row + co, 0, (size_t)(cop - co) * sizeof(float));
+    }
+}
+
+static void fwd_tiles(fwd_ctx *k, int64_t lo, int64_t hi)
+{
+    const int64_t plane = k->oh * k->ow, npix = k->n * plane, hp = k->pad.hp, wp = k->pad.wp;
+    nn_fwd_tile t;
+    t.x = k->xp;
+    t.row_stride = wp * k->c;
+    t.kh = k->kh;
+    t.K = k->kw * k->c;
+    t.cop = k->cop;
+    t.y_stride = k->co;
+    for (int64_t b = 0; b < k->nblk; ++b) {
+        const int64_t first = b * k->ufull, end = first + (b + 1 < k->nblk ? k->ufull : k->ulast);
+        const int64_t u0 = lo > first ? lo : first, u1 = hi < end ? hi : end;
+        if (u0 >= u1)
+            continue;
+        const int nvec = (int)block_nvec(k->co, b);
+        const int P = k->tab->fwd_pixels[nvec];
+        const nn_fwd_fn fn = k->tab->fwd[nvec];
+        t.nvec = nvec;
+        t.last_lanes = (b + 1) * 64 >= k->co ? (int)(k->co - b * 64 - (nvec - 1) * 16) : 16;
+        t.f = k->fp + b * 64;
+        for (int64_t u = u0; u < u1; ++u) {
+            const int64_t q0 = (u - first) * P;
+            const int64_t cnt = npix - q0 < P ? npix - q0 : P;
+            for (int p = 0; p < P; ++p) {
+                const int64_t q = q0 + (p < cnt ? p : cnt - 1);
+                const int64_t img = q / plane, r = q % plane, y = r / k->ow, x = r % k->ow;
+                t.off[p] = ((img * hp + y) * wp + x) * k->c;
+            }
+            t.npix = (int)cnt;
+            t.y = k->ybuf + q0 * k->co + b * 64;
+            fn(&t);
+        }
+    }
+}
+
+enum { PACK_ROWS = 256, ITEMS_PER_THREAD = 32 };
+
+static void fwd_prep_item(void *ctx, int64_t item)
+{
+    fwd_ctx *k = ctx;
+    const int64_t rows = k->kh * k->kw * k->c;
+    const int64_t npack = k->fp != k->f ? (rows + PACK_ROWS - 1) / PACK_ROWS : 0;
+    if (item < npack) {
+        const int64_t lo = item * PACK_ROWS;
+        pack_rows(k, lo, lo + PACK_ROWS < rows ? lo + PACK_ROWS : rows);
+        return;
+    }
+    const int64_t img = item - npack, img_floats = k->pad.hp * k->pad.wp * k->c;
+    pad_image(&k->pad, img, k->xp + img * img_floats);
+    if (img == k->n - 1)
+        memset(k->xp + k->n * img_floats, 0, NN_SLACK * sizeof(float));
+}
+
+static void fwd_tile_item(void *ctx, int64_t item)
+{
+    fwd_ctx *k = ctx;
+    const int64_t lo = item * k->group, total = (k->nblk - 1) * k->ufull + k->ulast;
+    fwd_tiles(k, lo, lo + k->group < total ? lo + k->group : total);
+}
+
+static void fwd_transpose_item(void *ctx, int64_t img)
+{
+    fwd_ctx *k = ctx;
+    transpose_image(k->ybuf, k->out, img, k->oh * k->ow, k->co, 1);
+}
+
+static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_t c,
+                       int64_t kh, int64_t kw, int64_t co, int64_t pt, int64_t pl, int64_t oh,
+                       int64_t ow, int channels_last, const float *f, int flip, float *out,
+                       int num_threads)
+{
+    if (n < 0 || h < 0 || w < 0 || c <= 0 || kh <= 0 || kw <= 0 || co <= 0 || pt < 0 ||
+        pl < 0 || oh < 0 || ow < 0 || !src || !f || !out)
+        return MG_NN_EBADARG;
+    if (n * oh * ow == 0)
+        return 0;
+    fwd_ctx k;
+    memset(&k, 0, sizeof k);
+    k.tab = conv_table();
+    k.n = n, k.c = c, k.kh = kh, k.kw = kw, k.oh = oh, k.ow = ow, k.co = co;
+    k.cop = round16(co);
+    k.f = f, k.flip = flip, k.out = out, k.channels_last = channels_last;
+    k.pad = (pad_geo){src, h, w, c, pt, pl, oh + kh - 1, ow + kw - 1, channels_last};
+    k.nblk = (co + 63) / 64;
+    const int64_t pfull = k.tab->fwd_pixels[4], plast = k.tab->fwd_pixels[block_nvec(co, k.nblk - 1)];
+    k.ufull = (n * oh * ow + pfull - 1) / pfull;
+    k.ulast = (n * oh * ow + plast - 1) / plast;
+    int err = 0;
+    k.fp = (!flip && k.cop == co) ? (float *)f : alloc_floats(kh * kw * c * k.cop);
+    k.xp = alloc_floats(n * k.pad.hp * k.pad.wp * c + NN_SLACK);
+    k.ybuf = channels_last ? out : alloc_floats(n * oh * ow * co);
+    if (!k.fp || !k.xp || !k.ybuf) {
+        err = MG_NN_ENOMEM;
+    } else {
+        const double work = (double)n * oh * ow * kh * kw * c * k.cop;
+        const int nt = threads_for(num_threads, work);
+        const int64_t units = (k.nblk - 1) * k.ufull + k.ulast;
+        const int64_t items = (int64_t)nt * ITEMS_PER_THREAD;
+        k.group = nt > 1 ? (units + items - 1) / items : units;
+        const int64_t rows = kh * kw * c;
+        const phase phases[3] = {
+            {(k.fp != f ? (rows + PACK_ROWS - 1) / PACK_ROWS : 0) + n, fwd_prep_item},
+            {(units + k.group - 1) / k.group, fwd_tile_item},
+            {n, fwd_transpose_item}};
+        run_phases(&k, phases, channels_last ? 2 : 3, nt);
+    }
+    if (k.fp != f)
+        free(k.fp);
+    free(k.xp);
+    if (k.ybuf != out)
+        free(k.ybuf);
+    return err;
+}
+
+int mg_conv2d_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                      int64_t co, int64_t pad_top, int64_t pad_left, int64_t out_h,
+                      int64_t out_w, int channels_last, const float *x, const float *f,
+                      float *y, int num_threads)
+{
+    return conv_engine(x, n, h, w, c, kh, kw, co, pad_top, pad_left, out_h, out_w,
+                       channels_last, f, 0, y, num_threads);
+}
+
+int mg_conv2d_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
+                             int64_t kw, int64_t co, int64_t pad_top, int64_t pad_left,
+                             int64_t out_h, int64_t out_w, int channels_last, const float *f,
+                             const float *dy, float *dx, int num_threads)
+{
+    if (pad_top < 0 || pad_top >= kh || pad_left < 0 || pad_left >= kw)
+        return MG_NN_EBADARG;
+    /* correlate dy [n, out_h, out_w, co] (padded by kh-1-pad_top, kw-1-pad_left) with the
+       flipped, channel-swapped filter: output [n, h, w, c] */
+    return conv_engine(dy, n, out_h, out_w, co, kh, kw, c, kh - 1 - pad_top,
+                       kw - 1 - pad_left, h, w, channels_last, f, 1, dx, num_threads);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Filter gradient                                                                             */
+
+typedef struct {
+    const nn_conv_table *tab;
+    pad_geo pad;
+    int64_t n, c, kh, kw, oh, ow, co, K;
+    const float *dy_src;
+    float *xp, *dyb, *df;
+    int64_t chunk; /* images per chunk */
+    int64_t nblk;
+    int64_t tfull, tlast; /* tiles per tap row of a full block, of the last block */
+    int64_t group; /* tiles per work item (each walks all images, chunk by chunk) */
+} bwf_ctx;
+
+enum { BWF_ITEMS = 2 }; /* work items per thread */
+
+static void bwf_units(bwf_ctx *k, int64_t lo, int64_t hi)
+{
+    const int64_t wp = k->pad.wp, hp = k->pad.hp, c = k->c, co = k->co;
+    nn_bwf_tile t;
+    t.oh = k->oh;
+    t.ow = k->ow;
+    t.c = c;
+    t.row_stride = wp * c;
+    t.img_stride = hp * wp * c;
+    t.dy_stride = co;
+    t.df_stride = co;
+    for (int64_t img0 = 0; img0 < k->n; img0 += k->chunk) {
+        t.nimg = k->n - img0 < k->chunk ? k->n - img0 : k->chunk;
+        t.accumulate = img0 > 0;
+        for (int64_t b = 0; b < k->nblk; ++b) {
+            const int64_t tpr = b + 1 < k->nblk ? k->tfull : k->tlast;
+            const int64_t first = b * k->kh * k->tfull, end = first + k->kh * tpr;
+            const int64_t u0 = lo > first ? lo : first, u1 = hi < end ? hi : end;
+            if (u0 >= u1)
+                continue;
+            const int nvec = (int)block_nvec(co, b);
+            const int small = k->K < k->tab->bwf_rows[nvec];
+            const int R = small ? 4 : k->tab->bwf_rows[nvec];
+            const nn_bwf_fn fn = small ? k->tab->bwf_small[nvec] : k->tab->bwf[nvec];
+            t.nvec = nvec;
+            t.last_lanes = (b + 1) * 64 >= co ? (int)(co - b * 64 - (nvec - 1) * 16) : 16;
+            for (int64_t u = u0; u < u1; ++u) {
+                const int64_t i = (u - first) / tpr, t0 = (u - first) % tpr * R;
+                t.nrows = (int)(k->K - t0 < R ? k->K - t0 : R);
+                t.x = k->xp + img0 * t.img_stride + i * t.row_stride + t0;
+                t.dy = k->dyb + img0 * k->oh * k->ow * co + b * 64;
+                t.df = k->df + (i * k->K + t0) * co + b * 64;
+                fn(&t);
+            }
+        }
+    }
+}
+
+static void bwf_prep_item(void *ctx, int64_t img)
+{
+    bwf_ctx *k = ctx;
+    const int64_t img_floats = k->pad.hp * k->pad.wp * k->c;
+    pad_image(&k->pad, img, k->xp + img * img_floats);
+    if (k->dyb != k->dy_src)
+        transpose_image(k->dy_src, k->dyb, img, k->oh * k->ow, k->co, 0);
+    if (img == k->n - 1)
+        memset(k->xp + k->n * img_floats, 0, NN_SLACK * sizeof(float));
+}
+
+static void bwf_tile_item(void *ctx, int64_t item)
+{
+    bwf_ctx *k = ctx;
+    const int64_t lo = item * k->group, total = k->kh * ((k->nblk - 1) * k->tfull + k->tlast);
+    bwf_units(k, lo, lo + k->group < total ? lo + k->group : total);
+}
+
+int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
+                              int64_t kw, int64_t co, int64_t pad_top, int64_t pad_left,
+                              int64_t out_h, int64_t out_w, int channels_last,
+                              const float *x, const float *dy, float *df, int num_threads)
+{
+    if (n < 0 || h < 0 || w < 0 || c <= 0 || kh <= 0 || kw <= 0 || co <= 0 || pad_top < 0 ||
+        pad_left < 0 || out_h < 0 || out_w < 0 || !x || !dy || !df)
+        return MG_NN_EBADARG;
+    bwf_ctx k;
+    memset(&k, 0, sizeof k);
+    k.tab = conv_table();
+    k.n = n, k.c = c, k.kh = kh, k.kw = kw, k.oh = out_h, k.ow = out_w, k.co = co;
+    k.K = kw * c;
+    k.df = df;
+    k.dy_src = dy;
+    k.pad = (pad_geo){x, h, w, c, pad_top, pad_left, out_h + kh - 1, out_w + kw - 1,
+                      channels_last};
+    k.nblk = (co + 63) / 64;
+    if (n * out_h * out_w == 0) {
+        memset(df, 0, (size_t)(kh * kw * c * co) * sizeof(float));
+        return 0;
+    }
+    for (int last = 0; last < 2; ++last) {
+        const int64_t nvec = last ? block_nvec(co, k.nblk - 1) : 4;
+        const int64_t R = k.K < k.tab->bwf_rows[nvec] ? 4 : k.tab->bwf_rows[nvec];
+        *(last ? &k.tlast : &k.tfull) = (k.K + R - 1) / R;
+    }
+    /* images per chunk: the chunk's padded x and dy stay in L1 (~24 KB) */
+    const int64_t img_bytes = (k.pad.hp * k.pad.wp * c + out_h * out_w * co) * 4;
+    k.chunk = 24576 / img_bytes > 1 ? 24576 / img_bytes : 1;
+    int err = 0;
+    k.xp = alloc_floats(n * k.pad.hp * k.pad.wp * c + NN_SLACK);
+    k.dyb = channels_last ? (float *)dy : alloc_floats(n * out_h * out_w * co);
+    if (!k.xp || !k.dyb) {
+        err = MG_NN_ENOMEM;
+    } else {
+        const double work = (double)n * out_h * out_w * kh * kw * c * round16(co);
+        const int nt = threads_for(num_threads, work);
+        const int64_t units = kh * ((k.nblk - 1) * k.tfull + k.tlast);
+        k.group = nt > 1 ? (units + BWF_ITEMS * nt - 1) / (BWF_ITEMS * nt) : units;
+        const phase phases[2] = {{n, bwf_prep_item},
+                                 {(units + k.group - 1) / k.group, bwf_tile_item}};
+        run_phases(&k, phases, 2, nt);
+    }
+    free(k.xp);
+    if (k.dyb != dy)
+        free(k.dyb);
+    return err;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Generic micro-kernels (any CPU; the compiler vectorizes the channel loops)                  */
+
+enum { GEN_PIX = 4, GEN_ROWS = 4 };
+
+static void fwd_generic(const nn_fwd_tile *t)
+{
+    float acc[GEN_PIX][64];
+    const int lanes = (t->nvec - 1) * 16 + t->last_lanes, L = t->nvec * 16;
+    memset(acc, 0, sizeof acc);
+    for (int64_t i = 0; i < t->kh; ++i) {
+        const float *f = t->f + i * t->K * t->cop;
+        for (int64_t k = 0; k < t->K; ++k) {
+            const float *fr = f + k * t->cop;
+            for (int p = 0; p < GEN_PIX; ++p) {
+                const float xv = t->x[t->off[p] + i * t->row_stride + k];
+                for (int l = 0; l < L; ++l)
+                    acc[p][l] += xv * fr[l];
+            }
+        }
+    }
+    for (int p = 0; p < t->npix; ++p)
+        memcpy(t->y + p * t->y_stride, acc[p], (size_t)lanes * sizeof(float));
+}
+
+static void bwf_generic(const nn_bwf_tile *t)
+{
+    float acc[GEN_ROWS][64];
+    const int lanes = (t->nvec - 1) * 16 + t->last_lanes;
+    memset(acc, 0, sizeof acc);
+    if (t->accumulate)
+        for (int r = 0; r < t->nrows; ++r)
+            memcpy(acc[r], t->df + r * t->df_stride, (size_t)lanes * sizeof(float));
+    for (int64_t n = 0; n < t->nimg; ++n)
+        for (int64_t y = 0; y < t->oh; ++y) {
+            const float *xq = t->x + n * t->img_stride + y * t->row_stride;
+            const float *dq = t->dy + ((n * t->oh + y) * t->ow) * t->dy_stride;
+            for (int64_t x = 0; x < t->ow; ++x, xq += t->c, dq += t->dy_stride)
+                for (int r = 0; r < GEN_ROWS; ++r) {
+                    const float xv = xq[r];
+                    for (int l = 0; l < lanes; ++l)
+                        acc[r][l] += xv * dq[l];
+                }
+        }
+    for (int r = 0; r < t->nrows; ++r)
+        memcpy(t->df + r * t->df_stride, acc[r], (size_t)lanes * sizeof(float));
+}
+
+const nn_conv_table nn_conv_generic = {
+    .fwd_pixels = {0, GEN_PIX, GEN_PIX, GEN_PIX, GEN_PIX},
+    .fwd = {0, fwd_generic, fwd_generic, fwd_generic, fwd_generic},
+    .bwf_rows = {0, GEN_ROWS, GEN_ROWS, GEN_ROWS, GEN_ROWS},
+    .bwf = {0, bwf_generic, bwf_generic, bwf_generic, bwf_generic},
+    .bwf_small = {0, bwf_generic, bwf_generic, bwf_generic, bwf_generic},
+};

@@ -1,0 +1,50 @@
+/* minigraph native 2-D convolution kernels (float32): public C API.
+ *
+ * Stride 1, dilation 1, any kernel size, non-negative top/left pads (SAME or VALID as TF
+ * computes them). Tensors are C-contiguous float32: the input and output in NHWC
+ * (`channels_last` != 0) or NCHW, the filter (and its gradient) in HWIO. Sizes: input
+ * [n, h, w, c], filter [kh, kw, c, co], output [n, out_h, out_w, co] (NHWC terms), where
+ * output pixel (y, x) reads input rows y - pad_top .. y - pad_top + kh - 1 (zero outside).
+ *
+ * Direct convolution: no im2col matrix. The input is copied once into a zero-padded NHWC
+ * scratch; register-blocked micro-kernels (AVX-512: up to 64 output channels in 4 vectors,
+ * 6-12 pixels or filter rows per tile) run over tiles that threads take in contiguous ranges.
+ * Every output element is computed by one tile, summing in a fixed order (taps for the
+ * forward and input gradient; pixels, image by image, for the filter gradient), so results
+ * are bit-identical for any thread count.
+ *
+ * Return value: 0 on success, MG_NN_EBADARG for bad sizes, MG_NN_ENOMEM when a scratch
+ * allocation failed. `num_threads` <= 1 runs on the calling thread.
+ *
+ * The region between the CDEF markers is parsed by cffi (kernels_c/build_native.py).
+ */
+#ifndef MINIGRAPH_CONV_H
+#define MINIGRAPH_CONV_H
+
+#include <stdint.h>
+
+/* BEGIN CDEF */
+#define MG_NN_EBADARG 1
+#define MG_NN_ENOMEM 2
+
+/* y = conv(x, f): x [n,h,w,c], f [kh,kw,c,co], y [n,out_h,out_w,co]. */
+int mg_conv2d_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                      int64_t co, int64_t pad_top, int64_t pad_left, int64_t out_h,
+                      int64_t out_w, int channels_last, const float *x, const float *f,
+                      float *y, int num_threads);
+
+/* dx = d conv / d x given dy [n,out_h,out_w,co]; dx [n,h,w,c]. Needs pad_top < kh and
+ * pad_left < kw (always true for SAME and VALID). */
+int mg_conv2d_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
+                             int64_t kw, int64_t co, int64_t pad_top, int64_t pad_left,
+                             int64_t out_h, int64_t out_w, int channels_last, const float *f,
+                             const float *dy, float *dx, int num_threads);
+
+/* df = d conv / d f given x [n,h,w,c] and dy [n,out_h,out_w,co]; df [kh,kw,c,co]. */
+int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
+                              int64_t kw, int64_t co, int64_t pad_top, int64_t pad_left,
+                              int64_t out_h, int64_t out_w, int channels_last,
+                              const float *x, const float *dy, float *df, int num_threads);
+/* END CDEF */
+
+#endif

@@ -1,0 +1,123 @@
+/* AVX-512 convolution micro-kernels (see conv_internal.h for what a tile is).
+ *
+ * Forward / input gradient: P pixels x V vectors of 16 output channels held in P * V zmm
+ * accumulators (24 of the 32 registers); per filter tap, V filter vectors are loaded and
+ * each pixel's input value is broadcast into V FMAs. Filter gradient: R filter rows x V
+ * vectors; per pixel, V dy vectors are loaded and each row's input value broadcast.
+ * (P or R) x V: 12x1, 12x2, 8x3, 6x4 (and 4xV for short filter rows).
+ *
+ * Compiled for these extensions with a target pragma and only called when mg_bn_isa() says
+ * AVX-512 (conv.c). */
+#include "conv_internal.h"
+
+#if NN_X86
+#include <immintrin.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
+
+#define UNROLL _Pragma("GCC unroll 16")
+
+static inline __mmask16 lane_mask(int n) { return (__mmask16)((1u << n) - 1u); }
+
+static inline __attribute__((always_inline)) void fwd_body(const nn_fwd_tile *t, const int P,
+                                                           const int V)
+{
+    __m512 acc[NN_MAX_TILE][4];
+    const float *xp[NN_MAX_TILE];
+    UNROLL for (int p = 0; p < P; ++p)
+    {
+        xp[p] = t->x + t->off[p];
+        UNROLL for (int v = 0; v < V; ++v) acc[p][v] = _mm512_setzero_ps();
+    }
+    const int64_t K = t->K, cop = t->cop, rs = t->row_stride;
+    const float *f = t->f;
+    for (int64_t i = 0; i < t->kh; ++i) {
+        const float *fk = f;
+        for (int64_t k = 0; k < K; ++k, fk += cop) {
+            __m512 fv[4];
+            UNROLL for (int v = 0; v < V; ++v) fv[v] = _mm512_loadu_ps(fk + 16 * v);
+            UNROLL for (int p = 0; p < P; ++p)
+            {
+                const __m512 b = _mm512_set1_ps(xp[p][k]);
+                UNROLL for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(b, fv[v], acc[p][v]);
+            }
+        }
+        f += K * cop;
+        UNROLL for (int p = 0; p < P; ++p) xp[p] += rs;
+    }
+    const __mmask16 last = lane_mask(t->last_lanes);
+    UNROLL for (int p = 0; p < P; ++p)
+    {
+        if (p < t->npix) {
+            float *y = t->y + p * t->y_stride;
+            UNROLL for (int v = 0; v < V; ++v)
+                _mm512_mask_storeu_ps(y + 16 * v, v == V - 1 ? last : (__mmask16)0xffff, acc[p][v]);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void bwf_body(const nn_bwf_tile *t, const int R,
+                                                           const int V)
+{
+    __m512 acc[NN_MAX_TILE][4];
+    __mmask16 m[4];
+    UNROLL for (int v = 0; v < V; ++v) m[v] = v == V - 1 ? lane_mask(t->last_lanes) : 0xffff;
+    UNROLL for (int r = 0; r < R; ++r)
+    {
+        const float *d = t->df + (r < t->nrows ? r : t->nrows - 1) * t->df_stride;
+        UNROLL for (int v = 0; v < V; ++v) acc[r][v] =
+            t->accumulate ? _mm512_maskz_loadu_ps(m[v], d + 16 * v) : _mm512_setzero_ps();
+    }
+    const int64_t c = t->c, ds = t->dy_stride;
+    for (int64_t n = 0; n < t->nimg; ++n)
+        for (int64_t y = 0; y < t->oh; ++y) {
+            const float *xq = t->x + n * t->img_stride + y * t->row_stride;
+            const float *dq = t->dy + ((n * t->oh + y) * t->ow) * ds;
+            for (int64_t x = 0; x < t->ow; ++x, xq += c, dq += ds) {
+                __m512 d[4];
+                UNROLL for (int v = 0; v < V; ++v) d[v] = _mm512_maskz_loadu_ps(m[v], dq + 16 * v);
+                UNROLL for (int r = 0; r < R; ++r)
+                {
+                    const __m512 b = _mm512_set1_ps(xq[r]);
+                    UNROLL for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(b, d[v], acc[r][v]);
+                }
+            }
+        }
+    UNROLL for (int r = 0; r < R; ++r)
+    {
+        if (r < t->nrows) {
+            float *d = t->df + r * t->df_stride;
+            UNROLL for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(d + 16 * v, m[v], acc[r][v]);
+        }
+    }
+}
+
+#define FWD(P, V)                                                                            \
+    static void fwd_##P##x##V(const nn_fwd_tile *t) { fwd_body(t, P, V); }
+#define BWF(R, V)                                                                            \
+    static void bwf_##R##x##V(const nn_bwf_tile *t) { bwf_body(t, R, V); }
+
+FWD(12, 1)
+FWD(12, 2)
+FWD(8, 3)
+FWD(6, 4)
+BWF(12, 1)
+BWF(12, 2)
+BWF(8, 3)
+BWF(6, 4)
+BWF(4, 1)
+BWF(4, 2)
+BWF(4, 3)
+BWF(4, 4)
+
+const nn_conv_table nn_conv_avx512 = {
+    .fwd_pixels = {0, 12, 12, 8, 6},
+    .fwd = {0, fwd_12x1, fwd_12x2, fwd_8x3, fwd_6x4},
+    .bwf_rows = {0, 12, 12, 8, 6},
+    .bwf = {0, bwf_12x1, bwf_12x2, bwf_8x3, bwf_6x4},
+    .bwf_small = {0, bwf_4x1, bwf_4x2, bwf_4x3, bwf_4x4},
+};
+
+#pragma GCC pop_options
+#endif

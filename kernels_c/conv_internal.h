@@ -1,0 +1,85 @@
+/* Internals of the convolution / pooling / elementwise kernels (conv.c, conv_avx512.c,
+ * pool.c, elementwise.c): the micro-kernel tiles and the thread-count helper.
+ *
+ * A forward tile is `npix` output pixels (flat indices into the output, up to the kernel's
+ * `pixels`) times `nvec` vectors of 16 output channels. Its pixels read the zero-padded NHWC
+ * input at `x + off[p]` (the top-left tap); tap row i adds i * row_stride, and a tap row is
+ * K = kw * c contiguous floats, matched by K rows of the packed filter (row stride `cop`).
+ *
+ * A filter-gradient tile is `nrows` consecutive filter rows (t0 .. t0 + nrows - 1 of one tap
+ * row i, K rows per tap row; the kernel's `rows` at most) times `nvec` vectors of output
+ * channels; it sums x[pixel + r] * dy[pixel] over the pixels of `nimg` images, adding to
+ * what df holds when `accumulate`. It reads up to `rows` floats past x's last pixel (the
+ * scratch has slack there); rows past `nrows` are computed and thrown away.
+ */
+#ifndef MINIGRAPH_CONV_INTERNAL_H
+#define MINIGRAPH_CONV_INTERNAL_H
+
+#include <stdint.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define NN_X86 1
+#else
+#define NN_X86 0
+#endif
+
+#define NN_MAX_TILE 12 /* pixels or rows of the widest tile */
+#define NN_SLACK 64    /* zeroed floats after the padded input scratch */
+
+typedef struct {
+    const float *x;   /* padded input scratch */
+    int64_t off[NN_MAX_TILE]; /* per pixel: offset of its top-left tap (floats) */
+    int64_t row_stride;       /* floats from one tap row to the next (wp * c) */
+    int64_t kh, K;            /* tap rows; taps per row (kw * c) */
+    const float *f;           /* packed filter [kh * K][cop], at this tile's first channel */
+    int64_t cop;
+    float *y;          /* output of the tile's first pixel, first channel */
+    int64_t y_stride;  /* floats between consecutive output pixels */
+    int npix, nvec, last_lanes; /* valid pixels; vectors; valid lanes of the last vector */
+} nn_fwd_tile;
+
+typedef struct {
+    const float *x;   /* padded input at (image 0, row i, column 0), channel offset t0 */
+    const float *dy;  /* dy of image 0, pixel 0, at this tile's first channel */
+    int64_t nimg, oh, ow;
+    int64_t c, row_stride, img_stride; /* x: floats per pixel, padded row, padded image */
+    int64_t dy_stride;                 /* dy: floats per pixel (co) */
+    float *df;        /* df row t0 of tap row i, first channel */
+    int64_t df_stride; /* floats between df rows (co) */
+    int nrows, nvec, last_lanes, accumulate;
+} nn_bwf_tile;
+
+typedef void (*nn_fwd_fn)(const nn_fwd_tile *t);
+typedef void (*nn_bwf_fn)(const nn_bwf_tile *t);
+
+/* One table per ISA; index = nvec (1..4). */
+typedef struct {
+    int fwd_pixels[5];
+    nn_fwd_fn fwd[5];
+    int bwf_rows[5];
+    nn_bwf_fn bwf[5];
+    nn_bwf_fn bwf_small[5]; /* 4 rows, for short filter rows (K < bwf_rows) */
+} nn_conv_table;
+
+extern const nn_conv_table nn_conv_generic;
+#if NN_X86
+extern const nn_conv_table nn_conv_avx512;
+#endif
+
+/* 1 when the AVX-512 kernels are to be used (mg_bn_isa() says AVX-512). */
+int nn_use_avx512(void);
+
+/* The thread count a call may use: `requested` clamped to >= 1, and 1 in a child forked
+ * after a parallel region (GNU OpenMP's pool does not survive fork). Marks that threads
+ * were used when it returns more than 1. */
+int nn_threads(int requested);
+
+/* [lo, hi) of `total` items for thread `tid` of `nth`: contiguous, balanced. */
+static inline void nn_split(int64_t total, int tid, int nth, int64_t *lo, int64_t *hi)
+{
+    const int64_t base = total / nth, extra = total % nth;
+    *lo = tid * base + (tid < extra ? tid : extra);
+    *hi = *lo + base + (tid < extra);
+}
+
+#endif

@@ -1,0 +1,261 @@
+/* minigraph native max pooling, ReLU and Adam (float32); see pool.h.
+ *
+ * Pools run over output rows (image, y) split in contiguous ranges between threads; the
+ * loops over channels (NHWC) are vectorized by the compiler, once for AVX-512 and once for
+ * the baseline ISA (pool_loops.h), chosen with mg_bn_isa(). An NCHW tensor is pooled as
+ * n * c single-channel NHWC images. ReLU and Adam are plain vectorized loops.
+ */
+#include "pool.h"
+
+#include <string.h>
+
+#include "conv.h"
+#include "conv_internal.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct {
+    const float *x, *g;
+    float *y, *dx;
+    int64_t h, w, c, kh, kw, sh, sw, pt, pl, oh, ow;
+} pool_geo;
+
+enum { CB = 64 }; /* channels per block of the argmax loops */
+
+/* Single-channel images (NCHW planes): scalar windows. */
+static inline float max_nan(float best, float v) { return (v > best || v != v) ? v : best; }
+
+static void max_pool_rows_c1(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    const int64_t h = g->h, w = g->w, kh = g->kh, kw = g->kw;
+    for (int64_t row = lo; row < hi; ++row) {
+        const int64_t img = row / g->oh, oy = row % g->oh;
+        int64_t ya = oy * g->sh - g->pt, yb = ya + kh;
+        ya = ya < 0 ? 0 : ya;
+        yb = yb > h ? h : yb;
+        const float *plane = g->x + img * h * w;
+        float *out = g->y + row * g->ow;
+        if (kh == 2 && kw == 2 && g->sw == 2 && g->pl == 0 && yb - ya == 2) {
+            const float *r0 = plane + ya * w, *r1 = r0 + w;
+            int64_t ox = 0;
+            for (; ox < g->ow && 2 * ox + 1 < w; ++ox) {
+                float b = r0[2 * ox];
+                b = max_nan(b, r0[2 * ox + 1]);
+                b = max_nan(b, r1[2 * ox]);
+                out[ox] = max_nan(b, r1[2 * ox + 1]);
+            }
+            for (; ox < g->ow; ++ox) /* a last window cut by the right edge */
+                out[ox] = max_nan(r0[2 * ox], r1[2 * ox]);
+            continue;
+        }
+        for (int64_t ox = 0; ox < g->ow; ++ox) {
+            int64_t xa = ox * g->sw - g->pl, xb = xa + kw;
+            xa = xa < 0 ? 0 : xa;
+            xb = xb > w ? w : xb;
+            float b = -__builtin_inff();
+            int first = 1;
+            for (int64_t yy = ya; yy < yb; ++yy)
+                for (int64_t xx = xa; xx < xb; ++xx) {
+                    const float v = plane[yy * w + xx];
+                    b = first ? v : max_nan(b, v);
+                    first = 0;
+                }
+            out[ox] = b;
+        }
+    }
+}
+
+static void max_pool_grad_rows_c1(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    const int64_t h = g->h, w = g->w, kh = g->kh, kw = g->kw;
+    for (int64_t row = lo; row < hi; ++row) {
+        const int64_t img = row / g->oh, oy = row % g->oh;
+        int64_t ya = oy * g->sh - g->pt, yb = ya + kh;
+        ya = ya < 0 ? 0 : ya;
+        yb = yb > h ? h : yb;
+        const float *plane = g->x + img * h * w;
+        float *dplane = g->dx + img * h * w;
+        const float *grad = g->g + row * g->ow;
+        for (int64_t ox = 0; ox < g->ow; ++ox) {
+            int64_t xa = ox * g->sw - g->pl, xb = xa + kw;
+            xa = xa < 0 ? 0 : xa;
+            xb = xb > w ? w : xb;
+            int64_t at = -1;
+            float b = 0.0f;
+            for (int64_t yy = ya; yy < yb; ++yy)
+                for (int64_t xx = xa; xx < xb; ++xx) {
+                    const float v = plane[yy * w + xx];
+                    if (at < 0 || v > b)
+                        b = v, at = yy * w + xx;
+                    dplane[yy * w + xx] = 0.0f;
+                }
+            if (at >= 0)
+                dplane[at] = 0.0f + grad[ox];
+        }
+    }
+}
+
+#define LOOP_ATTR
+#define SUFFIX generic
+#include "pool_loops.h"
+#undef LOOP_ATTR
+#undef SUFFIX
+
+#if NN_X86
+#define LOOP_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#define SUFFIX avx512
+#include "pool_loops.h"
+#undef LOOP_ATTR
+#undef SUFFIX
+#define PICK(name) (nn_use_avx512() ? name##_avx512 : name##_generic)
+#else
+#define PICK(name) name##_generic
+#endif
+
+/* Threads for `elements` elements of streaming work: small tensors stay on one thread. */
+static int threads_for(int requested, int64_t elements)
+{
+    if (elements < (1 << 15))
+        return 1;
+    return nn_threads(requested);
+}
+
+typedef void (*rows_fn)(const pool_geo *g, int64_t lo, int64_t hi);
+
+static void run_rows(rows_fn fn, const pool_geo *g, int64_t rows, int nt)
+{
+    if (nt <= 1) {
+        fn(g, 0, rows);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        nn_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        fn(g, lo, hi);
+    }
+#endif
+}
+
+static int pool_setup(pool_geo *g, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
+                      int64_t kw, int64_t sh, int64_t sw, int64_t pt, int64_t pl, int64_t oh,
+                      int64_t ow, int channels_last, int64_t *rows)
+{
+    if (n < 0 || h < 0 || w < 0 || c < 0 || kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 ||
+        pt < 0 || pl < 0 || pt >= kh || pl >= kw || oh < 0 || ow < 0)
+        return MG_NN_EBADARG;
+    if (!channels_last) { /* n * c single-channel images */
+        n *= c;
+        c = 1;
+    }
+    g->h = h, g->w = w, g->c = c, g->kh = kh, g->kw = kw, g->sh = sh, g->sw = sw;
+    g->pt = pt, g->pl = pl, g->oh = oh, g->ow = ow;
+    *rows = n * oh;
+    return 0;
+}
+
+int mg_max_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
+                int64_t out_w, int channels_last, const float *x, float *y, int num_threads)
+{
+    pool_geo g = {.x = x, .y = y};
+    int64_t rows;
+    const int err = pool_setup(&g, n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h,
+                               out_w, channels_last, &rows);
+    if (err || (rows * out_w * g.c > 0 && (!x || !y)))
+        return err ? err : MG_NN_EBADARG;
+    run_rows(PICK(max_pool_rows), &g, rows, threads_for(num_threads, n * h * w * c));
+    return 0;
+}
+
+int mg_max_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                     int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
+                     int64_t out_w, int channels_last, const float *x, const float *g,
+                     float *dx, int num_threads)
+{
+    pool_geo geo = {.x = x, .g = g, .dx = dx};
+    int64_t rows;
+    const int err = pool_setup(&geo, n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h,
+                               out_w, channels_last, &rows);
+    if (err || sh < kh || sw < kw)
+        return err ? err : MG_NN_EBADARG;
+    if (n * h * w * c == 0)
+        return 0;
+    if (!x || !g || !dx)
+        return MG_NN_EBADARG;
+    /* the windows write every element they cover; zero the rest first unless they tile */
+    if (!(sh == kh && sw == kw && out_h * sh - pad_top >= h && out_w * sw - pad_left >= w))
+        memset(dx, 0, (size_t)(n * h * w * c) * sizeof(float));
+    run_rows(PICK(max_pool_grad_rows), &geo, rows, threads_for(num_threads, n * h * w * c));
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* elementwise: chunks of whole cache lines per thread */
+
+static void chunk(int64_t count, int tid, int nth, int64_t *lo, int64_t *hi)
+{
+    const int64_t lines = (count + 15) / 16;
+    nn_split(lines, tid, nth, lo, hi);
+    *lo *= 16;
+    *hi = *hi * 16 < count ? *hi * 16 : count;
+}
+
+int mg_relu(int64_t count, const float *x, float *y, int num_threads)
+{
+    if (count < 0 || (count && (!x || !y)))
+        return MG_NN_EBADARG;
+    void (*fn)(const float *, float *, int64_t) = PICK(relu_range);
+    const int nt = threads_for(num_threads, count);
+    if (nt <= 1) {
+        fn(x, y, count);
+        return 0;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        chunk(count, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        if (hi > lo)
+            fn(x + lo, y + lo, hi - lo);
+    }
+#endif
+    return 0;
+}
+
+int mg_relu_grad(int64_t count, const float *g, const float *features, float *dx,
+                 int num_threads)
+{
+    if (count < 0 || (count && (!g || !features || !dx)))
+        return MG_NN_EBADARG;
+    void (*fn)(const float *, const float *, float *, int64_t) = PICK(relu_grad_range);
+    const int nt = threads_for(num_threads, count);
+    if (nt <= 1) {
+        fn(g, features, dx, count);
+        return 0;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        chunk(count, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        if (hi > lo)
+            fn(g + lo, features + lo, dx + lo, hi - lo);
+    }
+#endif
+    return 0;
+}
+
+int mg_apply_adam(int64_t count, const float *var, const float *m, const float *v,
+                  const float *grad, float lr_t, float beta1, float beta2, float epsilon,
+                  int use_nesterov, float *var_out, float *m_out, float *v_out)
+{
+    if (count < 0 || (count && (!var || !m || !v || !grad || !var_out || !m_out || !v_out)))
+        return MG_NN_EBADARG;
+    PICK(adam_range)(var, m, v, grad, var_out, m_out, v_out, lr_t, beta1, beta2, epsilon,
+                     use_nesterov, count);
+    return 0;
+}

@@ -1,0 +1,504 @@
+"""The native (C) fast paths of the layer ops against the numpy kernels they replace.
+
+With the native backend, float32 Conv2D / Conv2DBackpropInput / Conv2DBackpropFilter
+(stride 1, dilation 1, SAME/VALID), MaxPool, MaxPoolGrad (non-overlapping windows), Relu,
+ReluGrad and ApplyAdam run in C (kernels_c/conv.c, pool.c). Each test builds the op in a
+graph and runs it in a "native" and a "reference" session (the numpy kernels, themselves
+tested against loop references and TensorFlow in test_nn_ops.py):
+
+* convolutions over awkward shapes (batch 1, odd H/W, C_in 1/3/17/32, C_out 1/5/33/64/80/
+  130, 1x1 to 5x3 filters, NHWC and NCHW, SAME and VALID) within 1e-5 of the float64 result
+  relative to the magnitude of the summed terms (the same bound holds for the numpy path);
+* MaxPoolGrad, ReLU and Adam bit for bit (ties, NaN, infinities, signed zeros), MaxPool
+  equal (NaN included; the sign of a zero maximum may differ);
+* the cases the C code does not take (strides, dilations, EXPLICIT padding, other dtypes,
+  overlapping pool windows) still give the numpy results;
+* determinism: bit-identical results for the same inputs and any thread count; every
+  instruction set; a forked child; and a short digits training run reaching the reference
+  backend's accuracy.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import minigraph as mg
+from minigraph import ops
+from minigraph.backends import conv_kernels, native
+from minigraph.ops.nn_ops import Window, windowed_output_size
+from minigraph.train import optimizers
+
+if not native.available():
+    pytest.skip(f"native backend unavailable: {native.unavailable_reason()}",
+                allow_module_level=True)
+
+F32, F64 = np.float32, np.float64
+RTOL = 1e-5
+FORMATS = ("NHWC", "NCHW")
+ISAS = [isa for isa in native.ISAS if native.ISAS.index(isa) <= native.ISAS.index(
+    native.best_isa())]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def to_fmt(a: np.ndarray, fmt: str) -> np.ndarray:
+    return a if fmt == "NHWC" else np.ascontiguousarray(a.transpose(0, 3, 1, 2))
+
+
+def hw_attr(fmt: str, h: int, w: int) -> list[int]:
+    return [1, h, w, 1] if fmt == "NHWC" else [1, 1, h, w]
+
+
+def run_both(build):
+    """Build fetches with ``build(scope)`` and run them on the native and reference
+    backends; returns (native results, reference results)."""
+    root = mg.Scope.NewRootScope()
+    fetches = build(root)
+    results = [mg.ClientSession(root, backend=b).Run({}, fetches)
+               for b in ("native", "reference")]
+    return results[0], results[1]
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint32 if a.dtype == F32 else np.uint64)
+
+
+def assert_bitwise(actual, expected, what=""):
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape, what
+    assert np.array_equal(bits(actual), bits(expected)), (
+        f"{what}: {int((bits(actual) != bits(expected)).sum())} of {actual.size} differ")
+
+
+def _fail(message):
+    return ValueError(message)
+
+
+def window(h, w, kh, kw, padding):
+    """The stride-1 Window of a convolution (output sizes <= 0 when the filter is larger
+    than a VALID input)."""
+    if padding == "VALID" and (kh > h or kw > w):
+        return Window((kh, kw), (1, 1), (1, 1), ((0, 0), (0, 0)), (h - kh + 1, w - kw + 1))
+    sizes = [windowed_output_size(n, k, 1, 1, padding, (0, 0), _fail, "size")
+             for n, k in ((h, kh), (w, kw))]
+    return Window((kh, kw), (1, 1), (1, 1), ((sizes[0][1], sizes[0][2]),
+                                             (sizes[1][1], sizes[1][2])),
+                  (sizes[0][0], sizes[1][0]))
+
+
+def conv_expected(x, f, dy, win):
+    """float64 (y, dx, df) from the numpy kernels, and the magnitudes of their sums
+    (the same sums over |terms|): results must be within RTOL * magnitude."""
+    x64, f64, dy64 = (a.astype(F64) for a in (x, f, dy))
+    exact = (conv_kernels.conv2d_nhwc(x64, f64, win),
+             conv_kernels.conv2d_backprop_input_nhwc(dy64, f64, x.shape, win),
+             conv_kernels.conv2d_backprop_filter_nhwc(x64, dy64, f.shape, win))
+    ax, af, ady = np.abs(x64), np.abs(f64), np.abs(dy64)
+    mags = (conv_kernels.conv2d_nhwc(ax, af, win),
+            conv_kernels.conv2d_backprop_input_nhwc(ady, af, x.shape, win),
+            conv_kernels.conv2d_backprop_filter_nhwc(ax, ady, f.shape, win))
+    return exact, mags
+
+
+def assert_within(actual, exact, mag, what):
+    err = np.abs(actual.astype(F64) - exact)
+    bound = RTOL * (mag + 1e-30)
+    worst = float((err / bound).max()) if err.size else 0.0
+    assert worst <= 1.0, f"{what}: error {worst:.3g} x the allowed {RTOL} * magnitude"
+
+
+def conv_ops(root, fmt, padding, x, f, dy):
+    attrs = {"strides": [1, 1, 1, 1], "padding": padding, "data_format": fmt}
+    xf, dyf = to_fmt(x, fmt), to_fmt(dy, fmt)
+    return [ops.Conv2D(root, xf, f, **attrs),
+            ops.Conv2DBackpropInput(root, list(xf.shape), f, dyf, **attrs),
+            ops.Conv2DBackpropFilter(root, xf, list(f.shape), dyf, **attrs)]
+
+
+def from_fmt(a: np.ndarray, fmt: str) -> np.ndarray:
+    return a if fmt == "NHWC" else np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+
+
+# (n, h, w, c_in, c_out, kh, kw)
+CONV_CASES = [
+    (64, 8, 8, 32, 64, 3, 3),  # the digits CNN's second convolution
+    (64, 8, 8, 1, 32, 3, 3),   # ... and its first
+    (1, 7, 5, 3, 5, 3, 3),
+    (2, 7, 5, 17, 33, 3, 3),
+    (1, 5, 7, 1, 1, 1, 1),
+    (3, 6, 4, 3, 1, 2, 3),     # even filter: asymmetric SAME pads
+    (2, 9, 4, 17, 64, 5, 3),
+    (2, 6, 6, 17, 80, 3, 3),   # two channel blocks, the second partial
+    (1, 4, 5, 5, 130, 3, 3),   # three blocks
+    (2, 1, 1, 3, 17, 3, 3),    # every tap but the centre is padding (SAME)
+    (5, 3, 3, 32, 16, 3, 3),   # VALID: a single output pixel
+]
+
+
+def conv_id(case):
+    return "x".join(str(v) for v in case)
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", CONV_CASES, ids=conv_id)
+def test_conv_matches_numpy(case, fmt, padding):
+    n, h, w, c, co, kh, kw = case
+    win = window(h, w, kh, kw, padding)
+    if min(win.out) <= 0:
+        pytest.skip("filter larger than the VALID input")
+    rng = np.random.default_rng(sum(case))
+    x = rng.standard_normal((n, h, w, c)).astype(F32)
+    f = rng.standard_normal((kh, kw, c, co)).astype(F32)
+    dy = rng.standard_normal((n, *win.out, co)).astype(F32)
+    got, ref = run_both(lambda root: conv_ops(root, fmt, padding, x, f, dy))
+    exact, mags = conv_expected(x, f, dy, win)
+    for name, a, r, e, m in zip(("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"),
+                                got, ref, exact, mags):
+        a, r = (v if name.endswith("Filter") else from_fmt(v, fmt) for v in (a, r))
+        assert a.dtype == F32 and a.shape == e.shape
+        assert_within(r, e, m, f"{name} numpy path")  # the bound is fair
+        assert_within(a, e, m, f"{name} native")
+
+
+def test_conv_uses_the_native_path(monkeypatch):
+    """The graph-level test above would pass vacuously if the hook never fired."""
+    calls = []
+    for name in ("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"):
+        original = getattr(native, name)
+        monkeypatch.setattr(native, name,
+                            lambda *a, _o=original, _n=name: calls.append(_n) or _o(*a))
+    x = np.ones((1, 4, 4, 2), F32)
+    f = np.ones((3, 3, 2, 3), F32)
+    run_both(lambda root: conv_ops(root, "NHWC", "SAME", x, f, np.ones((1, 4, 4, 3), F32)))
+    assert sorted(calls) == ["conv2d", "conv2d_backprop_filter", "conv2d_backprop_input"]
+
+
+@pytest.mark.parametrize("attrs,dtype", [
+    ({"strides": [1, 2, 2, 1], "padding": "SAME"}, F32),
+    ({"strides": [1, 1, 1, 1], "padding": "SAME", "dilations": [1, 2, 2, 1]}, F32),
+    ({"strides": [1, 1, 1, 1], "padding": "EXPLICIT",
+      "explicit_paddings": [0, 0, 1, 2, 0, 1, 0, 0]}, F32),
+    ({"strides": [1, 1, 1, 1], "padding": "SAME"}, np.float16),
+    ({"strides": [1, 1, 1, 1], "padding": "SAME"}, ml_dtypes.bfloat16),
+    ({"strides": [1, 1, 1, 1], "padding": "SAME"}, F64),
+], ids=["stride2", "dilation2", "explicit", "float16", "bfloat16", "float64"])
+def test_conv_cases_the_c_code_does_not_take_are_unchanged(attrs, dtype):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 7, 6, 3)).astype(dtype)
+    f = rng.standard_normal((3, 3, 3, 4)).astype(dtype)
+
+    def build(root):
+        y = ops.Conv2D(root, x, f, **attrs)
+        dy = ops.OnesLike(root, y)
+        return [y, ops.Conv2DBackpropInput(root, list(x.shape), f, dy, **attrs),
+                ops.Conv2DBackpropFilter(root, x, list(f.shape), dy, **attrs)]
+
+    for a, r in zip(*run_both(build)):
+        assert a.dtype == r.dtype and a.tobytes() == r.tobytes()
+
+
+def test_conv_edge_sizes():
+    """Empty batches and a zero-size input stay on the numpy path (zeros)."""
+    f = np.ones((3, 3, 2, 4), F32)
+    got, ref = run_both(lambda root: [
+        ops.Conv2D(root, np.ones((0, 4, 4, 2), F32), f, strides=[1, 1, 1, 1],
+                   padding="SAME"),
+        ops.Conv2DBackpropFilter(root, np.ones((0, 4, 4, 2), F32), [3, 3, 2, 4],
+                                 np.ones((0, 4, 4, 4), F32), strides=[1, 1, 1, 1],
+                                 padding="SAME")])
+    for a, r in zip(got, ref):
+        assert_bitwise(a, r)
+
+
+# ----------------------------------------------------------------------------- pools
+
+# (n, h, w, c, (kh, kw), (sh, sw))
+POOL_CASES = [
+    (64, 8, 8, 64, (2, 2), (2, 2)),  # the digits CNN's pool
+    (1, 7, 5, 1, (2, 2), (2, 2)),    # odd sizes: VALID drops a row/column, SAME pads them
+    (2, 7, 5, 3, (2, 2), (2, 2)),
+    (3, 6, 7, 17, (3, 3), (3, 3)),
+    (2, 7, 9, 70, (2, 3), (3, 3)),   # gaps between windows; > 64 channels
+    (2, 5, 5, 5, (1, 1), (2, 2)),
+    (2, 9, 8, 4, (3, 3), (2, 2)),    # overlapping windows: the grad stays on numpy
+]
+
+
+def pool_ops(root, fmt, padding, x, g, ksize, strides):
+    attrs = {"ksize": hw_attr(fmt, *ksize), "strides": hw_attr(fmt, *strides),
+             "padding": padding, "data_format": fmt}
+    xf = to_fmt(x, fmt)
+    y = ops.MaxPool(root, xf, **attrs)
+    return [y, ops.MaxPoolGrad(root, xf, y, to_fmt(g, fmt), **attrs)]
+
+
+def pool_out(h, w, ksize, strides, padding):
+    return tuple(windowed_output_size(n, k, s, 1, padding, (0, 0), _fail, "size")[0]
+                 for n, k, s in ((h, ksize[0], strides[0]), (w, ksize[1], strides[1])))
+
+
+@pytest.mark.parametrize("values", ["ties", "normal", "special"])
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", POOL_CASES, ids=lambda c: "x".join(map(str, c[:4])) +
+                         f"_k{c[4][0]}{c[4][1]}s{c[5][0]}{c[5][1]}")
+def test_max_pool_matches_numpy_bit_for_bit(case, fmt, padding, values):
+    n, h, w, c, ksize, strides = case
+    rng = np.random.default_rng(c + h)
+    if values == "ties":  # many equal maxima: the gradient goes to the first one
+        x = rng.integers(0, 3, (n, h, w, c)).astype(F32)
+    elif values == "normal":
+        x = rng.standard_normal((n, h, w, c)).astype(F32)
+    else:
+        x = rng.choice(np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0], F32),
+                       (n, h, w, c))
+    oh, ow = pool_out(h, w, ksize, strides, padding)
+    g = rng.standard_normal((n, oh, ow, c)).astype(F32)
+    g[..., ::3] = -0.0  # routed -0 must come out as 0 + -0 = +0, as numpy adds it
+    got, ref = run_both(lambda root: pool_ops(root, fmt, padding, x, g, ksize, strides))
+    # max of a window holding both 0 and -0: either zero (numpy.maximum's own choice
+    # depends on its SIMD vs scalar loop); everything else, NaN included, is equal
+    np.testing.assert_array_equal(got[0], ref[0], "MaxPool")
+    assert_bitwise(got[1], ref[1], "MaxPoolGrad")
+
+
+def test_max_pool_uses_the_native_path(monkeypatch):
+    calls = []
+    for name in ("max_pool", "max_pool_grad"):
+        original = getattr(native, name)
+        monkeypatch.setattr(native, name,
+                            lambda *a, _o=original, _n=name: calls.append(_n) or _o(*a))
+    x = np.arange(32, dtype=F32).reshape(1, 4, 4, 2)
+    run_both(lambda root: pool_ops(root, "NHWC", "VALID", x, np.ones((1, 2, 2, 2), F32),
+                                   (2, 2), (2, 2)))
+    assert sorted(calls) == ["max_pool", "max_pool_grad"]
+
+
+def test_max_pool_other_dtypes_unchanged():
+    x = np.random.default_rng(2).standard_normal((2, 6, 6, 3))
+    for dtype in (np.float16, F64, np.int32):
+        xd = (x * 4).astype(dtype)
+        got, ref = run_both(lambda root, xd=xd: [ops.MaxPool(
+            root, xd, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="SAME")])
+        assert got[0].dtype == dtype and got[0].tobytes() == ref[0].tobytes()
+
+
+# ----------------------------------------------------------------------------- relu
+
+
+SPECIAL = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 3.5, -2.0],
+                   F32)
+
+
+@pytest.mark.parametrize("size", [0, 1, 17, 1000, 100_003])
+def test_relu_and_grad_match_numpy_bit_for_bit(size):
+    rng = np.random.default_rng(size)
+    x = rng.choice(SPECIAL, size).astype(F32) * rng.integers(1, 3, size).astype(F32)
+    g = rng.standard_normal(size).astype(F32)
+    g[::5] = -0.0
+    got, ref = run_both(lambda root: [ops.Relu(root, x), ops.ReluGrad(root, g, x)])
+    assert_bitwise(got[0], ref[0], "Relu")
+    assert_bitwise(got[1], ref[1], "ReluGrad")
+
+
+def test_relu_4d_and_other_dtypes():
+    x = np.random.default_rng(3).standard_normal((3, 5, 7, 2)).astype(F32)
+    got, ref = run_both(lambda root: [ops.Relu(root, x), ops.Relu(root, x.astype(F64)),
+                                      ops.ReluGrad(root, x, x),
+                                      ops.Relu(root, x.astype(np.float16))])
+    for a, r in zip(got, ref):
+        assert_bitwise(a.astype(F32), r.astype(F32))
+        assert a.dtype == r.dtype and a.shape == r.shape
+
+
+# ----------------------------------------------------------------------------- adam
+
+
+class NesterovAdam(mg.train.Adam):
+    def apply_one(self, scope, grad, var):
+        beta1_power, beta2_power = self._beta_powers(scope, var)
+        m, v = optimizers._slot(scope, var, "m"), optimizers._slot(scope, var, "v")
+        return ops.ApplyAdam(scope, var, m, v, beta1_power, beta2_power,
+                             *(optimizers._scalar(scope, value, var) for value in (
+                                 self.learning_rate, self.beta1, self.beta2, self.epsilon)),
+                             grad, use_nesterov=True).op
+
+
+def adam_graph(nesterov: bool, steps: int, backend: str, shapes=((37,), (3, 5, 2))):
+    """Variables after ``steps`` Adam steps on a loss with numpy-only gradients."""
+    root = mg.Scope.NewRootScope()
+    rng = np.random.default_rng(4)
+    variables, loss = [], None
+    for i, shape in enumerate(shapes):
+        init = rng.standard_normal(shape).astype(F32)
+        var = mg.train.variable(root, f"w{i}", list(shape),
+                                lambda s, shp, dt, v=init: ops.Const(s, v))
+        target = ops.Const(root, rng.standard_normal(shape).astype(F32))
+        diff = ops.Sub(root, var, target)
+        term = ops.Mean(root, ops.Mul(root, ops.Mul(root, diff, diff), diff),
+                        ops.Const(root, list(range(len(shape)))))
+        loss = term if loss is None else ops.Add(root, loss, term)
+        variables.append(var)
+    optimizer = NesterovAdam(0.01) if nesterov else mg.train.Adam(0.01)
+    step = optimizer.minimize(root, loss, variables)
+    session = mg.ClientSession(root, backend=backend)
+    session.Run({}, [], targets=mg.train.global_variables_initializer(root))
+    for _ in range(steps):
+        session.Run({}, [], targets=step)
+    return session.Run({}, variables)
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_adam_matches_numpy_bit_for_bit(nesterov):
+    native_values = adam_graph(nesterov, 5, "native")
+    reference_values = adam_graph(nesterov, 5, "reference")
+    for a, r in zip(native_values, reference_values):
+        assert_bitwise(a, r, "Adam variables")
+
+
+def test_adam_function_formula():
+    rng = np.random.default_rng(5)
+    var, m, grad = (rng.standard_normal(1001).astype(F32) for _ in range(3))
+    v = rng.random(1001).astype(F32)
+    lr_t, b1, b2, eps = F32(0.01), F32(0.9), F32(0.999), F32(1e-7)
+    for nesterov in (False, True):
+        got = native.apply_adam(var, m, v, grad, lr_t, b1, b2, eps, nesterov)
+        m1 = m + (grad - m) * (1 - b1)
+        v1 = v + (grad * grad - v) * (1 - b2)
+        step = m1 * b1 + (1 - b1) * grad if nesterov else m1
+        expected = [var - lr_t * step / (np.sqrt(v1) + eps), m1, v1]
+        for a, e in zip(got, expected):
+            assert_bitwise(a, e, f"adam nesterov={nesterov}")
+        assert np.array_equal(m, m) and got[0] is not var  # inputs untouched, new arrays
+
+
+# ----------------------------------------------------------------------------- determinism
+
+
+def all_native_outputs(seed=6):
+    """Every native function on one set of awkward inputs (NHWC and NCHW)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((5, 9, 7, 19)).astype(F32)
+    f = rng.standard_normal((3, 3, 19, 70)).astype(F32)
+    dy = rng.standard_normal((5, 9, 7, 70)).astype(F32)
+    pads = ((1, 1), (1, 1))
+    out = []
+    for cl in (True, False):
+        xf, dyf = (a if cl else np.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in (x, dy))
+        out += [native.conv2d(xf, f, pads, (9, 7), cl),
+                native.conv2d_backprop_input(dyf, f, (9, 7), pads, cl),
+                native.conv2d_backprop_filter(xf, dyf, (3, 3), pads, cl)]
+        p = native.max_pool(xf, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 3), cl)
+        out += [p, native.max_pool_grad(xf, p, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 3), cl)]
+    out += [native.relu(x), native.relu_grad(dy, dy)]
+    return out
+
+
+def test_deterministic_for_any_thread_count(monkeypatch):
+    first = all_native_outputs()
+    for threads in ("1", "2", "3", "7"):
+        monkeypatch.setenv("MINIGRAPH_NUM_THREADS", threads)
+        for a, b in zip(first, all_native_outputs()):
+            assert_bitwise(a, b, f"{threads} threads")
+
+
+@pytest.fixture
+def restore_isa():
+    before = native.isa()
+    yield
+    native.set_isa(before)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_every_isa(isa, restore_isa):
+    """The generic (non-AVX-512) kernels too: against the numpy path."""
+    assert native.set_isa(isa) == isa
+    rng = np.random.default_rng(7)
+    for case in [(2, 7, 5, 17, 33, 3, 3), (3, 6, 4, 3, 70, 2, 3), (2, 5, 5, 1, 1, 3, 3)]:
+        n, h, w, c, co, kh, kw = case
+        for padding in ("SAME", "VALID"):
+            win = window(h, w, kh, kw, padding)
+            x = rng.standard_normal((n, h, w, c)).astype(F32)
+            f = rng.standard_normal((kh, kw, c, co)).astype(F32)
+            dy = rng.standard_normal((n, *win.out, co)).astype(F32)
+            exact, mags = conv_expected(x, f, dy, win)
+            for fmt in FORMATS:
+                got, _ = run_both(functools.partial(conv_ops, fmt=fmt, padding=padding, x=x,
+                                                    f=f, dy=dy))
+                for i, (a, e, m) in enumerate(zip(got, exact, mags)):
+                    assert_within(a if i == 2 else from_fmt(a, fmt), e, m, f"{isa} {case}")
+    x = rng.integers(0, 3, (3, 7, 5, 70)).astype(F32)
+    g = rng.standard_normal((3, 4, 3, 70)).astype(F32)
+    for fmt in FORMATS:
+        got, ref = run_both(functools.partial(pool_ops, fmt=fmt, padding="SAME", x=x, g=g,
+                                              ksize=(2, 2), strides=(2, 2)))
+        for a, r in zip(got, ref):
+            assert_bitwise(a, r, f"{isa} pools")
+    for a, r in zip(adam_graph(True, 2, "native"), adam_graph(True, 2, "reference")):
+        assert_bitwise(a, r, f"{isa} adam")
+
+
+def _child(queue):
+    queue.put([a.tobytes() for a in all_native_outputs()])
+
+
+def test_works_in_a_forked_child():
+    """libgomp's thread pool does not survive fork(): a child runs serially, same results."""
+    expected = [a.tobytes() for a in all_native_outputs()]  # the parent used its threads
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_child, args=(queue,))
+    child.start()
+    try:
+        got = queue.get(timeout=60)  # before join: the child exits once its data is read
+    finally:
+        child.join(10)
+        if child.exitcode is None:
+            child.kill()
+    assert child.exitcode == 0, "the forked child hung or crashed"
+    assert got == expected
+
+
+def test_rejects_bad_geometry():
+    x = np.ones((1, 4, 4, 2), F32)
+    with pytest.raises(ValueError):  # input-gradient pads must be < the filter size
+        native.conv2d_backprop_input(np.ones((1, 4, 4, 3), F32), np.ones((3, 3, 2, 3), F32),
+                                     (4, 4), ((3, 0), (1, 1)), True)
+    with pytest.raises(ValueError):  # overlapping windows
+        native.max_pool_grad(x, np.ones((1, 3, 3, 2), F32), (2, 2), (1, 1),
+                             ((0, 0), (0, 0)), (3, 3), True)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def test_digits_training_reaches_reference_accuracy():
+    from threadpoolctl import threadpool_limits
+
+    from minigraph.examples.train_digits_cnn import build, load_digits, parse
+
+    x_train, y_train, x_test, y_test = load_digits(0)
+    accuracies = {}
+    with threadpool_limits(1, user_api="blas"):
+        for backend in ("native", "reference"):
+            g = build(parse(["--backend", backend]))
+            session = mg.ClientSession(g["root"], backend=backend)
+            session.Run({}, [], targets=mg.train.global_variables_initializer(g["root"]))
+            order = np.random.default_rng(0).permutation(len(y_train))
+            for _ in range(2):
+                for begin in range(0, len(order), 64):
+                    index = order[begin:begin + 64]
+                    session.Run({g["images"]: x_train[index], g["labels"]: y_train[index]},
+                                [], targets=g["step"])
+            accuracies[backend] = float(session.Run(
+                {g["images"]: x_test, g["labels"]: y_test}, g["eval_accuracy"]))
+    assert accuracies["reference"] > 0.85, accuracies
+    assert abs(accuracies["native"] - accuracies["reference"]) <= 0.03, accuracies
+
