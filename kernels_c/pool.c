@@ -27,7 +27,7 @@ enum { CB = 64 }; /* channels per block of the argmax loops */
 /* Single-channel images (NCHW planes): scalar windows. */
 static inline float max_nan(float best, float v) { return (v > best || v != v) ? v : best; }
 
-static void max_pool_rows_c1(const pool_geo *g, int64_t lo, int64_t hi)
+static void max_pool_rows_c1_generic(const pool_geo *g, int64_t lo, int64_t hi)
 {
     const int64_t h = g->h, w = g->w, kh = g->kh, kw = g->kw;
     for (int64_t row = lo; row < hi; ++row) {
@@ -67,7 +67,7 @@ static void max_pool_rows_c1(const pool_geo *g, int64_t lo, int64_t hi)
     }
 }
 
-static void max_pool_grad_rows_c1(const pool_geo *g, int64_t lo, int64_t hi)
+static void max_pool_grad_rows_c1_generic(const pool_geo *g, int64_t lo, int64_t hi)
 {
     const int64_t h = g->h, w = g->w, kh = g->kh, kw = g->kw;
     for (int64_t row = lo; row < hi; ++row) {
@@ -96,6 +96,129 @@ static void max_pool_grad_rows_c1(const pool_geo *g, int64_t lo, int64_t hi)
         }
     }
 }
+
+#if NN_X86
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+
+/* Single-channel images, 2x2 windows with stride 2 and no top/left padding (the common NCHW
+ * pool): 16 windows of an output row per vector; the two input rows are loaded as 32
+ * columns and split into even and odd columns. A last odd column (SAME) or a last input row
+ * (odd h, SAME) that is missing is left out of its windows. */
+static inline AVX512 __mmask16 mask_n(int64_t n)
+{
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u);
+}
+
+typedef struct {
+    __m512 even, odd;
+} pair;
+
+static inline AVX512 pair load_pair(const float *row, int64_t ncols)
+{
+    const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512 lo = _mm512_maskz_loadu_ps(mask_n(ncols), row);
+    const __m512 hi = ncols > 16 ? _mm512_maskz_loadu_ps(mask_n(ncols - 16), row + 16)
+                                 : _mm512_setzero_ps();
+    return (pair){_mm512_permutex2var_ps(lo, ie, hi), _mm512_permutex2var_ps(lo, io, hi)};
+}
+
+static inline AVX512 void store_pair(float *row, int64_t ncols, __m512 even, __m512 odd)
+{
+    const __m512i il = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i ih = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    _mm512_mask_storeu_ps(row, mask_n(ncols), _mm512_permutex2var_ps(even, il, odd));
+    if (ncols > 16) /* (a store with an empty mask still takes the cache line) */
+        _mm512_mask_storeu_ps(row + 16, mask_n(ncols - 16), _mm512_permutex2var_ps(even, ih, odd));
+}
+
+static inline int pool_2x2(const pool_geo *g)
+{
+    return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->pt == 0 && g->pl == 0;
+}
+
+/* best = v where v > best or v is NaN (numpy.maximum-like: NaN propagates) */
+static inline AVX512 __m512 max_nan16(__m512 best, __m512 v, __mmask16 valid)
+{
+    const __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
+                           _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_mask_mov_ps(best, take & valid, v);
+}
+
+static AVX512 void max_pool_rows_c1_avx512(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    if (!pool_2x2(g)) {
+        max_pool_rows_c1_generic(g, lo, hi);
+        return;
+    }
+    const int64_t h = g->h, w = g->w;
+    int64_t img = lo / g->oh, oy = lo % g->oh;
+    for (int64_t row = lo; row < hi; ++row, ++oy) {
+        if (oy == g->oh)
+            oy = 0, ++img;
+        const float *r0 = g->x + (img * h + 2 * oy) * w;
+        const int bottom = 2 * oy + 1 < h;
+        float *out = g->y + row * g->ow;
+        for (int64_t ox = 0; ox < g->ow; ox += 16) {
+            const int64_t ncols = w - 2 * ox;
+            const __mmask16 odd_ok = mask_n((ncols) / 2);
+            const pair t = load_pair(r0 + 2 * ox, ncols);
+            __m512 b = max_nan16(t.even, t.odd, odd_ok);
+            if (bottom) {
+                const pair u = load_pair(r0 + w + 2 * ox, ncols);
+                b = max_nan16(b, u.even, 0xffff);
+                b = max_nan16(b, u.odd, odd_ok);
+            }
+            _mm512_mask_storeu_ps(out + ox, mask_n(g->ow - ox), b);
+        }
+    }
+}
+
+static AVX512 void max_pool_grad_rows_c1_avx512(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    if (!pool_2x2(g)) {
+        max_pool_grad_rows_c1_generic(g, lo, hi);
+        return;
+    }
+    const int64_t h = g->h, w = g->w;
+    const __m512 zero = _mm512_setzero_ps();
+    int64_t img = lo / g->oh, oy = lo % g->oh;
+    for (int64_t row = lo; row < hi; ++row, ++oy) {
+        if (oy == g->oh)
+            oy = 0, ++img;
+        const int64_t off = (img * h + 2 * oy) * w;
+        const int bottom = 2 * oy + 1 < h;
+        const float *grad = g->g + row * g->ow;
+        for (int64_t ox = 0; ox < g->ow; ox += 16) {
+            const int64_t ncols = w - 2 * ox;
+            const __mmask16 odd_ok = mask_n(ncols / 2);
+            const pair t = load_pair(g->x + off + 2 * ox, ncols);
+            __m512 best = t.even;
+            __mmask16 k1 = _mm512_cmp_ps_mask(t.odd, best, _CMP_GT_OQ) & odd_ok, k2 = 0, k3 = 0;
+            best = _mm512_mask_mov_ps(best, k1, t.odd);
+            pair u = {zero, zero};
+            if (bottom) {
+                u = load_pair(g->x + off + w + 2 * ox, ncols);
+                k2 = _mm512_cmp_ps_mask(u.even, best, _CMP_GT_OQ);
+                best = _mm512_mask_mov_ps(best, k2, u.even);
+                k3 = _mm512_cmp_ps_mask(u.odd, best, _CMP_GT_OQ) & odd_ok;
+            }
+            /* the winner: the last offset that replaced the maximum */
+            const __mmask16 w3 = k3, w2 = k2 & ~w3, w1 = k1 & ~(k2 | k3);
+            const __mmask16 w0 = ~(k1 | k2 | k3);
+            const __m512 gv = _mm512_add_ps(zero, _mm512_maskz_loadu_ps(mask_n(g->ow - ox),
+                                                                        grad + ox));
+            store_pair(g->dx + off + 2 * ox, ncols, _mm512_maskz_mov_ps(w0, gv),
+                       _mm512_maskz_mov_ps(w1, gv));
+            if (bottom)
+                store_pair(g->dx + off + w + 2 * ox, ncols, _mm512_maskz_mov_ps(w2, gv),
+                           _mm512_maskz_mov_ps(w3, gv));
+        }
+    }
+}
+#endif
 
 #define LOOP_ATTR
 #define SUFFIX generic

@@ -228,6 +228,8 @@ POOL_CASES = [
     (2, 7, 9, 70, (2, 3), (3, 3)),   # gaps between windows; > 64 channels
     (2, 5, 5, 5, (1, 1), (2, 2)),
     (2, 9, 8, 4, (3, 3), (2, 2)),    # overlapping windows: the grad stays on numpy
+    (2, 6, 37, 3, (2, 2), (2, 2)),   # NCHW rows of more than 16 windows, odd width
+    (1, 5, 64, 2, (2, 2), (2, 2)),   # ... exactly 32 windows
 ]
 
 
