@@ -138,10 +138,42 @@ typedef struct {
     int64_t pt, pl, hp, wp; /* pads; padded extent (rows/columns past h+pt / w+pl are zero,
                                rows/columns of the source past hp / wp are dropped) */
     int channels_last;
+    nn_transpose_fn transpose;
 } pad_geo;
+
+/* NCHW image -> its zero-padded NHWC copy, in 16 x 16 blocks (when the padded extent holds
+ * the whole image, always so for SAME / VALID) */
+static void pad_image_nchw(const pad_geo *g, int64_t img, float *dst)
+{
+    const int64_t c = g->c, w = g->w, plane = g->h * w;
+    const float *src = g->src + img * c * plane;
+    memset(dst, 0, (size_t)(g->hp * g->wp * c) * sizeof(float));
+    const float *rows[16];
+    float *cols[16];
+    for (int64_t p0 = 0; p0 < plane; p0 += 16) {
+        const int np = (int)(plane - p0 < 16 ? plane - p0 : 16);
+        for (int j = 0; j < np; ++j) {
+            const int64_t p = p0 + j;
+            cols[j] = dst + ((p / w + g->pt) * g->wp + p % w + g->pl) * c;
+        }
+        for (int64_t c0 = 0; c0 < c; c0 += 16) {
+            const int nc = (int)(c - c0 < 16 ? c - c0 : 16);
+            for (int r = 0; r < nc; ++r)
+                rows[r] = src + (c0 + r) * plane + p0;
+            float *out[16];
+            for (int j = 0; j < np; ++j)
+                out[j] = cols[j] + c0;
+            g->transpose(rows, nc, np, out);
+        }
+    }
+}
 
 static void pad_image(const pad_geo *g, int64_t img, float *dst)
 {
+    if (!g->channels_last && g->h + g->pt <= g->hp && g->w + g->pl <= g->wp) {
+        pad_image_nchw(g, img, dst);
+        return;
+    }
     const int64_t c = g->c, rowlen = g->wp * c;
     const int64_t left = g->pl < g->wp ? g->pl : g->wp;
     int64_t ncols = g->wp - left < g->w ? g->wp - left : g->w;
@@ -171,24 +203,29 @@ static void pad_image(const pad_geo *g, int64_t img, float *dst)
 }
 
 /* dst[img][ch][p] = src[img][p][ch] for p < plane (NHWC -> NCHW), or the reverse. */
-static void transpose_image(const float *src, float *dst, int64_t img, int64_t plane,
-                            int64_t ch, int to_channels_first)
+static void transpose_image(nn_transpose_fn transpose, const float *src, float *dst,
+                            int64_t img, int64_t plane, int64_t ch, int to_channels_first)
 {
     const float *s = src + img * plane * ch;
     float *d = dst + img * plane * ch;
-    enum { B = 16 };
-    for (int64_t p0 = 0; p0 < plane; p0 += B)
-        for (int64_t c0 = 0; c0 < ch; c0 += B) {
-            const int64_t p1 = p0 + B < plane ? p0 + B : plane;
-            const int64_t c1 = c0 + B < ch ? c0 + B : ch;
+    const float *rows[16];
+    float *out[16];
+    for (int64_t p0 = 0; p0 < plane; p0 += 16)
+        for (int64_t c0 = 0; c0 < ch; c0 += 16) {
+            const int np = (int)(plane - p0 < 16 ? plane - p0 : 16);
+            const int nc = (int)(ch - c0 < 16 ? ch - c0 : 16);
             if (to_channels_first) {
-                for (int64_t k = c0; k < c1; ++k)
-                    for (int64_t p = p0; p < p1; ++p)
-                        d[k * plane + p] = s[p * ch + k];
+                for (int r = 0; r < np; ++r)
+                    rows[r] = s + (p0 + r) * ch + c0;
+                for (int j = 0; j < nc; ++j)
+                    out[j] = d + (c0 + j) * plane + p0;
+                transpose(rows, np, nc, out);
             } else {
-                for (int64_t p = p0; p < p1; ++p)
-                    for (int64_t k = c0; k < c1; ++k)
-                        d[p * ch + k] = s[k * plane + p];
+                for (int r = 0; r < nc; ++r)
+                    rows[r] = s + (c0 + r) * plane + p0;
+                for (int j = 0; j < np; ++j)
+                    out[j] = d + (p0 + j) * ch + c0;
+                transpose(rows, nc, np, out);
             }
         }
 }
@@ -301,7 +338,7 @@ static void fwd_tile_item(void *ctx, int64_t item)
 static void fwd_transpose_item(void *ctx, int64_t img)
 {
     fwd_ctx *k = ctx;
-    transpose_image(k->ybuf, k->out, img, k->oh * k->ow, k->co, 1);
+    transpose_image(k->tab->transpose, k->ybuf, k->out, img, k->oh * k->ow, k->co, 1);
 }
 
 static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_t c,
@@ -320,7 +357,8 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
     k.n = n, k.c = c, k.kh = kh, k.kw = kw, k.oh = oh, k.ow = ow, k.co = co;
     k.cop = round16(co);
     k.f = f, k.flip = flip, k.out = out, k.channels_last = channels_last;
-    k.pad = (pad_geo){src, h, w, c, pt, pl, oh + kh - 1, ow + kw - 1, channels_last};
+    k.pad = (pad_geo){src, h, w, c, pt, pl, oh + kh - 1, ow + kw - 1, channels_last,
+                      k.tab->transpose};
     k.nblk = (co + 63) / 64;
     const int64_t pfull = k.tab->fwd_pixels[4], plast = k.tab->fwd_pixels[block_nvec(co, k.nblk - 1)];
     k.ufull = (n * oh * ow + pfull - 1) / pfull;
@@ -435,7 +473,7 @@ static void bwf_prep_item(void *ctx, int64_t img)
     const int64_t img_floats = k->pad.hp * k->pad.wp * k->c;
     pad_image(&k->pad, img, k->xp + img * img_floats);
     if (k->dyb != k->dy_src)
-        transpose_image(k->dy_src, k->dyb, img, k->oh * k->ow, k->co, 0);
+        transpose_image(k->tab->transpose, k->dy_src, k->dyb, img, k->oh * k->ow, k->co, 0);
     if (img == k->n - 1)
         memset(k->xp + k->n * img_floats, 0, NN_SLACK * sizeof(float));
 }
@@ -463,7 +501,7 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
     k.df = df;
     k.dy_src = dy;
     k.pad = (pad_geo){x, h, w, c, pad_top, pad_left, out_h + kh - 1, out_w + kw - 1,
-                      channels_last};
+                      channels_last, k.tab->transpose};
     k.nblk = (co + 63) / 64;
     if (n * out_h * out_w == 0) {
         memset(df, 0, (size_t)(kh * kw * c * co) * sizeof(float));
@@ -545,10 +583,18 @@ static void bwf_generic(const nn_bwf_tile *t)
         memcpy(t->df + r * t->df_stride, acc[r], (size_t)lanes * sizeof(float));
 }
 
+static void transpose_generic(const float *const *src, int nsrc, int lanes, float *const *dst)
+{
+    for (int j = 0; j < lanes; ++j)
+        for (int r = 0; r < nsrc; ++r)
+            dst[j][r] = src[r][j];
+}
+
 const nn_conv_table nn_conv_generic = {
     .fwd_pixels = {0, GEN_PIX, GEN_PIX, GEN_PIX, GEN_PIX},
     .fwd = {0, fwd_generic, fwd_generic, fwd_generic, fwd_generic},
     .bwf_rows = {0, GEN_ROWS, GEN_ROWS, GEN_ROWS, GEN_ROWS},
     .bwf = {0, bwf_generic, bwf_generic, bwf_generic, bwf_generic},
     .bwf_small = {0, bwf_generic, bwf_generic, bwf_generic, bwf_generic},
+    .transpose = transpose_generic,
 };

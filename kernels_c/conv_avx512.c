@@ -111,12 +111,56 @@ BWF(4, 2)
 BWF(4, 3)
 BWF(4, 4)
 
+static inline __m512 lo_pd(__m512 a, __m512 b)
+{
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+
+static inline __m512 hi_pd(__m512 a, __m512 b)
+{
+    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+
+/* 16 x 16 in registers: pairs of floats, pairs of pairs, then 128-bit lanes twice */
+static void transpose_16(const float *const *src, int nsrc, int lanes, float *const *dst)
+{
+    __m512 r[16], t[16], u[16];
+    const __mmask16 in = lane_mask(lanes), out = lane_mask(nsrc);
+    UNROLL for (int i = 0; i < 16; ++i) r[i] =
+        i < nsrc ? _mm512_maskz_loadu_ps(in, src[i]) : _mm512_setzero_ps();
+    UNROLL for (int i = 0; i < 8; ++i)
+    {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    UNROLL for (int i = 0; i < 4; ++i)
+    {
+        u[4 * i + 0] = lo_pd(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = hi_pd(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = lo_pd(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = hi_pd(t[4 * i + 1], t[4 * i + 3]);
+    }
+    UNROLL for (int i = 0; i < 2; ++i) UNROLL for (int k = 0; k < 4; ++k)
+    {
+        t[8 * i + k] = _mm512_shuffle_f32x4(u[8 * i + k], u[8 * i + 4 + k], 0x88);
+        t[8 * i + 4 + k] = _mm512_shuffle_f32x4(u[8 * i + k], u[8 * i + 4 + k], 0xdd);
+    }
+    UNROLL for (int k = 0; k < 8; ++k)
+    {
+        r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+        r[k + 8] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
+    }
+    for (int j = 0; j < lanes; ++j)
+        _mm512_mask_storeu_ps(dst[j], out, r[j]);
+}
+
 const nn_conv_table nn_conv_avx512 = {
     .fwd_pixels = {0, 12, 12, 8, 6},
     .fwd = {0, fwd_12x1, fwd_12x2, fwd_8x3, fwd_6x4},
     .bwf_rows = {0, 12, 12, 8, 6},
     .bwf = {0, bwf_12x1, bwf_12x2, bwf_8x3, bwf_6x4},
     .bwf_small = {0, bwf_4x1, bwf_4x2, bwf_4x3, bwf_4x4},
+    .transpose = transpose_16,
 };
 
 #pragma GCC pop_options

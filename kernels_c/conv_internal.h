@@ -51,6 +51,10 @@ typedef struct {
 
 typedef void (*nn_fwd_fn)(const nn_fwd_tile *t);
 typedef void (*nn_bwf_fn)(const nn_bwf_tile *t);
+/* A block transpose: dst[j][r] = src[r][j] for r < nsrc, j < lanes (both 1..16); the rows
+ * are anywhere (NCHW <-> NHWC layout changes, padded rows). */
+typedef void (*nn_transpose_fn)(const float *const *src, int nsrc, int lanes,
+                                float *const *dst);
 
 /* One table per ISA; index = nvec (1..4). */
 typedef struct {
@@ -59,6 +63,7 @@ typedef struct {
     int bwf_rows[5];
     nn_bwf_fn bwf[5];
     nn_bwf_fn bwf_small[5]; /* 4 rows, for short filter rows (K < bwf_rows) */
+    nn_transpose_fn transpose;
 } nn_conv_table;
 
 extern const nn_conv_table nn_conv_generic;
