@@ -318,7 +318,9 @@ def main(argv=None) -> int:
         print(f"native backend unavailable: {native.unavailable_reason()}")
         return 1
     peers = load_peers(set(filter(None, args.skip.split(","))))
-    warm, dram = stream_triad(26), stream_triad(256, reps=5)
+    # Best of three probes: the machine is shared, and one busy moment must not set the bar.
+    warm = max(stream_triad(26) for _ in range(3))
+    dram = max(stream_triad(256, reps=5) for _ in range(2))
     print(f"# Batch-norm kernels: minigraph native vs peers\n\nthreads: {native.num_threads()}"
           f", ISA: {native.isa()}, peers: {', '.join(peers) or 'none'}; STREAM triad "
           f"(measured now): warm (3x26 MB) {warm:.1f} GB/s, DRAM (3x256 MB) {dram:.1f} GB/s\n")

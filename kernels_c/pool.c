@@ -147,6 +147,123 @@ static inline AVX512 __m512 max_nan16(__m512 best, __m512 v, __mmask16 valid)
     return _mm512_mask_mov_ps(best, take & valid, v);
 }
 
+/* Whole tensors of short rows (h = 2 out_h, w = 2 out_w, out_w dividing 16): the input is
+ * [rows][2][w] and the output [rows][out_w], so 16 outputs (16 / out_w output rows) come
+ * from 64 consecutive input floats. Per block: 4 loads; the 4 window offsets (row-major)
+ * picked out with two-source permutes; for the gradient, put back the same way. */
+typedef struct {
+    __m512i pick[4];      /* input element (0..63) of each output lane, per window offset */
+    __mmask16 high[4];    /* lanes whose element is in the upper 32 */
+    __m512i put[4];       /* per dx vector: lane + 16 * column parity of each element */
+    __mmask16 bottom[4];  /* per dx vector: elements in the window's second row */
+} flat_plan;
+
+static int flat_ok(const pool_geo *g)
+{
+    return pool_2x2(g) && g->h == 2 * g->oh && g->w == 2 * g->ow && g->ow >= 1 &&
+           g->ow <= 16 && 16 % g->ow == 0;
+}
+
+static AVX512 void flat_setup(const pool_geo *g, flat_plan *p)
+{
+    const int ow = (int)g->ow;
+    int32_t idx[16];
+    for (int s = 0; s < 4; ++s) {
+        const int r = s / 2, c = s % 2;
+        p->high[s] = 0;
+        for (int l = 0; l < 16; ++l) {
+            const int e = (l / ow) * 4 * ow + r * 2 * ow + 2 * (l % ow) + c;
+            idx[l] = e & 31;
+            p->high[s] |= (__mmask16)((e >= 32) << l);
+        }
+        p->pick[s] = _mm512_loadu_si512(idx);
+    }
+    for (int m = 0; m < 4; ++m) {
+        p->bottom[m] = 0;
+        for (int j = 0; j < 16; ++j) {
+            const int e = 16 * m + j, q = e / (4 * ow), rem = e % (4 * ow);
+            const int r = rem / (2 * ow), col = rem % (2 * ow);
+            idx[j] = q * ow + col / 2 + 16 * (col % 2);
+            p->bottom[m] |= (__mmask16)(r << j);
+        }
+        p->put[m] = _mm512_loadu_si512(idx);
+    }
+}
+
+static inline AVX512 void flat_load(const flat_plan *p, const float *x, __m512 v[4])
+{
+    const __m512 z0 = _mm512_loadu_ps(x), z1 = _mm512_loadu_ps(x + 16);
+    const __m512 z2 = _mm512_loadu_ps(x + 32), z3 = _mm512_loadu_ps(x + 48);
+    for (int s = 0; s < 4; ++s)
+        v[s] = _mm512_mask_blend_ps(p->high[s], _mm512_permutex2var_ps(z0, p->pick[s], z1),
+                                    _mm512_permutex2var_ps(z2, p->pick[s], z3));
+}
+
+/* output rows [lo, hi): whole 16-output blocks, the rest row by row */
+static AVX512 void max_pool_rows_c1_avx512(const pool_geo *g, int64_t lo, int64_t hi);
+
+static AVX512 void max_pool_flat(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    const int64_t per = 16 / g->ow; /* output rows per block */
+    const int64_t b0 = (lo + per - 1) / per, b1 = hi / per;
+    if (b0 >= b1) {
+        max_pool_rows_c1_avx512(g, lo, hi);
+        return;
+    }
+    flat_plan p;
+    flat_setup(g, &p);
+    for (int64_t b = b0; b < b1; ++b) {
+        __m512 v[4];
+        flat_load(&p, g->x + b * 64, v);
+        __m512 best = max_nan16(v[0], v[1], 0xffff);
+        best = max_nan16(best, v[2], 0xffff);
+        _mm512_storeu_ps(g->y + b * 16, max_nan16(best, v[3], 0xffff));
+    }
+    if (lo < b0 * per)
+        max_pool_rows_c1_avx512(g, lo, b0 * per);
+    if (b1 * per < hi)
+        max_pool_rows_c1_avx512(g, b1 * per, hi);
+}
+
+static AVX512 void max_pool_grad_rows_c1_avx512(const pool_geo *g, int64_t lo, int64_t hi);
+
+static AVX512 void max_pool_grad_flat(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    const int64_t per = 16 / g->ow;
+    const int64_t b0 = (lo + per - 1) / per, b1 = hi / per;
+    if (b0 >= b1) {
+        max_pool_grad_rows_c1_avx512(g, lo, hi);
+        return;
+    }
+    flat_plan p;
+    flat_setup(g, &p);
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t b = b0; b < b1; ++b) {
+        __m512 v[4];
+        flat_load(&p, g->x + b * 64, v);
+        const __mmask16 k1 = _mm512_cmp_ps_mask(v[1], v[0], _CMP_GT_OQ);
+        __m512 best = _mm512_mask_mov_ps(v[0], k1, v[1]);
+        const __mmask16 k2 = _mm512_cmp_ps_mask(v[2], best, _CMP_GT_OQ);
+        best = _mm512_mask_mov_ps(best, k2, v[2]);
+        const __mmask16 k3 = _mm512_cmp_ps_mask(v[3], best, _CMP_GT_OQ);
+        const __mmask16 win[4] = {(__mmask16)~(k1 | k2 | k3), (__mmask16)(k1 & ~(k2 | k3)),
+                                  (__mmask16)(k2 & ~k3), k3};
+        const __m512 gv = _mm512_add_ps(zero, _mm512_loadu_ps(g->g + b * 16));
+        __m512 d[4];
+        for (int s = 0; s < 4; ++s)
+            d[s] = _mm512_maskz_mov_ps(win[s], gv);
+        for (int m = 0; m < 4; ++m)
+            _mm512_storeu_ps(g->dx + b * 64 + 16 * m,
+                             _mm512_mask_blend_ps(p.bottom[m],
+                                                  _mm512_permutex2var_ps(d[0], p.put[m], d[1]),
+                                                  _mm512_permutex2var_ps(d[2], p.put[m], d[3])));
+    }
+    if (lo < b0 * per)
+        max_pool_grad_rows_c1_avx512(g, lo, b0 * per);
+    if (b1 * per < hi)
+        max_pool_grad_rows_c1_avx512(g, b1 * per, hi);
+}
+
 static AVX512 void max_pool_rows_c1_avx512(const pool_geo *g, int64_t lo, int64_t hi)
 {
     if (!pool_2x2(g)) {
@@ -218,7 +335,109 @@ static AVX512 void max_pool_grad_rows_c1_avx512(const pool_geo *g, int64_t lo, i
         }
     }
 }
+
+/* NHWC (several channels), 2x2 windows with stride 2 and no top/left padding: per window,
+ * 16 channels at a time; a window cut by the bottom or right edge (SAME) has fewer
+ * offsets. */
+static AVX512 void pool_nhwc_2x2(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    const int64_t h = g->h, w = g->w, c = g->c;
+    int64_t img = lo / g->oh, oy = lo % g->oh;
+    for (int64_t row = lo; row < hi; ++row, ++oy) {
+        if (oy == g->oh)
+            oy = 0, ++img;
+        const float *r0 = g->x + (img * h + 2 * oy) * w * c;
+        const int bottom = 2 * oy + 1 < h;
+        for (int64_t ox = 0; ox < g->ow; ++ox) {
+            const float *p0 = r0 + 2 * ox * c, *p1 = p0 + w * c;
+            const int right = 2 * ox + 1 < w;
+            float *out = g->y + (row * g->ow + ox) * c;
+            for (int64_t c0 = 0; c0 < c; c0 += 16) {
+                const __mmask16 m = mask_n(c - c0);
+                __m512 b = _mm512_maskz_loadu_ps(m, p0 + c0);
+                if (right)
+                    b = max_nan16(b, _mm512_maskz_loadu_ps(m, p0 + c + c0), 0xffff);
+                if (bottom) {
+                    b = max_nan16(b, _mm512_maskz_loadu_ps(m, p1 + c0), 0xffff);
+                    if (right)
+                        b = max_nan16(b, _mm512_maskz_loadu_ps(m, p1 + c + c0), 0xffff);
+                }
+                _mm512_mask_storeu_ps(out + c0, m, b);
+            }
+        }
+    }
+}
+
+static AVX512 void pool_grad_nhwc_2x2(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    const int64_t h = g->h, w = g->w, c = g->c;
+    const __m512 zero = _mm512_setzero_ps();
+    int64_t img = lo / g->oh, oy = lo % g->oh;
+    for (int64_t row = lo; row < hi; ++row, ++oy) {
+        if (oy == g->oh)
+            oy = 0, ++img;
+        const int64_t off = (img * h + 2 * oy) * w * c;
+        const int bottom = 2 * oy + 1 < h;
+        for (int64_t ox = 0; ox < g->ow; ++ox) {
+            const int64_t o0 = off + 2 * ox * c, o1 = o0 + w * c;
+            const int right = 2 * ox + 1 < w;
+            const float *grad = g->g + (row * g->ow + ox) * c;
+            for (int64_t c0 = 0; c0 < c; c0 += 16) {
+                const __mmask16 m = mask_n(c - c0);
+                const __m512 v0 = _mm512_maskz_loadu_ps(m, g->x + o0 + c0);
+                __m512 best = v0, v1 = zero, v2 = zero, v3 = zero;
+                __mmask16 k1 = 0, k2 = 0, k3 = 0;
+                if (right) {
+                    v1 = _mm512_maskz_loadu_ps(m, g->x + o0 + c + c0);
+                    k1 = _mm512_cmp_ps_mask(v1, best, _CMP_GT_OQ);
+                    best = _mm512_mask_mov_ps(best, k1, v1);
+                }
+                if (bottom) {
+                    v2 = _mm512_maskz_loadu_ps(m, g->x + o1 + c0);
+                    k2 = _mm512_cmp_ps_mask(v2, best, _CMP_GT_OQ);
+                    best = _mm512_mask_mov_ps(best, k2, v2);
+                    if (right) {
+                        v3 = _mm512_maskz_loadu_ps(m, g->x + o1 + c + c0);
+                        k3 = _mm512_cmp_ps_mask(v3, best, _CMP_GT_OQ);
+                    }
+                }
+                const __m512 gv = _mm512_add_ps(zero, _mm512_maskz_loadu_ps(m, grad + c0));
+                _mm512_mask_storeu_ps(g->dx + o0 + c0, m,
+                                      _mm512_maskz_mov_ps((__mmask16) ~(k1 | k2 | k3), gv));
+                if (right)
+                    _mm512_mask_storeu_ps(g->dx + o0 + c + c0, m,
+                                          _mm512_maskz_mov_ps(k1 & ~(k2 | k3), gv));
+                if (bottom) {
+                    _mm512_mask_storeu_ps(g->dx + o1 + c0, m,
+                                          _mm512_maskz_mov_ps(k2 & ~k3, gv));
+                    if (right)
+                        _mm512_mask_storeu_ps(g->dx + o1 + c + c0, m,
+                                              _mm512_maskz_mov_ps(k3, gv));
+                }
+            }
+        }
+    }
+}
+
+static AVX512 void pool_c1_avx512(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    if (flat_ok(g))
+        max_pool_flat(g, lo, hi);
+    else
+        max_pool_rows_c1_avx512(g, lo, hi);
+}
+
+static AVX512 void pool_grad_c1_avx512(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    if (flat_ok(g))
+        max_pool_grad_flat(g, lo, hi);
+    else
+        max_pool_grad_rows_c1_avx512(g, lo, hi);
+}
 #endif
+
+#define pool_c1_generic max_pool_rows_c1_generic
+#define pool_grad_c1_generic max_pool_grad_rows_c1_generic
 
 #define LOOP_ATTR
 #define SUFFIX generic
@@ -290,7 +509,12 @@ int mg_max_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t 
                                out_w, channels_last, &rows);
     if (err || (rows * out_w * g.c > 0 && (!x || !y)))
         return err ? err : MG_NN_EBADARG;
-    run_rows(PICK(max_pool_rows), &g, rows, threads_for(num_threads, n * h * w * c));
+    rows_fn fn = PICK(max_pool_rows);
+#if NN_X86
+    if (nn_use_avx512() && g.c > 1 && pool_2x2(&g))
+        fn = pool_nhwc_2x2;
+#endif
+    run_rows(fn, &g, rows, threads_for(num_threads, n * h * w * c));
     return 0;
 }
 
@@ -312,7 +536,12 @@ int mg_max_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int
     /* the windows write every element they cover; zero the rest first unless they tile */
     if (!(sh == kh && sw == kw && out_h * sh - pad_top >= h && out_w * sw - pad_left >= w))
         memset(dx, 0, (size_t)(n * h * w * c) * sizeof(float));
-    run_rows(PICK(max_pool_grad_rows), &geo, rows, threads_for(num_threads, n * h * w * c));
+    rows_fn fn = PICK(max_pool_grad_rows);
+#if NN_X86
+    if (nn_use_avx512() && geo.c > 1 && pool_2x2(&geo))
+        fn = pool_grad_nhwc_2x2;
+#endif
+    run_rows(fn, &geo, rows, threads_for(num_threads, n * h * w * c));
     return 0;
 }
 

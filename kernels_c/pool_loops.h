@@ -11,7 +11,7 @@ static LOOP_ATTR void FN(max_pool_rows)(const pool_geo *g, int64_t lo, int64_t h
 {
     const int64_t c = g->c;
     if (c == 1) {
-        FN(max_pool_rows_c1)(g, lo, hi);
+        FN(pool_c1)(g, lo, hi);
         return;
     }
     for (int64_t row = lo; row < hi; ++row) {
@@ -54,7 +54,7 @@ static LOOP_ATTR void FN(max_pool_grad_rows)(const pool_geo *g, int64_t lo, int6
     float best[CB];
     int32_t arg[CB];
     if (c == 1) {
-        FN(max_pool_grad_rows_c1)(g, lo, hi);
+        FN(pool_grad_c1)(g, lo, hi);
         return;
     }
     for (int64_t row = lo; row < hi; ++row) {

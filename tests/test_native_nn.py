@@ -230,6 +230,10 @@ POOL_CASES = [
     (2, 9, 8, 4, (3, 3), (2, 2)),    # overlapping windows: the grad stays on numpy
     (2, 6, 37, 3, (2, 2), (2, 2)),   # NCHW rows of more than 16 windows, odd width
     (1, 5, 64, 2, (2, 2), (2, 2)),   # ... exactly 32 windows
+    (2, 4, 2, 3, (2, 2), (2, 2)),    # NCHW even sizes, 16 / out_w output rows per vector:
+    (3, 6, 4, 5, (2, 2), (2, 2)),    # 1, 2 (and a partial block), 8, 16 windows a row
+    (1, 4, 16, 7, (2, 2), (2, 2)),
+    (2, 2, 32, 3, (2, 2), (2, 2)),
 ]
 
 
@@ -399,6 +403,9 @@ def all_native_outputs(seed=6):
                 native.conv2d_backprop_filter(xf, dyf, (3, 3), pads, cl)]
         p = native.max_pool(xf, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 3), cl)
         out += [p, native.max_pool_grad(xf, p, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 3), cl)]
+        xe = np.ascontiguousarray(xf[:, :, :8, :4] if not cl else xf[:, :8, :4])  # even sizes
+        p = native.max_pool(xe, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 2), cl)
+        out += [p, native.max_pool_grad(xe, p, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 2), cl)]
     out += [native.relu(x), native.relu_grad(dy, dy)]
     return out
 
