@@ -130,8 +130,13 @@ def main(argv=None) -> int:
                          f"{ratio:.2f}x" if ratio else "-"])
             if args.profile:
                 profiles.append((data_format, profile(session, feeds, g)))
+    isa = ""
+    if session.backend == "native":
+        from minigraph.backends import native
+
+        isa = f" (ISA {native.isa()}: C convolutions, pools, ReLU, batch norm, Adam)"
     print(f"# Digits CNN training step (batch 64, Adam), threads={args.threads}, minigraph "
-          f"backend={session.backend}, BLAS threads=1\n")
+          f"backend={session.backend}{isa}, BLAS threads=1\n")
     print(markdown_table(["format", "minigraph ms/step", "pytorch eager ms/step",
                           "pytorch / minigraph"], rows))
     for data_format, table in profiles:
