@@ -16,11 +16,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def time_interleaved(functions: dict[str, Callable[[], object]], repeats: int = 15,
-                     min_sample: float = 2e-3) -> dict[str, float]:
+                     min_sample: float = 2e-3, settle: float = 0.005) -> dict[str, float]:
     """Median seconds per call of each function, sampled round-robin in rotating order.
 
-    Each function is warmed up twice; a sample runs it k times back to back with k chosen
-    so a sample lasts at least ``min_sample`` seconds.
+    As in shared/bench/ANCHORS.md: before each sample the previous library's worker threads
+    get a moment to stop spinning (a short sleep), then two untimed calls warm this one up;
+    a sample times k back-to-back calls, k chosen so it lasts at least ``min_sample``.
     """
     counts = {}
     for name, function in functions.items():
@@ -35,6 +36,9 @@ def time_interleaved(functions: dict[str, Callable[[], object]], repeats: int = 
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
             function, k = functions[name], counts[name]
+            time.sleep(settle)
+            function()
+            function()
             start = time.perf_counter()
             for _ in range(k):
                 function()

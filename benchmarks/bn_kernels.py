@@ -17,6 +17,11 @@ import argparse
 import os
 import sys
 
+# Every OpenMP runtime in this process (ours, PyTorch's) spins at most this many iterations
+# before sleeping: with 2 cores, two runtimes spinning at once time-slice each other into
+# 8 ms plateaus that measure the scheduler, not the kernels. Same setting for everybody.
+os.environ.setdefault("GOMP_SPINCOUNT", "100000")
+
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -322,7 +327,8 @@ def main(argv=None) -> int:
     warm = max(stream_triad(26) for _ in range(3))
     dram = max(stream_triad(256, reps=5) for _ in range(2))
     print(f"# Batch-norm kernels: minigraph native vs peers\n\nthreads: {native.num_threads()}"
-          f", ISA: {native.isa()}, peers: {', '.join(peers) or 'none'}; STREAM triad "
+          f", GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']}, ISA: {native.isa()}, "
+          f"peers: {', '.join(peers) or 'none'}; STREAM triad "
           f"(measured now): warm (3x26 MB) {warm:.1f} GB/s, DRAM (3x256 MB) {dram:.1f} GB/s\n")
     shapes = [SHAPES[0], SHAPES[5]] if args.quick else SHAPES
     dtypes = ["float32"] if args.quick else args.dtypes.split(",")

@@ -201,7 +201,8 @@ def test_failed_save_keeps_the_old_checkpoint(tmp_path, monkeypatch):
 def test_checkpoint_mismatches_are_clear(tmp_path):
     root, _, _ = _variable_graph()
     session = _initialized(root)
-    path = mg.train.Saver(root).save(session, tmp_path / "ckpt.npz")
+    path = tmp_path / "ckpt.npz"
+    mg.train.Saver(root).save(session, path)
     bigger, _, _ = _variable_graph((3, 3))
     with pytest.raises(InvalidArgumentError, match=r"'w' has shape \[3, 2\].*expects"):
         mg.train.Saver(bigger).restore(mg.ClientSession(bigger), path)
@@ -275,8 +276,8 @@ def test_nhwc_and_nchw_train_the_same_model(tmp_path):
     nchw = _train(tmp_path, "--name", "nchw", "--backend", "reference", "--epochs", "1",
                   "--data-format", "NCHW")
     a, b = nhwc["history"][0], nchw["history"][0]
-    assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-3)
-    assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=0.01)
+    assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+    assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-4)
 
 
 def test_resume_continues_the_same_loss_curve(tmp_path):
@@ -298,7 +299,7 @@ def test_exported_model_predicts_in_a_fresh_process(tmp_path):
         [sys.executable, "-m", "minigraph.examples.train_digits_cnn", "--predict",
          result["run_dir"]], capture_output=True, text=True, check=True).stdout
     accuracy = float(output.strip().split()[-1])
-    assert accuracy == pytest.approx(result["test_accuracy"], abs=1e-9)
+    assert accuracy == pytest.approx(result["test_accuracy"], abs=1e-6)
 
 
 def test_batch_norm_layer_updates_moving_statistics():

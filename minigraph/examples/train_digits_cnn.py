@@ -61,6 +61,8 @@ class DigitsCNN:
             x = nn.relu(scope, bn(scope, conv(scope, x), training=training,
                                   compute_dtype=compute_dtype))
         x = nn.max_pool(scope, x, 2, data_format=self.data_format)
+        if self.data_format == "NCHW":  # flatten in NHWC order: the same model in both layouts
+            x = ops.Transpose(scope, x, [0, 2, 3, 1])
         return ops.Identity(scope.WithOpName("logits"), self.dense(scope, nn.flatten(scope, x)))
 
 
