@@ -147,17 +147,23 @@ def _train(args: argparse.Namespace) -> dict:
     os.makedirs(run_dir, exist_ok=True)
     checkpoint = os.path.join(run_dir, "checkpoint.npz")
     saver = mg.train.Saver(g["root"])
+    history_path = os.path.join(run_dir, "history.json")
+    history: list[dict] = []
     if args.resume and os.path.exists(checkpoint):
         saver.restore(session, checkpoint)
+        with open(history_path) as file:
+            history = json.load(file)
     else:
         session.Run({}, [], targets=mg.train.global_variables_initializer(g["root"]))
     rng = np.random.default_rng(args.seed)
-    history = []
-    for epoch in range(1, args.epochs + 1):
+    for _ in history:  # replay the data order of finished epochs: resuming continues the curve
+        rng.permutation(len(y_train))
+    first = len(history) + 1
+    for epoch in range(first, first + args.epochs):
         order = rng.permutation(len(y_train))
         batches = range(0, len(order), args.batch_size)
         losses, accuracies = [], []
-        bar = tqdm(batches, desc=f"epoch {epoch}/{args.epochs}", leave=False,
+        bar = tqdm(batches, desc=f"epoch {epoch}/{first + args.epochs - 1}", leave=False,
                    disable=args.quiet)
         for begin in bar:
             index = order[begin:begin + args.batch_size]
@@ -177,7 +183,7 @@ def _train(args: argparse.Namespace) -> dict:
                   f"acc {test_accuracy:.4f}")
     saver.save(session, checkpoint)
     mg.io.write_graph(g["root"], os.path.join(run_dir, "model.json"))
-    with open(os.path.join(run_dir, "history.json"), "w") as file:
+    with open(history_path, "w") as file:
         json.dump(history, file, indent=1)
     if not args.no_plots:
         plot(history, os.path.join(run_dir, "loss.png"))
@@ -213,7 +219,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--name", default="digits")
     parser.add_argument("--out", default="runs")
     parser.add_argument("--resume", action="store_true",
-                        help="continue from runs/<name>/checkpoint.npz")
+                        help="continue from runs/<name>/checkpoint.npz for --epochs more epochs")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--predict", metavar="RUN_DIR",
