@@ -19,8 +19,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = ["batch_norm.c", "bn_isa_scalar.c", "bn_isa_avx2.c", "bn_isa_avx512.c"]
 HEADERS = ["batch_norm.h", "bn_internal.h", "bn_convert.h", "bn_runs_template.h"]
 # convolutions, pooling and elementwise ops (conv.h, pool.h)
-SOURCES += ["conv.c", "conv_avx512.c", "pool.c"]
-HEADERS += ["conv.h", "conv_internal.h", "pool.h"]
+SOURCES += ["conv.c", "conv_avx2.c", "conv_avx512.c", "pool.c"]
+HEADERS += ["conv.h", "conv_internal.h", "conv_vec_template.h", "pool.h", "pool_loops.h"]
 CDEF_HEADERS = ["batch_norm.h", "conv.h", "pool.h"]
 COMPILE_ARGS = ["-O3", "-g0", "-fopenmp", "-fno-math-errno", "-std=gnu11"]
 LINK_ARGS = ["-fopenmp"]

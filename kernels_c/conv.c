@@ -76,11 +76,17 @@ int nn_use_avx512(void)
 #endif
 }
 
-static const nn_conv_table *conv_table(void)
+const nn_conv_table *nn_conv_kernels(void)
 {
 #if NN_X86
-    if (nn_use_avx512())
+    switch (mg_bn_isa()) {
+    case MG_BN_ISA_AVX512:
         return &nn_conv_avx512;
+    case MG_BN_ISA_AVX2:
+        return &nn_conv_avx2;
+    default:
+        break;
+    }
 #endif
     return &nn_conv_generic;
 }
@@ -353,7 +359,7 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
         return 0;
     fwd_ctx k;
     memset(&k, 0, sizeof k);
-    k.tab = conv_table();
+    k.tab = nn_conv_kernels();
     k.n = n, k.c = c, k.kh = kh, k.kw = kw, k.oh = oh, k.ow = ow, k.co = co;
     k.cop = round16(co);
     k.f = f, k.flip = flip, k.out = out, k.channels_last = channels_last;
@@ -451,7 +457,7 @@ static void bwf_units(bwf_ctx *k, int64_t lo, int64_t hi)
                 continue;
             const int nvec = (int)block_nvec(co, b);
             const int small = k->K < k->tab->bwf_rows[nvec];
-            const int R = small ? 4 : k->tab->bwf_rows[nvec];
+            const int R = small ? k->tab->bwf_small_rows : k->tab->bwf_rows[nvec];
             const nn_bwf_fn fn = small ? k->tab->bwf_small[nvec] : k->tab->bwf[nvec];
             t.nvec = nvec;
             t.last_lanes = (b + 1) * 64 >= co ? (int)(co - b * 64 - (nvec - 1) * 16) : 16;
@@ -495,7 +501,7 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
         return MG_NN_EBADARG;
     bwf_ctx k;
     memset(&k, 0, sizeof k);
-    k.tab = conv_table();
+    k.tab = nn_conv_kernels();
     k.n = n, k.c = c, k.kh = kh, k.kw = kw, k.oh = out_h, k.ow = out_w, k.co = co;
     k.K = kw * c;
     k.df = df;
@@ -509,7 +515,8 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
     }
     for (int last = 0; last < 2; ++last) {
         const int64_t nvec = last ? block_nvec(co, k.nblk - 1) : 4;
-        const int64_t R = k.K < k.tab->bwf_rows[nvec] ? 4 : k.tab->bwf_rows[nvec];
+        const int64_t R =
+            k.K < k.tab->bwf_rows[nvec] ? k.tab->bwf_small_rows : k.tab->bwf_rows[nvec];
         *(last ? &k.tlast : &k.tfull) = (k.K + R - 1) / R;
     }
     /* images per chunk: the chunk's padded x and dy stay in L1 (~24 KB) */
@@ -536,65 +543,11 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Generic micro-kernels (any CPU; the compiler vectorizes the channel loops)                  */
+/* Generic micro-kernels (any CPU): 4-float vectors                                           */
 
-enum { GEN_PIX = 4, GEN_ROWS = 4 };
-
-static void fwd_generic(const nn_fwd_tile *t)
-{
-    float acc[GEN_PIX][64];
-    const int lanes = (t->nvec - 1) * 16 + t->last_lanes, L = t->nvec * 16;
-    memset(acc, 0, sizeof acc);
-    for (int64_t i = 0; i < t->kh; ++i) {
-        const float *f = t->f + i * t->K * t->cop;
-        for (int64_t k = 0; k < t->K; ++k) {
-            const float *fr = f + k * t->cop;
-            for (int p = 0; p < GEN_PIX; ++p) {
-                const float xv = t->x[t->off[p] + i * t->row_stride + k];
-                for (int l = 0; l < L; ++l)
-                    acc[p][l] += xv * fr[l];
-            }
-        }
-    }
-    for (int p = 0; p < t->npix; ++p)
-        memcpy(t->y + p * t->y_stride, acc[p], (size_t)lanes * sizeof(float));
-}
-
-static void bwf_generic(const nn_bwf_tile *t)
-{
-    float acc[GEN_ROWS][64];
-    const int lanes = (t->nvec - 1) * 16 + t->last_lanes;
-    memset(acc, 0, sizeof acc);
-    if (t->accumulate)
-        for (int r = 0; r < t->nrows; ++r)
-            memcpy(acc[r], t->df + r * t->df_stride, (size_t)lanes * sizeof(float));
-    for (int64_t n = 0; n < t->nimg; ++n)
-        for (int64_t y = 0; y < t->oh; ++y) {
-            const float *xq = t->x + n * t->img_stride + y * t->row_stride;
-            const float *dq = t->dy + ((n * t->oh + y) * t->ow) * t->dy_stride;
-            for (int64_t x = 0; x < t->ow; ++x, xq += t->c, dq += t->dy_stride)
-                for (int r = 0; r < GEN_ROWS; ++r) {
-                    const float xv = xq[r];
-                    for (int l = 0; l < lanes; ++l)
-                        acc[r][l] += xv * dq[l];
-                }
-        }
-    for (int r = 0; r < t->nrows; ++r)
-        memcpy(t->df + r * t->df_stride, acc[r], (size_t)lanes * sizeof(float));
-}
-
-static void transpose_generic(const float *const *src, int nsrc, int lanes, float *const *dst)
-{
-    for (int j = 0; j < lanes; ++j)
-        for (int r = 0; r < nsrc; ++r)
-            dst[j][r] = src[r][j];
-}
-
-const nn_conv_table nn_conv_generic = {
-    .fwd_pixels = {0, GEN_PIX, GEN_PIX, GEN_PIX, GEN_PIX},
-    .fwd = {0, fwd_generic, fwd_generic, fwd_generic, fwd_generic},
-    .bwf_rows = {0, GEN_ROWS, GEN_ROWS, GEN_ROWS, GEN_ROWS},
-    .bwf = {0, bwf_generic, bwf_generic, bwf_generic, bwf_generic},
-    .bwf_small = {0, bwf_generic, bwf_generic, bwf_generic, bwf_generic},
-    .transpose = transpose_generic,
-};
+#define VW 4
+#define TP 3
+#define TR 3
+#define TABLE nn_conv_generic
+#define FN(name) name##_generic
+#include "conv_vec_template.h"

@@ -159,6 +159,7 @@ const nn_conv_table nn_conv_avx512 = {
     .fwd = {0, fwd_12x1, fwd_12x2, fwd_8x3, fwd_6x4},
     .bwf_rows = {0, 12, 12, 8, 6},
     .bwf = {0, bwf_12x1, bwf_12x2, bwf_8x3, bwf_6x4},
+    .bwf_small_rows = 4,
     .bwf_small = {0, bwf_4x1, bwf_4x2, bwf_4x3, bwf_4x4},
     .transpose = transpose_16,
 };

@@ -62,17 +62,20 @@ typedef struct {
     nn_fwd_fn fwd[5];
     int bwf_rows[5];
     nn_bwf_fn bwf[5];
-    nn_bwf_fn bwf_small[5]; /* 4 rows, for short filter rows (K < bwf_rows) */
+    int bwf_small_rows;
+    nn_bwf_fn bwf_small[5]; /* bwf_small_rows rows, for short filter rows (K < bwf_rows) */
     nn_transpose_fn transpose;
 } nn_conv_table;
 
 extern const nn_conv_table nn_conv_generic;
 #if NN_X86
-extern const nn_conv_table nn_conv_avx512;
+extern const nn_conv_table nn_conv_avx2, nn_conv_avx512;
 #endif
 
 /* 1 when the AVX-512 kernels are to be used (mg_bn_isa() says AVX-512). */
 int nn_use_avx512(void);
+/* The convolution micro-kernels of the instruction set in use (mg_bn_isa()). */
+const nn_conv_table *nn_conv_kernels(void);
 
 /* The thread count a call may use: `requested` clamped to >= 1, and 1 in a child forked
  * after a parallel region (GNU OpenMP's pool does not survive fork). Marks that threads

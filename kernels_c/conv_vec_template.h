@@ -1,0 +1,133 @@
+/* Portable convolution micro-kernels (see conv_internal.h for the tiles), written with GCC
+ * vector extensions and included once per instruction set: conv.c (baseline: 4-float
+ * vectors, 3 pixels or rows per tile) and conv_avx2.c (AVX2 + FMA: 8-float vectors, 6 per
+ * tile). A tile's channels are done 16 at a time (16 / VW vectors), so TP (or TR) x 16 / VW
+ * accumulators stay in registers.
+ *
+ * Needs: VW (floats per vector), TP (pixels per forward tile), TR (rows per filter-gradient
+ * tile), TABLE (the name of the nn_conv_table to define), FN(name) (a per-ISA name). */
+
+typedef float vecf __attribute__((vector_size(VW * 4), aligned(4)));
+#define NCH (16 / VW)
+#define UNROLL_ALL _Pragma("GCC unroll 16")
+
+static inline vecf FN(vload)(const float *p) { return *(const vecf *)p; }
+static inline void FN(vstore)(float *p, vecf v) { *(vecf *)p = v; }
+
+/* 16 channels starting at p, `lanes` of them valid (the others read as 0) */
+static inline void FN(load16)(const float *p, int lanes, vecf v[NCH])
+{
+    if (lanes == 16) {
+        UNROLL_ALL for (int j = 0; j < NCH; ++j) v[j] = FN(vload)(p + j * VW);
+        return;
+    }
+    float tmp[16] = {0};
+    memcpy(tmp, p, (size_t)lanes * sizeof(float));
+    UNROLL_ALL for (int j = 0; j < NCH; ++j) v[j] = FN(vload)(tmp + j * VW);
+}
+
+static inline void FN(store16)(float *p, int lanes, const vecf v[NCH])
+{
+    if (lanes == 16) {
+        UNROLL_ALL for (int j = 0; j < NCH; ++j) FN(vstore)(p + j * VW, v[j]);
+        return;
+    }
+    float tmp[16];
+    UNROLL_ALL for (int j = 0; j < NCH; ++j) FN(vstore)(tmp + j * VW, v[j]);
+    memcpy(p, tmp, (size_t)lanes * sizeof(float));
+}
+
+static void FN(fwd)(const nn_fwd_tile *t)
+{
+    const int64_t K = t->K, cop = t->cop, rs = t->row_stride;
+    for (int v0 = 0; v0 < t->nvec; ++v0) {
+        vecf acc[TP][NCH];
+        UNROLL_ALL for (int p = 0; p < TP; ++p) UNROLL_ALL for (int j = 0; j < NCH; ++j)
+            acc[p][j] = (vecf){0};
+        const float *f = t->f + 16 * v0;
+        for (int64_t i = 0; i < t->kh; ++i, f += K * cop) {
+            const float *xr[TP];
+            UNROLL_ALL for (int p = 0; p < TP; ++p) xr[p] = t->x + t->off[p] + i * rs;
+            for (int64_t k = 0; k < K; ++k) {
+                vecf fv[NCH];
+                UNROLL_ALL for (int j = 0; j < NCH; ++j) fv[j] = FN(vload)(f + k * cop + j * VW);
+                UNROLL_ALL for (int p = 0; p < TP; ++p)
+                {
+                    const float xv = xr[p][k];
+                    UNROLL_ALL for (int j = 0; j < NCH; ++j) acc[p][j] += xv * fv[j];
+                }
+            }
+        }
+        const int lanes = v0 == t->nvec - 1 ? t->last_lanes : 16;
+        for (int p = 0; p < t->npix; ++p)
+            FN(store16)(t->y + p * t->y_stride + 16 * v0, lanes, acc[p]);
+    }
+}
+
+/* acc[r] += x[pixel + r] * dy[pixel] over the tile's pixels; `full`: 16 valid lanes
+ * (a constant after inlining, so the loop has no tail test and the sums stay in registers) */
+static inline __attribute__((always_inline)) void
+FN(bwf_sum)(const nn_bwf_tile *t, int v0, int lanes, const int full, vecf acc[TR][NCH])
+{
+    const int64_t c = t->c, ds = t->dy_stride;
+    for (int64_t n = 0; n < t->nimg; ++n)
+        for (int64_t y = 0; y < t->oh; ++y) {
+            const float *xq = t->x + n * t->img_stride + y * t->row_stride;
+            const float *dq = t->dy + ((n * t->oh + y) * t->ow) * ds + 16 * v0;
+            for (int64_t x = 0; x < t->ow; ++x, xq += c, dq += ds) {
+                vecf d[NCH];
+                if (full) {
+                    UNROLL_ALL for (int j = 0; j < NCH; ++j) d[j] = FN(vload)(dq + j * VW);
+                } else {
+                    FN(load16)(dq, lanes, d);
+                }
+                UNROLL_ALL for (int r = 0; r < TR; ++r)
+                {
+                    const float xv = xq[r];
+                    UNROLL_ALL for (int j = 0; j < NCH; ++j) acc[r][j] += xv * d[j];
+                }
+            }
+        }
+}
+
+static void FN(bwf)(const nn_bwf_tile *t)
+{
+    for (int v0 = 0; v0 < t->nvec; ++v0) {
+        const int lanes = v0 == t->nvec - 1 ? t->last_lanes : 16;
+        vecf acc[TR][NCH];
+        UNROLL_ALL for (int r = 0; r < TR; ++r)
+        {
+            if (t->accumulate)
+                FN(load16)(t->df + (r < t->nrows ? r : t->nrows - 1) * t->df_stride + 16 * v0,
+                           lanes, acc[r]);
+            else
+                UNROLL_ALL for (int j = 0; j < NCH; ++j) acc[r][j] = (vecf){0};
+        }
+        if (lanes == 16)
+            FN(bwf_sum)(t, v0, lanes, 1, acc);
+        else
+            FN(bwf_sum)(t, v0, lanes, 0, acc);
+        for (int r = 0; r < t->nrows; ++r)
+            FN(store16)(t->df + r * t->df_stride + 16 * v0, lanes, acc[r]);
+    }
+}
+
+static void FN(transpose)(const float *const *src, int nsrc, int lanes, float *const *dst)
+{
+    for (int j = 0; j < lanes; ++j)
+        for (int r = 0; r < nsrc; ++r)
+            dst[j][r] = src[r][j];
+}
+
+const nn_conv_table TABLE = {
+    .fwd_pixels = {0, TP, TP, TP, TP},
+    .fwd = {0, FN(fwd), FN(fwd), FN(fwd), FN(fwd)},
+    .bwf_rows = {0, TR, TR, TR, TR},
+    .bwf = {0, FN(bwf), FN(bwf), FN(bwf), FN(bwf)},
+    .bwf_small_rows = TR,
+    .bwf_small = {0, FN(bwf), FN(bwf), FN(bwf), FN(bwf)},
+    .transpose = FN(transpose),
+};
+
+#undef NCH
+#undef UNROLL_ALL
