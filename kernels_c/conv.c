@@ -208,12 +208,10 @@ static void pad_image(const pad_geo *g, int64_t img, float *dst)
     }
 }
 
-/* dst[img][ch][p] = src[img][p][ch] for p < plane (NHWC -> NCHW), or the reverse. */
-static void transpose_image(nn_transpose_fn transpose, const float *src, float *dst,
-                            int64_t img, int64_t plane, int64_t ch, int to_channels_first)
+/* d[ch][p] = s[p][ch] for p < plane (NHWC -> NCHW, one image), or the reverse. */
+static void transpose_plane(nn_transpose_fn transpose, const float *s, float *d, int64_t plane,
+                            int64_t ch, int to_channels_first)
 {
-    const float *s = src + img * plane * ch;
-    float *d = dst + img * plane * ch;
     const float *rows[16];
     float *out[16];
     for (int64_t p0 = 0; p0 < plane; p0 += 16)
@@ -248,7 +246,7 @@ typedef struct {
                            [kh][kw][co][c] of the input gradient (flip and swap) */
     float *fp;          /* packed filter (== f when usable as is) */
     float *xp;          /* padded source */
-    float *ybuf;        /* NHWC result (== out for NHWC) */
+    float *ybuf;        /* NHWC result: out itself (NHWC) or one image per thread (NCHW) */
     float *out;
     int channels_last;
     int64_t nblk;            /* blocks of (up to) 64 output channels */
@@ -280,40 +278,86 @@ static void pack_rows(fwd_ctx *k, int64_t lo, int64_t hi)
     }
 }
 
+static void tile_init(const fwd_ctx *k, nn_fwd_tile *t)
+{
+    t->x = k->xp;
+    t->row_stride = k->pad.wp * k->c;
+    t->kh = k->kh;
+    t->K = k->kw * k->c;
+    t->cop = k->cop;
+    t->y_stride = k->co;
+}
+
+/* Channel block b: its micro-kernel (returned) and pixels per tile. */
+static nn_fwd_fn block_init(const fwd_ctx *k, int64_t b, nn_fwd_tile *t, int *pixels)
+{
+    const int nvec = (int)block_nvec(k->co, b);
+    t->nvec = nvec;
+    t->last_lanes = (b + 1) * 64 >= k->co ? (int)(k->co - b * 64 - (nvec - 1) * 16) : 16;
+    t->f = k->fp + b * 64;
+    *pixels = k->tab->fwd_pixels[nvec];
+    return k->tab->fwd[nvec];
+}
+
+/* The tile of `P` output pixels from flat index q0 (of `count` pixels from `base`, images of
+ * `plane` pixels): input offsets, the last pixel repeated past the end. */
+static void tile_pixels(const fwd_ctx *k, nn_fwd_tile *t, int64_t base, int64_t q0,
+                        int64_t count, int P)
+{
+    const int64_t plane = k->oh * k->ow, cnt = count - q0 < P ? count - q0 : P;
+    for (int p = 0; p < P; ++p) {
+        const int64_t q = base + q0 + (p < cnt ? p : cnt - 1);
+        const int64_t img = q / plane, r = q % plane, y = r / k->ow, x = r % k->ow;
+        t->off[p] = ((img * k->pad.hp + y) * k->pad.wp + x) * k->c;
+    }
+    t->npix = (int)cnt;
+}
+
+/* NHWC output: work units [lo, hi) (block by block, tiles flat over all images) */
 static void fwd_tiles(fwd_ctx *k, int64_t lo, int64_t hi)
 {
-    const int64_t plane = k->oh * k->ow, npix = k->n * plane, hp = k->pad.hp, wp = k->pad.wp;
+    const int64_t npix = k->n * k->oh * k->ow;
     nn_fwd_tile t;
-    t.x = k->xp;
-    t.row_stride = wp * k->c;
-    t.kh = k->kh;
-    t.K = k->kw * k->c;
-    t.cop = k->cop;
-    t.y_stride = k->co;
+    tile_init(k, &t);
     for (int64_t b = 0; b < k->nblk; ++b) {
         const int64_t first = b * k->ufull, end = first + (b + 1 < k->nblk ? k->ufull : k->ulast);
         const int64_t u0 = lo > first ? lo : first, u1 = hi < end ? hi : end;
         if (u0 >= u1)
             continue;
-        const int nvec = (int)block_nvec(k->co, b);
-        const int P = k->tab->fwd_pixels[nvec];
-        const nn_fwd_fn fn = k->tab->fwd[nvec];
-        t.nvec = nvec;
-        t.last_lanes = (b + 1) * 64 >= k->co ? (int)(k->co - b * 64 - (nvec - 1) * 16) : 16;
-        t.f = k->fp + b * 64;
+        int P;
+        const nn_fwd_fn fn = block_init(k, b, &t, &P);
         for (int64_t u = u0; u < u1; ++u) {
             const int64_t q0 = (u - first) * P;
-            const int64_t cnt = npix - q0 < P ? npix - q0 : P;
-            for (int p = 0; p < P; ++p) {
-                const int64_t q = q0 + (p < cnt ? p : cnt - 1);
-                const int64_t img = q / plane, r = q % plane, y = r / k->ow, x = r % k->ow;
-                t.off[p] = ((img * hp + y) * wp + x) * k->c;
-            }
-            t.npix = (int)cnt;
+            tile_pixels(k, &t, 0, q0, npix, P);
             t.y = k->ybuf + q0 * k->co + b * 64;
             fn(&t);
         }
     }
+}
+
+/* NCHW output: one image per item, its tiles into the thread's NHWC buffer (in cache), then
+ * transposed into the output */
+static void fwd_image_item(void *ctx, int64_t img)
+{
+    fwd_ctx *k = ctx;
+    int tid = 0;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+#endif
+    const int64_t plane = k->oh * k->ow;
+    float *buf = k->ybuf + (int64_t)tid * plane * k->co;
+    nn_fwd_tile t;
+    tile_init(k, &t);
+    for (int64_t b = 0; b < k->nblk; ++b) {
+        int P;
+        const nn_fwd_fn fn = block_init(k, b, &t, &P);
+        for (int64_t q0 = 0; q0 < plane; q0 += P) {
+            tile_pixels(k, &t, img * plane, q0, plane, P);
+            t.y = buf + q0 * k->co + b * 64;
+            fn(&t);
+        }
+    }
+    transpose_plane(k->tab->transpose, buf, k->out + img * plane * k->co, plane, k->co, 1);
 }
 
 enum { PACK_ROWS = 256, ITEMS_PER_THREAD = 32 };
@@ -341,12 +385,6 @@ static void fwd_tile_item(void *ctx, int64_t item)
     fwd_tiles(k, lo, lo + k->group < total ? lo + k->group : total);
 }
 
-static void fwd_transpose_item(void *ctx, int64_t img)
-{
-    fwd_ctx *k = ctx;
-    transpose_image(k->tab->transpose, k->ybuf, k->out, img, k->oh * k->ow, k->co, 1);
-}
-
 static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_t c,
                        int64_t kh, int64_t kw, int64_t co, int64_t pt, int64_t pl, int64_t oh,
                        int64_t ow, int channels_last, const float *f, int flip, float *out,
@@ -372,21 +410,21 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
     int err = 0;
     k.fp = (!flip && k.cop == co) ? (float *)f : alloc_floats(kh * kw * c * k.cop);
     k.xp = alloc_floats(n * k.pad.hp * k.pad.wp * c + NN_SLACK);
-    k.ybuf = channels_last ? out : alloc_floats(n * oh * ow * co);
+    const double work = (double)n * oh * ow * kh * kw * c * k.cop;
+    const int nt = threads_for(num_threads, work);
+    k.ybuf = channels_last ? out : alloc_floats((int64_t)nt * oh * ow * co);
     if (!k.fp || !k.xp || !k.ybuf) {
         err = MG_NN_ENOMEM;
     } else {
-        const double work = (double)n * oh * ow * kh * kw * c * k.cop;
-        const int nt = threads_for(num_threads, work);
         const int64_t units = (k.nblk - 1) * k.ufull + k.ulast;
         const int64_t items = (int64_t)nt * ITEMS_PER_THREAD;
         k.group = nt > 1 ? (units + items - 1) / items : units;
         const int64_t rows = kh * kw * c;
-        const phase phases[3] = {
+        const phase phases[2] = {
             {(k.fp != f ? (rows + PACK_ROWS - 1) / PACK_ROWS : 0) + n, fwd_prep_item},
-            {(units + k.group - 1) / k.group, fwd_tile_item},
-            {n, fwd_transpose_item}};
-        run_phases(&k, phases, channels_last ? 2 : 3, nt);
+            channels_last ? (phase){(units + k.group - 1) / k.group, fwd_tile_item}
+                          : (phase){n, fwd_image_item}};
+        run_phases(&k, phases, 2, nt);
     }
     if (k.fp != f)
         free(k.fp);
@@ -479,7 +517,8 @@ static void bwf_prep_item(void *ctx, int64_t img)
     const int64_t img_floats = k->pad.hp * k->pad.wp * k->c;
     pad_image(&k->pad, img, k->xp + img * img_floats);
     if (k->dyb != k->dy_src)
-        transpose_image(k->tab->transpose, k->dy_src, k->dyb, img, k->oh * k->ow, k->co, 0);
+        transpose_plane(k->tab->transpose, k->dy_src + img * k->oh * k->ow * k->co,
+                        k->dyb + img * k->oh * k->ow * k->co, k->oh * k->ow, k->co, 0);
     if (img == k->n - 1)
         memset(k->xp + k->n * img_floats, 0, NN_SLACK * sizeof(float));
 }
