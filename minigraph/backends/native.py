@@ -362,9 +362,11 @@ def relu_grad(g, features):
 def apply_adam(var, m, v, grad, lr_t, beta1, beta2, epsilon, use_nesterov):
     """(var', m', v') of one Adam step (pool.h has the formulas); new float32 arrays."""
     var, m, v, grad = _f32(var), _f32(m), _f32(v), _f32(grad)
-    out = [np.empty(var.shape, F32) for _ in range(3)]
+    size = var.size
+    out = np.empty(3 * size, F32)  # one block: var', m', v' (views)
+    buf = _fbuf(out)
     _check_nn(lib.mg_apply_adam(
-        var.size, _fbuf(var), _fbuf(m), _fbuf(v), _fbuf(grad), float(lr_t), float(beta1),
-        float(beta2), float(epsilon), int(use_nesterov), *(_fbuf(a) for a in out)),
+        size, _fbuf(var), _fbuf(m), _fbuf(v), _fbuf(grad), float(lr_t), float(beta1),
+        float(beta2), float(epsilon), int(use_nesterov), buf, buf + size, buf + 2 * size),
         "ApplyAdam")
-    return out
+    return [out[i * size:(i + 1) * size].reshape(var.shape) for i in range(3)]

@@ -91,11 +91,20 @@ def apply_adam(op, inputs, state):
         op, inputs, ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon", "grad"))
     nesterov = op.attrs["use_nesterov"]
     native = getattr(getattr(state, "math", None), "apply_adam", None)
+    if native is not None and grad.dtype == np.float32:  # C, no numpy temporaries
+        refs = [op.inputs[i].op.name for i in _input_indices(op, ("var", "m", "v"))]
+        with state.lock:
+            current = [state.read(r) for r in refs]
+            if all(c.dtype == np.float32 for c in current):
+                with np.errstate(all="ignore"):
+                    lr_t = lr * np.sqrt(1 - beta2_power) / (1 - beta1_power)
+                for ref, value in zip(refs, native(*current, grad, lr_t, beta1, beta2,
+                                                   epsilon, nesterov)):
+                    state.write(ref, value)
+                return [state.read(refs[0])]
 
     def compute(var, m, v):
         lr_t = lr * np.sqrt(1 - beta2_power) / (1 - beta1_power)
-        if native is not None and var.dtype == m.dtype == v.dtype == grad.dtype == np.float32:
-            return native(var, m, v, grad, lr_t, beta1, beta2, epsilon, nesterov)
         m = m + (grad - m) * (1 - beta1)
         v = v + (grad * grad - v) * (1 - beta2)
         step = (m * beta1 + (1 - beta1) * grad) if nesterov else m
