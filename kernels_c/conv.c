@@ -10,17 +10,21 @@
  *      when the forward filter already is that) and copy the source, image by image, into a
  *      zero-padded NHWC scratch [n][out_h + kh - 1][out_w + kw - 1][c] (NCHW is transposed
  *      here);
- *   2. tiles of output pixels (flat over images and rows) x blocks of up to 64 output
- *      channels, in contiguous ranges per thread: each tile is one micro-kernel call that
- *      keeps its outputs in registers over all kh * kw * c taps;
- *   3. NCHW only: transpose the NHWC result scratch into the output.
- * The filter gradient sums x[pixel + tap] * dy[pixel] over all pixels: tiles of filter rows
- * x channel blocks are split between threads; each thread walks the images in order in
- * chunks that fit in L1, calling its tiles' micro-kernels (which carry the sums in
- * registers through a chunk). Each output element is one tile's, summed in a fixed order:
- * results do not depend on the thread count.
+ *   2. (after a barrier) tiles of output pixels x blocks of up to 64 output channels; each
+ *      tile is one micro-kernel call that keeps its outputs in registers over all
+ *      kh * kw * c taps. NHWC: tiles flat over images and rows, handed to threads in small
+ *      groups; NCHW: one image per work item, its tiles written to a per-thread NHWC buffer
+ *      that is transposed into the output while in cache.
+ * The filter gradient sums x[pixel + tap] * dy[pixel] over all pixels: after the same
+ * padding phase (dy transposed too for NCHW), tiles of filter rows x channel blocks in a few
+ * groups per thread; a group walks the images in order, in chunks that fit in L1, calling
+ * its tiles' micro-kernels (which carry the sums in registers through a chunk). Work items
+ * go to threads dynamically (the machine may be shared); each output element is one tile's,
+ * summed in a fixed order, so results do not depend on the thread count or schedule.
  *
- * The micro-kernels are per ISA (conv_avx512.c; the generic ones below for other CPUs).
+ * The micro-kernels are per ISA, picked per call with mg_bn_isa(): AVX-512 intrinsics
+ * (conv_avx512.c), AVX2 + FMA and baseline versions of conv_vec_template.h (conv_avx2.c,
+ * below). NCHW tensors are transposed in 16 x 16 blocks (in registers with AVX-512).
  */
 #include "conv.h"
 
