@@ -8,7 +8,8 @@
  *
  * Direct convolution: no im2col matrix. The input is copied once into a zero-padded NHWC
  * scratch; register-blocked micro-kernels (AVX-512: up to 64 output channels in 4 vectors,
- * 6-12 pixels or filter rows per tile) run over tiles that threads take in contiguous ranges.
+ * 6-12 pixels or filter rows per tile; AVX2 and baseline versions too) run over tiles that
+ * threads take in groups.
  * Every output element is computed by one tile, summing in a fixed order (taps for the
  * forward and input gradient; pixels, image by image, for the filter gradient), so results
  * are bit-identical for any thread count.
