@@ -138,26 +138,8 @@ def reload_single_process(args: argparse.Namespace, checkpoint: str) -> float:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=64, help="GLOBAL batch size")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--optimizer", choices=["adam", "momentum"], default="adam")
-    parser.add_argument("--learning-rate", type=float, default=None)
-    parser.add_argument("--data-format", choices=["NHWC", "NCHW"], default="NHWC")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    parser.add_argument("--backend", choices=["native", "reference"], default=None)
-    parser.add_argument("--blas-threads", type=int, default=1)
-    parser.add_argument("--name", default="digits_dp")
-    parser.add_argument("--out", default="runs")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from runs/<name>/checkpoint.npz")
-    parser.add_argument("--quiet", action="store_true")
-    args = parser.parse_args(argv)
-    if args.learning_rate is None:
-        args.learning_rate = 0.003 if args.optimizer == "adam" else 0.05
-    return args
+    return single.finish_args(
+        single.training_parser(__doc__, epochs=10, name="digits_dp").parse_args(argv))
 
 
 def _blas_limit(threads: int):

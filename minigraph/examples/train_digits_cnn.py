@@ -204,30 +204,40 @@ def predict(run_dir: str, seed: int) -> float:
     return float((predictions == y_test).mean())
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__,
+def training_parser(description: str, *, epochs: int, name: str) -> argparse.ArgumentParser:
+    """The flags every digits training script shares (this one and the MPI one)."""
+    parser = argparse.ArgumentParser(description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--epochs", type=int, default=15)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--epochs", type=int, default=epochs)
+    parser.add_argument("--batch-size", type=int, default=64, help="global batch size")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--optimizer", choices=["adam", "momentum"], default="adam")
-    parser.add_argument("--learning-rate", type=float, default=None)
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="default: 0.003 for adam, 0.05 for momentum")
     parser.add_argument("--data-format", choices=["NHWC", "NCHW"], default="NHWC")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--backend", choices=["native", "reference"], default=None)
     parser.add_argument("--blas-threads", type=int, default=1)
-    parser.add_argument("--name", default="digits")
+    parser.add_argument("--name", default=name)
     parser.add_argument("--out", default="runs")
     parser.add_argument("--resume", action="store_true",
                         help="continue from runs/<name>/checkpoint.npz for --epochs more epochs")
-    parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--quiet", action="store_true")
-    parser.add_argument("--predict", metavar="RUN_DIR",
-                        help="only reload RUN_DIR's model and print its test accuracy")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def finish_args(args: argparse.Namespace) -> argparse.Namespace:
     if args.learning_rate is None:
         args.learning_rate = 0.003 if args.optimizer == "adam" else 0.05
     return args
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = training_parser(__doc__, epochs=15, name="digits")
+    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--predict", metavar="RUN_DIR",
+                        help="only reload RUN_DIR's model and print its test accuracy")
+    return finish_args(parser.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
