@@ -100,19 +100,7 @@ BN_AVX2_LOAD_STORE(f16, uint16_t)
 BN_AVX2_LOAD_STORE(bf16, uint16_t)
 
 #define BN_ISA avx2
-#define BN_DT f32
-#define BN_T float
-#include "bn_runs_template.h"
-#undef BN_DT
-#undef BN_T
-#define BN_DT f16
-#define BN_T uint16_t
-#include "bn_runs_template.h"
-#undef BN_DT
-#undef BN_T
-#define BN_DT bf16
-#define BN_T uint16_t
-#include "bn_runs_template.h"
+#include "bn_instantiate_dtypes.h"
 
 #pragma GCC pop_options
 #endif

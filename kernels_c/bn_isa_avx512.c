@@ -81,19 +81,7 @@ static inline void st_bf16(uint16_t *p, vf v, int n)
 }
 
 #define BN_ISA avx512
-#define BN_DT f32
-#define BN_T float
-#include "bn_runs_template.h"
-#undef BN_DT
-#undef BN_T
-#define BN_DT f16
-#define BN_T uint16_t
-#include "bn_runs_template.h"
-#undef BN_DT
-#undef BN_T
-#define BN_DT bf16
-#define BN_T uint16_t
-#include "bn_runs_template.h"
+#include "bn_instantiate_dtypes.h"
 
 #pragma GCC pop_options
 #endif

@@ -25,16 +25,4 @@ static inline void st_f16(uint16_t *p, vf v, int n) { (void)n; *p = bn_f32_to_f1
 static inline void st_bf16(uint16_t *p, vf v, int n) { (void)n; *p = bn_f32_to_bf16(v); }
 
 #define BN_ISA scalar
-#define BN_DT f32
-#define BN_T float
-#include "bn_runs_template.h"
-#undef BN_DT
-#undef BN_T
-#define BN_DT f16
-#define BN_T uint16_t
-#include "bn_runs_template.h"
-#undef BN_DT
-#undef BN_T
-#define BN_DT bf16
-#define BN_T uint16_t
-#include "bn_runs_template.h"
+#include "bn_instantiate_dtypes.h"
