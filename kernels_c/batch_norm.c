@@ -263,8 +263,7 @@ struct bn_call {
     int ncoef, nacc;         /* coefficient vectors it reads, accumulators it folds into records */
     int nvars;               /* statistics pass (stats_block): 1 (x) or 3 (x, dy, gx) */
     int nfields;             /* doubles per channel in a block record */
-    /* workspace (one allocation) */
-    void *workspace;
+    /* workspace (one buffer, see call_workspace) */
     int32_t *chan;           /* row blocks: channel of each position, [period] */
     float *coef;             /* per-channel coefficient vectors, [BN_NCOEF][C] */
     float *row_coef;         /* row blocks: coef expanded to positions, [BN_NCOEF][padded] */
@@ -313,6 +312,45 @@ static int64_t row_head(const bn_plan *p, const void *ref, int vlen, size_t elsi
     return (int64_t)((align - misalign) / elsize);
 }
 
+/* The workspace of a call: a buffer kept per calling thread and grown as needed (freed when
+ * the thread exits). Allocating it afresh on every call costs page faults whenever the C
+ * library hands large blocks back to the system: ~10% of a call with many small blocks. */
+typedef struct {
+    void *data;
+    size_t size;
+} bn_workspace;
+
+static pthread_key_t g_workspace_key;
+static pthread_once_t g_workspace_once = PTHREAD_ONCE_INIT;
+
+static void workspace_free(void *w)
+{
+    free(((bn_workspace *)w)->data);
+    free(w);
+}
+
+static void workspace_key_init(void) { pthread_key_create(&g_workspace_key, workspace_free); }
+
+static void *call_workspace(size_t size)
+{
+    pthread_once(&g_workspace_once, workspace_key_init);
+    bn_workspace *w = pthread_getspecific(g_workspace_key);
+    if (!w) {
+        if (!(w = calloc(1, sizeof *w)))
+            return NULL;
+        if (pthread_setspecific(g_workspace_key, w)) {
+            free(w);
+            return NULL;
+        }
+    }
+    if (w->size < size) {
+        free(w->data);
+        w->data = aligned_alloc(64, (size + 63) & ~(size_t)63);
+        w->size = w->data ? size : 0;
+    }
+    return w->data;
+}
+
 static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int64_t inner,
                      int nfields, int num_threads, const void *align_ref)
 {
@@ -348,10 +386,9 @@ static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
         total += sizes[i];
-    char *base = aligned_alloc(64, total);
+    char *base = call_workspace(total);
     if (!base)
         return MG_BN_ENOMEM;
-    k->workspace = base;
     k->chan = (int32_t *)base;
     base += sizes[0];
     k->coef = (float *)base;
@@ -375,7 +412,6 @@ static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int
     return 0;
 }
 
-static void call_free(bn_call *k) { free(k->workspace); }
 
 static float *chan_coef(const bn_call *k, int i)
 {
@@ -475,7 +511,7 @@ static void stats_block(bn_call *k, int64_t b, int tid)
     const bn_scratch s = thread_scratch(k, tid);
     const int nvars = k->nvars, np = npairs(nvars);
     const size_t nc = (size_t)blk.nc;
-    const double count = (double)blk.count;
+    const double inv_count = 1.0 / (double)blk.count; /* multiplied: divisions are slow */
     bn_run_args a;
 
     block_args(k, &blk, &s, nvars, &a);
@@ -486,7 +522,7 @@ static void stats_block(bn_call *k, int64_t b, int tid)
     for (int v = 0; v < nvars; ++v) {
         float *m = s.means + v * nc;
         for (size_t c = 0; c < nc; ++c)
-            m[c] = (float)(s.fold[v * nc + c] / count);
+            m[c] = (float)(s.fold[v * nc + c] * inv_count);
         if (k->plan.rows) {
             expand(k, m, s.pos[v], 0);
             a.k[v] = s.pos[v];
@@ -501,10 +537,10 @@ static void stats_block(bn_call *k, int64_t b, int tid)
     const double *dev = s.fold, *prod = s.fold + nvars * nc;
     for (size_t c = 0; c < nc; ++c) {
         for (int v = 0; v < nvars; ++v)
-            rec[v * nc + c] = s.means[v * nc + c] + dev[v * nc + c] / count;
+            rec[v * nc + c] = s.means[v * nc + c] + dev[v * nc + c] * inv_count;
         for (int q = 0; q < np; ++q) {
             double m2 = prod[q * nc + c] -
-                        dev[pair_a[q] * nc + c] * dev[pair_b[q] * nc + c] / count;
+                        dev[pair_a[q] * nc + c] * dev[pair_b[q] * nc + c] * inv_count;
             if (q == 0 && m2 < 0.0) /* a sum of squares; keeps NaN */
                 m2 = 0.0;
             rec[(nvars + q) * nc + c] = m2;
@@ -664,7 +700,6 @@ int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t i
         chan_coef(&k, 2)[c] = offset[c];
     }
     element_pass(&k, BN_FWD_APPLY, 3, 0);
-    call_free(&k);
     return 0;
 }
 
@@ -691,7 +726,6 @@ int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t 
         chan_coef(&k, 2)[c] = offset[c];
     }
     element_pass(&k, BN_FWD_APPLY, 3, 0);
-    call_free(&k);
     return 0;
 }
 
@@ -746,7 +780,6 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         k.out0 = dx;
         element_pass(&k, BN_BWD_APPLY, 4, 0);
     }
-    call_free(&k);
     return 0;
 }
 
@@ -823,7 +856,6 @@ int mg_bn_grad_grad_training(int dtype, int64_t outer, int64_t channels, int64_t
     k.out0 = d_dy;
     k.out1 = d_x;
     element_pass(&k, BN_GG_APPLY, 9, 0);
-    call_free(&k);
     return 0;
 }
 
@@ -865,6 +897,5 @@ int mg_bn_grad_grad_inference(int dtype, int64_t outer, int64_t channels, int64_
     combine_sums(&k);
     for (int64_t c = 0; c < channels; ++c)
         d_scale[c] = (float)(combined(&k, 0, c) * rsqrt_eps(variance[c], epsilon));
-    call_free(&k);
     return 0;
 }

@@ -396,6 +396,7 @@ def shifted_copy(array, shift_bytes):
 @pytest.mark.parametrize("shape, channels_last", [((8, 33, 35, 64), True),
                                                   ((8, 33, 35, 17), True),
                                                   ((8, 17, 33, 35), False),
+                                                  ((16, 3, 64, 64), False),
                                                   ((600, 6, 3, 3), False)], ids=str)
 def test_deterministic_for_any_thread_count_and_alignment(monkeypatch, dtype, shape,
                                                           channels_last):
