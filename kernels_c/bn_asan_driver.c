@@ -209,12 +209,13 @@ static void run_case(int dtype, int64_t outer, int64_t channels, int64_t inner, 
 
 int main(void)
 {
-    static const int64_t outers[] = {1, 2, 5, 70}, channels[] = {1, 3, 17, 65},
+    static const int64_t outers[] = {1, 2, 5, 70}, channels[] = {1, 3, 17, 32, 65},
                          inners[] = {1, 7, 33, 35, 64, 200};
     static const int64_t big[][3] = {{2, 3, 70001}, {3000, 5, 7},  {5000, 17, 1},
                                      {3, 2, 40000}, {3, 1300, 1},  {1, 5000, 3},
                                      {600, 6, 9},   {2, 130, 300}, {0, 3, 5},
-                                     {2, 0, 5},     {2, 3, 0}};
+                                     {2, 0, 5},     {2, 3, 0},     {40, 48, 36},
+                                     {70, 512, 49}};
     const char *names[] = {"scalar", "avx2", "avx512"};
     int cases = 0;
     for (int isa = MG_BN_ISA_SCALAR; isa <= MG_BN_ISA_AVX512; ++isa) {

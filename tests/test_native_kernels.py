@@ -43,6 +43,8 @@ CASES = [
     ("C65_plane35", 2, 65, (5, 1, 7)),
     ("C3_plane20", 2, 3, (4, 5, 1)),
     ("large", 4, 17, (37, 41, 1)),  # 103 K elements: threads, several blocks, tails
+    ("C32_plane49", 3, 32, (7, 7, 1)),  # short channels-first planes (7x7)
+    ("C48_plane36", 40, 48, (6, 6, 1)),  # the same with threads and several blocks
 ]
 FUNCTIONS = ["fwd_train", "fwd_infer", "bwd_train", "bwd_infer", "gg_train", "gg_infer"]
 
@@ -300,7 +302,8 @@ def isa(request):
 @pytest.mark.parametrize("function", FUNCTIONS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("shape, channels_last", [((3, 5, 7, 17), True), ((3, 17, 5, 7), False),
-                                                  ((2, 3, 40, 40), False)], ids=str)
+                                                  ((2, 3, 40, 40), False),
+                                                  ((4, 32, 7, 7), False)], ids=str)
 def test_every_isa(isa, function, dtype, shape, channels_last):
     run_and_check(function, shape, channels_last, dtype, seed=2)
 
@@ -397,6 +400,7 @@ def shifted_copy(array, shift_bytes):
                                                   ((8, 33, 35, 17), True),
                                                   ((8, 17, 33, 35), False),
                                                   ((16, 3, 64, 64), False),
+                                                  ((64, 32, 7, 7), False),
                                                   ((600, 6, 3, 3), False)], ids=str)
 def test_deterministic_for_any_thread_count_and_alignment(monkeypatch, dtype, shape,
                                                           channels_last):
