@@ -16,7 +16,9 @@
  *                stretch; SIMD runs along each plane with the channel's coefficients and
  *                sums in registers.
  *
- * Blocks hold ~128 KB of each tensor, so a block's statistics are computed with two
+ * Blocks hold ~128 KB of each tensor (row blocks at least 256 rows, up to 512 KB: a block's
+ * bookkeeping grows with C, and wide rows would otherwise pay it every 64 rows, measured
+ * 10-15% of a 7x7x512 training call), so a block's statistics are computed with two
  * sub-passes (sums, then centered sums) while the block sits in L2: training ops stream the
  * tensors twice (statistics, then outputs), inference ops once. Each block writes a
  * per-channel record (float32 vector sums, folded to double); the records are then combined
@@ -44,7 +46,7 @@
 
 enum {
     BN_BLOCK_BYTES = 128 * 1024,    /* bytes of one tensor per block (stays in L2)            */
-    BN_BLOCK_MIN_ROWS = 64,         /* row blocks have at least this many rows (few records)  */
+    BN_BLOCK_MIN_ROWS = 256,        /* row blocks have at least this many rows (few records)  */
     BN_ROW_MIN_PERIOD = 128,        /* rows are replicated to at least this many positions,   */
     BN_ROW_MAX_PERIOD = 4096,       /* but only while that stays below this many             */
     BN_PLANE_MIN_INNER = 32,        /* shorter channels-first planes use row blocks...        */
