@@ -120,6 +120,25 @@ int mg_bn_set_isa(int isa)
     return mg_bn_isa();
 }
 
+static int g_bf16_instructions = 1; /* see mg_bn_set_bf16_instructions */
+
+static int bf16_instructions(void)
+{
+#if BN_X86
+    __builtin_cpu_init();
+    return __atomic_load_n(&g_bf16_instructions, __ATOMIC_RELAXED) &&
+           __builtin_cpu_supports("avx512bf16");
+#else
+    return 0;
+#endif
+}
+
+int mg_bn_set_bf16_instructions(int enable)
+{
+    __atomic_store_n(&g_bf16_instructions, enable != 0, __ATOMIC_RELAXED);
+    return bf16_instructions();
+}
+
 static const bn_run_table *run_table(int dtype)
 {
     static const bn_run_table *const scalar[3] = {&bn_runs_scalar_f32, &bn_runs_scalar_f16,
@@ -135,6 +154,8 @@ static const bn_run_table *run_table(int dtype)
     switch (mg_bn_isa()) {
 #if BN_X86
     case MG_BN_ISA_AVX512:
+        if (dtype == MG_BN_BF16 && bf16_instructions())
+            return &bn_runs_avx512bf16_bf16;
         return avx512[dtype];
     case MG_BN_ISA_AVX2:
         return avx2[dtype];

@@ -38,6 +38,10 @@ int mg_bn_isa(void);
 int mg_bn_set_isa(int isa);
 /* The best ISA this CPU supports. */
 int mg_bn_best_isa(void);
+/* With the AVX-512 ISA, store bfloat16 with AVX512-BF16's conversion when the CPU has it
+ * (enable = 1, the default) or with integer rounding only (0); the stored bits are the same
+ * either way. Returns whether the AVX512-BF16 stores are in use (tests run both). */
+int mg_bn_set_bf16_instructions(int enable);
 
 int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
                            const void *x, const float *scale, const float *offset,

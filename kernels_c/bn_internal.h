@@ -72,6 +72,7 @@ extern const bn_run_table bn_runs_scalar_f32, bn_runs_scalar_f16, bn_runs_scalar
 #if BN_X86
 extern const bn_run_table bn_runs_avx2_f32, bn_runs_avx2_f16, bn_runs_avx2_bf16;
 extern const bn_run_table bn_runs_avx512_f32, bn_runs_avx512_f16, bn_runs_avx512_bf16;
+extern const bn_run_table bn_runs_avx512bf16_bf16; /* AVX-512 with AVX512-BF16 stores */
 #endif
 
 #endif

@@ -1,8 +1,9 @@
 /* AVX-512 (F, BW, VL, DQ) + FMA run kernels: 16 floats per vector, masked loads/stores for
- * row tails. float16 uses the AVX-512F vcvtph2ps/vcvtps2ph conversions; bfloat16 is widened
- * by a shift and rounded to nearest even with integer ops (exact, NaN-safe, and unlike
- * AVX512-BF16's vcvtneps2bf16 it keeps subnormals). Compiled for these extensions with a
- * target pragma and only called after __builtin_cpu_supports said yes (batch_norm.c). */
+ * row tails (helpers: bn_avx512_ops.h). float16 uses the AVX-512F vcvtph2ps/vcvtps2ph
+ * conversions; bfloat16 is widened by a shift and rounded to nearest even with integer ops
+ * (exact, NaN-safe, subnormals kept; CPUs with AVX512-BF16 store bfloat16 with
+ * bn_isa_avx512_bf16.c instead, same bits). Compiled for these extensions with a target
+ * pragma and only called after __builtin_cpu_supports said yes (batch_norm.c). */
 #include "bn_internal.h"
 
 #if BN_X86
@@ -11,74 +12,9 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
 
-#define VLEN 16
-typedef __m512 vf;
+#include "bn_avx512_ops.h"
 
-#define vf_zero _mm512_setzero_ps
-#define vf_set1 _mm512_set1_ps
-#define vf_add _mm512_add_ps
-#define vf_sub _mm512_sub_ps
-#define vf_mul _mm512_mul_ps
-#define vf_fma _mm512_fmadd_ps
-#define vf_ldk _mm512_loadu_ps
-#define vf_hsum _mm512_reduce_add_ps
-
-static inline __mmask16 lanes(int n) { return (__mmask16)((1u << n) - 1u); }
-static inline void vf_acc(float *p, vf v)
-{
-    _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), v));
-}
-static inline vf vf_keep(vf v, int n) { return n == VLEN ? v : _mm512_maskz_mov_ps(lanes(n), v); }
-
-static inline vf ld_f32(const float *p, int n)
-{
-    return n == VLEN ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(lanes(n), p);
-}
-static inline void st_f32(float *p, vf v, int n)
-{
-    if (n == VLEN)
-        _mm512_storeu_ps(p, v);
-    else
-        _mm512_mask_storeu_ps(p, lanes(n), v);
-}
-
-static inline __m256i ld_u16(const uint16_t *p, int n)
-{
-    if (n == VLEN)
-        return _mm256_loadu_si256((const __m256i *)p);
-    return _mm256_maskz_loadu_epi16(lanes(n), p);
-}
-static inline void st_u16(uint16_t *p, __m256i h, int n)
-{
-    if (n == VLEN)
-        _mm256_storeu_si256((__m256i *)p, h);
-    else
-        _mm256_mask_storeu_epi16(p, lanes(n), h);
-}
-
-static inline vf ld_f16(const uint16_t *p, int n) { return _mm512_cvtph_ps(ld_u16(p, n)); }
-static inline void st_f16(uint16_t *p, vf v, int n)
-{
-    st_u16(p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), n);
-}
-
-static inline vf ld_bf16(const uint16_t *p, int n)
-{
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ld_u16(p, n)), 16));
-}
-/* float32 -> bfloat16, round to nearest even; NaN -> quiet NaN with the sign (as bn_convert.h) */
-static inline void st_bf16(uint16_t *p, vf v, int n)
-{
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i hi = _mm512_srli_epi32(u, 16);
-    const __m512i bias =
-        _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fff));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
-    const __m512i sign = _mm512_and_si512(hi, _mm512_set1_epi32(0x8000));
-    const __m512i qnan = _mm512_or_si512(sign, _mm512_set1_epi32(0x7fc0));
-    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), qnan);
-    st_u16(p, _mm512_cvtepi32_epi16(r), n);
-}
+static inline void st_bf16(uint16_t *p, vf v, int n) { st_u16(p, bf16_exact_bits(v), n); }
 
 #define BN_ISA avx512
 #include "bn_instantiate_dtypes.h"

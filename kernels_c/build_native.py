@@ -16,9 +16,10 @@ import os
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ["batch_norm.c", "bn_isa_scalar.c", "bn_isa_avx2.c", "bn_isa_avx512.c"]
+SOURCES = ["batch_norm.c", "bn_isa_scalar.c", "bn_isa_avx2.c", "bn_isa_avx512.c",
+           "bn_isa_avx512_bf16.c"]
 HEADERS = ["batch_norm.h", "bn_internal.h", "bn_convert.h", "bn_runs_template.h",
-           "bn_instantiate_dtypes.h"]
+           "bn_instantiate_dtypes.h", "bn_avx512_ops.h"]
 # convolutions, pooling and elementwise ops (conv.h, pool.h)
 SOURCES += ["conv.c", "conv_avx2.c", "conv_avx512.c", "pool.c"]
 HEADERS += ["conv.h", "conv_internal.h", "conv_vec_template.h", "pool.h", "pool_loops.h"]

@@ -308,11 +308,23 @@ def test_every_isa(isa, function, dtype, shape, channels_last):
     run_and_check(function, shape, channels_last, dtype, seed=2)
 
 
+@pytest.fixture(params=[True, False], ids=["bf16-instructions", "integer-rounding"])
+def bf16_stores(request):
+    """Both bfloat16 stores of the AVX-512 kernels: AVX512-BF16's vcvtneps2bf16 (NaN and
+    subnormal lanes through the exact integer rounding) and the integer rounding alone."""
+    if request.param and not native.lib.mg_bn_set_bf16_instructions(1):
+        pytest.skip("this CPU has no AVX512-BF16")
+    native.lib.mg_bn_set_bf16_instructions(int(request.param))
+    yield request.param
+    native.lib.mg_bn_set_bf16_instructions(1)
+
+
 @pytest.mark.parametrize("dtype", [np.dtype(np.float16), BF16], ids=lambda d: d.name)
-def test_rounding_is_round_to_nearest_even(isa, dtype):
+def test_rounding_is_round_to_nearest_even(isa, bf16_stores, dtype):
     """y = (x - mean) * 1 + offset with x = 0 is exactly float32 (0 - mean) + offset rounded
     to T: compare bit for bit over random float32 bit patterns and the edge cases (ties,
-    float16 overflow at 65520, subnormals, inf, NaN)."""
+    float16 overflow at 65520, subnormals, inf, NaN: bfloat16 NaNs are the canonical quiet
+    NaN with the sign, as ml_dtypes gives)."""
     rng = np.random.default_rng(3)
     bits = rng.integers(0, 2**32, 6000, dtype=np.uint64).astype(np.uint32)
     ties = (rng.integers(0, 2**16, 2000, dtype=np.uint32) << 16) | 0x8000  # bfloat16 ties
@@ -332,7 +344,34 @@ def test_rounding_is_round_to_nearest_even(isa, dtype):
     y = y.reshape(-1)
     nan = np.isnan(expected.astype(F32))
     assert np.array_equal(np.isnan(y.astype(F32)), nan)
-    assert np.array_equal(y.view(np.uint16)[~nan], expected.view(np.uint16)[~nan])
+    compared = np.ones_like(nan) if dtype == BF16 else ~nan
+    assert np.array_equal(y.view(np.uint16)[compared], expected.view(np.uint16)[compared])
+
+
+def test_bf16_instruction_stores_give_the_same_bits():
+    """Every function's bfloat16 outputs are bit-identical with either store (inputs with
+    NaNs, infinities and values whose outputs are subnormal)."""
+    previous = native.isa()
+    if native.set_isa("avx512") != "avx512" or not native.lib.mg_bn_set_bf16_instructions(1):
+        native.set_isa(previous)
+        pytest.skip("this CPU has no AVX-512 with AVX512-BF16")
+    try:
+        for channels_last in (True, False):
+            d = make_inputs((3, 40, 5, 7) if channels_last else (3, 7, 40, 5), channels_last,
+                            BF16, seed=11)
+            for key in ("x", "dy", "gx"):
+                flat = d[key].reshape(-1)
+                flat[:4] = np.array([np.nan, np.inf, -np.inf, 1e-39], F32).astype(BF16)
+                flat[4:40] = (flat[4:40].astype(F32) * F32(1e-38)).astype(BF16)
+            with np.errstate(all="ignore"):
+                native.lib.mg_bn_set_bf16_instructions(1)
+                with_instructions = call_all(d, channels_last)
+                native.lib.mg_bn_set_bf16_instructions(0)
+                integer_only = call_all(d, channels_last)
+            assert_bitwise_equal(with_instructions, integer_only)
+    finally:
+        native.lib.mg_bn_set_bf16_instructions(1)
+        native.set_isa(previous)
 
 
 def test_grad_grad_training_formula_by_finite_differences():
