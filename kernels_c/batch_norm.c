@@ -686,6 +686,31 @@ static void fill(float *dst, int64_t n, float value)
         dst[i] = value;
 }
 
+/* The start every entry point shares: bad arguments -> MG_BN_EBADARG; no channels or no
+ * elements -> nothing to stream, the per-channel outputs empty0 and empty1 (where given)
+ * filled with `empty` (TF_SEMANTICS: NaN statistics, zero gradients) -> 0; otherwise the
+ * call is set up (call_init) -> BN_CALL_READY. The caller then sets the tensor pointers. */
+enum { BN_CALL_READY = -1 };
+
+static int call_begin(bn_call *k, int dtype, int64_t outer, int64_t channels, int64_t inner,
+                      int nfields, int num_threads, const void *align_ref, float empty,
+                      float *empty0, float *empty1)
+{
+    if (bad_args(dtype, outer, channels, inner))
+        return MG_BN_EBADARG;
+    if (channels == 0)
+        return 0;
+    if (outer == 0 || inner == 0) {
+        if (empty0)
+            fill(empty0, channels, empty);
+        if (empty1)
+            fill(empty1, channels, empty);
+        return 0;
+    }
+    const int rc = call_init(k, dtype, outer, channels, inner, nfields, num_threads, align_ref);
+    return rc ? rc : BN_CALL_READY;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Entry points                                                                                */
 
@@ -697,18 +722,10 @@ int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t i
                            double epsilon, void *y, float *mean, float *variance,
                            int num_threads)
 {
-    if (bad_args(dtype, outer, channels, inner))
-        return MG_BN_EBADARG;
-    if (channels == 0)
-        return 0;
-    if (outer == 0 || inner == 0) {
-        fill(mean, channels, NAN);
-        fill(variance, channels, NAN);
-        return 0;
-    }
     bn_call k;
-    int rc;
-    if ((rc = call_init(&k, dtype, outer, channels, inner, 2, num_threads, y)))
+    const int rc =
+        call_begin(&k, dtype, outer, channels, inner, 2, num_threads, y, NAN, mean, variance);
+    if (rc != BN_CALL_READY)
         return rc;
     k.x = x;
     k.out0 = y;
@@ -733,13 +750,10 @@ int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t 
                             const float *mean, const float *variance, double epsilon,
                             void *y, int num_threads)
 {
-    if (bad_args(dtype, outer, channels, inner))
-        return MG_BN_EBADARG;
-    if (channels == 0 || outer == 0 || inner == 0)
-        return 0;
     bn_call k;
-    int rc;
-    if ((rc = call_init(&k, dtype, outer, channels, inner, 1, num_threads, y)))
+    const int rc =
+        call_begin(&k, dtype, outer, channels, inner, 1, num_threads, y, 0.0f, NULL, NULL);
+    if (rc != BN_CALL_READY)
         return rc;
     k.x = x;
     k.out0 = y;
@@ -763,18 +777,10 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
                     const float *variance, double epsilon, void *dx, float *scale_backprop,
                     float *offset_backprop, int num_threads)
 {
-    if (bad_args(dtype, outer, channels, inner))
-        return MG_BN_EBADARG;
-    if (channels == 0)
-        return 0;
-    if (outer == 0 || inner == 0) {
-        fill(scale_backprop, channels, 0.0f);
-        fill(offset_backprop, channels, 0.0f);
-        return 0;
-    }
     bn_call k;
-    int rc;
-    if ((rc = call_init(&k, dtype, outer, channels, inner, 2, num_threads, dx)))
+    const int rc = call_begin(&k, dtype, outer, channels, inner, 2, num_threads, dx, 0.0f,
+                              scale_backprop, offset_backprop);
+    if (rc != BN_CALL_READY)
         return rc;
     k.x = x;
     k.dy = dy;
@@ -844,17 +850,10 @@ int mg_bn_grad_grad_training(int dtype, int64_t outer, int64_t channels, int64_t
                              double epsilon, void *d_dy, void *d_x, float *d_scale,
                              int num_threads)
 {
-    if (bad_args(dtype, outer, channels, inner))
-        return MG_BN_EBADARG;
-    if (channels == 0)
-        return 0;
-    if (outer == 0 || inner == 0) {
-        fill(d_scale, channels, 0.0f);
-        return 0;
-    }
     bn_call k;
-    int rc;
-    if ((rc = call_init(&k, dtype, outer, channels, inner, 7, num_threads, d_dy)))
+    const int rc =
+        call_begin(&k, dtype, outer, channels, inner, 7, num_threads, d_dy, 0.0f, d_scale, NULL);
+    if (rc != BN_CALL_READY)
         return rc;
     k.x = x;
     k.dy = dy;
@@ -892,17 +891,10 @@ int mg_bn_grad_grad_inference(int dtype, int64_t outer, int64_t channels, int64_
                               double epsilon, void *d_dy, void *d_x, float *d_scale,
                               int num_threads)
 {
-    if (bad_args(dtype, outer, channels, inner))
-        return MG_BN_EBADARG;
-    if (channels == 0)
-        return 0;
-    if (outer == 0 || inner == 0) {
-        fill(d_scale, channels, 0.0f);
-        return 0;
-    }
     bn_call k;
-    int rc;
-    if ((rc = call_init(&k, dtype, outer, channels, inner, 1, num_threads, d_dy)))
+    const int rc =
+        call_begin(&k, dtype, outer, channels, inner, 1, num_threads, d_dy, 0.0f, d_scale, NULL);
+    if (rc != BN_CALL_READY)
         return rc;
     k.x = x;
     k.dy = dy;
