@@ -73,6 +73,19 @@ __attribute__((constructor)) static void register_fork_handler(void)
     pthread_atfork(NULL, NULL, forked_child);
 }
 
+int mg_native_threads(int requested)
+{
+#ifdef _OPENMP
+    if (requested <= 1 || __atomic_load_n(&g_serial_only, __ATOMIC_RELAXED))
+        return 1;
+    __atomic_store_n(&g_used_threads, 1, __ATOMIC_RELAXED);
+    return requested;
+#else
+    (void)requested;
+    return 1;
+#endif
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Instruction set                                                                             */
 
@@ -389,9 +402,8 @@ static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int
     k->runs = p->rows ? table->row : table->plane;
 
     k->nthreads = 1;
-    if (num_threads > 1 && outer * p->row_len >= BN_PARALLEL_MIN_ELEMS &&
-        !__atomic_load_n(&g_serial_only, __ATOMIC_RELAXED))
-        k->nthreads = (int)min64(num_threads, p->nblocks);
+    if (outer * p->row_len >= BN_PARALLEL_MIN_ELEMS)
+        k->nthreads = mg_native_threads((int)min64(num_threads, p->nblocks));
 
     const size_t pos_bytes = round64((size_t)p->padded * sizeof(float));
     k->scratch_stride = BN_NACC * round64((size_t)p->acc_len * sizeof(float)) + 3 * pos_bytes +
@@ -455,7 +467,6 @@ static void run_blocks(bn_call *k, bn_block_fn fn)
         return;
     }
 #ifdef _OPENMP
-    __atomic_store_n(&g_used_threads, 1, __ATOMIC_RELAXED);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(k->nthreads)
     for (int64_t b = 0; b < nblocks; ++b)
         fn(k, b, omp_get_thread_num());

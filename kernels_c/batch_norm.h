@@ -79,4 +79,9 @@ int mg_bn_grad_grad_inference(int dtype, int64_t outer, int64_t channels, int64_
                               int num_threads);
 /* END CDEF */
 
+/* For the C kernels only (batch norm, convolutions, pools): the thread count a call may use,
+ * `requested`, or 1 below 2 and in a child forked after a parallel region (GNU OpenMP's
+ * pool does not survive fork()). Records that threads were used when it returns more. */
+int mg_native_threads(int requested);
+
 #endif

@@ -28,11 +28,10 @@
  */
 #include "conv.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch_norm.h" /* mg_bn_isa: one instruction-set switch for all native kernels */
+#include "batch_norm.h" /* mg_bn_isa, mg_native_threads: shared by all native kernels */
 #include "conv_internal.h"
 
 #ifdef _OPENMP
@@ -40,36 +39,7 @@
 #endif
 
 /* ------------------------------------------------------------------------------------------ */
-/* Threads, fork, instruction set                                                              */
-
-/* GNU OpenMP's thread pool does not survive fork(): a child that enters a parallel region
- * after its parent used one waits forever; such a child runs every call serially (same
- * results). */
-static int g_used_threads, g_serial_only;
-
-static void forked_child(void)
-{
-    if (__atomic_load_n(&g_used_threads, __ATOMIC_RELAXED))
-        __atomic_store_n(&g_serial_only, 1, __ATOMIC_RELAXED);
-}
-
-__attribute__((constructor)) static void register_fork_handler(void)
-{
-    pthread_atfork(NULL, NULL, forked_child);
-}
-
-int nn_threads(int requested)
-{
-#ifdef _OPENMP
-    if (requested <= 1 || __atomic_load_n(&g_serial_only, __ATOMIC_RELAXED))
-        return 1;
-    __atomic_store_n(&g_used_threads, 1, __ATOMIC_RELAXED);
-    return requested;
-#else
-    (void)requested;
-    return 1;
-#endif
-}
+/* Instruction set (threads: mg_native_threads in batch_norm.c)                              */
 
 int nn_use_avx512(void)
 {
@@ -128,7 +98,7 @@ static int threads_for(int requested, double work)
         return 1;
     if (requested > 1 && work < 2e5 * requested)
         requested = (int)(work / 2e5) + 1;
-    return nn_threads(requested);
+    return mg_native_threads(requested);
 }
 
 static float *alloc_floats(int64_t count)

@@ -77,11 +77,6 @@ int nn_use_avx512(void);
 /* The convolution micro-kernels of the instruction set in use (mg_bn_isa()). */
 const nn_conv_table *nn_conv_kernels(void);
 
-/* The thread count a call may use: `requested` clamped to >= 1, and 1 in a child forked
- * after a parallel region (GNU OpenMP's pool does not survive fork). Marks that threads
- * were used when it returns more than 1. */
-int nn_threads(int requested);
-
 /* [lo, hi) of `total` items for thread `tid` of `nth`: contiguous, balanced. */
 static inline void nn_split(int64_t total, int tid, int nth, int64_t *lo, int64_t *hi)
 {

@@ -9,6 +9,7 @@
 
 #include <string.h>
 
+#include "batch_norm.h" /* mg_native_threads */
 #include "conv.h"
 #include "conv_internal.h"
 
@@ -461,7 +462,7 @@ static int threads_for(int requested, int64_t elements)
 {
     if (elements < (1 << 15))
         return 1;
-    return nn_threads(requested);
+    return mg_native_threads(requested);
 }
 
 typedef void (*rows_fn)(const pool_geo *g, int64_t lo, int64_t hi);
