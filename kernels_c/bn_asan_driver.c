@@ -9,32 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "asan_check.h"
 #include "batch_norm.h"
 #include "bn_convert.h"
 
-enum { GUARD = 64 };
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                           \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-            if (++failures > 20)                                                           \
-                exit(1);                                                                   \
-        }                                                                                  \
-    } while (0)
-
-static uint64_t rng_state = 88172645463325252ull;
-static double uniform(void) /* [0, 1) */
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) * 0x1p-53;
-}
+static double uniform(void) /* [0, 1) */ { return (double)(xorshift64() >> 11) * 0x1p-53; }
 
 static size_t elsize(int dtype) { return dtype == MG_BN_F32 ? 4 : 2; }
 

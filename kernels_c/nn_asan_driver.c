@@ -10,32 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "asan_check.h"
 #include "batch_norm.h"
 #include "conv.h"
 #include "pool.h"
 
-enum { GUARD = 64 };
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                           \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-            if (++failures > 20)                                                           \
-                exit(1);                                                                   \
-        }                                                                                  \
-    } while (0)
-
-static uint64_t rng_state = 88172645463325252ull;
 static float uniform(void) /* [-1, 1) */
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 11) * 0x1p-52 - 1.0);
+    return (float)((double)(xorshift64() >> 11) * 0x1p-52 - 1.0);
 }
 
 static float *input(size_t n)
