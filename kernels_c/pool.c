@@ -23,6 +23,25 @@ typedef struct {
     int64_t h, w, c, kh, kw, sh, sw, pt, pl, oh, ow;
 } pool_geo;
 
+/* Output row `row` (image *img, output y = row % oh) reads input rows [*ya, *yb): its window
+ * clipped to the image. */
+static inline void window_rows(const pool_geo *g, int64_t row, int64_t *img, int64_t *ya,
+                               int64_t *yb)
+{
+    *img = row / g->oh;
+    const int64_t top = (row % g->oh) * g->sh - g->pt, bottom = top + g->kh;
+    *ya = top < 0 ? 0 : top;
+    *yb = bottom > g->h ? g->h : bottom;
+}
+
+/* Output column ox reads input columns [*xa, *xb): its window clipped to the image. */
+static inline void window_cols(const pool_geo *g, int64_t ox, int64_t *xa, int64_t *xb)
+{
+    const int64_t left = ox * g->sw - g->pl, right = left + g->kw;
+    *xa = left < 0 ? 0 : left;
+    *xb = right > g->w ? g->w : right;
+}
+
 enum { CB = 64 }; /* channels per block of the argmax loops */
 
 /* Single-channel images (NCHW planes): scalar windows. */
@@ -32,10 +51,8 @@ static void max_pool_rows_c1_generic(const pool_geo *g, int64_t lo, int64_t hi)
 {
     const int64_t h = g->h, w = g->w, kh = g->kh, kw = g->kw;
     for (int64_t row = lo; row < hi; ++row) {
-        const int64_t img = row / g->oh, oy = row % g->oh;
-        int64_t ya = oy * g->sh - g->pt, yb = ya + kh;
-        ya = ya < 0 ? 0 : ya;
-        yb = yb > h ? h : yb;
+        int64_t img, ya, yb;
+        window_rows(g, row, &img, &ya, &yb);
         const float *plane = g->x + img * h * w;
         float *out = g->y + row * g->ow;
         if (kh == 2 && kw == 2 && g->sw == 2 && g->pl == 0 && yb - ya == 2) {
@@ -52,9 +69,8 @@ static void max_pool_rows_c1_generic(const pool_geo *g, int64_t lo, int64_t hi)
             continue;
         }
         for (int64_t ox = 0; ox < g->ow; ++ox) {
-            int64_t xa = ox * g->sw - g->pl, xb = xa + kw;
-            xa = xa < 0 ? 0 : xa;
-            xb = xb > w ? w : xb;
+            int64_t xa, xb;
+            window_cols(g, ox, &xa, &xb);
             float b = -__builtin_inff();
             int first = 1;
             for (int64_t yy = ya; yy < yb; ++yy)
@@ -70,19 +86,16 @@ static void max_pool_rows_c1_generic(const pool_geo *g, int64_t lo, int64_t hi)
 
 static void max_pool_grad_rows_c1_generic(const pool_geo *g, int64_t lo, int64_t hi)
 {
-    const int64_t h = g->h, w = g->w, kh = g->kh, kw = g->kw;
+    const int64_t h = g->h, w = g->w;
     for (int64_t row = lo; row < hi; ++row) {
-        const int64_t img = row / g->oh, oy = row % g->oh;
-        int64_t ya = oy * g->sh - g->pt, yb = ya + kh;
-        ya = ya < 0 ? 0 : ya;
-        yb = yb > h ? h : yb;
+        int64_t img, ya, yb;
+        window_rows(g, row, &img, &ya, &yb);
         const float *plane = g->x + img * h * w;
         float *dplane = g->dx + img * h * w;
         const float *grad = g->g + row * g->ow;
         for (int64_t ox = 0; ox < g->ow; ++ox) {
-            int64_t xa = ox * g->sw - g->pl, xb = xa + kw;
-            xa = xa < 0 ? 0 : xa;
-            xb = xb > w ? w : xb;
+            int64_t xa, xb;
+            window_cols(g, ox, &xa, &xb);
             int64_t at = -1;
             float b = 0.0f;
             for (int64_t yy = ya; yy < yb; ++yy)

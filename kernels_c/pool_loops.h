@@ -15,14 +15,11 @@ static LOOP_ATTR void FN(max_pool_rows)(const pool_geo *g, int64_t lo, int64_t h
         return;
     }
     for (int64_t row = lo; row < hi; ++row) {
-        const int64_t img = row / g->oh, oy = row % g->oh;
-        int64_t ya = oy * g->sh - g->pt, yb = ya + g->kh;
-        ya = ya < 0 ? 0 : ya;
-        yb = yb > g->h ? g->h : yb;
+        int64_t img, ya, yb;
+        window_rows(g, row, &img, &ya, &yb);
         for (int64_t ox = 0; ox < g->ow; ++ox) {
-            int64_t xa = ox * g->sw - g->pl, xb = xa + g->kw;
-            xa = xa < 0 ? 0 : xa;
-            xb = xb > g->w ? g->w : xb;
+            int64_t xa, xb;
+            window_cols(g, ox, &xa, &xb);
             float *restrict o = g->y + (row * g->ow + ox) * c;
             int first = 1;
             for (int64_t yy = ya; yy < yb; ++yy)
@@ -58,14 +55,11 @@ static LOOP_ATTR void FN(max_pool_grad_rows)(const pool_geo *g, int64_t lo, int6
         return;
     }
     for (int64_t row = lo; row < hi; ++row) {
-        const int64_t img = row / g->oh, oy = row % g->oh;
-        int64_t ya = oy * g->sh - g->pt, yb = ya + g->kh;
-        ya = ya < 0 ? 0 : ya;
-        yb = yb > g->h ? g->h : yb;
+        int64_t img, ya, yb;
+        window_rows(g, row, &img, &ya, &yb);
         for (int64_t ox = 0; ox < g->ow; ++ox) {
-            int64_t xa = ox * g->sw - g->pl, xb = xa + g->kw;
-            xa = xa < 0 ? 0 : xa;
-            xb = xb > g->w ? g->w : xb;
+            int64_t xa, xb;
+            window_cols(g, ox, &xa, &xb);
             const float *restrict gg = g->g + (row * g->ow + ox) * c;
             for (int64_t c0 = 0; c0 < c; c0 += CB) {
                 const int64_t cl = c - c0 < CB ? c - c0 : CB;
