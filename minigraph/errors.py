@@ -4,7 +4,9 @@ from minigraph.framework.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    ResourceExhaustedError,
     UnavailableError,
 )
 
-__all__ = ["FailedPreconditionError", "InvalidArgumentError", "NotFoundError", "UnavailableError"]
+__all__ = ["FailedPreconditionError", "InvalidArgumentError", "NotFoundError",
+           "ResourceExhaustedError", "UnavailableError"]

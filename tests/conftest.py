@@ -24,7 +24,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import minigraph as mg
+# Every session in the suite checks each kernel result against its op's outputs (dtype and
+# the shape inferred for its inputs), on every backend: set before minigraph is imported.
+os.environ.setdefault("MINIGRAPH_CHECK_OUTPUTS", "1")
+
+import minigraph as mg  # noqa: E402
 
 F64 = np.float64
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -848,8 +848,8 @@ def test_pool_and_other_construction_errors():
     with raises(r"input 'grad' must have shape \[2,4,4,3\]"):
         ops.MaxPoolGrad(root, x, ph(root, "y", (2, 4, 4, 3)), ph(root, "g", (2, 4, 5, 3)),
                         ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="VALID")
-    with raises(r"MatMul 'MatMul': matrix size-incompatible: .*'a' \(2, 3\) gives 3 and 'b' "
-                r"\(4, 5\) gives 4"):
+    with raises(r"MatMul 'MatMul': matrix size-incompatible: In\[0\]: \[2,3\], In\[1\]: "
+                r"\[4,5\]: .*'a' gives 3 and 'b' gives 4"):
         ops.MatMul(root, ph(root, "a", (2, 3)), ph(root, "b", (4, 5)))
     with raises(r"input 'a' must be rank 2"):
         ops.MatMul(root, ph(root, "a3", (2, 3, 1)), ph(root, "b3", (3, 5)))
@@ -880,7 +880,8 @@ def test_run_time_errors():
     with raises(r"Conv2D 'Conv2D': input depth must equal the filter's input depth: input "
                 r"'input' has 2 channels \(shape \[1,4,4,2\]"):
         run(y, {x: np.ones((1, 4, 4, 2), F32), f: np.ones((3, 3, 3, 1), F32)})
-    with raises(r"Conv2D 'Conv2D': input 'input' must be 4-dimensional, got shape \[4,4,2\]"):
+    with raises(r"Conv2D 'Conv2D': input 'input' must be rank 4 \(data_format NHWC\), but has "
+                r"shape \(4, 4, 2\)"):
         run(y, {x: np.ones((4, 4, 2), F32), f: np.ones((3, 3, 2, 1), F32)})
     dy = ph(root, "dy", None)
     dx = ops.Conv2DBackpropInput(root, [1, 4, 4, 2], f, dy, strides=[1, 1, 1, 1],
@@ -900,14 +901,15 @@ def test_run_time_errors():
                 r"\[2,3\]"):
         run(ops.MatMul(root, a, b), {a: np.ones((2, 3), F32), b: np.ones((2, 3), F32)})
     v, bias = ph(root, "v", None), ph(root, "bias", None)
-    with raises(r"input 'bias' must have as many elements as the channel dimension 3"):
+    with raises(r"input 'bias' must have one element per channel of 'value' \(dimension 3 for "
+                r"data_format NHWC\): expected 3, got 2"):
         run(ops.BiasAdd(root, v, bias), {v: np.ones((1, 2, 2, 3), F32),
                                          bias: np.ones(2, F32)})
     am = ph(root, "am", None)
-    with raises(r"reduction axis 1 is empty in shape \[2,0\]"):
+    with raises(r"reduction axis 1 is empty in shape \(2, 0\)"):
         run(ops.ArgMax(root, am, 1), {am: np.ones((2, 0), F32)})
     p = ph(root, "p", None)
-    with raises(r"MaxPool 'MaxPool': input 'input' must be 4-dimensional"):
+    with raises(r"MaxPool 'MaxPool': input 'input' must be rank 4"):
         run(ops.MaxPool(root, p, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="VALID"),
             {p: np.ones((2, 2), F32)})
 

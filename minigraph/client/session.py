@@ -19,6 +19,7 @@ consecutive device ops never round-trip through the host. An unusable device rai
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import warnings
@@ -30,10 +31,17 @@ import numpy as np
 from minigraph import backends
 from minigraph.backends.registry import get_kernel
 from minigraph.client.state import SessionState
-from minigraph.framework.errors import InvalidArgumentError, UnavailableError
+from minigraph.framework import dtypes
+from minigraph.framework.errors import (
+    InvalidArgumentError,
+    ResourceExhaustedError,
+    UnavailableError,
+)
 from minigraph.framework.graph import Graph, Operation, Output
-from minigraph.framework.op_def import RunContext
+from minigraph.framework.limits import check_allocation, check_feed_size
+from minigraph.framework.op_def import RunContext, RunShapeContext, run_shape_fn
 from minigraph.framework.scope import Scope
+from minigraph.framework.tensor_shape import TensorShape
 
 
 def value_inputs(op: Operation) -> list[Output | None]:
@@ -60,10 +68,16 @@ _Key = tuple[Output, Any]
 
 
 class _Step:
-    """One operation of a plan, placed on a device, with everything looked up once."""
+    """One operation of a plan, placed on a device, with everything looked up once.
+
+    Before the kernel runs, the op's shape function is re-run on the input values' concrete
+    shapes (and values, for inputs such as a Reshape's ``shape``), then its ``validate``: a
+    kernel on any device only ever sees inputs that fit each other, and outputs whose size
+    this machine can hold. Verdicts are cached per input shapes (and read values).
+    """
 
     __slots__ = ("op", "kernel", "validate", "context", "inputs", "outputs", "device",
-                 "stateful")
+                 "stateful", "refs", "value_inputs", "verdicts")
 
     def __init__(self, op: Operation, device: Any, inputs: list[_Key | None],
                  outputs: list[_Key | None]) -> None:
@@ -75,18 +89,99 @@ class _Step:
         self.device = device
         self.inputs = inputs
         self.outputs = outputs  # None for a fed output: it keeps its fed value
+        self.refs = [(i, inp.op.name) for i, (arg, inp) in
+                     enumerate(zip(op.op_def.inputs, op.inputs)) if arg.is_ref]
+        self.value_inputs: tuple[int, ...] = ()  # inputs whose values the shape function reads
+        self.verdicts: dict[tuple, list[TensorShape]] = {}
+
+    def output_shapes(self, values: list, state: SessionState) -> list[TensorShape]:
+        """The op's output shapes for these input values; raises what the shape function
+        raises for inputs that do not fit, and ResourceExhaustedError for outputs beyond this
+        machine's memory."""
+        input_shapes = [None if v is None else v.shape for v in values]
+        for index, name in self.refs:  # a variable the op updates: its current shape, or
+            current = state.variables.get(name)  # the declared one before initialization
+            input_shapes[index] = (self.op.inputs[index].shape if current is None
+                                   else current.shape)
+        key = (tuple(input_shapes), tuple(_value_key(values[i]) for i in self.value_inputs))
+        shapes = self.verdicts.get(key)
+        if shapes is None:
+            ctx = RunShapeContext(self.op, values, input_shapes)
+            shapes = run_shape_fn(self.op.op_def, ctx)
+            for shape, output in zip(shapes, self.op.outputs):
+                check_allocation(shape, output.dtype.itemsize,
+                                 f"{self.op.type} '{self.op.name}': output {output.index}")
+            if ctx.value_inputs - set(self.value_inputs):  # the key missed them: next time
+                self.value_inputs = tuple(sorted(ctx.value_inputs | set(self.value_inputs)))
+            else:
+                if len(self.verdicts) >= 64:
+                    self.verdicts.clear()
+                self.verdicts[key] = shapes
+        return shapes
 
     def run(self, env: dict, session: ClientSession) -> None:
         values = [env[key] for key in self.inputs]
         if self.validate is not None:
             self.validate(self.context, values)
-        if self.stateful:
-            results = self.kernel(self.op, values, session.state)
-        else:
-            results = self.device.run(self.kernel, self.op, values)
+        shapes = self.output_shapes(values, session.state)
+        try:
+            if self.stateful:
+                results = self.kernel(self.op, values, session.state)
+            else:
+                results = self.device.run(self.kernel, self.op, values)
+        except MemoryError as exc:
+            if isinstance(exc, ResourceExhaustedError):
+                raise
+            raise ResourceExhaustedError(f"{self.op.type} '{self.op.name}': out of memory "
+                                         f"while running its kernel ({exc})") from None
+        if session.check_outputs:
+            _check_results(self.op, results, shapes, session.promote_float64)
         for key, result in zip(self.outputs, results):
             if key is not None:
                 env[key] = result
+
+
+def _value_key(value: Any) -> bytes:
+    """A small int tensor's value, as part of a cache key (device arrays are read back)."""
+    if not isinstance(value, np.ndarray):
+        value = value.get()
+    return value.tobytes() + str(value.shape).encode()
+
+
+def _check_results(op: Operation, results: list, shapes: list[TensorShape],
+                   float64: bool) -> None:
+    """A kernel's results against the op's outputs (count, dtype, shape inferred for these
+    inputs): catches a kernel that drops a 0-d shape or returns another dtype."""
+    if len(results) != len(op.outputs):
+        raise AssertionError(f"{op.type} '{op.name}': kernel returned {len(results)} values "
+                             f"for {len(op.outputs)} outputs")
+    for result, output, shape in zip(results, op.outputs, shapes):
+        expected = output.dtype.np_dtype
+        promoted = float64 and output.dtype.is_floating and result.dtype == np.float64
+        if (result.dtype != expected and not promoted
+                or not shape.is_compatible_with(tuple(result.shape))):
+            raise AssertionError(
+                f"{op.type} '{op.name}': kernel output {output.index} is {result.dtype} "
+                f"{tuple(result.shape)}, expected {expected} {shape}")
+
+
+class _Plan(list):
+    """The steps of one (fetches, feeds, targets) key, in order.
+
+    ``updates_state`` is true when a step writes a variable (Assign, an optimizer update):
+    such plans run one at a time per session (``SessionState.step_lock``), so a training
+    step is atomic: Adam's update and its beta-power Assigns of one step are never
+    interleaved with another thread's step, and no update is lost. Plans that only read
+    variables run concurrently.
+    """
+
+    def __init__(self, steps: list) -> None:
+        super().__init__(steps)
+        self.updates_state = any(isinstance(step, _Step) and step.refs for step in steps)
+
+    def run(self, env: dict, session: ClientSession) -> None:
+        for step in self:
+            step.run(env, session)
 
 
 class _Transfer:
@@ -160,7 +255,7 @@ def _as_operation(value: Any) -> Operation:
 
 def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[Operation],
           place: Callable[[Operation], Any], host: _HostDevice
-          ) -> tuple[list[_Step | _Transfer], list[_Key]]:
+          ) -> tuple[_Plan, list[_Key]]:
     """The steps computing ``fetches``/``targets`` (ops in a topological order, each placed
     by ``place``, with transfers where edges cross devices) and the fetches' host keys."""
     needed: dict[int, Operation] = {}
@@ -204,30 +299,34 @@ def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[O
             if out not in fed:
                 home[out] = device
                 present.add((out, device))
-    return steps, [key_on(f, host) for f in fetches]
+    fetch_keys = [key_on(f, host) for f in fetches]
+    return _Plan(steps), fetch_keys
 
 
 def _check_feed(output: Output, value: Any, promote_float64: bool = False) -> np.ndarray:
-    expected = output.dtype.np_dtype
-    if promote_float64 and output.dtype.is_floating:
-        expected = np.dtype(np.float64)
-        value = np.asarray(value, dtype=np.float64)
-    if isinstance(value, np.ndarray):
-        if value.dtype != expected:
+    """The fed value as an array of the placeholder's dtype, under one rule: numpy values
+    must already have that dtype; Python values must convert to it without loss (see
+    ``dtypes.python_to_array``). Misaligned arrays are copied once, so kernels only ever see
+    aligned data; arrays beyond this machine's memory are refused."""
+    what = f"feed for '{output.name}'"
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.asarray(value)
+        promoted = promote_float64 and output.dtype.is_floating and array.dtype.kind == "f"
+        if array.dtype != output.dtype.np_dtype and not promoted:
             raise InvalidArgumentError(
-                f"feed for '{output.name}' has dtype {value.dtype}, expected "
-                f"{output.dtype.name}")
-        array = value
+                f"{what} has dtype {array.dtype}, expected {output.dtype.name} (cast it "
+                f"first: minigraph never converts a fed array)")
     else:
-        try:
-            array = np.asarray(value, dtype=expected)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgumentError(f"feed for '{output.name}' cannot be converted to "
-                                       f"{output.dtype.name}: {exc}") from None
+        array = dtypes.python_to_array(value, output.dtype, what)
     if not output.shape.is_compatible_with(array.shape):
         raise InvalidArgumentError(
-            f"feed for '{output.name}' has shape {list(array.shape)}, which is not "
-            f"compatible with the tensor's shape {output.shape}")
+            f"{what} has shape {list(array.shape)}, which is not compatible with the "
+            f"tensor's shape {output.shape}")
+    check_feed_size(array, what)
+    if not array.flags.aligned:
+        array = array.copy()
+    if promote_float64 and output.dtype.is_floating:
+        array = array.astype(np.float64)
     return array
 
 
@@ -238,15 +337,20 @@ class ClientSession:
     ``None`` for ``$MINIGRAPH_BACKEND`` / native-when-built.
     """
 
-    def __init__(self, scope: Scope | Graph, backend: str | None = None) -> None:
+    def __init__(self, scope: Scope | Graph, backend: str | None = None,
+                 check_outputs: bool | None = None) -> None:
         self.graph = scope.graph() if isinstance(scope, Scope) else scope
         self.math = backends.select(backend)
         self.backend = self.math.NAME
         self.promote_float64 = getattr(self.math, "FLOAT64", False)
         self.state = SessionState(self.math)
+        # Check every kernel result against its op's outputs (dtype, shape): the test suite
+        # turns this on (MINIGRAPH_CHECK_OUTPUTS=1); it costs a little per op.
+        self.check_outputs = (os.environ.get("MINIGRAPH_CHECK_OUTPUTS") == "1"
+                              if check_outputs is None else bool(check_outputs))
         self.host = _HostDevice(self.math)
         self._devices: dict[str, Any] = {}
-        self._plans: dict[tuple, tuple[list, list[_Key]]] = {}
+        self._plans: dict[tuple, tuple[_Plan, list[_Key]]] = {}
         self._lock = threading.Lock()
 
     def Run(self, feeds: Mapping[Any, Any] | None, fetches: Any,
@@ -270,13 +374,16 @@ class ClientSession:
         plan, fetch_keys = self._get_plan(fetch_list, frozenset(fed), target_ops)
         env: dict[_Key | None, Any] = {None: None}  # None: a ref input
         env.update(((output, self.host), value) for output, value in fed.items())
-        for step in plan:
-            step.run(env, self)
+        if plan.updates_state:  # one training step at a time: see ``_Plan``
+            with self.state.step_lock:
+                plan.run(env, self)
+        else:
+            plan.run(env, self)
         results = [env[key] for key in fetch_keys]
         return results[0] if single else results
 
     def _get_plan(self, fetches: list[Output], fed: frozenset[Output],
-                  targets: list[Operation]) -> tuple[list, list[_Key]]:
+                  targets: list[Operation]) -> tuple[_Plan, list[_Key]]:
         key = (tuple(fetches), fed, tuple(targets))
         plan = self._plans.get(key)
         if plan is None:

@@ -21,6 +21,7 @@ class SessionState:
         self.math = math  # the session's CPU math backend (optimizer kernels may use it)
         self.variables: dict[str, np.ndarray] = {}
         self.lock = threading.RLock()
+        self.step_lock = threading.Lock()  # held by a Run that writes variables (a step)
         self._generators: dict[str, np.random.Generator] = {}
 
     def read(self, name: str) -> np.ndarray:

@@ -69,3 +69,66 @@ def as_dtype(value: object) -> DType:
         names = ", ".join(d.name for d in ALL_DTYPES)
         raise InvalidArgumentError(f"unsupported dtype {value!r}; expected one of: {names}")
     return found
+
+
+def _python_kind(array: np.ndarray) -> str:
+    """"bool", "int" or "float" for an array numpy made from Python values, else ""."""
+    if array.dtype == np.bool_:
+        return "bool"
+    if array.dtype.kind in "iu":
+        return "int"
+    if array.dtype.kind == "f":
+        return "float"
+    return ""
+
+
+def python_to_array(value: object, dtype: DType | None, what: str) -> np.ndarray:
+    """A Python scalar or (nested) list as an array of ``dtype``, only when that loses nothing
+    but float rounding; ``what`` names the input in errors ("feed for 'x:0'").
+
+    One rule for feeds and for values given to ops: bools become only bool; ints become an
+    integer type they fit in, or a float type; floats become only a float type, and never
+    overflow to infinity. Without ``dtype``, floats become float32 and ints int32 (int64
+    when they do not fit), TensorFlow's conversion rule.
+    """
+    if value is None:
+        raise InvalidArgumentError(f"{what} is None, expected a tensor value")
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgumentError(f"{what} cannot be converted to a tensor: {exc}") from None
+    kind = _python_kind(array)
+    if not kind:
+        if array.dtype == object and any(isinstance(v, int) for v in array.flat):
+            detail = "an integer is out of the int64 range"
+        else:
+            detail = f"got {type(value).__name__} of unsupported dtype {array.dtype}"
+        raise InvalidArgumentError(f"{what} cannot be converted to a tensor: {detail}; "
+                                   f"expected numbers or bools")
+    if dtype is None:
+        if kind == "float":
+            dtype = float32
+        elif kind == "int":
+            small = array.size == 0 or (array.min() >= -2 ** 31 and array.max() < 2 ** 31)
+            dtype = int32 if small else int64
+        else:
+            dtype = bool_
+    target = dtype.np_dtype
+    allowed = {"bool": dtype is bool_, "int": dtype is not bool_,
+               "float": dtype.is_floating}[kind]
+    if not allowed:
+        raise InvalidArgumentError(f"{what} cannot be converted to {dtype.name} without loss: "
+                                   f"it holds Python {kind} values")
+    if kind == "int" and not dtype.is_floating and array.size:
+        info = np.iinfo(target)
+        if array.min() < info.min or array.max() > info.max:
+            raise InvalidArgumentError(f"{what} cannot be converted to {dtype.name}: a value "
+                                       f"is out of its range [{info.min}, {info.max}]")
+    with np.errstate(over="ignore"):
+        converted = array.astype(target)
+    if dtype.is_floating and kind != "bool":
+        overflow = np.isinf(converted.astype(np.float64)) & np.isfinite(array)
+        if overflow.any():
+            raise InvalidArgumentError(f"{what} cannot be converted to {dtype.name}: a value "
+                                       f"overflows it")
+    return converted

@@ -23,3 +23,8 @@ class UnavailableError(RuntimeError):
 
 class FailedPreconditionError(InvalidArgumentError):
     """The graph is fine but the session's state is not ready (an uninitialized variable)."""
+
+
+class ResourceExhaustedError(MemoryError):
+    """A tensor would need more memory than this machine has (a claimed shape of terabytes):
+    refused before anything is allocated."""

@@ -23,7 +23,7 @@ from minigraph.framework.dtypes import DType
 from minigraph.framework.errors import InvalidArgumentError, NotFoundError
 from minigraph.framework.graph import Operation, Output
 from minigraph.framework.scope import Scope
-from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape, as_shape
+from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape, as_shape, merge_dim
 
 # ----------------------------------------------------------------------------- definitions
 
@@ -167,7 +167,6 @@ class InferenceContext:
 
     def merge_dim(self, current: int | None, value: int | None, what: str) -> int | None:
         try:
-            from minigraph.framework.tensor_shape import merge_dim
             return merge_dim(current, value)
         except ShapeMismatch:
             raise self.error(f"{what}: expected {current}, got {value}") from None
@@ -181,6 +180,42 @@ class RunContext:
 
     def error(self, message: str) -> InvalidArgumentError:
         return InvalidArgumentError(f"{self.op.type} '{self.op.name}': {message}")
+
+
+class RunShapeContext(InferenceContext):
+    """The shape function's view at run time: the input shapes are the values' concrete
+    shapes and every input's value is known (``constant_value`` returns it).
+
+    Re-running the shape function that checked the static shapes at construction checks the
+    data with the same rules and messages, so every op's inputs are validated before its
+    kernel on any device (TF's kernels re-check in ``Compute``); ``value_inputs`` records
+    which inputs' values the function read, for the session's cache key.
+    """
+
+    def __init__(self, op: Operation, values: Sequence[Any], shapes: Sequence[Any]) -> None:
+        super().__init__(op.op_def, op.name, op.inputs, op.attrs)
+        self.input_shapes = [as_shape(shape) for shape in shapes]
+        self.values = values
+        self.value_inputs: set[int] = set()
+
+    def constant_value(self, name: str) -> Any:
+        index = self.op_def.input_index(name)
+        self.value_inputs.add(index)
+        value = self.values[index]
+        if not isinstance(value, np.ndarray):  # a device array
+            value = value.get()
+        return value.tolist()
+
+
+def run_shape_fn(op_def: OpDef, ctx: InferenceContext) -> list[TensorShape]:
+    """The op's output shapes for ``ctx`` (unknown when it has no shape function); a shape
+    error becomes an InvalidArgumentError naming the op and listing the input shapes."""
+    if op_def.shape_fn is None:
+        return [TensorShape(None)] * len(op_def.outputs)
+    try:
+        return op_def.shape_fn(ctx)
+    except ShapeMismatch as exc:
+        raise ctx.error(str(exc)) from None
 
 
 # ----------------------------------------------------------------------------- building nodes
@@ -197,29 +232,55 @@ def _convert_input(scope: Scope, op_type: str, arg: ArgDef, value: Any,
         raise InvalidArgumentError(
             f"{op_type}: input '{arg.name}' got an Operation ('{value.name}'); pass one of its "
             f"outputs instead")
-    if isinstance(value, np.ndarray) or np.isscalar(value) and isinstance(value, np.generic):
+    what = f"{op_type}: input '{arg.name}'"
+    if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
     else:
-        hint = dtype_hint or arg.dtype
-        try:
-            array = np.asarray(value, dtype=hint.np_dtype if hint else None)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgumentError(
-                f"{op_type}: input '{arg.name}' cannot be converted to a tensor: {exc}") from None
-        if hint is None and array.dtype == np.float64:
-            array = array.astype(np.float32)  # Python floats become float32, as in TensorFlow
-        elif hint is None and array.dtype == np.int64:
-            array = array.astype(np.int32)
+        array = dtypes.python_to_array(value, dtype_hint or arg.dtype, what)
+    try:
+        dtypes.as_dtype(array.dtype)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{what} has dtype {array.dtype}, which minigraph does not "
+                                   f"support: {exc}") from None
     from minigraph.ops.array_ops import Const
 
     return Const(scope.WithOpName(f"{arg.name}"), array)
+
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, so an error never prints a whole array."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _int64_attr(value: Any, where: str) -> int:
+    """An int attr value (TF stores them as int64): a Python or numpy integer in int64 range;
+    bools, floats and strings are refused as TensorFlow refuses them."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise InvalidArgumentError(f"{where} must be an int, got {_short_repr(value)} of type "
+                                   f"{type(value).__name__}")
+    value = int(value)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise InvalidArgumentError(f"{where} must fit in int64, got {value}")
+    return value
 
 
 def _shape_attr(value: Any) -> TensorShape:
     """A shape attr; -1 means an unknown dimension, as in TF's C++ PartialTensorShape."""
     if value is None or isinstance(value, TensorShape):
         return as_shape(value)
-    return TensorShape(None if d == -1 else d for d in value)
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"expected a list of dimensions, got {type(value).__name__}")
+    dims = []
+    for d in value:
+        d = None if d is None else _int64_attr(d, "each dimension")
+        if d is not None and d < -1:
+            raise ValueError(f"dimensions must be >= -1 (-1: unknown), got {d}")
+        dims.append(None if d == -1 else d)
+    return TensorShape(dims)
 
 
 def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
@@ -232,9 +293,7 @@ def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
         with np.errstate(over="ignore"):  # beyond float32's range: inf, for the check below
             value = float(np.float32(value))  # attrs are stored as float32, as in TF's AttrValue
     elif kind == "int":
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise InvalidArgumentError(f"{where} must be an int, got {value!r}")
-        value = int(value)
+        value = _int64_attr(value, where)
     elif kind == "bool":
         if not isinstance(value, (bool, np.bool_)):
             raise InvalidArgumentError(f"{where} must be a bool, got {value!r}")
@@ -242,9 +301,15 @@ def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
     elif kind == "string":
         if not isinstance(value, str):
             raise InvalidArgumentError(f"{where} must be a string, got {value!r}")
-    elif kind in ("type", "shape", "list(int)"):
-        convert = {"type": dtypes.as_dtype, "shape": _shape_attr,
-                   "list(int)": lambda items: [int(v) for v in items]}[kind]
+    elif kind == "list(int)":
+        if isinstance(value, np.ndarray) and value.ndim == 1:
+            value = value.tolist()
+        if not isinstance(value, (list, tuple)):
+            raise InvalidArgumentError(f"{where} must be a list of ints, got "
+                                       f"{_short_repr(value)}")
+        value = [_int64_attr(item, f"{where} element {i}") for i, item in enumerate(value)]
+    elif kind in ("type", "shape"):
+        convert = {"type": dtypes.as_dtype, "shape": _shape_attr}[kind]
         try:
             value = convert(value)
         except (TypeError, ValueError) as exc:  # InvalidArgumentError is a ValueError too
@@ -303,6 +368,22 @@ def _dtype_hints(op_def: OpDef, raw_inputs: Sequence[Any], attrs: dict[str, Any]
     return [arg.dtype or bound.get(arg.type_attr) for arg in op_def.inputs]
 
 
+def _check_same_graph(scope: Scope, op_type: str, name: str, inputs: Sequence[Output],
+                      labels: Sequence[str]) -> None:
+    """Every input (and control input) must come from the scope's graph, as TF requires."""
+    graph = scope.graph()
+    for label, value in zip(labels, inputs):
+        if value.graph is not graph:
+            raise InvalidArgumentError(
+                f"{op_type} '{name}': input {label} ('{value.name}') is from a different graph "
+                f"than the scope's; all inputs of an op must come from the same graph")
+    for control in scope.control_dependencies:
+        if control.graph is not graph:
+            raise InvalidArgumentError(
+                f"{op_type} '{name}': control input '{control.name}' is from a different graph "
+                f"than the scope's")
+
+
 def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
                     attrs: dict[str, Any]) -> Operation:
     """Create, check and add one node; raise InvalidArgumentError on anything wrong."""
@@ -329,18 +410,12 @@ def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
             full_attrs[attr.name] = _check_attr(op_def, name, attr, attrs[attr.name])
         elif attr.has_default:
             full_attrs[attr.name] = _check_attr(op_def, name, attr, attr.default)
+    _check_same_graph(scope, op_def.name, name, inputs, [f"'{a.name}'" for a in op_def.inputs])
     _resolve_types(op_def, name, inputs, full_attrs, set(attrs))
     missing = [a.name for a in op_def.attrs if a.name not in full_attrs]
     if missing:
         raise InvalidArgumentError(f"{op_def.name} '{name}': missing required attr(s) {missing}")
-    ctx = InferenceContext(op_def, name, inputs, full_attrs)
-    if op_def.shape_fn is None:
-        shapes = [TensorShape(None)] * len(op_def.outputs)
-    else:
-        try:
-            shapes = op_def.shape_fn(ctx)
-        except ShapeMismatch as exc:
-            raise ctx.error(str(exc)) from None
+    shapes = run_shape_fn(op_def, InferenceContext(op_def, name, inputs, full_attrs))
     output_specs = [(arg.dtype or full_attrs[arg.type_attr], shape)
                     for arg, shape in zip(op_def.outputs, shapes)]
     op = Operation(scope.graph(), name, op_def, inputs, scope.control_dependencies, full_attrs,
@@ -365,11 +440,8 @@ def build_variadic_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[A
             raise InvalidArgumentError(
                 f"{op_def.name} '{name}': input {i} has dtype {value.dtype.name}, expected "
                 f"{inputs[0].dtype.name} like input 0")
-    ctx = InferenceContext(op_def, name, inputs, attrs)
-    try:
-        shapes = op_def.shape_fn(ctx)
-    except ShapeMismatch as exc:
-        raise ctx.error(str(exc)) from None
+    _check_same_graph(scope, op_def.name, name, inputs, [str(i) for i in range(len(inputs))])
+    shapes = run_shape_fn(op_def, InferenceContext(op_def, name, inputs, attrs))
     op = Operation(scope.graph(), name, op_def, inputs, scope.control_dependencies, attrs,
                    scope.device, [(inputs[0].dtype, shapes[0])])
     return scope.graph().add_operation(op)

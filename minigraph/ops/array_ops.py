@@ -46,26 +46,22 @@ def Const(scope: Scope, value: Any, dtype: DType | None = None) -> Output:
     Without ``dtype``, numpy arrays keep their dtype and Python floats/ints become float32/int32
     (TensorFlow's conversion rule).
     """
-    try:
-        if dtype is not None:
-            dtype = dtypes.as_dtype(dtype)
-            array = np.array(value, dtype=dtype.np_dtype)
-        else:
-            array = np.array(value)
-    except (TypeError, ValueError) as exc:  # ragged lists, strings for a float dtype...
-        raise InvalidArgumentError(f"Const: cannot make a tensor of {value!r}: {exc}") from None
-    if dtype is None and not isinstance(value, (np.ndarray, np.generic)):
-        if array.dtype == np.float64:
-            array = array.astype(np.float32)
-        elif array.dtype == np.int64:
-            array = array.astype(np.int32)
-    try:
-        inferred = dtypes.as_dtype(array.dtype)
-    except InvalidArgumentError as exc:
-        raise InvalidArgumentError(f"Const: cannot make a constant of {value!r}: {exc}") from None
+    if dtype is not None:
+        dtype = dtypes.as_dtype(dtype)
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.array(value)
+        try:
+            dtypes.as_dtype(array.dtype)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"Const: cannot make a constant of dtype {array.dtype}: "
+                                       f"{exc}") from None
+        if dtype is not None and array.dtype != dtype.np_dtype:
+            array = array.astype(dtype.np_dtype)  # an explicit cast the caller asked for
+    else:
+        array = dtypes.python_to_array(value, dtype, "Const: value")
+    inferred = dtypes.as_dtype(array.dtype)
     array.setflags(write=False)
     return build_operation(scope, CONST, [], {"value": array, "dtype": inferred}).outputs[0]
-
 
 
 IDENTITY = register_op(OpDef(

@@ -555,9 +555,10 @@ def matmul_shape(ctx: InferenceContext) -> list[TensorShape]:
     m, ka = (a[1], a[0]) if ta else (a[0], a[1])
     kb, n = (b[1], b[0]) if tb else (b[0], b[1])
     if _mismatch(ka, kb):
-        raise ctx.error(f"matrix size-incompatible: the inner dimensions must be equal, but "
-                        f"'a' {a}{' (transposed)' if ta else ''} gives {ka} and "
-                        f"'b' {b}{' (transposed)' if tb else ''} gives {kb}")
+        raise ctx.error(f"matrix size-incompatible: In[0]: {shape_text(a)}"
+                        f"{' (transposed)' if ta else ''}, In[1]: {shape_text(b)}"
+                        f"{' (transposed)' if tb else ''}: the inner dimensions must be equal, "
+                        f"but 'a' gives {ka} and 'b' gives {kb}")
     return [TensorShape([m, n])]
 
 
