@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bn_convert.h"
 #include "bn_internal.h"
 
 #ifdef _OPENMP
@@ -291,6 +292,7 @@ struct bn_call {
     bn_plan plan;
     const bn_run_fn *runs;   /* the row or plane flavour of the run table */
     size_t elsize;
+    int dtype;
     int nthreads;
     const char *x, *dy, *gx;
     char *out0, *out1;
@@ -394,6 +396,7 @@ static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int
     const bn_run_table *table = run_table(dtype);
     if (!table)
         return MG_BN_EBADARG;
+    k->dtype = dtype;
     k->elsize = dtype == MG_BN_F32 ? 4 : 2;
     k->nfields = nfields;
     make_plan(&k->plan, outer, channels, inner, table->vlen, k->elsize);
@@ -681,9 +684,179 @@ static void statistics_pass(bn_call *k, int nvars)
     combine_moments(k);
 }
 
-static double rsqrt_eps(float variance, double epsilon)
+/* rsqrt(variance + epsilon) in float32, exactly as the reference computes it:
+ * 1 / sqrt(variance + float32(epsilon)), each operation rounded to float32. The per-channel
+ * factors built from it (scale * r, gscale * r) are float32 products as well, so inference
+ * outputs such as dx = dy * (scale * r) are bit-identical to the reference's. */
+static float rsqrt_f32(float variance, double epsilon)
 {
-    return 1.0 / sqrt((double)variance + epsilon);
+    return 1.0f / sqrtf(variance + (float)epsilon);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Exceptional channels                                                                        */
+
+/* The element loops sum in float32 vectors (block records in double) and evaluate the
+ * outputs from per-channel coefficients (x - mean) * k + ..., an algebraic rearrangement of
+ * the reference formulas that is exact in real arithmetic. With infinities, NaNs or values
+ * near the float32 range the two part ways: a block mean of -inf makes x - mean NaN where the
+ * reference's mean(x) is -inf, float32 lane sums of 3.4e38 overflow where the reference's
+ * float64 sums do not, inf * 0 appears in a coefficient where the reference has a finite
+ * product. So every op checks each channel after its statistics pass (cheap: a few compares
+ * per channel, the element loops stay as they are), and recomputes an "exceptional" channel
+ * with the scalar routines below, which follow the reference formulas operation by
+ * operation: float32 element arithmetic in the reference's order, per-channel sums of the
+ * float32 terms accumulated in double and rounded to float32 where the reference rounds
+ * them. A channel is exceptional when a statistic, a per-channel input or a coefficient is
+ * NaN or infinite, a mean or per-channel input exceeds BN_BIG_VALUE, or a sum (of squares,
+ * products) exceeds BN_BIG_SUM: below those bounds no float32 term of either formula can
+ * overflow, and all values are finite. */
+#define BN_BIG_VALUE 0x1p60  /* |x| <= 2^60: squares and products stay below 2^121 */
+#define BN_BIG_SUM 0x1p120   /* sums of squares / products: no term above 2^120     */
+
+static int beyond(double v, double limit) { return !(fabs(v) <= limit); } /* NaN: beyond */
+
+static int vector_beyond(const float *v, int64_t c) { return v && beyond(v[c], BN_BIG_VALUE); }
+
+static float load1(const bn_call *k, const char *t, int64_t i)
+{
+    if (k->dtype == MG_BN_F32)
+        return ((const float *)t)[i];
+    const uint16_t h = ((const uint16_t *)t)[i];
+    return k->dtype == MG_BN_F16 ? bn_f16_to_f32(h) : bn_bf16_to_f32(h);
+}
+
+static void store1(const bn_call *k, char *t, int64_t i, float v)
+{
+    if (k->dtype == MG_BN_F32)
+        ((float *)t)[i] = v;
+    else
+        ((uint16_t *)t)[i] = k->dtype == MG_BN_F16 ? bn_f32_to_f16(v) : bn_f32_to_bf16(v);
+}
+
+/* For every element index i of channel c, in memory order. */
+#define BN_FOR_CHANNEL(k, c, i)                                                     \
+    for (int64_t o_ = 0; o_ < (k)->plan.outer; ++o_)                                \
+        for (int64_t i = (o_ * (k)->plan.channels + (c)) * (k)->plan.inner,         \
+                     end_ = i + (k)->plan.inner;                                    \
+             i < end_; ++i)
+
+/* float64 sums of float32 terms, as the reference's sum(dtype=float64) */
+static double channel_sum(const bn_call *k, int64_t c, const char *t)
+{
+    double s = 0.0;
+    BN_FOR_CHANNEL(k, c, i)
+        s += load1(k, t, i);
+    return s;
+}
+
+/* sum((t - m)^2) and sum(dy * (t - m)) with the float32 differences and products */
+static double channel_dev2(const bn_call *k, int64_t c, const char *t, float m)
+{
+    double s = 0.0;
+    BN_FOR_CHANNEL(k, c, i) {
+        const float d = load1(k, t, i) - m;
+        s += d * d;
+    }
+    return s;
+}
+
+static double channel_dot(const bn_call *k, int64_t c, const char *a, const char *b, float m)
+{
+    double s = 0.0;
+    BN_FOR_CHANNEL(k, c, i)
+        s += load1(k, a, i) * (load1(k, b, i) - m);
+    return s;
+}
+
+/* Training forward, reference order: mean = f32(sum(x) / n), var = f32(sum((x - mean)^2) / n),
+ * y = (x - mean) * (scale * r) + offset. */
+static void exact_forward_training(const bn_call *k, int64_t c, float scale, float offset,
+                                   double epsilon, char *y, float *mean, float *variance)
+{
+    const double n = (double)k->plan.outer * (double)k->plan.inner;
+    const float mu = (float)(channel_sum(k, c, k->x) / n);
+    const float var = (float)(channel_dev2(k, c, k->x, mu) / n);
+    const float factor = scale * rsqrt_f32(var, epsilon);
+    mean[c] = mu;
+    variance[c] = var;
+    BN_FOR_CHANNEL(k, c, i)
+        store1(k, y, i, (load1(k, k->x, i) - mu) * factor + offset);
+}
+
+/* Backward, reference order: r = rsqrt(var + eps), xc = x - mean, S1 = f32(sum(dy)),
+ * S2 = f32(sum(dy * xc)), n = f32(count); offset_backprop = S1, scale_backprop = S2 * r;
+ * training: dx = (scale * r) * ((dy - S1 / n) - xc * (((S2 / n) * r) * r));
+ * inference: dx = dy * (scale * r). */
+static void exact_backward(const bn_call *k, int64_t c, int training, float scale, float mean,
+                           float variance, double epsilon, char *dx, float *scale_backprop,
+                           float *offset_backprop)
+{
+    const float n = (float)((double)k->plan.outer * (double)k->plan.inner);
+    const float r = rsqrt_f32(variance, epsilon), factor = scale * r;
+    const float s1 = (float)channel_sum(k, c, k->dy);
+    const float s2 = (float)channel_dot(k, c, k->dy, k->x, mean);
+    offset_backprop[c] = s1;
+    scale_backprop[c] = s2 * r;
+    const float mean_dy = s1 / n, m2 = ((s2 / n) * r) * r;
+    BN_FOR_CHANNEL(k, c, i) {
+        const float g = load1(k, k->dy, i);
+        store1(k, dx, i,
+               training ? factor * ((g - mean_dy) - (load1(k, k->x, i) - mean) * m2)
+                        : g * factor);
+    }
+}
+
+/* Second order, training, reference order (see mg_bn_grad_grad_training for the formulas):
+ * the statistics and the means of dy, gx, dy*xh, gx*xh, gx*dy are float32 (sums in double),
+ * xh = (x - mu) * r, and d_dy, d_x, d_scale are evaluated term by term in float32. */
+static void exact_grad_grad_training(const bn_call *k, int64_t c, float s, float gs, float go,
+                                     double epsilon, char *d_dy, char *d_x, float *d_scale)
+{
+    const double n = (double)k->plan.outer * (double)k->plan.inner;
+    const float mu = (float)(channel_sum(k, c, k->x) / n);
+    const float r = rsqrt_f32((float)(channel_dev2(k, c, k->x, mu) / n), epsilon);
+    double sum_dyxh = 0.0, sum_gxxh = 0.0, sum_gxdy = 0.0;
+    BN_FOR_CHANNEL(k, c, i) {
+        const float xh = (load1(k, k->x, i) - mu) * r;
+        const float dy = load1(k, k->dy, i), gx = load1(k, k->gx, i);
+        sum_dyxh += dy * xh;
+        sum_gxxh += gx * xh;
+        sum_gxdy += gx * dy;
+    }
+    const float m_dy = (float)(channel_sum(k, c, k->dy) / n);
+    const float m_gx = (float)(channel_sum(k, c, k->gx) / n);
+    const float m_dyxh = (float)(sum_dyxh / n), m_gxxh = (float)(sum_gxxh / n);
+    const float m_gxdy = (float)(sum_gxdy / n);
+    const float cov = m_gxdy - m_gx * m_dy;
+    d_scale[c] = (r * (float)n) * (cov - m_gxxh * m_dyxh);
+    const float kx = cov - (3.0f * m_dyxh) * m_gxxh;
+    const float sr = s * r, nsrr = (-s * r) * r, gsr = gs * r;
+    BN_FOR_CHANNEL(k, c, i) {
+        const float xh = (load1(k, k->x, i) - mu) * r;
+        const float dy = load1(k, k->dy, i), gx = load1(k, k->gx, i);
+        store1(k, d_dy, i, (sr * ((gx - m_gx) - xh * m_gxxh) + gs * xh) + go);
+        store1(k, d_x, i,
+               nsrr * ((xh * kx + m_gxxh * (dy - m_dy)) + m_dyxh * (gx - m_gx)) +
+                   gsr * ((dy - m_dy) - xh * m_dyxh));
+    }
+}
+
+/* Second order, inference, reference order: d_dy = (gx * (scale * r) + (gscale * (x - mean))
+ * * r) + goffset, d_x = (gscale * dy) * r, d_scale = f32(sum(gx * dy)) * r. */
+static void exact_grad_grad_inference(const bn_call *k, int64_t c, float s, float mean,
+                                      float variance, float gs, float go, double epsilon,
+                                      char *d_dy, char *d_x, float *d_scale)
+{
+    const float r = rsqrt_f32(variance, epsilon), sr = s * r;
+    double sum_gxdy = 0.0;
+    BN_FOR_CHANNEL(k, c, i) {
+        const float dy = load1(k, k->dy, i), gx = load1(k, k->gx, i);
+        sum_gxdy += gx * dy;
+        store1(k, d_dy, i, (gx * sr + (gs * (load1(k, k->x, i) - mean)) * r) + go);
+        store1(k, d_x, i, (gs * dy) * r);
+    }
+    d_scale[c] = (float)sum_gxdy * r;
 }
 
 static int bad_args(int dtype, int64_t outer, int64_t channels, int64_t inner)
@@ -699,7 +872,7 @@ static void fill(float *dst, int64_t n, float value)
 
 /* The start every entry point shares: bad arguments -> MG_BN_EBADARG; no channels or no
  * elements -> nothing to stream, the per-channel outputs empty0 and empty1 (where given)
- * filled with `empty` (TF_SEMANTICS: NaN statistics, zero gradients) -> 0; otherwise the
+ * filled with `empty` (NaN statistics, zero gradients) -> 0; otherwise the
  * call is set up (call_init) -> BN_CALL_READY. The caller then sets the tensor pointers. */
 enum { BN_CALL_READY = -1 };
 
@@ -725,9 +898,17 @@ static int call_begin(bn_call *k, int dtype, int64_t outer, int64_t channels, in
 /* ------------------------------------------------------------------------------------------ */
 /* Entry points                                                                                */
 
-/* Training forward (TF_SEMANTICS §2.1):
+/* Training forward:
  *   mu = mean(x), var = mean((x - mu)^2) (biased; block-wise two-pass + Chan merge),
- *   y = (x - mu) * (scale * rsqrt(var + eps)) + offset. Empty x: mean = variance = NaN. */
+ *   y = (x - mu) * (scale * rsqrt(var + eps)) + offset. Empty x: mean = variance = NaN.
+ * Exceptional channels (infinities, NaN, |x| near the float32 range) are recomputed as the
+ * reference does: mean of a channel holding -inf is -inf, its variance NaN. */
+static int forward_exceptional(const bn_call *k, int64_t c, const float *offset)
+{
+    return beyond(combined(k, 0, c), BN_BIG_VALUE) || beyond(combined(k, 1, c), BN_BIG_SUM) ||
+           beyond(chan_coef(k, 1)[c], BN_BIG_VALUE) || vector_beyond(offset, c);
+}
+
 int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
                            const void *x, const float *scale, const float *offset,
                            double epsilon, void *y, float *mean, float *variance,
@@ -741,21 +922,27 @@ int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t i
     k.x = x;
     k.out0 = y;
     statistics_pass(&k, 1);
+    int exceptional = 0;
     for (int64_t c = 0; c < channels; ++c) {
         const float mu = (float)combined(&k, 0, c);
         const float var = (float)(combined(&k, 1, c) / k.counts[c]);
         mean[c] = mu;
         variance[c] = var;
         chan_coef(&k, 0)[c] = mu;
-        chan_coef(&k, 1)[c] = (float)(scale[c] * rsqrt_eps(var, epsilon));
+        chan_coef(&k, 1)[c] = scale[c] * rsqrt_f32(var, epsilon);
         chan_coef(&k, 2)[c] = offset[c];
+        exceptional |= forward_exceptional(&k, c, offset);
     }
     element_pass(&k, BN_FWD_APPLY, 3, 0);
+    for (int64_t c = 0; exceptional && c < channels; ++c)
+        if (forward_exceptional(&k, c, offset))
+            exact_forward_training(&k, c, scale[c], offset[c], epsilon, y, mean, variance);
     return 0;
 }
 
-/* Inference forward (TF_SEMANTICS §2.2):
- *   y = (x - mean) * (scale * rsqrt(variance + eps)) + offset, one pass. */
+/* Inference forward:
+ *   y = (x - mean) * (scale * rsqrt(variance + eps)) + offset, one pass (element-wise: the
+ *   reference's infinities and NaNs propagate the same way). */
 int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t inner,
                             const void *x, const float *scale, const float *offset,
                             const float *mean, const float *variance, double epsilon,
@@ -770,19 +957,29 @@ int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t 
     k.out0 = y;
     for (int64_t c = 0; c < channels; ++c) {
         chan_coef(&k, 0)[c] = mean[c];
-        chan_coef(&k, 1)[c] = (float)(scale[c] * rsqrt_eps(variance[c], epsilon));
+        chan_coef(&k, 1)[c] = scale[c] * rsqrt_f32(variance[c], epsilon);
         chan_coef(&k, 2)[c] = offset[c];
     }
     element_pass(&k, BN_FWD_APPLY, 3, 0);
     return 0;
 }
 
-/* Backward, both modes (TF_SEMANTICS §3.2), with the given mean/variance:
- *   r = rsqrt(variance + eps), xc = x - mean,
- *   offset_backprop = sum(dy), scale_backprop = sum(dy * xc) * r,
- *   training:  dx = scale*r*(dy - sum(dy)/n - xc * (sum(dy*xc)/n) * r^2)   (second pass)
- *   inference: dx = dy * scale * r                                          (same pass)
+/* Backward, both modes, with the given mean/variance (float32 per-channel values, in the
+ * reference's order):
+ *   r = rsqrt(variance + eps), xc = x - mean, S1 = f32(sum(dy)), S2 = f32(sum(dy * xc)),
+ *   offset_backprop = S1, scale_backprop = S2 * r,
+ *   training:  dx = scale*r*(dy - S1/n - xc * (S2/n) * r^2)   (second pass)
+ *   inference: dx = dy * (scale*r)                             (same pass)
  * Empty x: scale_backprop = offset_backprop = 0. */
+static int backward_exceptional(const bn_call *k, int64_t c, const float *scale,
+                                const float *mean, const float *variance)
+{
+    return beyond(combined(k, 0, c), BN_BIG_SUM) || beyond(combined(k, 1, c), BN_BIG_SUM) ||
+           vector_beyond(mean, c) || beyond(variance[c], BN_BIG_SUM) ||
+           vector_beyond(scale, c) || beyond(chan_coef(k, 1)[c], BN_BIG_VALUE) ||
+           beyond(chan_coef(k, 2)[c], BN_BIG_VALUE);
+}
+
 static int backward(int training, int dtype, int64_t outer, int64_t channels, int64_t inner,
                     const void *dy, const void *x, const float *scale, const float *mean,
                     const float *variance, double epsilon, void *dx, float *scale_backprop,
@@ -795,10 +992,10 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         return rc;
     k.x = x;
     k.dy = dy;
-    const double n = (double)outer * (double)inner;
+    const float n = (float)((double)outer * (double)inner);
     for (int64_t c = 0; c < channels; ++c) {
         chan_coef(&k, 0)[c] = mean[c];
-        chan_coef(&k, 1)[c] = (float)(scale[c] * rsqrt_eps(variance[c], epsilon));
+        chan_coef(&k, 1)[c] = scale[c] * rsqrt_f32(variance[c], epsilon);
     }
     if (training) {
         element_pass(&k, BN_BWD_SUMS, 1, 2);
@@ -807,19 +1004,25 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         element_pass(&k, BN_BWD_INFER, 2, 2);
     }
     combine_sums(&k);
+    int exceptional = 0;
     for (int64_t c = 0; c < channels; ++c) {
-        const double r = rsqrt_eps(variance[c], epsilon), s = scale[c];
-        const double sum_dy = combined(&k, 0, c), sum_dy_xc = combined(&k, 1, c);
-        offset_backprop[c] = (float)sum_dy;
-        scale_backprop[c] = (float)(sum_dy_xc * r);
+        const float r = rsqrt_f32(variance[c], epsilon);
+        const float sum_dy = (float)combined(&k, 0, c), sum_dy_xc = (float)combined(&k, 1, c);
+        offset_backprop[c] = sum_dy;
+        scale_backprop[c] = sum_dy_xc * r;
         /* dx = k1 * (dy - k3) + k2 * xc */
-        chan_coef(&k, 2)[c] = (float)(-s * r * r * r * sum_dy_xc / n);
-        chan_coef(&k, 3)[c] = (float)(sum_dy / n);
+        chan_coef(&k, 2)[c] = -(chan_coef(&k, 1)[c] * (((sum_dy_xc / n) * r) * r));
+        chan_coef(&k, 3)[c] = sum_dy / n;
+        exceptional |= backward_exceptional(&k, c, scale, mean, variance);
     }
     if (training) {
         k.out0 = dx;
         element_pass(&k, BN_BWD_APPLY, 4, 0);
     }
+    for (int64_t c = 0; exceptional && c < channels; ++c)
+        if (backward_exceptional(&k, c, scale, mean, variance))
+            exact_backward(&k, c, training, scale[c], mean[c], variance[c], epsilon, dx,
+                           scale_backprop, offset_backprop);
     return 0;
 }
 
@@ -843,10 +1046,10 @@ int mg_bn_backward_inference(int dtype, int64_t outer, int64_t channels, int64_t
                     scale_backprop, offset_backprop, num_threads);
 }
 
-/* Second order, training (TF_SEMANTICS §8.2): the gradient of (dx, scale_backprop,
- * offset_backprop) of the training backward, whose statistics come from x, against the
- * cotangents (gx, gscale, goffset). With mu, var (biased) recomputed from x, r = rsqrt(var +
- * eps), xh = (x - mu) * r and per-channel means mdy, mgx, mdyxh = mean(dy*xh),
+/* Second order, training: the gradient of (dx, scale_backprop, offset_backprop) of the
+ * training backward, whose statistics come from x, against the cotangents (gx, gscale,
+ * goffset). With mu, var (biased) recomputed from x, r = rsqrt(var + eps),
+ * xh = (x - mu) * r and per-channel means mdy, mgx, mdyxh = mean(dy*xh),
  * mgxxh = mean(gx*xh), cov = mean((gx - mgx) * (dy - mdy)):
  *   d_dy    = scale*r*(gx - mgx - xh*mgxxh) + gscale*xh + goffset
  *   d_scale = r * n * (cov - mgxxh*mdyxh)          ( = r * sum(gx * (dy - mdy - xh*mdyxh)) )
@@ -854,7 +1057,21 @@ int mg_bn_backward_inference(int dtype, int64_t outer, int64_t channels, int64_t
  *             + gscale*r*(dy - mdy - xh*mdyxh)
  * The first pass gathers centered (co)moments of x, dy, gx per block; the second pass
  * evaluates both tensors centered at the means: d_dy = k3*gc + k4*xc + k5,
- * d_x = k6*xc + k7*dc + k8*gc (xc = x - mu, dc = dy - mdy, gc = gx - mgx). */
+ * d_x = k6*xc + k7*dc + k8*gc (xc = x - mu, dc = dy - mdy, gc = gx - mgx). Exceptional
+ * channels (see above) follow the reference's uncentered formulas instead. */
+static int grad_grad_training_exceptional(const bn_call *k, int64_t c, const float *scale,
+                                          const float *gscale, const float *goffset)
+{
+    int out = vector_beyond(scale, c) || vector_beyond(gscale, c) || vector_beyond(goffset, c);
+    for (int v = 0; v < 3; ++v)
+        out |= beyond(combined(k, v, c), BN_BIG_VALUE);
+    for (int q = 3; q < 7; ++q)
+        out |= beyond(combined(k, q, c), BN_BIG_SUM);
+    for (int i = 3; i < 9; ++i)
+        out |= beyond(chan_coef(k, i)[c], BN_BIG_VALUE);
+    return out;
+}
+
 int mg_bn_grad_grad_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
                              const void *dy, const void *x, const float *scale,
                              const void *gx, const float *gscale, const float *goffset,
@@ -870,6 +1087,7 @@ int mg_bn_grad_grad_training(int dtype, int64_t outer, int64_t channels, int64_t
     k.dy = dy;
     k.gx = gx;
     statistics_pass(&k, 3);
+    int exceptional = 0;
     for (int64_t c = 0; c < channels; ++c) {
         const double n = k.counts[c], s = scale[c], gs = gscale[c];
         const double var = combined(&k, 3, c) / n, r = 1.0 / sqrt(var + epsilon), r2 = r * r;
@@ -885,16 +1103,31 @@ int mg_bn_grad_grad_training(int dtype, int64_t outer, int64_t channels, int64_t
         chan_coef(&k, 6)[c] = (float)(-s * r2 * r * (cov - 3.0 * mdyxh * mgxxh) - gs * r2 * mdyxh);
         chan_coef(&k, 7)[c] = (float)(gs * r - s * r2 * mgxxh);
         chan_coef(&k, 8)[c] = (float)(-s * r2 * mdyxh);
+        exceptional |= grad_grad_training_exceptional(&k, c, scale, gscale, goffset);
     }
     k.out0 = d_dy;
     k.out1 = d_x;
     element_pass(&k, BN_GG_APPLY, 9, 0);
+    for (int64_t c = 0; exceptional && c < channels; ++c)
+        if (grad_grad_training_exceptional(&k, c, scale, gscale, goffset))
+            exact_grad_grad_training(&k, c, scale[c], gscale[c], goffset[c], epsilon, d_dy, d_x,
+                                     d_scale);
     return 0;
 }
 
-/* Second order, inference (TF_SEMANTICS §8.2), one pass with the given mean/variance:
- *   r = rsqrt(variance + eps); d_dy = gx*scale*r + gscale*(x - mean)*r + goffset;
- *   d_x = gscale*dy*r; d_scale = sum(gx*dy) * r. */
+/* Second order, inference, one pass with the given mean/variance (float32 factors, as the
+ * reference): r = rsqrt(variance + eps); d_dy = gx*(scale*r) + gscale*(x - mean)*r + goffset;
+ * d_x = gscale*dy*r; d_scale = f32(sum(gx*dy)) * r. */
+static int grad_grad_inference_exceptional(const bn_call *k, int64_t c, const float *scale,
+                                           const float *mean, const float *variance,
+                                           const float *gscale, const float *goffset)
+{
+    return beyond(combined(k, 0, c), BN_BIG_SUM) || vector_beyond(scale, c) ||
+           vector_beyond(mean, c) || beyond(variance[c], BN_BIG_SUM) ||
+           vector_beyond(gscale, c) || vector_beyond(goffset, c) ||
+           beyond(chan_coef(k, 1)[c], BN_BIG_VALUE) || beyond(chan_coef(k, 2)[c], BN_BIG_VALUE);
+}
+
 int mg_bn_grad_grad_inference(int dtype, int64_t outer, int64_t channels, int64_t inner,
                               const void *dy, const void *x, const float *scale,
                               const float *mean, const float *variance,
@@ -913,15 +1146,19 @@ int mg_bn_grad_grad_inference(int dtype, int64_t outer, int64_t channels, int64_
     k.out0 = d_dy;
     k.out1 = d_x;
     for (int64_t c = 0; c < channels; ++c) {
-        const double r = rsqrt_eps(variance[c], epsilon);
+        const float r = rsqrt_f32(variance[c], epsilon);
         chan_coef(&k, 0)[c] = mean[c];
-        chan_coef(&k, 1)[c] = (float)(scale[c] * r);
-        chan_coef(&k, 2)[c] = (float)(gscale[c] * r);
+        chan_coef(&k, 1)[c] = scale[c] * r;
+        chan_coef(&k, 2)[c] = gscale[c] * r;
         chan_coef(&k, 3)[c] = goffset[c];
     }
     element_pass(&k, BN_GG_INFER, 4, 1);
     combine_sums(&k);
-    for (int64_t c = 0; c < channels; ++c)
-        d_scale[c] = (float)(combined(&k, 0, c) * rsqrt_eps(variance[c], epsilon));
+    for (int64_t c = 0; c < channels; ++c) {
+        d_scale[c] = (float)combined(&k, 0, c) * rsqrt_f32(variance[c], epsilon);
+        if (grad_grad_inference_exceptional(&k, c, scale, mean, variance, gscale, goffset))
+            exact_grad_grad_inference(&k, c, scale[c], mean[c], variance[c], gscale[c],
+                                      goffset[c], epsilon, d_dy, d_x, d_scale);
+    }
     return 0;
 }
