@@ -31,6 +31,10 @@ test: $(VENV)/.test
 	$(PY) -m pytest -q
 	$(PY) -m pytest -q tests/test_opencl.py
 
+# A longer bad-input fuzz campaign than the one in `make test` (tests/test_fuzz.py).
+fuzz: $(VENV)/.test
+	$(PY) -m tests.fuzz.run --cases 200
+
 lint: $(VENV)/.test
 	$(PY) -m ruff check minigraph tests benchmarks examples docs
 

@@ -1,0 +1,616 @@
+"""Hypothesis strategies: ``case_strategy(op_type)`` draws one :class:`~tests.fuzz.cases.Case`.
+
+Each op has a recipe that draws valid-ish inputs (consistent shapes, its allowed dtypes,
+sensible attrs), so cases reach the kernels; then mutations break it: one input's shape,
+dtype or values, one attr replaced by a bad value of the wrong kind or out of range, an
+explicit type attr that contradicts the inputs. Finally each input gets a feed mode (Const, or
+a Placeholder of unknown, partial or full static shape) and a memory layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from hypothesis import strategies as st
+
+from minigraph.framework.op_def import OpDef, get_op_def, registered_ops
+from tests.fuzz.cases import Case, InputSpec
+from tests.fuzz.values import DTYPES, FLOATS, INTS, LAYOUTS, ArraySpec
+
+NO_TENSOR_INPUTS = ("Const", "Placeholder", "Variable")
+OPENCL_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", "FusedBatchNormGrad",
+              "FusedBatchNormGradV2", "FusedBatchNormGradV3", "FusedBatchNormGradGrad",
+              "BatchNormWithGlobalNormalization", "BatchNormWithGlobalNormalizationGrad",
+              "Identity")
+
+BAD_ATTRS = {
+    "list(int)": ([], [0, 0, 0, 0], [1, -1, -1, 1], [1, 2 ** 31, 2 ** 31, 1],
+                  [1, 2 ** 70, 1, 1], [1.5, 1, 1, 1], ["1", 1, 1, 1], "1111", None, [1, 1, 1],
+                  [2, 1, 1, 2], 7, [1, 0, 1, 1], [1, -2 ** 31, 1, 1], [1] * 9),
+    "int": (2 ** 70, -1, -2 ** 63, 1.5, "3", None, True, 2 ** 31),
+    "float": (float("nan"), float("inf"), float("-inf"), -1.0, 1e300, "0.1", None, True,
+              2 ** 70, 1e-45),
+    "string": ("", "nhwc", "NCDHW", "NDHWC", "same", 5, None, b"SAME", "VALID\x00", "NCHW",
+               "EXPLICIT"),
+    "bool": (1, 0, "True", None, 2, "false"),
+    "type": ("float128", 5, np.complex64, "string", None, "bool", "int8", "int32",
+             "bfloat16"),
+    "shape": ([-2], [2 ** 70], "x", [1.5]),
+}
+
+
+class Draw:
+    """Helpers around hypothesis' ``draw`` for one op."""
+
+    def __init__(self, draw: Callable, op_def: OpDef) -> None:
+        self.draw = draw
+        self.op_def = op_def
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.draw(st.integers(lo, hi))
+
+    def pick(self, items):
+        return self.draw(st.sampled_from(list(items)))
+
+    def chance(self, percent: int) -> bool:
+        return self.draw(st.integers(0, 99)) < percent
+
+    def dtype(self, attr: str = "T") -> str:
+        try:
+            allowed = self.op_def.attr_def(attr).allowed
+        except KeyError:
+            allowed = None
+        names = [d.name for d in allowed] if allowed else list(DTYPES)
+        if self.chance(8):
+            names = list(DTYPES)
+        return self.pick(names)
+
+    def dim(self, lo: int = 0, hi: int = 4) -> int:
+        if lo == 0 and self.chance(10):
+            return 0
+        return self.int(max(lo, 1), hi)
+
+    def shape(self, rank: int | None = None, lo: int = 0, hi: int = 4) -> tuple:
+        rank = self.int(0, 5) if rank is None else rank
+        return tuple(self.dim(lo, hi) for _ in range(rank))
+
+    def array(self, shape, dtype: str, kinds=None) -> ArraySpec:
+        kinds = kinds or ("normal",) * 5 + ("small_int", "positive", "special", "zeros",
+                                             "huge", "negative")
+        return ArraySpec(tuple(shape), dtype, self.pick(kinds), self.int(0, 2 ** 16))
+
+    def lit(self, values, dtype: str = "int32") -> ArraySpec:
+        values = tuple(int(v) if dtype != "float32" else float(v) for v in values)
+        return ArraySpec((len(values),), dtype, literal=values)
+
+    def scalar_lit(self, value, dtype: str) -> ArraySpec:
+        return ArraySpec((), dtype, literal=(value,))
+
+    def fmt(self, formats=("NHWC", "NCHW")) -> str:
+        return self.pick(formats)
+
+
+def _nchw(fmt: str, n: int, spatial, c: int) -> tuple:
+    return (n, *spatial, c) if fmt.endswith("C") else (n, c, *spatial)
+
+
+def _window(fmt: str, h: int, w: int, rank: int = 4) -> list:
+    return [1, h, w, 1] if fmt == "NHWC" else [1, 1, h, w]
+
+
+def _out_size(size: int, k: int, s: int, d: int, padding: str, pads=(0, 0)) -> int:
+    eff = (k - 1) * d + 1
+    if padding == "SAME":
+        return -(-size // s)
+    if padding == "EXPLICIT":
+        size += pads[0] + pads[1]
+    return max(0, (size - eff) // s + 1)
+
+
+# ----------------------------------------------------------------------------- recipes
+# Each returns ({input name: (ArraySpec, role)}, attrs).
+
+
+def r_unary(g: Draw):
+    dtype = g.dtype("T") if "T" in [a.name for a in g.op_def.attrs] else g.dtype("SrcT")
+    rank_lo = {"Softmax": 1, "BiasAddGrad": 2}.get(g.op_def.name, 0)
+    shape = g.shape(g.int(rank_lo, 5))
+    name = g.op_def.inputs[0].name
+    attrs = {}
+    if g.op_def.name == "Cast":
+        attrs["DstT"] = g.pick(DTYPES)
+        if g.chance(30):
+            attrs["Truncate"] = True
+    if g.op_def.name == "BiasAddGrad":
+        attrs["data_format"] = g.fmt()
+    return {name: (g.array(shape, dtype), "data")}, attrs
+
+
+def _broadcast_partner(g: Draw, shape: tuple) -> tuple:
+    choice = g.int(0, 3)
+    if choice == 0:
+        return shape
+    if choice == 1:
+        cut = g.int(0, len(shape))
+        return tuple(1 if g.chance(40) else d for d in shape[cut:])
+    if choice == 2:
+        return tuple(g.dim(1, 3) for _ in range(g.int(0, 2))) + shape
+    return g.shape()
+
+
+def r_binary(g: Draw):
+    dtype = g.dtype()
+    shape = g.shape()
+    other = _broadcast_partner(g, shape)
+    names = [a.name for a in g.op_def.inputs]
+    if g.chance(50):
+        shape, other = other, shape
+    if g.op_def.name == "ReluGrad" and g.chance(70):
+        other = shape
+    attrs = {}
+    if g.op_def.name == "Equal" and g.chance(30):
+        attrs["incompatible_shape_error"] = False
+    return {names[0]: (g.array(shape, dtype), "data"),
+            names[1]: (g.array(other, dtype), "data")}, attrs
+
+
+def r_addn(g: Draw):
+    dtype, shape = g.dtype(), g.shape()
+    count = g.int(1, 4)
+    return {f"inputs_{i}": (g.array(shape if i == 0 or g.chance(85) else g.shape(), dtype),
+                            "data") for i in range(count)}, {}
+
+
+def r_reduce(g: Draw):
+    dtype, shape = g.dtype(), g.shape()
+    rank = len(shape)
+    tidx = g.pick(INTS)
+    if g.chance(40):
+        axis = g.scalar_lit(g.int(-rank - 1, rank) if rank else g.int(-1, 1), tidx)
+    else:
+        axes = [g.int(-rank - 1, rank) for _ in range(g.int(0, max(rank, 1) + 1))]
+        axis = g.lit(axes, tidx)
+    attrs = {"keep_dims": True} if g.chance(40) else {}
+    return {"input": (g.array(shape, dtype), "data"), "axis": (axis, "shape")}, attrs
+
+
+def r_argmax(g: Draw):
+    dtype, shape = g.dtype(), g.shape(g.int(1, 4))
+    rank = len(shape)
+    attrs = {}
+    if g.chance(40):
+        attrs["output_type"] = g.pick(["int32", "int64"])
+    return {"input": (g.array(shape, dtype), "data"),
+            "dimension": (g.scalar_lit(g.int(-rank - 1, rank), g.pick(INTS)), "shape")}, attrs
+
+
+def _factor_shape(g: Draw, total: int) -> list:
+    dims, rest = [], total
+    for _ in range(g.int(0, 3)):
+        divisors = [d for d in range(1, 5) if rest % d == 0] if rest else [0, 1]
+        d = g.pick(divisors)
+        dims.append(d)
+        rest = rest // d if d else 0
+    dims.append(rest)
+    if dims and g.chance(40):
+        dims[g.int(0, len(dims) - 1)] = -1
+    if g.chance(15):
+        dims[g.int(0, len(dims) - 1)] = g.pick([-1, -2, 0, 7, 2 ** 31 - 1, 2 ** 33])
+    return dims
+
+
+def r_reshape(g: Draw):
+    dtype, shape = g.dtype(), g.shape()
+    target = _factor_shape(g, int(np.prod(shape)))
+    tshape = g.pick(INTS)
+    return {"tensor": (g.array(shape, dtype), "data"), "shape": (g.lit(target, tshape),
+                                                                 "shape")}, {}
+
+
+def r_broadcast_to(g: Draw):
+    dtype, shape = g.dtype(), g.shape(g.int(0, 3))
+    target = [g.dim(1, 3) for _ in range(g.int(0, 2))] + \
+        [(g.dim(0, 3) if d == 1 and g.chance(60) else d) for d in shape]
+    if g.chance(15):
+        target[g.int(0, len(target) - 1) if target else 0:] = [g.pick([-1, 2 ** 31 - 1, 5])]
+    return {"input": (g.array(shape, dtype), "data"),
+            "shape": (g.lit(target, g.pick(INTS)), "shape")}, {}
+
+
+def r_fill(g: Draw):
+    dims = [g.dim(0, 4) for _ in range(g.int(0, 4))]
+    if g.chance(15):
+        dims.append(g.pick([-1, -5, 2 ** 31 - 1, -2 ** 31]))
+    return {"dims": (g.lit(dims), "shape"), "value": (g.array((), g.dtype()), "data")}, {}
+
+
+def r_transpose(g: Draw):
+    dtype, shape = g.dtype(), g.shape()
+    perm = list(g.draw(st.permutations(range(len(shape)))))
+    if g.chance(20):
+        perm = [g.int(-2, len(shape) + 1) for _ in range(g.pick([len(shape),
+                                                                 len(shape) + 1]))]
+    return {"x": (g.array(shape, dtype), "data"), "perm": (g.lit(perm, g.pick(INTS)),
+                                                          "shape")}, {}
+
+
+def r_invert_permutation(g: Draw):
+    n = g.int(0, 6)
+    perm = list(g.draw(st.permutations(range(n))))
+    if g.chance(30) and n:
+        perm[g.int(0, n - 1)] = g.pick([-1, n, n + 5, 0, 2 ** 31 - 1])
+    return {"x": (g.lit(perm), "shape")}, {}
+
+
+def r_broadcast_gradient_args(g: Draw):
+    shape = g.shape()
+    other = _broadcast_partner(g, shape)
+    if g.chance(10):
+        other = other + (-1,)
+    return {"s0": (g.lit(shape), "shape"), "s1": (g.lit(other), "shape")}, {}
+
+
+def r_reduced_shape(g: Draw):
+    shape = g.shape()
+    rank = len(shape)
+    axes = [g.int(-rank - 1, rank) for _ in range(g.int(0, rank + 1))]
+    return {"input_shape": (g.lit(shape), "shape"), "axes": (g.lit(axes), "shape")}, {}
+
+
+def r_random_uniform(g: Draw):
+    dims = [g.dim(0, 4) for _ in range(g.int(0, 4))]
+    if g.chance(15):
+        dims.append(g.pick([-1, 2 ** 31 - 1, -2 ** 31]))
+    attrs = {"dtype": g.pick(FLOATS)}
+    if g.chance(50):
+        attrs["seed"], attrs["seed2"] = g.int(0, 10), g.int(0, 10)
+    return {"shape": (g.lit(dims), "shape")}, attrs
+
+
+def r_matmul(g: Draw):
+    dtype = g.dtype()
+    m, k, n = g.dim(), g.dim(), g.dim()
+    ta, tb = g.chance(30), g.chance(30)
+    a = (k, m) if ta else (m, k)
+    b = (n, k) if tb else (k, n)
+    if g.chance(15):
+        b = (b[0] + 1, b[1])
+    attrs = {}
+    if ta:
+        attrs["transpose_a"] = True
+    if tb:
+        attrs["transpose_b"] = True
+    return {"a": (g.array(a, dtype), "data"), "b": (g.array(b, dtype), "data")}, attrs
+
+
+def r_bias_add(g: Draw):
+    dtype, fmt = g.dtype(), g.fmt()
+    shape = g.shape(g.int(2, 5))
+    c = shape[-1] if fmt == "NHWC" else shape[1]
+    return {"value": (g.array(shape, dtype), "data"),
+            "bias": (g.array((c if g.chance(85) else g.dim(),), dtype), "data")}, \
+        {"data_format": fmt}
+
+
+def _conv_geometry(g: Draw, explicit=True):
+    fmt = g.fmt()
+    n, h, w, c = g.dim(), g.dim(1, 6), g.dim(1, 6), g.dim(1, 3)
+    kh, kw, o = g.int(1, 3), g.int(1, 3), g.dim(1, 3)
+    s = g.int(1, 3)
+    d = 1 if g.chance(70) else g.int(1, 2)
+    padding = g.pick(["SAME", "VALID", "EXPLICIT"] if explicit else ["SAME", "VALID"])
+    attrs = {"strides": _window(fmt, s, s), "padding": padding, "data_format": fmt}
+    pads = (0, 0)
+    if padding == "EXPLICIT":
+        pads = (g.int(0, 2), g.int(0, 2))
+        attrs["explicit_paddings"] = [0, 0, *pads, *pads, 0, 0] if fmt == "NHWC" else \
+            [0, 0, 0, 0, *pads, *pads]
+    if d != 1:
+        attrs["dilations"] = _window(fmt, d, d)
+    oh, ow = (_out_size(x, k, s, d, padding, pads) for x, k in ((h, kh), (w, kw)))
+    return fmt, (n, h, w, c), (kh, kw, c, o), (n, oh, ow, o), attrs
+
+
+def _jiggle(g: Draw, shape: tuple) -> tuple:
+    if g.chance(12) and shape:
+        i = g.int(0, len(shape) - 1)
+        return shape[:i] + (max(0, shape[i] + g.pick([-1, 1, 2])),) + shape[i + 1:]
+    return shape
+
+
+def r_conv2d(g: Draw):
+    dtype = g.dtype()
+    fmt, x, f, _, attrs = _conv_geometry(g)
+    x = _nchw(fmt, x[0], x[1:3], x[3])
+    return {"input": (g.array(x, dtype), "data"),
+            "filter": (g.array(_jiggle(g, f), dtype), "data")}, attrs
+
+
+def r_conv2d_backprop_input(g: Draw):
+    dtype = g.dtype()
+    fmt, x, f, y, attrs = _conv_geometry(g)
+    x, y = _nchw(fmt, x[0], x[1:3], x[3]), _nchw(fmt, y[0], y[1:3], y[3])
+    return {"input_sizes": (g.lit(_jiggle(g, x)), "shape"),
+            "filter": (g.array(f, dtype), "data"),
+            "out_backprop": (g.array(_jiggle(g, y), dtype), "data")}, attrs
+
+
+def r_conv2d_backprop_filter(g: Draw):
+    dtype = g.dtype()
+    fmt, x, f, y, attrs = _conv_geometry(g)
+    x, y = _nchw(fmt, x[0], x[1:3], x[3]), _nchw(fmt, y[0], y[1:3], y[3])
+    return {"input": (g.array(x, dtype), "data"),
+            "filter_sizes": (g.lit(_jiggle(g, f)), "shape"),
+            "out_backprop": (g.array(_jiggle(g, y), dtype), "data")}, attrs
+
+
+def _pool_geometry(g: Draw):
+    fmt = g.fmt()
+    n, h, w, c = g.dim(), g.dim(1, 6), g.dim(1, 6), g.dim(1, 3)
+    k, s = g.int(1, 3), g.int(1, 3)
+    allowed = g.op_def.attr_def("padding").allowed
+    padding = g.pick(allowed)
+    attrs = {"ksize": _window(fmt, k, k), "strides": _window(fmt, s, s), "padding": padding,
+             "data_format": fmt}
+    pads = (0, 0)
+    if padding == "EXPLICIT":
+        pads = (g.int(0, 2), g.int(0, 2))
+        attrs["explicit_paddings"] = [0, 0, *pads, *pads, 0, 0] if fmt == "NHWC" else \
+            [0, 0, 0, 0, *pads, *pads]
+    oh, ow = (_out_size(v, k, s, 1, padding, pads) for v in (h, w))
+    return fmt, _nchw(fmt, n, (h, w), c), _nchw(fmt, n, (oh, ow), c), attrs
+
+
+def r_pool(g: Draw):
+    dtype = g.dtype()
+    _, x, _, attrs = _pool_geometry(g)
+    return {g.op_def.inputs[0].name: (g.array(x, dtype), "data")}, attrs
+
+
+def r_avg_pool_grad(g: Draw):
+    dtype = g.dtype()
+    _, x, y, attrs = _pool_geometry(g)
+    return {"orig_input_shape": (g.lit(_jiggle(g, x)), "shape"),
+            "grad": (g.array(_jiggle(g, y), dtype), "data")}, attrs
+
+
+def r_max_pool_grad(g: Draw):
+    dtype = g.dtype()
+    _, x, y, attrs = _pool_geometry(g)
+    grad = x if g.op_def.name == "MaxPoolGradGrad" else y
+    return {"orig_input": (g.array(x, dtype), "data"),
+            "orig_output": (g.array(_jiggle(g, y), dtype), "data"),
+            "grad": (g.array(_jiggle(g, grad), dtype), "data")}, attrs
+
+
+def r_sparse_xent(g: Draw):
+    dtype = g.dtype()
+    b, k = g.dim(), g.dim()
+    labels = [g.int(0, max(k - 1, 0)) if g.chance(85) else g.pick([-1, k, 2 ** 31 - 1])
+              for _ in range(b)]
+    ltype = g.pick(INTS)
+    features = (b, k) if g.chance(85) else g.shape()
+    return {"features": (g.array(features, dtype), "data"),
+            "labels": (g.lit(labels, ltype) if labels else ArraySpec((0,), ltype), "shape")}, {}
+
+
+def _bn_geometry(g: Draw):
+    try:
+        formats = g.op_def.attr_def("data_format").allowed
+    except KeyError:
+        formats = ("NHWC",)
+    fmt = g.pick(formats)
+    spatial = tuple(g.dim(1, 4) for _ in range(len(fmt) - 2))
+    n, c = g.dim(), g.dim(1, 4)
+    return fmt, _nchw(fmt, n, spatial, c), c
+
+
+def _bn_attrs(g: Draw, fmt: str, names) -> dict:
+    attrs = {"data_format": fmt} if "data_format" in names else {}
+    if "is_training" in names:
+        attrs["is_training"] = g.chance(60)
+    if "epsilon" in names and g.chance(40):
+        attrs["epsilon"] = g.pick([1e-3, 0.0, 1e-5, 10.0])
+    if "exponential_avg_factor" in names and g.chance(30):
+        attrs["exponential_avg_factor"] = g.pick([0.5, 0.0, 0.9])
+    return attrs
+
+
+def r_fused_bn(g: Draw):
+    t = g.dtype("T")
+    u = "float32"
+    fmt, x, c = _bn_geometry(g)
+    attrs = _bn_attrs(g, fmt, [a.name for a in g.op_def.attrs])
+    stats = (c,) if not attrs.get("is_training") or g.chance(50) else (0,)
+    return {"x": (g.array(x, t), "data"),
+            "scale": (g.array(_jiggle(g, (c,)), u), "data"),
+            "offset": (g.array((c,), u), "data"),
+            "mean": (g.array(stats, u), "data"),
+            "variance": (g.array(stats, u, ("positive",) * 4 + ("special", "negative")),
+                         "data")}, attrs
+
+
+def r_fused_bn_grad(g: Draw):
+    t = g.dtype("T")
+    fmt, x, c = _bn_geometry(g)
+    attrs = _bn_attrs(g, fmt, [a.name for a in g.op_def.attrs])
+    specs = {"y_backprop": (g.array(_jiggle(g, x), t), "data"),
+             "x": (g.array(x, t), "data"),
+             "scale": (g.array((c,), "float32"), "data"),
+             "reserve_space_1": (g.array((c,), "float32"), "data"),
+             "reserve_space_2": (g.array(_jiggle(g, (c,)), "float32",
+                                         ("positive",) * 4 + ("special", "negative")), "data")}
+    names = [a.name for a in g.op_def.inputs]
+    if "reserve_space_3" in names:
+        specs["reserve_space_3"] = (g.array((g.pick([0, c]),), "float32"), "data")
+    if "grad_x_backprop" in names:
+        specs["grad_x_backprop"] = (g.array(_jiggle(g, x), t), "data")
+        specs["grad_scale_backprop"] = (g.array((c,), "float32"), "data")
+        specs["grad_offset_backprop"] = (g.array((c,), "float32"), "data")
+    return specs, attrs
+
+
+def r_global_norm(g: Draw):
+    t = g.dtype()
+    x = g.shape(4, 0, 3)
+    c = x[-1]
+    names = [a.name for a in g.op_def.inputs]
+    specs = {}
+    for name in names:
+        if name in ("t", "backprop"):
+            specs[name] = (g.array(_jiggle(g, x), t), "data")
+        elif name == "v":
+            specs[name] = (g.array((c,), t, ("positive",) * 3 + ("special",)), "data")
+        else:
+            specs[name] = (g.array(_jiggle(g, (c,)), t), "data")
+    attrs = {"variance_epsilon": g.pick([1e-3, 0.0, 1e-5]),
+             "scale_after_normalization": g.chance(50)}
+    return specs, attrs
+
+
+def r_apply(g: Draw):
+    t = g.dtype()
+    shape = g.shape(g.int(0, 3))
+    specs = {}
+    for arg in g.op_def.inputs:
+        if arg.is_ref:
+            specs[arg.name] = (g.array(shape, t, ("normal", "positive", "zeros")), "ref")
+        elif arg.name in ("grad", "delta"):
+            grad = shape if g.chance(75) else g.shape()
+            specs[arg.name] = (g.array(grad, t), "data")
+        else:
+            scalar = () if g.chance(80) else g.shape(g.int(1, 2), 1, 3)
+            specs[arg.name] = (g.array(scalar, t, ("positive",) * 4 + ("special", "negative")),
+                               "data")
+    attrs = {}
+    if "use_nesterov" in [a.name for a in g.op_def.attrs] and g.chance(40):
+        attrs["use_nesterov"] = True
+    if g.chance(20):
+        attrs["use_locking"] = True
+    return specs, attrs
+
+
+def r_assign(g: Draw):
+    t = g.pick(DTYPES)
+    shape = g.shape(g.int(0, 3))
+    value = shape if g.chance(70) else g.shape()
+    attrs = {"validate_shape": False} if g.chance(25) else {}
+    return {"ref": (g.array(shape, t), "ref"), "value": (g.array(value, t), "data")}, attrs
+
+
+RECIPES: dict[str, Callable] = {
+    **dict.fromkeys(["Neg", "Square", "Rsqrt", "Reciprocal", "Relu", "Softmax", "Identity",
+                     "OnesLike", "ZerosLike", "Shape", "Size", "Cast", "BiasAddGrad"], r_unary),
+    **dict.fromkeys(["Add", "Sub", "Mul", "Div", "Equal", "ReluGrad"], r_binary),
+    "AddN": r_addn, "Sum": r_reduce, "Mean": r_reduce, "ArgMax": r_argmax,
+    "Reshape": r_reshape, "BroadcastTo": r_broadcast_to, "Fill": r_fill,
+    "Transpose": r_transpose, "InvertPermutation": r_invert_permutation,
+    "BroadcastGradientArgs": r_broadcast_gradient_args, "ReducedShape": r_reduced_shape,
+    "RandomUniform": r_random_uniform, "MatMul": r_matmul, "BiasAdd": r_bias_add,
+    "Conv2D": r_conv2d, "Conv2DBackpropInput": r_conv2d_backprop_input,
+    "Conv2DBackpropFilter": r_conv2d_backprop_filter,
+    "AvgPool": r_pool, "MaxPool": r_pool, "AvgPoolGrad": r_avg_pool_grad,
+    "MaxPoolGrad": r_max_pool_grad, "MaxPoolGradGrad": r_max_pool_grad,
+    "SparseSoftmaxCrossEntropyWithLogits": r_sparse_xent,
+    **dict.fromkeys(["FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"], r_fused_bn),
+    **dict.fromkeys(["FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
+                     "FusedBatchNormGradGrad"], r_fused_bn_grad),
+    **dict.fromkeys(["BatchNormWithGlobalNormalization",
+                     "BatchNormWithGlobalNormalizationGrad"], r_global_norm),
+    **dict.fromkeys(["ApplyGradientDescent", "ApplyMomentum", "ApplyAdam"], r_apply),
+    "Assign": r_assign,
+}
+
+
+def fuzzed_ops() -> list[str]:
+    """Every registered op that takes tensors (all must have a recipe)."""
+    return [name for name in registered_ops() if name not in NO_TENSOR_INPUTS]
+
+
+def _random_array(g: Draw) -> ArraySpec:
+    return g.array(g.shape(), g.pick(DTYPES))
+
+
+@st.composite
+def case_strategy(draw, op_type: str, opencl: bool = False) -> Case:
+    op_def = get_op_def(op_type)
+    g = Draw(draw, op_def)
+    specs, attrs = RECIPES[op_type](g)
+    tags = []
+    names = list(specs)
+    # --- mutations: at most a few, so most cases stay close to valid
+    if g.chance(15):
+        name = g.pick(names)
+        spec, role = specs[name]
+        if role != "ref":
+            specs[name] = (ArraySpec(g.shape(), spec.dtype, spec.kind, spec.seed), role)
+            tags.append(f"shape:{name}")
+    if g.chance(12):
+        name = g.pick(names)
+        spec, role = specs[name]
+        specs[name] = (ArraySpec(spec.shape, g.pick(DTYPES), spec.kind, spec.seed,
+                                 spec.literal), role)
+        tags.append(f"dtype:{name}")
+    if g.chance(20):
+        name = g.pick(names)
+        spec, role = specs[name]
+        if spec.literal is None:
+            kind = g.pick(["special", "huge", "negative", "zeros"])
+            specs[name] = (ArraySpec(spec.shape, spec.dtype, kind, spec.seed), role)
+            tags.append(f"values:{name}")
+    if g.chance(4) and len(names) > 1:
+        name = g.pick([n for n in names if specs[n][1] != "ref"] or names)
+        if specs[name][1] != "ref":
+            specs[name] = (_random_array(g), specs[name][1])
+            tags.append(f"random:{name}")
+    settable = [a for a in op_def.attrs if a.kind in BAD_ATTRS]
+    if settable and g.chance(25):
+        attr = g.pick(settable)
+        attrs[attr.name] = g.pick(BAD_ATTRS[attr.kind])
+        tags.append(f"attr:{attr.name}")
+    if g.chance(3):
+        attrs["no_such_attr"] = 1
+        tags.append("attr:unknown")
+    # --- feed modes and layouts
+    inputs = []
+    for name in names:
+        spec, role = specs[name]
+        layout = "C" if g.chance(50) else g.pick(LAYOUTS)
+        if not spec.shape or (layout == "broadcast" and not spec.shape[0]) or (
+                layout == "misaligned" and spec.dtype == "bool"):
+            layout = "C"
+        spec = ArraySpec(spec.shape, spec.dtype, spec.kind, spec.seed, spec.literal, layout)
+        if role == "ref":
+            inputs.append(InputSpec(name, spec, "var", role=role))
+            continue
+        mode = g.pick(["const", "ph", "ph_known", "ph_partial"] if role == "shape"
+                      else ["const", "ph", "ph_known", "ph_known", "ph_partial"])
+        if mode == "const":
+            inputs.append(InputSpec(name, spec, "const", role=role))
+        else:
+            ph_shape = None if mode == "ph" else tuple(
+                None if mode == "ph_partial" and g.chance(50) else d for d in spec.shape)
+            inputs.append(InputSpec(name, spec, "ph", ph_shape, role))
+    return Case(op_type, inputs, attrs, tuple(tags))
+
+
+def generate(op_type: str, count: int, seed: int | None = None,
+             opencl: bool = False) -> list[Case]:
+    """``count`` cases for ``op_type``, drawn by hypothesis: derandomized (seeded from the
+    op's name) unless ``seed`` is given; no example database, bounded generation time."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    found: list[Case] = []
+
+    @settings(max_examples=count, derandomize=seed is None, database=None, deadline=2000,
+              suppress_health_check=list(HealthCheck), phases=["generate"])
+    @given(case_strategy(op_type, opencl))
+    def collect(case):
+        found.append(case)
+
+    if seed is not None:
+        collect = hypothesis_seed(seed + sum(map(ord, op_type)))(collect)
+    collect()
+    return found[:count]
