@@ -3,7 +3,9 @@
 ``select(name)`` returns the math module a session uses for the batch-norm loops:
 ``"reference"``, ``"native"``, ``"float64"`` (reference math with every floating tensor
 promoted to float64, for gradient checking), or ``None`` for the default
-(``$MINIGRAPH_BACKEND``, else native when it was built, else reference).
+(``$MINIGRAPH_BACKEND``, else native when it was built, else reference). An unknown name,
+given or from the variable, is an :class:`InvalidArgumentError` when the session is created
+(the message names the variable when the name came from it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from minigraph.backends import (  # noqa: F401  (importing registers the kernels
 from minigraph.framework.errors import InvalidArgumentError, UnavailableError
 
 BACKENDS = ("native", "reference", "float64")
+BACKEND_VAR = "MINIGRAPH_BACKEND"
 
 # The reference math evaluated with every floating tensor promoted to float64: the gradient
 # checker's backend, so finite differences are not drowned in float32 rounding.
@@ -44,9 +47,15 @@ def select(name: str | None = None) -> ModuleType:
     """The math module for backend ``name`` (see the module docstring for the default)."""
     global _warned_fallback
     explicit = name is not None
-    name = name or os.environ.get("MINIGRAPH_BACKEND") or "native"
-    if name not in BACKENDS:
-        raise InvalidArgumentError(f"unknown backend {name!r}; expected one of {BACKENDS}")
+    from_environment = not name and bool(os.environ.get(BACKEND_VAR, "").strip())
+    if from_environment:
+        name = os.environ[BACKEND_VAR].strip()
+    name = name or "native"
+    if not isinstance(name, str) or name not in BACKENDS:
+        source = f" (from ${BACKEND_VAR})" if from_environment else ""
+        hint = f"; fix or unset {BACKEND_VAR}" if from_environment else ""
+        raise InvalidArgumentError(f"unknown backend {name!r}{source}; expected one of "
+                                   f"{BACKENDS}{hint}")
     if name == "reference":
         return reference
     if name == "float64":

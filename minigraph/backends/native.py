@@ -12,17 +12,22 @@ Math is float32 with per-channel sums combined in double in a fixed order, so re
 bit-identical whatever the thread count; float16/bfloat16 results are rounded once. The GIL
 is released while the C code runs.
 
-``MINIGRAPH_NUM_THREADS`` sets the thread count (default: ``os.cpu_count()``), read at every
-call. ``MINIGRAPH_NATIVE_ISA`` (``avx512``, ``avx2`` or ``scalar``) picks a narrower
-instruction set than the best one the CPU has, at import; :func:`set_isa` does it later.
+``MINIGRAPH_NUM_THREADS`` sets the thread count (an integer from 1 to :data:`MAX_THREADS`;
+default: ``os.cpu_count()``), looked up at every call; :func:`set_num_threads` overrides it.
+``MINIGRAPH_NATIVE_ISA`` (``avx512``, ``avx2`` or ``scalar``) picks a narrower instruction
+set than the best one the CPU has, at import; :func:`set_isa` does it later. An invalid value
+of either variable warns once, naming it, and the default is used.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 
 import ml_dtypes
 import numpy as np
+
+from minigraph.framework.errors import InvalidArgumentError
 
 try:
     from minigraph._native import ffi, lib
@@ -51,24 +56,83 @@ def unavailable_reason() -> str | None:
     return _REASON
 
 
+# --------------------------------------------------------------------------------------------
+# configuration: thread count and instruction set, each checked once with a clear warning
+
 _CPU_COUNT = os.cpu_count() or 1
 _THREADS_VAR = "MINIGRAPH_NUM_THREADS"
+_ISA_VAR = "MINIGRAPH_NATIVE_ISA"
+# The most threads a call may use. The C kernels take an ``int`` (so 99999999999 cannot
+# even be passed), and past the core count threads only oversubscribe; 1024 is above any
+# machine's core count minigraph targets, so it only catches typos and nonsense.
+MAX_THREADS = 1024
+DEFAULT_THREADS = min(_CPU_COUNT, MAX_THREADS)
 try:  # os.environ's own mapping: a plain dict lookup instead of ~0.5 us of encoding per call
     _ENV_DATA, _ENV_KEY = os.environ._data, os.environ.encodekey(_THREADS_VAR)
 except AttributeError:  # pragma: no cover - not CPython's os.environ
     _ENV_DATA, _ENV_KEY = os.environ, _THREADS_VAR
-_threads_cache: tuple[object, int] = (None, _CPU_COUNT)
+_threads_cache: tuple[object, int] = (None, DEFAULT_THREADS)
+_threads_override: int | None = None
+
+
+def _thread_count(value: object) -> int | None:
+    """``value`` (an int, or the text of one) as a thread count in [1, MAX_THREADS], or None."""
+    if isinstance(value, (str, bytes)):
+        text = value.decode(errors="replace") if isinstance(value, bytes) else value
+        text = text.strip()
+        if not (text.isascii() and text.isdigit() and len(text) <= 6):
+            return None
+        value = int(text)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value) if 1 <= value <= MAX_THREADS else None
+
+
+def _threads_from_environment(raw: object) -> int:
+    """The thread count ``$MINIGRAPH_NUM_THREADS`` (``raw``) asks for; an invalid value warns
+    once, naming the variable and the value, and gives the default."""
+    if raw is None or not raw.strip():  # unset or empty: the default, silently
+        return DEFAULT_THREADS
+    threads = _thread_count(raw)
+    if threads is None:
+        text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        warnings.warn(f"minigraph: ignoring {_THREADS_VAR}={text!r}: it must be an integer "
+                      f"from 1 to {MAX_THREADS}; using {DEFAULT_THREADS} threads (the CPU "
+                      "count)", RuntimeWarning, stacklevel=3)
+        return DEFAULT_THREADS
+    return threads
 
 
 def num_threads() -> int:
-    """Threads a call may use: ``$MINIGRAPH_NUM_THREADS`` if it is a positive integer, else
-    ``os.cpu_count()``. Read at every call (parsed only when it changed)."""
+    """Threads a call may use: the :func:`set_num_threads` value if one was set, else
+    ``$MINIGRAPH_NUM_THREADS`` if it is an integer in [1, :data:`MAX_THREADS`], else
+    ``os.cpu_count()`` (capped at MAX_THREADS).
+
+    The variable is looked up at every call (a dict lookup) but parsed and checked only when
+    its value changed, so an invalid value warns once, not at every kernel call.
+    """
     global _threads_cache
+    if _threads_override is not None:
+        return _threads_override
     raw = _ENV_DATA.get(_ENV_KEY)
     if raw != _threads_cache[0]:
-        value = os.environ.get(_THREADS_VAR, "").strip()
-        _threads_cache = (raw, int(value) if value.isdigit() and int(value) > 0 else _CPU_COUNT)
+        _threads_cache = (raw, _threads_from_environment(raw))
     return _threads_cache[1]
+
+
+def set_num_threads(threads: int | None) -> None:
+    """Make every native kernel use ``threads`` threads (an int in [1, :data:`MAX_THREADS`]),
+    overriding ``$MINIGRAPH_NUM_THREADS``; ``None`` goes back to the environment/default.
+    Results are bit-identical whatever the count."""
+    global _threads_override
+    if threads is None:
+        _threads_override = None
+        return
+    checked = _thread_count(threads) if not isinstance(threads, (str, bytes)) else None
+    if checked is None:
+        raise InvalidArgumentError(f"set_num_threads: the thread count must be an integer "
+                                   f"from 1 to {MAX_THREADS}, got {threads!r}")
+    _threads_override = checked
 
 
 def isa() -> str:
@@ -85,12 +149,29 @@ def set_isa(name: str) -> str:
     """Use instruction set ``name`` if the CPU supports it (else keep the current one);
     returns the one in use. Meant for tests and benchmarks."""
     if name not in ISAS:
-        raise ValueError(f"unknown instruction set {name!r}; expected one of {ISAS}")
+        raise InvalidArgumentError(f"unknown instruction set {name!r}; expected one of {ISAS}")
     return ISAS[lib.mg_bn_set_isa(ISAS.index(name))]
 
 
-if lib is not None and os.environ.get("MINIGRAPH_NATIVE_ISA"):
-    set_isa(os.environ["MINIGRAPH_NATIVE_ISA"])
+def _isa_from_environment() -> None:
+    """Apply ``$MINIGRAPH_NATIVE_ISA`` at import. An unknown name, or one this CPU cannot
+    run, warns once (naming the variable and the value) and keeps the best instruction set:
+    a typo must not break every session."""
+    raw = os.environ.get(_ISA_VAR, "")
+    name = raw.strip().lower()
+    if lib is None or not name:
+        return
+    if name not in ISAS:
+        warnings.warn(f"minigraph: ignoring {_ISA_VAR}={raw!r}: expected one of "
+                      f"{', '.join(ISAS)}; using {best_isa()}", RuntimeWarning, stacklevel=2)
+        return
+    used = set_isa(name)
+    if used != name:
+        warnings.warn(f"minigraph: {_ISA_VAR}={raw!r}: this CPU does not support {name}; "
+                      f"using {used}", RuntimeWarning, stacklevel=2)
+
+
+_isa_from_environment()
 
 
 # --------------------------------------------------------------------------------------------
