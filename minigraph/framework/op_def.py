@@ -154,6 +154,42 @@ class InferenceContext:
             return list(source.op.inputs[0].shape.dims)
         return None
 
+    def shape_input(self, name: str, allow_unknown: bool = False) -> list[int] | None:
+        """The value of input ``name`` holding a shape (Reshape's ``shape``, Fill's ``dims``),
+        checked: a vector of dimensions >= 0 (or -1, unknown, where ``allow_unknown``).
+        None while the value is not known."""
+        self.with_rank(name, 1, " (a shape vector)")
+        value = self.constant_value(name)
+        if value is None:
+            return None
+        lowest = -1 if allow_unknown else 0
+        if any(d < lowest for d in value):
+            allowed = "non-negative or -1" if allow_unknown else "non-negative"
+            raise self.error(f"input '{name}' must hold {allowed} dimensions, got {value}")
+        return list(value)
+
+    def axes_input(self, name: str, rank: int | None) -> list[int] | None:
+        """The value of input ``name`` holding axes of a rank-``rank`` tensor (a scalar or a
+        vector), each in [-rank, rank), none twice; returned in [0, rank). None while the
+        value (or the rank) is not known."""
+        shape = self.input_shape(name)
+        if shape.rank is not None and shape.rank > 1:
+            raise self.error(f"input '{name}' must be a scalar or a vector of axes, but has "
+                             f"shape {shape}")
+        value = self.constant_value(name)
+        if value is None or rank is None:
+            return None
+        axes = value if isinstance(value, list) else [value]
+        normalized: list[int] = []
+        for axis in axes:
+            if not -rank <= axis < rank:
+                raise self.error(f"axis {axis} in input '{name}' is out of range for a tensor "
+                                 f"of rank {rank}: expected [{-rank}, {rank})")
+            if axis % rank in normalized:
+                raise self.error(f"axis {axis} in input '{name}' is specified more than once")
+            normalized.append(axis % rank)
+        return normalized
+
     def input_shape(self, name: str) -> TensorShape:
         return self.input_shapes[self.op_def.input_index(name)]
 

@@ -129,19 +129,13 @@ Cast = make_wrapper(register_op(OpDef(
 
 def _reduction_shape(ctx: InferenceContext) -> list[TensorShape]:
     x = ctx.input_shapes[0]
-    axes = ctx.constant_value("axis")
     keep = ctx.attrs["keep_dims"]
-    if axes is None or x.rank is None:
+    axes = ctx.axes_input("axis", x.rank)
+    if axes is None:
         return [TensorShape.unknown(x.rank) if keep else TensorShape(None)]
-    rank = x.rank
-    normalized = set()
-    for a in (axes if isinstance(axes, list) else [axes]):
-        if not -rank <= a < rank:
-            raise ctx.error(f"axis {a} is out of range for input 'input' of rank {rank}")
-        normalized.add(a % rank)
     if keep:
-        return [TensorShape(1 if i in normalized else d for i, d in enumerate(x.dims))]
-    return [TensorShape(d for i, d in enumerate(x.dims) if i not in normalized)]
+        return [TensorShape(1 if i in axes else d for i, d in enumerate(x.dims))]
+    return [TensorShape(d for i, d in enumerate(x.dims) if i not in axes)]
 
 
 def _reduction(name: str) -> OpDef:
@@ -160,27 +154,24 @@ Mean = make_wrapper(_reduction("Mean"))
 
 
 def _reshape_shape(ctx: InferenceContext) -> list[TensorShape]:
-    target = ctx.constant_value("shape")
+    target = ctx.shape_input("shape", allow_unknown=True)
     if target is None:
         return [TensorShape(None)]
+    if target.count(-1) > 1:
+        raise ctx.error(f"input 'shape' {target}: only one dimension may be -1")
     dims = [None if d == -1 else d for d in target]
     x = ctx.input_shapes[0]
     total = x.num_elements()
-    if dims.count(None) == 1 and total is not None:
-        known = 1
-        for d in dims:
-            known *= d if d is not None else 1
-        if known and total % known == 0:
-            dims[dims.index(None)] = total // known
-        elif known:
+    known = 1
+    for d in dims:
+        known *= d if d is not None else 1
+    if None in dims and total is not None:
+        if known == 0 or total % known:
             raise ctx.error(f"cannot reshape a tensor with {total} elements to {target}")
-    elif dims.count(None) == 0 and total is not None:
-        wanted = 1
-        for d in dims:
-            wanted *= d
-        if wanted != total:
-            raise ctx.error(f"cannot reshape a tensor with {total} elements to shape {target} "
-                            f"({wanted} elements)")
+        dims[dims.index(None)] = total // known
+    elif total is not None and known != total:
+        raise ctx.error(f"cannot reshape a tensor with {total} elements to shape {target} "
+                        f"({known} elements)")
     return [TensorShape(dims)]
 
 
@@ -194,13 +185,15 @@ Reshape = make_wrapper(register_op(OpDef(
 
 
 def _transpose_shape(ctx: InferenceContext) -> list[TensorShape]:
+    ctx.with_rank("perm", 1, " (a permutation)")
     perm = ctx.constant_value("perm")
     x = ctx.input_shapes[0]
     if perm is None:
         return [TensorShape.unknown(x.rank)]
-    if x.rank is not None and sorted(perm) != list(range(x.rank)):
-        raise ctx.error(f"attr-like input 'perm' must be a permutation of 0..{x.rank - 1}, "
-                        f"got {perm}")
+    rank = x.rank if x.rank is not None else len(perm)
+    if sorted(perm) != list(range(rank)):
+        raise ctx.error(f"input 'perm' must be a permutation of 0..{rank - 1} (the input's "
+                        f"axes), got {perm}")
     return [TensorShape(x[p] for p in perm) if x.rank is not None
             else TensorShape.unknown(len(perm))]
 
@@ -235,10 +228,10 @@ Size = make_wrapper(register_op(OpDef(
 
 
 def _fill_shape(ctx: InferenceContext) -> list[TensorShape]:
-    dims = ctx.constant_value("dims")
+    ctx.with_rank("value", 0, " (a scalar)")
+    dims = ctx.shape_input("dims")
     if dims is None:
-        n = ctx.input_shapes[0][0] if ctx.input_shapes[0].rank == 1 else None
-        return [TensorShape.unknown(n)]
+        return [TensorShape.unknown(ctx.input_shapes[0][0])]
     return [TensorShape(dims)]
 
 
@@ -252,9 +245,18 @@ Fill = make_wrapper(register_op(OpDef(
 
 
 def _broadcast_to_shape(ctx: InferenceContext) -> list[TensorShape]:
-    target = ctx.constant_value("shape")
-    return [TensorShape(target) if target is not None
-            else TensorShape.unknown(ctx.input_shapes[1][0])]
+    target = ctx.shape_input("shape")
+    if target is None:
+        return [TensorShape.unknown(ctx.input_shapes[1][0])]
+    x = ctx.input_shapes[0]
+    try:
+        merged = broadcast_shapes(x, TensorShape(target))
+    except ShapeMismatch:
+        merged = None
+    if x.rank is not None and (merged is None or x.rank > len(target)
+                               or not merged.is_compatible_with(tuple(target))):
+        raise ctx.error(f"cannot broadcast input 'input' of shape {x} to shape {target}")
+    return [TensorShape(target)]
 
 
 BroadcastTo = make_wrapper(register_op(OpDef(
@@ -264,23 +266,55 @@ BroadcastTo = make_wrapper(register_op(OpDef(
     attrs=[required("T", "type"), required("Tidx", "type", allowed=INDEX)],
     shape_fn=_broadcast_to_shape,
 )))
+def _reduced_shape_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """input_shape with the reduced axes set to 1 (the shape a keep_dims reduction gives)."""
+    shape = ctx.shape_input("input_shape")
+    rank = None if shape is None else len(shape)
+    ctx.axes_input("axes", rank)
+    return [ctx.input_shapes[0]]
+
+
 ReducedShape = make_wrapper(register_op(OpDef(
     name="ReducedShape",
     inputs=[ArgDef("input_shape", dtype=dtypes.int32), ArgDef("axes", dtype=dtypes.int32)],
     outputs=[ArgDef("output", dtype=dtypes.int32)],
-    shape_fn=lambda ctx: [ctx.input_shapes[0]],
+    shape_fn=_reduced_shape_shape,
 )))
+
+
+def _invert_permutation_shape(ctx: InferenceContext) -> list[TensorShape]:
+    ctx.with_rank("x", 1, " (a permutation)")
+    perm = ctx.constant_value("x")
+    if perm is not None and sorted(perm) != list(range(len(perm))):
+        raise ctx.error(f"input 'x' must be a permutation of 0..{len(perm) - 1}, got {perm}")
+    return [ctx.input_shapes[0]]
+
+
 InvertPermutation = make_wrapper(register_op(OpDef(
     name="InvertPermutation",
     inputs=[ArgDef("x", dtype=dtypes.int32)],
     outputs=[ArgDef("y", dtype=dtypes.int32)],
-    shape_fn=lambda ctx: [ctx.input_shapes[0]],
+    shape_fn=_invert_permutation_shape,
 )))
+
+
+def _broadcast_gradient_args_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """Two shape vectors that must broadcast together; outputs: the axes each was
+    broadcast along."""
+    s0, s1 = ctx.shape_input("s0"), ctx.shape_input("s1")
+    if s0 is not None and s1 is not None:
+        try:
+            broadcast_shapes(TensorShape(s0), TensorShape(s1))
+        except ShapeMismatch:
+            raise ctx.error(f"Incompatible shapes: {s0} vs. {s1}") from None
+    return [TensorShape([None]), TensorShape([None])]
+
+
 BroadcastGradientArgs = make_wrapper(register_op(OpDef(
     name="BroadcastGradientArgs",
     inputs=[ArgDef("s0", dtype=dtypes.int32), ArgDef("s1", dtype=dtypes.int32)],
     outputs=[ArgDef("r0", dtype=dtypes.int32), ArgDef("r1", dtype=dtypes.int32)],
-    shape_fn=lambda ctx: [TensorShape([None]), TensorShape([None])],
+    shape_fn=_broadcast_gradient_args_shape,
 )))
 
 

@@ -75,8 +75,9 @@ Assign = make_wrapper(ASSIGN)
 
 
 def _random_shape(ctx: InferenceContext) -> list[TensorShape]:
-    dims = ctx.constant_value("shape")
-    return [TensorShape(dims) if dims is not None else TensorShape(None)]
+    dims = ctx.shape_input("shape")
+    return [TensorShape(dims) if dims is not None
+            else TensorShape.unknown(ctx.input_shapes[0][0])]
 
 
 RANDOM_UNIFORM = register_op(OpDef(
