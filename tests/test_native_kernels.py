@@ -594,3 +594,24 @@ def test_rejects_malformed_arguments():
         native.bn_backward_training(x.astype(np.float16), x, s, s, s, EPS, True)
     with pytest.raises(ValueError):  # float32 elements that are not 4-byte aligned
         native.bn_forward_training(shifted_copy(x, 2), s, s, EPS, True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("channels_last", [True, False], ids=["NHWC", "NCHW"])
+def test_inference_x_backprop_is_bit_identical_to_the_reference(isa, dtype, channels_last):
+    """Inference x_backprop = dy * (scale * rsqrt(variance + eps)) with the per-channel factor
+    in float32 (1 / sqrt(variance + float32(eps)), then times scale), as the reference: the
+    same bits, also for bfloat16 where a factor formed in double differed by one ulp."""
+    from minigraph.backends import reference
+
+    rng = np.random.default_rng(12)
+    shape = (4, 9, 10, 33) if channels_last else (4, 33, 9, 10)  # 11880 elements
+    x = (rng.standard_normal(shape) * 2 + 1).astype(F32).astype(dtype)
+    dy = rng.standard_normal(shape).astype(F32).astype(dtype)
+    scale = rng.uniform(0.1, 3, 33).astype(F32)
+    mean = rng.uniform(-1, 1, 33).astype(F32)
+    var = rng.uniform(0.01, 5, 33).astype(F32)
+    got = native.bn_backward_inference(dy, x, scale, mean, var, EPS, channels_last)[0]
+    expected = reference.bn_backward_inference(dy, x, scale, mean, var, EPS, channels_last)[0]
+    assert got.dtype == expected.dtype
+    assert np.array_equal(got.view(np.uint8), expected.view(np.uint8))

@@ -1,0 +1,203 @@
+"""Native and reference backends agree on non-finite and overflowing inputs.
+
+Every batch-norm op (FusedBatchNormV3 and FusedBatchNormGradV3 in training and inference
+mode, FusedBatchNormGradGrad in both modes, BatchNormWithGlobalNormalization and its Grad)
+runs through a session on backend="native" and backend="reference" with one channel of one
+input holding +inf, -inf, NaN, 1e38, 3.4e38 or -3.4e38 (in one element, in every element, or
++v and -v alternating), for each dtype, NHWC and NCHW, and every instruction set of the
+native kernels. The two must agree exactly on which elements are NaN, +inf and -inf, and
+closely on the finite ones.
+
+The reference's semantics (TensorFlow's float32 formulas, with per-channel sums of the
+float32 terms accumulated in float64): the mean of a channel holding -inf is -inf and its
+variance (x - mean)^2 is NaN; an infinite reserve-space variance gives r = 0; the mean of
+finite values is finite even when their float32 sum would overflow (TensorFlow's Eigen sums
+overflow or not depending on the order of the elements, so that overflow is no semantics).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import minigraph as mg
+from minigraph import ops
+from minigraph.backends import native
+
+if not native.available():
+    pytest.skip(f"native backend unavailable: {native.unavailable_reason()}",
+                allow_module_level=True)
+
+F32 = np.float32
+BF16 = np.dtype(ml_dtypes.bfloat16)
+SPECIALS = {"+inf": np.inf, "-inf": -np.inf, "nan": np.nan, "1e38": 1e38, "3.4e38": 3.4e38,
+            "-3.4e38": -3.4e38}
+MODES = ("one", "all", "alternating")  # the special value in one / every element of channel 1
+N, H, W, C = 3, 6, 6, 3  # NCHW planes of 36 (plane blocks), NHWC rows of 3 (row blocks)
+EPS = 1e-3
+TOLERANCE = {np.dtype(F32): 1e-4, np.dtype(np.float16): 2e-3, BF16: 1.6e-2}
+
+# op -> (input names in the op's order: tensors "t:", vectors "v:", empty "e:";
+#        the inputs that get the special values; attrs; dtypes)
+FUSED = {"epsilon": EPS}
+GLOBAL = {"variance_epsilon": EPS, "scale_after_normalization": True}
+ALL_DTYPES = (np.dtype(F32), np.dtype(np.float16), BF16)
+OPS = {
+    "FusedBatchNormV3-training": (
+        "FusedBatchNormV3", ["t:x", "v:scale", "v:offset", "e:mean", "e:variance"],
+        ["x"], dict(FUSED, is_training=True), ALL_DTYPES),
+    "FusedBatchNormV3-inference": (
+        "FusedBatchNormV3", ["t:x", "v:scale", "v:offset", "v:mean", "v:variance"],
+        ["x", "mean", "variance"], dict(FUSED, is_training=False), ALL_DTYPES),
+    "FusedBatchNormGradV3-training": (
+        "FusedBatchNormGradV3",
+        ["t:dy", "t:x", "v:scale", "v:mean", "v:variance", "e:reserve_space_3"],
+        ["dy", "x", "mean", "variance"], dict(FUSED, is_training=True), ALL_DTYPES),
+    "FusedBatchNormGradV3-inference": (
+        "FusedBatchNormGradV3",
+        ["t:dy", "t:x", "v:scale", "v:mean", "v:variance", "e:reserve_space_3"],
+        ["dy", "x", "mean", "variance"], dict(FUSED, is_training=False), ALL_DTYPES),
+    "FusedBatchNormGradGrad-training": (
+        "FusedBatchNormGradGrad",
+        ["t:dy", "t:x", "v:scale", "v:mean", "v:variance", "t:gx", "v:gscale", "v:goffset"],
+        ["dy", "x", "gx"], dict(FUSED, is_training=True), ALL_DTYPES),
+    "FusedBatchNormGradGrad-inference": (
+        "FusedBatchNormGradGrad",
+        ["t:dy", "t:x", "v:scale", "v:mean", "v:variance", "t:gx", "v:gscale", "v:goffset"],
+        ["dy", "x", "gx", "mean", "variance"], dict(FUSED, is_training=False), ALL_DTYPES),
+    "BatchNormWithGlobalNormalization": (
+        "BatchNormWithGlobalNormalization", ["t:x", "V:mean", "V:variance", "V:offset",
+                                             "V:scale"],
+        ["x", "mean", "variance"], GLOBAL, ALL_DTYPES[:2]),
+    "BatchNormWithGlobalNormalizationGrad": (
+        "BatchNormWithGlobalNormalizationGrad",
+        ["t:x", "V:mean", "V:variance", "V:scale", "t:dy"],
+        ["x", "dy", "mean", "variance"], GLOBAL, ALL_DTYPES[:2]),
+}
+
+
+@pytest.fixture(params=native.ISAS)
+def isa(request):
+    previous = native.isa()
+    if native.set_isa(request.param) != request.param:
+        native.set_isa(previous)
+        pytest.skip(f"this CPU has no {request.param}")
+    yield request.param
+    native.set_isa(previous)
+
+
+def base_values(dtype: np.dtype, channels_last: bool) -> dict[str, np.ndarray]:
+    """Finite inputs: tensors in x's shape (storage dtype), float32 vectors of C."""
+    rng = np.random.default_rng(7)
+    shape = (N, H, W, C) if channels_last else (N, C, H, W)
+
+    def tensor(loc):
+        return (rng.standard_normal(shape) + loc).astype(F32)
+
+    def vector(lo, hi):
+        return rng.uniform(lo, hi, C).astype(F32)
+
+    return {"x": tensor(1.0), "dy": tensor(0.3), "gx": tensor(-0.2),
+            "scale": vector(0.5, 1.0), "offset": vector(-1, 1), "mean": vector(0.5, 1.5),
+            "variance": vector(1, 3), "gscale": vector(-1, 1), "goffset": vector(-1, 1)}
+
+
+def with_special(values: dict, name: str, value: float, mode: str, channels_last: bool
+                 ) -> dict:
+    """A copy of values with channel 1 of input ``name`` holding ``value`` (per ``mode``);
+    per-channel vectors get it at index 1."""
+    values = {k: v.copy() for k, v in values.items()}
+    target = values[name]
+    if target.ndim == 1:
+        target[1] = value
+        return values
+    channel = target[..., 1] if channels_last else target[:, 1]
+    flat = channel.reshape(-1)
+    if mode == "one":
+        flat[flat.size // 2 + 1] = value
+    elif mode == "all":
+        flat[:] = value
+    else:
+        flat[0::2], flat[1::2] = value, -value
+    if channels_last:
+        target[..., 1] = flat.reshape(channel.shape)
+    else:
+        target[:, 1] = flat.reshape(channel.shape)
+    return values
+
+
+def build(op_key: str, dtype: np.dtype, channels_last: bool):
+    """(placeholders by input name, fetches, the sessions by backend) of one op."""
+    op_name, inputs, _, attrs, _ = OPS[op_key]
+    root = mg.Scope.NewRootScope()
+    shape = [N, H, W, C] if channels_last else [N, C, H, W]
+    holders, args = {}, []
+    for spec in inputs:
+        kind, name = spec.split(":")
+        if kind == "e":
+            args.append(ops.Const(root, np.zeros(0, F32)))
+            continue
+        holder_dtype, holder_shape = {"t": (dtype, shape), "v": (F32, [C]),
+                                      "V": (dtype, [C])}[kind]
+        holders[name] = ops.Placeholder(root, mg.as_dtype(np.dtype(holder_dtype)),
+                                        shape=holder_shape)
+        args.append(holders[name])
+    if op_name.startswith("Fused"):
+        attrs = dict(attrs, data_format="NHWC" if channels_last else "NCHW")
+    elif not channels_last:
+        return None  # BatchNormWithGlobalNormalization is channels-last only
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        result = getattr(ops, op_name)(root, *args, **attrs)
+    fetches = list(result.operation.outputs)
+    sessions = {b: mg.ClientSession(root, backend=b) for b in ("native", "reference")}
+    return holders, fetches, sessions
+
+
+def feeds_for(holders: dict, values: dict, dtype: np.dtype) -> dict:
+    feeds = {}
+    with np.errstate(over="ignore"):
+        for name, holder in holders.items():
+            value = values[name]
+            feeds[holder] = value.astype(dtype) if value.ndim > 1 or holder.dtype != mg.float32 \
+                else value
+    return feeds
+
+
+def assert_agree(native_out: np.ndarray, reference_out: np.ndarray, what: str) -> None:
+    assert native_out.dtype == reference_out.dtype and native_out.shape == reference_out.shape
+    a, b = native_out.astype(np.float64), reference_out.astype(np.float64)
+    for test in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(test(a), test(b), err_msg=f"{what}: {test.__name__}")
+    tol = TOLERANCE[np.dtype(reference_out.dtype)] if reference_out.dtype != np.float64 else 1e-12
+    finite = np.isfinite(b)
+    np.testing.assert_allclose(a[finite], b[finite], rtol=tol,
+                               atol=tol * max(1.0, float(np.abs(b[finite]).max(initial=0))),
+                               equal_nan=True, err_msg=what)
+
+
+@pytest.mark.parametrize("channels_last", [True, False], ids=["NHWC", "NCHW"])
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("op_key", list(OPS))
+def test_native_agrees_with_reference_on_non_finite_inputs(isa, op_key, dtype, channels_last):
+    if dtype not in OPS[op_key][4]:
+        pytest.skip(f"{OPS[op_key][0]} has no {dtype.name}")
+    built = build(op_key, dtype, channels_last)
+    if built is None:
+        pytest.skip("channels-last only")
+    holders, fetches, sessions = built
+    base = base_values(dtype, channels_last)
+    for name in OPS[op_key][2]:
+        for (label, value), mode in ((s, m) for s in SPECIALS.items() for m in MODES):
+            if base[name].ndim == 1 and mode != "one":
+                continue
+            feeds = feeds_for(holders, with_special(base, name, value, mode, channels_last),
+                              dtype)
+            with np.errstate(all="ignore"):
+                results = {b: s.Run(feeds, fetches) for b, s in sessions.items()}
+            for i, (got, expected) in enumerate(zip(results["native"], results["reference"])):
+                assert_agree(got, expected, f"{op_key} {isa} output {i}: {name} = {label} "
+                                            f"({mode})")
