@@ -249,9 +249,11 @@ class NpzReader:
                               "can be read")
         if info.flag_bits & 0x1:
             raise self._error(name, "is encrypted")
-        if info.compress_type == zipfile.ZIP_STORED and info.compress_size > self.file_bytes:
-            raise self._error(name, f"claims {info.compress_size} bytes, more than the whole "
-                              f"file ({self.file_bytes} bytes): the file is truncated or corrupt")
+        if info.compress_type == zipfile.ZIP_STORED and (
+                info.file_size != info.compress_size or info.compress_size > self.file_bytes):
+            raise self._error(name, f"claims {info.file_size} bytes ({info.compress_size} "
+                              f"stored) in a file of {self.file_bytes} bytes: the zip "
+                              "directory is corrupt or the file truncated")
         try:
             with self._zip.open(info) as member:
                 dtype, shape, fortran = self._header(name, member)
@@ -394,8 +396,12 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
 
 def _load_document(path: str) -> Any:
     try:
-        with open(path, "rb") as file:
-            data = file.read(MAX_GRAPH_FILE_BYTES + 1)
+        with open(path, "rb") as file:  # in chunks: read(n) would allocate n bytes first
+            chunks, size = [], 0
+            while size <= MAX_GRAPH_FILE_BYTES and (chunk := file.read(1 << 20)):
+                chunks.append(chunk)
+                size += len(chunk)
+        data = b"".join(chunks)
     except FileNotFoundError:
         raise NotFoundError(f"graph file '{path}' does not exist") from None
     except OSError as exc:
@@ -622,7 +628,10 @@ def _open_constants(path: str, needed: bool) -> NpzReader | None:
         return None
     for candidate in (constants_path(path), _legacy_constants_path(path)):
         if os.path.exists(candidate):
-            return NpzReader(candidate, f"graph constants file of '{path}'")
+            try:
+                return NpzReader(candidate, "graph constants file")
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"'{path}': {exc}") from None
     return None
 
 

@@ -363,6 +363,28 @@ def test_bad_constant_members(written, member, header, data, message):
         mg.io.read_graph(path)
 
 
+def test_zip_directory_claiming_a_huge_stored_member(written):
+    """The header and the zip directory both claim 4 GB; the member holds 12 bytes: refused
+    before anything is allocated."""
+    path, _ = written
+    replace_constants(path, {"c/value": ("{'descr': '<f4', 'fortran_order': False, "
+                                         "'shape': (1006632928,), }", b"\0" * 12)}, keep=False)
+    sidecar = mgio.constants_path(path)
+    data = bytearray(open(sidecar, "rb").read())
+    central = data.find(b"PK\x01\x02")
+    data[central + 24:central + 28] = (0xF0000000).to_bytes(4, "little")  # uncompressed size
+    open(sidecar, "wb").write(bytes(data))
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidArgumentError, match="member 'c/value' claims 4026531840 "
+                                                       r"bytes \(140 stored\)"):
+            mg.io.read_graph(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+
+
 def test_bool_constant_with_other_bytes(tmp_path):
     root = mg.Scope.NewRootScope()
     ops.Const(root.WithOpName("b"), np.array([True, False]))
