@@ -112,3 +112,37 @@ def test_opencl_device(tmp_path, summary_printer):
                     f"{unavailable[0]['message'][:300]}")
     assert counts["cases"] == OPENCL_CASES * len(OPENCL_OPS)
     assert not report["findings"], _findings_text(report["findings"])
+
+
+def _fake_execute(case, target):
+    """Case 3 segfaults on native, case 5 hangs on reference, case 7 segfaults only after
+    case 6 ran in the same process; everything else is fine."""
+    import signal
+    import time
+
+    from tests.fuzz import runner
+    from tests.fuzz.cases import Outcome
+
+    if case.index == 6:
+        runner._fake_poisoned = True
+    if (case.index == 3 and target == "native") or (
+            case.index == 7 and getattr(runner, "_fake_poisoned", False)):
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if case.index == 5 and target == "reference":
+        time.sleep(60)
+    return Outcome("ok", "run")
+
+
+def test_runner_attributes_crashes_and_hangs(monkeypatch):
+    from tests.fuzz import runner
+    from tests.fuzz.cases import Case
+
+    monkeypatch.setattr(runner, "execute", _fake_execute)
+    cases = [Case("Identity", [], {}, index=i) for i in range(10)]
+    got = runner.run_cases(cases, ["reference", "native"], workers=2, batch=10, timeout=2)
+    kinds = {key: outcome.kind for key, outcome in got.items()}
+    assert kinds[(3, "native")] == "crash" and "SIGSEGV" in got[(3, "native")].message
+    assert kinds[(5, "reference")] == "hang" and kinds[(5, "native")] == "skipped"
+    assert kinds[(7, "reference")] == "crash" and "after cases" in got[(7, "reference")].message
+    others = {k: v for k, v in kinds.items() if k[0] not in (3, 5, 7)}
+    assert set(others.values()) == {"ok"} and len(others) == 14

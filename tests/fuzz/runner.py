@@ -26,6 +26,9 @@ MEMORY_LIMIT = 8 << 30
 
 
 def _worker(cases: list[Case], targets: list[str], conn) -> None:
+    import faulthandler
+
+    faulthandler.disable()  # a crash is reported by the parent, not dumped to stderr
     try:
         import resource
 
