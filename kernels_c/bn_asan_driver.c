@@ -76,6 +76,16 @@ static void check_output(int dtype, out_buf o, size_t n, const char *what)
     free(o.base);
 }
 
+/* Guard bytes only (outputs of the non-finite cases may be NaN or infinite). */
+static void check_guards(out_buf o, const char *what)
+{
+    const unsigned char *begin = o.data, *end = begin + o.bytes;
+    for (const unsigned char *q = o.base; q < o.base + o.total; ++q)
+        if (q < begin || q >= end)
+            CHECK(*q == 0xA5, "%s: write outside the tensor (byte %td)", what, q - begin);
+    free(o.base);
+}
+
 static float *vector(int64_t c, double lo, double hi)
 {
     float *v = malloc((size_t)c * sizeof(float) + 1);
@@ -186,6 +196,66 @@ static void run_case(int dtype, int64_t outer, int64_t channels, int64_t inner, 
     free(goffset);
 }
 
+/* Exceptional channels (the scalar recomputation in the reference's order): channel 0 of
+ * x holds -inf, channel 1 (if any) 3.4e38 everywhere in x, dy and gx, and the last channel
+ * has an infinite mean and variance; every entry point runs, outputs stay in bounds, and
+ * channel 0's batch mean is -inf with a NaN variance. */
+static void run_exceptional_case(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                                 int threads)
+{
+    const size_t n = (size_t)(outer * channels * inner);
+    const double eps = 1e-3;
+    void *x = input_tensor(dtype, n, 1.0, 4.0), *dy = input_tensor(dtype, n, 0.2, 2.0);
+    void *gx = input_tensor(dtype, n, -0.1, 2.0);
+    for (int64_t o = 0; o < outer; ++o)
+        for (int64_t i = 0; i < inner; ++i) {
+            put(dtype, x, (size_t)(o * channels * inner + i), -INFINITY);
+            if (channels > 1) {
+                const size_t at = (size_t)((o * channels + 1) * inner + i);
+                put(dtype, x, at, 3.4e38f);
+                put(dtype, dy, at, 3.4e38f);
+                put(dtype, gx, at, 3.4e38f);
+            }
+        }
+    float *scale = vector(channels, 0.5, 2), *offset = vector(channels, -1, 1);
+    float *mean = vector(channels, -1, 1), *var = vector(channels, 1, 3);
+    float *gscale = vector(channels, -1, 1), *goffset = vector(channels, -1, 1);
+    mean[channels - 1] = INFINITY;
+    var[channels - 1] = INFINITY;
+    float *v0 = out_vector(channels), *v1 = out_vector(channels);
+    out_buf a = output_tensor(dtype, n), b = output_tensor(dtype, n);
+    int rc = mg_bn_forward_training(dtype, outer, channels, inner, x, scale, offset, eps, a.data,
+                                    v0, v1, threads);
+    CHECK(rc == 0 && isinf(v0[0]) && v0[0] < 0 && isnan(v1[0]),
+          "exceptional forward: rc %d, mean %g, variance %g", rc, v0[0], v1[0]);
+    check_guards(a, "exceptional y");
+    a = output_tensor(dtype, n);
+    rc = mg_bn_backward_training(dtype, outer, channels, inner, dy, x, scale, mean, var, eps,
+                                 a.data, v0, v1, threads);
+    rc |= mg_bn_backward_inference(dtype, outer, channels, inner, dy, x, scale, mean, var, eps,
+                                   a.data, v0, v1, threads);
+    check_guards(a, "exceptional dx");
+    a = output_tensor(dtype, n);
+    rc |= mg_bn_grad_grad_training(dtype, outer, channels, inner, dy, x, scale, gx, gscale,
+                                   goffset, eps, a.data, b.data, v0, threads);
+    rc |= mg_bn_grad_grad_inference(dtype, outer, channels, inner, dy, x, scale, mean, var, gx,
+                                    gscale, goffset, eps, a.data, b.data, v0, threads);
+    CHECK(rc == 0, "exceptional rc %d", rc);
+    check_guards(a, "exceptional d_dy");
+    check_guards(b, "exceptional d_x");
+    free(v0);
+    free(v1);
+    free(x);
+    free(dy);
+    free(gx);
+    free(scale);
+    free(offset);
+    free(mean);
+    free(var);
+    free(gscale);
+    free(goffset);
+}
+
 int main(void)
 {
     static const int64_t outers[] = {1, 2, 5, 70}, channels[] = {1, 3, 17, 32, 65},
@@ -208,6 +278,10 @@ int main(void)
                             run_case(dtype, outers[a], channels[b], inners[c], threads);
                 for (size_t i = 0; i < sizeof big / sizeof *big; ++i, ++cases)
                     run_case(dtype, big[i][0], big[i][1], big[i][2], threads);
+                for (size_t i = 0; i < sizeof big / sizeof *big; ++i)
+                    if (big[i][0] * big[i][1] * big[i][2] > 0)
+                        run_exceptional_case(dtype, big[i][0], big[i][1], big[i][2], threads);
+                run_exceptional_case(dtype, 5, 3, 7, threads);
             }
         printf("%s: ok\n", names[isa]);
     }
