@@ -154,10 +154,11 @@ static void pool_case(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int
             for (int64_t oy = 0; oy < oh; ++oy)
                 for (int64_t ox = 0; ox < ow; ++ox) {
                     size_t best = (size_t)-1;
-                    for (int64_t yy = oy * s - pt; yy < oy * s - pt + k; ++yy)
-                        for (int64_t xx = ox * s - pl; xx < ox * s - pl + k; ++xx) {
-                            if (yy < 0 || yy >= h || xx < 0 || xx >= w)
-                                continue;
+                    /* the window clipped to the image (k may be far larger than h, w) */
+                    const int64_t y0 = oy * s - pt, x0 = ox * s - pl;
+                    const int64_t y1 = y0 + k < h ? y0 + k : h, x1 = x0 + k < w ? x0 + k : w;
+                    for (int64_t yy = y0 < 0 ? 0 : y0; yy < y1; ++yy)
+                        for (int64_t xx = x0 < 0 ? 0 : x0; xx < x1; ++xx) {
                             const size_t e = at(b, yy, xx, ci, h, w, c, cl);
                             if (best == (size_t)-1 || x[e] > x[best])
                                 best = e;
@@ -224,6 +225,8 @@ int main(void)
         {2, 8, 8, 64, 2, 2}, {1, 7, 5, 1, 2, 2}, {2, 7, 5, 3, 2, 2}, {3, 6, 7, 17, 3, 3},
         {2, 7, 9, 70, 2, 3}, {2, 9, 8, 4, 3, 2}, {2, 6, 37, 3, 2, 2}, {1, 5, 64, 2, 2, 2},
         {2, 4, 2, 3, 2, 2}, {3, 6, 4, 5, 2, 2}, {1, 4, 16, 7, 2, 2}, {2, 2, 32, 3, 2, 2},
+        /* windows far larger than the image: clipped, so as fast as small ones */
+        {2, 8, 8, 3, 3000, 1}, {1, 5, 7, 16, 3000, 3000}, {2, 3, 9, 1, 1000000000, 2},
     };
     int shift = 0;
     for (int isa = MG_BN_ISA_SCALAR; isa <= MG_BN_ISA_AVX512; ++isa) {
@@ -252,6 +255,15 @@ int main(void)
               MG_NN_EBADARG, "pad_top >= kh accepted");
     CHECK(mg_max_pool_grad(1, 4, 4, 1, 2, 2, 1, 1, 0, 0, 3, 3, 1, &one, &one, &one, 1) ==
               MG_NN_EBADARG, "overlapping windows accepted");
+    /* windows that would start past the image (out_h, out_w too large for h, w) */
+    CHECK(mg_max_pool(1, 4, 4, 1, 2, 2, 2, 2, 0, 0, 3, 2, 1, &one, &one, 1) == MG_NN_EBADARG,
+          "out_h past the image accepted");
+    CHECK(mg_max_pool(1, 4, 4, 1, 2, 2, 2, 2, 0, 0, 2, 3, 0, &one, &one, 1) == MG_NN_EBADARG,
+          "out_w past the image accepted");
+    CHECK(mg_max_pool_grad(1, 4, 4, 1, 2, 2, 2, 2, 0, 0, 3, 2, 1, &one, &one, &one, 1) ==
+              MG_NN_EBADARG, "max_pool_grad out_h past the image accepted");
+    CHECK(mg_max_pool(1, 4, 4, 1, (int64_t)1 << 40, 2, 1, 2, 0, 0, 4, 2, 1, &one, &one, 1) ==
+              MG_NN_EBADARG, "a window of 2^40 rows accepted");
     if (failures) {
         fprintf(stderr, "%d failure(s)\n", failures);
         return 1;

@@ -503,6 +503,13 @@ static int pool_setup(pool_geo *g, int64_t n, int64_t h, int64_t w, int64_t c, i
     if (n < 0 || h < 0 || w < 0 || c < 0 || kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 ||
         pt < 0 || pl < 0 || pt >= kh || pl >= kw || oh < 0 || ow < 0)
         return MG_NN_EBADARG;
+    /* window geometry below 2^31 (so y * sh - pt + kh never overflows), and every window
+     * starting inside the image: (out - 1) * stride - pad < size, as SAME, VALID and
+     * EXPLICIT (pads < window) give; the 2x2 paths read row 2 * oy and column 2 * ox */
+    if (kh > INT32_MAX || kw > INT32_MAX || sh > INT32_MAX || sw > INT32_MAX ||
+        oh > INT32_MAX || ow > INT32_MAX || (oh > 0 && (oh - 1) * sh - pt >= h) ||
+        (ow > 0 && (ow - 1) * sw - pl >= w))
+        return MG_NN_EBADARG;
     if (!channels_last) { /* n * c single-channel images */
         n *= c;
         c = 1;
