@@ -485,6 +485,240 @@ def test_rejects_bad_geometry():
                              ((0, 0), (0, 0)), (3, 3), True)
 
 
+# ----------------------------------------------------------------------------- huge windows
+
+
+def clipped_windows(in_hw, ksize, strides, padding, explicit):
+    """(p, q, rows, cols) per output pixel: its window clipped to the input, in float64
+    reference terms (the leading pads from TF's window geometry)."""
+    sizes = [windowed_output_size(n, k, s, 1, padding, e, _fail, "size")
+             for n, k, s, e in zip(in_hw, ksize, strides, explicit)]
+    (oh, top, _), (ow, left, _) = sizes
+    for p in range(oh):
+        r0 = p * strides[0] - top
+        rows = range(max(r0, 0), min(r0 + ksize[0], in_hw[0]))
+        for q in range(ow):
+            c0 = q * strides[1] - left
+            yield p, q, rows, range(max(c0, 0), min(c0 + ksize[1], in_hw[1]))
+
+
+def pool_reference(x, g_out, g_in, ksize, strides, padding, explicit):
+    """float64 NHWC (max, mean, MaxPoolGrad, AvgPoolGrad, MaxPoolGradGrad) by the formulas:
+    per output, the max / mean over the clipped window; the max gradient to the window's
+    first maximum in row-major order; the mean gradient g / count over the window."""
+    n, h, w, c = x.shape
+    x64, g64, gi64 = x.astype(F64), g_out.astype(F64), g_in.astype(F64)
+    oh, ow = g_out.shape[1:3]
+    out = [np.zeros((n, oh, ow, c)), np.zeros((n, oh, ow, c)), np.zeros(x.shape),
+           np.zeros(x.shape), np.zeros((n, oh, ow, c))]
+    for p, q, rows, cols in clipped_windows((h, w), ksize, strides, padding, explicit):
+        window = x64[:, rows][:, :, cols].reshape(n, -1, c)
+        out[0][:, p, q] = window.max(1)
+        out[1][:, p, q] = window.mean(1)
+        first = window.argmax(1)  # first maximum in row-major order
+        for b in range(n):
+            for ch in range(c):
+                r, col = rows[first[b, ch] // len(cols)], cols[first[b, ch] % len(cols)]
+                out[2][b, r, col, ch] += g64[b, p, q, ch]
+                out[4][b, p, q, ch] = gi64[b, r, col, ch]
+        out[3][:, rows.start:rows.stop, cols.start:cols.stop] += (
+            g64[:, p, q] / (len(rows) * len(cols)))[:, None, None]
+    return out
+
+
+HUGE_POOLS = [  # (n, h, w, c), ksize, strides, padding, explicit pads (H, W)
+    ((2, 8, 8, 3), (3000, 3000), (1, 1), "SAME", None),
+    ((1, 8, 8, 2), (3000, 3000), (3000, 3000), "SAME", None),
+    ((2, 7, 5, 3), (3000, 2), (1, 2), "SAME", None),
+    ((1, 6, 9, 2), (4, 10**9), (3, 5), "SAME", None),
+    ((2, 9, 8, 1), (2**31 - 1, 2**31 - 1), (2, 1), "SAME", None),
+    ((1, 5, 6, 2), (40, 3), (1, 2), "EXPLICIT", ((39, 38), (1, 2))),
+    ((1, 4, 3, 2), (30, 30), (7, 29), "EXPLICIT", ((29, 29), (0, 29))),
+]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", HUGE_POOLS, ids=lambda c: f"k{c[1][0]}x{c[1][1]}_{c[3]}")
+def test_windows_far_larger_than_the_input_are_clipped(case, fmt, dtype):
+    """Pools cost (output size) x (clipped window), not ksize: a 3000 x 3000 (even
+    2**31 - 1) window over 8 x 8 finishes at once and equals the float64 formulas, on both
+    backends (native: MaxPool and non-overlapping MaxPoolGrad in C)."""
+    shape, ksize, strides, padding, explicit = case
+    explicit = explicit or ((0, 0), (0, 0))
+    rng = np.random.default_rng(sum(shape))
+    x = rng.integers(-2, 3, shape).astype(dtype)  # ties: the gradient goes to the first
+    x[0, 0, 0, 0] = 0.5
+    oh, ow = (windowed_output_size(n, k, s, 1, padding, e, _fail, "size")[0]
+              for n, k, s, e in zip(shape[1:3], ksize, strides, explicit))
+    g = rng.standard_normal((shape[0], oh, ow, shape[3])).astype(dtype)
+    gg = rng.standard_normal(shape).astype(dtype)
+    expected = pool_reference(x, g, gg, ksize, strides, padding, explicit)
+    attrs = {"ksize": hw_attr(fmt, *ksize), "strides": hw_attr(fmt, *strides),
+             "padding": padding, "data_format": fmt}
+    if padding == "EXPLICIT":
+        attrs["explicit_paddings"] = [v for pair in to_fmt_list(
+            [(0, 0), explicit[0], explicit[1], (0, 0)], fmt) for v in pair]
+
+    def build(root):
+        xf, gf = to_fmt(x, fmt), to_fmt(g, fmt)
+        y = ops.MaxPool(root, xf, **attrs)
+        fetches = [y, ops.MaxPoolGrad(root, xf, y, gf, **attrs)]
+        if padding != "EXPLICIT":
+            plain = {k: v for k, v in attrs.items() if k != "explicit_paddings"}
+            fetches += [ops.AvgPool(root, xf, **plain),
+                        ops.AvgPoolGrad(root, list(xf.shape), gf, **plain),
+                        ops.MaxPoolGradGrad(root, xf, y, to_fmt(gg, fmt), **plain)]
+        return fetches
+
+    rtol = 1e-6 if dtype == F32 else 1e-13
+    for results in run_both(build):
+        order = [0, 2] if padding == "EXPLICIT" else [0, 2, 1, 3, 4]
+        for got, k in zip(results, order):
+            got = from_fmt(got, fmt)
+            assert got.dtype == dtype
+            np.testing.assert_allclose(got, expected[k], rtol=rtol, atol=rtol, err_msg=str(k))
+
+
+def to_fmt_list(nhwc: list, fmt: str) -> list:
+    return nhwc if fmt == "NHWC" else [nhwc[0], nhwc[3], nhwc[1], nhwc[2]]
+
+
+def test_clipped_max_pool_grad_keeps_nan_and_overlap_rules():
+    """The clipped (separable) argmax keeps the sequential scan's rule: a window whose first
+    element is NaN routes to it, otherwise NaN never wins; overlapping windows add up."""
+    x = np.array([[1, 1, 7], [np.nan, 5, 2], [3, 4, np.nan]], F64).reshape(1, 3, 3, 1)
+    g = np.arange(1, 5, dtype=F64).reshape(1, 2, 2, 1)
+    root = mg.Scope.NewRootScope()
+    attrs = {"ksize": [1, 2, 2, 1], "strides": [1, 1, 1, 1], "padding": "VALID"}
+    y = ops.MaxPool(root, x, **attrs)
+    dx = ops.MaxPoolGrad(root, x, y, g, **attrs)
+    ddy = ops.MaxPoolGradGrad(root, x, y, x * 10, **attrs)
+    got_y, got_dx, got_ddy = mg.ClientSession(root, backend="reference").Run({}, [y, dx, ddy])
+    # windows: (0,0) [1 1; nan 5] -> 5 at (1,1); (0,1) [1 7; 5 2] -> 7 at (0,2);
+    # (1,0) [nan 5; 3 4] -> first is NaN: (1,0); (1,1) [5 2; 4 nan] -> 5 at (1,1)
+    expected = np.zeros((3, 3))
+    expected[1, 1] = 1 + 4
+    expected[0, 2] = 2
+    expected[1, 0] = 3
+    np.testing.assert_array_equal(got_dx[0, :, :, 0], expected)
+    np.testing.assert_array_equal(got_ddy[0, :, :, 0], [[50, 70], [np.nan, 50]])
+    assert np.isnan(got_y[0, 0, 0, 0]) and np.isnan(got_y[0, 1, 0, 0])
+
+
+# ----------------------------------------------------------------------------- wrapper safety
+
+
+def misaligned(values) -> np.ndarray:
+    """A float32 view of ``values`` starting one byte into a buffer (misaligned)."""
+    values = np.asarray(values, F32)
+    buf = bytearray(values.nbytes + 1)
+    view = np.frombuffer(buf, F32, count=values.size, offset=1).reshape(values.shape)
+    buf[1:] = values.tobytes()
+    assert not view.flags.aligned
+    return view
+
+
+ODD_ARRAYS = {  # name: (array, ...) as the wrappers may receive them
+    "0-d": np.array(-1.5, F32),
+    "empty": np.zeros((2, 0, 3), F32),
+    "strided": np.arange(-10, 10, dtype=F32)[::3],
+    "transposed": np.arange(-6, 6, dtype=F32).reshape(3, 4).T,
+    "misaligned": misaligned(np.arange(-3, 4, dtype=F32).reshape(7, 1)),
+    "float64": np.linspace(-2, 2, 5),
+    "big-endian": np.arange(-2, 3, dtype=">f4"),
+}
+
+
+@pytest.mark.parametrize("name", list(ODD_ARRAYS))
+def test_elementwise_wrappers_keep_the_shape(name):
+    """relu, relu_grad and apply_adam return exactly their input's shape (0-d included)
+    with the formula's values, whatever the layout, alignment or dtype they are given."""
+    x = ODD_ARRAYS[name]
+    x32 = np.asarray(x, F32)
+    y = native.relu(x)
+    assert y.shape == x.shape and y.dtype == F32
+    assert_bitwise(y, np.maximum(x32, F32(0)))
+    dx = native.relu_grad(x, x)
+    assert dx.shape == x.shape
+    assert_bitwise(dx, np.where(x32 > 0, x32, F32(0)))
+    v = np.abs(x32)
+    got = native.apply_adam(x, x, v, x, 0.5, 0.9, 0.999, 1e-7, False)
+    m1 = x32 + (x32 - x32) * (1 - F32(0.9))
+    v1 = v + (x32 * x32 - v) * (1 - F32(0.999))
+    for a, e in zip(got, [x32 - F32(0.5) * m1 / (np.sqrt(v1) + F32(1e-7)), m1, v1]):
+        assert a.shape == x.shape and a.dtype == F32
+        assert_bitwise(a, e.astype(F32))
+
+
+def test_wrappers_reject_mismatched_buffers():
+    """Every buffer C reads or writes is checked against the sizes C is given: mismatches
+    are a ValueError, never a read past a buffer."""
+    big, small = np.ones(1000, F32), np.ones(10, F32)
+    with pytest.raises(ValueError):  # the gradient smaller than the variable
+        native.apply_adam(big, big, big, small, 0.1, 0.9, 0.999, 1e-7, False)
+    for i in range(3):  # m or v smaller
+        args = [big, big, big]
+        args[i] = small
+        with pytest.raises(ValueError):
+            native.apply_adam(big, *args, 0.1, 0.9, 0.999, 1e-7, True)
+    with pytest.raises(ValueError):  # same size, other shape
+        native.apply_adam(big, big, big, big.reshape(10, 100), 0.1, 0.9, 0.999, 1e-7, False)
+    with pytest.raises(ValueError):
+        native.relu_grad(big, small)
+    with pytest.raises(ValueError):
+        native.relu_grad(np.ones((2, 3), F32), np.ones((3, 2), F32))
+    x = np.ones((1, 4, 4, 2), F32)
+    pads = ((0, 0), (0, 0))
+    for bad in (np.ones((4, 4), F32), np.array(1.0, F32)):  # pools take 4-D tensors only
+        with pytest.raises(ValueError):
+            native.max_pool(bad, (2, 2), (2, 2), pads, (2, 2), True)
+    with pytest.raises(ValueError):  # output rows past the input
+        native.max_pool(x, (2, 2), (2, 2), pads, (3, 2), True)
+    with pytest.raises(ValueError):
+        native.max_pool(x, (2, 2), (2, 2), pads, (2, 5), False)
+    with pytest.raises(ValueError):  # pads not smaller than the window
+        native.max_pool(x, (2, 2), (2, 2), ((2, 0), (0, 0)), (2, 2), True)
+    with pytest.raises(ValueError):  # geometry beyond int32
+        native.max_pool(x, (2**40, 2), (1, 2), pads, (4, 2), True)
+    with pytest.raises(ValueError):
+        native.max_pool(x, (-1, 2), (1, 2), pads, (4, 2), True)
+    with pytest.raises(ValueError):  # grad not of the pool's shape
+        native.max_pool_grad(x, np.ones((1, 2, 2, 1), F32), (2, 2), (2, 2), pads, (2, 2), True)
+    with pytest.raises(ValueError):
+        native.max_pool_grad(x, np.ones((1, 3, 3, 2), F32), (2, 2), (2, 2), pads, (3, 3), True)
+    f = np.ones((3, 3, 3, 4), F32)  # in_channels 3, x has 2
+    with pytest.raises(ValueError):
+        native.conv2d(x, f, ((1, 1), (1, 1)), (4, 4), True)
+    with pytest.raises(ValueError):  # dy has 5 channels, the filter's out_channels are 4
+        native.conv2d_backprop_input(np.ones((1, 4, 4, 5), F32), f, (4, 4), ((1, 1), (1, 1)),
+                                     True)
+    with pytest.raises(ValueError):  # batch 1 vs 3
+        native.conv2d_backprop_filter(x, np.ones((3, 4, 4, 4), F32), (3, 3), ((1, 1), (1, 1)),
+                                      True)
+    with pytest.raises(ValueError):  # empty filter
+        native.conv2d(x, np.ones((3, 3, 2, 0), F32), ((1, 1), (1, 1)), (4, 4), True)
+
+
+def test_pool_and_conv_wrappers_copy_misaligned_and_strided_inputs():
+    """Misaligned or strided float32 tensors are copied to aligned C-contiguous buffers
+    first: same results as the plain arrays."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 6, 6, 3)).astype(F32)
+    g = rng.standard_normal((2, 3, 3, 3)).astype(F32)
+    f = rng.standard_normal((3, 3, 3, 4)).astype(F32)
+    pads = ((0, 0), (0, 0))
+    wide = np.repeat(x, 2, axis=3)[..., ::2]  # a strided view equal to x
+    for variant in (misaligned(x), wide):
+        assert_bitwise(native.max_pool(variant, (2, 2), (2, 2), pads, (3, 3), True),
+                       native.max_pool(x, (2, 2), (2, 2), pads, (3, 3), True))
+        assert_bitwise(native.max_pool_grad(variant, misaligned(g), (2, 2), (2, 2), pads,
+                                            (3, 3), True),
+                       native.max_pool_grad(x, g, (2, 2), (2, 2), pads, (3, 3), True))
+        assert_bitwise(native.conv2d(variant, misaligned(f), ((1, 1), (1, 1)), (6, 6), True),
+                       native.conv2d(x, f, ((1, 1), (1, 1)), (6, 6), True))
+
+
 # ----------------------------------------------------------------------------- training
 
 

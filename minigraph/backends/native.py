@@ -343,8 +343,32 @@ def _check_nn(code: int, what: str) -> None:
         raise ValueError(f"native {what}: invalid arguments")
 
 
-def _f32(array: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(array, dtype=F32)
+def _f32(array) -> np.ndarray:
+    """``array`` as a C-contiguous, aligned float32 ndarray of exactly its shape (a 0-d
+    array stays 0-d). Copies only when needed: another dtype or byte order, a strided view,
+    or misaligned data (a buffer offset by a byte), which C must never see."""
+    return np.require(array, F32, ("C", "A", "E"))
+
+
+_INT32_MAX = 2**31 - 1
+
+
+def _sizes(what: str, **values) -> list[int]:
+    """The integer geometry arguments, each checked to lie in [0, 2**31): C computes offsets
+    like ``row * stride + ksize`` in int64, which such values can never overflow."""
+    checked = []
+    for name, value in values.items():
+        if not isinstance(value, (int, np.integer)) or not 0 <= value <= _INT32_MAX:
+            raise ValueError(f"native {what}: {name} = {value} is outside [0, 2**31)")
+        checked.append(int(value))
+    return checked
+
+
+def _rank4(what: str, **arrays: np.ndarray) -> None:
+    for name, array in arrays.items():
+        if array.ndim != 4:
+            raise ValueError(f"native {what}: {name} must be 4-dimensional, got shape "
+                             f"{array.shape}")
 
 
 def _nhwc_dims(shape: tuple, channels_last: bool) -> tuple[int, int, int, int]:
@@ -356,75 +380,123 @@ def _shaped(n: int, h: int, w: int, c: int, channels_last: bool) -> tuple[int, .
     return (n, h, w, c) if channels_last else (n, c, h, w)
 
 
+def _conv_filter(what: str, f: np.ndarray, in_channels: int, out_channels: int | None
+                 ) -> tuple[int, int, int, int]:
+    """(kh, kw, c, co) of an HWIO filter whose in (and out, when given) channels must be the
+    tensors' own: C reads ``kh * kw * c * co`` floats of it."""
+    kh, kw, c, co = f.shape
+    if c != in_channels or (out_channels is not None and co != out_channels) or not f.size:
+        raise ValueError(f"native {what}: filter shape {f.shape} does not match "
+                         f"{in_channels} input / {out_channels} output channels (or is empty)")
+    return kh, kw, c, co
+
+
 def conv2d(x, f, pads, out_hw, channels_last):
     """Cross-correlation of x (NHWC or NCHW) with the HWIO filter f, stride 1, dilation 1;
-    ``pads`` = ((top, bottom), (left, right)), ``out_hw`` the output's (height, width)."""
+    ``pads`` = ((top, bottom), (left, right)), ``out_hw`` the output's (height, width):
+    ``y[n, p, q, o] = sum_{i, j, ci} x[n, p + i - top, q + j - left, ci] * f[i, j, ci, o]``
+    (zero outside x)."""
     x, f = _f32(x), _f32(f)
+    _rank4("Conv2D", x=x, filter=f)
     n, h, w, c = _nhwc_dims(x.shape, channels_last)
-    kh, kw, _, co = f.shape
-    y = np.empty(_shaped(n, out_hw[0], out_hw[1], co, channels_last), F32)
+    kh, kw, _, co = _conv_filter("Conv2D", f, c, None)
+    top, left, oh, ow = _sizes("Conv2D", pad_top=pads[0][0], pad_left=pads[1][0],
+                               out_h=out_hw[0], out_w=out_hw[1])
+    y = np.empty(_shaped(n, oh, ow, co, channels_last), F32)
     _check_nn(lib.mg_conv2d_forward(
-        n, h, w, c, kh, kw, co, pads[0][0], pads[1][0], out_hw[0], out_hw[1],
-        int(channels_last), _fbuf(x), _fbuf(f), _fbuf(y), num_threads()), "Conv2D")
+        n, h, w, c, kh, kw, co, top, left, oh, ow, int(channels_last), _fbuf(x), _fbuf(f),
+        _fbuf(y), num_threads()), "Conv2D")
     return y
 
 
 def conv2d_backprop_input(dy, f, input_hw, pads, channels_last):
-    """d input (shape: dy's batch, ``input_hw``, f's in_channels) of conv2d given dy."""
+    """d input (shape: dy's batch, ``input_hw``, f's in_channels) of conv2d given dy:
+    ``dx[n, r, s, ci] = sum dy[n, p, q, o] * f[r - p + top, s - q + left, ci, o]``."""
     dy, f = _f32(dy), _f32(f)
+    _rank4("Conv2DBackpropInput", out_backprop=dy, filter=f)
     n, oh, ow, co = _nhwc_dims(dy.shape, channels_last)
-    kh, kw, c, _ = f.shape
-    dx = np.empty(_shaped(n, input_hw[0], input_hw[1], c, channels_last), F32)
+    kh, kw, c, _ = _conv_filter("Conv2DBackpropInput", f, f.shape[2], co)
+    h, w, top, left = _sizes("Conv2DBackpropInput", height=input_hw[0], width=input_hw[1],
+                             pad_top=pads[0][0], pad_left=pads[1][0])
+    dx = np.empty(_shaped(n, h, w, c, channels_last), F32)
     _check_nn(lib.mg_conv2d_backprop_input(
-        n, input_hw[0], input_hw[1], c, kh, kw, co, pads[0][0], pads[1][0], oh, ow,
-        int(channels_last), _fbuf(f), _fbuf(dy), _fbuf(dx), num_threads()),
-        "Conv2DBackpropInput")
+        n, h, w, c, kh, kw, co, top, left, oh, ow, int(channels_last), _fbuf(f), _fbuf(dy),
+        _fbuf(dx), num_threads()), "Conv2DBackpropInput")
     return dx
 
 
 def conv2d_backprop_filter(x, dy, filter_hw, pads, channels_last):
-    """d filter (HWIO, spatial size ``filter_hw``) of conv2d given its input x and dy."""
+    """d filter (HWIO, spatial size ``filter_hw``) of conv2d given its input x and dy:
+    ``df[i, j, ci, o] = sum_{n, p, q} x[n, p + i - top, q + j - left, ci] * dy[n, p, q, o]``."""
     x, dy = _f32(x), _f32(dy)
+    _rank4("Conv2DBackpropFilter", input=x, out_backprop=dy)
     n, h, w, c = _nhwc_dims(x.shape, channels_last)
-    _, oh, ow, co = _nhwc_dims(dy.shape, channels_last)
-    df = np.empty((filter_hw[0], filter_hw[1], c, co), F32)
+    dn, oh, ow, co = _nhwc_dims(dy.shape, channels_last)
+    if dn != n:
+        raise ValueError(f"native Conv2DBackpropFilter: out_backprop batch {dn} differs from "
+                         f"the input's {n}")
+    kh, kw, top, left = _sizes("Conv2DBackpropFilter", filter_h=filter_hw[0],
+                               filter_w=filter_hw[1], pad_top=pads[0][0],
+                               pad_left=pads[1][0])
+    df = np.empty((kh, kw, c, co), F32)
     _check_nn(lib.mg_conv2d_backprop_filter(
-        n, h, w, c, filter_hw[0], filter_hw[1], co, pads[0][0], pads[1][0], oh, ow,
-        int(channels_last), _fbuf(x), _fbuf(dy), _fbuf(df), num_threads()),
-        "Conv2DBackpropFilter")
+        n, h, w, c, kh, kw, co, top, left, oh, ow, int(channels_last), _fbuf(x), _fbuf(dy),
+        _fbuf(df), num_threads()), "Conv2DBackpropFilter")
     return df
 
 
-def _pool_args(x, ksize, strides, pads, out_hw, channels_last):
+def _pool_args(what, x, ksize, strides, pads, out_hw, channels_last):
+    """The C arguments of a pool over x, checked: every window must start inside the image
+    (``(out - 1) * stride - pad_before < size``, true of SAME, VALID and EXPLICIT windows
+    with pads smaller than the window), so C reads x only at clipped in-bounds positions
+    and writes exactly ``n * out_h * out_w * c`` outputs."""
+    _rank4(what, input=x)
     n, h, w, c = _nhwc_dims(x.shape, channels_last)
-    return (n, h, w, c, ksize[0], ksize[1], strides[0], strides[1], pads[0][0], pads[1][0],
-            out_hw[0], out_hw[1], int(channels_last))
+    kh, kw, sh, sw, top, left, oh, ow = _sizes(
+        what, ksize_h=ksize[0], ksize_w=ksize[1], stride_h=strides[0], stride_w=strides[1],
+        pad_top=pads[0][0], pad_left=pads[1][0], out_h=out_hw[0], out_w=out_hw[1])
+    for k, s, pad, out, size, axis in ((kh, sh, top, oh, h, "height"),
+                                       (kw, sw, left, ow, w, "width")):
+        if k < 1 or s < 1 or pad >= k or (out and (out - 1) * s - pad >= size):
+            raise ValueError(f"native {what}: {out} windows of size {k}, stride {s} and "
+                             f"padding {pad} do not fit an input of {axis} {size}")
+    return (n, h, w, c, kh, kw, sh, sw, top, left, oh, ow, int(channels_last))
 
 
 def max_pool(x, ksize, strides, pads, out_hw, channels_last):
     """Max over each window's in-bounds elements (NaN propagates, as numpy.maximum)."""
     x = _f32(x)
-    n, _, _, c = _nhwc_dims(x.shape, channels_last)
-    y = np.empty(_shaped(n, out_hw[0], out_hw[1], c, channels_last), F32)
-    _check_nn(lib.mg_max_pool(*_pool_args(x, ksize, strides, pads, out_hw, channels_last),
-                              _fbuf(x), _fbuf(y), num_threads()), "MaxPool")
+    args = _pool_args("MaxPool", x, ksize, strides, pads, out_hw, channels_last)
+    y = np.empty(_shaped(args[0], args[10], args[11], args[3], channels_last), F32)
+    _check_nn(lib.mg_max_pool(*args, _fbuf(x), _fbuf(y), num_threads()), "MaxPool")
     return y
 
 
 def max_pool_grad(x, g, ksize, strides, pads, out_hw, channels_last):
     """Each window's gradient g to its first maximum in x (row-major, strict >); windows
-    must not overlap (strides >= ksize)."""
+    must not overlap (strides >= ksize). g has the pool's output shape."""
     x, g = _f32(x), _f32(g)
+    args = _pool_args("MaxPoolGrad", x, ksize, strides, pads, out_hw, channels_last)
+    expected = _shaped(args[0], args[10], args[11], args[3], channels_last)
+    if g.shape != expected:
+        raise ValueError(f"native MaxPoolGrad: grad must have the pool's shape {expected}, "
+                         f"got {g.shape}")
     dx = np.empty(x.shape, F32)
-    _check_nn(lib.mg_max_pool_grad(*_pool_args(x, ksize, strides, pads, out_hw,
-                                               channels_last),
-                                   _fbuf(x), _fbuf(g), _fbuf(dx), num_threads()),
+    _check_nn(lib.mg_max_pool_grad(*args, _fbuf(x), _fbuf(g), _fbuf(dx), num_threads()),
               "MaxPoolGrad")
     return dx
 
 
+def _same_shape(what: str, first: np.ndarray, **others: np.ndarray) -> None:
+    for name, array in others.items():
+        if array.shape != first.shape:
+            raise ValueError(f"native {what}: {name} must have shape {first.shape}, got "
+                             f"{array.shape}")
+
+
 def relu(x):
-    """x > 0 ? x : +0 of a float32 array, NaN stays NaN (as numpy.maximum(x, 0))."""
+    """x > 0 ? x : +0 of a float32 array, NaN stays NaN (as numpy.maximum(x, 0)); the
+    result has x's shape (0-d included)."""
     x = _f32(x)
     y = np.empty(x.shape, F32)
     _check_nn(lib.mg_relu(x.size, _fbuf(x), _fbuf(y), num_threads()), "Relu")
@@ -432,8 +504,9 @@ def relu(x):
 
 
 def relu_grad(g, features):
-    """g where features > 0, else +0 (float32 arrays of one shape)."""
+    """g where features > 0, else +0 (float32 arrays of one shape, which the result has)."""
     g, features = _f32(g), _f32(features)
+    _same_shape("ReluGrad", g, features=features)
     dx = np.empty(g.shape, F32)
     _check_nn(lib.mg_relu_grad(g.size, _fbuf(g), _fbuf(features), _fbuf(dx), num_threads()),
               "ReluGrad")
@@ -441,8 +514,11 @@ def relu_grad(g, features):
 
 
 def apply_adam(var, m, v, grad, lr_t, beta1, beta2, epsilon, use_nesterov):
-    """(var', m', v') of one Adam step (pool.h has the formulas); new float32 arrays."""
+    """(var', m', v') of one Adam step (pool.h has the formulas); new float32 arrays of
+    var's shape (0-d included). m, v and grad must have var's shape: C reads var.size
+    elements of each."""
     var, m, v, grad = _f32(var), _f32(m), _f32(v), _f32(grad)
+    _same_shape("ApplyAdam", var, m=m, v=v, grad=grad)
     size = var.size
     out = np.empty(3 * size, F32)  # one block: var', m', v' (views)
     buf = _fbuf(out)
