@@ -866,7 +866,7 @@ def test_pool_and_other_construction_errors():
                                                 ph(root, "lb2", (4, 1), mg.int32))
     with raises(r"input 'dimension' is 2, out of range for an input of rank 2"):
         ops.ArgMax(root, ph(root, "am", (2, 3)), 2)
-    with raises(r"Incompatible shapes for broadcasting"):
+    with raises(r"Incompatible shapes: \(2,\) vs. \(3,\): inputs 'x' and 'y'"):
         ops.Equal(root, ph(root, "e1", (2,)), ph(root, "e2", (3,)))
     with raises(r"input 'logits' must have at least one dimension"):
         ops.Softmax(root, np.float32(1.0))

@@ -60,7 +60,10 @@ class _HostDevice:
         self.math = math
 
     def run(self, kernel: Callable, op: Operation, values: list) -> list:
-        return kernel(op, values, self.math)
+        # numpy returns scalars for 0-d results (np.maximum of 0-d arrays): every value
+        # a host op produces is an ndarray, with its 0-d shape
+        return [r if type(r) is np.ndarray else np.asarray(r) for r in kernel(op, values,
+                                                                              self.math)]
 
 
 # Env keys: (output, device) holds the output's value on that device; None is a ref input.

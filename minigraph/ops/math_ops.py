@@ -52,8 +52,14 @@ def broadcast_shapes(a: TensorShape, b: TensorShape) -> TensorShape:
     return TensorShape(dims)
 
 
-def _binary_shape(ctx: InferenceContext) -> list[TensorShape]:
-    return [broadcast_shapes(ctx.input_shapes[0], ctx.input_shapes[1])]
+def binary_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """numpy broadcasting of inputs 'x' and 'y'."""
+    x, y = ctx.input_shapes
+    try:
+        return [broadcast_shapes(x, y)]
+    except ShapeMismatch:
+        raise ctx.error(f"Incompatible shapes: {x} vs. {y}: inputs 'x' and 'y' cannot be "
+                        f"broadcast together") from None
 
 
 def _same_shape(ctx: InferenceContext) -> list[TensorShape]:
@@ -66,7 +72,7 @@ def _binary(name: str, allowed=NUMBERS) -> OpDef:
         inputs=[ArgDef("x", type_attr="T"), ArgDef("y", type_attr="T")],
         outputs=[ArgDef("z", type_attr="T")],
         attrs=[required("T", "type", allowed=allowed)],
-        shape_fn=_binary_shape,
+        shape_fn=binary_shape,
     ))
 
 
@@ -94,8 +100,13 @@ OnesLike = make_wrapper(_unary("OnesLike", NUMBERS + (dtypes.bool_,)))
 
 def _add_n_shape(ctx: InferenceContext) -> list[TensorShape]:
     shape = TensorShape(None)
-    for other in ctx.input_shapes:
-        shape = shape.merge_with(other)
+    for index, other in enumerate(ctx.input_shapes):
+        try:
+            shape = shape.merge_with(other)
+        except ShapeMismatch:
+            raise ctx.error(f"input {index} of 'inputs' has shape {other}, but the inputs "
+                            f"before it have shape {shape}; all must have the same shape"
+                            ) from None
     return [shape]
 
 

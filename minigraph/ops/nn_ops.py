@@ -28,7 +28,7 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
-from minigraph.ops.math_ops import broadcast_shapes
+from minigraph.ops.math_ops import binary_shape, broadcast_shapes
 
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 REALS = FLOATS + (dtypes.int32, dtypes.int64)
@@ -636,11 +636,13 @@ def arg_max_shape(ctx: InferenceContext) -> list[TensorShape]:
 
 
 def equal_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """Broadcasting like Add; with ``incompatible_shape_error=False`` shapes that do not
+    broadcast give a scalar False instead of an error, as in TF."""
+    if ctx.attrs["incompatible_shape_error"]:
+        return binary_shape(ctx)
     try:
         return [broadcast_shapes(ctx.input_shapes[0], ctx.input_shapes[1])]
-    except ShapeMismatch as exc:
-        if ctx.attrs["incompatible_shape_error"]:
-            raise ctx.error(str(exc)) from None
+    except ShapeMismatch:
         return [TensorShape([])]
 
 
