@@ -8,9 +8,13 @@ transposed, times out_backprop; the input gradient is a stride-1 convolution of
 out_backprop (stride-dilated and padded) with the spatially flipped, in/out-swapped filter.
 NCHW tensors are transposed to NHWC and back.
 
-Pools loop over the ``kh * kw`` window offsets (never over pixels), each step a strided
-slice of the whole batch, in the tensor's own layout. float16/bfloat16 are computed in
-float32 and rounded once; float64 (the gradient checker's evaluation) stays float64.
+Pools are two 1-D passes (height, width) over the window offsets that some output reads in
+bounds (never over pixels), each step a strided slice of the whole batch, in the tensor's
+own layout; windows are clipped to the input (no padded copy), so the cost is the output
+size times the clipped window, whatever ksize is. Max-pool gradients locate each window's
+first maximum with the same passes, then scatter (or gather) at it. float16/bfloat16 are
+computed in float32 and rounded once; float64 (the gradient checker's evaluation) stays
+float64.
 
 With the native backend (``math`` is ``backends.native``), float32 convolutions with stride 1,
 dilation 1 and SAME/VALID padding, max pools, and max-pool gradients with non-overlapping
