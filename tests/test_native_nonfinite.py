@@ -201,3 +201,37 @@ def test_native_agrees_with_reference_on_non_finite_inputs(isa, op_key, dtype, c
             for i, (got, expected) in enumerate(zip(results["native"], results["reference"])):
                 assert_agree(got, expected, f"{op_key} {isa} output {i}: {name} = {label} "
                                             f"({mode})")
+
+
+def test_reference_matches_tensorflow_on_non_finite_statistics():
+    """The decisions above against TensorFlow 2.21 (CPU, float32): a channel holding -inf has
+    mean -inf and variance NaN; +inf / NaN give NaN variances; infinite reserve spaces give
+    the same NaN / zero pattern in FusedBatchNormGradV3 (both modes)."""
+    tf = pytest.importorskip("tensorflow")
+    from minigraph.backends import reference
+
+    values = base_values(np.dtype(F32), True)
+    empty = np.zeros(0, F32)
+    with np.errstate(all="ignore"):
+        for value in (np.inf, -np.inf, np.nan):
+            for mode in MODES:
+                v = with_special(values, "x", value, mode, True)
+                got = tf.raw_ops.FusedBatchNormV3(x=v["x"], scale=v["scale"], offset=v["offset"],
+                                                  mean=empty, variance=empty, epsilon=EPS,
+                                                  is_training=True)
+                ours = reference.bn_forward_training(v["x"], v["scale"], v["offset"], EPS, True)
+                for theirs, mine in zip((got[0], got[3], got[4]), ours):
+                    assert_agree(mine, theirs.numpy(), f"forward x = {value} ({mode})")
+        for name in ("mean", "variance"):
+            for value in (np.inf, -np.inf):
+                v = with_special(values, name, value, "one", True)
+                for training in (True, False):
+                    got = tf.raw_ops.FusedBatchNormGradV3(
+                        y_backprop=v["dy"], x=v["x"], scale=v["scale"],
+                        reserve_space_1=v["mean"], reserve_space_2=v["variance"],
+                        reserve_space_3=empty, epsilon=EPS, is_training=training)
+                    call = (reference.bn_backward_training if training
+                            else reference.bn_backward_inference)
+                    ours = call(v["dy"], v["x"], v["scale"], v["mean"], v["variance"], EPS, True)
+                    for theirs, mine in zip(got[:3], ours):
+                        assert_agree(mine, theirs.numpy(), f"grad {name} = {value}")
