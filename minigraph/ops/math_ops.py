@@ -317,7 +317,8 @@ def _broadcast_gradient_args_shape(ctx: InferenceContext) -> list[TensorShape]:
         try:
             broadcast_shapes(TensorShape(s0), TensorShape(s1))
         except ShapeMismatch:
-            raise ctx.error(f"Incompatible shapes: {s0} vs. {s1}") from None
+            raise ctx.error(f"Incompatible shapes: {s0} vs. {s1}: the shapes in inputs 's0' "
+                            f"and 's1' cannot be broadcast together") from None
     return [TensorShape([None]), TensorShape([None])]
 
 
