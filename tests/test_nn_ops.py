@@ -802,7 +802,8 @@ def test_conv2d_construction_errors():
     with raises(r"must be non-negative"):
         ops.Conv2D(root, x, f, strides=[1, 1, 1, 1], padding="EXPLICIT",
                    explicit_paddings=[0, 0, -1, 0, 0, 0, 0, 0])
-    with raises(r"computed output size of the height would be negative"):
+    with raises(r"Computed output size would be negative: -1 \[input_size: 1, "
+                r"effective_filter_size: 3, stride: 1\] \(the height of input 'input'\)"):
         ops.Conv2D(root, ph(root, "small", (1, 1, 8, 3)), f, strides=[1, 1, 1, 1],
                    padding="VALID")
     with raises(r"input 'filter' must be rank 4"):

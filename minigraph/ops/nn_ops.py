@@ -97,8 +97,8 @@ def windowed_output_size(in_size: int | None, k: int | None, stride: int, dilati
         needed = max(0, (out - 1) * stride + k_eff - in_size)
         before, after = needed // 2, needed - needed // 2
     if out < 0:
-        raise fail(f"computed output size of the {what} would be negative: {out} [input size: "
-                   f"{in_size}, effective filter size: {k_eff}, stride: {stride}]")
+        raise fail(f"Computed output size would be negative: {out} [input_size: {in_size}, "
+                   f"effective_filter_size: {k_eff}, stride: {stride}] (the {what})")
     return out, before, after
 
 
@@ -180,15 +180,18 @@ def window_attrs(attrs: dict, fail: Fail, *, window: str | None = None
             pads)
 
 
-def make_window(attrs: dict, fail: Fail, in_hw: Dims, k_hw: Dims | None = None) -> Window:
+def make_window(attrs: dict, fail: Fail, in_hw: Dims, k_hw: Dims | None = None,
+                input_name: str = "input") -> Window:
     """The :class:`Window` of a node over an input of spatial size ``in_hw``; ``k_hw`` is
-    the filter's (H, W) for convolutions (pools take theirs from ``ksize``)."""
+    the filter's (H, W) for convolutions (pools take theirs from ``ksize``); errors name
+    the input that has that size, ``input_name``."""
     ksize, strides, dilations, explicit = window_attrs(
         attrs, fail, window=None if k_hw is not None else "ksize")
     if k_hw is not None:
         ksize = (k_hw[0], k_hw[1])
     sizes = [windowed_output_size(in_hw[i], ksize[i], strides[i], dilations[i],
-                                  attrs["padding"], explicit[i], fail, ("height", "width")[i])
+                                  attrs["padding"], explicit[i], fail,
+                                  f"{('height', 'width')[i]} of input '{input_name}'")
              for i in range(2)]
     return Window(ksize, strides, dilations, ((sizes[0][1], sizes[0][2]),
                                                (sizes[1][1], sizes[1][2])),
@@ -203,9 +206,11 @@ def _merge(a: int | None, b: int | None) -> int | None:
     return a if a is not None else b
 
 
-def conv_geometry(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims) -> Window:
-    """Check a convolution's input (data_format order) against its HWIO filter and return
-    its window. Works with unknown (None) dims; used at construction and at run time."""
+def conv_geometry(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
+                  input_name: str = "input") -> Window:
+    """Check a convolution's input (data_format order; the shape of input ``input_name``)
+    against its HWIO filter and return its window. Works with unknown (None) dims; used at
+    construction and at run time."""
     fmt = attrs["data_format"]
     n, h, w, c = to_nhwc(input_shape, fmt)
     kh, kw, ci, _ = filter_shape
@@ -217,7 +222,7 @@ def conv_geometry(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims
                    f"{c} channels (shape {shape_text(input_shape)}, data_format {fmt}) but "
                    f"input 'filter' has in_channels {ci} (dimension 2 of HWIO shape "
                    f"{shape_text(filter_shape)}); grouped convolution is not supported")
-    return make_window(attrs, fail, (h, w), (kh, kw))
+    return make_window(attrs, fail, (h, w), (kh, kw), input_name)
 
 
 def check_out_backprop(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
@@ -309,7 +314,7 @@ def conv2d_backprop_input_shape(ctx: InferenceContext) -> list[TensorShape]:
         x = from_nhwc((to_nhwc(dy, fmt)[0], None, None, f[2]), fmt)
     else:
         x = sizes_to_shape(sizes, "input_sizes", ctx.error, fmt, to_nhwc(dy, fmt)[0], f[2])
-    window = conv_geometry(ctx.attrs, ctx.error, x, f)
+    window = conv_geometry(ctx.attrs, ctx.error, x, f, "input_sizes")
     check_out_backprop(ctx.attrs, ctx.error, x, f, dy, window)
     n, h, w, c = to_nhwc(x, fmt)
     return [TensorShape(from_nhwc((_merge(n, to_nhwc(dy, fmt)[0]), h, w, _merge(c, f[2])),
@@ -457,11 +462,13 @@ def _pool_attrs(padding: Sequence[str], types, default_float: bool) -> list[Attr
     return attrs
 
 
-def pool_output_shape(attrs: dict, fail: Fail, input_shape: Dims) -> tuple[tuple, Window]:
-    """(output shape in data_format order, window) of a pool over ``input_shape``."""
+def pool_output_shape(attrs: dict, fail: Fail, input_shape: Dims, input_name: str = "input"
+                      ) -> tuple[tuple, Window]:
+    """(output shape in data_format order, window) of a pool over ``input_shape`` (the shape
+    of input ``input_name``)."""
     fmt = attrs["data_format"]
     n, h, w, c = to_nhwc(input_shape, fmt)
-    window = make_window(attrs, fail, (h, w))
+    window = make_window(attrs, fail, (h, w), input_name=input_name)
     return from_nhwc((n, window.out[0], window.out[1], c), fmt), window
 
 
@@ -475,14 +482,14 @@ def _check_same(ctx: InferenceContext, name: str, shape: Dims, expected: Dims, w
 
 def pool_shape(ctx: InferenceContext) -> list[TensorShape]:
     name = ctx.op_def.inputs[0].name
-    return [TensorShape(pool_output_shape(ctx.attrs, ctx.error, _rank4(ctx, name))[0])]
+    return [TensorShape(pool_output_shape(ctx.attrs, ctx.error, _rank4(ctx, name), name)[0])]
 
 
 def max_pool_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
     """MaxPoolGrad: orig_input's shape; MaxPoolGradGrad: orig_output's. Both check all three
     inputs against each other."""
     x = _rank4(ctx, "orig_input")
-    y_expected, _ = pool_output_shape(ctx.attrs, ctx.error, x)
+    y_expected, _ = pool_output_shape(ctx.attrs, ctx.error, x, "orig_input")
     y = _check_same(ctx, "orig_output", _rank4(ctx, "orig_output"), y_expected,
                     "the pool of orig_input")
     if ctx.op_def.name == "MaxPoolGrad":
@@ -501,7 +508,7 @@ def avg_pool_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
         return [TensorShape(from_nhwc((n, None, None, c), fmt))]
     if any(s < 0 for s in sizes):
         raise ctx.error(f"input 'orig_input_shape' must be non-negative, got {sizes}")
-    expected, _ = pool_output_shape(ctx.attrs, ctx.error, sizes)
+    expected, _ = pool_output_shape(ctx.attrs, ctx.error, sizes, "orig_input_shape")
     _check_same(ctx, "grad", dy, expected, f"the pool of an input of shape {shape_text(sizes)}")
     return [TensorShape(sizes)]
 
