@@ -394,3 +394,180 @@ def test_missing_pyopencl_is_a_clear_unavailable_error():
     out = _run_in_subprocess("import sys; sys.modules['pyopencl'] = None\n", {})
     assert out.startswith("UnavailableError: /device:OPENCL:0 is unavailable: pyopencl is "
                           "not installed"), out
+
+
+# ----------------------------------------------------------------------------- non-finite
+
+
+SPECIALS = {"+inf": np.inf, "-inf": -np.inf, "nan": np.nan, "1e38": 1e38, "3.4e38": 3.4e38,
+            "-3.4e38": -3.4e38}
+SPECIAL_MODES = ("one", "all", "alternating")  # the value in one / every element of channel 1
+NONFINITE_TOLERANCE = {F32: 1e-4, F16: 2e-3, BF16: 1.6e-2}
+_FUSED = {"epsilon": 1e-3}
+_GLOBAL = {"variance_epsilon": 1e-3, "scale_after_normalization": True}
+# key -> (op, inputs in the op's order: tensors "t:", float32 vectors "v:", vectors of T
+#         "V:", empty "e:"; the inputs that get the special values; attrs; dtypes)
+NONFINITE_OPS = {
+    "FusedBatchNormV3-training": (
+        "FusedBatchNormV3", ["t:x", "v:scale", "v:offset", "e:mean", "e:variance"],
+        ["x"], dict(_FUSED, is_training=True), (F32, F16, BF16)),
+    "FusedBatchNormV3-inference": (
+        "FusedBatchNormV3", ["t:x", "v:scale", "v:offset", "v:mean", "v:variance"],
+        ["x", "mean", "variance"], dict(_FUSED, is_training=False), (F32, F16, BF16)),
+    "FusedBatchNormGradV3-training": (
+        "FusedBatchNormGradV3",
+        ["t:dy", "t:x", "v:scale", "v:mean", "v:variance", "e:reserve_space_3"],
+        ["dy", "x", "mean", "variance"], dict(_FUSED, is_training=True), (F32, F16, BF16)),
+    "FusedBatchNormGradV3-inference": (
+        "FusedBatchNormGradV3",
+        ["t:dy", "t:x", "v:scale", "v:mean", "v:variance", "e:reserve_space_3"],
+        ["dy", "x", "mean", "variance"], dict(_FUSED, is_training=False), (F32, F16, BF16)),
+    "FusedBatchNormGradGrad-training": (
+        "FusedBatchNormGradGrad",
+        ["t:dy", "t:x", "v:scale", "v:mean", "v:variance", "t:gx", "v:gscale", "v:goffset"],
+        ["dy", "x", "gx"], dict(_FUSED, is_training=True), (F32, F16, BF16)),
+    "FusedBatchNormGradGrad-inference": (
+        "FusedBatchNormGradGrad",
+        ["t:dy", "t:x", "v:scale", "v:mean", "v:variance", "t:gx", "v:gscale", "v:goffset"],
+        ["dy", "x", "gx", "mean", "variance"], dict(_FUSED, is_training=False),
+        (F32, F16, BF16)),
+    "BatchNormWithGlobalNormalization": (
+        "BatchNormWithGlobalNormalization",
+        ["t:x", "V:mean", "V:variance", "V:offset", "V:scale"], ["x", "mean", "variance"],
+        _GLOBAL, (F32, F16)),
+    "BatchNormWithGlobalNormalizationGrad": (
+        "BatchNormWithGlobalNormalizationGrad",
+        ["t:x", "V:mean", "V:variance", "V:scale", "t:dy"], ["x", "dy", "mean", "variance"],
+        _GLOBAL, (F32, F16)),
+}
+
+
+def nonfinite_base(channels_last: bool) -> dict[str, np.ndarray]:
+    """Finite float32 inputs: tensors of 3 x 3 channels x 6 x 6, vectors of 3."""
+    rng = np.random.default_rng(7)
+    shape = (3, 6, 6, 3) if channels_last else (3, 3, 6, 6)
+
+    def tensor(loc):
+        return (rng.standard_normal(shape) + loc).astype(np.float32)
+
+    def vector(lo, hi):
+        return rng.uniform(lo, hi, 3).astype(np.float32)
+
+    return {"x": tensor(1.0), "dy": tensor(0.3), "gx": tensor(-0.2),
+            "scale": vector(0.5, 1.0), "offset": vector(-1, 1), "mean": vector(0.5, 1.5),
+            "variance": vector(1, 3), "gscale": vector(-1, 1), "goffset": vector(-1, 1)}
+
+
+def with_special(values: dict, name: str, value: float, mode: str, channels_last: bool
+                 ) -> dict:
+    """A copy of ``values`` whose channel 1 of input ``name`` holds ``value`` in one element,
+    in all, or as +value, -value alternating; a vector gets it at index 1."""
+    values = {k: v.copy() for k, v in values.items()}
+    target = values[name]
+    if target.ndim == 1:
+        target[1] = value
+        return values
+    channel = np.moveaxis(target, -1 if channels_last else 1, 0)[1]   # a view
+    flat = channel.reshape(-1).copy()
+    if mode == "one":
+        flat[flat.size // 2 + 1] = value
+    elif mode == "all":
+        flat[:] = value
+    else:
+        flat[0::2], flat[1::2] = value, -value
+    channel[...] = flat.reshape(channel.shape)
+    return values
+
+
+def assert_agree(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
+    """Same dtype and shape, NaN/+inf/-inf at the same places, finite values close."""
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape, what
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    for test in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(test(a), test(e), err_msg=f"{what}: {test.__name__}")
+    tol = NONFINITE_TOLERANCE[np.dtype(expected.dtype)]
+    finite = np.isfinite(e)
+    np.testing.assert_allclose(a[finite], e[finite], rtol=tol,
+                               atol=tol * max(1.0, float(np.abs(e[finite]).max(initial=0))),
+                               err_msg=what)
+
+
+@pytest.mark.parametrize("channels_last", [True, False], ids=["NHWC", "NCHW"])
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=lambda d: d.name)
+@pytest.mark.parametrize("op_key", list(NONFINITE_OPS))
+def test_non_finite_and_huge_inputs_match_reference(op_key, dtype, channels_last):
+    """Every batch-norm op on the device against the reference with +-inf, NaN, 1e38 or
+    +-3.4e38 in channel 1 of one input: the same NaN / inf positions, close finite values
+    (sums of huge or infinite float32 terms are where float32 accumulation parts ways)."""
+    op_name, inputs, special_inputs, attrs, dtypes = NONFINITE_OPS[op_key]
+    if dtype not in dtypes:
+        pytest.skip(f"{op_name} has no OpenCL kernel for {dtype.name}")
+    if op_name.startswith("Fused"):
+        attrs = dict(attrs, data_format="NHWC" if channels_last else "NCHW")
+    elif not channels_last:
+        pytest.skip("channels-last only")
+    base = nonfinite_base(channels_last)
+    t = mg.as_dtype(dtype)
+
+    def build(scope, root):
+        holders, args = {}, []
+        for spec in inputs:
+            kind, name = spec.split(":")
+            if kind == "e":
+                args.append(ops.Const(root, np.zeros(0, np.float32)))
+                continue
+            holders[name] = ops.Placeholder(root, mg.float32 if kind == "v" else t)
+            args.append(holders[name])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            node = getattr(ops, op_name)(scope, *args, **attrs)
+        return list(node.operation.outputs), holders
+
+    built = {}
+    for device in (DEVICE, ""):
+        root = mg.Scope.NewRootScope()
+        fetches, holders = build(root.WithDevice(device), root)
+        built[device] = (mg.ClientSession(root, backend="reference"), fetches, holders)
+    vectors_of_t = {spec.split(":")[1] for spec in inputs if spec.startswith("V:")}
+    for name in special_inputs:
+        for (label, value), mode in ((s, m) for s in SPECIALS.items() for m in SPECIAL_MODES):
+            if base[name].ndim == 1 and mode != "one":
+                continue
+            values = with_special(base, name, value, mode, channels_last)
+            with np.errstate(over="ignore"):
+                cast = {k: v.astype(dtype) if v.ndim > 1 or k in vectors_of_t else v
+                        for k, v in values.items()}
+            results = []
+            for session, fetches, holders in built.values():
+                with np.errstate(all="ignore"):
+                    results.append(session.Run({h: cast[k] for k, h in holders.items()},
+                                               fetches))
+            for i, (got, expected) in enumerate(zip(*results)):
+                assert_agree(got, expected, f"{op_key} output {i}: {name} = {label} ({mode})")
+
+
+@pytest.mark.parametrize("value", [np.float32(-0.75), np.float16(2.5), np.zeros(0, np.float32),
+                                   np.zeros((2, 0, 3), ml_dtypes.bfloat16),
+                                   np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]],
+                         ids=["0-d", "0-d-half", "empty", "empty-3d", "strided"])
+def test_transfers_and_identity_keep_shapes(device, value):
+    """Uploads, downloads, dtype conversions and Identity keep a tensor's exact shape:
+    0-d stays 0-d (np.ascontiguousarray would make it 1-d), empty keeps its dims."""
+    host = np.asarray(value)
+    on_device = device.upload(value)
+    assert on_device.shape == host.shape
+    back = device.download(on_device)
+    assert back.shape == host.shape and back.dtype == host.dtype
+    assert back.tobytes() == np.ascontiguousarray(host).tobytes()
+    converted = device.math.xp.ascontiguousarray(value, np.float32)
+    assert converted.shape == host.shape
+    assert device.download(converted).tobytes() == host.astype(np.float32).tobytes()
+    root = mg.Scope.NewRootScope()
+    holder = ops.Placeholder(root, mg.as_dtype(host.dtype))
+    out = ops.Identity(root.WithDevice(DEVICE), holder)
+    const = ops.Identity(root.WithDevice(DEVICE), ops.Const(root, host))
+    got, got_const = mg.ClientSession(root, backend="reference").Run({holder: host},
+                                                                     [out, const])
+    for result in (got, got_const):
+        assert result.shape == host.shape and result.dtype == host.dtype
+        assert result.tobytes() == np.ascontiguousarray(host).tobytes()

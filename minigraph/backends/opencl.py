@@ -259,6 +259,13 @@ class OpenCLDevice:
         self.allocator = MemoryPool(ImmediateAllocator(self.queue))
         self.source = KERNEL_SOURCE.read_text()
         self.options = []
+        # Sums accumulate in double where the device has it, as the reference's do (see
+        # batch_norm.cl): then infinities, NaNs and values near the float32 range give the
+        # reference's results.
+        self.accumulator = np.dtype(np.float64 if "cl_khr_fp64" in device.extensions.split()
+                                    else F32)
+        if self.accumulator == np.float64:
+            self.options.append("-DACC_F64")
         if device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
             self.options.append("-cl-fp32-correctly-rounded-divide-sqrt")
         self.compute_units = device.max_compute_units
@@ -320,7 +327,12 @@ class OpenCLDevice:
         return value if isinstance(value, self.cl.array.Array) else self.upload(value)
 
     def upload(self, value) -> Any:
-        array = np.ascontiguousarray(value)
+        """``value`` (any array-like) as a device array of exactly its shape and dtype.
+
+        ``np.asarray(order="C")``, not ``np.ascontiguousarray``: the latter makes a 0-d
+        array 1-d, and a tensor must never change shape on its way through the device.
+        """
+        array = np.asarray(value, order="C")
         with self.lock:
             if array.size == 0:
                 return self.cl.array.empty(self.queue, array.shape, array.dtype,
@@ -329,6 +341,7 @@ class OpenCLDevice:
             return self.cl.array.to_device(self.queue, array, allocator=self.allocator)
 
     def download(self, value) -> np.ndarray:
+        """A host copy of a device array, of exactly its shape (0-d and empty included)."""
         with self.lock:
             if value.size == 0:
                 return np.empty(value.shape, value.dtype)
@@ -379,8 +392,8 @@ class DeviceArrays:
         return self._device.cl.clmath.sqrt(array)
 
     def ascontiguousarray(self, value, dtype=None):
-        """``value`` on the device (uploaded if on the host) as ``dtype``; device arrays
-        here are always contiguous."""
+        """``value`` on the device (uploaded if on the host) as ``dtype``, shape unchanged
+        (unlike numpy's, a 0-d value stays 0-d); device arrays here are always contiguous."""
         array = self._device.adopt(value)
         dtype = array.dtype if dtype is None else np.dtype(dtype)
         if array.dtype == dtype:
@@ -469,8 +482,9 @@ class _Launcher:
         groups = min(max(1, for_accuracy, for_parallelism), _MAX_GROUPS)
         chunk = -(-n // groups)
         groups = -(-n // chunk)
-        partials = device.math.xp.empty((nterms * groups * channels,), F32)
-        scratch = device.cl.LocalMemory(4 * nterms * width)
+        accumulator = device.accumulator
+        partials = device.math.xp.empty((nterms * groups * channels,), accumulator)
+        scratch = device.cl.LocalMemory(accumulator.itemsize * nterms * width)
         self.kernels[name](self.queue, (channel_groups * lanes, groups * rows), (lanes, rows),
                            *args, *self.geometry(layout), self.index(n), self.index(chunk),
                            partials.data, scratch)
@@ -495,12 +509,16 @@ class OpenCLMath:
         layout = _Layout(x.shape, channels_last)
         return _Launcher(self.device, x.dtype, layout.total), layout
 
+    def _count(self, layout: _Layout):
+        """n, elements per channel, in the accumulator type (the finish_* divisor)."""
+        return self.device.accumulator.type(layout.count)
+
     def _mean(self, run: _Launcher, layout: _Layout, name: str, args: list):
         partials, groups = run.reduce(name, layout, 1, args)
         mean = self.xp.empty((layout.channels,), F32)
         run.vector("finish_mean", layout.channels,
-                   [partials.data, groups, run.index(layout.channels), F32(layout.count),
-                    mean.data])
+                   [partials.data, groups, run.index(layout.channels),
+                    self._count(layout), mean.data])
         return mean
 
     def _statistics(self, run: _Launcher, layout: _Layout, x):
@@ -566,7 +584,7 @@ class OpenCLMath:
         means = self.xp.empty((5 * channels,), F32)
         d_scale = self.xp.empty((channels,), F32)
         run.vector("finish_grad_grad", channels,
-                   [partials.data, groups, run.index(channels), F32(layout.count),
+                   [partials.data, groups, run.index(channels), self._count(layout),
                     variance.data, F32(epsilon), means.data, d_scale.data])
         d_dy, d_x = self.xp.empty(x.shape, x.dtype), self.xp.empty(x.shape, x.dtype)
         run.elementwise("apply_grad_grad_training", layout,

@@ -9,12 +9,22 @@
  *       math is float32, each result is rounded once (half: vstore_half_rte; bfloat16:
  *       round to nearest even on the upper 16 bits)
  *   -DIDX=uint | -DIDX=ulong                          index type (uint when it fits)
+ *   -DACC_F64                                         accumulate sums in double (devices
+ *       with cl_khr_fp64); otherwise in float
  *
  * Reductions are two-stage and deterministic: stage 1 (partial_*) gives each work-group a
  * block of LC channels x a chunk of the n elements; its LR work-items per channel accumulate
  * strided elements in registers, then a fixed tree in local memory sums them and the group
  * writes partials[(t * G + g) * C + c] for each term t. Stage 2 (finish_*, one work-item per
  * channel) adds the G partials in order. Same shape and device: bitwise the same result.
+ *
+ * The terms are float32 values computed exactly as the numpy reference computes them; with
+ * ACC_F64 they are summed in double (acc_t) and the per-channel totals rounded to float32
+ * where the reference rounds them, as the reference sums float32 terms in float64. That is
+ * what makes non-finite and huge inputs agree: a double sum of finite float32 terms never
+ * overflows (float32 sums of values near 3.4e38 do, and partial sums of +inf and -inf in
+ * different groups would give NaN where the whole sum is finite or +-inf), and infinities
+ * and NaNs propagate through a double sum the same way in any order.
  * Contraction into fma is off so the rounding matches the numpy reference step by step.
  */
 #pragma OPENCL FP_CONTRACT OFF
@@ -48,6 +58,13 @@ inline ushort float_to_bfloat16(float v) {
 #define IDX uint
 #endif
 
+#if defined(ACC_F64)
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+typedef double acc_t;
+#else
+typedef float acc_t;
+#endif
+
 inline float rsqrt_exact(float v) { return 1.0f / sqrt(v); }
 
 /* --------------------------------------------------------------------- addressing */
@@ -76,8 +93,8 @@ inline span_t my_span(IDX C, IDX n, IDX chunk) {
 
 /* Sums acc[0..nterms) over the LR work-items of each channel lane (a fixed tree; LR is a
  * power of two) and stores the group's partials. Every work-item of the group must call it. */
-inline void store_partials(const float *acc, const int nterms, __local float *scratch,
-                           __global float *partials, const span_t s, const IDX C) {
+inline void store_partials(const acc_t *acc, const int nterms, __local acc_t *scratch,
+                           __global acc_t *partials, const span_t s, const IDX C) {
     const size_t lc = get_local_id(0), lr = get_local_id(1);
     const size_t LC = get_local_size(0), LR = get_local_size(1);
     for (int t = 0; t < nterms; ++t)
@@ -98,10 +115,10 @@ inline void store_partials(const float *acc, const int nterms, __local float *sc
 
 /* t0 = x */
 __kernel void partial_sum(__global const storage_t *x, const IDX C, const IDX inner,
-                          const IDX n, const IDX chunk, __global float *partials,
-                          __local float *scratch) {
+                          const IDX n, const IDX chunk, __global acc_t *partials,
+                          __local acc_t *scratch) {
     const span_t s = my_span(C, n, chunk);
-    float acc[1] = {0.0f};
+    acc_t acc[1] = {0};
     if (s.active)
         for (IDX e = s.begin; e < s.end; e += s.step)
             acc[0] += LOAD(x, address_of(e, s.c, C, inner));
@@ -112,9 +129,9 @@ __kernel void partial_sum(__global const storage_t *x, const IDX C, const IDX in
 __kernel void partial_centered_squares(__global const storage_t *x,
                                        __global const float *mean, const IDX C,
                                        const IDX inner, const IDX n, const IDX chunk,
-                                       __global float *partials, __local float *scratch) {
+                                       __global acc_t *partials, __local acc_t *scratch) {
     const span_t s = my_span(C, n, chunk);
-    float acc[1] = {0.0f};
+    acc_t acc[1] = {0};
     if (s.active) {
         const float m = mean[s.c];
         for (IDX e = s.begin; e < s.end; e += s.step) {
@@ -128,10 +145,10 @@ __kernel void partial_centered_squares(__global const storage_t *x,
 /* t0 = dy, t1 = dy * (x - mean) */
 __kernel void partial_backward(__global const storage_t *dy, __global const storage_t *x,
                                __global const float *mean, const IDX C, const IDX inner,
-                               const IDX n, const IDX chunk, __global float *partials,
-                               __local float *scratch) {
+                               const IDX n, const IDX chunk, __global acc_t *partials,
+                               __local acc_t *scratch) {
     const span_t s = my_span(C, n, chunk);
-    float acc[2] = {0.0f, 0.0f};
+    acc_t acc[2] = {0, 0};
     if (s.active) {
         const float m = mean[s.c];
         for (IDX e = s.begin; e < s.end; e += s.step) {
@@ -150,9 +167,9 @@ __kernel void partial_grad_grad(__global const storage_t *dy, __global const sto
                                 __global const storage_t *gx, __global const float *mean,
                                 __global const float *variance, const float epsilon,
                                 const IDX C, const IDX inner, const IDX n, const IDX chunk,
-                                __global float *partials, __local float *scratch) {
+                                __global acc_t *partials, __local acc_t *scratch) {
     const span_t s = my_span(C, n, chunk);
-    float acc[5] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    acc_t acc[5] = {0, 0, 0, 0, 0};
     if (s.active) {
         const float m = mean[s.c], r = rsqrt_exact(variance[s.c] + epsilon);
         for (IDX e = s.begin; e < s.end; e += s.step) {
@@ -171,9 +188,9 @@ __kernel void partial_grad_grad(__global const storage_t *dy, __global const sto
 /* t0 = a * b */
 __kernel void partial_product(__global const storage_t *a, __global const storage_t *b,
                               const IDX C, const IDX inner, const IDX n, const IDX chunk,
-                              __global float *partials, __local float *scratch) {
+                              __global acc_t *partials, __local acc_t *scratch) {
     const span_t s = my_span(C, n, chunk);
-    float acc[1] = {0.0f};
+    acc_t acc[1] = {0};
     if (s.active)
         for (IDX e = s.begin; e < s.end; e += s.step) {
             const IDX i = address_of(e, s.c, C, inner);
@@ -184,50 +201,50 @@ __kernel void partial_product(__global const storage_t *a, __global const storag
 
 /* --------------------------------------------------------------------- reduction stage 2 */
 
-inline float total_of(__global const float *partials, const int t, const IDX G, const IDX C,
+inline acc_t total_of(__global const acc_t *partials, const int t, const IDX G, const IDX C,
                       const IDX c) {
-    float sum = 0.0f;
+    acc_t sum = 0;
     for (IDX g = 0; g < G; ++g)
         sum += partials[((IDX)t * G + g) * C + c];
     return sum;
 }
 
-/* out = t0 / count: the mean (first pass) or the biased variance (second pass) */
-__kernel void finish_mean(__global const float *partials, const IDX G, const IDX C,
-                          const float count, __global float *out) {
+/* out = f32(t0 / count): the mean (first pass) or the biased variance (second pass) */
+__kernel void finish_mean(__global const acc_t *partials, const IDX G, const IDX C,
+                          const acc_t count, __global float *out) {
     const IDX c = get_global_id(0);
     if (c < C)
-        out[c] = total_of(partials, 0, G, C, c) / count;
+        out[c] = (float)(total_of(partials, 0, G, C, c) / count);
 }
 
-/* out = t0 * rsqrt(variance + epsilon) */
-__kernel void finish_scaled_sum(__global const float *partials, const IDX G, const IDX C,
+/* out = f32(t0) * rsqrt(variance + epsilon) */
+__kernel void finish_scaled_sum(__global const acc_t *partials, const IDX G, const IDX C,
                                 __global const float *variance, const float epsilon,
                                 __global float *out) {
     const IDX c = get_global_id(0);
     if (c < C)
-        out[c] = total_of(partials, 0, G, C, c) * rsqrt_exact(variance[c] + epsilon);
+        out[c] = (float)total_of(partials, 0, G, C, c) * rsqrt_exact(variance[c] + epsilon);
 }
 
-/* offset_backprop = sum(dy); sum_dy_xc = sum(dy * (x - mean));
+/* offset_backprop = f32(sum(dy)); sum_dy_xc = f32(sum(dy * (x - mean)));
  * scale_backprop = sum_dy_xc * rsqrt(variance + epsilon) */
-__kernel void finish_backward(__global const float *partials, const IDX G, const IDX C,
+__kernel void finish_backward(__global const acc_t *partials, const IDX G, const IDX C,
                               __global const float *variance, const float epsilon,
                               __global float *offset_backprop, __global float *sum_dy_xc,
                               __global float *scale_backprop) {
     const IDX c = get_global_id(0);
     if (c >= C)
         return;
-    const float s1 = total_of(partials, 1, G, C, c);
-    offset_backprop[c] = total_of(partials, 0, G, C, c);
+    const float s1 = (float)total_of(partials, 1, G, C, c);
+    offset_backprop[c] = (float)total_of(partials, 0, G, C, c);
     sum_dy_xc[c] = s1;
     scale_backprop[c] = s1 * rsqrt_exact(variance[c] + epsilon);
 }
 
-/* means[t * C + c] = t_t / count (mdy, mgx, mdyxh, mgxxh, mgxdy);
- * d_scale = r * count * (mgxdy - mgx * mdy - mgxxh * mdyxh) */
-__kernel void finish_grad_grad(__global const float *partials, const IDX G, const IDX C,
-                               const float count, __global const float *variance,
+/* means[t * C + c] = f32(t_t / count) (mdy, mgx, mdyxh, mgxxh, mgxdy);
+ * d_scale = (r * f32(count)) * (mgxdy - mgx * mdy - mgxxh * mdyxh) */
+__kernel void finish_grad_grad(__global const acc_t *partials, const IDX G, const IDX C,
+                               const acc_t count, __global const float *variance,
                                const float epsilon, __global float *means,
                                __global float *d_scale) {
     const IDX c = get_global_id(0);
@@ -235,10 +252,11 @@ __kernel void finish_grad_grad(__global const float *partials, const IDX G, cons
         return;
     float m[5];
     for (int t = 0; t < 5; ++t) {
-        m[t] = total_of(partials, t, G, C, c) / count;
+        m[t] = (float)(total_of(partials, t, G, C, c) / count);
         means[(IDX)t * C + c] = m[t];
     }
-    d_scale[c] = rsqrt_exact(variance[c] + epsilon) * count * (m[4] - m[1] * m[0] - m[3] * m[2]);
+    d_scale[c] = rsqrt_exact(variance[c] + epsilon) * (float)count
+                 * (m[4] - m[1] * m[0] - m[3] * m[2]);
 }
 
 /* --------------------------------------------------------------------- elementwise
