@@ -892,10 +892,10 @@ def test_run_time_errors():
         run(dx, {f: np.ones((3, 3, 2, 1), F32), dy: np.ones((1, 4, 4, 1), F32)})
     logits, labels = ph(root, "logits", (2, 3)), ph(root, "labels", (2,), mg.int64)
     xent = ops.SparseSoftmaxCrossEntropyWithLogits(root, logits, labels)
-    with raises(r"received a label value of 3 which is outside the valid range of \[0, 3\)\. "
+    with raises(r"Received a label value of 3 which is outside the valid range of \[0, 3\)\. "
                 r"Label values: 0 3"):
         run(xent.loss, {logits: np.zeros((2, 3), F32), labels: np.array([0, 3])})
-    with raises(r"received a label value of -1"):
+    with raises(r"Received a label value of -1"):
         run(xent.loss, {logits: np.zeros((2, 3), F32), labels: np.array([-1, 0])})
     a, b = ph(root, "a", None), ph(root, "b", None)
     with raises(r"MatMul 'MatMul': matrix size-incompatible: In\[0\]: \[2,3\], In\[1\]: "

@@ -598,7 +598,17 @@ def sparse_xent_shape(ctx: InferenceContext) -> list[TensorShape]:
     batch = ctx.merge_dim(features[0], labels[0],
                           f"inputs 'features' {features} and 'labels' {labels} must have the "
                           f"same first (batch) dimension")
-    return [TensorShape([batch]), TensorShape([batch, features[1]])]
+    classes = features[1]
+    if batch and classes == 0:
+        raise ctx.error(f"Must have at least one class, but got logits shape {features} "
+                        f"(input 'features')")
+    values = ctx.constant_value("labels") if classes is not None else None
+    bad = [label for label in values or () if not 0 <= label < classes]
+    if bad:  # TF's CPU kernel raises (its GPU kernel gives NaN)
+        shown = " ".join(str(v) for v in values[:64]) + (" ..." if len(values) > 64 else "")
+        raise ctx.error(f"Received a label value of {bad[0]} which is outside the valid "
+                        f"range of [0, {classes}). Label values: {shown} (input 'labels')")
+    return [TensorShape([batch]), TensorShape([batch, classes])]
 
 
 Softmax = make_wrapper(register_op(OpDef(
