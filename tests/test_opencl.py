@@ -492,13 +492,26 @@ def assert_agree(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
                                err_msg=what)
 
 
+@pytest.fixture(scope="module")
+def float_sums_device(device) -> opencl.OpenCLDevice:
+    """The same OpenCL device with float sums, as on devices without cl_khr_fp64."""
+    return opencl.OpenCLDevice(device.cl, device.device, 0, fp64=False)
+
+
+@pytest.mark.parametrize("sums", ["default", "float"])
 @pytest.mark.parametrize("channels_last", [True, False], ids=["NHWC", "NCHW"])
 @pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=lambda d: d.name)
 @pytest.mark.parametrize("op_key", list(NONFINITE_OPS))
-def test_non_finite_and_huge_inputs_match_reference(op_key, dtype, channels_last):
+def test_non_finite_and_huge_inputs_match_reference(request, monkeypatch, op_key, dtype,
+                                                    channels_last, sums):
     """Every batch-norm op on the device against the reference with +-inf, NaN, 1e38 or
-    +-3.4e38 in channel 1 of one input: the same NaN / inf positions, close finite values
-    (sums of huge or infinite float32 terms are where float32 accumulation parts ways)."""
+    +-3.4e38 in channel 1 of one input: the same NaN / inf positions, close finite values.
+    Sums of huge or infinite float32 terms are where float accumulation parts ways with the
+    reference's float64 sums: the device sums in double where it can ("default"), and with
+    float sums ("float", devices without double) recomputes such ops with the reference."""
+    if sums == "float":
+        float_device = request.getfixturevalue("float_sums_device")
+        monkeypatch.setattr(opencl, "get_device", lambda kind, index: float_device)
     op_name, inputs, special_inputs, attrs, dtypes = NONFINITE_OPS[op_key]
     if dtype not in dtypes:
         pytest.skip(f"{op_name} has no OpenCL kernel for {dtype.name}")
@@ -571,3 +584,14 @@ def test_transfers_and_identity_keep_shapes(device, value):
     for result in (got, got_const):
         assert result.shape == host.shape and result.dtype == host.dtype
         assert result.tobytes() == np.ascontiguousarray(host).tobytes()
+
+
+def test_float_sums_on_finite_inputs(monkeypatch, float_sums_device):
+    """Devices without double: the float-sum kernels match the reference on finite inputs
+    (no host recomputation: the device's own results, its transfers only the feeds and
+    fetches)."""
+    monkeypatch.setattr(opencl, "get_device", lambda kind, index: float_sums_device)
+    test_fused_batch_norm_family_matches_reference("NHWC", True, BF16, 17, 7)
+    test_fused_batch_norm_family_matches_reference("NCDHW", False, F32, 3, 7)
+    test_global_normalization_matches_reference(F16, True, 17)
+    test_forward_then_grad_stays_on_the_device(float_sums_device)

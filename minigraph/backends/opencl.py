@@ -32,6 +32,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from minigraph.backends import reference
 from minigraph.framework import dtypes
 from minigraph.framework.errors import UnavailableError
 from minigraph.framework.graph import Operation
@@ -240,7 +241,10 @@ class OpenCLDevice:
     One lock serialises the use of the queue and kernel objects across threads.
     """
 
-    def __init__(self, cl, device, index: int) -> None:
+    def __init__(self, cl, device, index: int, fp64: bool | None = None) -> None:
+        """``fp64``: accumulate sums in double (default: where the device has
+        cl_khr_fp64); False forces float sums with the host check of
+        :meth:`OpenCLMath._checked` (tests use it to cover devices without double)."""
         self.cl = cl
         self.name = f"/device:OPENCL:{index}"
         self.description = (f"{device.name.strip()} [{_type_name(cl, device)}] on "
@@ -261,9 +265,10 @@ class OpenCLDevice:
         self.options = []
         # Sums accumulate in double where the device has it, as the reference's do (see
         # batch_norm.cl): then infinities, NaNs and values near the float32 range give the
-        # reference's results.
-        self.accumulator = np.dtype(np.float64 if "cl_khr_fp64" in device.extensions.split()
-                                    else F32)
+        # reference's results. Without double, see OpenCLMath._checked.
+        if fp64 is None:
+            fp64 = "cl_khr_fp64" in device.extensions.split()
+        self.accumulator = np.dtype(np.float64 if fp64 else F32)
         if self.accumulator == np.float64:
             self.options.append("-DACC_F64")
         if device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
@@ -496,7 +501,8 @@ class OpenCLMath:
 
     Vectors are float32 device arrays; big tensors are float32/float16/bfloat16 device
     arrays, computed in float32 and rounded once. Statistics use two passes (mean, then the
-    mean of centered squares) with the deterministic two-stage reductions of batch_norm.cl.
+    mean of centered squares) with the deterministic two-stage reductions of batch_norm.cl,
+    whose sums accumulate in double where the device has it (as the reference's).
     """
 
     NAME = NAME
@@ -526,12 +532,37 @@ class OpenCLMath:
         variance = self._mean(run, layout, "partial_centered_squares", [x.data, mean.data])
         return mean, variance
 
+    def _checked(self, results: tuple, totals: list, function: str, args: tuple) -> tuple:
+        """``results``, or the reference's ``function(*args)`` when the device sums in float
+        and one of its per-channel ``totals`` (sums or means) is not finite.
+
+        A double sum of finite float32 terms never overflows and treats infinities the same
+        in any order; a float one overflows on values near the float32 range and, with +inf
+        and -inf in different partial sums, gives NaN where the reference's sum is finite or
+        infinite. Any such overflow leaves a total infinite or NaN, so finite totals mean the
+        device's results are the reference's up to float32 rounding; otherwise (infinite,
+        NaN or huge inputs: rare) the op is recomputed on the host by the reference and the
+        results uploaded. Only devices without double pay the check (a small read).
+        """
+        device = self.device
+        if device.accumulator != F32:
+            return results
+        with device.lock:
+            if all(np.isfinite(total.get()).all() for total in totals):
+                return results
+            host = [value.get() if isinstance(value, device.cl.array.Array) else value
+                    for value in args]
+        with np.errstate(all="ignore"):
+            exact = getattr(reference, function)(*host)
+        return tuple(device.upload(value) for value in exact)
+
     def bn_forward_training(self, x, scale, offset, epsilon, channels_last):
         """(y, mean, biased variance) from the batch statistics."""
         run, layout = self._start(x, channels_last)
         mean, variance = self._statistics(run, layout, x)
-        return self._normalize(run, layout, x, scale, offset, mean, variance, epsilon), mean, \
-            variance
+        y = self._normalize(run, layout, x, scale, offset, mean, variance, epsilon)
+        return self._checked((y, mean, variance), [mean, variance], "bn_forward_training",
+                             (x, scale, offset, epsilon, channels_last))
 
     def bn_forward_inference(self, x, scale, offset, mean, variance, epsilon, channels_last):
         run, layout = self._start(x, channels_last)
@@ -563,7 +594,10 @@ class OpenCLMath:
         else:
             run.elementwise("apply_backward_inference", layout,
                             [dy.data, scale.data, variance.data, F32(epsilon)], [dx.data])
-        return dx, scale_backprop, offset_backprop
+        return self._checked(
+            (dx, scale_backprop, offset_backprop), [offset_backprop, sum_dy_xc],
+            "bn_backward_training" if training else "bn_backward_inference",
+            (dy, x, scale, mean, variance, epsilon, channels_last))
 
     def bn_backward_training(self, dy, x, scale, mean, variance, epsilon, channels_last):
         """(dx, scale_backprop, offset_backprop) with the saved statistics."""
@@ -591,19 +625,23 @@ class OpenCLMath:
                         [dy.data, x.data, gx.data, scale.data, gscale.data, goffset.data,
                          mean.data, variance.data, F32(epsilon), means.data],
                         [d_dy.data, d_x.data])
-        return d_dy, d_x, d_scale
+        return self._checked((d_dy, d_x, d_scale), [mean, variance, means],
+                             "bn_grad_grad_training",
+                             (dy, x, scale, gx, gscale, goffset, epsilon, channels_last))
 
     def bn_grad_grad_inference(self, dy, x, scale, mean, variance, gx, gscale, goffset,
                                epsilon, channels_last):
         run, layout = self._start(x, channels_last)
         channels = layout.channels
         partials, groups = run.reduce("partial_product", layout, 1, [gx.data, dy.data])
-        d_scale = self.xp.empty((channels,), F32)
+        total, d_scale = self.xp.empty((channels,), F32), self.xp.empty((channels,), F32)
         run.vector("finish_scaled_sum", channels,
                    [partials.data, groups, run.index(channels), variance.data, F32(epsilon),
-                    d_scale.data])
+                    total.data, d_scale.data])
         d_dy, d_x = self.xp.empty(x.shape, x.dtype), self.xp.empty(x.shape, x.dtype)
         run.elementwise("apply_grad_grad_inference", layout,
                         [dy.data, x.data, gx.data, scale.data, gscale.data, goffset.data,
                          mean.data, variance.data, F32(epsilon)], [d_dy.data, d_x.data])
-        return d_dy, d_x, d_scale
+        return self._checked((d_dy, d_x, d_scale), [total], "bn_grad_grad_inference",
+                             (dy, x, scale, mean, variance, gx, gscale, goffset, epsilon,
+                              channels_last))

@@ -217,13 +217,15 @@ __kernel void finish_mean(__global const acc_t *partials, const IDX G, const IDX
         out[c] = (float)(total_of(partials, 0, G, C, c) / count);
 }
 
-/* out = f32(t0) * rsqrt(variance + epsilon) */
+/* total = f32(t0), out = total * rsqrt(variance + epsilon) */
 __kernel void finish_scaled_sum(__global const acc_t *partials, const IDX G, const IDX C,
                                 __global const float *variance, const float epsilon,
-                                __global float *out) {
+                                __global float *total, __global float *out) {
     const IDX c = get_global_id(0);
-    if (c < C)
-        out[c] = (float)total_of(partials, 0, G, C, c) * rsqrt_exact(variance[c] + epsilon);
+    if (c >= C)
+        return;
+    total[c] = (float)total_of(partials, 0, G, C, c);
+    out[c] = total[c] * rsqrt_exact(variance[c] + epsilon);
 }
 
 /* offset_backprop = f32(sum(dy)); sum_dy_xc = f32(sum(dy * (x - mean)));
