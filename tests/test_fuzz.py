@@ -79,6 +79,12 @@ def _findings_text(findings: list[dict]) -> str:
 
 
 def test_campaign_covers_every_op(cpu_campaign):
+    probe = subprocess.run(
+        [sys.executable, "-c", "import minigraph\n"
+         "from tests.fuzz.strategies import ops_without_recipe\n"
+         "print(','.join(ops_without_recipe()))"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    assert probe.stdout.strip() == "", f"ops without a fuzz recipe: {probe.stdout.strip()}"
     summary = cpu_campaign["summary"]
     assert summary["reference"]["cases"] == CASES * len(fuzzed_ops())
     for target, counts in summary.items():

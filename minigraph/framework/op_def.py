@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -77,7 +77,6 @@ class OpDef:
     validate: Callable[[RunContext, list[np.ndarray]], None] | None = None
     deprecation: str | None = None
     is_stateful: bool = False
-    _warned: bool = field(default=False, repr=False)
 
     def attr_def(self, name: str) -> AttrDef:
         for a in self.attrs:
@@ -423,8 +422,7 @@ def _check_same_graph(scope: Scope, op_type: str, name: str, inputs: Sequence[Ou
 def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
                     attrs: dict[str, Any]) -> Operation:
     """Create, check and add one node; raise InvalidArgumentError on anything wrong."""
-    if op_def.deprecation and not op_def._warned:
-        op_def._warned = True
+    if op_def.deprecation:  # Python's warning registry shows it once per call site
         warnings.warn(f"{op_def.name} is deprecated: {op_def.deprecation}", DeprecationWarning,
                       stacklevel=3)
     if len(raw_inputs) != len(op_def.inputs):

@@ -527,8 +527,17 @@ RECIPES: dict[str, Callable] = {
 
 
 def fuzzed_ops() -> list[str]:
-    """Every registered op that takes tensors (all must have a recipe)."""
-    return [name for name in registered_ops() if name not in NO_TENSOR_INPUTS]
+    """The ops with a recipe: every op ``import minigraph`` registers that takes tensors
+    (``tests/test_fuzz.py`` checks that in a fresh interpreter; tests and optional
+    packages such as ``minigraph.distributed`` may register more)."""
+    return sorted(RECIPES)
+
+
+def ops_without_recipe() -> list[str]:
+    """Registered ops that take tensors but have no recipe (must be none after a plain
+    ``import minigraph``)."""
+    return [name for name in registered_ops()
+            if name not in NO_TENSOR_INPUTS and name not in RECIPES]
 
 
 def _random_array(g: Draw) -> ArraySpec:
