@@ -18,12 +18,12 @@ from minigraph.framework.dtypes import (
     int64,
 )
 from minigraph.framework.dtypes import bool_ as bool  # noqa: A001 (TF's name)
+from minigraph.framework.gradient_registry import NotDifferentiable, RegisterGradient
 from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import TensorShape
-from minigraph.gradients import gradient_checker
-from minigraph.gradients.add_symbolic_gradients import AddSymbolicGradients
-from minigraph.gradients.registry import NotDifferentiable, RegisterGradient
+from minigraph.gradients import AddSymbolicGradients
+from minigraph.testing import gradient_checker
 
 __version__ = "0.1.0"
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from minigraph.framework import dtypes
+from minigraph.framework.gradient_registry import NotDifferentiable, RegisterGradient
 from minigraph.framework.graph import Output
 from minigraph.framework.op_def import (
     ArgDef,
@@ -58,6 +59,7 @@ from minigraph.ops.batch_norm import (
     _shape_text,
 )
 from minigraph.ops.batch_norm import _check_x as _check_x_format
+from minigraph.ops.math_ops import cotangent_or_zeros
 
 REDUCIBLE_TYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64,
                    dtypes.int32, dtypes.int64)
@@ -363,12 +365,6 @@ BatchNormGradApply = make_wrapper(BATCH_NORM_GRAD_APPLY)
 
 
 # ----------------------------------------------------------------------------- gradients
-
-from minigraph.gradients.registry import (  # noqa: E402
-    NotDifferentiable,
-    RegisterGradient,
-    cotangent_or_zeros,
-)
 
 # The statistics' dependence on x is part of BatchNormApply's x gradient (see the module
 # docstring); FlatSlice is only used after the gradients are computed.

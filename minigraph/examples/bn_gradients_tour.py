@@ -14,7 +14,7 @@ import numpy as np
 
 import minigraph as mg
 from minigraph import ops
-from minigraph.gradients.gradient_checker import compute_gradient, max_error
+from minigraph.testing.gradient_checker import compute_gradient, max_error
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -277,9 +277,20 @@ def _convert_input(scope: Scope, op_type: str, arg: ArgDef, value: Any,
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"{what} has dtype {array.dtype}, which minigraph does not "
                                    f"support: {exc}") from None
-    from minigraph.ops.array_ops import Const
+    if _make_constant is None:
+        raise NotFoundError("no constant op is registered (import minigraph.ops)")
+    return _make_constant(scope.WithOpName(f"{arg.name}"), array)
 
-    return Const(scope.WithOpName(f"{arg.name}"), array)
+
+# The op that turns an array into a tensor (``ops.Const``), registered by the ops layer: the
+# framework knows no op (TF keeps this conversion, ``AsNodeOut``, beside ``Const`` too).
+_make_constant: Callable[[Scope, np.ndarray], Output] | None = None
+
+
+def register_constant_op(make_constant: Callable[[Scope, np.ndarray], Output]) -> None:
+    """Set the function ``build_operation`` uses for inputs given as values."""
+    global _make_constant
+    _make_constant = make_constant
 
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from minigraph.framework.errors import InvalidArgumentError
+from minigraph.framework.gradient_registry import get_gradient_function
 from minigraph.framework.graph import Operation, Output
 from minigraph.framework.scope import Scope
-from minigraph.gradients.registry import get_gradient_function
+from minigraph.ops.math_ops import AddN, OnesLike
 
 
 def _ops_between(outputs: Sequence[Output], inputs: Sequence[Output], stop_at_inputs: bool
@@ -42,8 +43,6 @@ def _ops_between(outputs: Sequence[Output], inputs: Sequence[Output], stop_at_in
 
 
 def _aggregate(scope: Scope, grads: list[Output]) -> Output:
-    from minigraph.ops.math_ops import AddN
-
     return grads[0] if len(grads) == 1 else AddN(scope, grads)
 
 
@@ -57,8 +56,6 @@ def AddSymbolicGradients(scope: Scope, outputs: Sequence[Output], inputs: Sequen
     derivatives); ``stop_at_inputs=True`` treats the inputs as independent (partial
     derivatives), which gradient functions need when they differentiate a subgraph.
     """
-    from minigraph.ops.math_ops import OnesLike
-
     outputs, inputs = list(outputs), list(inputs)
     if not outputs:
         raise InvalidArgumentError("AddSymbolicGradients: 'outputs' must not be empty")

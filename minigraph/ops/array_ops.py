@@ -16,6 +16,7 @@ from minigraph.framework.op_def import (
     OpDef,
     build_operation,
     make_wrapper,
+    register_constant_op,
     register_op,
     required,
 )
@@ -62,6 +63,9 @@ def Const(scope: Scope, value: Any, dtype: DType | None = None) -> Output:
     inferred = dtypes.as_dtype(array.dtype)
     array.setflags(write=False)
     return build_operation(scope, CONST, [], {"value": array, "dtype": inferred}).outputs[0]
+
+
+register_constant_op(Const)  # values given to any op's inputs become Const nodes
 
 
 IDENTITY = register_op(OpDef(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from minigraph.framework import dtypes
+from minigraph.framework.gradient_registry import RegisterGradient
 from minigraph.framework.op_def import (
     ArgDef,
     AttrDef,
@@ -30,6 +31,9 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.tensor_shape import TensorShape
+from minigraph.ops import math_ops as m
+from minigraph.ops.array_ops import Const
+from minigraph.ops.math_ops import cotangent_or_zeros
 
 FORMATS_2D = ("NHWC", "NCHW")
 FORMATS_2D_3D = ("NHWC", "NCHW", "NDHWC", "NCDHW")
@@ -371,13 +375,7 @@ FusedBatchNormGradGrad = make_wrapper(FUSED_BATCH_NORM_GRAD_GRAD)
 
 # ----------------------------------------------------------------------------- gradients
 
-from minigraph.gradients.add_symbolic_gradients import AddSymbolicGradients  # noqa: E402
-from minigraph.gradients.registry import RegisterGradient, cotangent_or_zeros  # noqa: E402
-from minigraph.ops import math_ops as m  # noqa: E402
-from minigraph.ops.array_ops import Const, Identity  # noqa: E402
-
-
-def _same_attrs(op) -> dict:
+def grad_attrs(op) -> dict:
     return {k: op.attrs[k] for k in ("epsilon", "data_format", "is_training")}
 
 
@@ -394,7 +392,7 @@ def _fused_batch_norm_grad(scope, op, grads):
     reserve_space_3 = op.outputs[5] if len(op.outputs) == 6 else Const(
         scope, np.zeros(0, np.float32))
     grad = FusedBatchNormGradV3(scope, dy, x, scale, saved_mean, saved_variance,
-                                reserve_space_3, **_same_attrs(op))
+                                reserve_space_3, **grad_attrs(op))
     return [grad.x_backprop, grad.scale_backprop, grad.offset_backprop, None, None]
 
 
@@ -403,7 +401,7 @@ def _fused_batch_norm_grad_grad(scope, op, grads):
     dy, x, scale, mean, variance = op.inputs[:5]
     cotangents = [cotangent_or_zeros(scope, op, grads, i) for i in range(3)]
     result = FusedBatchNormGradGrad(scope, dy, x, scale, mean, variance, *cotangents,
-                                    **_same_attrs(op))
+                                    **grad_attrs(op))
     return [result.grad_y_backprop, result.grad_x, result.grad_scale, None, None] + [None] * (
         len(op.inputs) - 5)
 
@@ -457,26 +455,6 @@ def decomposed_batch_norm_grad(scope, dy, x, scale, mean, variance, *, epsilon, 
     if dtype is not dtypes.float32:
         x_backprop = m.Cast(scope, x_backprop, DstT=dtype)
     return x_backprop, scale_backprop, total(dy)
-
-
-@RegisterGradient("FusedBatchNormGradGrad")
-def _fused_batch_norm_grad_grad_grad(scope, op, grads):
-    """Third order: rebuild the second order from the decomposed first-order gradient
-    (differentiated once), then differentiate that. Exact at every further order too.
-
-    Each differentiated input goes through its own Identity first: one tensor may fill
-    several roles (the same cotangent fed as y_backprop and grad_x_backprop, say), and the
-    roles must get separate gradients, not each the total one."""
-    dy, x, scale, gx, gscale, goffset = (Identity(scope, op.inputs[i]) for i in (0, 1, 2, 5, 6, 7))
-    mean, variance = op.inputs[3:5]
-    first = decomposed_batch_norm_grad(scope, dy, x, scale, mean, variance, **_same_attrs(op))
-    second = AddSymbolicGradients(scope, list(first), [dy, x, scale], [gx, gscale, goffset],
-                                  stop_at_inputs=True)
-    live = [(out, g) for out, g in zip(second, grads) if out is not None and g is not None]
-    wrt = [dy, x, scale, gx, gscale, goffset]
-    third = AddSymbolicGradients(scope, [o for o, _ in live], wrt, [g for _, g in live],
-                                 stop_at_inputs=True)
-    return third[:3] + [None, None] + third[3:]
 
 
 @RegisterGradient("BatchNormWithGlobalNormalization")

@@ -8,9 +8,12 @@ reductions work when static shapes are unknown; they carry no gradient themselve
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from minigraph.framework import dtypes
+from minigraph.framework.gradient_registry import NotDifferentiable, RegisterGradient
 from minigraph.framework.graph import Operation, Output
 from minigraph.framework.op_def import (
     ArgDef,
@@ -24,6 +27,7 @@ from minigraph.framework.op_def import (
 )
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
+from minigraph.ops.array_ops import Const
 
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 NUMBERS = FLOATS + (dtypes.int32, dtypes.int64)
@@ -333,8 +337,6 @@ BroadcastGradientArgs = make_wrapper(register_op(OpDef(
 # ----------------------------------------------------------------------------- gradients
 # Each function returns d(loss)/d(input) for every input, given d(loss)/d(output).
 
-from minigraph.gradients.registry import NotDifferentiable, RegisterGradient  # noqa: E402
-from minigraph.ops.array_ops import Const  # noqa: E402
 
 NotDifferentiable("InvertPermutation", "Shape", "Size", "ReducedShape",
                   "BroadcastGradientArgs", "ZerosLike", "OnesLike")
@@ -342,6 +344,14 @@ NotDifferentiable("InvertPermutation", "Shape", "Size", "ReducedShape",
 
 def _same_static_shape(a: Output, b: Output) -> bool:
     return a.shape.is_fully_defined() and a.shape == b.shape
+
+
+def cotangent_or_zeros(scope: Scope, op: Operation, grad_outputs: Sequence[Output | None],
+                       index: int) -> Output:
+    """``grad_outputs[index]``, or zeros shaped like that output when it is None (for
+    gradient functions that need every output's cotangent)."""
+    grad = grad_outputs[index]
+    return grad if grad is not None else ZerosLike(scope, op.outputs[index])
 
 
 def reduce_to_shape_of(scope: Scope, grad: Output, like: Output) -> Output:

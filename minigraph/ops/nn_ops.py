@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from minigraph.framework import dtypes
 from minigraph.framework.errors import InvalidArgumentError
+from minigraph.framework.gradient_registry import NotDifferentiable, RegisterGradient
 from minigraph.framework.op_def import (
     ArgDef,
     AttrDef,
@@ -28,6 +29,8 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
+from minigraph.ops import math_ops as m
+from minigraph.ops.array_ops import Const
 from minigraph.ops.math_ops import binary_shape, broadcast_shapes
 
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
@@ -684,9 +687,6 @@ Equal = make_wrapper(register_op(OpDef(
 # ----------------------------------------------------------------------------- gradients
 # Each function returns d(loss)/d(input) for every input, given d(loss)/d(output).
 
-from minigraph.gradients.registry import NotDifferentiable, RegisterGradient  # noqa: E402
-from minigraph.ops import math_ops as m  # noqa: E402
-from minigraph.ops.array_ops import Const  # noqa: E402
 
 NotDifferentiable("ArgMax", "Equal")
 

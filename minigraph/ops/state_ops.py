@@ -15,6 +15,7 @@ import numpy as np
 from minigraph.framework import dtypes
 from minigraph.framework.dtypes import DType
 from minigraph.framework.errors import InvalidArgumentError
+from minigraph.framework.gradient_registry import NotDifferentiable
 from minigraph.framework.graph import Output
 from minigraph.framework.op_def import (
     ArgDef,
@@ -27,7 +28,6 @@ from minigraph.framework.op_def import (
 )
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
-from minigraph.gradients.registry import NotDifferentiable
 from minigraph.ops.array_ops import Const
 from minigraph.ops.math_ops import Add, Fill, Mul
 

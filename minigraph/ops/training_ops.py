@@ -13,6 +13,7 @@ Each returns the updated variable (``out``).
 
 from __future__ import annotations
 
+from minigraph.framework.gradient_registry import NotDifferentiable
 from minigraph.framework.op_def import (
     ArgDef,
     AttrDef,
@@ -23,7 +24,6 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
-from minigraph.gradients.registry import NotDifferentiable
 from minigraph.ops.math_ops import FLOATS
 from minigraph.ops.state_ops import variable_of
 
