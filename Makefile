@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: demo test tour lint asan clean
+.PHONY: demo test tour lint asan fuzz fuzz-asan clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,13 @@ test: $(VENV)/.test
 # A longer bad-input fuzz campaign than the one in `make test` (tests/test_fuzz.py).
 fuzz: $(VENV)/.test
 	$(PY) -m tests.fuzz.run --cases 200
+
+# The same campaign on the native kernels built with ASan + UBSan (into build/asan/, never over
+# minigraph/_native*.so; tests/fuzz/sanitized.py). `make test` runs a short one
+# (tests/test_fuzz_sanitized.py).
+FUZZ_ASAN_CASES ?= 200
+fuzz-asan: $(VENV)/.test
+	$(PY) -m tests.fuzz.sanitized --cases $(FUZZ_ASAN_CASES) $(FUZZ_ASAN_ARGS)
 
 lint: $(VENV)/.test
 	$(PY) -m ruff check minigraph tests benchmarks examples docs

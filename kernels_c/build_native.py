@@ -26,6 +26,15 @@ HEADERS += ["conv.h", "conv_internal.h", "conv_vec_template.h", "pool.h", "pool_
 CDEF_HEADERS = ["batch_norm.h", "conv.h", "pool.h"]
 COMPILE_ARGS = ["-O3", "-g0", "-fopenmp", "-fno-math-errno", "-std=gnu11"]
 LINK_ARGS = ["-fopenmp"]
+# The sanitized variant (``--sanitized DIR``, tests/test_fuzz_sanitized.py, ``make fuzz-asan``):
+# the same sources and module name under AddressSanitizer + UBSan, built into DIR, never into
+# minigraph/. Python is not instrumented, so the process that loads it needs libasan first in
+# LD_PRELOAD (see tests/fuzz/sanitized.py).
+SANITIZE_ARGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+                 "-fno-omit-frame-pointer"]
+SANITIZED_COMPILE_ARGS = ["-O1", "-g", "-fopenmp", "-fno-math-errno", "-std=gnu11",
+                          *SANITIZE_ARGS]
+SANITIZED_LINK_ARGS = ["-fopenmp", *SANITIZE_ARGS]
 
 
 def _path(name: str, absolute: bool) -> str:
@@ -60,12 +69,62 @@ def make_builder(absolute: bool = False) -> FFI:
     return builder
 
 
+def build_sanitized(out_dir: str, verbose: bool = False, jobs: int | None = None) -> str:
+    """Build the ASan + UBSan variant of ``minigraph._native`` into ``out_dir`` and return
+    the path of the .so. The sources compile in parallel (``jobs``, default: the CPU count;
+    the sanitized SIMD instantiations take most of a minute on one core), objects in
+    ``out_dir/obj`` are reused while newer than their source and every header, and the .so
+    is renamed into place, so a concurrent reader never loads half a file."""
+    import subprocess
+    import sysconfig
+    from concurrent.futures import ThreadPoolExecutor
+
+    out_dir = os.path.abspath(out_dir)
+    obj_dir = os.path.join(out_dir, "obj")
+    os.makedirs(obj_dir, exist_ok=True)
+    wrapper = os.path.join(obj_dir, "_native.c")
+    make_builder(absolute=True).emit_c_code(wrapper)  # the cffi wrapper (rewritten if changed)
+    cc = os.environ.get("CC", "gcc").split()
+    includes = ["-I" + HERE, "-I" + sysconfig.get_paths()["include"]]
+    headers = max(os.path.getmtime(os.path.join(HERE, h)) for h in HEADERS + [__file__])
+
+    def compile_one(source: str) -> str:
+        obj = os.path.join(obj_dir, os.path.basename(source)[:-2] + ".o")
+        if os.path.exists(obj) and os.path.getmtime(obj) >= max(headers,
+                                                                os.path.getmtime(source)):
+            return obj
+        partial = f"{obj}.{os.getpid()}.part"
+        command = [*cc, *SANITIZED_COMPILE_ARGS, "-fPIC", *includes, "-c", source, "-o",
+                   partial]
+        if verbose:
+            print(" ".join(command), flush=True)
+        subprocess.run(command, check=True)
+        os.replace(partial, obj)
+        return obj
+
+    sources = [os.path.join(HERE, name) for name in SOURCES] + [wrapper]
+    sources.sort(key=lambda s: "bn_isa" not in s)  # the slow ones first
+    with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
+        objects = list(pool.map(compile_one, sources))
+    target = os.path.join(out_dir, "_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+    partial = f"{target}.{os.getpid()}.part"
+    subprocess.run([*cc, "-shared", *objects, *SANITIZED_LINK_ARGS, "-lm", "-o", partial],
+                   check=True)
+    os.replace(partial, target)
+    return target
+
+
 ffibuilder = make_builder()
 
 if __name__ == "__main__":
     import glob
     import shutil
+    import sys
     import tempfile
+
+    if sys.argv[1:2] == ["--sanitized"]:  # python kernels_c/build_native.py --sanitized DIR
+        print(build_sanitized(sys.argv[2] if len(sys.argv) > 2 else "build/asan", verbose=True))
+        sys.exit(0)
 
     package = os.path.join(os.path.dirname(HERE), "minigraph")
     with tempfile.TemporaryDirectory() as tmp:

@@ -188,7 +188,8 @@ def analyze(cases: list[Case], outcomes: dict, targets: list[str],
                 continue
             counts[outcome.kind] += 1
             if outcome.kind in ("crash", "hang"):
-                add(case, outcome.kind, target, outcome.message, outcome.message.split(" after")[0])
+                add(case, outcome.kind, target, outcome.message,
+                    outcome.message.split("\n")[0].split(" after cases")[0])
             elif outcome.kind == "other":
                 add(case, "other-exception", target,
                     f"{outcome.phase}: {outcome.exc_type}: {outcome.message}")

@@ -3,7 +3,8 @@
 ``--cases`` is per op. Prints the summary per target (and the findings with ``-v``); writes
 ``fuzz_summary.txt``, ``fuzz_findings.md`` and ``fuzz_report.json`` under ``$FUZZ_REPORT``
 (or ``--report DIR``). Exit status 1 when there are findings. Never imports TensorFlow, so
-``--targets opencl,reference`` is safe here.
+``--targets opencl,reference`` is safe here. ``$MINIGRAPH_NATIVE_SO`` swaps in another build of
+``minigraph._native`` (the sanitized one: tests/fuzz/sanitized.py, ``make fuzz-asan``).
 """
 
 from __future__ import annotations
@@ -51,13 +52,21 @@ def write_report(result: dict, directory: str) -> None:
         json.dump(report_json(result), f, indent=1)
 
 
+def native_module() -> str | None:
+    """The file minigraph._native was loaded from (None when it is not loaded)."""
+    return getattr(sys.modules.get("minigraph._native"), "__file__", None)
+
+
 def report_json(result: dict) -> dict:
-    return {"seconds": result["seconds"],
+    return {"seconds": result["seconds"], "native_module": native_module(),
             "summary": {t: dict(c) for t, c in result["summary"].items()},
             "findings": [f.as_dict() for f in result["findings"]]}
 
 
 def main(argv=None) -> int:
+    from tests.fuzz.sanitized import install_from_env
+
+    install_from_env()  # before anything imports minigraph
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=50, help="cases per op (default 50)")
@@ -82,6 +91,8 @@ def main(argv=None) -> int:
     result = campaign(args.cases, targets, [o for o in args.ops.split(",") if o] or None,
                       args.seed, args.workers, args.timeout, args.batch)
     print(checks.format_summary(result["summary"], result["findings"], result["seconds"]))
+    if os.environ.get("MINIGRAPH_NATIVE_SO"):
+        print(f"native kernels: {native_module()}")
     if args.verbose:
         print(checks.format_findings(result["findings"]))
     else:

@@ -9,6 +9,10 @@ watches up to ``workers`` of them at once:
 * the pipe closes while a (case, target) is started: the worker crashed (its signal is
   recorded); every case of the batch up to that one is rerun alone, one per process, so the
   crash is pinned to one case (a case that crashes only after others says so).
+
+Under AddressSanitizer (tests/fuzz/sanitized.py: libasan in ``LD_PRELOAD``) the workers get no
+address-space limit (ASan's shadow memory exceeds any) and write their stderr to a file, so a
+crash's message carries the ASan / UBSan report.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import tempfile
 import time
 from collections import deque
 from multiprocessing.connection import wait
@@ -23,15 +28,21 @@ from multiprocessing.connection import wait
 from tests.fuzz.cases import Case, Outcome, execute
 
 MEMORY_LIMIT = 8 << 30
+SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
+REPORT_CHARS = 6000
 
 
-def _worker(cases: list[Case], targets: list[str], conn) -> None:
+def _worker(cases: list[Case], targets: list[str], conn, stderr_path: str | None = None) -> None:
     import faulthandler
 
     faulthandler.disable()  # a crash is reported by the parent, not dumped to stderr
+    if stderr_path:  # the sanitizer's report, for the parent to read
+        os.dup2(os.open(stderr_path, os.O_WRONLY | os.O_APPEND), 2)
     try:
         import resource
 
+        if SANITIZED:  # ASan's allocator_may_return_null + max_allocation_size_mb instead
+            raise ValueError
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     except (ImportError, ValueError, OSError):
         pass
@@ -59,6 +70,24 @@ class BigResult:
         self.shape, self.dtype = value.shape, value.dtype
 
 
+def _sanitizer_report(text: str) -> str:
+    """' [summary line]\nreport' from a crashed worker's stderr (findings are deduplicated by a
+    crash message's first line), or ''."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if "ERROR: AddressSanitizer" in line
+              or "ERROR: LeakSanitizer" in line or ": runtime error:" in line]
+    if not starts:
+        return ""
+    lines = lines[starts[0]:]
+    summary = [line for line in lines if ": runtime error:" in line
+               or line.startswith("SUMMARY:")]
+    head = summary[0].removeprefix("SUMMARY: ").strip() if summary else lines[0].strip()
+    report = "\n".join(lines)
+    if len(report) > REPORT_CHARS:
+        report = report[:REPORT_CHARS] + "\n[... report cut]"
+    return f" [{head}]\n{report}"
+
+
 def _shrink(value):
     return BigResult(value) if getattr(value, "nbytes", 0) > BIG else value
 
@@ -68,12 +97,32 @@ class _Job:
         self.cases, self.solo = cases, solo
         receive, send = ctx.Pipe(duplex=False)
         self.conn = receive
-        self.process = ctx.Process(target=_worker, args=(cases, targets, send), daemon=True)
+        self.stderr_path = None
+        if SANITIZED:
+            handle, self.stderr_path = tempfile.mkstemp(prefix="fuzz-worker-", suffix=".txt")
+            os.close(handle)
+        self.process = ctx.Process(target=_worker, args=(cases, targets, send, self.stderr_path),
+                                   daemon=True)
         self.process.start()
         send.close()
         self.current: tuple[int, str] | None = None
         self.done_cases: list[int] = []
         self.last = time.monotonic()
+
+    def stderr(self) -> str:
+        """What the (ended) worker wrote to stderr when it was captured; removes the file."""
+        if not self.stderr_path:
+            return ""
+        try:
+            with open(self.stderr_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+        finally:
+            try:
+                os.remove(self.stderr_path)
+            except OSError:
+                pass
 
 
 def run_cases(cases: list[Case], targets: list[str], *, workers: int = 2, batch: int = 40,
@@ -131,6 +180,7 @@ def run_cases(cases: list[Case], targets: list[str], *, workers: int = 2, batch:
                 # the worker is gone
                 job.process.join(5)
                 active.remove(job)
+                report = _sanitizer_report(job.stderr())
                 if job.current is None:
                     continue  # finished normally
                 index, target = job.current
@@ -139,12 +189,13 @@ def run_cases(cases: list[Case], targets: list[str], *, workers: int = 2, batch:
                 text = (f"killed by signal {signal.Signals(sig).name}" if sig
                         else f"exited with status {code}")
                 if job.solo or not job.done_cases:
-                    outcomes[(index, target)] = Outcome("crash", "run", "", text)
+                    outcomes[(index, target)] = Outcome("crash", "run", "", text + report)
                     finish_rest(job, index, f"{target} crashed")
                 else:
                     earlier = job.done_cases[:]
                     batch_crash[(index, target)] = Outcome(
-                        "crash", "run", "", f"{text} after cases {earlier} in the same process")
+                        "crash", "run", "",
+                        f"{text} after cases {earlier} in the same process{report}")
                     for i in earlier:
                         for t in targets:
                             outcomes.pop((i, t), None)
@@ -159,6 +210,7 @@ def run_cases(cases: list[Case], targets: list[str], *, workers: int = 2, batch:
                 job.process.kill()
                 job.process.join(5)
                 job.conn.close()
+                job.stderr()
                 active.remove(job)
                 outcomes[(index, target)] = Outcome(
                     "hang", "run", "", f"no answer within {timeout:g} s")
