@@ -1,6 +1,6 @@
 """The batch-normalization op family: definitions, shape functions and run-time checks.
 
-Semantics follow TensorFlow 2.21 on CPU (``shared/spec/TF_SEMANTICS.md``):
+Semantics follow TensorFlow 2.21 on CPU (``docs/tf-semantics.md``):
 
 * ``FusedBatchNormV3`` (and V1/V2) normalizes per channel,
   ``y = (x - mu) * (scale * rsqrt(var + epsilon)) + offset``, with the batch statistics in
@@ -380,9 +380,9 @@ def grad_attrs(op) -> dict:
 
 
 def _fused_batch_norm_grad(scope, op, grads):
-    """TF §8.1: one FusedBatchNormGradV3 fed with the reserve spaces (training) or the
-    population statistics (inference). Only y's cotangent is used; mean and variance get
-    no gradient."""
+    """One FusedBatchNormGradV3 fed with the reserve spaces (training) or the population
+    statistics (inference). Only y's cotangent is used; mean and variance get no gradient
+    (docs/tf-semantics.md#autodiff-first-order)."""
     x, scale, _, mean, variance = op.inputs
     dy = cotangent_or_zeros(scope, op, grads, 0)
     if op.attrs["is_training"]:
@@ -397,7 +397,8 @@ def _fused_batch_norm_grad(scope, op, grads):
 
 
 def _fused_batch_norm_grad_grad(scope, op, grads):
-    """TF §8.2: the fused second-order op; None for the reserve spaces."""
+    """The fused second-order op; None for the reserve spaces
+    (docs/tf-semantics.md#autodiff-second-order)."""
     dy, x, scale, mean, variance = op.inputs[:5]
     cotangents = [cotangent_or_zeros(scope, op, grads, i) for i in range(3)]
     result = FusedBatchNormGradGrad(scope, dy, x, scale, mean, variance, *cotangents,
@@ -459,7 +460,8 @@ def decomposed_batch_norm_grad(scope, dy, x, scale, mean, variance, *, epsilon, 
 
 @RegisterGradient("BatchNormWithGlobalNormalization")
 def _global_norm_grad(scope, op, grads):
-    """TF §9.3: one BatchNormWithGlobalNormalizationGrad; m and v DO get gradients."""
+    """One BatchNormWithGlobalNormalizationGrad; m and v DO get gradients
+    (docs/tf-semantics.md#global-normalization-gradient)."""
     t, m_, v, beta, gamma = op.inputs
     grad = BatchNormWithGlobalNormalizationGrad(
         scope, t, m_, v, gamma, grads[0], op.attrs["variance_epsilon"],
