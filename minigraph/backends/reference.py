@@ -88,7 +88,7 @@ def _backward_sums(dy, x, mean, variance, epsilon, layout):
 
 
 def bn_backward_training(dy, x, scale, mean, variance, epsilon, channels_last):
-    """Training-mode gradient with the saved statistics (TF_SEMANTICS §3.2).
+    """Training-mode gradient with the saved statistics (docs/tf-semantics.md#gradient-formulas).
 
     dx = scale*r*(dy - sum(dy)/n - xc*(sum(dy*xc)/n)*r^2); scale_backprop = sum(dy*xc)*r;
     offset_backprop = sum(dy), where r = rsqrt(variance + epsilon) and xc = x - mean.
@@ -115,7 +115,8 @@ def bn_backward_inference(dy, x, scale, mean, variance, epsilon, channels_last):
 
 
 def bn_grad_grad_training(dy, x, scale, gx, gscale, goffset, epsilon, channels_last):
-    """Second order of the training-mode gradient, statistics recomputed from x (TF §8.2).
+    """Second order of the training-mode gradient, statistics recomputed from x
+    (docs/tf-semantics.md#autodiff-second-order).
 
     With mu, var the batch mean and biased variance of x, r = rsqrt(var + eps),
     xh = (x - mu) r and per-channel means mdy, mgx, mdyxh = mean(dy xh), mgxxh = mean(gx xh),
@@ -149,7 +150,8 @@ def bn_grad_grad_training(dy, x, scale, gx, gscale, goffset, epsilon, channels_l
 
 def bn_grad_grad_inference(dy, x, scale, mean, variance, gx, gscale, goffset, epsilon,
                            channels_last):
-    """Second order of the inference-mode gradient (TF §8.2 closed form), r = rsqrt(var+eps):
+    """Second order of the inference-mode gradient (closed form in
+    docs/tf-semantics.md#autodiff-second-order), r = rsqrt(var+eps):
     d_dy = gx scale r + gscale (x - mean) r + goffset; d_x = gscale dy r;
     d_scale = sum(gx dy r)."""
     layout = _Layout(x, channels_last)

@@ -209,7 +209,8 @@ def _variance(count: np.ndarray, m2: np.ndarray) -> np.ndarray:
 def batch_norm_apply(op: Operation, inputs: list[np.ndarray], math: ModuleType
                      ) -> list[np.ndarray]:
     """y = (x - mean) * (scale * rsqrt(M2/N + epsilon)) + offset with the global moments, and
-    FusedBatchNormV3's training outputs (TF_SEMANTICS §2.1) with the global N:
+    FusedBatchNormV3's training outputs (docs/tf-semantics.md#forward-is_trainingtrue) with
+    the global N:
     batch_mean = mean, batch_variance = M2 / max(N - 1, 1) (blended with the incoming
     mean/variance when exponential_avg_factor != 1), reserve_space_1/2 = mean, M2 / N."""
     x, scale, offset, mean, variance, count, stat_mean, stat_m2 = inputs

@@ -25,8 +25,9 @@ backward: ``BatchNormLocalGradSums`` (sum dy, sum dy*(x-mean)) -> ``CollectiveAl
           offset backprops, which data-parallel gradient averaging then reduces)
 
 ``BatchNormApply``'s registered gradient builds the backward chain: like FusedBatchNormV3
-(TF_SEMANTICS §8.1) only y's cotangent is used, and its x gradient already accounts for the
-statistics' dependence on x, so the statistics ops themselves are not differentiable.
+(docs/tf-semantics.md#autodiff-first-order) only y's cotangent is used, and its x gradient
+already accounts for the statistics' dependence on x, so the statistics ops themselves are
+not differentiable.
 """
 
 from __future__ import annotations
@@ -399,7 +400,8 @@ def _batch_norm_apply_grad(scope, op, grads):
     where sum_dy and sum_dy_xc = sum(dy (x-mean)) are all-reduced over the replicas. The
     scale/offset backprops are this replica's share (local sums); summing them over the
     replicas (what data-parallel gradient reduction does) gives the global ones.
-    Only y's cotangent is used (TF §8.1); the statistics inputs get no gradient.
+    Only y's cotangent is used (docs/tf-semantics.md#autodiff-first-order); the statistics
+    inputs get no gradient.
     """
     x, scale = op.inputs[0], op.inputs[1]
     count, mean, m2 = op.inputs[5:8]
