@@ -7,8 +7,9 @@
  * per-channel vectors are float32 [C]. Math is float32 (per-channel sums are reduced in
  * float32 vectors per block and combined in double, in a fixed block order, so results are
  * bit-identical for any thread count); float16/bfloat16 values are widened on load and
- * rounded once (to nearest even) on store. The formulas are in TF_SEMANTICS.md §2, §3, §8
- * and next to each kernel in batch_norm.c.
+ * rounded once (to nearest even) on store. The formulas are next to each kernel in
+ * batch_norm.c and in docs/tf-semantics.md#fusedbatchnormv3-forward,
+ * docs/tf-semantics.md#fusedbatchnormgradv3 and docs/tf-semantics.md#autodiff-second-order.
  *
  * Return value: 0 on success, MG_BN_EBADARG for a bad dtype/size, MG_BN_ENOMEM when a
  * scratch allocation failed. `num_threads` <= 1 runs on the calling thread only.

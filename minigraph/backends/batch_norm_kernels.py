@@ -46,7 +46,8 @@ def _vector(xp, value: np.ndarray, ct: type = F32) -> np.ndarray:
 @register_kernel("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
 def fused_batch_norm(op: Operation, inputs: list[np.ndarray], math: ModuleType
                      ) -> list[np.ndarray]:
-    """TF_SEMANTICS §2: y plus (batch_mean, batch_variance, reserve_space_1, reserve_space_2).
+    """y plus (batch_mean, batch_variance, reserve_space_1, reserve_space_2), as in
+    docs/tf-semantics.md#fusedbatchnormv3-forward.
 
     Training: batch_mean/batch_variance are the batch mean and the Bessel-corrected variance
     (k = n / max(n-1, 1)), blended with the incoming mean/variance when
@@ -89,7 +90,8 @@ def fused_batch_norm(op: Operation, inputs: list[np.ndarray], math: ModuleType
 @register_kernel("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3")
 def fused_batch_norm_grad(op: Operation, inputs: list[np.ndarray], math: ModuleType
                           ) -> list[np.ndarray]:
-    """TF_SEMANTICS §3.2: (x_backprop, scale_backprop, offset_backprop, two empty reserves).
+    """(x_backprop, scale_backprop, offset_backprop, two empty reserves), as in
+    docs/tf-semantics.md#gradient-formulas.
 
     reserve_space_1/2 are used as given (mean and biased variance); reserve_space_3 is ignored.
     Empty x: x_backprop empty of x's shape (also 5-D), zero scale/offset backprops.
@@ -147,8 +149,9 @@ def _global_norm_setup(op: Operation, t: np.ndarray, math: ModuleType, vectors: 
 @register_kernel("BatchNormWithGlobalNormalization")
 def batch_norm_with_global_normalization(op: Operation, inputs: list[np.ndarray],
                                          math: ModuleType) -> list[np.ndarray]:
-    """TF_SEMANTICS §9.2: y = (t - m) * (rsqrt(v + eps) * gamma) + beta (gamma only if
-    scale_after_normalization). float16 is computed in float32 and rounded once."""
+    """y = (t - m) * (rsqrt(v + eps) * gamma) + beta (gamma only if scale_after_normalization),
+    as in docs/tf-semantics.md#global-normalization-forward. float16 is computed in float32
+    and rounded once."""
     t, m, v, beta, gamma = inputs
     math, xp, ct, (m, v, beta, gamma) = _global_norm_setup(op, t, math, [m, v, beta, gamma])
     t = xp.ascontiguousarray(t)
@@ -162,7 +165,8 @@ def batch_norm_with_global_normalization(op: Operation, inputs: list[np.ndarray]
 @register_kernel("BatchNormWithGlobalNormalizationGrad")
 def batch_norm_with_global_normalization_grad(op: Operation, inputs: list[np.ndarray],
                                               math: ModuleType) -> list[np.ndarray]:
-    """TF_SEMANTICS §9.3, with r = rsqrt(v + eps), db = sum(backprop), s2 = sum(backprop*(t-m)):
+    """docs/tf-semantics.md#global-normalization-gradient, with r = rsqrt(v + eps),
+    db = sum(backprop), s2 = sum(backprop*(t-m)):
 
     dx = backprop * r * gamma, dm = -db * r * gamma, dv = -0.5 * s2 * gamma / (v + eps)^1.5,
     dg = s2 * r (gamma and dg replaced by 1 and 0 when not scale_after_normalization).
