@@ -5,7 +5,7 @@ Build a graph with :class:`Scope` and the wrappers in :mod:`minigraph.ops`, run 
 """
 
 from minigraph import errors, io, ops, train, viz
-from minigraph.client.session import ClientSession
+from minigraph.client.session import ClientSession, RunMetadata
 from minigraph.framework.dtypes import (
     DType,
     as_dtype,
@@ -29,6 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AddSymbolicGradients", "ClientSession", "DType", "Graph", "NotDifferentiable", "Operation",
+    "RunMetadata",
     "Output", "RegisterGradient", "Scope", "TensorShape", "as_dtype", "bfloat16", "bool",
     "errors", "float16", "float32", "float64", "gradient_checker", "half", "int32", "int64",
     "io", "ops", "train", "viz",

@@ -1,24 +1,27 @@
-"""CPU math backends (numpy reference, native C) and the kernel registry.
+"""CPU backends (numpy reference, native C, float64 checking) and the kernel registry.
 
-``select(name)`` returns the math module a session uses for the batch-norm loops:
-``"reference"``, ``"native"``, ``"float64"`` (reference math with every floating tensor
-promoted to float64, for gradient checking), or ``None`` for the default
-(``$MINIGRAPH_BACKEND``, else native when it was built, else reference). An unknown name,
-given or from the variable, is an :class:`InvalidArgumentError` when the session is created
-(the message names the variable when the name came from it).
+``select(name)`` resolves the backend a session runs on: ``"reference"``, ``"native"``,
+``"float64"`` (the reference kernels with every floating tensor promoted to float64, for
+gradient checking: a session mode), or ``None`` for the default (``$MINIGRAPH_BACKEND``,
+else native when it was built, else reference). An unknown name, given or from the
+variable, is an :class:`InvalidArgumentError` when the session is created (the message
+names the variable when the name came from it). ``math_for(backend)`` is the
+:class:`~minigraph.backends.registry.BatchNormMath` a kernel registered for that backend
+computes with. Importing this package registers every CPU kernel.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from types import ModuleType, SimpleNamespace
+from types import ModuleType
 
 from minigraph.backends import (  # noqa: F401  (importing registers the kernels)
     array_kernels,
     batch_norm_kernels,
     conv_kernels,
     math_kernels,
+    native,
     nn_kernels,
     reference,
     state_kernels,
@@ -28,23 +31,21 @@ from minigraph.framework.errors import InvalidArgumentError, UnavailableError
 BACKENDS = ("native", "reference", "float64")
 BACKEND_VAR = "MINIGRAPH_BACKEND"
 
-# The reference math evaluated with every floating tensor promoted to float64: the gradient
-# checker's backend, so finite differences are not drowned in float32 rounding.
-float64 = SimpleNamespace(**{k: v for k, v in vars(reference).items()
-                             if k.startswith("bn_")}, NAME="float64", FLOAT64=True)
 _warned_fallback = False
 
 
 def _native() -> ModuleType | None:
-    try:
-        from minigraph.backends import native
-    except ImportError:
-        return None
     return native if native.available() else None
 
 
-def select(name: str | None = None) -> ModuleType:
-    """The math module for backend ``name`` (see the module docstring for the default)."""
+def math_for(backend: str) -> ModuleType:
+    """The batch-norm math of a CPU backend's kernels (float64 checking uses the
+    reference's, on promoted tensors)."""
+    return _native() if backend == "native" else reference
+
+
+def select(name: str | None = None) -> str:
+    """The backend a session asked for as ``name`` runs on (see the module docstring)."""
     global _warned_fallback
     explicit = name is not None
     from_environment = not name and bool(os.environ.get(BACKEND_VAR, "").strip())
@@ -56,13 +57,8 @@ def select(name: str | None = None) -> ModuleType:
         hint = f"; fix or unset {BACKEND_VAR}" if from_environment else ""
         raise InvalidArgumentError(f"unknown backend {name!r}{source}; expected one of "
                                    f"{BACKENDS}{hint}")
-    if name == "reference":
-        return reference
-    if name == "float64":
-        return float64
-    native = _native()
-    if native is not None:
-        return native
+    if name != "native" or _native() is not None:
+        return name
     if explicit:
         raise UnavailableError("the native backend is not available (the C kernels were not "
                                "built); reinstall with a C compiler or use backend='reference'")
@@ -70,4 +66,4 @@ def select(name: str | None = None) -> ModuleType:
         _warned_fallback = True
         warnings.warn("minigraph: native C kernels are not built; using the numpy reference "
                       "backend", RuntimeWarning, stacklevel=3)
-    return reference
+    return "reference"

@@ -9,19 +9,22 @@ from minigraph.framework.errors import InvalidArgumentError
 
 
 @register_kernel("Const")
-def const(op, inputs, math):
-    value = op.attrs["value"]
-    if getattr(math, "FLOAT64", False) and op.attrs["dtype"].is_floating:
-        return [value.astype(np.float64)]
-    return [value]
+def const(op, inputs, ctx):
+    return [op.attrs["value"]]
 
 
-@register_kernel("Identity")
-def identity(op, inputs, math):
+@register_kernel("Const", backend="float64", when=lambda op: op.attrs["dtype"].is_floating)
+def const_float64(op, inputs, ctx):
+    """Floating constants promoted, as the float64 session's feeds are."""
+    return [op.attrs["value"].astype(np.float64)]
+
+
+@register_kernel("Identity", backend=("reference", "opencl"))
+def identity(op, inputs, ctx):
     return [inputs[0]]
 
 
 @register_kernel("Placeholder")
-def placeholder(op, inputs, math):
+def placeholder(op, inputs, ctx):
     raise InvalidArgumentError(f"You must feed a value for placeholder tensor '{op.name}' with "
                                f"dtype {op.attrs['dtype'].name} and shape {op.attrs['shape']}")

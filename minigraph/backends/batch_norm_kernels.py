@@ -1,32 +1,32 @@
-"""Op-level CPU kernels of the batch-norm family, shared by the reference and native backends.
+"""Op-level kernels of the batch-norm family, one body for every backend.
 
 Each kernel reads its node's attrs, handles what is the same on every backend (empty
 tensors, the statistics outputs, reserve spaces, exponential averaging, the global-
-normalization vector gradients) and hands the per-element loops to ``math``: the module
-the session chose, ``backends.reference`` (numpy) or ``backends.native`` (C), or a device's
-math (``backends.opencl``). Arrays are made through ``xp = _namespace(math)``: numpy on the
-CPU, the device's array functions (``math.xp``) elsewhere, so the same code runs there.
-Inputs were already validated by the op's ``validate`` function.
+normalization vector gradients) and hands the per-element loops to ``ctx.math``, the
+:class:`~minigraph.backends.registry.BatchNormMath` of the backend it was registered for:
+``backends.reference`` (numpy), ``backends.native`` (C) or a device's ``OpenCLMath``.
+Arrays are made through ``ctx.math.xp``: numpy on the CPU, the device's array functions
+elsewhere. Inputs were already validated by the session.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from minigraph.backends import reference
-from minigraph.backends.registry import register_kernel
+from minigraph.backends.registry import BatchNormMath, KernelContext, register_kernel
+from minigraph.framework import dtypes
 from minigraph.framework.graph import Operation
 from minigraph.ops.batch_norm import channel_axis, channels_last
 
 F32 = np.float32
-
-
-def _namespace(math: ModuleType):
-    """The array functions for ``math``'s tensors: numpy, or a device backend's ``xp``."""
-    return getattr(math, "xp", np)
+# The fused ops' kernels run on every backend with its own math (float64 sessions fall back
+# to the reference's); the global-normalization ones only for the dtypes the C and OpenCL
+# loops take (float64 runs on the reference).
+EVERY = ("reference", "native", "opencl")
+FAST = ("native", "opencl")
+FLOAT16_32 = (dtypes.float16, dtypes.float32)
 
 
 def _empty_reserve(xp) -> np.ndarray:
@@ -43,8 +43,8 @@ def _vector(xp, value: np.ndarray, ct: type = F32) -> np.ndarray:
     return xp.ascontiguousarray(value, dtype=ct)
 
 
-@register_kernel("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
-def fused_batch_norm(op: Operation, inputs: list[np.ndarray], math: ModuleType
+@register_kernel("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", backend=EVERY)
+def fused_batch_norm(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
                      ) -> list[np.ndarray]:
     """y plus (batch_mean, batch_variance, reserve_space_1, reserve_space_2), as in
     docs/tf-semantics.md#fusedbatchnormv3-forward.
@@ -57,7 +57,7 @@ def fused_batch_norm(op: Operation, inputs: list[np.ndarray], math: ModuleType
     x, scale, offset, mean, variance = inputs
     attrs = op.attrs
     epsilon, last = attrs["epsilon"], channels_last(attrs["data_format"])
-    xp = _namespace(math)
+    math, xp = ctx.math, ctx.math.xp
     x = xp.ascontiguousarray(x)
     ct = _compute_type(x)
     scale, offset, mean, variance = (_vector(xp, v, ct)
@@ -87,8 +87,9 @@ def fused_batch_norm(op: Operation, inputs: list[np.ndarray], math: ModuleType
     return outputs
 
 
-@register_kernel("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3")
-def fused_batch_norm_grad(op: Operation, inputs: list[np.ndarray], math: ModuleType
+@register_kernel("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
+                 backend=EVERY)
+def fused_batch_norm_grad(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
                           ) -> list[np.ndarray]:
     """(x_backprop, scale_backprop, offset_backprop, two empty reserves), as in
     docs/tf-semantics.md#gradient-formulas.
@@ -98,7 +99,7 @@ def fused_batch_norm_grad(op: Operation, inputs: list[np.ndarray], math: ModuleT
     """
     dy, x, scale, mean, variance = inputs[:5]
     attrs = op.attrs
-    xp = _namespace(math)
+    math, xp = ctx.math, ctx.math.xp
     ct = _compute_type(x)
     channels = x.shape[channel_axis(attrs["data_format"])]
     if x.size == 0:
@@ -113,14 +114,14 @@ def fused_batch_norm_grad(op: Operation, inputs: list[np.ndarray], math: ModuleT
     return outputs + [_empty_reserve(xp), _empty_reserve(xp)]
 
 
-@register_kernel("FusedBatchNormGradGrad")
-def fused_batch_norm_grad_grad(op: Operation, inputs: list[np.ndarray], math: ModuleType
+@register_kernel("FusedBatchNormGradGrad", backend=EVERY)
+def fused_batch_norm_grad_grad(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
                                ) -> list[np.ndarray]:
     """Second order of FusedBatchNormGradV3 (see ``reference.bn_grad_grad_training``):
     (grad_y_backprop, grad_x, grad_scale). Training recomputes the statistics from x."""
     dy, x, scale, mean, variance, gx, gscale, goffset = inputs
     attrs = op.attrs
-    xp = _namespace(math)
+    math, xp = ctx.math, ctx.math.xp
     ct = _compute_type(x)
     if x.size == 0:
         channels = x.shape[channel_axis(attrs["data_format"])]
@@ -136,24 +137,24 @@ def fused_batch_norm_grad_grad(op: Operation, inputs: list[np.ndarray], math: Mo
                                             epsilon, last))
 
 
-def _global_norm_setup(op: Operation, t: np.ndarray, math: ModuleType, vectors: list
-                       ) -> tuple[ModuleType, Any, type, list[np.ndarray]]:
-    """(math, xp, compute type, vectors): float64 runs on the reference backend in float64;
-    float16/32 compute in float32."""
+def _global_norm_setup(t: np.ndarray, ctx: KernelContext, vectors: list
+                       ) -> tuple[BatchNormMath, Any, type, list[np.ndarray]]:
+    """(math, xp, compute type, vectors): float16/32 compute in float32, float64 in float64
+    (on the reference backend: native registers these kernels for float16/32 only)."""
     ct = _compute_type(t)
-    math = reference if ct is np.float64 else math
-    xp = _namespace(math)
-    return math, xp, ct, [_vector(xp, v, ct) for v in vectors]
+    xp = ctx.math.xp
+    return ctx.math, xp, ct, [_vector(xp, v, ct) for v in vectors]
 
 
 @register_kernel("BatchNormWithGlobalNormalization")
+@register_kernel("BatchNormWithGlobalNormalization", backend=FAST, dtypes=FLOAT16_32)
 def batch_norm_with_global_normalization(op: Operation, inputs: list[np.ndarray],
-                                         math: ModuleType) -> list[np.ndarray]:
+                                         ctx: KernelContext) -> list[np.ndarray]:
     """y = (t - m) * (rsqrt(v + eps) * gamma) + beta (gamma only if scale_after_normalization),
     as in docs/tf-semantics.md#global-normalization-forward. float16 is computed in float32
     and rounded once."""
     t, m, v, beta, gamma = inputs
-    math, xp, ct, (m, v, beta, gamma) = _global_norm_setup(op, t, math, [m, v, beta, gamma])
+    math, xp, ct, (m, v, beta, gamma) = _global_norm_setup(t, ctx, [m, v, beta, gamma])
     t = xp.ascontiguousarray(t)
     if not op.attrs["scale_after_normalization"]:
         gamma = xp.ones_like(gamma)
@@ -163,8 +164,9 @@ def batch_norm_with_global_normalization(op: Operation, inputs: list[np.ndarray]
 
 
 @register_kernel("BatchNormWithGlobalNormalizationGrad")
+@register_kernel("BatchNormWithGlobalNormalizationGrad", backend=FAST, dtypes=FLOAT16_32)
 def batch_norm_with_global_normalization_grad(op: Operation, inputs: list[np.ndarray],
-                                              math: ModuleType) -> list[np.ndarray]:
+                                              ctx: KernelContext) -> list[np.ndarray]:
     """docs/tf-semantics.md#global-normalization-gradient, with r = rsqrt(v + eps),
     db = sum(backprop), s2 = sum(backprop*(t-m)):
 
@@ -173,7 +175,7 @@ def batch_norm_with_global_normalization_grad(op: Operation, inputs: list[np.nda
     """
     t, m, v, gamma, backprop = inputs
     dtype = t.dtype
-    math, xp, ct, (m, v, gamma) = _global_norm_setup(op, t, math, [m, v, gamma])
+    math, xp, ct, (m, v, gamma) = _global_norm_setup(t, ctx, [m, v, gamma])
     t, backprop = xp.ascontiguousarray(t), xp.ascontiguousarray(backprop)
     scaled = op.attrs["scale_after_normalization"]
     eps = ct(op.attrs["variance_epsilon"])

@@ -16,9 +16,9 @@ first maximum with the same passes, then scatter (or gather) at it. float16/bflo
 computed in float32 and rounded once; float64 (the gradient checker's evaluation) stays
 float64.
 
-With the native backend (``math`` is ``backends.native``), float32 convolutions with stride 1,
-dilation 1 and SAME/VALID padding, max pools, and max-pool gradients with non-overlapping
-windows run in C instead (kernels_c/conv.c, pool.c), after the same checks.
+On the native backend, float32 convolutions with stride 1, dilation 1 and SAME/VALID padding,
+max pools, and max-pool gradients with non-overlapping windows have C kernels of their own
+(``*_native``, registered for ``backend="native"``; kernels_c/conv.c, pool.c).
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from minigraph.backends import native
 from minigraph.backends.registry import register_kernel
+from minigraph.framework import dtypes
 from minigraph.framework.errors import InvalidArgumentError
 from minigraph.ops.nn_ops import (
     Window,
@@ -161,39 +163,34 @@ def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tup
 # ----------------------------------------------------------------------------- conv kernels
 
 
-def _native_conv(math, op, window: Window, *arrays: np.ndarray) -> bool:
-    """True when the session's math backend has the C convolutions and handles this case:
-    float32, stride 1, dilation 1, SAME/VALID padding, no empty tensor."""
-    return (getattr(math, "conv2d_backprop_filter", None) is not None
-            and op.attrs["padding"] != "EXPLICIT"
-            and window.strides == (1, 1) and window.dilations == (1, 1)
-            and all(a.dtype == np.float32 and a.size for a in arrays))
+def _c_convolution(op) -> bool:
+    """The cases the C convolutions handle (besides float32): stride 1, dilation 1,
+    SAME/VALID padding."""
+    return (op.attrs["padding"] != "EXPLICIT" and set(op.attrs["strides"]) == {1}
+            and set(op.attrs["dilations"]) == {1})
 
+
+NATIVE_CONV = {"backend": "native", "dtypes": (dtypes.float32,), "when": _c_convolution}
 
 
 @register_kernel("Conv2D")
-def conv2d(op, inputs, math):
+def conv2d(op, inputs, ctx):
     x, f = inputs
     fmt = op.attrs["data_format"]
     window = conv_geometry(op.attrs, _fail(op), x.shape, f.shape)
-    if _native_conv(math, op, window, x, f) and 0 not in window.out:
-        return [math.conv2d(x, f, window.pads, window.out, fmt == "NHWC")]
     ct = compute_dtype(x.dtype)
     y = conv2d_nhwc(_nhwc(x, fmt).astype(ct, copy=False), f.astype(ct, copy=False), window)
     return [_from_nhwc(y, fmt).astype(x.dtype, copy=False)]
 
 
 @register_kernel("Conv2DBackpropInput")
-def conv2d_backprop_input(op, inputs, math):
+def conv2d_backprop_input(op, inputs, ctx):
     sizes, f, dy = inputs
     fmt = op.attrs["data_format"]
     fail = _fail(op)
     x_shape = sizes_to_shape(sizes.tolist(), "input_sizes", fail, fmt,
                              to_nhwc(dy.shape, fmt)[0], f.shape[2])
     window = conv_geometry(op.attrs, fail, x_shape, f.shape)
-    if _native_conv(math, op, window, f, dy) and 0 not in x_shape:
-        hw = to_nhwc(x_shape, fmt)[1:3]
-        return [math.conv2d_backprop_input(dy, f, hw, window.pads, fmt == "NHWC")]
     ct = compute_dtype(dy.dtype)
     dx = conv2d_backprop_input_nhwc(_nhwc(dy, fmt).astype(ct, copy=False),
                                     f.astype(ct, copy=False), to_nhwc(x_shape, fmt), window)
@@ -201,18 +198,49 @@ def conv2d_backprop_input(op, inputs, math):
 
 
 @register_kernel("Conv2DBackpropFilter")
-def conv2d_backprop_filter(op, inputs, math):
+def conv2d_backprop_filter(op, inputs, ctx):
     x, sizes, dy = inputs
     fmt = op.attrs["data_format"]
     f_shape = tuple(sizes.tolist())
     window = conv_geometry(op.attrs, _fail(op), x.shape, f_shape)
-    if _native_conv(math, op, window, x, dy):
-        return [math.conv2d_backprop_filter(x, dy, f_shape[:2], window.pads, fmt == "NHWC")]
     ct = compute_dtype(x.dtype)
     df = conv2d_backprop_filter_nhwc(_nhwc(x, fmt).astype(ct, copy=False),
                                      np.ascontiguousarray(_nhwc(dy, fmt), dtype=ct),
                                      f_shape, window)
     return [df.astype(x.dtype, copy=False)]
+
+
+@register_kernel("Conv2D", **NATIVE_CONV)
+def conv2d_native(op, inputs, ctx):
+    x, f = inputs
+    window = conv_geometry(op.attrs, _fail(op), x.shape, f.shape)
+    if x.size == 0 or 0 in window.out:  # nothing for C to do: the numpy kernel's zeros
+        return conv2d(op, inputs, ctx)
+    return [native.conv2d(x, f, window.pads, window.out, op.attrs["data_format"] == "NHWC")]
+
+
+@register_kernel("Conv2DBackpropInput", **NATIVE_CONV)
+def conv2d_backprop_input_native(op, inputs, ctx):
+    sizes, f, dy = inputs
+    fmt = op.attrs["data_format"]
+    x_shape = sizes_to_shape(sizes.tolist(), "input_sizes", _fail(op), fmt,
+                             to_nhwc(dy.shape, fmt)[0], f.shape[2])
+    if dy.size == 0 or 0 in x_shape:
+        return conv2d_backprop_input(op, inputs, ctx)
+    window = conv_geometry(op.attrs, _fail(op), x_shape, f.shape)
+    return [native.conv2d_backprop_input(dy, f, to_nhwc(x_shape, fmt)[1:3], window.pads,
+                                         fmt == "NHWC")]
+
+
+@register_kernel("Conv2DBackpropFilter", **NATIVE_CONV)
+def conv2d_backprop_filter_native(op, inputs, ctx):
+    x, sizes, dy = inputs
+    f_shape = tuple(sizes.tolist())
+    if x.size == 0 or dy.size == 0:
+        return conv2d_backprop_filter(op, inputs, ctx)
+    window = conv_geometry(op.attrs, _fail(op), x.shape, f_shape)
+    return [native.conv2d_backprop_filter(x, dy, f_shape[:2], window.pads,
+                                          op.attrs["data_format"] == "NHWC")]
 
 
 # ----------------------------------------------------------------------------- pooling core
@@ -385,23 +413,25 @@ def _lowest(dtype: np.dtype):
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
 
 
-def _native_pool_sizes(window: Window) -> bool:
-    """True when the window fits the C pools' int32 geometry (any real one does)."""
-    return max(*window.ksize, *window.strides, *window.pads[0], *window.pads[1]) < 2**31
+def _c_pool(op) -> bool:
+    """The pools the C kernels handle (besides float32): a geometry that fits int32 (any
+    real one does; padding never exceeds the window)."""
+    return max(*op.attrs["ksize"], *op.attrs["strides"],
+               *op.attrs.get("explicit_paddings", ())) < 2**31
+
+
+def _c_pool_grad(op) -> bool:
+    """The C max-pool gradient: non-overlapping windows (strides >= ksize)."""
+    return _c_pool(op) and all(s >= k for s, k in zip(op.attrs["strides"], op.attrs["ksize"]))
 
 
 @register_kernel("MaxPool")
-def max_pool(op, inputs, math):
+def max_pool(op, inputs, ctx):
     """The maximum over each window's in-bounds elements (NaN propagates)."""
     x = inputs[0]
     out_shape, pool = _pool_setup(op, x.shape, op.attrs["data_format"])
     if 0 in out_shape:
         return [np.zeros(out_shape, x.dtype)]
-    w = pool.window
-    if (x.dtype == np.float32 and getattr(math, "max_pool", None) is not None
-            and _native_pool_sizes(w)):
-        return [math.max_pool(x, w.ksize, w.strides, w.pads, w.out,
-                              op.attrs["data_format"] == "NHWC")]
     ct = compute_dtype(x.dtype)
     low = _lowest(ct)
     rows = pool.reduce(x.astype(ct, copy=False), 0, np.maximum, low)
@@ -415,7 +445,7 @@ def _max_pool_grad_inputs(op, inputs):
 
 
 @register_kernel("MaxPoolGrad")
-def max_pool_grad(op, inputs, math):
+def max_pool_grad(op, inputs, ctx):
     """Each output's gradient goes to the first maximum of its window (TF's CPU rule);
     the contributions to one input element add up from the last output to the first."""
     x, g, out_shape, pool = _max_pool_grad_inputs(op, inputs)
@@ -424,10 +454,6 @@ def max_pool_grad(op, inputs, math):
         return [np.zeros(x.shape, x.dtype)]
     w = pool.window
     disjoint = w.strides[0] >= w.ksize[0] and w.strides[1] >= w.ksize[1]
-    if (x.dtype == np.float32 and getattr(math, "max_pool_grad", None) is not None
-            and disjoint and _native_pool_sizes(w)):
-        return [math.max_pool_grad(x, g, w.ksize, w.strides, w.pads, w.out,
-                                   op.attrs["data_format"] == "NHWC")]
     rows, cols = pool.argmax(x.astype(ct, copy=False))
     index = pool.flat_index(x.shape, rows, cols).ravel()
     dx = np.zeros(x.size, ct)
@@ -438,8 +464,29 @@ def max_pool_grad(op, inputs, math):
     return [dx.reshape(x.shape).astype(x.dtype, copy=False)]
 
 
+@register_kernel("MaxPool", backend="native", dtypes=(dtypes.float32,), when=_c_pool)
+def max_pool_native(op, inputs, ctx):
+    x = inputs[0]
+    out_shape, pool = _pool_setup(op, x.shape, op.attrs["data_format"])
+    if 0 in out_shape:
+        return max_pool(op, inputs, ctx)
+    w = pool.window
+    return [native.max_pool(x, w.ksize, w.strides, w.pads, w.out,
+                            op.attrs["data_format"] == "NHWC")]
+
+
+@register_kernel("MaxPoolGrad", backend="native", dtypes=(dtypes.float32,), when=_c_pool_grad)
+def max_pool_grad_native(op, inputs, ctx):
+    x, g, out_shape, pool = _max_pool_grad_inputs(op, inputs)
+    if 0 in out_shape or x.size == 0:
+        return max_pool_grad(op, inputs, ctx)
+    w = pool.window
+    return [native.max_pool_grad(x, g, w.ksize, w.strides, w.pads, w.out,
+                                 op.attrs["data_format"] == "NHWC")]
+
+
 @register_kernel("MaxPoolGradGrad")
-def max_pool_grad_grad(op, inputs, math):
+def max_pool_grad_grad(op, inputs, ctx):
     """The adjoint of MaxPoolGrad: each output gathers grad at its window's first maximum."""
     x, g, out_shape, pool = _max_pool_grad_inputs(op, inputs)
     if 0 in out_shape or x.size == 0:
@@ -449,7 +496,7 @@ def max_pool_grad_grad(op, inputs, math):
 
 
 @register_kernel("AvgPool")
-def avg_pool(op, inputs, math):
+def avg_pool(op, inputs, ctx):
     """Window sums over the in-bounds elements (height, then width) divided by the
     in-bounds element count (TF: padding is not counted)."""
     x = inputs[0]
@@ -462,7 +509,7 @@ def avg_pool(op, inputs, math):
 
 
 @register_kernel("AvgPoolGrad")
-def avg_pool_grad(op, inputs, math):
+def avg_pool_grad(op, inputs, ctx):
     """Each output's gradient, divided by its window's count, spread over the window's
     in-bounds elements (width, then height: the adjoint of AvgPool's passes)."""
     sizes, g = inputs

@@ -8,7 +8,7 @@ from minigraph.backends.registry import register_kernel
 
 
 def _elementwise(function):
-    def kernel(op, inputs, math):
+    def kernel(op, inputs, ctx):
         with np.errstate(all="ignore"):
             result = function(*inputs)
         return [np.asarray(result, inputs[0].dtype)]
@@ -25,7 +25,7 @@ for _name, _function in {
 
 
 @register_kernel("AddN")
-def add_n(op, inputs, math):
+def add_n(op, inputs, ctx):
     total = inputs[0].copy()
     for value in inputs[1:]:
         total += value
@@ -33,11 +33,14 @@ def add_n(op, inputs, math):
 
 
 @register_kernel("Cast")
-def cast(op, inputs, math):
-    target = op.attrs["DstT"]
-    if getattr(math, "FLOAT64", False) and target.is_floating:
-        return [inputs[0].astype(np.float64)]
-    return [inputs[0].astype(target.np_dtype)]
+def cast(op, inputs, ctx):
+    return [inputs[0].astype(op.attrs["DstT"].np_dtype)]
+
+
+@register_kernel("Cast", backend="float64", when=lambda op: op.attrs["DstT"].is_floating)
+def cast_float64(op, inputs, ctx):
+    """A cast to a floating type stays float64 in the float64 session."""
+    return [inputs[0].astype(np.float64)]
 
 
 def _axes(x: np.ndarray, axes: np.ndarray) -> tuple[int, ...]:
@@ -46,13 +49,13 @@ def _axes(x: np.ndarray, axes: np.ndarray) -> tuple[int, ...]:
 
 
 @register_kernel("Sum")
-def reduce_sum(op, inputs, math):
+def reduce_sum(op, inputs, ctx):
     x, axes = inputs
     return [np.asarray(x.sum(axis=_axes(x, axes), keepdims=op.attrs["keep_dims"]), x.dtype)]
 
 
 @register_kernel("Mean")
-def reduce_mean(op, inputs, math):
+def reduce_mean(op, inputs, ctx):
     x, axes = inputs
     with np.errstate(all="ignore"):
         value = x.mean(axis=_axes(x, axes), keepdims=op.attrs["keep_dims"])
@@ -60,40 +63,40 @@ def reduce_mean(op, inputs, math):
 
 
 @register_kernel("Reshape")
-def reshape(op, inputs, math):
+def reshape(op, inputs, ctx):
     x, shape = inputs
     return [x.reshape(shape.tolist())]
 
 
 @register_kernel("Transpose")
-def transpose(op, inputs, math):
+def transpose(op, inputs, ctx):
     x, perm = inputs
     return [np.array(x.transpose(perm.tolist()), order="C")]  # keeps a 0-d tensor 0-d
 
 
 @register_kernel("InvertPermutation")
-def invert_permutation(op, inputs, math):
+def invert_permutation(op, inputs, ctx):
     return [np.argsort(inputs[0]).astype(np.int32)]
 
 
 @register_kernel("Shape")
-def shape(op, inputs, math):
+def shape(op, inputs, ctx):
     return [np.array(inputs[0].shape, np.int32)]
 
 
 @register_kernel("Size")
-def size(op, inputs, math):
+def size(op, inputs, ctx):
     return [np.array(inputs[0].size, np.int32)]
 
 
 @register_kernel("Fill")
-def fill(op, inputs, math):
+def fill(op, inputs, ctx):
     dims, value = inputs
     return [np.full(dims.tolist(), value, value.dtype)]
 
 
 @register_kernel("BroadcastTo")
-def broadcast_to(op, inputs, math):
+def broadcast_to(op, inputs, ctx):
     """A read-only broadcast view: no copy (gradients of Sum/Mean broadcast a cotangent over
     the whole input, and the consumer reads it once)."""
     x, shape = inputs
@@ -101,7 +104,7 @@ def broadcast_to(op, inputs, math):
 
 
 @register_kernel("ReducedShape")
-def reduced_shape(op, inputs, math):
+def reduced_shape(op, inputs, ctx):
     """The input shape with every reduced axis set to 1 (the keep_dims shape)."""
     input_shape, axes = inputs
     result = input_shape.copy()
@@ -110,7 +113,7 @@ def reduced_shape(op, inputs, math):
 
 
 @register_kernel("BroadcastGradientArgs")
-def broadcast_gradient_args(op, inputs, math):
+def broadcast_gradient_args(op, inputs, ctx):
     """For z = f(x, y) broadcast, the axes of z to sum so each gradient gets x's / y's shape."""
     s0, s1 = (s.tolist() for s in inputs)
     rank = max(len(s0), len(s1))

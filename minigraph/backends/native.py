@@ -40,6 +40,7 @@ else:
     _REASON = None
 
 NAME = "native"
+xp = np  # the array functions for this backend's tensors (BatchNormMath.xp)
 F32 = np.float32
 ISAS = ("scalar", "avx2", "avx512")  # index = the C code MG_BN_ISA_*
 _DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1,

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from minigraph.backends import native
 from minigraph.backends.conv_kernels import compute_dtype, masked
 from minigraph.backends.registry import register_kernel
+from minigraph.framework import dtypes
 from minigraph.ops.nn_ops import bias_channel_axis
 
 
@@ -20,7 +22,7 @@ def _in(x: np.ndarray) -> np.ndarray:
 
 
 @register_kernel("BiasAdd")
-def bias_add(op, inputs, math):
+def bias_add(op, inputs, ctx):
     value, bias = inputs
     axis = bias_channel_axis(op.attrs["data_format"], value.ndim)
     shape = [1] * value.ndim
@@ -29,7 +31,7 @@ def bias_add(op, inputs, math):
 
 
 @register_kernel("BiasAddGrad")
-def bias_add_grad(op, inputs, math):
+def bias_add_grad(op, inputs, ctx):
     """Sum over every axis but the channel one."""
     dy = inputs[0]
     axis = bias_channel_axis(op.attrs["data_format"], dy.ndim)
@@ -38,25 +40,30 @@ def bias_add_grad(op, inputs, math):
 
 
 @register_kernel("Relu")
-def relu(op, inputs, math):
+def relu(op, inputs, ctx):
     x = inputs[0]
-    if x.dtype == np.float32 and getattr(math, "relu", None) is not None:
-        return [math.relu(x)]
     return [np.maximum(_in(x), 0).astype(x.dtype, copy=False)]
 
 
+@register_kernel("Relu", backend="native", dtypes=(dtypes.float32,))
+def relu_native(op, inputs, ctx):
+    return [native.relu(inputs[0])]
+
+
 @register_kernel("ReluGrad")
-def relu_grad(op, inputs, math):
+def relu_grad(op, inputs, ctx):
     """gradients where features > 0, else 0."""
     g, features = inputs
-    if (g.dtype == np.float32 and features.dtype == np.float32
-            and getattr(math, "relu_grad", None) is not None):
-        return [math.relu_grad(g, features)]
     return [masked(g, _in(features) > 0)]
 
 
+@register_kernel("ReluGrad", backend="native", dtypes=(dtypes.float32,))
+def relu_grad_native(op, inputs, ctx):
+    return [native.relu_grad(*inputs)]
+
+
 @register_kernel("MatMul")
-def matmul(op, inputs, math):
+def matmul(op, inputs, ctx):
     a, b = inputs
     left = a.T if op.attrs["transpose_a"] else a
     right = b.T if op.attrs["transpose_b"] else b
@@ -71,7 +78,7 @@ def _log_softmax_parts(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @register_kernel("Softmax")
-def softmax(op, inputs, math):
+def softmax(op, inputs, ctx):
     logits = inputs[0]
     if logits.size == 0:
         return [np.zeros(logits.shape, logits.dtype)]
@@ -82,7 +89,7 @@ def softmax(op, inputs, math):
 
 
 @register_kernel("SparseSoftmaxCrossEntropyWithLogits")
-def sparse_softmax_cross_entropy_with_logits(op, inputs, math):
+def sparse_softmax_cross_entropy_with_logits(op, inputs, ctx):
     """loss = logsumexp(features) - features[label]; backprop = softmax(features) - onehot."""
     features, labels = inputs
     batch = features.shape[0]
@@ -99,7 +106,7 @@ def sparse_softmax_cross_entropy_with_logits(op, inputs, math):
 
 
 @register_kernel("ArgMax")
-def arg_max(op, inputs, math):
+def arg_max(op, inputs, ctx):
     """Index of the first largest value along 'dimension'."""
     x, dimension = inputs
     axis = int(dimension) % x.ndim  # the shape function checked rank, range and emptiness
@@ -107,7 +114,7 @@ def arg_max(op, inputs, math):
 
 
 @register_kernel("Equal")
-def equal(op, inputs, math):
+def equal(op, inputs, ctx):
     x, y = inputs
     try:
         shape = np.broadcast_shapes(x.shape, y.shape)

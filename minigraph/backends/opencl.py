@@ -33,7 +33,14 @@ import ml_dtypes
 import numpy as np
 
 from minigraph.backends import reference
-from minigraph.framework import dtypes
+from minigraph.backends.registry import (
+    Kernel,
+    KernelContext,
+    KernelDef,
+    find_kernel,
+    op_dtype,
+    registered_kernels,
+)
 from minigraph.framework.errors import UnavailableError
 from minigraph.framework.graph import Operation
 
@@ -42,18 +49,6 @@ KERNEL_SOURCE = Path(__file__).with_name("opencl_kernels") / "batch_norm.cl"
 F32 = np.float32
 _STORAGE = {np.dtype(np.float32): "STORAGE_F32", np.dtype(np.float16): "STORAGE_F16",
             np.dtype(ml_dtypes.bfloat16): "STORAGE_BF16"}
-
-_FUSED_TYPES = (dtypes.float32, dtypes.float16, dtypes.bfloat16)
-_GLOBAL_NORM_TYPES = (dtypes.float32, dtypes.float16)
-# Op types with an OpenCL kernel, and the T they accept (None: any).
-DEVICE_OPS: dict[str, tuple | None] = {
-    **{op: _FUSED_TYPES for op in (
-        "FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", "FusedBatchNormGrad",
-        "FusedBatchNormGradV2", "FusedBatchNormGradV3", "FusedBatchNormGradGrad")},
-    "BatchNormWithGlobalNormalization": _GLOBAL_NORM_TYPES,
-    "BatchNormWithGlobalNormalizationGrad": _GLOBAL_NORM_TYPES,
-    "Identity": None,
-}
 
 _REDUCE_WIDTH = 256   # work-items per reduction work-group (LC x LR), at most
 _APPLY_WIDTH = 256    # work-items per elementwise work-group, at most
@@ -312,20 +307,25 @@ class OpenCLDevice:
 
     # ------------------------------------------------------------------ placement & execution
 
-    def unsupported(self, op: Operation) -> str | None:
-        """Why ``op`` cannot run here (None if it can)."""
-        if op.type not in DEVICE_OPS:
-            return "no OpenCL kernel"
-        allowed = DEVICE_OPS[op.type]
-        dtype = op.attrs.get("T")
-        if allowed is not None and dtype not in allowed:
-            return f"no OpenCL kernel for T={dtype.name}"
-        return None
+    backend = "opencl"  # the kernels registered for this backend run here
 
-    def run(self, kernel, op: Operation, values: list) -> list:
+    def unsupported(self, op: Operation) -> str | None:
+        """Why ``op`` cannot run here (None if it can): no kernel registered for
+        ``backend="opencl"`` matches it."""
+        if find_kernel(op, self.backend, fallback=False) is not None:
+            return None
+        if any(k.op_type == op.type and k.backend == self.backend
+               for k in registered_kernels()):
+            return f"no OpenCL kernel for T={op_dtype(op).name}"
+        return "no OpenCL kernel"
+
+    def kernel_context(self, kernel: KernelDef, state: Any) -> KernelContext:
+        return KernelContext(self.backend, self.math, state)
+
+    def run(self, kernel: Kernel, op: Operation, values: list, ctx: KernelContext) -> list:
         """Run an op-level kernel on device arrays; host results are moved to the device."""
         with self.lock:
-            return [self.adopt(result) for result in kernel(op, values, self.math)]
+            return [self.adopt(result) for result in kernel(op, values, ctx)]
 
     def adopt(self, value):
         """``value`` as a device array (uploading a host array)."""

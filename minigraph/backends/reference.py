@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 NAME = "reference"
+xp = np  # the array functions for this backend's tensors (BatchNormMath.xp)
 
 
 def _compute_type(x: np.ndarray) -> type:

@@ -1,38 +1,167 @@
-"""Kernel registry: which Python function runs an op type on the CPU.
+"""Kernel registry: which function runs an op, keyed like TF's ``REGISTER_KERNEL_BUILDER``.
 
-A kernel is ``kernel(op, inputs, math) -> list of numpy arrays``: ``op`` is the node (for its
-attrs), ``inputs`` the already validated input values, and ``math`` the CPU math backend the
-session chose (``backends.reference`` or ``backends.native``), which the batch-norm kernels
-use for their heavy loops. Ops with only numpy kernels ignore ``math``.
+A registration is ``(op types, backend, dtype constraint, predicate on attrs) -> kernel``::
+
+    @register_kernel("Relu")                                        # the numpy reference
+    def relu(op, inputs, ctx): ...
+
+    @register_kernel("Relu", backend="native", dtypes=(float32,))  # C, float32 only
+    def relu_native(op, inputs, ctx): ...
+
+Backends: ``reference`` (numpy, the ground truth and every other backend's fallback),
+``native`` (the C kernels), ``float64`` (the reference evaluated with floating tensors
+promoted to float64, for gradient checking) and ``opencl`` (a device: no fallback, an op
+it has no kernel for runs on the host). The session picks one :class:`KernelDef` per step
+at plan time (:func:`find_kernel`), so what runs is decided once and can be reported
+(``RunMetadata``).
+
+A kernel is ``kernel(op, inputs, ctx) -> list of arrays``: ``op`` the node (for its attrs),
+``inputs`` the values, already validated by the session (kernels never re-check), and
+``ctx`` the :class:`KernelContext`: the backend's name, its :class:`BatchNormMath` and the
+session state (variables) for stateful ops.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from types import ModuleType
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-import numpy as np
-
-from minigraph.framework.errors import NotFoundError
+from minigraph.framework.dtypes import DType
+from minigraph.framework.errors import InvalidArgumentError, NotFoundError
 from minigraph.framework.graph import Operation
 
-Kernel = Callable[[Operation, list[np.ndarray], ModuleType], list[np.ndarray]]
-_KERNELS: dict[str, Kernel] = {}
+BACKENDS = ("reference", "native", "float64", "opencl")
+# Where a backend looks when it has no kernel of its own for an op (None: nowhere).
+FALLBACK = {"reference": None, "native": "reference", "float64": "reference", "opencl": None}
 
 
-def register_kernel(*op_types: str) -> Callable[[Kernel], Kernel]:
+class BatchNormMath(Protocol):
+    """The per-element batch-norm loops a backend provides (``backends.reference`` in numpy,
+    ``backends.native`` in C, ``OpenCLMath`` on a device), plus ``xp``: the array functions
+    for its tensors (numpy on the CPU). Formulas: ``backends/reference.py``."""
+
+    xp: Any
+
+    def bn_forward_training(self, x, scale, offset, epsilon, channels_last): ...
+
+    def bn_forward_inference(self, x, scale, offset, mean, variance, epsilon,
+                             channels_last): ...
+
+    def bn_backward_training(self, dy, x, scale, mean, variance, epsilon,
+                             channels_last): ...
+
+    def bn_backward_inference(self, dy, x, scale, mean, variance, epsilon,
+                              channels_last): ...
+
+    def bn_grad_grad_training(self, dy, x, scale, gx, gscale, goffset, epsilon,
+                              channels_last): ...
+
+    def bn_grad_grad_inference(self, dy, x, scale, mean, variance, gx, gscale, goffset,
+                               epsilon, channels_last): ...
+
+
+@dataclass(frozen=True)
+class KernelContext:
+    """What a kernel gets besides its op and inputs: the backend it runs on, that
+    backend's batch-norm math, and the session state (variables, random streams)."""
+
+    backend: str
+    math: BatchNormMath
+    state: Any = None
+
+    def error(self, op: Operation, message: str) -> InvalidArgumentError:
+        """An error naming the node, for the data checks only a kernel can make."""
+        return InvalidArgumentError(f"{op.type} '{op.name}': {message}")
+
+
+Kernel = Callable[[Operation, list, KernelContext], list]
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """One registration: the kernel for ``op_type`` on ``backend`` when the op's dtype is
+    in ``dtypes`` (None: any) and ``when(op)`` holds (None: always)."""
+
+    op_type: str
+    backend: str
+    kernel: Kernel
+    dtypes: frozenset[DType] | None = None
+    when: Callable[[Operation], bool] | None = field(default=None, compare=False)
+
+    @property
+    def name(self) -> str:
+        """``module.function`` of the kernel, as run metadata reports it."""
+        return f"{self.kernel.__module__.rsplit('.', 1)[-1]}.{self.kernel.__name__}"
+
+    def matches(self, op: Operation) -> bool:
+        if self.dtypes is not None and op_dtype(op) not in self.dtypes:
+            return False
+        return self.when is None or self.when(op)
+
+
+_KERNELS: dict[tuple[str, str], list[KernelDef]] = {}
+
+
+def op_dtype(op: Operation) -> DType | None:
+    """The dtype a kernel's constraint is about: the op's ``T`` attr, else its first
+    output's (Const, Placeholder, Cast's result) or input's dtype."""
+    dtype = op.attrs.get("T")
+    if isinstance(dtype, DType):
+        return dtype
+    if op.outputs:
+        return op.outputs[0].dtype
+    return op.inputs[0].dtype if op.inputs else None
+
+
+def register_kernel(*op_types: str, backend: str | Sequence[str] = "reference",
+                    dtypes: Sequence[DType] | None = None,
+                    when: Callable[[Operation], bool] | None = None
+                    ) -> Callable[[Kernel], Kernel]:
+    """Decorator: register the kernel for ``op_types`` on ``backend`` (one name or several),
+    for the ``dtypes`` and attrs (``when``) it handles. Registrations of one op and backend
+    are tried in order; the first that matches runs."""
+    backends = (backend,) if isinstance(backend, str) else tuple(backend)
+    unknown = set(backends) - set(BACKENDS)
+    if unknown:
+        raise ValueError(f"unknown backend(s) {sorted(unknown)}; expected {BACKENDS}")
+    allowed = None if dtypes is None else frozenset(dtypes)
+
     def decorate(kernel: Kernel) -> Kernel:
         for op_type in op_types:
-            if op_type in _KERNELS:
-                raise ValueError(f"a kernel for '{op_type}' is already registered")
-            _KERNELS[op_type] = kernel
+            for name in backends:
+                entries = _KERNELS.setdefault((op_type, name), [])
+                if any(e.dtypes == allowed and e.when is None and when is None for e in entries):
+                    raise ValueError(f"a {name} kernel for '{op_type}' with these dtypes is "
+                                     f"already registered")
+                entries.append(KernelDef(op_type, name, kernel, allowed, when))
         return kernel
 
     return decorate
 
 
-def get_kernel(op_type: str) -> Kernel:
-    try:
-        return _KERNELS[op_type]
-    except KeyError:
-        raise NotFoundError(f"no CPU kernel registered for op type '{op_type}'") from None
+def find_kernel(op: Operation, backend: str, fallback: bool = True) -> KernelDef | None:
+    """The kernel ``op`` runs with on ``backend``: the first matching registration, else
+    (with ``fallback``) the fallback backend's; None when there is none."""
+    while backend is not None:
+        for entry in _KERNELS.get((op.type, backend), ()):
+            if entry.matches(op):
+                return entry
+        if not fallback:
+            return None
+        backend = FALLBACK[backend]
+    return None
+
+
+def get_kernel(op: Operation, backend: str) -> KernelDef:
+    """:func:`find_kernel`, raising NotFoundError when no backend has a kernel."""
+    entry = find_kernel(op, backend)
+    if entry is None:
+        raise NotFoundError(f"no kernel registered for op type '{op.type}' on backend "
+                            f"'{backend}' (or its fallback)")
+    return entry
+
+
+def registered_kernels() -> list[KernelDef]:
+    """Every registration (for coverage checks and docs)."""
+    return [entry for entries in _KERNELS.values() for entry in entries]

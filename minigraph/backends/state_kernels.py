@@ -1,9 +1,9 @@
 """Kernels of the stateful ops (variables, random numbers, optimizer updates).
 
-They take the session's :class:`~minigraph.client.state.SessionState` instead of a math
-backend: ``kernel(op, inputs, state)``. Optimizer kernels read the current variable values
-and write new arrays under the state's lock (formulas in ``ops.training_ops``). With the
-native backend (``state.math``), float32 ApplyAdam runs in C (kernels_c/pool.c), with the
+They use the session's :class:`~minigraph.client.state.SessionState` (``ctx.state``).
+Optimizer kernels read the current variable values and write new arrays under the state's
+lock (formulas in ``ops.training_ops``). On the native backend, float32 ApplyAdam has a C
+kernel (``apply_adam_native``, kernels_c/pool.c), with the
 same float32 operations in the same order (identical results).
 """
 
@@ -11,30 +11,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from minigraph.backends import native
 from minigraph.backends.registry import register_kernel
+from minigraph.framework import dtypes
 from minigraph.framework.errors import InvalidArgumentError
 
 
 @register_kernel("Variable")
-def variable(op, inputs, state):
-    return [state.read(op.name)]
+def variable(op, inputs, ctx):
+    return [ctx.state.read(op.name)]
 
 
 @register_kernel("Assign")
-def assign(op, inputs, state):
+def assign(op, inputs, ctx):
     ref, value = op.inputs[0], inputs[1]
     expected = op.inputs[0].shape
     if op.attrs["validate_shape"] and not expected.is_compatible_with(value.shape):
         raise InvalidArgumentError(f"Assign '{op.name}': value for variable '{ref.op.name}' "
                                    f"must have shape {expected}, got {list(value.shape)}")
-    with state.lock:
-        return [state.write(ref.op.name, value.astype(ref.dtype.np_dtype, copy=False))]
+    with ctx.state.lock:
+        return [ctx.state.write(ref.op.name, value.astype(ref.dtype.np_dtype, copy=False))]
 
 
 @register_kernel("RandomUniform")
-def random_uniform(op, inputs, state):
+def random_uniform(op, inputs, ctx):
     shape = inputs[0].tolist()
-    values = state.generator(op).random(shape, dtype=np.float64)
+    values = ctx.state.generator(op).random(shape, dtype=np.float64)
     return [values.astype(op.attrs["dtype"].np_dtype)]
 
 
@@ -67,13 +69,13 @@ def _scalars(op, inputs, names: tuple[str, ...]) -> list:
 
 
 @register_kernel("ApplyGradientDescent")
-def apply_gradient_descent(op, inputs, state):
+def apply_gradient_descent(op, inputs, ctx):
     alpha, delta = _scalars(op, inputs, ("alpha", "delta"))
-    return _update(op, state, ("var",), lambda var: [var - alpha * delta])
+    return _update(op, ctx.state, ("var",), lambda var: [var - alpha * delta])
 
 
 @register_kernel("ApplyMomentum")
-def apply_momentum(op, inputs, state):
+def apply_momentum(op, inputs, ctx):
     lr, grad, momentum = _scalars(op, inputs, ("lr", "grad", "momentum"))
 
     def compute(var, accum):
@@ -82,26 +84,17 @@ def apply_momentum(op, inputs, state):
             return [var - (grad * lr + accum * momentum * lr), accum]
         return [var - lr * accum, accum]
 
-    return _update(op, state, ("var", "accum"), compute)
+    return _update(op, ctx.state, ("var", "accum"), compute)
+
+
+_ADAM_INPUTS = ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon", "grad")
 
 
 @register_kernel("ApplyAdam")
-def apply_adam(op, inputs, state):
-    beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad = _scalars(
-        op, inputs, ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon", "grad"))
+def apply_adam(op, inputs, ctx):
+    beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad = _scalars(op, inputs,
+                                                                         _ADAM_INPUTS)
     nesterov = op.attrs["use_nesterov"]
-    native = getattr(getattr(state, "math", None), "apply_adam", None)
-    if native is not None and grad.dtype == np.float32:  # C, no numpy temporaries
-        refs = [op.inputs[i].op.name for i in _input_indices(op, ("var", "m", "v"))]
-        with state.lock:
-            current = [state.read(r) for r in refs]
-            if all(c.dtype == np.float32 for c in current):
-                with np.errstate(all="ignore"):
-                    lr_t = lr * np.sqrt(1 - beta2_power) / (1 - beta1_power)
-                for ref, value in zip(refs, native(*current, grad, lr_t, beta1, beta2,
-                                                   epsilon, nesterov)):
-                    state.write(ref, value)
-                return [state.read(refs[0])]
 
     def compute(var, m, v):
         lr_t = lr * np.sqrt(1 - beta2_power) / (1 - beta1_power)
@@ -110,4 +103,21 @@ def apply_adam(op, inputs, state):
         step = (m * beta1 + (1 - beta1) * grad) if nesterov else m
         return [var - lr_t * step / (np.sqrt(v) + epsilon), m, v]
 
-    return _update(op, state, ("var", "m", "v"), compute)
+    return _update(op, ctx.state, ("var", "m", "v"), compute)
+
+
+@register_kernel("ApplyAdam", backend="native", dtypes=(dtypes.float32,))
+def apply_adam_native(op, inputs, ctx):
+    """The same float32 operations in C, straight from the variables (no temporaries)."""
+    beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad = _scalars(op, inputs,
+                                                                         _ADAM_INPUTS)
+    refs = [op.inputs[i].op.name for i in _input_indices(op, ("var", "m", "v"))]
+    state = ctx.state
+    with state.lock:
+        current = [state.read(r) for r in refs]
+        with np.errstate(all="ignore"):
+            lr_t = lr * np.sqrt(1 - beta2_power) / (1 - beta1_power)
+        for ref, value in zip(refs, native.apply_adam(*current, grad, lr_t, beta1, beta2,
+                                                      epsilon, op.attrs["use_nesterov"])):
+            state.write(ref, value)
+        return [state.read(refs[0])]

@@ -22,14 +22,16 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from minigraph import backends
-from minigraph.backends.registry import get_kernel
+from minigraph.backends.registry import Kernel, KernelContext, KernelDef, get_kernel
 from minigraph.client.state import SessionState
 from minigraph.framework import dtypes
 from minigraph.framework.errors import (
@@ -52,18 +54,22 @@ def value_inputs(op: Operation) -> list[Output | None]:
 
 
 class _HostDevice:
-    """The CPU: values are numpy arrays and kernels use the session's math backend."""
+    """The CPU: values are numpy arrays; kernels are the session backend's (``native``,
+    ``reference`` or ``float64``) or, where it has none, the reference's."""
 
     name = "/device:CPU:0"
 
-    def __init__(self, math: Any) -> None:
-        self.math = math
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
 
-    def run(self, kernel: Callable, op: Operation, values: list) -> list:
+    def kernel_context(self, kernel: KernelDef, state: SessionState) -> KernelContext:
+        return KernelContext(kernel.backend, backends.math_for(kernel.backend), state)
+
+    def run(self, kernel: Kernel, op: Operation, values: list, ctx: KernelContext) -> list:
         # numpy returns scalars for 0-d results (np.maximum of 0-d arrays): every value
         # a host op produces is an ndarray, with its 0-d shape
-        return [r if type(r) is np.ndarray else np.asarray(r) for r in kernel(op, values,
-                                                                              self.math)]
+        return [r if type(r) is np.ndarray else np.asarray(r)
+                for r in kernel(op, values, ctx)]
 
 
 # Env keys: (output, device) holds the output's value on that device; None is a ref input.
@@ -79,14 +85,15 @@ class _Step:
     this machine can hold. Verdicts are cached per input shapes (and read values).
     """
 
-    __slots__ = ("op", "kernel", "validate", "context", "inputs", "outputs", "device",
-                 "stateful", "refs", "value_inputs", "verdicts")
+    __slots__ = ("op", "kernel_def", "kernel", "kernel_context", "validate", "context",
+                 "inputs", "outputs", "device", "refs", "value_inputs", "verdicts")
 
     def __init__(self, op: Operation, device: Any, inputs: list[_Key | None],
-                 outputs: list[_Key | None]) -> None:
+                 outputs: list[_Key | None], state: SessionState) -> None:
         self.op = op
-        self.kernel = get_kernel(op.type)
-        self.stateful = op.op_def.is_stateful  # its kernel takes the session state
+        self.kernel_def = get_kernel(op, device.backend)  # chosen once, at plan time
+        self.kernel = self.kernel_def.kernel
+        self.kernel_context = device.kernel_context(self.kernel_def, state)
         self.validate = op.op_def.validate
         self.context = RunContext(op)
         self.device = device
@@ -128,10 +135,7 @@ class _Step:
             self.validate(self.context, values)
         shapes = self.output_shapes(values, session.state)
         try:
-            if self.stateful:
-                results = self.kernel(self.op, values, session.state)
-            else:
-                results = self.device.run(self.kernel, self.op, values)
+            results = self.device.run(self.kernel, self.op, values, self.kernel_context)
         except MemoryError as exc:
             if isinstance(exc, ResourceExhaustedError):
                 raise
@@ -182,9 +186,51 @@ class _Plan(list):
         super().__init__(steps)
         self.updates_state = any(isinstance(step, _Step) and step.refs for step in steps)
 
-    def run(self, env: dict, session: ClientSession) -> None:
+    def run(self, env: dict, session: ClientSession, metadata: RunMetadata | None) -> None:
+        if metadata is None:
+            for step in self:
+                step.run(env, session)
+            return
         for step in self:
+            start = time.perf_counter()
             step.run(env, session)
+            metadata.record(step, time.perf_counter() - start)
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    """What ran for one step of a Run: the node, where, which kernel and how long."""
+
+    node_name: str
+    op_type: str
+    device: str
+    kernel: str  # ``module.function`` of the kernel, or ``transfer`` between devices
+    backend: str  # the backend the kernel was registered for (its math)
+    seconds: float
+
+
+@dataclass
+class RunMetadata:
+    """Pass one to ``Run(..., run_metadata=...)`` to learn, per step, which kernel ran each
+    op and for how long (TF's ``RunMetadata.step_stats``); timing costs nothing otherwise."""
+
+    step_stats: list[NodeStats] = field(default_factory=list)
+
+    def record(self, step: _Step | _Transfer, seconds: float) -> None:
+        if isinstance(step, _Step):
+            self.step_stats.append(NodeStats(step.op.name, step.op.type, step.device.name,
+                                             step.kernel_def.name, step.kernel_def.backend,
+                                             seconds))
+        else:
+            self.step_stats.append(NodeStats(step.source[0].name, "transfer",
+                                             step.target[1].name, "transfer", "", seconds))
+
+    def kernel_of(self, node_name: str) -> str:
+        """``backend:module.function`` of the kernel that ran ``node_name`` (last Run)."""
+        for stats in reversed(self.step_stats):
+            if stats.node_name == node_name and stats.op_type != "transfer":
+                return f"{stats.backend}:{stats.kernel}"
+        raise KeyError(node_name)
 
 
 class _Transfer:
@@ -257,7 +303,7 @@ def _as_operation(value: Any) -> Operation:
 
 
 def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[Operation],
-          place: Callable[[Operation], Any], host: _HostDevice
+          place: Callable[[Operation], Any], host: _HostDevice, state: SessionState
           ) -> tuple[_Plan, list[_Key]]:
     """The steps computing ``fetches``/``targets`` (ops in a topological order, each placed
     by ``place``, with transfers where edges cross devices) and the fetches' host keys."""
@@ -297,7 +343,7 @@ def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[O
         device = place(op)
         inputs = [key_on(inp, device) for inp in value_inputs(op)]
         outputs = [None if out in fed else (out, device) for out in op.outputs]
-        steps.append(_Step(op, device, inputs, outputs))
+        steps.append(_Step(op, device, inputs, outputs, state))
         for out in op.outputs:
             if out not in fed:
                 home[out] = device
@@ -343,24 +389,26 @@ class ClientSession:
     def __init__(self, scope: Scope | Graph, backend: str | None = None,
                  check_outputs: bool | None = None) -> None:
         self.graph = scope.graph() if isinstance(scope, Scope) else scope
-        self.math = backends.select(backend)
-        self.backend = self.math.NAME
-        self.promote_float64 = getattr(self.math, "FLOAT64", False)
-        self.state = SessionState(self.math)
+        self.backend = backends.select(backend)
+        self.promote_float64 = self.backend == "float64"  # a session mode: feeds promoted
+        self.state = SessionState()
         # Check every kernel result against its op's outputs (dtype, shape): the test suite
         # turns this on (MINIGRAPH_CHECK_OUTPUTS=1); it costs a little per op.
         self.check_outputs = (os.environ.get("MINIGRAPH_CHECK_OUTPUTS") == "1"
                               if check_outputs is None else bool(check_outputs))
-        self.host = _HostDevice(self.math)
+        self.host = _HostDevice(self.backend)
         self._devices: dict[str, Any] = {}
         self._plans: dict[tuple, tuple[_Plan, list[_Key]]] = {}
         self._lock = threading.Lock()
 
     def Run(self, feeds: Mapping[Any, Any] | None, fetches: Any,
-            targets: Iterable[Any] | None = None) -> Any:
+            targets: Iterable[Any] | None = None,
+            run_metadata: RunMetadata | None = None) -> Any:
         """Compute ``fetches`` (an Output or a list of them) given ``feeds``.
 
         Returns a list of numpy arrays, or one array when ``fetches`` is a single Output.
+        ``run_metadata`` (a :class:`RunMetadata`) receives, per step, the kernel that ran
+        and its time.
         """
         feeds = feeds or {}
         single = not isinstance(fetches, (list, tuple))
@@ -379,9 +427,9 @@ class ClientSession:
         env.update(((output, self.host), value) for output, value in fed.items())
         if plan.updates_state:  # one training step at a time: see ``_Plan``
             with self.state.step_lock:
-                plan.run(env, self)
+                plan.run(env, self, run_metadata)
         else:
-            plan.run(env, self)
+            plan.run(env, self, run_metadata)
         results = [env[key] for key in fetch_keys]
         return results[0] if single else results
 
@@ -390,7 +438,7 @@ class ClientSession:
         key = (tuple(fetches), fed, tuple(targets))
         plan = self._plans.get(key)
         if plan is None:
-            plan = _plan(fetches, fed, targets, self._place, self.host)
+            plan = _plan(fetches, fed, targets, self._place, self.host, self.state)
             with self._lock:
                 self._plans[key] = plan
         return plan

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import zlib
-from typing import Any
 
 import numpy as np
 
@@ -17,8 +16,7 @@ from minigraph.framework.graph import Operation
 
 
 class SessionState:
-    def __init__(self, math: Any = None) -> None:
-        self.math = math  # the session's CPU math backend (optimizer kernels may use it)
+    def __init__(self) -> None:
         self.variables: dict[str, np.ndarray] = {}
         self.lock = threading.RLock()
         self.step_lock = threading.Lock()  # held by a Run that writes variables (a step)

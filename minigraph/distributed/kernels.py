@@ -1,21 +1,21 @@
 """CPU kernels of the distributed ops (importing this module registers them).
 
-The collectives are stateful kernels, ``kernel(op, inputs, state)``, that call the runtime's
-non-blocking MPI collectives on numpy buffers; the batch-norm pieces are ordinary kernels,
-``kernel(op, inputs, math)``, that accumulate their statistics and sums in float64 and hand
-the per-element normalization to ``math`` (the session's reference or native backend).
+The collectives call the runtime's non-blocking MPI collectives on numpy buffers; the
+batch-norm pieces accumulate their statistics and sums in float64 and hand
+the per-element normalization to ``ctx.math`` (the reference's or, for the dtypes the C
+loops take, the native backend's).
 """
 
 from __future__ import annotations
 
 import threading
-from types import ModuleType
 
 import numpy as np
 
 from minigraph.backends.batch_norm_kernels import _compute_type
-from minigraph.backends.registry import register_kernel
+from minigraph.backends.registry import KernelContext, register_kernel
 from minigraph.distributed import runtime
+from minigraph.framework import dtypes
 from minigraph.framework.graph import Operation
 from minigraph.ops.batch_norm import channel_axis, channels_last
 
@@ -152,13 +152,13 @@ def combine_moments(counts: np.ndarray, means: np.ndarray, m2s: np.ndarray
 
 
 @register_kernel("BatchNormLocalStats")
-def batch_norm_local_stats(op: Operation, inputs: list[np.ndarray], math: ModuleType
+def batch_norm_local_stats(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
                            ) -> list[np.ndarray]:
     return list(local_moments(inputs[0], op.attrs["data_format"]))
 
 
 @register_kernel("CollectiveBatchNormStats")
-def collective_batch_norm_stats(op: Operation, inputs: list[np.ndarray], state
+def collective_batch_norm_stats(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
                                 ) -> list[np.ndarray]:
     """All-reduce with Chan's operator: every replica's (count, mean, M2) row is gathered
     (one Iallgather of 1 + 2C float64 per replica) and combined in rank order, so every
@@ -176,21 +176,22 @@ def collective_batch_norm_stats(op: Operation, inputs: list[np.ndarray], state
 
 
 @register_kernel("CollectiveAllReduce")
-def collective_all_reduce(op: Operation, inputs: list[np.ndarray], state) -> list[np.ndarray]:
+def collective_all_reduce(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
+                          ) -> list[np.ndarray]:
     return [runtime.all_reduce(inputs[0], op.attrs["merge_op"],
                                what=f"CollectiveAllReduce '{op.name}'",
                                timeout_seconds=op.attrs["timeout_seconds"])]
 
 
 @register_kernel("FlatConcat")
-def flat_concat(op: Operation, inputs: list[np.ndarray], math: ModuleType) -> list[np.ndarray]:
+def flat_concat(op: Operation, inputs: list[np.ndarray], ctx: KernelContext) -> list[np.ndarray]:
     if not inputs:
         return [np.zeros(0, op.attrs["T"].np_dtype)]
     return [np.concatenate([np.asarray(v).reshape(-1) for v in inputs])]
 
 
 @register_kernel("FlatSlice")
-def flat_slice(op: Operation, inputs: list[np.ndarray], math: ModuleType) -> list[np.ndarray]:
+def flat_slice(op: Operation, inputs: list[np.ndarray], ctx: KernelContext) -> list[np.ndarray]:
     begin, shape = op.attrs["begin"], op.attrs["shape"]
     end = begin + shape.num_elements()
     return [np.array(inputs[0][begin:end]).reshape(shape.dims)]
@@ -206,7 +207,9 @@ def _variance(count: np.ndarray, m2: np.ndarray) -> np.ndarray:
 
 
 @register_kernel("BatchNormApply")
-def batch_norm_apply(op: Operation, inputs: list[np.ndarray], math: ModuleType
+@register_kernel("BatchNormApply", backend="native",
+                 dtypes=(dtypes.float16, dtypes.bfloat16, dtypes.float32))
+def batch_norm_apply(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
                      ) -> list[np.ndarray]:
     """y = (x - mean) * (scale * rsqrt(M2/N + epsilon)) + offset with the global moments, and
     FusedBatchNormV3's training outputs (docs/tf-semantics.md#forward-is_trainingtrue) with
@@ -225,9 +228,9 @@ def batch_norm_apply(op: Operation, inputs: list[np.ndarray], math: ModuleType
         y = np.empty(x.shape, x.dtype)
     else:
         vector = [np.ascontiguousarray(v, dtype=ct) for v in (scale, offset)]
-        y = math.bn_forward_inference(np.ascontiguousarray(x), vector[0], vector[1], mean_ct,
-                                      biased_ct, attrs["epsilon"],
-                                      channels_last(attrs["data_format"]))
+        y = ctx.math.bn_forward_inference(np.ascontiguousarray(x), vector[0], vector[1], mean_ct,
+                                          biased_ct, attrs["epsilon"],
+                                          channels_last(attrs["data_format"]))
     factor = attrs["exponential_avg_factor"]
     if factor == 1.0:
         batch_mean, batch_variance = mean_ct.copy(), unbiased.astype(ct)
@@ -239,7 +242,7 @@ def batch_norm_apply(op: Operation, inputs: list[np.ndarray], math: ModuleType
 
 
 @register_kernel("BatchNormLocalGradSums")
-def batch_norm_local_grad_sums(op: Operation, inputs: list[np.ndarray], math: ModuleType
+def batch_norm_local_grad_sums(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
                                ) -> list[np.ndarray]:
     """[[sum(dy)], [sum(dy * (x - mean))]] per channel over this replica's batch, float64."""
     dy, x, mean = inputs
@@ -259,7 +262,7 @@ def batch_norm_local_grad_sums(op: Operation, inputs: list[np.ndarray], math: Mo
 
 
 @register_kernel("BatchNormGradApply")
-def batch_norm_grad_apply(op: Operation, inputs: list[np.ndarray], math: ModuleType
+def batch_norm_grad_apply(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
                           ) -> list[np.ndarray]:
     """x_backprop = scale r (dy - sum_dy/N - (x - mean) sum_dy_xc/N r^2) with the global N,
     mean, variance and sums (r = rsqrt(M2/N + epsilon)); scale_backprop = local
