@@ -1,7 +1,7 @@
 """Shared test helpers: the backends to test, independent float64 formulas, comparisons.
 
 Every expected value in this suite comes from the float64 formulas below (written from
-TF_SEMANTICS §2, §3 and §9, independently of minigraph's kernels) or from TensorFlow itself.
+docs/tf-semantics.md, independently of minigraph's kernels) or from TensorFlow itself.
 
 Tolerances (``assert_close``):
 
@@ -110,7 +110,7 @@ def _max_finite(values) -> float:
 
 def fused_bn_forward_f64(x, scale, offset, mean, variance, *, epsilon=1e-4,
                          exponential_avg_factor=1.0, data_format="NHWC", is_training=True):
-    """TF_SEMANTICS §2 in float64.
+    """docs/tf-semantics.md#fusedbatchnormv3-forward in float64.
 
     Returns a dict with y, batch_mean, batch_variance, reserve_space_1, reserve_space_2 and
     ``mag``: for each output, the size of the terms it is computed from (for tolerances).
@@ -159,7 +159,8 @@ def fused_bn_forward_f64(x, scale, offset, mean, variance, *, epsilon=1e-4,
 
 def fused_bn_grad_f64(dy, x, scale, reserve_space_1, reserve_space_2, *, epsilon=1e-4,
                       data_format="NHWC", is_training=True):
-    """TF_SEMANTICS §3.2 in float64: x_backprop, scale_backprop, offset_backprop and ``mag``."""
+    """docs/tf-semantics.md#gradient-formulas in float64: x_backprop, scale_backprop,
+    offset_backprop and ``mag``."""
     dy, x = np.asarray(dy).astype(F64), np.asarray(x).astype(F64)
     axes, bshape = _layout(x, data_format)
     c = x.shape[channel_axis(data_format)]
@@ -194,7 +195,8 @@ def fused_bn_grad_f64(dy, x, scale, reserve_space_1, reserve_space_2, *, epsilon
 
 
 def global_norm_f64(t, m, v, beta, gamma, *, variance_epsilon, scale_after_normalization):
-    """TF_SEMANTICS §9.2 in float64 (channel last): (result, its term size)."""
+    """docs/tf-semantics.md#global-normalization-forward in float64 (channel last): (result,
+    its term size)."""
     t = np.asarray(t).astype(F64)
     m, v, beta, gamma = (np.asarray(a).astype(F64) for a in (m, v, beta, gamma))
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -208,7 +210,8 @@ def global_norm_f64(t, m, v, beta, gamma, *, variance_epsilon, scale_after_norma
 
 def global_norm_grad_f64(t, m, v, gamma, backprop, *, variance_epsilon,
                          scale_after_normalization):
-    """TF_SEMANTICS §9.3 in float64 (the code's formula for dm, not the doc comment's):
+    """docs/tf-semantics.md#global-normalization-gradient in float64 (the code's formula for
+    dm, not the doc comment's):
     dict dx, dm, dv, db, dg and ``mag``."""
     t, backprop = np.asarray(t).astype(F64), np.asarray(backprop).astype(F64)
     m, v, gamma = (np.asarray(a).astype(F64) for a in (m, v, gamma))

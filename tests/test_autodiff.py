@@ -1,6 +1,8 @@
-"""AddSymbolicGradients: graph structure, TF §8 semantics, the second-order op, half types.
+"""AddSymbolicGradients: graph structure, TF's autodiff semantics (docs/tf-semantics.md#autodiff),
+the second-order op, half types.
 
-Expected values come from the float64 formulas in ``conftest`` (TF_SEMANTICS §3.2), from
+Expected values come from the float64 formulas in ``conftest``
+(docs/tf-semantics.md#gradient-formulas), from
 float64 central finite differences of those formulas, or from the ``"float64"`` backend.
 Whole-gradient checks of every op against finite differences live in
 ``test_gradient_checker.py``; TensorFlow comparisons in ``test_tf_oracle_gradients.py``.
@@ -115,7 +117,8 @@ def test_first_order_is_one_grad_node_wired_like_tf(data_format, is_training):
         assert grad.attrs[attr] == forward.attrs[attr], attr
     assert grad.attrs["T"] is mg.float32
     assert grads[:3] == list(grad.outputs[:3])
-    # TF §8.1: no gradient for mean and variance, even in inference where y depends on them
+    # docs/tf-semantics.md#autodiff-first-order: no gradient for mean and variance, even in
+    # inference where y depends on them
     assert grads[3] is None and grads[4] is None
     # only the seed and the grad op: no decomposed math
     assert sorted(op.type for op in new) == ["FusedBatchNormGradV3", "OnesLike"]
@@ -153,7 +156,8 @@ def test_second_call_gets_a_fresh_gradients_scope():
 @pytest.mark.parametrize("is_training", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("data_format", FORMATS)
 def test_explicit_grad_inputs_give_tf_first_order(data_format, is_training, backend):
-    """grad_inputs is y's cotangent: the result is FusedBatchNormGradV3's formula (§3.2) fed
+    """grad_inputs is y's cotangent: the result is FusedBatchNormGradV3's formula
+    (docs/tf-semantics.md#gradient-formulas) fed
     with the batch statistics (training) or the population statistics (inference)."""
     net = Net(data_format, is_training, seed=1)
     dy_value = net.rng.normal(size=net.shape).astype(np.float32)
@@ -194,12 +198,13 @@ def test_grad_inputs_are_checked():
         mg.AddSymbolicGradients(net.scope, [], [net.x])
 
 
-# ============================================================================ TF §8.1 semantics
+# ====================== first-order semantics (docs/tf-semantics.md#autodiff-first-order)
 
 
 @pytest.mark.parametrize("is_training", MODES, ids=MODE_IDS)
 def test_cotangents_of_statistics_and_reserve_spaces_are_ignored(is_training):
-    """d sum(batch_mean)/dx = d sum(batch_variance)/dx = 0, in training too (TF §8.1)."""
+    """d sum(batch_mean)/dx = d sum(batch_variance)/dx = 0, in training too
+    (docs/tf-semantics.md#autodiff-first-order)."""
     net = Net("NCHW", is_training, seed=3)
     bn = net.bn
     inputs = [net.x, net.scale, net.offset]
@@ -470,8 +475,9 @@ def test_second_order_of_v1_v2_is_one_fused_node(op):
 def finite_difference_grad_grad(dy, x, scale, mean, variance, gx, gscale, goffset, *,
                                 data_format, is_training, delta=1e-6):
     """d/d(dy, x, scale) of <gx, x_backprop> + <gscale, scale_backprop> +
-    <goffset, offset_backprop>, by float64 central differences of the §3.2 formula. In
-    training the statistics are recomputed from x (TF §8.2)."""
+    <goffset, offset_backprop>, by float64 central differences of the formula in
+    docs/tf-semantics.md#gradient-formulas. In training the statistics are recomputed from x
+    (docs/tf-semantics.md#autodiff-second-order)."""
     def pairing(dy_, x_, scale_):
         if is_training:
             stats = fused_bn_forward_f64(x_, scale_, np.zeros(3), mean, variance,

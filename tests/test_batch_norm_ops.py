@@ -1,6 +1,8 @@
 """Values of the batch-norm ops against independent float64 formulas (conftest.py), their edge
-cases (TF_SEMANTICS §2.4, §3.2, §9.3), the reserve spaces (decision table), and the errors
-only the data shows, raised at Run (unknown-shape placeholders)."""
+cases (docs/tf-semantics.md#forward-edge-cases, docs/tf-semantics.md#gradient-formulas,
+docs/tf-semantics.md#global-normalization-gradient), the reserve spaces
+(docs/tf-semantics.md#where-minigraph-differs-from-tensorflow), and the errors only the data
+shows, raised at Run (unknown-shape placeholders)."""
 
 from __future__ import annotations
 
@@ -513,8 +515,8 @@ def global_norm_run(backend, t, m, v, beta, gamma, backprop, *, epsilon, scaled)
 @pytest.mark.parametrize("scaled", [True, False])
 def test_global_normalization_empty(backend, dtype, scaled):
     """Empty t: zero sums, so the vectors are signed zeros: dm = -0 * sign(gamma),
-    dv = -0 * sign(gamma) (TF 2.21 gives these; TF_SEMANTICS §9.3's "+0" for dv holds only
-    for negative gamma), db = dg = +0 — exactly what the float64 formula gives."""
+    dv = -0 * sign(gamma) (TF 2.21 gives these; dv is +0 only for negative gamma),
+    db = dg = +0 — exactly what the float64 formula gives."""
     t = np.zeros((0, 2, 2, 3), dtype)
     vec = np.array([1.0, -2.0, 0.5], dtype)
     y, dx, dm, dv, db, dg = global_norm_run(backend, t, vec, vec * vec, vec, vec, t,

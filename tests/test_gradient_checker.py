@@ -366,9 +366,10 @@ RAW_GRAD_CASES = ([("FusedBatchNormGradV3", f, t) for f in FORMATS for t in (Tru
 def test_raw_fused_batch_norm_grad(op_type, data_format, is_training):
     """The gradient of the grad op itself (FusedBatchNormGradGrad) w.r.t. dy, x and scale.
 
-    In training the reserve spaces come from a forward op on the same x (TF §8.2: the
-    second order recomputes the statistics from x, so they must be x's statistics for the
-    derivative to be the true one); in inference they are the given population statistics.
+    In training the reserve spaces come from a forward op on the same x (the second order
+    recomputes the statistics from x, docs/tf-semantics.md#autodiff-second-order, so they must
+    be x's statistics for the derivative to be the true one); in inference they are the given
+    population statistics.
     """
     scope = mg.Scope.NewRootScope()
     rng = np.random.default_rng(len(op_type) + FORMATS.index(data_format))
@@ -440,7 +441,8 @@ def test_third_order_with_one_tensor_in_two_roles(is_training):
 @pytest.mark.filterwarnings("ignore:BatchNormWithGlobalNormalization:DeprecationWarning")
 @pytest.mark.parametrize("scale_after_normalization", [True, False])
 def test_batch_norm_with_global_normalization(scale_after_normalization):
-    """Gradients for all five inputs, m and v included (TF §9.3); gamma's is 0 when unused."""
+    """Gradients for all five inputs, m and v included
+    (docs/tf-semantics.md#global-normalization-gradient); gamma's is 0 when unused."""
     scope = mg.Scope.NewRootScope()
     rng = np.random.default_rng(7 + scale_after_normalization)
     shape, c = (2, 2, 2, 3), 3

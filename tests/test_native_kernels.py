@@ -3,8 +3,9 @@
 Table-driven over channels_last x dtype (float32, float16, bfloat16) x rank (4, 5) x awkward
 shapes (C = 1, 3, 17, 65; planes of 1, 7, 35 elements; one tensor large enough for several
 blocks and threads) x every function of ``minigraph.backends.native``. The expected values
-come only from the formulas below (TF_SEMANTICS §2, §3, §8), evaluated in float64 on the
-exact input values.
+come only from the formulas below (docs/tf-semantics.md#fusedbatchnormv3-forward,
+docs/tf-semantics.md#fusedbatchnormgradv3, docs/tf-semantics.md#autodiff), evaluated in
+float64 on the exact input values.
 
 Tolerance: float32 results must satisfy ``|actual - expected| <= 1e-5 * (|expected| + mag)``
 where ``mag`` is the size of the terms the result is made of; float16/bfloat16 results must

@@ -1,6 +1,9 @@
-"""Static shapes (TF_SEMANTICS §6, §9.3) and every error graph construction can already see
-(§5, §7 and minigraph's decision table), raised as InvalidArgumentError naming the op, the
-input or attr, and the expected versus the actual value."""
+"""Static shapes (docs/tf-semantics.md#static-shape-inference,
+docs/tf-semantics.md#global-normalization-gradient) and every error graph construction can
+already see (docs/tf-semantics.md#dtypes, docs/tf-semantics.md#errors and
+docs/tf-semantics.md#where-minigraph-differs-from-tensorflow), raised as
+InvalidArgumentError naming the op, the input or attr, and the expected versus the actual
+value."""
 
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ def fbn_grad(root, dy, x, scale=None, rs1=None, rs2=None, rs3=None, *, version="
 
 
 @pytest.mark.parametrize("x, vectors, attrs, y, vector", [
-    # §6 examples
+    # the examples in docs/ops/FusedBatchNormV3.md#shapes-and-static-shape-inference
     ([U, U, U, U], {"scale": [5]}, {}, [U, U, U, 5], [5]),
     ([U, U, U, U], {"mean": [5]}, {}, [U, U, U, U], [U]),  # mean is not read in training
     ([U, U, U, U], {"mean": [5]}, {"is_training": False}, [U, U, U, 5], [5]),
@@ -167,7 +170,7 @@ def test_global_normalization_static_shapes(t, vectors, y):
 
 
 @pytest.mark.parametrize("t, backprop, vectors, dx, vector", [
-    ([2, U, U, U], [U, 3, U, 7], {}, [2, 3, U, 7], [7]),  # the §9.3 example
+    ([2, U, U, U], [U, 3, U, 7], {}, [2, 3, U, 7], [7]),  # the doc example (ops page)
     (None, None, {"v": [5]}, [U, U, U, 5], [5]),
     (None, [1, 2, 2, U], {"m": [3]}, [1, 2, 2, 3], [3]),
     ([1, 2, 2, 3], None, {}, [1, 2, 2, 3], [3]),

@@ -1,15 +1,17 @@
 """Differential tests against TensorFlow 2.21 (CPU): random cases through ``tf.raw_ops`` and
 through minigraph must agree, and every bad input TensorFlow rejects minigraph rejects too.
 
-What is compared (TF_SEMANTICS §0): y, batch_mean, batch_variance, x/scale/offset backprops
-everywhere; reserve_space_1/2 only in training with non-empty x (in inference TF's Eigen kernel
-leaves them uninitialized). reserve_space_3/4/5 are never compared (their shape depends on the
-kernel TF picks). Tolerances: float32 ~1e-5 relative to the term size, float16/bfloat16 one ulp
-of the storage type (both compute in float32 and round once) — see conftest.assert_close.
+What is compared (docs/tf-semantics.md#two-cpu-kernels): y, batch_mean, batch_variance,
+x/scale/offset backprops everywhere; reserve_space_1/2 only in training with non-empty x (in
+inference TF's Eigen kernel leaves them uninitialized). reserve_space_3/4/5 are never compared
+(their shape depends on the kernel TF picks). Tolerances: float32 ~1e-5 relative to the term
+size, float16/bfloat16 one ulp of the storage type (both compute in float32 and round once) —
+see conftest.assert_close.
 
 BatchNormWithGlobalNormalization(Grad) only run in TF through a legacy GraphDef (producer
-version 8, §9.1). TF does their float16 math in half precision while minigraph computes in
-float32 and rounds once, so float16 is compared with a looser tolerance (``HALF_MATH_RTOL``).
+version 8, docs/tf-semantics.md#running-them-in-tensorflow). TF does their float16 math in
+half precision while minigraph computes in float32 and rounds once, so float16 is compared
+with a looser tolerance (``HALF_MATH_RTOL``).
 """
 
 from __future__ import annotations
@@ -197,8 +199,9 @@ def test_grad_v3_random(tf, backend, data_format, dtype):
             try:
                 theirs = tf_grad(tf, "V3", dy, x, scale, rs1, rs2, rs3, **attrs)
             except tf.errors.InvalidArgumentError as error:
-                # §3.3: TF's Eigen kernel refuses inference with channels-first formats. Its
-                # autodiff transposes to channels-last instead; compare with that route.
+                # TF's Eigen kernel refuses inference with channels-first formats
+                # (docs/tf-semantics.md#channels-first-inference-gradient). Its autodiff
+                # transposes to channels-last instead; compare with that route.
                 assert tf_refuses(error) and not training and data_format[1] == "C", error
                 theirs = tf_channels_last_grad(tf, dy, x, scale, rs1, rs2, **attrs)
             compare_grad(mine, theirs, ref, dtype, what=f"trial {trial} {x.shape} {attrs}")
@@ -239,7 +242,8 @@ def test_grad_v1_v2_random(tf, backend, version):
 
 
 def edge_cases():
-    """(name, data_format, x, scale, offset, mean, variance, attrs) of TF_SEMANTICS §2.4."""
+    """(name, data_format, x, scale, offset, mean, variance, attrs) of
+    docs/tf-semantics.md#forward-edge-cases."""
     rng = np.random.default_rng(300)
     c3 = np.array([1.5, -0.5, 2.0], F32)
     o3 = np.array([0.25, 1.0, -3.0], F32)
@@ -322,8 +326,9 @@ def test_grad_edge_cases(tf, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_grad_empty_5d_keeps_x_shape(tf, backend):
-    """TF's Eigen kernel returns a 4-D x_backprop for empty 5-D x (a TF bug, §3.2);
-    minigraph returns x's shape. Everything else agrees."""
+    """TF's Eigen kernel returns a 4-D x_backprop for empty 5-D x (a TF bug,
+    docs/tf-semantics.md#gradient-formulas); minigraph returns x's shape. Everything else
+    agrees."""
     x = np.zeros((0, 1, 2, 2, 3), F32)
     ones = np.ones(3, F32)
     theirs = tf_grad(tf, "V3", x, x, ones, ones, ones, data_format="NDHWC")

@@ -5,8 +5,9 @@ minigraph side: ``AddSymbolicGradients`` applied twice. With random x, scale, of
 
 * first order: ``g = d loss/d(x, scale, offset)`` with ``loss = sum(float32(y) * w)``;
 * second order: ``h = d<float32(g_x), v>/d(x, scale)``, which goes through TF's registered
-  gradient of FusedBatchNormGradV3 (TF §8.2: statistics recomputed from x in training) and
-  through minigraph's fused FusedBatchNormGradGrad.
+  gradient of FusedBatchNormGradV3 (statistics recomputed from x in training,
+  docs/tf-semantics.md#autodiff-second-order) and through minigraph's fused
+  FusedBatchNormGradGrad.
 
 All four data formats, training and inference, float32/float16/bfloat16 x. The losses are
 summed in float32 on both sides, so the cotangents reaching the batch-norm ops are the same
@@ -23,7 +24,8 @@ Tolerances (``conftest.assert_close``, norm-wise: relative to the largest |TF va
   the neighbouring T value; so one ulp of T is allowed on top of the float32 allowance.
   (The inputs of the half kernels are identical on both sides, so nothing looser is needed.)
 
-Gradients for mean and variance must be None on both sides, at both orders (TF §8.1).
+Gradients for mean and variance must be None on both sides, at both orders
+(docs/tf-semantics.md#autodiff-first-order).
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ def test_first_and_second_order_match_tensorflow(data_format, is_training, dtype
     options = {"data_format": data_format, "is_training": is_training}
     tf_g, tf_h = tf_gradients(*case, **options)
     mg_g, mg_h = minigraph_gradients(*case, **options, backend=backend)
-    # TF §8.1: no gradient for mean and variance, at either order
+    # no gradient for mean and variance, at either order (docs/tf-semantics.md#autodiff-first-order)
     assert tf_g[3:] == [None, None] and tf_h[2:] == [None, None]
     assert mg_g[3:] == [None, None] and mg_h[2:] == [None, None]
     for actual, expected, name in zip(mg_g, tf_g[:3], ("x", "scale", "offset")):
