@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from minigraph import ops
 from minigraph.framework import dtypes
 from minigraph.framework.dtypes import DType
 from minigraph.framework.graph import Output
 from minigraph.framework.scope import Scope
-from minigraph.ops import nn_ops
 from minigraph.ops.array_ops import Const
 from minigraph.ops.batch_norm import FusedBatchNormV3
 from minigraph.ops.math_ops import Cast, Mean, Reshape
@@ -51,10 +51,10 @@ class Conv2D:
         self.variables = [self.filter] + ([self.bias] if use_bias else [])
 
     def __call__(self, scope: Scope, x: Output) -> Output:
-        y = nn_ops.Conv2D(scope.WithOpName(self.name), x, self.filter, strides=self.strides,
+        y = ops.Conv2D(scope.WithOpName(self.name), x, self.filter, strides=self.strides,
                           padding=self.padding, data_format=self.data_format)
         if self.bias is not None:
-            y = nn_ops.BiasAdd(scope, y, self.bias, data_format=self.data_format)
+            y = ops.BiasAdd(scope, y, self.bias, data_format=self.data_format)
         return y
 
 
@@ -109,17 +109,17 @@ class Dense:
         self.variables = [self.kernel, self.bias]
 
     def __call__(self, scope: Scope, x: Output) -> Output:
-        return nn_ops.BiasAdd(scope.WithOpName(self.name),
-                              nn_ops.MatMul(scope, x, self.kernel), self.bias)
+        return ops.BiasAdd(scope.WithOpName(self.name),
+                              ops.MatMul(scope, x, self.kernel), self.bias)
 
 
 def relu(scope: Scope, x: Output) -> Output:
-    return nn_ops.Relu(scope, x)
+    return ops.Relu(scope, x)
 
 
 def max_pool(scope: Scope, x: Output, size: int, *, data_format: str = "NHWC") -> Output:
     window = [1, 1, size, size] if data_format == "NCHW" else [1, size, size, 1]
-    return nn_ops.MaxPool(scope, x, ksize=window, strides=window, padding="VALID",
+    return ops.MaxPool(scope, x, ksize=window, strides=window, padding="VALID",
                           data_format=data_format)
 
 
@@ -131,12 +131,12 @@ def flatten(scope: Scope, x: Output) -> Output:
 
 def sparse_softmax_cross_entropy(scope: Scope, logits: Output, labels: Output) -> Output:
     """Mean over the batch of -log softmax(logits)[label]."""
-    loss = nn_ops.SparseSoftmaxCrossEntropyWithLogits(scope, logits, labels).loss
+    loss = ops.SparseSoftmaxCrossEntropyWithLogits(scope, logits, labels).loss
     return Mean(scope, loss, Const(scope, [0]))
 
 
 def accuracy(scope: Scope, logits: Output, labels: Output) -> Output:
     """Fraction of rows whose arg-max logit equals the label."""
-    predicted = nn_ops.ArgMax(scope, logits, Const(scope, 1), output_type=labels.dtype)
-    hits = Cast(scope, nn_ops.Equal(scope, predicted, labels), DstT=dtypes.float32)
+    predicted = ops.ArgMax(scope, logits, Const(scope, 1), output_type=labels.dtype)
+    hits = Cast(scope, ops.Equal(scope, predicted, labels), DstT=dtypes.float32)
     return Mean(scope, hits, Const(scope, [0]))

@@ -41,11 +41,12 @@ def _conv_graph(dtype, strides):
 
 @needs_native
 @pytest.mark.parametrize("dtype, strides, conv, relu", [
-    (mg.float32, [1, 1, 1, 1], "native:conv_kernels.conv2d_native",
-     "native:nn_kernels.relu_native"),
-    (mg.float32, [1, 2, 2, 1], "reference:conv_kernels.conv2d",
-     "native:nn_kernels.relu_native"),
-    (mg.float64, [1, 1, 1, 1], "reference:conv_kernels.conv2d", "reference:nn_kernels.relu"),
+    (mg.float32, [1, 1, 1, 1], "native:convolution_kernels.conv2d_native",
+     "native:activation_kernels.relu_native"),
+    (mg.float32, [1, 2, 2, 1], "reference:convolution_kernels.conv2d",
+     "native:activation_kernels.relu_native"),
+    (mg.float64, [1, 1, 1, 1], "reference:convolution_kernels.conv2d",
+     "reference:activation_kernels.relu"),
 ])
 def test_the_plan_picks_one_kernel_per_step(dtype, strides, conv, relu):
     root, fetch, feeds = _conv_graph(dtype, strides)
@@ -53,7 +54,7 @@ def test_the_plan_picks_one_kernel_per_step(dtype, strides, conv, relu):
     assert metadata.kernel_of("conv") == conv
     assert metadata.kernel_of("relu") == relu
     reference = _kernels(root, fetch, feeds, "reference")
-    assert reference.kernel_of("conv") == "reference:conv_kernels.conv2d"
+    assert reference.kernel_of("conv") == "reference:convolution_kernels.conv2d"
 
 
 @needs_native

@@ -29,8 +29,16 @@ import pytest
 
 import minigraph as mg
 from minigraph import ops
-from minigraph.backends import conv_kernels, native
-from minigraph.ops.nn_ops import Window, windowed_output_size
+from minigraph.backends import convolution_kernels, native
+from minigraph.backends.activation_kernels import c_relu, c_relu_grad
+from minigraph.backends.convolution_kernels import (
+    c_conv2d,
+    c_conv2d_backprop_filter,
+    c_conv2d_backprop_input,
+)
+from minigraph.backends.pooling_kernels import c_max_pool, c_max_pool_grad
+from minigraph.backends.training_kernels import c_apply_adam
+from minigraph.ops.window import Window, windowed_output_size
 from minigraph.train import optimizers
 
 if not native.available():
@@ -96,13 +104,13 @@ def conv_expected(x, f, dy, win):
     """float64 (y, dx, df) from the numpy kernels, and the magnitudes of their sums
     (the same sums over |terms|): results must be within RTOL * magnitude."""
     x64, f64, dy64 = (a.astype(F64) for a in (x, f, dy))
-    exact = (conv_kernels.conv2d_nhwc(x64, f64, win),
-             conv_kernels.conv2d_backprop_input_nhwc(dy64, f64, x.shape, win),
-             conv_kernels.conv2d_backprop_filter_nhwc(x64, dy64, f.shape, win))
+    exact = (convolution_kernels.conv2d_nhwc(x64, f64, win),
+             convolution_kernels.conv2d_backprop_input_nhwc(dy64, f64, x.shape, win),
+             convolution_kernels.conv2d_backprop_filter_nhwc(x64, dy64, f.shape, win))
     ax, af, ady = np.abs(x64), np.abs(f64), np.abs(dy64)
-    mags = (conv_kernels.conv2d_nhwc(ax, af, win),
-            conv_kernels.conv2d_backprop_input_nhwc(ady, af, x.shape, win),
-            conv_kernels.conv2d_backprop_filter_nhwc(ax, ady, f.shape, win))
+    mags = (convolution_kernels.conv2d_nhwc(ax, af, win),
+            convolution_kernels.conv2d_backprop_input_nhwc(ady, af, x.shape, win),
+            convolution_kernels.conv2d_backprop_filter_nhwc(ax, ady, f.shape, win))
     return exact, mags
 
 
@@ -167,17 +175,20 @@ def test_conv_matches_numpy(case, fmt, padding):
         assert_within(a, e, m, f"{name} native")
 
 
-def test_conv_uses_the_native_path(monkeypatch):
-    """The graph-level test above would pass vacuously if the hook never fired."""
-    calls = []
-    for name in ("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"):
-        original = getattr(native, name)
-        monkeypatch.setattr(native, name,
-                            lambda *a, _o=original, _n=name: calls.append(_n) or _o(*a))
+def test_conv_uses_the_native_path():
+    """The graph-level test above would pass vacuously if the C kernels never ran: the run
+    metadata names the kernel each op ran with."""
     x = np.ones((1, 4, 4, 2), F32)
     f = np.ones((3, 3, 2, 3), F32)
-    run_both(lambda root: conv_ops(root, "NHWC", "SAME", x, f, np.ones((1, 4, 4, 3), F32)))
-    assert sorted(calls) == ["conv2d", "conv2d_backprop_filter", "conv2d_backprop_input"]
+    root = mg.Scope.NewRootScope()
+    fetches = conv_ops(root, "NHWC", "SAME", x, f, np.ones((1, 4, 4, 3), F32))
+    metadata = mg.RunMetadata()
+    mg.ClientSession(root, backend="native").Run({}, fetches, run_metadata=metadata)
+    kernels = {s.op_type: f"{s.backend}:{s.kernel}" for s in metadata.step_stats}
+    assert [kernels[op] for op in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")] \
+        == ["native:convolution_kernels.conv2d_native",
+            "native:convolution_kernels.conv2d_backprop_input_native",
+            "native:convolution_kernels.conv2d_backprop_filter_native"]
 
 
 @pytest.mark.parametrize("attrs,dtype", [
@@ -275,16 +286,15 @@ def test_max_pool_matches_numpy_bit_for_bit(case, fmt, padding, values):
     assert_bitwise(got[1], ref[1], "MaxPoolGrad")
 
 
-def test_max_pool_uses_the_native_path(monkeypatch):
-    calls = []
-    for name in ("max_pool", "max_pool_grad"):
-        original = getattr(native, name)
-        monkeypatch.setattr(native, name,
-                            lambda *a, _o=original, _n=name: calls.append(_n) or _o(*a))
+def test_max_pool_uses_the_native_path():
     x = np.arange(32, dtype=F32).reshape(1, 4, 4, 2)
-    run_both(lambda root: pool_ops(root, "NHWC", "VALID", x, np.ones((1, 2, 2, 2), F32),
-                                   (2, 2), (2, 2)))
-    assert sorted(calls) == ["max_pool", "max_pool_grad"]
+    root = mg.Scope.NewRootScope()
+    fetches = pool_ops(root, "NHWC", "VALID", x, np.ones((1, 2, 2, 2), F32), (2, 2), (2, 2))
+    metadata = mg.RunMetadata()
+    mg.ClientSession(root, backend="native").Run({}, fetches, run_metadata=metadata)
+    kernels = {s.op_type: f"{s.backend}:{s.kernel}" for s in metadata.step_stats}
+    assert kernels["MaxPool"] == "native:pooling_kernels.max_pool_native"
+    assert kernels["MaxPoolGrad"] == "native:pooling_kernels.max_pool_grad_native"
 
 
 def test_max_pool_other_dtypes_unchanged():
@@ -375,7 +385,7 @@ def test_adam_function_formula():
     v = rng.random(1001).astype(F32)
     lr_t, b1, b2, eps = F32(0.01), F32(0.9), F32(0.999), F32(1e-7)
     for nesterov in (False, True):
-        got = native.apply_adam(var, m, v, grad, lr_t, b1, b2, eps, nesterov)
+        got = c_apply_adam(var, m, v, grad, lr_t, b1, b2, eps, nesterov)
         m1 = m + (grad - m) * (1 - b1)
         v1 = v + (grad * grad - v) * (1 - b2)
         step = m1 * b1 + (1 - b1) * grad if nesterov else m1
@@ -398,15 +408,15 @@ def all_native_outputs(seed=6):
     out = []
     for cl in (True, False):
         xf, dyf = (a if cl else np.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in (x, dy))
-        out += [native.conv2d(xf, f, pads, (9, 7), cl),
-                native.conv2d_backprop_input(dyf, f, (9, 7), pads, cl),
-                native.conv2d_backprop_filter(xf, dyf, (3, 3), pads, cl)]
-        p = native.max_pool(xf, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 3), cl)
-        out += [p, native.max_pool_grad(xf, p, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 3), cl)]
+        out += [c_conv2d(xf, f, pads, (9, 7), cl),
+                c_conv2d_backprop_input(dyf, f, (9, 7), pads, cl),
+                c_conv2d_backprop_filter(xf, dyf, (3, 3), pads, cl)]
+        p = c_max_pool(xf, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 3), cl)
+        out += [p, c_max_pool_grad(xf, p, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 3), cl)]
         xe = np.ascontiguousarray(xf[:, :, :8, :4] if not cl else xf[:, :8, :4])  # even sizes
-        p = native.max_pool(xe, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 2), cl)
-        out += [p, native.max_pool_grad(xe, p, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 2), cl)]
-    out += [native.relu(x), native.relu_grad(dy, dy)]
+        p = c_max_pool(xe, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 2), cl)
+        out += [p, c_max_pool_grad(xe, p, (2, 2), (2, 2), ((0, 0), (0, 0)), (4, 2), cl)]
+    out += [c_relu(x), c_relu_grad(dy, dy)]
     return out
 
 
@@ -478,10 +488,10 @@ def test_works_in_a_forked_child():
 def test_rejects_bad_geometry():
     x = np.ones((1, 4, 4, 2), F32)
     with pytest.raises(ValueError):  # input-gradient pads must be < the filter size
-        native.conv2d_backprop_input(np.ones((1, 4, 4, 3), F32), np.ones((3, 3, 2, 3), F32),
+        c_conv2d_backprop_input(np.ones((1, 4, 4, 3), F32), np.ones((3, 3, 2, 3), F32),
                                      (4, 4), ((3, 0), (1, 1)), True)
     with pytest.raises(ValueError):  # overlapping windows
-        native.max_pool_grad(x, np.ones((1, 3, 3, 2), F32), (2, 2), (1, 1),
+        c_max_pool_grad(x, np.ones((1, 3, 3, 2), F32), (2, 2), (1, 1),
                              ((0, 0), (0, 0)), (3, 3), True)
 
 
@@ -636,14 +646,14 @@ def test_elementwise_wrappers_keep_the_shape(name):
     with the formula's values, whatever the layout, alignment or dtype they are given."""
     x = ODD_ARRAYS[name]
     x32 = np.asarray(x, F32)
-    y = native.relu(x)
+    y = c_relu(x)
     assert y.shape == x.shape and y.dtype == F32
     assert_bitwise(y, np.maximum(x32, F32(0)))
-    dx = native.relu_grad(x, x)
+    dx = c_relu_grad(x, x)
     assert dx.shape == x.shape
     assert_bitwise(dx, np.where(x32 > 0, x32, F32(0)))
     v = np.abs(x32)
-    got = native.apply_adam(x, x, v, x, 0.5, 0.9, 0.999, 1e-7, False)
+    got = c_apply_adam(x, x, v, x, 0.5, 0.9, 0.999, 1e-7, False)
     m1 = x32 + (x32 - x32) * (1 - F32(0.9))
     v1 = v + (x32 * x32 - v) * (1 - F32(0.999))
     for a, e in zip(got, [x32 - F32(0.5) * m1 / (np.sqrt(v1) + F32(1e-7)), m1, v1]):
@@ -656,48 +666,48 @@ def test_wrappers_reject_mismatched_buffers():
     are a ValueError, never a read past a buffer."""
     big, small = np.ones(1000, F32), np.ones(10, F32)
     with pytest.raises(ValueError):  # the gradient smaller than the variable
-        native.apply_adam(big, big, big, small, 0.1, 0.9, 0.999, 1e-7, False)
+        c_apply_adam(big, big, big, small, 0.1, 0.9, 0.999, 1e-7, False)
     for i in range(3):  # m or v smaller
         args = [big, big, big]
         args[i] = small
         with pytest.raises(ValueError):
-            native.apply_adam(big, *args, 0.1, 0.9, 0.999, 1e-7, True)
+            c_apply_adam(big, *args, 0.1, 0.9, 0.999, 1e-7, True)
     with pytest.raises(ValueError):  # same size, other shape
-        native.apply_adam(big, big, big, big.reshape(10, 100), 0.1, 0.9, 0.999, 1e-7, False)
+        c_apply_adam(big, big, big, big.reshape(10, 100), 0.1, 0.9, 0.999, 1e-7, False)
     with pytest.raises(ValueError):
-        native.relu_grad(big, small)
+        c_relu_grad(big, small)
     with pytest.raises(ValueError):
-        native.relu_grad(np.ones((2, 3), F32), np.ones((3, 2), F32))
+        c_relu_grad(np.ones((2, 3), F32), np.ones((3, 2), F32))
     x = np.ones((1, 4, 4, 2), F32)
     pads = ((0, 0), (0, 0))
     for bad in (np.ones((4, 4), F32), np.array(1.0, F32)):  # pools take 4-D tensors only
         with pytest.raises(ValueError):
-            native.max_pool(bad, (2, 2), (2, 2), pads, (2, 2), True)
+            c_max_pool(bad, (2, 2), (2, 2), pads, (2, 2), True)
     with pytest.raises(ValueError):  # output rows past the input
-        native.max_pool(x, (2, 2), (2, 2), pads, (3, 2), True)
+        c_max_pool(x, (2, 2), (2, 2), pads, (3, 2), True)
     with pytest.raises(ValueError):
-        native.max_pool(x, (2, 2), (2, 2), pads, (2, 5), False)
+        c_max_pool(x, (2, 2), (2, 2), pads, (2, 5), False)
     with pytest.raises(ValueError):  # pads not smaller than the window
-        native.max_pool(x, (2, 2), (2, 2), ((2, 0), (0, 0)), (2, 2), True)
+        c_max_pool(x, (2, 2), (2, 2), ((2, 0), (0, 0)), (2, 2), True)
     with pytest.raises(ValueError):  # geometry beyond int32
-        native.max_pool(x, (2**40, 2), (1, 2), pads, (4, 2), True)
+        c_max_pool(x, (2**40, 2), (1, 2), pads, (4, 2), True)
     with pytest.raises(ValueError):
-        native.max_pool(x, (-1, 2), (1, 2), pads, (4, 2), True)
+        c_max_pool(x, (-1, 2), (1, 2), pads, (4, 2), True)
     with pytest.raises(ValueError):  # grad not of the pool's shape
-        native.max_pool_grad(x, np.ones((1, 2, 2, 1), F32), (2, 2), (2, 2), pads, (2, 2), True)
+        c_max_pool_grad(x, np.ones((1, 2, 2, 1), F32), (2, 2), (2, 2), pads, (2, 2), True)
     with pytest.raises(ValueError):
-        native.max_pool_grad(x, np.ones((1, 3, 3, 2), F32), (2, 2), (2, 2), pads, (3, 3), True)
+        c_max_pool_grad(x, np.ones((1, 3, 3, 2), F32), (2, 2), (2, 2), pads, (3, 3), True)
     f = np.ones((3, 3, 3, 4), F32)  # in_channels 3, x has 2
     with pytest.raises(ValueError):
-        native.conv2d(x, f, ((1, 1), (1, 1)), (4, 4), True)
+        c_conv2d(x, f, ((1, 1), (1, 1)), (4, 4), True)
     with pytest.raises(ValueError):  # dy has 5 channels, the filter's out_channels are 4
-        native.conv2d_backprop_input(np.ones((1, 4, 4, 5), F32), f, (4, 4), ((1, 1), (1, 1)),
+        c_conv2d_backprop_input(np.ones((1, 4, 4, 5), F32), f, (4, 4), ((1, 1), (1, 1)),
                                      True)
     with pytest.raises(ValueError):  # batch 1 vs 3
-        native.conv2d_backprop_filter(x, np.ones((3, 4, 4, 4), F32), (3, 3), ((1, 1), (1, 1)),
+        c_conv2d_backprop_filter(x, np.ones((3, 4, 4, 4), F32), (3, 3), ((1, 1), (1, 1)),
                                       True)
     with pytest.raises(ValueError):  # empty filter
-        native.conv2d(x, np.ones((3, 3, 2, 0), F32), ((1, 1), (1, 1)), (4, 4), True)
+        c_conv2d(x, np.ones((3, 3, 2, 0), F32), ((1, 1), (1, 1)), (4, 4), True)
 
 
 def test_pool_and_conv_wrappers_copy_misaligned_and_strided_inputs():
@@ -710,13 +720,13 @@ def test_pool_and_conv_wrappers_copy_misaligned_and_strided_inputs():
     pads = ((0, 0), (0, 0))
     wide = np.repeat(x, 2, axis=3)[..., ::2]  # a strided view equal to x
     for variant in (misaligned(x), wide):
-        assert_bitwise(native.max_pool(variant, (2, 2), (2, 2), pads, (3, 3), True),
-                       native.max_pool(x, (2, 2), (2, 2), pads, (3, 3), True))
-        assert_bitwise(native.max_pool_grad(variant, misaligned(g), (2, 2), (2, 2), pads,
+        assert_bitwise(c_max_pool(variant, (2, 2), (2, 2), pads, (3, 3), True),
+                       c_max_pool(x, (2, 2), (2, 2), pads, (3, 3), True))
+        assert_bitwise(c_max_pool_grad(variant, misaligned(g), (2, 2), (2, 2), pads,
                                             (3, 3), True),
-                       native.max_pool_grad(x, g, (2, 2), (2, 2), pads, (3, 3), True))
-        assert_bitwise(native.conv2d(variant, misaligned(f), ((1, 1), (1, 1)), (6, 6), True),
-                       native.conv2d(x, f, ((1, 1), (1, 1)), (6, 6), True))
+                       c_max_pool_grad(x, g, (2, 2), (2, 2), pads, (3, 3), True))
+        assert_bitwise(c_conv2d(variant, misaligned(f), ((1, 1), (1, 1)), (6, 6), True),
+                       c_conv2d(x, f, ((1, 1), (1, 1)), (6, 6), True))
 
 
 # ----------------------------------------------------------------------------- training

@@ -1,6 +1,7 @@
-"""The layer ops of ``minigraph.ops.nn_ops``: Conv2D (+ both backprops), BiasAdd(Grad),
-Relu(Grad), MaxPool(Grad, GradGrad), AvgPool(Grad), MatMul, Softmax,
-SparseSoftmaxCrossEntropyWithLogits, ArgMax, Equal.
+"""The layer ops (the convolution, pooling, activation and nn families of
+``minigraph.ops``): Conv2D (+ both backprops), BiasAdd(Grad), Relu(Grad), MaxPool(Grad,
+GradGrad), AvgPool(Grad), MatMul, Softmax, SparseSoftmaxCrossEntropyWithLogits, ArgMax,
+Equal.
 
 * Forward values against independent float64 references written here with direct loops
   over output pixels and window offsets (``conv_ref``, ``pool_ref`` ...), for NHWC and NCHW,
@@ -636,9 +637,13 @@ NN_GRADIENT_TESTS = {
 }
 
 
+NN_FAMILIES = ("minigraph.ops.nn_ops", "minigraph.ops.convolution_ops",
+               "minigraph.ops.pooling_ops", "minigraph.ops.activation_ops")
+
+
 def test_every_nn_gradient_is_checked():
     registered = {op for op, fn in registered_gradients().items()
-                  if fn is not None and fn.__module__ == "minigraph.ops.nn_ops"}
+                  if fn is not None and fn.__module__ in NN_FAMILIES}
     assert registered == set(NN_GRADIENT_TESTS), registered ^ set(NN_GRADIENT_TESTS)
     assert all(name in globals() for name in NN_GRADIENT_TESTS.values())
     assert registered_gradients()["ArgMax"] is None

@@ -17,14 +17,17 @@ import warnings
 from types import ModuleType
 
 from minigraph.backends import (  # noqa: F401  (importing registers the kernels)
+    activation_kernels,
     array_kernels,
     batch_norm_kernels,
-    conv_kernels,
+    convolution_kernels,
     math_kernels,
     native,
     nn_kernels,
+    pooling_kernels,
     reference,
     state_kernels,
+    training_kernels,
 )
 from minigraph.framework.errors import InvalidArgumentError, UnavailableError
 

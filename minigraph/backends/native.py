@@ -224,7 +224,7 @@ def _buf(array: np.ndarray):
     return ffi.from_buffer(array)
 
 
-def _fbuf(array: np.ndarray):
+def fbuf(array: np.ndarray):
     return ffi.from_buffer("float[]", array)
 
 
@@ -248,8 +248,8 @@ def bn_forward_training(x, scale, offset, epsilon, channels_last):
     mean = np.empty(channels, F32)
     variance = np.empty(channels, F32)
     _check(lib.mg_bn_forward_training(
-        code, outer, channels, inner, _buf(x), _fbuf(scale), _fbuf(offset), float(epsilon),
-        _buf(y), _fbuf(mean), _fbuf(variance), num_threads()))
+        code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), float(epsilon),
+        _buf(y), fbuf(mean), fbuf(variance), num_threads()))
     return y, mean, variance
 
 
@@ -259,8 +259,8 @@ def bn_forward_inference(x, scale, offset, mean, variance, epsilon, channels_las
     _vectors(channels, scale, offset, mean, variance)
     y = np.empty(x.shape, x.dtype)
     _check(lib.mg_bn_forward_inference(
-        code, outer, channels, inner, _buf(x), _fbuf(scale), _fbuf(offset), _fbuf(mean),
-        _fbuf(variance), float(epsilon), _buf(y), num_threads()))
+        code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), fbuf(mean),
+        fbuf(variance), float(epsilon), _buf(y), num_threads()))
     return y
 
 
@@ -272,9 +272,9 @@ def _backward(function, dy, x, scale, mean, variance, epsilon, channels_last):
     scale_backprop = np.empty(channels, F32)
     offset_backprop = np.empty(channels, F32)
     _check(function(
-        code, outer, channels, inner, _buf(dy), _buf(x), _fbuf(scale), _fbuf(mean),
-        _fbuf(variance), float(epsilon), _buf(dx), _fbuf(scale_backprop),
-        _fbuf(offset_backprop), num_threads()))
+        code, outer, channels, inner, _buf(dy), _buf(x), fbuf(scale), fbuf(mean),
+        fbuf(variance), float(epsilon), _buf(dx), fbuf(scale_backprop),
+        fbuf(offset_backprop), num_threads()))
     return dx, scale_backprop, offset_backprop
 
 
@@ -304,8 +304,8 @@ def bn_grad_grad_training(dy, x, scale, gx, gscale, goffset, epsilon, channels_l
     d_x = np.empty(x.shape, x.dtype)
     d_scale = np.empty(channels, F32)
     _check(lib.mg_bn_grad_grad_training(
-        code, outer, channels, inner, _buf(dy), _buf(x), _fbuf(scale), _buf(gx),
-        _fbuf(gscale), _fbuf(goffset), float(epsilon), _buf(d_dy), _buf(d_x), _fbuf(d_scale),
+        code, outer, channels, inner, _buf(dy), _buf(x), fbuf(scale), _buf(gx),
+        fbuf(gscale), fbuf(goffset), float(epsilon), _buf(d_dy), _buf(d_x), fbuf(d_scale),
         num_threads()))
     return d_dy, d_x, d_scale
 
@@ -322,29 +322,26 @@ def bn_grad_grad_inference(dy, x, scale, mean, variance, gx, gscale, goffset, ep
     d_x = np.empty(x.shape, x.dtype)
     d_scale = np.empty(channels, F32)
     _check(lib.mg_bn_grad_grad_inference(
-        code, outer, channels, inner, _buf(dy), _buf(x), _fbuf(scale), _fbuf(mean),
-        _fbuf(variance), _buf(gx), _fbuf(gscale), _fbuf(goffset), float(epsilon), _buf(d_dy),
-        _buf(d_x), _fbuf(d_scale), num_threads()))
+        code, outer, channels, inner, _buf(dy), _buf(x), fbuf(scale), fbuf(mean),
+        fbuf(variance), _buf(gx), fbuf(gscale), fbuf(goffset), float(epsilon), _buf(d_dy),
+        _buf(d_x), fbuf(d_scale), num_threads()))
     return d_dy, d_x, d_scale
 
 
 # --------------------------------------------------------------------------------------------
-# convolutions, max pooling, ReLU and Adam (kernels_c/conv.c, pool.c): float32 fast paths for
-# the numpy kernels (backends.conv_kernels, nn_kernels, state_kernels), which call them when
-# the session's math backend is this module and the case is one the C code handles
-# (float32; convolutions with stride 1, dilation 1 and SAME/VALID padding; max-pool
-# gradients with non-overlapping windows). Geometry (pads, output size) comes from the op's
-# Window. Results are bit-identical for any thread count.
+# services for the other families' C wrappers (convolution_kernels, pooling_kernels,
+# activation_kernels, training_kernels): they check every buffer against what C reads and
+# writes, so no call can touch memory out of bounds.
 
 
-def _check_nn(code: int, what: str) -> None:
+def check_code(code: int, what: str) -> None:
     if code == 2:
         raise MemoryError(f"native {what}: out of memory for the kernel's scratch")
     if code:
         raise ValueError(f"native {what}: invalid arguments")
 
 
-def _f32(array) -> np.ndarray:
+def as_f32(array) -> np.ndarray:
     """``array`` as a C-contiguous, aligned float32 ndarray of exactly its shape (a 0-d
     array stays 0-d). Copies only when needed: another dtype or byte order, a strided view,
     or misaligned data (a buffer offset by a byte), which C must never see."""
@@ -354,7 +351,7 @@ def _f32(array) -> np.ndarray:
 _INT32_MAX = 2**31 - 1
 
 
-def _sizes(what: str, **values) -> list[int]:
+def checked_sizes(what: str, **values) -> list[int]:
     """The integer geometry arguments, each checked to lie in [0, 2**31): C computes offsets
     like ``row * stride + ksize`` in int64, which such values can never overflow."""
     checked = []
@@ -365,166 +362,24 @@ def _sizes(what: str, **values) -> list[int]:
     return checked
 
 
-def _rank4(what: str, **arrays: np.ndarray) -> None:
+def check_rank4(what: str, **arrays: np.ndarray) -> None:
     for name, array in arrays.items():
         if array.ndim != 4:
             raise ValueError(f"native {what}: {name} must be 4-dimensional, got shape "
                              f"{array.shape}")
 
 
-def _nhwc_dims(shape: tuple, channels_last: bool) -> tuple[int, int, int, int]:
+def nhwc_dims(shape: tuple, channels_last: bool) -> tuple[int, int, int, int]:
     n, a, b, c = shape
     return (n, a, b, c) if channels_last else (n, b, c, a)
 
 
-def _shaped(n: int, h: int, w: int, c: int, channels_last: bool) -> tuple[int, ...]:
+def shaped(n: int, h: int, w: int, c: int, channels_last: bool) -> tuple[int, ...]:
     return (n, h, w, c) if channels_last else (n, c, h, w)
 
 
-def _conv_filter(what: str, f: np.ndarray, in_channels: int, out_channels: int | None
-                 ) -> tuple[int, int, int, int]:
-    """(kh, kw, c, co) of an HWIO filter whose in (and out, when given) channels must be the
-    tensors' own: C reads ``kh * kw * c * co`` floats of it."""
-    kh, kw, c, co = f.shape
-    if c != in_channels or (out_channels is not None and co != out_channels) or not f.size:
-        raise ValueError(f"native {what}: filter shape {f.shape} does not match "
-                         f"{in_channels} input / {out_channels} output channels (or is empty)")
-    return kh, kw, c, co
-
-
-def conv2d(x, f, pads, out_hw, channels_last):
-    """Cross-correlation of x (NHWC or NCHW) with the HWIO filter f, stride 1, dilation 1;
-    ``pads`` = ((top, bottom), (left, right)), ``out_hw`` the output's (height, width):
-    ``y[n, p, q, o] = sum_{i, j, ci} x[n, p + i - top, q + j - left, ci] * f[i, j, ci, o]``
-    (zero outside x)."""
-    x, f = _f32(x), _f32(f)
-    _rank4("Conv2D", x=x, filter=f)
-    n, h, w, c = _nhwc_dims(x.shape, channels_last)
-    kh, kw, _, co = _conv_filter("Conv2D", f, c, None)
-    top, left, oh, ow = _sizes("Conv2D", pad_top=pads[0][0], pad_left=pads[1][0],
-                               out_h=out_hw[0], out_w=out_hw[1])
-    y = np.empty(_shaped(n, oh, ow, co, channels_last), F32)
-    _check_nn(lib.mg_conv2d_forward(
-        n, h, w, c, kh, kw, co, top, left, oh, ow, int(channels_last), _fbuf(x), _fbuf(f),
-        _fbuf(y), num_threads()), "Conv2D")
-    return y
-
-
-def conv2d_backprop_input(dy, f, input_hw, pads, channels_last):
-    """d input (shape: dy's batch, ``input_hw``, f's in_channels) of conv2d given dy:
-    ``dx[n, r, s, ci] = sum dy[n, p, q, o] * f[r - p + top, s - q + left, ci, o]``."""
-    dy, f = _f32(dy), _f32(f)
-    _rank4("Conv2DBackpropInput", out_backprop=dy, filter=f)
-    n, oh, ow, co = _nhwc_dims(dy.shape, channels_last)
-    kh, kw, c, _ = _conv_filter("Conv2DBackpropInput", f, f.shape[2], co)
-    h, w, top, left = _sizes("Conv2DBackpropInput", height=input_hw[0], width=input_hw[1],
-                             pad_top=pads[0][0], pad_left=pads[1][0])
-    dx = np.empty(_shaped(n, h, w, c, channels_last), F32)
-    _check_nn(lib.mg_conv2d_backprop_input(
-        n, h, w, c, kh, kw, co, top, left, oh, ow, int(channels_last), _fbuf(f), _fbuf(dy),
-        _fbuf(dx), num_threads()), "Conv2DBackpropInput")
-    return dx
-
-
-def conv2d_backprop_filter(x, dy, filter_hw, pads, channels_last):
-    """d filter (HWIO, spatial size ``filter_hw``) of conv2d given its input x and dy:
-    ``df[i, j, ci, o] = sum_{n, p, q} x[n, p + i - top, q + j - left, ci] * dy[n, p, q, o]``."""
-    x, dy = _f32(x), _f32(dy)
-    _rank4("Conv2DBackpropFilter", input=x, out_backprop=dy)
-    n, h, w, c = _nhwc_dims(x.shape, channels_last)
-    dn, oh, ow, co = _nhwc_dims(dy.shape, channels_last)
-    if dn != n:
-        raise ValueError(f"native Conv2DBackpropFilter: out_backprop batch {dn} differs from "
-                         f"the input's {n}")
-    kh, kw, top, left = _sizes("Conv2DBackpropFilter", filter_h=filter_hw[0],
-                               filter_w=filter_hw[1], pad_top=pads[0][0],
-                               pad_left=pads[1][0])
-    df = np.empty((kh, kw, c, co), F32)
-    _check_nn(lib.mg_conv2d_backprop_filter(
-        n, h, w, c, kh, kw, co, top, left, oh, ow, int(channels_last), _fbuf(x), _fbuf(dy),
-        _fbuf(df), num_threads()), "Conv2DBackpropFilter")
-    return df
-
-
-def _pool_args(what, x, ksize, strides, pads, out_hw, channels_last):
-    """The C arguments of a pool over x, checked: every window must start inside the image
-    (``(out - 1) * stride - pad_before < size``, true of SAME, VALID and EXPLICIT windows
-    with pads smaller than the window), so C reads x only at clipped in-bounds positions
-    and writes exactly ``n * out_h * out_w * c`` outputs."""
-    _rank4(what, input=x)
-    n, h, w, c = _nhwc_dims(x.shape, channels_last)
-    kh, kw, sh, sw, top, left, oh, ow = _sizes(
-        what, ksize_h=ksize[0], ksize_w=ksize[1], stride_h=strides[0], stride_w=strides[1],
-        pad_top=pads[0][0], pad_left=pads[1][0], out_h=out_hw[0], out_w=out_hw[1])
-    for k, s, pad, out, size, axis in ((kh, sh, top, oh, h, "height"),
-                                       (kw, sw, left, ow, w, "width")):
-        if k < 1 or s < 1 or pad >= k or (out and (out - 1) * s - pad >= size):
-            raise ValueError(f"native {what}: {out} windows of size {k}, stride {s} and "
-                             f"padding {pad} do not fit an input of {axis} {size}")
-    return (n, h, w, c, kh, kw, sh, sw, top, left, oh, ow, int(channels_last))
-
-
-def max_pool(x, ksize, strides, pads, out_hw, channels_last):
-    """Max over each window's in-bounds elements (NaN propagates, as numpy.maximum)."""
-    x = _f32(x)
-    args = _pool_args("MaxPool", x, ksize, strides, pads, out_hw, channels_last)
-    y = np.empty(_shaped(args[0], args[10], args[11], args[3], channels_last), F32)
-    _check_nn(lib.mg_max_pool(*args, _fbuf(x), _fbuf(y), num_threads()), "MaxPool")
-    return y
-
-
-def max_pool_grad(x, g, ksize, strides, pads, out_hw, channels_last):
-    """Each window's gradient g to its first maximum in x (row-major, strict >); windows
-    must not overlap (strides >= ksize). g has the pool's output shape."""
-    x, g = _f32(x), _f32(g)
-    args = _pool_args("MaxPoolGrad", x, ksize, strides, pads, out_hw, channels_last)
-    expected = _shaped(args[0], args[10], args[11], args[3], channels_last)
-    if g.shape != expected:
-        raise ValueError(f"native MaxPoolGrad: grad must have the pool's shape {expected}, "
-                         f"got {g.shape}")
-    dx = np.empty(x.shape, F32)
-    _check_nn(lib.mg_max_pool_grad(*args, _fbuf(x), _fbuf(g), _fbuf(dx), num_threads()),
-              "MaxPoolGrad")
-    return dx
-
-
-def _same_shape(what: str, first: np.ndarray, **others: np.ndarray) -> None:
+def check_same_shape(what: str, first: np.ndarray, **others: np.ndarray) -> None:
     for name, array in others.items():
         if array.shape != first.shape:
             raise ValueError(f"native {what}: {name} must have shape {first.shape}, got "
                              f"{array.shape}")
-
-
-def relu(x):
-    """x > 0 ? x : +0 of a float32 array, NaN stays NaN (as numpy.maximum(x, 0)); the
-    result has x's shape (0-d included)."""
-    x = _f32(x)
-    y = np.empty(x.shape, F32)
-    _check_nn(lib.mg_relu(x.size, _fbuf(x), _fbuf(y), num_threads()), "Relu")
-    return y
-
-
-def relu_grad(g, features):
-    """g where features > 0, else +0 (float32 arrays of one shape, which the result has)."""
-    g, features = _f32(g), _f32(features)
-    _same_shape("ReluGrad", g, features=features)
-    dx = np.empty(g.shape, F32)
-    _check_nn(lib.mg_relu_grad(g.size, _fbuf(g), _fbuf(features), _fbuf(dx), num_threads()),
-              "ReluGrad")
-    return dx
-
-
-def apply_adam(var, m, v, grad, lr_t, beta1, beta2, epsilon, use_nesterov):
-    """(var', m', v') of one Adam step (pool.h has the formulas); new float32 arrays of
-    var's shape (0-d included). m, v and grad must have var's shape: C reads var.size
-    elements of each."""
-    var, m, v, grad = _f32(var), _f32(m), _f32(v), _f32(grad)
-    _same_shape("ApplyAdam", var, m=m, v=v, grad=grad)
-    size = var.size
-    out = np.empty(3 * size, F32)  # one block: var', m', v' (views)
-    buf = _fbuf(out)
-    _check_nn(lib.mg_apply_adam(
-        size, _fbuf(var), _fbuf(m), _fbuf(v), _fbuf(grad), float(lr_t), float(beta1),
-        float(beta2), float(epsilon), int(use_nesterov), buf, buf + size, buf + 2 * size),
-        "ApplyAdam")
-    return [out[i * size:(i + 1) * size].reshape(var.shape) for i in range(3)]

@@ -1,19 +1,16 @@
-"""numpy CPU kernels of the non-convolution layer ops (``ops.nn_ops``): BiasAdd, Relu,
+"""numpy CPU kernels of the dense-layer, loss and metric ops (``ops.nn_ops``): BiasAdd,
 MatMul, Softmax, SparseSoftmaxCrossEntropyWithLogits, ArgMax and Equal.
 
 float16/bfloat16 are computed in float32 and rounded once to the storage type; float64 (the
-gradient checker's evaluation) stays float64; integer ops stay in their own type. With the
-native backend, float32 Relu and ReluGrad run in C (kernels_c/pool.c).
+gradient checker's evaluation) stays float64; integer ops stay in their own type.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from minigraph.backends import native
-from minigraph.backends.conv_kernels import compute_dtype, masked
+from minigraph.backends.compute import compute_dtype
 from minigraph.backends.registry import register_kernel
-from minigraph.framework import dtypes
 from minigraph.ops.nn_ops import bias_channel_axis
 
 
@@ -37,29 +34,6 @@ def bias_add_grad(op, inputs, ctx):
     axis = bias_channel_axis(op.attrs["data_format"], dy.ndim)
     axes = tuple(a for a in range(dy.ndim) if a != axis)
     return [_in(dy).sum(axis=axes).astype(dy.dtype, copy=False)]
-
-
-@register_kernel("Relu")
-def relu(op, inputs, ctx):
-    x = inputs[0]
-    return [np.maximum(_in(x), 0).astype(x.dtype, copy=False)]
-
-
-@register_kernel("Relu", backend="native", dtypes=(dtypes.float32,))
-def relu_native(op, inputs, ctx):
-    return [native.relu(inputs[0])]
-
-
-@register_kernel("ReluGrad")
-def relu_grad(op, inputs, ctx):
-    """gradients where features > 0, else 0."""
-    g, features = inputs
-    return [masked(g, _in(features) > 0)]
-
-
-@register_kernel("ReluGrad", backend="native", dtypes=(dtypes.float32,))
-def relu_grad_native(op, inputs, ctx):
-    return [native.relu_grad(*inputs)]
 
 
 @register_kernel("MatMul")

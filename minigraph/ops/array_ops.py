@@ -23,6 +23,9 @@ from minigraph.framework.op_def import (
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import TensorShape
 
+# The wrappers minigraph.ops exports.
+__all__ = ["Const", "Identity", "Placeholder"]
+
 PLACEHOLDER = register_op(OpDef(
     name="Placeholder",
     inputs=[],

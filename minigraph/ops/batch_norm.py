@@ -35,6 +35,13 @@ from minigraph.ops import math_ops as m
 from minigraph.ops.array_ops import Const
 from minigraph.ops.math_ops import cotangent_or_zeros
 
+# The wrappers minigraph.ops exports.
+__all__ = [
+    "BatchNormWithGlobalNormalization", "BatchNormWithGlobalNormalizationGrad",
+    "FusedBatchNorm", "FusedBatchNormGrad", "FusedBatchNormGradGrad", "FusedBatchNormGradV2",
+    "FusedBatchNormGradV3", "FusedBatchNormV2", "FusedBatchNormV3",
+]
+
 FORMATS_2D = ("NHWC", "NCHW")
 FORMATS_2D_3D = ("NHWC", "NCHW", "NDHWC", "NCDHW")
 HALF_TYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32)

@@ -29,6 +29,13 @@ from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
 from minigraph.ops.array_ops import Const
 
+# The wrappers minigraph.ops exports.
+__all__ = [
+    "Add", "AddN", "BroadcastGradientArgs", "BroadcastTo", "Cast", "Div", "Fill",
+    "InvertPermutation", "Mean", "Mul", "Neg", "OnesLike", "Reciprocal", "ReducedShape",
+    "Reshape", "Rsqrt", "Shape", "Size", "Square", "Sub", "Sum", "Transpose", "ZerosLike",
+]
+
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 NUMBERS = FLOATS + (dtypes.int32, dtypes.int64)
 INDEX = (dtypes.int32, dtypes.int64)

@@ -31,6 +31,9 @@ from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
 from minigraph.ops.array_ops import Const
 from minigraph.ops.math_ops import Add, Fill, Mul
 
+# The wrappers minigraph.ops exports.
+__all__ = ["Assign", "RandomUniform", "Variable"]
+
 VARIABLE = register_op(OpDef(
     name="Variable",
     inputs=[],

@@ -27,6 +27,9 @@ from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
 from minigraph.ops.math_ops import FLOATS
 from minigraph.ops.state_ops import variable_of
 
+# The wrappers minigraph.ops exports.
+__all__ = ["ApplyAdam", "ApplyGradientDescent", "ApplyMomentum"]
+
 
 def _training_shape(state_inputs: tuple[str, ...], grad_input: str):
     def shape_fn(ctx: InferenceContext) -> list[TensorShape]:

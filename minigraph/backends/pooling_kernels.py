@@ -1,246 +1,38 @@
-"""numpy CPU kernels of the convolution and pooling ops (``ops.nn_ops``).
+"""numpy and native kernels of the pooling ops (``ops.pooling_ops``).
 
-Convolutions are im2col + one BLAS matmul: the (padded) input is viewed with
-``as_strided`` as ``[batch, out_h, out_w, kh, kw, in_channels]`` patches, copied once into a
-``[batch*out_h*out_w, kh*kw*in_channels]`` matrix and multiplied by the HWIO filter seen as
-``[kh*kw*in_channels, out_channels]``. The filter gradient is the same patch matrix,
-transposed, times out_backprop; the input gradient is a stride-1 convolution of
-out_backprop (stride-dilated and padded) with the spatially flipped, in/out-swapped filter.
-NCHW tensors are transposed to NHWC and back.
-
-Pools are two 1-D passes (height, width) over the window offsets that some output reads in
+numpy: two 1-D passes (height, width) over the window offsets that some output reads in
 bounds (never over pixels), each step a strided slice of the whole batch, in the tensor's
 own layout; windows are clipped to the input (no padded copy), so the cost is the output
 size times the clipped window, whatever ksize is. Max-pool gradients locate each window's
 first maximum with the same passes, then scatter (or gather) at it. float16/bfloat16 are
-computed in float32 and rounded once; float64 (the gradient checker's evaluation) stays
-float64.
+computed in float32 and rounded once; float64 stays float64.
 
-On the native backend, float32 convolutions with stride 1, dilation 1 and SAME/VALID padding,
-max pools, and max-pool gradients with non-overlapping windows have C kernels of their own
-(``*_native``, registered for ``backend="native"``; kernels_c/conv.c, pool.c).
+native (``backend="native"``, float32): MaxPool, and MaxPoolGrad with non-overlapping
+windows, in C (kernels_c/pool*.c) through the ``c_*`` wrappers at the bottom.
 """
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
-from minigraph.backends import native
+from minigraph.backends.compute import compute_dtype, fail_for, placed_rows
+from minigraph.backends.native import (
+    as_f32,
+    check_code,
+    check_rank4,
+    checked_sizes,
+    fbuf,
+    lib,
+    nhwc_dims,
+    num_threads,
+    shaped,
+)
 from minigraph.backends.registry import register_kernel
 from minigraph.framework import dtypes
-from minigraph.framework.errors import InvalidArgumentError
-from minigraph.ops.nn_ops import (
-    Window,
-    conv_geometry,
-    pool_output_shape,
-    sizes_to_shape,
-    spatial_axes,
-    to_nhwc,
-)
+from minigraph.ops.pooling_ops import pool_output_shape
+from minigraph.ops.window import Window, spatial_axes
 
-HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-
-
-_INT_OF_SIZE = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
-
-
-def masked(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """``np.where(keep, values, 0)``, exact (bitwise AND), and without the branchy
-    ``np.where`` path that costs ~8 ns an element on random masks."""
-    values = np.asarray(values)
-    ints = _INT_OF_SIZE[values.dtype.itemsize]
-    bits = -np.asarray(keep).astype(ints)  # all ones where kept
-    return (values.view(ints) & bits).view(values.dtype)
-
-
-def select(take: np.ndarray, new: np.ndarray, old: np.ndarray) -> np.ndarray:
-    """``np.where(take, new, old)`` for same-dtype arrays, exact and branch-free."""
-    ints = _INT_OF_SIZE[old.dtype.itemsize]
-    o, n = old.view(ints), np.asarray(new).view(ints)
-    return (o ^ ((o ^ n) & -take.astype(ints))).view(old.dtype)
-
-
-def _fail(op):
-    return lambda message: InvalidArgumentError(f"{op.type} '{op.name}': {message}")
-
-
-def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """float32 for the half types, the dtype itself otherwise."""
-    return np.dtype(np.float32) if np.dtype(dtype) in HALF else np.dtype(dtype)
-
-
-# ----------------------------------------------------------------------------- im2col core
-
-
-def _nhwc(x: np.ndarray, data_format: str) -> np.ndarray:
-    return x if data_format == "NHWC" else x.transpose(0, 2, 3, 1)
-
-
-def _from_nhwc(y: np.ndarray, data_format: str) -> np.ndarray:
-    return y if data_format == "NHWC" else np.ascontiguousarray(y.transpose(0, 3, 1, 2))
-
-
-def _pad_nhwc(x: np.ndarray, pads) -> np.ndarray:
-    (top, bottom), (left, right) = pads
-    if not (top or bottom or left or right):
-        return x
-    n, h, w, c = x.shape
-    out = np.zeros((n, h + top + bottom, w + left + right, c), x.dtype)
-    out[:, top:top + h, left:left + w] = x
-    return out
-
-
-def _patches(xp: np.ndarray, kh: int, kw: int, window: Window) -> np.ndarray:
-    """``[n*out_h*out_w, kh*kw*c]`` patch matrix of a padded NHWC input (one copy)."""
-    n, _, _, c = xp.shape
-    out_h, out_w = window.out
-    sn, sh, sw, sc = xp.strides
-    (stride_h, stride_w), (dil_h, dil_w) = window.strides, window.dilations
-    view = as_strided(xp, (n, out_h, out_w, kh, kw, c),
-                      (sn, sh * stride_h, sw * stride_w, sh * dil_h, sw * dil_w, sc),
-                      writeable=False)
-    return view.reshape(n * out_h * out_w, kh * kw * c)
-
-
-def conv2d_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
-    """Cross-correlation of NHWC ``x`` with HWIO ``f``: im2col then one matmul."""
-    n = x.shape[0]
-    kh, kw, ci, co = f.shape
-    out_h, out_w = window.out
-    if n * out_h * out_w == 0 or ci == 0:
-        return np.zeros((n, out_h, out_w, co), x.dtype)
-    cols = _patches(_pad_nhwc(x, window.pads), kh, kw, window)
-    return np.matmul(cols, f.reshape(kh * kw * ci, co)).reshape(n, out_h, out_w, co)
-
-
-def _placed_rows(offset: int, stride: int, count: int, length: int) -> tuple[int, int]:
-    """The p in [first, last) with 0 <= offset + p*stride < length (and 0 <= p < count)."""
-    first = 0 if offset >= 0 else (-offset + stride - 1) // stride
-    last = 0 if length - 1 - offset < 0 else min(count, (length - 1 - offset) // stride + 1)
-    return first, max(first, last)
-
-
-def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple,
-                               window: Window) -> np.ndarray:
-    """d input of a convolution, as a stride-1 convolution of out_backprop.
-
-    With out_backprop spread onto a grid of step ``stride`` (zeros between) and padded so
-    that output row h sees the rows h + pad_top - i*dilation for every filter row i,
-    correlating with the filter flipped in H and W (in/out channels swapped) gives
-    d input[h] = sum_i dy[(h + pad_top - i*d) / s] f[i]. Out-of-range rows are cropped.
-    """
-    n, h, w, c = input_shape
-    kh, kw, ci, co = f.shape
-    (stride_h, stride_w), (dil_h, dil_w) = window.strides, window.dilations
-    (top, _), (left, _) = window.pads
-    out_h, out_w = dy.shape[1], dy.shape[2]
-    len_h, len_w = h + (kh - 1) * dil_h, w + (kw - 1) * dil_w
-    off_h, off_w = (kh - 1) * dil_h - top, (kw - 1) * dil_w - left
-    spread = np.zeros((n, len_h, len_w, co), dy.dtype)
-    p0, p1 = _placed_rows(off_h, stride_h, out_h, len_h)
-    q0, q1 = _placed_rows(off_w, stride_w, out_w, len_w)
-    if p1 > p0 and q1 > q0:
-        spread[:, off_h + p0 * stride_h:off_h + (p1 - 1) * stride_h + 1:stride_h,
-               off_w + q0 * stride_w:off_w + (q1 - 1) * stride_w + 1:stride_w] = \
-            dy[:, p0:p1, q0:q1]
-    flipped = np.ascontiguousarray(f[::-1, ::-1].transpose(0, 1, 3, 2))
-    unit = Window((kh, kw), (1, 1), (dil_h, dil_w), ((0, 0), (0, 0)), (h, w))
-    return conv2d_nhwc(spread, flipped, unit)
-
-
-def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tuple,
-                                window: Window) -> np.ndarray:
-    """d filter = patches^T @ out_backprop, one matmul."""
-    kh, kw, ci, co = filter_shape
-    if x.shape[0] * window.out[0] * window.out[1] == 0:
-        return np.zeros(filter_shape, x.dtype)
-    cols = _patches(_pad_nhwc(x, window.pads), kh, kw, window)
-    return np.matmul(cols.T, dy.reshape(-1, co)).reshape(kh, kw, ci, co)
-
-
-# ----------------------------------------------------------------------------- conv kernels
-
-
-def _c_convolution(op) -> bool:
-    """The cases the C convolutions handle (besides float32): stride 1, dilation 1,
-    SAME/VALID padding."""
-    return (op.attrs["padding"] != "EXPLICIT" and set(op.attrs["strides"]) == {1}
-            and set(op.attrs["dilations"]) == {1})
-
-
-NATIVE_CONV = {"backend": "native", "dtypes": (dtypes.float32,), "when": _c_convolution}
-
-
-@register_kernel("Conv2D")
-def conv2d(op, inputs, ctx):
-    x, f = inputs
-    fmt = op.attrs["data_format"]
-    window = conv_geometry(op.attrs, _fail(op), x.shape, f.shape)
-    ct = compute_dtype(x.dtype)
-    y = conv2d_nhwc(_nhwc(x, fmt).astype(ct, copy=False), f.astype(ct, copy=False), window)
-    return [_from_nhwc(y, fmt).astype(x.dtype, copy=False)]
-
-
-@register_kernel("Conv2DBackpropInput")
-def conv2d_backprop_input(op, inputs, ctx):
-    sizes, f, dy = inputs
-    fmt = op.attrs["data_format"]
-    fail = _fail(op)
-    x_shape = sizes_to_shape(sizes.tolist(), "input_sizes", fail, fmt,
-                             to_nhwc(dy.shape, fmt)[0], f.shape[2])
-    window = conv_geometry(op.attrs, fail, x_shape, f.shape)
-    ct = compute_dtype(dy.dtype)
-    dx = conv2d_backprop_input_nhwc(_nhwc(dy, fmt).astype(ct, copy=False),
-                                    f.astype(ct, copy=False), to_nhwc(x_shape, fmt), window)
-    return [_from_nhwc(dx, fmt).astype(dy.dtype, copy=False)]
-
-
-@register_kernel("Conv2DBackpropFilter")
-def conv2d_backprop_filter(op, inputs, ctx):
-    x, sizes, dy = inputs
-    fmt = op.attrs["data_format"]
-    f_shape = tuple(sizes.tolist())
-    window = conv_geometry(op.attrs, _fail(op), x.shape, f_shape)
-    ct = compute_dtype(x.dtype)
-    df = conv2d_backprop_filter_nhwc(_nhwc(x, fmt).astype(ct, copy=False),
-                                     np.ascontiguousarray(_nhwc(dy, fmt), dtype=ct),
-                                     f_shape, window)
-    return [df.astype(x.dtype, copy=False)]
-
-
-@register_kernel("Conv2D", **NATIVE_CONV)
-def conv2d_native(op, inputs, ctx):
-    x, f = inputs
-    window = conv_geometry(op.attrs, _fail(op), x.shape, f.shape)
-    if x.size == 0 or 0 in window.out:  # nothing for C to do: the numpy kernel's zeros
-        return conv2d(op, inputs, ctx)
-    return [native.conv2d(x, f, window.pads, window.out, op.attrs["data_format"] == "NHWC")]
-
-
-@register_kernel("Conv2DBackpropInput", **NATIVE_CONV)
-def conv2d_backprop_input_native(op, inputs, ctx):
-    sizes, f, dy = inputs
-    fmt = op.attrs["data_format"]
-    x_shape = sizes_to_shape(sizes.tolist(), "input_sizes", _fail(op), fmt,
-                             to_nhwc(dy.shape, fmt)[0], f.shape[2])
-    if dy.size == 0 or 0 in x_shape:
-        return conv2d_backprop_input(op, inputs, ctx)
-    window = conv_geometry(op.attrs, _fail(op), x_shape, f.shape)
-    return [native.conv2d_backprop_input(dy, f, to_nhwc(x_shape, fmt)[1:3], window.pads,
-                                         fmt == "NHWC")]
-
-
-@register_kernel("Conv2DBackpropFilter", **NATIVE_CONV)
-def conv2d_backprop_filter_native(op, inputs, ctx):
-    x, sizes, dy = inputs
-    f_shape = tuple(sizes.tolist())
-    if x.size == 0 or dy.size == 0:
-        return conv2d_backprop_filter(op, inputs, ctx)
-    window = conv_geometry(op.attrs, _fail(op), x.shape, f_shape)
-    return [native.conv2d_backprop_filter(x, dy, f_shape[:2], window.pads,
-                                          op.attrs["data_format"] == "NHWC")]
+F32 = np.float32
 
 
 # ----------------------------------------------------------------------------- pooling core
@@ -282,7 +74,7 @@ class _PoolAxis:
             runs = [(max(0, b - s * p), min(k, b - s * p + n)) for p in range(out - 1, -1, -1)]
         for lo, hi in runs:
             for i in range(lo, hi):
-                p0, p1 = _placed_rows(i - b, s, out, n)
+                p0, p1 = placed_rows(i - b, s, out, n)
                 if p1 > p0:
                     start = i - b + s * p0
                     yield p0, p1, slice(start, start + s * (p1 - p0 - 1) + 1, s)
@@ -404,7 +196,7 @@ class _Pool:
 
 
 def _pool_setup(op, x_shape, data_format):
-    out_shape, window = pool_output_shape(op.attrs, _fail(op), x_shape)
+    out_shape, window = pool_output_shape(op.attrs, fail_for(op), x_shape)
     h, w, _ = spatial_axes(data_format)
     return tuple(out_shape), _Pool(window, data_format, (x_shape[h], x_shape[w]))
 
@@ -471,7 +263,7 @@ def max_pool_native(op, inputs, ctx):
     if 0 in out_shape:
         return max_pool(op, inputs, ctx)
     w = pool.window
-    return [native.max_pool(x, w.ksize, w.strides, w.pads, w.out,
+    return [c_max_pool(x, w.ksize, w.strides, w.pads, w.out,
                             op.attrs["data_format"] == "NHWC")]
 
 
@@ -481,7 +273,7 @@ def max_pool_grad_native(op, inputs, ctx):
     if 0 in out_shape or x.size == 0:
         return max_pool_grad(op, inputs, ctx)
     w = pool.window
-    return [native.max_pool_grad(x, g, w.ksize, w.strides, w.pads, w.out,
+    return [c_max_pool_grad(x, g, w.ksize, w.strides, w.pads, w.out,
                                  op.attrs["data_format"] == "NHWC")]
 
 
@@ -520,3 +312,48 @@ def avg_pool_grad(op, inputs, ctx):
         return [np.zeros(x_shape, g.dtype)]
     share = g.astype(ct, copy=False) / pool.counts().astype(ct)
     return [pool.spread(pool.spread(share, 1), 0).astype(g.dtype)]
+
+
+# ----------------------------------------------------------------------------- C wrappers
+
+
+def _c_pool_args(what, x, ksize, strides, pads, out_hw, channels_last):
+    """The C arguments of a pool over x, checked: every window must start inside the image
+    (``(out - 1) * stride - pad_before < size``, true of SAME, VALID and EXPLICIT windows
+    with pads smaller than the window), so C reads x only at clipped in-bounds positions
+    and writes exactly ``n * out_h * out_w * c`` outputs."""
+    check_rank4(what, input=x)
+    n, h, w, c = nhwc_dims(x.shape, channels_last)
+    kh, kw, sh, sw, top, left, oh, ow = checked_sizes(
+        what, ksize_h=ksize[0], ksize_w=ksize[1], stride_h=strides[0], stride_w=strides[1],
+        pad_top=pads[0][0], pad_left=pads[1][0], out_h=out_hw[0], out_w=out_hw[1])
+    for k, s, pad, out, size, axis in ((kh, sh, top, oh, h, "height"),
+                                       (kw, sw, left, ow, w, "width")):
+        if k < 1 or s < 1 or pad >= k or (out and (out - 1) * s - pad >= size):
+            raise ValueError(f"native {what}: {out} windows of size {k}, stride {s} and "
+                             f"padding {pad} do not fit an input of {axis} {size}")
+    return (n, h, w, c, kh, kw, sh, sw, top, left, oh, ow, int(channels_last))
+
+
+def c_max_pool(x, ksize, strides, pads, out_hw, channels_last):
+    """Max over each window's in-bounds elements (NaN propagates, as numpy.maximum)."""
+    x = as_f32(x)
+    args = _c_pool_args("MaxPool", x, ksize, strides, pads, out_hw, channels_last)
+    y = np.empty(shaped(args[0], args[10], args[11], args[3], channels_last), F32)
+    check_code(lib.mg_max_pool(*args, fbuf(x), fbuf(y), num_threads()), "MaxPool")
+    return y
+
+
+def c_max_pool_grad(x, g, ksize, strides, pads, out_hw, channels_last):
+    """Each window's gradient g to its first maximum in x (row-major, strict >); windows
+    must not overlap (strides >= ksize). g has the pool's output shape."""
+    x, g = as_f32(x), as_f32(g)
+    args = _c_pool_args("MaxPoolGrad", x, ksize, strides, pads, out_hw, channels_last)
+    expected = shaped(args[0], args[10], args[11], args[3], channels_last)
+    if g.shape != expected:
+        raise ValueError(f"native MaxPoolGrad: grad must have the pool's shape {expected}, "
+                         f"got {g.shape}")
+    dx = np.empty(x.shape, F32)
+    check_code(lib.mg_max_pool_grad(*args, fbuf(x), fbuf(g), fbuf(dx), num_threads()),
+              "MaxPoolGrad")
+    return dx
