@@ -50,20 +50,18 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.scope import Scope
-from minigraph.framework.tensor_shape import TensorShape
+from minigraph.framework.tensor_shape import TensorShape, dims_text
 from minigraph.ops.batch_norm import (
     FORMATS_2D_3D,
     HALF_TYPES,
     _channel_of,
     _check_vector,
     _merge_vector,
-    _shape_text,
 )
 from minigraph.ops.batch_norm import _check_x as _check_x_format
 from minigraph.ops.math_ops import cotangent_or_zeros
 
-REDUCIBLE_TYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64,
-                   dtypes.int32, dtypes.int64)
+REDUCIBLE_TYPES = dtypes.NUMBERS
 F64 = dtypes.float64
 F32 = dtypes.float32
 
@@ -139,7 +137,7 @@ def _validate_flat_slice(ctx: RunContext, values: list[np.ndarray]) -> None:
     end = begin + shape.num_elements()
     if flat.ndim != 1 or end > flat.size:
         raise ctx.error(f"input 'input' must be 1-D with at least {end} elements, got shape "
-                        f"{_shape_text(flat.shape)}")
+                        f"{dims_text(flat.shape)}")
 
 
 FLAT_SLICE = register_op(OpDef(
@@ -173,13 +171,13 @@ def _check_x(ctx: RunContext, name: str, value: np.ndarray) -> int:
 
 def _check_scalar(ctx: RunContext, name: str, value: np.ndarray) -> None:
     if value.ndim != 0:
-        raise ctx.error(f"input '{name}' must be a scalar, got shape {_shape_text(value.shape)}")
+        raise ctx.error(f"input '{name}' must be a scalar, got shape {dims_text(value.shape)}")
 
 
 def _check_sums(ctx: RunContext, name: str, value: np.ndarray, channels: int) -> None:
     if value.shape != (2, channels):
         raise ctx.error(f"input '{name}' must have shape [2,{channels}], got "
-                        f"{_shape_text(value.shape)}")
+                        f"{dims_text(value.shape)}")
 
 
 # ----------------------------------------------------------------------------- forward
@@ -299,8 +297,8 @@ def _check_dy_x(ctx: RunContext, dy: np.ndarray, x: np.ndarray) -> int:
     channels = _check_x(ctx, "x", x)
     if dy.shape != x.shape:
         raise ctx.error(f"x and y_backprop must have same shape, but x has shape "
-                        f"{_shape_text(x.shape)} and y_backprop has shape "
-                        f"{_shape_text(dy.shape)}")
+                        f"{dims_text(x.shape)} and y_backprop has shape "
+                        f"{dims_text(dy.shape)}")
     return channels
 
 

@@ -50,6 +50,11 @@ int64 = DType("int64", np.int64)
 bool_ = DType("bool", np.bool_)
 
 ALL_DTYPES = (float16, bfloat16, float32, float64, int32, int64, bool_)
+# The groups op definitions constrain their type attrs with (one place for all of them).
+FLOATING = (float16, bfloat16, float32, float64)
+HALF_AND_FLOAT32 = (float16, bfloat16, float32)  # batch norm's T: statistics in float32
+INTEGERS = (int32, int64)  # also TF's index types (axes, shapes, labels)
+NUMBERS = FLOATING + INTEGERS
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
 _BY_NAME.update({"half": float16, "float": float32, "double": float64})
 _BY_NUMPY = {d.np_dtype: d for d in ALL_DTYPES}

@@ -138,3 +138,13 @@ class TensorShape:
 
 def as_shape(value: TensorShape | Iterable[int | None] | None) -> TensorShape:
     return value if isinstance(value, TensorShape) else TensorShape(value)
+
+
+def dims_text(dims: Iterable[int | None] | TensorShape | None) -> str:
+    """TF's way of printing a shape in messages: ``[2,?,3]`` (``?`` an unknown dim, ``[*]``
+    an unknown rank, ``[]`` a scalar); accepts a TensorShape or any sequence of dims."""
+    if isinstance(dims, TensorShape):
+        dims = dims.dims
+    if dims is None:
+        return "[*]"
+    return "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"

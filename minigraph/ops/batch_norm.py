@@ -30,7 +30,7 @@ from minigraph.framework.op_def import (
     register_op,
     required,
 )
-from minigraph.framework.tensor_shape import TensorShape
+from minigraph.framework.tensor_shape import TensorShape, dims_text
 from minigraph.ops import math_ops as m
 from minigraph.ops.array_ops import Const
 from minigraph.ops.math_ops import cotangent_or_zeros
@@ -44,7 +44,7 @@ __all__ = [
 
 FORMATS_2D = ("NHWC", "NCHW")
 FORMATS_2D_3D = ("NHWC", "NCHW", "NDHWC", "NCDHW")
-HALF_TYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
+HALF_TYPES = dtypes.HALF_AND_FLOAT32
 
 
 def format_rank(data_format: str) -> int:
@@ -58,10 +58,6 @@ def channels_last(data_format: str) -> bool:
 
 def channel_axis(data_format: str) -> int:
     return format_rank(data_format) - 1 if channels_last(data_format) else 1
-
-
-def _shape_text(shape: tuple[int, ...]) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
 
 
 def _attrs(formats: tuple[str, ...], *, training_attrs: bool = True) -> list[AttrDef]:
@@ -138,7 +134,7 @@ def _check_vector(ctx: RunContext, name: str, value: np.ndarray, channels: int |
                   why: str = "", of: str = "x") -> None:
     if value.ndim != 1:
         raise ctx.error(f"input '{name}' must be 1-dimensional, got shape "
-                        f"{_shape_text(value.shape)}")
+                        f"{dims_text(value.shape)}")
     if channels is not None and value.shape[0] != channels:
         raise ctx.error(f"{why}input '{name}' must have the same number of elements as the "
                         f"channels of {of}, expected {channels}, got {value.shape[0]}")
@@ -148,7 +144,7 @@ def _check_x(ctx: RunContext, name: str, value: np.ndarray, data_format: str) ->
     rank = format_rank(data_format)
     if value.ndim != rank:
         raise ctx.error(f"input '{name}' must be {rank}-dimensional for data_format "
-                        f"{data_format}, got shape {_shape_text(value.shape)}")
+                        f"{data_format}, got shape {dims_text(value.shape)}")
     return value.shape[channel_axis(data_format)]
 
 
@@ -175,8 +171,8 @@ def validate_fused_batch_norm_grad(ctx: RunContext, values: list[np.ndarray]) ->
     channels = _check_x(ctx, "x", x, fmt)
     if dy.shape != x.shape:
         raise ctx.error(f"x and y_backprop must have same shape, but x has shape "
-                        f"{_shape_text(x.shape)} and y_backprop has shape "
-                        f"{_shape_text(dy.shape)}")
+                        f"{dims_text(x.shape)} and y_backprop has shape "
+                        f"{dims_text(dy.shape)}")
     _check_vector(ctx, "scale", scale, channels)
     _check_vector(ctx, "reserve_space_1", mean, channels)
     _check_vector(ctx, "reserve_space_2", variance, channels)
@@ -291,7 +287,7 @@ def global_norm_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
 def _validate_global_norm(ctx: RunContext, t: np.ndarray, vectors: dict[str, np.ndarray]
                           ) -> None:
     if t.ndim != 4:
-        raise ctx.error(f"input 't' must be 4-dimensional, got shape {_shape_text(t.shape)}")
+        raise ctx.error(f"input 't' must be 4-dimensional, got shape {dims_text(t.shape)}")
     for name, value in vectors.items():
         _check_vector(ctx, name, value, t.shape[3], of="t")
 
@@ -306,7 +302,7 @@ def validate_global_norm_grad(ctx: RunContext, values: list[np.ndarray]) -> None
     _validate_global_norm(ctx, t, {"m": m, "v": v, "gamma": gamma})
     if backprop.shape != t.shape:
         raise ctx.error(f"input 'backprop' must have the shape of 't', expected "
-                        f"{_shape_text(t.shape)}, got {_shape_text(backprop.shape)}")
+                        f"{dims_text(t.shape)}, got {dims_text(backprop.shape)}")
 
 
 BATCH_NORM_WITH_GLOBAL_NORMALIZATION = register_op(OpDef(
@@ -338,8 +334,8 @@ def _validate_grad_grad(ctx: RunContext, values: list[np.ndarray]) -> None:
     validate_fused_batch_norm_grad(ctx, values[:5])
     x, gx, gscale, goffset = values[1], values[5], values[6], values[7]
     if gx.shape != x.shape:
-        raise ctx.error(f"input 'grad_x_backprop' must have x's shape {_shape_text(x.shape)}, "
-                        f"got {_shape_text(gx.shape)}")
+        raise ctx.error(f"input 'grad_x_backprop' must have x's shape {dims_text(x.shape)}, "
+                        f"got {dims_text(gx.shape)}")
     channels = x.shape[channel_axis(ctx.op.attrs["data_format"])]
     _check_vector(ctx, "grad_scale_backprop", gscale, channels)
     _check_vector(ctx, "grad_offset_backprop", goffset, channels)

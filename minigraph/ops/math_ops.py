@@ -36,9 +36,7 @@ __all__ = [
     "Reshape", "Rsqrt", "Shape", "Size", "Square", "Sub", "Sum", "Transpose", "ZerosLike",
 ]
 
-FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
-NUMBERS = FLOATS + (dtypes.int32, dtypes.int64)
-INDEX = (dtypes.int32, dtypes.int64)
+FLOATS, NUMBERS, INDEX = dtypes.FLOATING, dtypes.NUMBERS, dtypes.INTEGERS
 
 
 def broadcast_shapes(a: TensorShape, b: TensorShape) -> TensorShape:

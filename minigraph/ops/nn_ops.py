@@ -18,11 +18,11 @@ from minigraph.framework.op_def import (
     register_op,
     required,
 )
-from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
+from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape, dims_text
 from minigraph.ops import math_ops as m
 from minigraph.ops.array_ops import Const
-from minigraph.ops.math_ops import FLOATS, NUMBERS, binary_shape, broadcast_shapes
-from minigraph.ops.window import FORMATS, mismatch, shape_text
+from minigraph.ops.math_ops import FLOATS, INDEX, NUMBERS, binary_shape, broadcast_shapes
+from minigraph.ops.window import FORMATS, mismatch
 
 # The wrappers minigraph.ops exports.
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "SparseSoftmaxCrossEntropyWithLogits",
 ]
 
-INDEX = (dtypes.int32, dtypes.int64)
 
 
 # ----------------------------------------------------------------------------- bias
@@ -101,8 +100,8 @@ def matmul_shape(ctx: InferenceContext) -> list[TensorShape]:
     m, ka = (a[1], a[0]) if ta else (a[0], a[1])
     kb, n = (b[1], b[0]) if tb else (b[0], b[1])
     if mismatch(ka, kb):
-        raise ctx.error(f"matrix size-incompatible: In[0]: {shape_text(a)}"
-                        f"{' (transposed)' if ta else ''}, In[1]: {shape_text(b)}"
+        raise ctx.error(f"matrix size-incompatible: In[0]: {dims_text(a)}"
+                        f"{' (transposed)' if ta else ''}, In[1]: {dims_text(b)}"
                         f"{' (transposed)' if tb else ''}: the inner dimensions must be equal, "
                         f"but 'a' gives {ka} and 'b' gives {kb}")
     return [TensorShape([m, n])]

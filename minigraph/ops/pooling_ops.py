@@ -19,7 +19,7 @@ from minigraph.framework.op_def import (
     register_op,
     required,
 )
-from minigraph.framework.tensor_shape import TensorShape
+from minigraph.framework.tensor_shape import TensorShape, dims_text
 from minigraph.ops import math_ops as m
 from minigraph.ops.math_ops import FLOATS, NUMBERS
 from minigraph.ops.window import (
@@ -35,7 +35,6 @@ from minigraph.ops.window import (
     merge_dims,
     mismatch,
     rank4_input,
-    shape_text,
     to_nhwc,
     vector_input,
 )
@@ -70,8 +69,8 @@ def pool_output_shape(attrs: dict, fail: Fail, input_shape: Dims, input_name: st
 def _check_same(ctx: InferenceContext, name: str, shape: Dims, expected: Dims, why: str
                 ) -> tuple:
     if any(mismatch(a, b) for a, b in zip(shape, expected)):
-        raise ctx.error(f"input '{name}' must have shape {shape_text(expected)} ({why}), "
-                        f"got {shape_text(shape)}")
+        raise ctx.error(f"input '{name}' must have shape {dims_text(expected)} ({why}), "
+                        f"got {dims_text(shape)}")
     return tuple(merge_dims(a, b) for a, b in zip(shape, expected))
 
 
@@ -104,7 +103,7 @@ def avg_pool_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
     if any(s < 0 for s in sizes):
         raise ctx.error(f"input 'orig_input_shape' must be non-negative, got {sizes}")
     expected, _ = pool_output_shape(ctx.attrs, ctx.error, sizes, "orig_input_shape")
-    _check_same(ctx, "grad", dy, expected, f"the pool of an input of shape {shape_text(sizes)}")
+    _check_same(ctx, "grad", dy, expected, f"the pool of an input of shape {dims_text(sizes)}")
     return [TensorShape(sizes)]
 
 

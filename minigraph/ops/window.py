@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from minigraph.framework.graph import Operation
 from minigraph.framework.op_def import InferenceContext
+from minigraph.framework.tensor_shape import dims_text
 
 FORMATS = ("NHWC", "NCHW")
 PADDINGS = ("SAME", "VALID")
@@ -41,10 +42,6 @@ def from_nhwc(dims: Dims, data_format: str) -> tuple:
     """The inverse of :func:`to_nhwc`."""
     n, h, w, c = dims
     return (n, h, w, c) if data_format == "NHWC" else (n, c, h, w)
-
-
-def shape_text(dims: Dims) -> str:
-    return "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
 
 
 def _trunc_div(a: int, b: int) -> int:
@@ -198,12 +195,12 @@ def conv_geometry(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims
     kh, kw, ci, _ = filter_shape
     if any(d == 0 for d in filter_shape):
         raise fail(f"input 'filter' must not have zero elements (all dimensions must be "
-                   f"non-zero), got shape {shape_text(filter_shape)}")
+                   f"non-zero), got shape {dims_text(filter_shape)}")
     if mismatch(c, ci):
         raise fail(f"input depth must equal the filter's input depth: input 'input' has "
-                   f"{c} channels (shape {shape_text(input_shape)}, data_format {fmt}) but "
+                   f"{c} channels (shape {dims_text(input_shape)}, data_format {fmt}) but "
                    f"input 'filter' has in_channels {ci} (dimension 2 of HWIO shape "
-                   f"{shape_text(filter_shape)}); grouped convolution is not supported")
+                   f"{dims_text(filter_shape)}); grouped convolution is not supported")
     return make_window(attrs, fail, (h, w), (kh, kw), input_name)
 
 
@@ -225,7 +222,7 @@ def check_out_backprop(attrs: dict, fail: Fail, input_shape: Dims, filter_shape:
                                (dn, dh, dw, dc)):
         if mismatch(want, got):
             raise fail(f"input 'out_backprop' has {name} {got} (shape "
-                       f"{shape_text(out_backprop_shape)}, data_format {fmt}) but must equal "
+                       f"{dims_text(out_backprop_shape)}, data_format {fmt}) but must equal "
                        f"{why[name]}: {want}")
     return from_nhwc([merge_dims(a, b) for a, b in zip(expected, (dn, dh, dw, dc))], fmt)
 

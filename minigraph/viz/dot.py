@@ -29,7 +29,7 @@ import numpy as np
 from minigraph.framework.errors import InvalidArgumentError
 from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.scope import Scope
-from minigraph.framework.tensor_shape import TensorShape
+from minigraph.framework.tensor_shape import dims_text
 
 GRADIENT_SCOPE = "gradients"
 
@@ -182,16 +182,9 @@ def dtype_text(dtype: Any) -> str:
     return _DTYPE_SHORT.get(name, name)
 
 
-def shape_text(shape: TensorShape) -> str:
-    """``[?,8,8,32]`` with ``?`` for unknown dims, ``[*]`` for an unknown rank, ``[]`` scalar."""
-    if shape.dims is None:
-        return "[*]"
-    return "[" + ",".join("?" if d is None else str(d) for d in shape.dims) + "]"
-
-
 def tensor_text(output: Output) -> str:
     """``f32[?,8,8,32]``: the dtype and static shape of an edge."""
-    return dtype_text(output.dtype) + shape_text(output.shape)
+    return dtype_text(output.dtype) + dims_text(output.shape)
 
 
 def _attr_text(name: str, value: Any) -> str | None:
@@ -413,7 +406,7 @@ class _Writer:
             elif isinstance(value, float):
                 value = format(value, ".7g")
             elif hasattr(value, "dims"):
-                value = shape_text(value)
+                value = dims_text(value)
             lines.append(f"{name} = {value}")
         for arg, out in zip(op.op_def.outputs, op.outputs, strict=True):
             lines.append(f"-> {arg.name}: {tensor_text(out)}")
