@@ -200,6 +200,15 @@ class InferenceContext:
             raise self.error(f"input '{name}' must be rank {rank}{why}, but has shape {shape} "
                              f"(rank {shape.rank})") from None
 
+    def merge_shapes(self, first: TensorShape, second: TensorShape, message: str
+                     ) -> TensorShape:
+        """The two shapes merged (unknown dims filled from the other), or an error with
+        ``message`` (which names the inputs) when they cannot be the same shape."""
+        try:
+            return first.merge_with(second)
+        except ShapeMismatch:
+            raise self.error(message) from None
+
     def merge_dim(self, current: int | None, value: int | None, what: str) -> int | None:
         try:
             return merge_dim(current, value)

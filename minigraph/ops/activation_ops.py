@@ -13,7 +13,7 @@ from minigraph.framework.op_def import (
     register_op,
     required,
 )
-from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
+from minigraph.framework.tensor_shape import TensorShape
 from minigraph.ops.math_ops import NUMBERS
 
 # The wrappers minigraph.ops exports.
@@ -23,12 +23,10 @@ __all__ = ["Relu", "ReluGrad"]
 
 
 def _relu_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
-    try:
-        return [ctx.input_shape("gradients").merge_with(ctx.input_shape("features"))]
-    except ShapeMismatch:
-        raise ctx.error(f"inputs 'gradients' and 'features' must have the same shape, got "
-                        f"{ctx.input_shape('gradients')} and {ctx.input_shape('features')}"
-                        ) from None
+    gradients, features = ctx.input_shape("gradients"), ctx.input_shape("features")
+    return [ctx.merge_shapes(gradients, features, f"inputs 'gradients' and 'features' must "
+                                                  f"have the same shape, got {gradients} and "
+                                                  f"{features}")]
 
 
 Relu = make_wrapper(register_op(OpDef(

@@ -117,11 +117,8 @@ def fused_batch_norm_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
                             "input 'x' must have as many channels as 'y_backprop'")
     for name in ("scale", "reserve_space_1", "reserve_space_2"):
         channel = _merge_vector(ctx, name, channel)
-    try:
-        merged = dy.merge_with(x)
-    except ValueError:
-        raise ctx.error(f"inputs 'x' and 'y_backprop' must have the same shape, got {x} and "
-                        f"{dy}") from None
+    merged = ctx.merge_shapes(dy, x, f"inputs 'x' and 'y_backprop' must have the same shape, "
+                                     f"got {x} and {dy}")
     vector = TensorShape([channel])
     return [merged.replace_dim(axis, channel), vector, vector, TensorShape([0]),
             TensorShape([0])]
@@ -273,11 +270,8 @@ def global_norm_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
     """dx: merge(t, backprop) with the merged channel; dm, dv, db, dg: [channel]."""
     t = ctx.with_rank("t", 4)
     backprop = ctx.with_rank("backprop", 4)
-    try:
-        merged = t.merge_with(backprop)
-    except ValueError:
-        raise ctx.error(f"inputs 't' and 'backprop' must have the same shape, got {t} and "
-                        f"{backprop}") from None
+    merged = ctx.merge_shapes(t, backprop, f"inputs 't' and 'backprop' must have the same "
+                                           f"shape, got {t} and {backprop}")
     channel = merged[3]
     for name in ("m", "v", "gamma"):
         channel = _merge_vector(ctx, name, channel, of="t")
@@ -345,11 +339,8 @@ def _grad_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
     x_backprop, vector = fused_batch_norm_grad_shape(ctx)[:2]
     fmt = ctx.attrs["data_format"]
     gx, axis = _channel_of(ctx, "grad_x_backprop", fmt)
-    try:
-        merged = x_backprop.merge_with(gx)
-    except ValueError:
-        raise ctx.error(f"input 'grad_x_backprop' must have x's shape {x_backprop}, got "
-                        f"{gx}") from None
+    merged = ctx.merge_shapes(x_backprop, gx, f"input 'grad_x_backprop' must have x's shape "
+                                              f"{x_backprop}, got {gx}")
     channel = vector[0]
     for name in ("grad_scale_backprop", "grad_offset_backprop"):
         channel = _merge_vector(ctx, name, channel)

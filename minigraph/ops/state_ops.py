@@ -27,7 +27,7 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.scope import Scope
-from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
+from minigraph.framework.tensor_shape import TensorShape
 from minigraph.ops.array_ops import Const
 from minigraph.ops.math_ops import Add, Fill, Mul
 
@@ -57,11 +57,8 @@ def _assign_shape(ctx: InferenceContext) -> list[TensorShape]:
     variable_of(ctx.inputs[0], "Assign", "ref")
     ref, value = ctx.input_shapes
     if ctx.attrs["validate_shape"]:
-        try:
-            return [ref.merge_with(value)]
-        except ShapeMismatch:
-            raise ctx.error(f"input 'value' must have the variable's shape {ref}, got "
-                            f"{value}") from None
+        return [ctx.merge_shapes(ref, value, f"input 'value' must have the variable's shape "
+                                             f"{ref}, got {value}")]
     return [value]
 
 

@@ -23,7 +23,7 @@ from minigraph.framework.op_def import (
     register_op,
     required,
 )
-from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
+from minigraph.framework.tensor_shape import TensorShape
 from minigraph.ops.math_ops import FLOATS
 from minigraph.ops.state_ops import variable_of
 
@@ -37,11 +37,9 @@ def _training_shape(state_inputs: tuple[str, ...], grad_input: str):
             variable_of(ctx.inputs[ctx.op_def.input_index(name)], ctx.op_def.name, name)
         shape = ctx.input_shape("var")
         for name in state_inputs[1:] + (grad_input,):
-            try:
-                shape = shape.merge_with(ctx.input_shape(name))
-            except ShapeMismatch:
-                raise ctx.error(f"input '{name}' must have the shape of 'var' {shape}, got "
-                                f"{ctx.input_shape(name)}") from None
+            shape = ctx.merge_shapes(shape, ctx.input_shape(name),
+                                     f"input '{name}' must have the shape of 'var' {shape}, "
+                                     f"got {ctx.input_shape(name)}")
         for arg in ctx.op_def.inputs:
             if arg.name not in state_inputs + (grad_input,):
                 ctx.with_rank(arg.name, 0, " (a scalar)")
