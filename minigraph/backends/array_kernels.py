@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from minigraph.backends.registry import register_kernel
-from minigraph.framework.errors import InvalidArgumentError
 
 
 @register_kernel("Const")
@@ -26,5 +25,6 @@ def identity(op, inputs, ctx):
 
 @register_kernel("Placeholder")
 def placeholder(op, inputs, ctx):
-    raise InvalidArgumentError(f"You must feed a value for placeholder tensor '{op.name}' with "
-                               f"dtype {op.attrs['dtype'].name} and shape {op.attrs['shape']}")
+    """Never runs: a plan with an unfed placeholder is refused before any step."""
+    raise ctx.error(op, f"You must feed a value for placeholder tensor '{op.name}' with "
+                        f"dtype {op.attrs['dtype'].name} and shape {op.attrs['shape']}")

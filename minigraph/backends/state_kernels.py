@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from minigraph.backends.registry import register_kernel
-from minigraph.framework.errors import InvalidArgumentError
 
 
 @register_kernel("Variable")
@@ -19,11 +18,7 @@ def variable(op, inputs, ctx):
 
 @register_kernel("Assign")
 def assign(op, inputs, ctx):
-    ref, value = op.inputs[0], inputs[1]
-    expected = op.inputs[0].shape
-    if op.attrs["validate_shape"] and not expected.is_compatible_with(value.shape):
-        raise InvalidArgumentError(f"Assign '{op.name}': value for variable '{ref.op.name}' "
-                                   f"must have shape {expected}, got {list(value.shape)}")
+    ref, value = op.inputs[0], inputs[1]  # the shape function checked validate_shape
     with ctx.state.lock:
         return [ctx.state.write(ref.op.name, value.astype(ref.dtype.np_dtype, copy=False))]
 
