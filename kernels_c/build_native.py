@@ -12,17 +12,24 @@ release the GIL during the call.
 from __future__ import annotations
 
 import os
-
-from cffi import FFI
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ["batch_norm.c", "bn_isa_scalar.c", "bn_isa_avx2.c", "bn_isa_avx512.c",
-           "bn_isa_avx512_bf16.c"]
-HEADERS = ["batch_norm.h", "bn_internal.h", "bn_convert.h", "bn_runs_template.h",
-           "bn_instantiate_dtypes.h", "bn_avx512_ops.h"]
-# convolutions, pooling and elementwise ops (conv.h, pool.h)
-SOURCES += ["conv.c", "conv_avx2.c", "conv_avx512.c", "pool.c"]
-HEADERS += ["conv.h", "conv_internal.h", "conv_vec_template.h", "pool.h", "pool_loops.h"]
+# The one list of the build, family by family: (sources, headers); a family's first header
+# is its public one, whose CDEF region cffi reads. setup.py, the sanitized build below and
+# kernels_c/Makefile (``python build_native.py --list sources|headers|cdef-headers``) all
+# use it.
+FAMILIES = {
+    "batch norm": (["batch_norm.c", "bn_isa_scalar.c", "bn_isa_avx2.c", "bn_isa_avx512.c",
+                    "bn_isa_avx512_bf16.c"],
+                   ["batch_norm.h", "bn_internal.h", "bn_convert.h", "bn_runs_template.h",
+                    "bn_instantiate_dtypes.h", "bn_avx512_ops.h"]),
+    "convolution, pooling, elementwise": (["conv.c", "conv_avx2.c", "conv_avx512.c", "pool.c"],
+                                          ["conv.h", "pool.h", "conv_internal.h",
+                                           "conv_vec_template.h", "pool_loops.h"]),
+}
+SOURCES = [name for sources, _ in FAMILIES.values() for name in sources]
+HEADERS = [name for _, headers in FAMILIES.values() for name in headers]
 CDEF_HEADERS = ["batch_norm.h", "conv.h", "pool.h"]
 COMPILE_ARGS = ["-O3", "-g0", "-fopenmp", "-fno-math-errno", "-std=gnu11"]
 LINK_ARGS = ["-fopenmp"]
@@ -54,7 +61,9 @@ def _cdef() -> str:
     return "\n".join(regions)
 
 
-def make_builder(absolute: bool = False) -> FFI:
+def make_builder(absolute: bool = False):
+    from cffi import FFI  # here: ``--list`` runs without cffi (plain python3 in the Makefile)
+
     builder = FFI()
     builder.cdef(_cdef())
     builder.set_source(
@@ -103,7 +112,7 @@ def build_sanitized(out_dir: str, verbose: bool = False, jobs: int | None = None
         return obj
 
     sources = [os.path.join(HERE, name) for name in SOURCES] + [wrapper]
-    sources.sort(key=lambda s: "bn_isa" not in s)  # the slow ones first
+    sources.sort(key=lambda s: "_isa_" not in s)  # the slow ones (SIMD instantiations) first
     with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
         objects = list(pool.map(compile_one, sources))
     target = os.path.join(out_dir, "_native" + sysconfig.get_config_var("EXT_SUFFIX"))
@@ -114,12 +123,19 @@ def build_sanitized(out_dir: str, verbose: bool = False, jobs: int | None = None
     return target
 
 
+LISTS = {"sources": SOURCES, "headers": HEADERS, "cdef-headers": CDEF_HEADERS}
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--list"]:  # the Makefile's file lists
+    if len(sys.argv) != 3 or sys.argv[2] not in LISTS:
+        sys.exit(f"usage: build_native.py --list {'|'.join(LISTS)}")
+    print(" ".join(LISTS[sys.argv[2]]))
+    sys.exit(0)
+
 ffibuilder = make_builder()
 
 if __name__ == "__main__":
     import glob
     import shutil
-    import sys
     import tempfile
 
     if sys.argv[1:2] == ["--sanitized"]:  # python kernels_c/build_native.py --sanitized DIR
