@@ -28,8 +28,8 @@
  * buffer alignment.
  *
  * The element loops ("runs") are in bn_runs_template.h, instantiated per ISA and dtype
- * (bn_isa_*.c); the ISA is chosen once with __builtin_cpu_supports (mg_bn_set_isa can narrow
- * it for tests).
+ * (bn_isa_*.c); the ISA is the runtime's (mg_runtime.h: chosen once with
+ * __builtin_cpu_supports, mg_set_isa can narrow it for tests).
  */
 #include "batch_norm.h"
 
@@ -56,89 +56,13 @@ enum {
 };
 
 /* ------------------------------------------------------------------------------------------ */
-/* Threads and fork                                                                            */
-
-/* GNU OpenMP's thread pool does not survive fork(): a child that enters a parallel region
- * after its parent used one waits forever. So a child forked after a parallel region runs
- * every call on its calling thread (same results: they do not depend on the thread count). */
-static int g_used_threads, g_serial_only;
-
-static void forked_child(void)
-{
-    if (__atomic_load_n(&g_used_threads, __ATOMIC_RELAXED))
-        __atomic_store_n(&g_serial_only, 1, __ATOMIC_RELAXED);
-}
-
-__attribute__((constructor)) static void register_fork_handler(void)
-{
-    pthread_atfork(NULL, NULL, forked_child);
-}
-
-int mg_native_threads(int requested)
-{
-#ifdef _OPENMP
-    if (requested <= 1 || __atomic_load_n(&g_serial_only, __ATOMIC_RELAXED))
-        return 1;
-    __atomic_store_n(&g_used_threads, 1, __ATOMIC_RELAXED);
-    return requested;
-#else
-    (void)requested;
-    return 1;
-#endif
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Instruction set                                                                             */
-
-static int g_isa = -1; /* -1: not chosen yet */
-
-static int isa_supported(int isa)
-{
-    if (isa == MG_BN_ISA_SCALAR)
-        return 1;
-#if BN_X86
-    __builtin_cpu_init();
-    if (isa == MG_BN_ISA_AVX2)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
-    if (isa == MG_BN_ISA_AVX512)
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("fma");
-#endif
-    return 0;
-}
-
-int mg_bn_best_isa(void)
-{
-    for (int isa = MG_BN_ISA_AVX512; isa > MG_BN_ISA_SCALAR; --isa)
-        if (isa_supported(isa))
-            return isa;
-    return MG_BN_ISA_SCALAR;
-}
-
-int mg_bn_isa(void)
-{
-    int isa = __atomic_load_n(&g_isa, __ATOMIC_RELAXED);
-    if (isa < 0) {
-        isa = mg_bn_best_isa();
-        __atomic_store_n(&g_isa, isa, __ATOMIC_RELAXED);
-    }
-    return isa;
-}
-
-int mg_bn_set_isa(int isa)
-{
-    if (isa >= MG_BN_ISA_SCALAR && isa <= MG_BN_ISA_AVX512 && isa_supported(isa))
-        __atomic_store_n(&g_isa, isa, __ATOMIC_RELAXED);
-    return mg_bn_isa();
-}
+/* Instruction set (chosen by the runtime, mg_runtime.c) and bfloat16 stores                   */
 
 static int g_bf16_instructions = 1; /* see mg_bn_set_bf16_instructions */
 
 static int bf16_instructions(void)
 {
-#if BN_X86
+#if MG_X86
     __builtin_cpu_init();
     return __atomic_load_n(&g_bf16_instructions, __ATOMIC_RELAXED) &&
            __builtin_cpu_supports("avx512bf16");
@@ -153,30 +77,31 @@ int mg_bn_set_bf16_instructions(int enable)
     return bf16_instructions();
 }
 
+/* The run kernels of `dtype` for the ISA in use (mg_runtime.h's convention: one table per ISA,
+ * picked once per call); with AVX-512, bfloat16 stores use AVX512-BF16 when enabled. */
+typedef struct {
+    const bn_run_table *dtype[3]; /* MG_BN_F32, MG_BN_F16, MG_BN_BF16 */
+} bn_isa_tables;
+
+static const bn_isa_tables bn_scalar = {{&bn_runs_scalar_f32, &bn_runs_scalar_f16,
+                                         &bn_runs_scalar_bf16}};
+#if MG_X86
+static const bn_isa_tables bn_avx2 = {{&bn_runs_avx2_f32, &bn_runs_avx2_f16, &bn_runs_avx2_bf16}};
+static const bn_isa_tables bn_avx512 = {{&bn_runs_avx512_f32, &bn_runs_avx512_f16,
+                                         &bn_runs_avx512_bf16}};
+#endif
+
 static const bn_run_table *run_table(int dtype)
 {
-    static const bn_run_table *const scalar[3] = {&bn_runs_scalar_f32, &bn_runs_scalar_f16,
-                                                  &bn_runs_scalar_bf16};
-#if BN_X86
-    static const bn_run_table *const avx2[3] = {&bn_runs_avx2_f32, &bn_runs_avx2_f16,
-                                                &bn_runs_avx2_bf16};
-    static const bn_run_table *const avx512[3] = {&bn_runs_avx512_f32, &bn_runs_avx512_f16,
-                                                  &bn_runs_avx512_bf16};
-#endif
+    static const void *const tables[MG_NISA] = MG_ISA_TABLES(&bn_scalar, &bn_avx2, &bn_avx512);
     if (dtype < MG_BN_F32 || dtype > MG_BN_BF16)
         return NULL;
-    switch (mg_bn_isa()) {
-#if BN_X86
-    case MG_BN_ISA_AVX512:
-        if (dtype == MG_BN_BF16 && bf16_instructions())
-            return &bn_runs_avx512bf16_bf16;
-        return avx512[dtype];
-    case MG_BN_ISA_AVX2:
-        return avx2[dtype];
+    const bn_isa_tables *t = mg_isa_pick(tables);
+#if MG_X86
+    if (t == &bn_avx512 && dtype == MG_BN_BF16 && bf16_instructions())
+        return &bn_runs_avx512bf16_bf16;
 #endif
-    default:
-        return scalar[dtype];
-    }
+    return t->dtype[dtype];
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -395,7 +320,7 @@ static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int
     memset(k, 0, sizeof *k);
     const bn_run_table *table = run_table(dtype);
     if (!table)
-        return MG_BN_EBADARG;
+        return MG_EINVAL;
     k->dtype = dtype;
     k->elsize = dtype == MG_BN_F32 ? 4 : 2;
     k->nfields = nfields;
@@ -426,7 +351,7 @@ static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int
         total += sizes[i];
     char *base = call_workspace(total);
     if (!base)
-        return MG_BN_ENOMEM;
+        return MG_ENOMEM;
     k->chan = (int32_t *)base;
     base += sizes[0];
     k->coef = (float *)base;
@@ -870,7 +795,7 @@ static void fill(float *dst, int64_t n, float value)
         dst[i] = value;
 }
 
-/* The start every entry point shares: bad arguments -> MG_BN_EBADARG; no channels or no
+/* The start every entry point shares: bad arguments -> MG_EINVAL; no channels or no
  * elements -> nothing to stream, the per-channel outputs empty0 and empty1 (where given)
  * filled with `empty` (NaN statistics, zero gradients) -> 0; otherwise the
  * call is set up (call_init) -> BN_CALL_READY. The caller then sets the tensor pointers. */
@@ -881,7 +806,7 @@ static int call_begin(bn_call *k, int dtype, int64_t outer, int64_t channels, in
                       float *empty0, float *empty1)
 {
     if (bad_args(dtype, outer, channels, inner))
-        return MG_BN_EBADARG;
+        return MG_EINVAL;
     if (channels == 0)
         return 0;
     if (outer == 0 || inner == 0) {

@@ -11,8 +11,8 @@
  * batch_norm.c and in docs/tf-semantics.md#fusedbatchnormv3-forward,
  * docs/tf-semantics.md#fusedbatchnormgradv3 and docs/tf-semantics.md#autodiff-second-order.
  *
- * Return value: 0 on success, MG_BN_EBADARG for a bad dtype/size, MG_BN_ENOMEM when a
- * scratch allocation failed. `num_threads` <= 1 runs on the calling thread only.
+ * Return value (mg_runtime.h): MG_OK, MG_EINVAL for a bad dtype/size, MG_ENOMEM when a
+ * scratch allocation failed. The instruction set is the runtime's (mg_isa, mg_set_isa). `num_threads` <= 1 runs on the calling thread only.
  *
  * The region between the CDEF markers is parsed by cffi (kernels_c/build_native.py).
  */
@@ -21,24 +21,13 @@
 
 #include <stdint.h>
 
+#include "mg_runtime.h"
+
 /* BEGIN CDEF */
 #define MG_BN_F32 0
 #define MG_BN_F16 1
 #define MG_BN_BF16 2
 
-#define MG_BN_ISA_SCALAR 0
-#define MG_BN_ISA_AVX2 1
-#define MG_BN_ISA_AVX512 2
-
-#define MG_BN_EBADARG 1
-#define MG_BN_ENOMEM 2
-
-/* The instruction set in use (best supported one unless mg_bn_set_isa chose another). */
-int mg_bn_isa(void);
-/* Use `isa` if this CPU supports it; returns the ISA now in use. */
-int mg_bn_set_isa(int isa);
-/* The best ISA this CPU supports. */
-int mg_bn_best_isa(void);
 /* With the AVX-512 ISA, store bfloat16 with AVX512-BF16's conversion when the CPU has it
  * (enable = 1, the default) or with integer rounding only (0); the stored bits are the same
  * either way. Returns whether the AVX512-BF16 stores are in use (tests run both). */
@@ -79,10 +68,5 @@ int mg_bn_grad_grad_inference(int dtype, int64_t outer, int64_t channels, int64_
                               double epsilon, void *d_dy, void *d_x, float *d_scale,
                               int num_threads);
 /* END CDEF */
-
-/* For the C kernels only (batch norm, convolutions, pools): the thread count a call may use,
- * `requested`, or 1 below 2 and in a child forked after a parallel region (GNU OpenMP's
- * pool does not survive fork()). Records that threads were used when it returns more. */
-int mg_native_threads(int requested);
 
 #endif

@@ -267,8 +267,8 @@ int main(void)
                                      {70, 512, 49}};
     const char *names[] = {"scalar", "avx2", "avx512"};
     int cases = 0;
-    for (int isa = MG_BN_ISA_SCALAR; isa <= MG_BN_ISA_AVX512; ++isa) {
-        if (mg_bn_set_isa(isa) != isa)
+    for (int isa = MG_ISA_SCALAR; isa <= MG_ISA_AVX512; ++isa) {
+        if (mg_set_isa(isa) != isa)
             continue;
         for (int dtype = MG_BN_F32; dtype <= MG_BN_BF16; ++dtype)
             for (int threads = 1; threads <= 2; ++threads) {
@@ -286,7 +286,7 @@ int main(void)
         printf("%s: ok\n", names[isa]);
     }
     CHECK(mg_bn_forward_training(7, 1, 1, 1, NULL, NULL, NULL, 0, NULL, NULL, NULL, 1) ==
-              MG_BN_EBADARG, "bad dtype accepted");
+              MG_EINVAL, "bad dtype accepted");
     printf("%d cases x 6 functions, %d failures\n", cases, failures);
     return failures != 0;
 }

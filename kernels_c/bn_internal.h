@@ -13,11 +13,7 @@
 
 #include <stdint.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#define BN_X86 1
-#else
-#define BN_X86 0
-#endif
+#include "mg_runtime.h" /* MG_X86 */
 
 #define BN_NCOEF 9
 #define BN_NACC 7
@@ -69,7 +65,7 @@ typedef struct {
 } bn_run_table;
 
 extern const bn_run_table bn_runs_scalar_f32, bn_runs_scalar_f16, bn_runs_scalar_bf16;
-#if BN_X86
+#if MG_X86
 extern const bn_run_table bn_runs_avx2_f32, bn_runs_avx2_f16, bn_runs_avx2_bf16;
 extern const bn_run_table bn_runs_avx512_f32, bn_runs_avx512_f16, bn_runs_avx512_bf16;
 extern const bn_run_table bn_runs_avx512bf16_bf16; /* AVX-512 with AVX512-BF16 stores */

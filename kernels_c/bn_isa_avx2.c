@@ -3,12 +3,11 @@
  * called after __builtin_cpu_supports said yes (batch_norm.c). */
 #include "bn_internal.h"
 
-#if BN_X86
+#if MG_X86
 #include <immintrin.h>
 #include <string.h>
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
+MG_TARGET_AVX2_BEGIN
 
 #define VLEN 8
 typedef __m256 vf;
@@ -102,5 +101,5 @@ BN_AVX2_LOAD_STORE(bf16, uint16_t)
 #define BN_ISA avx2
 #include "bn_instantiate_dtypes.h"
 
-#pragma GCC pop_options
+MG_TARGET_END
 #endif

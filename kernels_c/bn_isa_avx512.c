@@ -6,11 +6,10 @@
  * pragma and only called after __builtin_cpu_supports said yes (batch_norm.c). */
 #include "bn_internal.h"
 
-#if BN_X86
+#if MG_X86
 #include <immintrin.h>
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
+MG_TARGET_AVX512_BEGIN
 
 #include "bn_avx512_ops.h"
 
@@ -19,5 +18,5 @@ static inline void st_bf16(uint16_t *p, vf v, int n) { st_u16(p, bf16_exact_bits
 #define BN_ISA avx512
 #include "bn_instantiate_dtypes.h"
 
-#pragma GCC pop_options
+MG_TARGET_END
 #endif

@@ -7,7 +7,7 @@
  * __builtin_cpu_supports("avx512bf16") said yes (batch_norm.c). */
 #include "bn_internal.h"
 
-#if BN_X86
+#if MG_X86
 #include <immintrin.h>
 
 #pragma GCC push_options

@@ -20,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # kernels_c/Makefile (``python build_native.py --list sources|headers|cdef-headers``) all
 # use it.
 FAMILIES = {
+    "runtime": (["mg_runtime.c"], ["mg_runtime.h"]),
     "batch norm": (["batch_norm.c", "bn_isa_scalar.c", "bn_isa_avx2.c", "bn_isa_avx512.c",
                     "bn_isa_avx512_bf16.c"],
                    ["batch_norm.h", "bn_internal.h", "bn_convert.h", "bn_runs_template.h",
@@ -30,7 +31,7 @@ FAMILIES = {
 }
 SOURCES = [name for sources, _ in FAMILIES.values() for name in sources]
 HEADERS = [name for _, headers in FAMILIES.values() for name in headers]
-CDEF_HEADERS = ["batch_norm.h", "conv.h", "pool.h"]
+CDEF_HEADERS = ["mg_runtime.h", "batch_norm.h", "conv.h", "pool.h"]
 COMPILE_ARGS = ["-O3", "-g0", "-fopenmp", "-fno-math-errno", "-std=gnu11"]
 LINK_ARGS = ["-fopenmp"]
 # The sanitized variant (``--sanitized DIR``, tests/test_fuzz_sanitized.py, ``make fuzz-asan``):

@@ -22,7 +22,7 @@
  * go to threads dynamically (the machine may be shared); each output element is one tile's,
  * summed in a fixed order, so results do not depend on the thread count or schedule.
  *
- * The micro-kernels are per ISA, picked per call with mg_bn_isa(): AVX-512 intrinsics
+ * The micro-kernels are per ISA, picked per call with mg_isa(): AVX-512 intrinsics
  * (conv_avx512.c), AVX2 + FMA and baseline versions of conv_vec_template.h (conv_avx2.c,
  * below). NCHW tensors are transposed in 16 x 16 blocks (in registers with AVX-512).
  */
@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch_norm.h" /* mg_bn_isa, mg_native_threads: shared by all native kernels */
+#include "mg_runtime.h"
 #include "conv_internal.h"
 
 #ifdef _OPENMP
@@ -43,8 +43,8 @@
 
 int nn_use_avx512(void)
 {
-#if NN_X86
-    return mg_bn_isa() == MG_BN_ISA_AVX512;
+#if MG_X86
+    return mg_isa() == MG_ISA_AVX512;
 #else
     return 0;
 #endif
@@ -52,11 +52,11 @@ int nn_use_avx512(void)
 
 const nn_conv_table *nn_conv_kernels(void)
 {
-#if NN_X86
-    switch (mg_bn_isa()) {
-    case MG_BN_ISA_AVX512:
+#if MG_X86
+    switch (mg_isa()) {
+    case MG_ISA_AVX512:
         return &nn_conv_avx512;
-    case MG_BN_ISA_AVX2:
+    case MG_ISA_AVX2:
         return &nn_conv_avx2;
     default:
         break;
@@ -366,7 +366,7 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
 {
     if (n < 0 || h < 0 || w < 0 || c <= 0 || kh <= 0 || kw <= 0 || co <= 0 || pt < 0 ||
         pl < 0 || oh < 0 || ow < 0 || !src || !f || !out)
-        return MG_NN_EBADARG;
+        return MG_EINVAL;
     if (n * oh * ow == 0)
         return 0;
     fwd_ctx k;
@@ -388,7 +388,7 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
     const int nt = threads_for(num_threads, work);
     k.ybuf = channels_last ? out : alloc_floats((int64_t)nt * oh * ow * co);
     if (!k.fp || !k.xp || !k.ybuf) {
-        err = MG_NN_ENOMEM;
+        err = MG_ENOMEM;
     } else {
         const int64_t units = (k.nblk - 1) * k.ufull + k.ulast;
         const int64_t items = (int64_t)nt * ITEMS_PER_THREAD;
@@ -423,7 +423,7 @@ int mg_conv2d_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, int64_t
                              const float *dy, float *dx, int num_threads)
 {
     if (pad_top < 0 || pad_top >= kh || pad_left < 0 || pad_left >= kw)
-        return MG_NN_EBADARG;
+        return MG_EINVAL;
     /* correlate dy [n, out_h, out_w, co] (padded by kh-1-pad_top, kw-1-pad_left) with the
        flipped, channel-swapped filter: output [n, h, w, c] */
     return conv_engine(dy, n, out_h, out_w, co, kh, kw, c, kh - 1 - pad_top,
@@ -511,7 +511,7 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
 {
     if (n < 0 || h < 0 || w < 0 || c <= 0 || kh <= 0 || kw <= 0 || co <= 0 || pad_top < 0 ||
         pad_left < 0 || out_h < 0 || out_w < 0 || !x || !dy || !df)
-        return MG_NN_EBADARG;
+        return MG_EINVAL;
     bwf_ctx k;
     memset(&k, 0, sizeof k);
     k.tab = nn_conv_kernels();
@@ -539,7 +539,7 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
     k.xp = alloc_floats(n * k.pad.hp * k.pad.wp * c + NN_SLACK);
     k.dyb = channels_last ? (float *)dy : alloc_floats(n * out_h * out_w * co);
     if (!k.xp || !k.dyb) {
-        err = MG_NN_ENOMEM;
+        err = MG_ENOMEM;
     } else {
         const double work = (double)n * out_h * out_w * kh * kw * c * round16(co);
         const int nt = threads_for(num_threads, work);

@@ -14,7 +14,7 @@
  * forward and input gradient; pixels, image by image, for the filter gradient), so results
  * are bit-identical for any thread count.
  *
- * Return value: 0 on success, MG_NN_EBADARG for bad sizes, MG_NN_ENOMEM when a scratch
+ * Return value (mg_runtime.h): MG_OK, MG_EINVAL for bad sizes, MG_ENOMEM when a scratch
  * allocation failed. `num_threads` <= 1 runs on the calling thread.
  *
  * The region between the CDEF markers is parsed by cffi (kernels_c/build_native.py).
@@ -24,10 +24,9 @@
 
 #include <stdint.h>
 
-/* BEGIN CDEF */
-#define MG_NN_EBADARG 1
-#define MG_NN_ENOMEM 2
+#include "mg_runtime.h"
 
+/* BEGIN CDEF */
 /* y = conv(x, f): x [n,h,w,c], f [kh,kw,c,co], y [n,out_h,out_w,co]. */
 int mg_conv2d_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
                       int64_t co, int64_t pad_top, int64_t pad_left, int64_t out_h,

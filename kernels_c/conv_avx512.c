@@ -6,11 +6,11 @@
  * vectors; per pixel, V dy vectors are loaded and each row's input value broadcast.
  * (P or R) x V: 12x1, 12x2, 8x3, 6x4 (and 4xV for short filter rows).
  *
- * Compiled for these extensions with a target pragma and only called when mg_bn_isa() says
+ * Compiled for these extensions with a target pragma and only called when mg_isa() says
  * AVX-512 (conv.c). */
 #include "conv_internal.h"
 
-#if NN_X86
+#if MG_X86
 #include <immintrin.h>
 
 #pragma GCC push_options

@@ -17,11 +17,7 @@
 
 #include <stdint.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#define NN_X86 1
-#else
-#define NN_X86 0
-#endif
+#include "mg_runtime.h"
 
 #define NN_MAX_TILE 12 /* pixels or rows of the widest tile */
 #define NN_SLACK 64    /* zeroed floats after the padded input scratch */
@@ -68,21 +64,13 @@ typedef struct {
 } nn_conv_table;
 
 extern const nn_conv_table nn_conv_generic;
-#if NN_X86
+#if MG_X86
 extern const nn_conv_table nn_conv_avx2, nn_conv_avx512;
 #endif
 
-/* 1 when the AVX-512 kernels are to be used (mg_bn_isa() says AVX-512). */
+/* 1 when the AVX-512 kernels are to be used (mg_isa() says AVX-512). */
 int nn_use_avx512(void);
-/* The convolution micro-kernels of the instruction set in use (mg_bn_isa()). */
+/* The convolution micro-kernels of the instruction set in use (mg_isa()). */
 const nn_conv_table *nn_conv_kernels(void);
-
-/* [lo, hi) of `total` items for thread `tid` of `nth`: contiguous, balanced. */
-static inline void nn_split(int64_t total, int tid, int nth, int64_t *lo, int64_t *hi)
-{
-    const int64_t base = total / nth, extra = total % nth;
-    *lo = tid * base + (tid < extra ? tid : extra);
-    *hi = *lo + base + (tid < extra);
-}
 
 #endif

@@ -2,14 +2,14 @@
  *
  * Pools run over output rows (image, y) split in contiguous ranges between threads; the
  * loops over channels (NHWC) are vectorized by the compiler, once for AVX-512 and once for
- * the baseline ISA (pool_loops.h), chosen with mg_bn_isa(). An NCHW tensor is pooled as
+ * the baseline ISA (pool_loops.h), chosen with mg_isa(). An NCHW tensor is pooled as
  * n * c single-channel NHWC images. ReLU and Adam are plain vectorized loops.
  */
 #include "pool.h"
 
 #include <string.h>
 
-#include "batch_norm.h" /* mg_native_threads */
+#include "mg_runtime.h"
 #include "conv.h"
 #include "conv_internal.h"
 
@@ -111,7 +111,7 @@ static void max_pool_grad_rows_c1_generic(const pool_geo *g, int64_t lo, int64_t
     }
 }
 
-#if NN_X86
+#if MG_X86
 #include <immintrin.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
@@ -459,7 +459,7 @@ static AVX512 void pool_grad_c1_avx512(const pool_geo *g, int64_t lo, int64_t hi
 #undef LOOP_ATTR
 #undef SUFFIX
 
-#if NN_X86
+#if MG_X86
 #define LOOP_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 #define SUFFIX avx512
 #include "pool_loops.h"
@@ -469,14 +469,6 @@ static AVX512 void pool_grad_c1_avx512(const pool_geo *g, int64_t lo, int64_t hi
 #else
 #define PICK(name) name##_generic
 #endif
-
-/* Threads for `elements` elements of streaming work: small tensors stay on one thread. */
-static int threads_for(int requested, int64_t elements)
-{
-    if (elements < (1 << 15))
-        return 1;
-    return mg_native_threads(requested);
-}
 
 typedef void (*rows_fn)(const pool_geo *g, int64_t lo, int64_t hi);
 
@@ -490,7 +482,7 @@ static void run_rows(rows_fn fn, const pool_geo *g, int64_t rows, int nt)
 #pragma omp parallel num_threads(nt)
     {
         int64_t lo, hi;
-        nn_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        mg_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
         fn(g, lo, hi);
     }
 #endif
@@ -502,14 +494,14 @@ static int pool_setup(pool_geo *g, int64_t n, int64_t h, int64_t w, int64_t c, i
 {
     if (n < 0 || h < 0 || w < 0 || c < 0 || kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 ||
         pt < 0 || pl < 0 || pt >= kh || pl >= kw || oh < 0 || ow < 0)
-        return MG_NN_EBADARG;
+        return MG_EINVAL;
     /* window geometry below 2^31 (so y * sh - pt + kh never overflows), and every window
      * starting inside the image: (out - 1) * stride - pad < size, as SAME, VALID and
      * EXPLICIT (pads < window) give; the 2x2 paths read row 2 * oy and column 2 * ox */
     if (kh > INT32_MAX || kw > INT32_MAX || sh > INT32_MAX || sw > INT32_MAX ||
         oh > INT32_MAX || ow > INT32_MAX || (oh > 0 && (oh - 1) * sh - pt >= h) ||
         (ow > 0 && (ow - 1) * sw - pl >= w))
-        return MG_NN_EBADARG;
+        return MG_EINVAL;
     if (!channels_last) { /* n * c single-channel images */
         n *= c;
         c = 1;
@@ -529,13 +521,13 @@ int mg_max_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t 
     const int err = pool_setup(&g, n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h,
                                out_w, channels_last, &rows);
     if (err || (rows * out_w * g.c > 0 && (!x || !y)))
-        return err ? err : MG_NN_EBADARG;
+        return err ? err : MG_EINVAL;
     rows_fn fn = PICK(max_pool_rows);
-#if NN_X86
+#if MG_X86
     if (nn_use_avx512() && g.c > 1 && pool_2x2(&g))
         fn = pool_nhwc_2x2;
 #endif
-    run_rows(fn, &g, rows, threads_for(num_threads, n * h * w * c));
+    run_rows(fn, &g, rows, mg_stream_threads(num_threads, n * h * w * c));
     return 0;
 }
 
@@ -549,20 +541,20 @@ int mg_max_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int
     const int err = pool_setup(&geo, n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h,
                                out_w, channels_last, &rows);
     if (err || sh < kh || sw < kw)
-        return err ? err : MG_NN_EBADARG;
+        return err ? err : MG_EINVAL;
     if (n * h * w * c == 0)
         return 0;
     if (!x || !g || !dx)
-        return MG_NN_EBADARG;
+        return MG_EINVAL;
     /* the windows write every element they cover; zero the rest first unless they tile */
     if (!(sh == kh && sw == kw && out_h * sh - pad_top >= h && out_w * sw - pad_left >= w))
         memset(dx, 0, (size_t)(n * h * w * c) * sizeof(float));
     rows_fn fn = PICK(max_pool_grad_rows);
-#if NN_X86
+#if MG_X86
     if (nn_use_avx512() && geo.c > 1 && pool_2x2(&geo))
         fn = pool_grad_nhwc_2x2;
 #endif
-    run_rows(fn, &geo, rows, threads_for(num_threads, n * h * w * c));
+    run_rows(fn, &geo, rows, mg_stream_threads(num_threads, n * h * w * c));
     return 0;
 }
 
@@ -572,7 +564,7 @@ int mg_max_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int
 static void chunk(int64_t count, int tid, int nth, int64_t *lo, int64_t *hi)
 {
     const int64_t lines = (count + 15) / 16;
-    nn_split(lines, tid, nth, lo, hi);
+    mg_split(lines, tid, nth, lo, hi);
     *lo *= 16;
     *hi = *hi * 16 < count ? *hi * 16 : count;
 }
@@ -580,9 +572,9 @@ static void chunk(int64_t count, int tid, int nth, int64_t *lo, int64_t *hi)
 int mg_relu(int64_t count, const float *x, float *y, int num_threads)
 {
     if (count < 0 || (count && (!x || !y)))
-        return MG_NN_EBADARG;
+        return MG_EINVAL;
     void (*fn)(const float *, float *, int64_t) = PICK(relu_range);
-    const int nt = threads_for(num_threads, count);
+    const int nt = mg_stream_threads(num_threads, count);
     if (nt <= 1) {
         fn(x, y, count);
         return 0;
@@ -603,9 +595,9 @@ int mg_relu_grad(int64_t count, const float *g, const float *features, float *dx
                  int num_threads)
 {
     if (count < 0 || (count && (!g || !features || !dx)))
-        return MG_NN_EBADARG;
+        return MG_EINVAL;
     void (*fn)(const float *, const float *, float *, int64_t) = PICK(relu_grad_range);
-    const int nt = threads_for(num_threads, count);
+    const int nt = mg_stream_threads(num_threads, count);
     if (nt <= 1) {
         fn(g, features, dx, count);
         return 0;
@@ -627,7 +619,7 @@ int mg_apply_adam(int64_t count, const float *var, const float *m, const float *
                   int use_nesterov, float *var_out, float *m_out, float *v_out)
 {
     if (count < 0 || (count && (!var || !m || !v || !grad || !var_out || !m_out || !v_out)))
-        return MG_NN_EBADARG;
+        return MG_EINVAL;
     PICK(adam_range)(var, m, v, grad, var_out, m_out, v_out, lr_t, beta1, beta2, epsilon,
                      use_nesterov, count);
     return 0;

@@ -15,12 +15,14 @@
  * var' = var - lr_t * s / (sqrt(v') + epsilon), s = m' (or beta1 * m' + (1 - beta1) * g with
  * Nesterov); lr_t is computed by the caller. Writes new arrays (the inputs are not changed).
  *
- * Return value: 0, or MG_NN_EBADARG (see conv.h). `num_threads` <= 1: the calling thread.
+ * Return value (mg_runtime.h): MG_OK, or MG_EINVAL. `num_threads` <= 1: the calling thread.
  */
 #ifndef MINIGRAPH_POOL_H
 #define MINIGRAPH_POOL_H
 
 #include <stdint.h>
+
+#include "mg_runtime.h"
 
 /* BEGIN CDEF */
 int mg_max_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,

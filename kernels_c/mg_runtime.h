@@ -1,0 +1,98 @@
+/* minigraph native runtime: what every kernel family uses (kernels_c/README.md).
+ *
+ *   - error codes: every mg_* kernel returns MG_OK, MG_EINVAL (bad sizes, dtype or a NULL
+ *     buffer) or MG_ENOMEM (a scratch allocation failed);
+ *   - the instruction set: chosen once with __builtin_cpu_supports (the best one this CPU
+ *     runs), narrowed by mg_set_isa for tests and benchmarks; each family keeps one table
+ *     of kernels per ISA and picks it with mg_isa_pick once per call;
+ *   - threads: mg_native_threads (OpenMP, and the guard for children forked after a
+ *     parallel region) and the helpers that split work.
+ *
+ * The region between the CDEF markers is parsed by cffi (kernels_c/build_native.py).
+ */
+#ifndef MINIGRAPH_MG_RUNTIME_H
+#define MINIGRAPH_MG_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* BEGIN CDEF */
+#define MG_OK 0
+#define MG_EINVAL 1
+#define MG_ENOMEM 2
+
+#define MG_ISA_SCALAR 0
+#define MG_ISA_AVX2 1
+#define MG_ISA_AVX512 2
+
+/* The instruction set in use (the best supported one unless mg_set_isa chose another). */
+int mg_isa(void);
+/* Use `isa` if this CPU supports it; returns the ISA now in use. */
+int mg_set_isa(int isa);
+/* The best ISA this CPU supports. */
+int mg_best_isa(void);
+/* The same three under their first names (the Python side calls these). */
+int mg_bn_isa(void);
+int mg_bn_set_isa(int isa);
+int mg_bn_best_isa(void);
+/* END CDEF */
+
+/* ------------------------------------------------------------------------------------------ */
+/* For the C kernels only                                                                      */
+
+#if defined(__x86_64__) || defined(__i386__)
+#define MG_X86 1
+#else
+#define MG_X86 0
+#endif
+
+#define MG_NISA 3
+
+/* The per-ISA files compile their code between MG_TARGET_<ISA>_BEGIN and MG_TARGET_END: for
+ * the extensions mg_set_isa checks the CPU for, so it runs only where they exist. */
+#define MG_TARGET_AVX2_BEGIN                                                                \
+    _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c\")")
+#define MG_TARGET_AVX512_BEGIN                                                              \
+    _Pragma("GCC push_options")                                                             \
+    _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,fma\")")
+#define MG_TARGET_END _Pragma("GCC pop_options")
+
+/* A family's kernel tables, one per ISA, as an array for mg_isa_pick (on other CPUs than
+ * x86 only the scalar one exists). */
+#if MG_X86
+#define MG_ISA_TABLES(scalar, avx2, avx512) {(scalar), (avx2), (avx512)}
+#else
+#define MG_ISA_TABLES(scalar, avx2, avx512) {(scalar), NULL, NULL}
+#endif
+
+/* The table of the ISA in use: tables[mg_isa()], or the closest one below it that exists.
+ * Called once per kernel call (so a mg_set_isa between calls takes effect at the next). */
+static inline const void *mg_isa_pick(const void *const tables[MG_NISA])
+{
+    int isa = mg_isa();
+    while (isa > MG_ISA_SCALAR && !tables[isa])
+        --isa;
+    return tables[isa];
+}
+
+/* The thread count a call may use: `requested`, or 1 below 2 and in a child forked after a
+ * parallel region (GNU OpenMP's pool does not survive fork()). Records that threads were
+ * used when it returns more. */
+int mg_native_threads(int requested);
+
+/* Threads for streaming `elements` elements (pools, elementwise ops): small tensors stay on
+ * the calling thread (a parallel region costs more than they do). */
+static inline int mg_stream_threads(int requested, int64_t elements)
+{
+    return elements < (1 << 15) ? 1 : mg_native_threads(requested);
+}
+
+/* [lo, hi) of `total` items for thread `tid` of `nth`: contiguous, balanced. */
+static inline void mg_split(int64_t total, int tid, int nth, int64_t *lo, int64_t *hi)
+{
+    const int64_t base = total / nth, extra = total % nth;
+    *lo = tid * base + (tid < extra ? tid : extra);
+    *hi = *lo + base + (tid < extra);
+}
+
+#endif
