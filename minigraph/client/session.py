@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from minigraph import backends
+from minigraph.backends import opencl  # pyopencl itself is imported when a device is used
 from minigraph.backends.registry import Kernel, KernelContext, KernelDef, get_kernel
 from minigraph.client.state import SessionState
 from minigraph.framework import dtypes
@@ -457,8 +458,6 @@ class ClientSession:
                                            f"minigraph has one CPU device, /device:CPU:0")
                 device = self.host
             else:
-                from minigraph.backends import opencl
-
                 device = opencl.get_device(kind, index)
             self._devices[op.device] = device
         if device is self.host:
