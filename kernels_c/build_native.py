@@ -25,13 +25,14 @@ FAMILIES = {
                     "bn_isa_avx512_bf16.c"],
                    ["batch_norm.h", "bn_internal.h", "bn_convert.h", "bn_runs_template.h",
                     "bn_instantiate_dtypes.h", "bn_avx512_ops.h"]),
-    "convolution, pooling, elementwise": (["conv.c", "conv_avx2.c", "conv_avx512.c", "pool.c"],
-                                          ["conv.h", "pool.h", "conv_internal.h",
-                                           "conv_vec_template.h", "pool_loops.h"]),
+    "convolution": (["convolution.c", "convolution_isa_scalar.c", "convolution_isa_avx2.c",
+                     "convolution_isa_avx512.c"],
+                    ["convolution.h", "convolution_internal.h", "convolution_template.h"]),
+    "pooling, elementwise": (["pool.c"], ["pool.h", "pool_loops.h"]),
 }
 SOURCES = [name for sources, _ in FAMILIES.values() for name in sources]
 HEADERS = [name for _, headers in FAMILIES.values() for name in headers]
-CDEF_HEADERS = ["mg_runtime.h", "batch_norm.h", "conv.h", "pool.h"]
+CDEF_HEADERS = ["mg_runtime.h", "batch_norm.h", "convolution.h", "pool.h"]
 COMPILE_ARGS = ["-O3", "-g0", "-fopenmp", "-fno-math-errno", "-std=gnu11"]
 LINK_ARGS = ["-fopenmp"]
 # The sanitized variant (``--sanitized DIR``, tests/test_fuzz_sanitized.py, ``make fuzz-asan``):

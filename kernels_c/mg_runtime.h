@@ -57,6 +57,12 @@ int mg_bn_best_isa(void);
     _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,fma\")")
 #define MG_TARGET_END _Pragma("GCC pop_options")
 
+/* Per-ISA names in a family's template: MG_ISA_FN(fwd) is fwd_avx2 where the including
+ * <family>_isa_avx2.c defined MG_ISA_NAME as avx2. */
+#define MG_GLUE_(a, b) a##_##b
+#define MG_GLUE(a, b) MG_GLUE_(a, b)
+#define MG_ISA_FN(name) MG_GLUE(name, MG_ISA_NAME)
+
 /* A family's kernel tables, one per ISA, as an array for mg_isa_pick (on other CPUs than
  * x86 only the scalar one exists). */
 #if MG_X86

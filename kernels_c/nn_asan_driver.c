@@ -1,4 +1,4 @@
-/* Test driver for `make asan` (conv.h, pool.h): every entry point over awkward sizes, both
+/* Test driver for `make asan` (convolution.h, pool.h): every entry point over awkward sizes, both
  * layouts, SAME/VALID-like pads, every instruction set this CPU has and 1 or 3 threads,
  * under AddressSanitizer + UndefinedBehaviorSanitizer. Inputs are allocated at their exact
  * size (scalar over-reads are seen); outputs sit between guard bytes that must survive
@@ -12,7 +12,7 @@
 
 #include "asan_check.h"
 #include "mg_runtime.h"
-#include "conv.h"
+#include "convolution.h"
 #include "pool.h"
 
 static float uniform(void) /* [-1, 1) */

@@ -10,12 +10,12 @@
 #include <string.h>
 
 #include "mg_runtime.h"
-#include "conv.h"
-#include "conv_internal.h"
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+
+static int nn_use_avx512(void) { return mg_isa() == MG_ISA_AVX512; }
 
 typedef struct {
     const float *x, *g;

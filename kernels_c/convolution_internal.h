@@ -1,5 +1,5 @@
-/* Internals of the convolution / pooling / elementwise kernels (conv.c, conv_avx512.c,
- * pool.c, elementwise.c): the micro-kernel tiles and the thread-count helper.
+/* Internals of the convolution kernels: the driver (convolution.c) and the per-ISA
+ * micro-kernels (convolution_isa_*.c) meet here: the tiles and the table of one ISA.
  *
  * A forward tile is `npix` output pixels (flat indices into the output, up to the kernel's
  * `pixels`) times `nvec` vectors of 16 output channels. Its pixels read the zero-padded NHWC
@@ -12,8 +12,8 @@
  * what df holds when `accumulate`. It reads up to `rows` floats past x's last pixel (the
  * scratch has slack there); rows past `nrows` are computed and thrown away.
  */
-#ifndef MINIGRAPH_CONV_INTERNAL_H
-#define MINIGRAPH_CONV_INTERNAL_H
+#ifndef MINIGRAPH_CONVOLUTION_INTERNAL_H
+#define MINIGRAPH_CONVOLUTION_INTERNAL_H
 
 #include <stdint.h>
 
@@ -61,16 +61,12 @@ typedef struct {
     int bwf_small_rows;
     nn_bwf_fn bwf_small[5]; /* bwf_small_rows rows, for short filter rows (K < bwf_rows) */
     nn_transpose_fn transpose;
-} nn_conv_table;
+} conv_kernel_table;
 
-extern const nn_conv_table nn_conv_generic;
+/* convolution_template.h (scalar, avx2) and convolution_isa_avx512.c */
+extern const conv_kernel_table conv_kernels_scalar;
 #if MG_X86
-extern const nn_conv_table nn_conv_avx2, nn_conv_avx512;
+extern const conv_kernel_table conv_kernels_avx2, conv_kernels_avx512;
 #endif
-
-/* 1 when the AVX-512 kernels are to be used (mg_isa() says AVX-512). */
-int nn_use_avx512(void);
-/* The convolution micro-kernels of the instruction set in use (mg_isa()). */
-const nn_conv_table *nn_conv_kernels(void);
 
 #endif

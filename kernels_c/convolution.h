@@ -19,8 +19,8 @@
  *
  * The region between the CDEF markers is parsed by cffi (kernels_c/build_native.py).
  */
-#ifndef MINIGRAPH_CONV_H
-#define MINIGRAPH_CONV_H
+#ifndef MINIGRAPH_CONVOLUTION_H
+#define MINIGRAPH_CONVOLUTION_H
 
 #include <stdint.h>
 

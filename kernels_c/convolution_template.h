@@ -1,11 +1,14 @@
-/* Portable convolution micro-kernels (see conv_internal.h for the tiles), written with GCC
- * vector extensions and included once per instruction set: conv.c (baseline: 4-float
- * vectors, 3 pixels or rows per tile) and conv_avx2.c (AVX2 + FMA: 8-float vectors, 6 per
- * tile). A tile's channels are done 16 at a time (16 / VW vectors), so TP (or TR) x 16 / VW
+/* The convolution micro-kernels (see convolution_internal.h for the tiles), written once
+ * with GCC vector extensions and instantiated per ISA: convolution_isa_scalar.c (baseline:
+ * 4-float vectors, 3 pixels or rows per tile) and convolution_isa_avx2.c (AVX2 + FMA:
+ * 8-float vectors, 6 per tile); AVX-512 has hand-written ones (convolution_isa_avx512.c).
+ * A tile's channels are done 16 at a time (16 / VW vectors), so TP (or TR) x 16 / VW
  * accumulators stay in registers.
  *
- * Needs: VW (floats per vector), TP (pixels per forward tile), TR (rows per filter-gradient
- * tile), TABLE (the name of the nn_conv_table to define), FN(name) (a per-ISA name). */
+ * Needs: MG_ISA_NAME (the ISA's name token: defines conv_kernels_<isa>), VW (floats per
+ * vector), TP (pixels per forward tile), TR (rows per filter-gradient tile). */
+
+#define FN(name) MG_ISA_FN(name)
 
 typedef float vecf __attribute__((vector_size(VW * 4), aligned(4)));
 #define NCH (16 / VW)
@@ -119,7 +122,7 @@ static void FN(transpose)(const float *const *src, int nsrc, int lanes, float *c
             dst[j][r] = src[r][j];
 }
 
-const nn_conv_table TABLE = {
+const conv_kernel_table MG_ISA_FN(conv_kernels) = {
     .fwd_pixels = {0, TP, TP, TP, TP},
     .fwd = {0, FN(fwd), FN(fwd), FN(fwd), FN(fwd)},
     .bwf_rows = {0, TR, TR, TR, TR},
@@ -131,3 +134,4 @@ const nn_conv_table TABLE = {
 
 #undef NCH
 #undef UNROLL_ALL
+#undef FN

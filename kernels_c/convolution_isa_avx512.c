@@ -1,4 +1,4 @@
-/* AVX-512 convolution micro-kernels (see conv_internal.h for what a tile is).
+/* AVX-512 convolution micro-kernels (see convolution_internal.h for what a tile is).
  *
  * Forward / input gradient: P pixels x V vectors of 16 output channels held in P * V zmm
  * accumulators (24 of the 32 registers); per filter tap, V filter vectors are loaded and
@@ -6,15 +6,16 @@
  * vectors; per pixel, V dy vectors are loaded and each row's input value broadcast.
  * (P or R) x V: 12x1, 12x2, 8x3, 6x4 (and 4xV for short filter rows).
  *
- * Compiled for these extensions with a target pragma and only called when mg_isa() says
- * AVX-512 (conv.c). */
-#include "conv_internal.h"
+ * The AVX-512 instantiation of the family (its table is conv_kernels_avx512, as
+ * convolution_template.h defines the others'), hand-written for speed. Compiled for these
+ * extensions and used only when the runtime's ISA is AVX-512 (mg_isa_pick in
+ * convolution.c). */
+#include "convolution_internal.h"
 
 #if MG_X86
 #include <immintrin.h>
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
+MG_TARGET_AVX512_BEGIN
 
 #define UNROLL _Pragma("GCC unroll 16")
 
@@ -154,7 +155,7 @@ static void transpose_16(const float *const *src, int nsrc, int lanes, float *co
         _mm512_mask_storeu_ps(dst[j], out, r[j]);
 }
 
-const nn_conv_table nn_conv_avx512 = {
+const conv_kernel_table conv_kernels_avx512 = {
     .fwd_pixels = {0, 12, 12, 8, 6},
     .fwd = {0, fwd_12x1, fwd_12x2, fwd_8x3, fwd_6x4},
     .bwf_rows = {0, 12, 12, 8, 6},
@@ -164,5 +165,5 @@ const nn_conv_table nn_conv_avx512 = {
     .transpose = transpose_16,
 };
 
-#pragma GCC pop_options
+MG_TARGET_END
 #endif

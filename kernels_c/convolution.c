@@ -22,47 +22,32 @@
  * go to threads dynamically (the machine may be shared); each output element is one tile's,
  * summed in a fixed order, so results do not depend on the thread count or schedule.
  *
- * The micro-kernels are per ISA, picked per call with mg_isa(): AVX-512 intrinsics
- * (conv_avx512.c), AVX2 + FMA and baseline versions of conv_vec_template.h (conv_avx2.c,
- * below). NCHW tensors are transposed in 16 x 16 blocks (in registers with AVX-512).
+ * The micro-kernels are per ISA, one table each (conv_kernel_table), picked once per call
+ * (mg_isa_pick): convolution_template.h instantiated for AVX2 + FMA and the baseline
+ * (convolution_isa_avx2.c, convolution_isa_scalar.c), hand-written AVX-512 intrinsics
+ * (convolution_isa_avx512.c). NCHW tensors are transposed in 16 x 16 blocks (in registers
+ * with AVX-512).
  */
-#include "conv.h"
+#include "convolution.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "mg_runtime.h"
-#include "conv_internal.h"
+#include "convolution_internal.h"
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 /* ------------------------------------------------------------------------------------------ */
-/* Instruction set (threads: mg_native_threads in batch_norm.c)                              */
+/* Instruction set: the micro-kernels of the ISA in use, picked once per call                 */
 
-int nn_use_avx512(void)
+static const conv_kernel_table *conv_kernels(void)
 {
-#if MG_X86
-    return mg_isa() == MG_ISA_AVX512;
-#else
-    return 0;
-#endif
-}
-
-const nn_conv_table *nn_conv_kernels(void)
-{
-#if MG_X86
-    switch (mg_isa()) {
-    case MG_ISA_AVX512:
-        return &nn_conv_avx512;
-    case MG_ISA_AVX2:
-        return &nn_conv_avx2;
-    default:
-        break;
-    }
-#endif
-    return &nn_conv_generic;
+    static const void *const tables[MG_NISA] =
+        MG_ISA_TABLES(&conv_kernels_scalar, &conv_kernels_avx2, &conv_kernels_avx512);
+    return mg_isa_pick(tables);
 }
 
 /* A phase is `count` independent items; run_phases runs the phases in order (a barrier
@@ -212,7 +197,7 @@ static void transpose_plane(nn_transpose_fn transpose, const float *s, float *d,
 /* Forward / input-gradient engine                                                             */
 
 typedef struct {
-    const nn_conv_table *tab;
+    const conv_kernel_table *tab;
     pad_geo pad;
     int64_t n, c, kh, kw, oh, ow, co, cop;
     const float *f;     /* caller's filter */
@@ -371,7 +356,7 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
         return 0;
     fwd_ctx k;
     memset(&k, 0, sizeof k);
-    k.tab = nn_conv_kernels();
+    k.tab = conv_kernels();
     k.n = n, k.c = c, k.kh = kh, k.kw = kw, k.oh = oh, k.ow = ow, k.co = co;
     k.cop = round16(co);
     k.f = f, k.flip = flip, k.out = out, k.channels_last = channels_last;
@@ -434,7 +419,7 @@ int mg_conv2d_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, int64_t
 /* Filter gradient                                                                             */
 
 typedef struct {
-    const nn_conv_table *tab;
+    const conv_kernel_table *tab;
     pad_geo pad;
     int64_t n, c, kh, kw, oh, ow, co, K;
     const float *dy_src;
@@ -514,7 +499,7 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
         return MG_EINVAL;
     bwf_ctx k;
     memset(&k, 0, sizeof k);
-    k.tab = nn_conv_kernels();
+    k.tab = conv_kernels();
     k.n = n, k.c = c, k.kh = kh, k.kw = kw, k.oh = out_h, k.ow = out_w, k.co = co;
     k.K = kw * c;
     k.df = df;
@@ -554,13 +539,3 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
         free(k.dyb);
     return err;
 }
-
-/* ------------------------------------------------------------------------------------------ */
-/* Generic micro-kernels (any CPU): 4-float vectors                                           */
-
-#define VW 4
-#define TP 3
-#define TR 3
-#define TABLE nn_conv_generic
-#define FN(name) name##_generic
-#include "conv_vec_template.h"
