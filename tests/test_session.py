@@ -123,15 +123,30 @@ class TestFetchesAndFeeds:
     def test_bad_arguments(self):
         root, x, bn, out = bn_graph()
         session = mg.ClientSession(root, backend="reference")
-        with pytest.raises(InvalidArgumentError, match="each fetch must be an Output"):
-            session.Run({x: data(0)}, "out:0")
-        with pytest.raises(InvalidArgumentError, match="each feed key must be an Output"):
-            session.Run({"x": data(0)}, out)
+        with pytest.raises(InvalidArgumentError, match=r"fetch 'out': .*looks like an "
+                                                       r"Operation name.*'out:0'"):
+            session.Run({x: data(0)}, "out")
+        with pytest.raises(InvalidArgumentError, match=r"feed key 'nope:0': .*not in the graph"):
+            session.Run({"nope:0": data(0)}, out)
+        with pytest.raises(InvalidArgumentError, match=r"each fetch must be an Output, got the "
+                                                       r"Operation '.*'; .*targets="):
+            session.Run({x: data(0)}, out.op)
         with pytest.raises(InvalidArgumentError, match="each target must be an Operation"):
-            session.Run({x: data(0)}, [], targets=["bn"])
+            session.Run({x: data(0)}, [], targets=[3])
+        with pytest.raises(InvalidArgumentError, match="feeds but no fetches"):
+            session.Run({x: data(0)})
         other_root, *_, other_out = bn_graph()
         with pytest.raises(InvalidArgumentError, match="another graph"):
             session.Run({x: data(0)}, other_out)
+
+    def test_tensor_names_and_fetch_only_runs(self):
+        root, x, bn, out = bn_graph()
+        session = mg.ClientSession(root, backend="reference")
+        by_output = session.Run({x: data(0)}, out)
+        np.testing.assert_array_equal(session.Run({"x:0": data(0)}, out.name), by_output)
+        constant = ops.Const(root.WithOpName("c"), np.arange(3, dtype=np.float32))
+        np.testing.assert_array_equal(session.Run([constant])[0], np.arange(3))
+        np.testing.assert_array_equal(session.Run(constant), np.arange(3))
 
     def test_session_from_a_graph(self):
         root, x, _, out = bn_graph()

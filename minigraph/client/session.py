@@ -283,24 +283,43 @@ def _notice_soft_placement(op: Operation, device: Any, reason: str) -> None:
                   f"running it on /device:CPU:0 (soft placement)", stacklevel=6)
 
 
-def _as_output(value: Any, role: str) -> Output:
+def _as_output(value: Any, role: str, graph: Graph) -> Output:
+    """A fetch or feed key as an Output: an Output, an object with ``.output``, or a tensor
+    name ``"op_name:index"`` of ``graph``."""
     if isinstance(value, Output):
         return value
+    if isinstance(value, str):
+        try:
+            return graph.get_tensor_by_name(value)
+        except (KeyError, ValueError) as exc:
+            raise InvalidArgumentError(f"ClientSession.Run: {role} {value!r}: "
+                                       f"{exc.args[0]}") from None
     if hasattr(value, "output") and isinstance(value.output, Output):
         return value.output
-    raise InvalidArgumentError(f"ClientSession.Run: each {role} must be an Output, got "
-                               f"{type(value).__name__}")
+    if isinstance(value, Operation):
+        raise InvalidArgumentError(
+            f"ClientSession.Run: each {role} must be an Output, got the Operation "
+            f"'{value.name}'; to run an op for its effect, pass it in targets=[...]")
+    raise InvalidArgumentError(f"ClientSession.Run: each {role} must be an Output or a "
+                               f"tensor name, got {type(value).__name__}")
 
 
-def _as_operation(value: Any) -> Operation:
+def _as_operation(value: Any, graph: Graph) -> Operation:
+    """A target as an Operation: an Operation, an Output's op, or an op name of ``graph``."""
     if isinstance(value, Operation):
         return value
+    if isinstance(value, str):
+        try:
+            return graph.get_operation(value)
+        except KeyError as exc:
+            raise InvalidArgumentError(f"ClientSession.Run: target {value!r}: "
+                                       f"{exc.args[0]}") from None
     if isinstance(value, Output):
         return value.op
     if hasattr(value, "operation") and isinstance(value.operation, Operation):
         return value.operation
-    raise InvalidArgumentError(f"ClientSession.Run: each target must be an Operation, got "
-                               f"{type(value).__name__}")
+    raise InvalidArgumentError(f"ClientSession.Run: each target must be an Operation or an "
+                               f"op name, got {type(value).__name__}")
 
 
 def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[Operation],
@@ -380,6 +399,9 @@ def _check_feed(output: Output, value: Any, promote_float64: bool = False) -> np
     return array
 
 
+_NO_FETCHES: Any = object()  # Run(fetches) without feeds
+
+
 class ClientSession:
     """Runs graphs built in ``scope``'s graph; mirrors ``tensorflow::ClientSession``.
 
@@ -402,22 +424,29 @@ class ClientSession:
         self._plans: dict[tuple, tuple[_Plan, list[_Key]]] = {}
         self._lock = threading.Lock()
 
-    def Run(self, feeds: Mapping[Any, Any] | None, fetches: Any,
+    def Run(self, feeds: Mapping[Any, Any] | None, fetches: Any = _NO_FETCHES,
             targets: Iterable[Any] | None = None,
             run_metadata: RunMetadata | None = None) -> Any:
         """Compute ``fetches`` (an Output or a list of them) given ``feeds``.
 
-        Returns a list of numpy arrays, or one array when ``fetches`` is a single Output.
-        ``run_metadata`` (a :class:`RunMetadata`) receives, per step, the kernel that ran
-        and its time.
+        ``Run(fetches)`` alone works too (TF C++'s overload without inputs). Feed keys and
+        fetches may be Outputs or tensor names (``"x:0"``). Returns a list of numpy arrays,
+        or one array when ``fetches`` is a single Output. ``run_metadata`` (a
+        :class:`RunMetadata`) receives, per step, the kernel that ran and its time.
         """
+        if fetches is _NO_FETCHES:
+            if isinstance(feeds, Mapping):
+                raise InvalidArgumentError("ClientSession.Run: got feeds but no fetches; "
+                                           "call Run(feeds, fetches) or Run(fetches)")
+            feeds, fetches = None, feeds
         feeds = feeds or {}
         single = not isinstance(fetches, (list, tuple))
-        fetch_list = [_as_output(f, "fetch") for f in ([fetches] if single else fetches)]
-        target_ops = [_as_operation(t) for t in (targets or [])]
+        fetch_list = [_as_output(f, "fetch", self.graph)
+                      for f in ([fetches] if single else fetches)]
+        target_ops = [_as_operation(t, self.graph) for t in (targets or [])]
         fed: dict[Output, np.ndarray] = {}
         for key, value in feeds.items():
-            output = _as_output(key, "feed key")
+            output = _as_output(key, "feed key", self.graph)
             fed[output] = _check_feed(output, value, self.promote_float64)
         for output in fetch_list + list(fed):
             if output.graph is not self.graph:

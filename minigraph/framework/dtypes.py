@@ -27,6 +27,15 @@ class DType:
         return self in (float16, bfloat16, float32, float64)
 
     @property
+    def as_numpy_dtype(self) -> type:
+        """The numpy scalar type that stores it (TF's ``DType.as_numpy_dtype``)."""
+        return self.np_dtype.type
+
+    @property
+    def is_integer(self) -> bool:
+        return self in (int32, int64)
+
+    @property
     def itemsize(self) -> int:
         return self.np_dtype.itemsize
 

@@ -7,12 +7,13 @@ and lets autodiff walk the graph without locks.
 
 from __future__ import annotations
 
+import difflib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from minigraph.framework.dtypes import DType
-from minigraph.framework.tensor_shape import TensorShape
+from minigraph.framework.tensor_shape import TensorShape, dims_text
 
 if TYPE_CHECKING:
     from minigraph.framework.op_def import OpDef
@@ -44,6 +45,19 @@ class Output:
     def consumers(self) -> list[Operation]:
         """Operations that read this output, in creation order."""
         return [op for op in self.op.graph.operations() if any(i is self for i in op.inputs)]
+
+    def get_shape(self) -> TensorShape:
+        """The static shape (TF's ``Tensor.get_shape()``)."""
+        return self.shape
+
+    def __getattr__(self, name: str) -> Output:
+        """TF C++'s named member of a single-output op: ``ops.Add(...).z``,
+        ``ops.Relu(...).activations``, ``ops.Identity(...).output`` is the Output itself."""
+        if not name.startswith("_"):
+            arg = self.op.op_def.outputs[self.index] if self.op.op_def.outputs else None
+            if arg is not None and arg.name == name:
+                return self
+        raise AttributeError(f"'Output' object has no attribute '{name}'")
 
     def __repr__(self) -> str:
         return f"<mg.Output '{self.name}' dtype={self.dtype.name} shape={self.shape}>"
@@ -161,14 +175,63 @@ class Graph:
         with self._lock:
             return list(self._ops)
 
+    def get_operations(self) -> list[Operation]:
+        """All operations in creation order (TF's ``Graph.get_operations()``)."""
+        return self.operations()
+
     def get_operation(self, name: str) -> Operation:
+        """The operation called ``name``; KeyError naming close matches otherwise."""
         try:
             return self._by_name[name]
         except KeyError:
-            raise KeyError(f"no operation named '{name}' in the graph") from None
+            close = difflib.get_close_matches(name, list(self._by_name), n=3)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise KeyError(f"The name '{name}' refers to an Operation not in the graph{hint}"
+                           ) from None
+
+    get_operation_by_name = get_operation  # TF's name
+
+    def get_tensor_by_name(self, name: str) -> Output:
+        """The output ``"op_name:index"`` (TF's ``Graph.get_tensor_by_name``)."""
+        op_name, sep, index = name.rpartition(":")
+        if not sep or not index.isdigit():
+            raise ValueError(f"The name '{name}' looks like an Operation name, not a tensor "
+                             f"name: tensor names are '<op_name>:<output_index>', e.g. "
+                             f"'{name}:0'")
+        op = self.get_operation(op_name)
+        if int(index) >= len(op.outputs):
+            raise KeyError(f"The name '{name}' refers to a Tensor which does not exist: "
+                           f"operation '{op_name}' has {len(op.outputs)} output(s)")
+        return op.outputs[int(index)]
+
+    def summary(self) -> str:
+        """A listing like Keras' ``model.summary()``: every op by name with its type, device,
+        output dtypes and static shapes, and the element count of each Variable (its
+        parameters), then the totals."""
+        rows = [("name", "type", "device", "outputs", "params")]
+        params = 0
+        for op in self.operations():
+            outputs = ", ".join(f"{o.dtype.name}{dims_text(o.shape)}" for o in op.outputs)
+            count = op.outputs[0].shape.num_elements() if op.type == "Variable" else None
+            params += count or 0
+            rows.append((op.name, op.type, op.device or "-", outputs or "-",
+                         "" if count is None else f"{count:,}"))
+        widths = [max(len(row[i]) for row in rows) for i in range(5)]
+        lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+                 for row in rows]
+        lines.insert(1, "-" * len(lines[0]))
+        lines.append(f"{len(self)} operations, {params:,} parameters in "
+                     f"{sum(op.type == 'Variable' for op in self.operations())} variables")
+        return "\n".join(lines)
+
+    def __iter__(self) -> Iterator[Operation]:
+        return iter(self.operations())
 
     def __len__(self) -> int:
         return len(self._ops)
 
     def __repr__(self) -> str:
         return f"<mg.Graph with {len(self._ops)} operations>"
+
+    def __str__(self) -> str:
+        return self.summary()

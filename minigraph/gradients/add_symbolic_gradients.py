@@ -46,8 +46,19 @@ def _aggregate(scope: Scope, grads: list[Output]) -> Output:
     return grads[0] if len(grads) == 1 else AddN(scope, grads)
 
 
-def AddSymbolicGradients(scope: Scope, outputs: Sequence[Output], inputs: Sequence[Output],
-                         grad_inputs: Sequence[Output] | None = None, *,
+def _outputs(values: Output | Sequence[Output], what: str) -> list[Output]:
+    """One Output or a sequence of them, as a list (each checked)."""
+    values = [values] if isinstance(values, Output) else list(values)
+    for value in values:
+        if not isinstance(value, Output):
+            raise InvalidArgumentError(f"AddSymbolicGradients: each of '{what}' must be an "
+                                       f"Output, got {type(value).__name__}")
+    return values
+
+
+def AddSymbolicGradients(scope: Scope, outputs: Output | Sequence[Output],
+                         inputs: Output | Sequence[Output],
+                         grad_inputs: Output | Sequence[Output] | None = None, *,
                          stop_at_inputs: bool = False) -> list[Output | None]:
     """d(sum of outputs · grad_inputs) / d(inputs); ``None`` where an input gets no gradient.
 
@@ -55,8 +66,12 @@ def AddSymbolicGradients(scope: Scope, outputs: Sequence[Output], inputs: Sequen
     ``tf.gradients``, an input that depends on another input passes its gradient on (total
     derivatives); ``stop_at_inputs=True`` treats the inputs as independent (partial
     derivatives), which gradient functions need when they differentiate a subgraph.
+    Each argument may be one Output or a list; the result is always a list (one entry per
+    input), as in TF C++.
     """
-    outputs, inputs = list(outputs), list(inputs)
+    outputs, inputs = _outputs(outputs, "outputs"), _outputs(inputs, "inputs")
+    if grad_inputs is not None:
+        grad_inputs = _outputs(grad_inputs, "grad_inputs")
     if not outputs:
         raise InvalidArgumentError("AddSymbolicGradients: 'outputs' must not be empty")
     if grad_inputs is not None and len(grad_inputs) != len(outputs):
