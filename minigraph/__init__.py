@@ -4,6 +4,8 @@ Build a graph with :class:`Scope` and the wrappers in :mod:`minigraph.ops`, run 
 :class:`ClientSession`.
 """
 
+import importlib
+
 from minigraph import errors, io, ops, train, viz
 from minigraph.client.session import ClientSession, RunMetadata
 from minigraph.framework.dtypes import (
@@ -26,6 +28,20 @@ from minigraph.gradients import AddSymbolicGradients
 from minigraph.testing import gradient_checker
 
 __version__ = "0.1.0"
+
+# Submodules imported on first use (``mg.nn``, ``mg.distributed``...), so ``import minigraph``
+# stays fast and never pulls in MPI or scikit-learn.
+_LAZY_SUBMODULES = ("nn", "distributed", "examples")
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f"minigraph.{name}")
+    raise AttributeError(f"module 'minigraph' has no attribute '{name}'")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
 
 __all__ = [
     "AddSymbolicGradients", "ClientSession", "DType", "Graph", "NotDifferentiable", "Operation",

@@ -75,3 +75,18 @@ def test_add_symbolic_gradients_takes_single_tensors():
     with pytest.raises(mg.errors.InvalidArgumentError, match="each of 'inputs' must be an "
                                                               "Output, got str"):
         mg.AddSymbolicGradients(root, loss, "x:0")
+
+
+def test_submodules_are_reachable_after_import_minigraph():
+    """mg.nn, mg.distributed, mg.backends.opencl work without importing them first, and
+    `import minigraph` itself loads neither MPI nor scikit-learn nor pyopencl."""
+    import subprocess
+    import sys
+
+    code = ("import sys, minigraph as mg\n"
+            "heavy = [m for m in ('mpi4py', 'sklearn', 'pyopencl') if m in sys.modules]\n"
+            "assert not heavy, heavy\n"
+            "print(mg.nn.Dense.__name__, mg.distributed.__name__, mg.backends.opencl.__name__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == ["Dense", "minigraph.distributed", "minigraph.backends.opencl"]
