@@ -17,11 +17,13 @@ from minigraph import ops
 from minigraph.testing.gradient_checker import compute_gradient, max_error
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-format", default="NHWC", choices=["NHWC", "NCHW"])
-    parser.add_argument("--backend", default=None, choices=["native", "reference"])
+    parser.add_argument("--data-format", default="NHWC", choices=["NHWC", "NCHW"],
+                        help="the layout of x (default: NHWC)")
+    parser.add_argument("--backend", default=None, choices=["native", "reference"],
+                        help="the CPU kernels (default: native when the C kernels are built)")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     nhwc = args.data_format == "NHWC"

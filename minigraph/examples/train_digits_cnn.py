@@ -3,10 +3,14 @@
 Model: Conv(1->32, 3x3) - BN - ReLU - Conv(32->64, 3x3) - BN - ReLU - MaxPool(2) - Dense(10).
 One graph holds the training step (batch norm in training mode, updating its moving
 statistics with exponential_avg_factor) and the inference path (batch norm in inference
-mode with the same weights). Writes to ``runs/<name>/``: ``loss.png`` (train/test loss and
-accuracy per epoch), ``graph.svg`` (the training graph, when graphviz is installed),
-``checkpoint.npz``, and ``model.json``/``model.npz`` (the graph), then reloads the model in a
+mode with the same weights). Writes to ``runs/<name>/``: ``loss.png`` (train/test loss, log
+scale, and accuracy per epoch), ``graph.svg`` (the training graph, when graphviz is installed),
+``checkpoint.npz``, and ``model.json``/``model.json.npz`` (the graph), then reloads the model in a
 fresh process to predict, and prints the final test accuracy.
+
+It prints first which backend runs the kernels (for the native C kernels: the instruction set
+and thread count). On a terminal a progress bar follows each epoch's batches; when the output
+is piped to a file there is one plain line per epoch instead.
 """
 
 from __future__ import annotations
@@ -107,7 +111,7 @@ def plot(history: list[dict], path: str) -> None:
         left.plot(epochs, [h[key] for h in history], marker="o", label=label)
     for key, label in (("train_accuracy", "train"), ("test_accuracy", "test")):
         right.plot(epochs, [h[key] for h in history], marker="o", label=label)
-    left.set(title="loss", xlabel="epoch")
+    left.set(title="loss (log scale)", xlabel="epoch", yscale="log")
     right.set(title="accuracy", xlabel="epoch")
     left.legend()
     right.legend()
@@ -136,13 +140,31 @@ def train(args: argparse.Namespace) -> dict:
         return _train(args)
 
 
+def backend_line(session: mg.ClientSession) -> str:
+    """One line saying what runs the kernels: the C kernels' ISA and threads, or numpy."""
+    from minigraph.backends import native
+
+    if session.backend == "native":
+        return (f"backend: native C kernels (ISA {native.isa()}, {native.num_threads()} "
+                f"threads)")
+    reason = native.unavailable_reason()
+    why = f"; native C kernels not built: {reason}" if reason else ""
+    return f"backend: {session.backend} (numpy{why})"
+
+
 def _train(args: argparse.Namespace) -> dict:
     from tqdm import tqdm
 
     start = time.perf_counter()
     x_train, y_train, x_test, y_test = load_digits(args.seed)
+    if args.train_size is not None:
+        x_train, y_train = x_train[:args.train_size], y_train[:args.train_size]
     g = build(args)
     session = mg.ClientSession(g["root"], backend=args.backend)
+    if not args.quiet:
+        print(backend_line(session), flush=True)
+    # tqdm redraws its bar with '\r' on stderr: only on a terminal, never into a log file
+    progress = not args.quiet and sys.stderr.isatty()
     run_dir = os.path.join(args.out, args.name)
     os.makedirs(run_dir, exist_ok=True)
     checkpoint = os.path.join(run_dir, "checkpoint.npz")
@@ -164,7 +186,7 @@ def _train(args: argparse.Namespace) -> dict:
         batches = range(0, len(order), args.batch_size)
         losses, accuracies = [], []
         bar = tqdm(batches, desc=f"epoch {epoch}/{first + args.epochs - 1}", leave=False,
-                   disable=args.quiet)
+                   disable=not progress)
         for begin in bar:
             index = order[begin:begin + args.batch_size]
             loss, accuracy = session.Run({g["images"]: x_train[index],
@@ -180,7 +202,7 @@ def _train(args: argparse.Namespace) -> dict:
         if not args.quiet:
             print(f"epoch {epoch:2d}: train loss {history[-1]['train_loss']:.4f} "
                   f"acc {history[-1]['train_accuracy']:.4f} | test loss {test_loss:.4f} "
-                  f"acc {test_accuracy:.4f}")
+                  f"acc {test_accuracy:.4f}", flush=True)
     saver.save(session, checkpoint)
     mg.io.write_graph(g["root"], os.path.join(run_dir, "model.json"))
     with open(history_path, "w") as file:
@@ -204,25 +226,35 @@ def predict(run_dir: str, seed: int) -> float:
     return float((predictions == y_test).mean())
 
 
-def training_parser(description: str, *, epochs: int, name: str) -> argparse.ArgumentParser:
+def training_parser(description: str, *, epochs: int, name: str,
+                    prog: str | None = None) -> argparse.ArgumentParser:
     """The flags every digits training script shares (this one and the MPI one)."""
-    parser = argparse.ArgumentParser(description=description,
+    parser = argparse.ArgumentParser(prog=prog, description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--epochs", type=int, default=epochs)
-    parser.add_argument("--batch-size", type=int, default=64, help="global batch size")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--optimizer", choices=["adam", "momentum"], default="adam")
+    parser.add_argument("--epochs", type=int, default=epochs,
+                        help="epochs to train (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="global batch size (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="weights, data split and order (default: %(default)s)")
+    parser.add_argument("--optimizer", choices=["adam", "momentum"], default="adam",
+                        help="default: %(default)s")
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="default: 0.003 for adam, 0.05 for momentum")
-    parser.add_argument("--data-format", choices=["NHWC", "NCHW"], default="NHWC")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    parser.add_argument("--backend", choices=["native", "reference"], default=None)
-    parser.add_argument("--blas-threads", type=int, default=1)
-    parser.add_argument("--name", default=name)
-    parser.add_argument("--out", default="runs")
+    parser.add_argument("--data-format", choices=["NHWC", "NCHW"], default="NHWC",
+                        help="the layout of the activations (default: %(default)s)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="batch norm's compute dtype (default: %(default)s)")
+    parser.add_argument("--backend", choices=["native", "reference"], default=None,
+                        help="the CPU kernels (default: native when the C kernels are built)")
+    parser.add_argument("--blas-threads", type=int, default=1,
+                        help="BLAS threads for the matmuls (default: %(default)s)")
+    parser.add_argument("--name", default=name,
+                        help="outputs go to OUT/NAME/ (default: %(default)s)")
+    parser.add_argument("--out", default="runs", help="default: %(default)s")
     parser.add_argument("--resume", action="store_true",
                         help="continue from runs/<name>/checkpoint.npz for --epochs more epochs")
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help="print only the final results")
     return parser
 
 
@@ -232,16 +264,19 @@ def finish_args(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = training_parser(__doc__, epochs=15, name="digits")
-    parser.add_argument("--no-plots", action="store_true")
+def parse(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
+    parser = training_parser(__doc__, epochs=15, name="digits", prog=prog)
+    parser.add_argument("--no-plots", action="store_true",
+                        help="write no loss.png or graph.svg")
+    parser.add_argument("--train-size", type=int, default=None, metavar="N",
+                        help="train on the first N training images only (a quick smoke run)")
     parser.add_argument("--predict", metavar="RUN_DIR",
                         help="only reload RUN_DIR's model and print its test accuracy")
     return finish_args(parser.parse_args(argv))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = parse(argv, prog)
     if args.predict:
         print(f"reloaded model test accuracy: {predict(args.predict, args.seed):.4f}")
         return 0

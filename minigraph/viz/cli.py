@@ -1,8 +1,10 @@
-"""``python -m minigraph viz script.py -o graph.svg``: run a script and draw a graph it built.
+"""``python -m minigraph viz FILE -o graph.svg``: draw a saved graph file or a script's graph.
 
-The script runs as ``__main__`` (``runpy``) while every :class:`~minigraph.Graph` created is
-recorded (:func:`record_graphs`); then the largest one, or ``--graph-index N`` in creation
-order, is drawn.
+``FILE`` is either a graph file written by :func:`minigraph.io.write_graph` (``model.json``,
+as the demo writes; read back with :func:`minigraph.io.read_graph`, never executed) or a
+Python script. A script runs as ``__main__`` (``runpy``) while every
+:class:`~minigraph.Graph` created is recorded (:func:`record_graphs`); then the largest one,
+or ``--graph-index N`` in creation order, is drawn.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from minigraph.framework.errors import InvalidArgumentError, UnavailableError
+from minigraph.framework.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from minigraph.framework.graph import Graph, on_graph_created
 from minigraph.viz.rendering import FORMATS, render
 
@@ -40,12 +42,16 @@ def record_graphs() -> Iterator[list[Graph]]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m minigraph viz",
-        description="Run a Python script, recording every minigraph Graph it creates, and draw "
-                    "the largest one (or --graph-index N) with Graphviz.",
-        epilog="Arguments after '--' are passed to the script as sys.argv[1:].")
-    parser.add_argument("script", help="the Python script to run")
-    parser.add_argument("-o", "--output", help="the file to write (default: <script>.svg); its "
-                        "extension picks the format unless --format is given")
+        description="Draw a minigraph graph with Graphviz: a graph file written by "
+                    "minigraph.io.write_graph (e.g. the demo's runs/digits/model.json), or the "
+                    "largest graph (or --graph-index N) a Python script creates when run.",
+        epilog="A FILE ending in .json (or starting with '{') is read as a graph file, anything "
+               "else is run as a Python script. Arguments after '--' are passed to the script "
+               "as sys.argv[1:].")
+    parser.add_argument("script", metavar="FILE",
+                        help="a graph file (model.json) or a Python script to run")
+    parser.add_argument("-o", "--output", help="the file to write (default: <FILE stem>.svg); "
+                        "its extension picks the format unless --format is given")
     parser.add_argument("--format", choices=FORMATS + ("dot",), default=None,
                         help="output format (default: from --output, else svg)")
     parser.add_argument("--graph-index", type=int, default=None, metavar="N",
@@ -60,6 +66,26 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--list", action="store_true",
                         help="only list the graphs the script created")
     return parser
+
+
+def is_graph_file(path: Path) -> bool:
+    """A graph file (JSON, minigraph.io) rather than a Python script."""
+    if path.suffix.lower() == ".json":
+        return True
+    if path.suffix.lower() == ".py":
+        return False
+    with open(path, "rb") as file:
+        return file.read(256).lstrip().startswith(b"{")
+
+
+def _read_graph_file(path: Path) -> tuple[list[Graph], int]:
+    from minigraph import io
+
+    try:
+        return [io.read_graph(path)], 0
+    except (InvalidArgumentError, NotFoundError) as exc:
+        print(f"minigraph viz: {exc}", file=sys.stderr)
+        return [], 1
 
 
 def _run_script(script: Path, script_args: list[str]) -> tuple[list[Graph], int]:
@@ -91,26 +117,33 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     script = Path(args.script)
     if not script.is_file():
-        print(f"minigraph viz: no such script: {script}", file=sys.stderr)
+        print(f"minigraph viz: no such file: {script}", file=sys.stderr)
         return 2
 
-    graphs, status = _run_script(script, script_args)
+    graph_file = is_graph_file(script)
+    made = "holds" if graph_file else "created"
+    if graph_file:
+        graphs, status = _read_graph_file(script)
+        if status:
+            return status
+    else:
+        graphs, status = _run_script(script, script_args)
     if status:
         print(f"minigraph viz: {script} failed (status {status}); drawing the graphs it built "
               f"before that", file=sys.stderr)
     sizes = ", ".join(f"#{i}: {len(g)} ops" for i, g in enumerate(graphs))
     if args.list:
-        print(f"{script} created {len(graphs)} graph(s){': ' + sizes if graphs else ''}")
+        print(f"{script} {made} {len(graphs)} graph(s){': ' + sizes if graphs else ''}")
         return 0
     if not graphs or not any(len(g) for g in graphs):
-        print(f"minigraph viz: {script} created no graph with operations", file=sys.stderr)
+        print(f"minigraph viz: {script} {made} no graph with operations", file=sys.stderr)
         return 1
     if args.graph_index is None:
         index = max(range(len(graphs)), key=lambda i: (len(graphs[i]), -i))
     else:
         index = args.graph_index
         if not -len(graphs) <= index < len(graphs):
-            print(f"minigraph viz: --graph-index {index} is out of range; {script} created "
+            print(f"minigraph viz: --graph-index {index} is out of range; {script} {made} "
                   f"{len(graphs)} graph(s): {sizes}", file=sys.stderr)
             return 2
         index %= len(graphs)
@@ -124,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UnavailableError, InvalidArgumentError) as exc:
         print(f"minigraph viz: {exc}", file=sys.stderr)
         return 1
-    print(f"drew graph #{index} ({len(graph)} ops) of the {len(graphs)} that {script} "
-          f"created to {os.fspath(written)}")
+    if graph_file:
+        print(f"drew the graph of {script} ({len(graph)} ops) to {os.fspath(written)}")
+    else:
+        print(f"drew graph #{index} ({len(graph)} ops) of the {len(graphs)} that {script} "
+              f"created to {os.fspath(written)}")
     return status
