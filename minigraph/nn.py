@@ -16,6 +16,7 @@ from minigraph.framework import dtypes
 from minigraph.framework.dtypes import DType
 from minigraph.framework.graph import Output
 from minigraph.framework.scope import Scope
+from minigraph.framework.tensor_shape import dims_text
 from minigraph.ops.array_ops import Const
 from minigraph.ops.batch_norm import FusedBatchNormV3
 from minigraph.ops.math_ops import Cast, Mean, Reshape
@@ -34,7 +35,20 @@ def _filled(value: float):
     return lambda scope, shape, dtype: constant_fill(scope, shape, value, dtype)
 
 
-class Conv2D:
+class Layer:
+    """What every layer has: a ``name`` and the ``variables`` it trains; prints them."""
+
+    name: str
+    variables: list[Output]
+
+    def __repr__(self) -> str:
+        weights = ", ".join(f"{v.op.name.rsplit('/', 1)[-1]}{dims_text(v.shape)}"
+                            for v in self.variables)
+        count = sum(v.shape.num_elements() or 0 for v in self.variables)
+        return f"<{type(self).__name__} '{self.name}': {weights} ({count:,} parameters)>"
+
+
+class Conv2D(Layer):
     """3-D filter variable (HWIO, Glorot-uniform) + optional bias; SAME padding by default."""
 
     def __init__(self, scope: Scope, name: str, in_channels: int, out_channels: int,
@@ -58,7 +72,7 @@ class Conv2D:
         return y
 
 
-class BatchNorm:
+class BatchNorm(Layer):
     """FusedBatchNormV3 with scale/offset and moving mean/variance variables.
 
     Training: batch statistics, and ``exponential_avg_factor = 1 - momentum`` blends them
@@ -97,7 +111,7 @@ class BatchNorm:
         return Cast(scope, y, DstT=source_dtype) if y.dtype is not source_dtype else y
 
 
-class Dense:
+class Dense(Layer):
     """y = x W + b with Glorot-uniform W."""
 
     def __init__(self, scope: Scope, name: str, in_features: int, out_features: int, *,

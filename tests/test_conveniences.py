@@ -90,3 +90,11 @@ def test_submodules_are_reachable_after_import_minigraph():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.split() == ["Dense", "minigraph.distributed", "minigraph.backends.opencl"]
+
+
+def test_layers_print_their_weights():
+    root = mg.Scope.NewRootScope()
+    assert repr(nn.Dense(root, "dense", 4, 3)) == (
+        "<Dense 'dense': kernel[4,3], bias[3] (15 parameters)>")
+    assert repr(nn.BatchNorm(root, "bn", 8)) == (
+        "<BatchNorm 'bn': scale[8], offset[8] (16 parameters)>")
