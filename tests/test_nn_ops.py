@@ -887,8 +887,8 @@ def test_run_time_errors():
     with raises(r"Conv2D 'Conv2D': input depth must equal the filter's input depth: input "
                 r"'input' has 2 channels \(shape \[1,4,4,2\]"):
         run(y, {x: np.ones((1, 4, 4, 2), F32), f: np.ones((3, 3, 3, 1), F32)})
-    with raises(r"Conv2D 'Conv2D': input 'input' must be rank 4 \(data_format NHWC\), but has "
-                r"shape \(4, 4, 2\)"):
+    with raises(r"Conv2D 'Conv2D': Shape must be rank 4 but is rank 3: input 'input' must be "
+                r"rank 4 \(data_format NHWC\), but has shape \(4, 4, 2\)"):
         run(y, {x: np.ones((4, 4, 2), F32), f: np.ones((3, 3, 2, 1), F32)})
     dy = ph(root, "dy", None)
     dx = ops.Conv2DBackpropInput(root, [1, 4, 4, 2], f, dy, strides=[1, 1, 1, 1],

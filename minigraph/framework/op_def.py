@@ -34,18 +34,21 @@ class ArgDef:
 
     ``is_ref`` marks an input that names a Variable to update rather than a value to read
     (``Assign``'s ``ref``, an optimizer's ``var``): its kernel gets ``None`` there and the
-    session does not run the Variable op for it.
+    session does not run the Variable op for it. ``doc`` is one or two sentences for the
+    wrapper's docstring and the stub (``wrapper_docs``).
     """
 
     name: str
     type_attr: str | None = None
     dtype: DType | None = None
     is_ref: bool = False
+    doc: str = ""
 
 
 @dataclass(frozen=True)
 class AttrDef:
-    """An attr: kind is float, int, bool, string, type, shape or tensor."""
+    """An attr: kind is float, int, bool, string, type, shape or tensor; ``doc`` says what it
+    means, for the wrapper's docstring, its builder setter and the stub."""
 
     name: str
     kind: str
@@ -53,6 +56,7 @@ class AttrDef:
     has_default: bool = True
     allowed: tuple | None = None
     check: Callable[[Any], str | None] | None = None  # returns an error text or None
+    doc: str = ""
 
 
 def required(name: str, kind: str, **kw: Any) -> AttrDef:
@@ -197,8 +201,9 @@ class InferenceContext:
         try:
             return shape.with_rank(rank)
         except ShapeMismatch:
-            raise self.error(f"input '{name}' must be rank {rank}{why}, but has shape {shape} "
-                             f"(rank {shape.rank})") from None
+            raise self.error(f"Shape must be rank {rank} but is rank {shape.rank}: input "
+                             f"'{name}' must be rank {rank}{why}, but has shape {shape}"
+                             ) from None
 
     def merge_shapes(self, first: TensorShape, second: TensorShape, message: str
                      ) -> TensorShape:
@@ -510,8 +515,9 @@ def camel_case(attr_name: str) -> str:
 
 
 def _make_attrs_class(op_def: OpDef) -> type:
-    inferred = {arg.type_attr for arg in op_def.inputs if arg.type_attr}
-    settable = [a for a in op_def.attrs if a.name not in inferred]
+    """``<OpType>.Attrs``: one setter per attr the caller gives (inferred type attrs have
+    none), each documented with the attr's kind, default, allowed values and doc."""
+    from minigraph.framework import wrapper_docs
 
     class Attrs:
         """Optional attrs, set with C++-style chained setters that return a new builder."""
@@ -524,17 +530,19 @@ def _make_attrs_class(op_def: OpDef) -> type:
         def __repr__(self) -> str:
             return f"{op_def.name}.Attrs({self.values})"
 
-    def make_setter(attr_name: str):
+    def make_setter(attr: AttrDef):
         def setter(self, value):
-            return Attrs(**{**self.values, attr_name: value})
+            return Attrs(**{**self.values, attr.name: value})
 
-        setter.__name__ = camel_case(attr_name)
-        setter.__doc__ = f"Set attr '{attr_name}'."
+        setter.__name__ = camel_case(attr.name)
+        setter.__qualname__ = f"{op_def.name}.Attrs.{setter.__name__}"
+        setter.__doc__ = wrapper_docs.setter_doc(attr)
         return setter
 
-    for attr in settable:
-        setattr(Attrs, camel_case(attr.name), make_setter(attr.name))
+    for attr in wrapper_docs.settable_attrs(op_def):
+        setattr(Attrs, camel_case(attr.name), make_setter(attr))
     Attrs.__name__ = Attrs.__qualname__ = f"{op_def.name}.Attrs"
+    Attrs.__doc__ = wrapper_docs.attrs_class_doc(op_def)
     return Attrs
 
 
@@ -564,14 +572,19 @@ def make_wrapper(op_def: OpDef) -> type:
     """Generate ``ops.<OpType>``: call it like the TF C++ constructor.
 
     Positional arguments are the inputs, then the required attrs, then optionally an
-    ``Attrs()`` object; attrs may also be keywords. Returns the Output for single-output ops,
-    the Operation for ops without outputs, and an object with named outputs otherwise.
+    ``Attrs()`` object (or ``attrs=``); attrs may also be keywords. Returns the Output for
+    single-output ops, the Operation for ops without outputs, and an object with named outputs
+    otherwise. The class carries the ``__signature__`` and docstring ``wrapper_docs`` derives
+    from the OpDef, so ``inspect.signature`` and ``help`` show the op's real arguments.
     """
+    from minigraph.framework import wrapper_docs
+
     attrs_class = _make_attrs_class(op_def)
-    inferred = {arg.type_attr for arg in op_def.inputs if arg.type_attr}
-    required_attrs = [a.name for a in op_def.attrs if not a.has_default and a.name not in inferred]
+    required_attrs = [a.name for a in wrapper_docs.required_attrs(op_def)]
     n_inputs = len(op_def.inputs)
+    n_positional = n_inputs + len(required_attrs)
     signature = ", ".join([a.name for a in op_def.inputs] + required_attrs)
+    takes_attrs_keyword = "attrs" not in {a.name for a in op_def.attrs}
 
     def __new__(cls, scope: Scope, *args: Any, **kwargs: Any):
         if not isinstance(scope, Scope):
@@ -579,11 +592,23 @@ def make_wrapper(op_def: OpDef) -> type:
                                        f"{type(scope).__name__}")
         args = list(args)
         attrs: dict[str, Any] = {}
-        if args and isinstance(args[-1], attrs_class):
-            attrs.update(args.pop().values)
+        builder = None
+        if args and (isinstance(args[-1], attrs_class)
+                     or (len(args) == n_positional + 1 and args[-1] is None)):
+            builder = args.pop()  # None in the attrs position means no Attrs() object
         elif args and type(args[-1]).__name__.endswith(".Attrs"):
             raise InvalidArgumentError(f"{op_def.name}: got {type(args[-1]).__name__}; pass "
                                        f"{op_def.name}.Attrs()")
+        if takes_attrs_keyword and "attrs" in kwargs:
+            if builder is not None:
+                raise InvalidArgumentError(f"{op_def.name}: attrs given twice")
+            builder = kwargs.pop("attrs")
+            if builder is not None and not isinstance(builder, attrs_class):
+                raise InvalidArgumentError(f"{op_def.name}: attrs= got "
+                                           f"{type(builder).__name__}; pass "
+                                           f"{op_def.name}.Attrs()")
+        if builder is not None:
+            attrs.update(builder.values)
         if len(args) > n_inputs + len(required_attrs):
             raise InvalidArgumentError(f"{op_def.name}({signature}): too many arguments "
                                        f"({len(args)})")
@@ -609,11 +634,14 @@ def make_wrapper(op_def: OpDef) -> type:
             return op
         return OpResult(op)
 
+    call_signature = wrapper_docs.wrapper_signature(op_def)
+    __new__.__signature__ = wrapper_docs.with_cls(call_signature)
+    __new__.__doc__ = f"Build one '{op_def.name}' node (see the class docstring)."
     wrapper = type(op_def.name, (), {
         "__new__": __new__,
         "Attrs": attrs_class,
         "op_def": op_def,
-        "__doc__": f"{op_def.name}(scope, {signature}, attrs=None, **attrs): build one "
-                   f"'{op_def.name}' node.",
+        "__signature__": call_signature,
+        "__doc__": wrapper_docs.wrapper_doc(op_def),
     })
     return wrapper
