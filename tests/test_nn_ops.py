@@ -916,7 +916,7 @@ def test_run_time_errors():
     with raises(r"reduction axis 1 is empty in shape \(2, 0\)"):
         run(ops.ArgMax(root, am, 1), {am: np.ones((2, 0), F32)})
     p = ph(root, "p", None)
-    with raises(r"MaxPool 'MaxPool': input 'input' must be rank 4"):
+    with raises(r"MaxPool 'MaxPool': Shape must be rank 4 but is rank 2: input 'input'"):
         run(ops.MaxPool(root, p, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="VALID"),
             {p: np.ones((2, 2), F32)})
 
