@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import pathlib
 import pickle
 import re
@@ -436,8 +437,9 @@ class TestRegistryAndDeprecation:
 
     def test_wrappers_expose_their_op_def(self):
         assert ops.FusedBatchNormV3.op_def is op_def_module.get_op_def("FusedBatchNormV3")
-        assert "FusedBatchNormV3(scope, x, scale, offset, mean, variance" in (
-            ops.FusedBatchNormV3.__doc__)
+        assert str(inspect.signature(ops.FusedBatchNormV3)).startswith(
+            "(scope, x, scale, offset, mean, variance, attrs=None, *, epsilon=0.0001")
+        assert "Builds one 'FusedBatchNormV3' node." in ops.FusedBatchNormV3.__doc__
 
     @pytest.mark.parametrize("wrapper, args", [
         ("BatchNormWithGlobalNormalization", 5), ("BatchNormWithGlobalNormalizationGrad", 5)])
@@ -497,3 +499,72 @@ def test_op_docs_index_links_every_page():
     index = (DOCS / "README.md").read_text()
     for page in DOC_PAGES:
         assert f"]({page})" in index
+
+
+# ----------------------------------------------------------------------------- wrapper docs, stub
+
+
+def _wrappers():
+    """(name, wrapper) for every generated wrapper ``minigraph.ops`` exports."""
+    return [(name, getattr(ops, name)) for name in ops.__all__
+            if hasattr(getattr(ops, name), "op_def")]
+
+
+@pytest.mark.parametrize("name, wrapper", _wrappers(), ids=lambda v: v if isinstance(v, str)
+                         else "")
+def test_wrapper_signature_lists_inputs_and_attrs(name, wrapper):
+    """scope, the inputs in order, the required attrs, attrs=None, then the optional attrs
+    keyword-only with their defaults; inferred type attrs are not parameters."""
+    op_def = wrapper.op_def
+    inferred = {arg.type_attr for arg in op_def.inputs if arg.type_attr}
+    required = [a.name for a in op_def.attrs if not a.has_default and a.name not in inferred]
+    optional = [a for a in op_def.attrs if a.has_default and a.name not in inferred]
+    params = inspect.signature(wrapper).parameters
+    names = list(params)
+    assert names == (["scope"] + [a.name for a in op_def.inputs] + required + ["attrs"]
+                     + [a.name for a in optional])
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    for param_name in names[:names.index("attrs") + 1]:
+        assert params[param_name].kind is positional
+    assert params["attrs"].default is None
+    for attr in optional:
+        assert params[attr.name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert params[attr.name].default == attr.default
+    assert all(params[n].default is inspect.Parameter.empty
+               for n in names[:names.index("attrs")])
+
+
+@pytest.mark.parametrize("name, wrapper", _wrappers(), ids=lambda v: v if isinstance(v, str)
+                         else "")
+def test_wrapper_help_names_every_input_attr_and_output(name, wrapper):
+    import pydoc
+    text = pydoc.render_doc(wrapper, renderer=pydoc.plaintext)
+    op_def = wrapper.op_def
+    assert f"Builds one '{op_def.name}' node." in text
+    for section, args in (("Inputs:", op_def.inputs), ("Attrs:", op_def.attrs),
+                          ("Outputs:", op_def.outputs)):
+        if args:
+            assert section in text
+        for arg in args:
+            assert re.search(rf"\b{re.escape(arg.name)}: ", text), (section, arg.name)
+    assert "Returns:" in text
+
+
+def test_wrapper_accepts_attrs_as_keyword_or_none():
+    """What the signature advertises for ``attrs`` holds: a keyword, or None positionally."""
+    root = mg.Scope.NewRootScope()
+    x = np.zeros((2, 4, 3, 3), np.float32)
+    by_keyword = ops.FusedBatchNormV3(root, x, C4, C4, EMPTY, EMPTY,
+                                      attrs=ops.FusedBatchNormV3.Attrs().DataFormat("NCHW"))
+    assert by_keyword.operation.attrs["data_format"] == "NCHW"
+    positional_none = ops.FusedBatchNormV3(root, X_NHWC, C4, C4, EMPTY, EMPTY, None)
+    assert positional_none.operation.attrs == fbn(root).operation.attrs
+    assert fbn(root, attrs=None).operation.attrs == fbn(root).operation.attrs
+    with pytest.raises(InvalidArgumentError, match="attrs given twice"):
+        ops.FusedBatchNormV3(root, X_NHWC, C4, C4, EMPTY, EMPTY, ops.FusedBatchNormV3.Attrs(),
+                             attrs=ops.FusedBatchNormV3.Attrs())
+    with pytest.raises(InvalidArgumentError, match="pass FusedBatchNormV3.Attrs"):
+        fbn(root, attrs=ops.FusedBatchNormGradV3.Attrs())
+    bound = inspect.signature(ops.FusedBatchNormV3).bind(root, X_NHWC, C4, C4, EMPTY, EMPTY,
+                                                         epsilon=0.5)
+    assert ops.FusedBatchNormV3(*bound.args, **bound.kwargs).operation.attrs["epsilon"] == 0.5
