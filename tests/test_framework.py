@@ -550,6 +550,33 @@ def test_wrapper_help_names_every_input_attr_and_output(name, wrapper):
     assert "Returns:" in text
 
 
+def test_wrapper_docs_carry_kinds_defaults_allowed_values_and_docs():
+    doc = ops.FusedBatchNormV3.__doc__
+    assert ('data_format: string, default "NHWC", one of "NHWC", "NCHW", "NDHWC", "NCDHW".'
+            in doc)
+    assert "x: T (float16, bfloat16, float32). The tensor to normalize" in doc
+    assert "T: type, inferred from input 'x', one of float16, bfloat16, float32." in doc
+    assert "reserve_space_3: U (float32)." in doc
+    assert ".y, .batch_mean" in doc and ".operation" in doc
+    assert "The Output 'output'." in ops.Conv2D.__doc__
+    assert "strides: list(int), required." in ops.Conv2D.__doc__
+    assert ops.Conv2D.Attrs.DataFormat.__doc__ == (
+        'Set attr \'data_format\' (string, default "NHWC", one of "NHWC", "NCHW").')
+    assert ops.FusedBatchNormV3.Attrs.IsTraining.__doc__.startswith(
+        "Set attr 'is_training' (bool, default True). True: normalize with the batch")
+    assert "Deprecated: removed from TensorFlow GraphDefs" in (
+        ops.BatchNormWithGlobalNormalization.__doc__)
+
+
+def test_every_batch_norm_arg_and_attr_has_a_doc():
+    for name in batch_norm.__all__:
+        op_def = getattr(ops, name).op_def
+        inferred = {arg.type_attr for arg in op_def.inputs if arg.type_attr}
+        for item in [*op_def.inputs, *op_def.outputs,
+                     *(a for a in op_def.attrs if a.name not in inferred)]:
+            assert item.doc, (name, item.name)
+
+
 def test_wrapper_accepts_attrs_as_keyword_or_none():
     """What the signature advertises for ``attrs`` holds: a keyword, or None positionally."""
     root = mg.Scope.NewRootScope()
@@ -568,3 +595,12 @@ def test_wrapper_accepts_attrs_as_keyword_or_none():
     bound = inspect.signature(ops.FusedBatchNormV3).bind(root, X_NHWC, C4, C4, EMPTY, EMPTY,
                                                          epsilon=0.5)
     assert ops.FusedBatchNormV3(*bound.args, **bound.kwargs).operation.attrs["epsilon"] == 0.5
+
+
+def test_batch_norm_factories_take_keyword_arguments():
+    with pytest.raises(TypeError):
+        batch_norm._fused_forward("FusedBatchNormV9", batch_norm.HALF_TYPES, "U",
+                                  batch_norm.FORMATS_2D, False)
+    with pytest.raises(TypeError):
+        batch_norm._fused_grad("FusedBatchNormGradV9", batch_norm.HALF_TYPES, "U",
+                               batch_norm.FORMATS_2D, False)

@@ -61,11 +61,26 @@ def channel_axis(data_format: str) -> int:
 
 
 def _attrs(formats: tuple[str, ...], *, training_attrs: bool = True) -> list[AttrDef]:
-    attrs = [AttrDef("epsilon", "float", default=0.0001, check=finite_non_negative)]
+    """The fused ops' attrs; ``training_attrs`` is False for the gradients (no
+    exponential_avg_factor, and is_training then says what the forward op did)."""
+    attrs = [AttrDef("epsilon", "float", default=0.0001, check=finite_non_negative,
+                     doc="Added to the variance before its reciprocal square root (a gradient's "
+                         "must be its forward op's); finite and >= 0.")]
     if training_attrs:
-        attrs.append(AttrDef("exponential_avg_factor", "float", default=1.0))
-    attrs += [AttrDef("data_format", "string", default="NHWC", allowed=formats),
-              AttrDef("is_training", "bool", default=True)]
+        attrs.append(AttrDef(
+            "exponential_avg_factor", "float", default=1.0,
+            doc="Training only: the weight f of the batch statistics in batch_mean and "
+                "batch_variance, (1 - f) * running + f * batch; with 1, mean and variance "
+                "are not read."))
+    is_training = ("True: normalize with the batch statistics; False: with mean and variance."
+                   if training_attrs else
+                   "Whether the forward op was training: True differentiates through the "
+                   "batch statistics, False gives y_backprop * scale * rsqrt(variance + "
+                   "epsilon).")
+    attrs += [AttrDef("data_format", "string", default="NHWC", allowed=formats,
+                      doc="The layout of x: N batch, C channels, D/H/W spatial; the channel "
+                          "axis is the last (..C) or 1 (NC..)."),
+              AttrDef("is_training", "bool", default=True, doc=is_training)]
     return attrs
 
 
@@ -178,21 +193,58 @@ def validate_fused_batch_norm_grad(ctx: RunContext, values: list[np.ndarray]) ->
 # ----------------------------------------------------------------------------- FusedBatchNorm*
 
 
-def _fused_forward(name: str, t_types: tuple, u_type: str | None, formats: tuple[str, ...],
-                   reserve_space_3: bool) -> OpDef:
+# What each input and output of the fused ops means (docs/ops/FusedBatchNormV3.md and
+# FusedBatchNormGradV3.md say more); the wrappers' docstrings and the stub show these.
+_FORWARD_DOCS = {
+    "x": "The tensor to normalize, 4-D or 5-D as data_format says.",
+    "scale": "The per-channel multiplier (gamma).",
+    "offset": "The per-channel shift (beta).",
+    "mean": "The running mean: normalizes x in inference, enters batch_mean in training "
+            "when exponential_avg_factor != 1, else unread (may be empty).",
+    "variance": "The running variance, read as mean is.",
+    "y": "x normalized, scaled and shifted: x's shape and dtype.",
+    "batch_mean": "Training: the batch mean, averaged into mean by exponential_avg_factor; "
+                  "inference: mean.",
+    "batch_variance": "Training: the unbiased batch variance, averaged into variance by "
+                      "exponential_avg_factor; inference: variance.",
+    "reserve_space_1": "For the gradient: the batch mean (training) or mean (inference).",
+    "reserve_space_2": "For the gradient: the biased batch variance (training) or variance "
+                       "(inference).",
+    "reserve_space_3": "An empty [0] tensor for FusedBatchNormGradV3, never read.",
+}
+_GRAD_DOCS = {
+    "y_backprop": "The gradient with respect to the forward op's y.",
+    "x": "The forward op's x.",
+    "scale": "The forward op's scale.",
+    "reserve_space_1": "The forward op's reserve_space_1 (batch mean), or the running mean "
+                       "in inference.",
+    "reserve_space_2": "The forward op's reserve_space_2 (biased batch variance), or the "
+                       "running variance in inference; epsilon is added to it again.",
+    "reserve_space_3": "The forward op's reserve_space_3; ignored.",
+    "x_backprop": "The gradient with respect to x.",
+    "scale_backprop": "The gradient with respect to scale.",
+    "offset_backprop": "The gradient with respect to offset: y_backprop summed per channel.",
+    "reserve_space_4": "An empty [0] tensor that nothing reads.",
+    "reserve_space_5": "An empty [0] tensor that nothing reads.",
+}
+
+
+def _fused_forward(name: str, *, t_types: tuple, u_type: str | None,
+                   formats: tuple[str, ...], reserve_space_3: bool) -> OpDef:
     vector_type = u_type or "T"
-    outputs = [ArgDef("y", type_attr="T")] + [
-        ArgDef(n, type_attr=vector_type)
+    outputs = [ArgDef("y", type_attr="T", doc=_FORWARD_DOCS["y"])] + [
+        ArgDef(n, type_attr=vector_type, doc=_FORWARD_DOCS[n])
         for n in ("batch_mean", "batch_variance", "reserve_space_1", "reserve_space_2")]
     if reserve_space_3:
-        outputs.append(ArgDef("reserve_space_3", type_attr=vector_type))
+        outputs.append(ArgDef("reserve_space_3", type_attr=vector_type,
+                              doc=_FORWARD_DOCS["reserve_space_3"]))
     type_attrs = [required("T", "type", allowed=t_types)]
     if u_type:
         type_attrs.append(required("U", "type", allowed=(dtypes.float32,)))
     return register_op(OpDef(
         name=name,
-        inputs=[ArgDef("x", type_attr="T")] + [
-            ArgDef(n, type_attr=vector_type)
+        inputs=[ArgDef("x", type_attr="T", doc=_FORWARD_DOCS["x"])] + [
+            ArgDef(n, type_attr=vector_type, doc=_FORWARD_DOCS[n])
             for n in ("scale", "offset", "mean", "variance")],
         outputs=outputs,
         attrs=type_attrs + _attrs(formats),
@@ -201,25 +253,31 @@ def _fused_forward(name: str, t_types: tuple, u_type: str | None, formats: tuple
     ))
 
 
-def _fused_grad(name: str, t_types: tuple, u_type: str | None, formats: tuple[str, ...],
+def _fused_grad(name: str, *, t_types: tuple, u_type: str | None, formats: tuple[str, ...],
                 reserve_space_3: bool) -> OpDef:
     vector_type = u_type or "T"
-    scale = ArgDef("scale", dtype=dtypes.float32) if u_type else ArgDef("scale", type_attr="T")
-    inputs = [ArgDef("y_backprop", type_attr="T"), ArgDef("x", type_attr="T"), scale,
-              ArgDef("reserve_space_1", type_attr=vector_type),
-              ArgDef("reserve_space_2", type_attr=vector_type)]
+    docs = dict(_GRAD_DOCS)
+    scale = (ArgDef("scale", dtype=dtypes.float32, doc=docs["scale"]) if u_type
+             else ArgDef("scale", type_attr="T", doc=docs["scale"]))
+    inputs = [ArgDef("y_backprop", type_attr="T", doc=docs["y_backprop"]),
+              ArgDef("x", type_attr="T", doc=docs["x"]), scale,
+              ArgDef("reserve_space_1", type_attr=vector_type, doc=docs["reserve_space_1"]),
+              ArgDef("reserve_space_2", type_attr=vector_type, doc=docs["reserve_space_2"])]
     extra_outputs = ("reserve_space_3", "reserve_space_4")
     if reserve_space_3:
-        inputs.append(ArgDef("reserve_space_3", type_attr=vector_type))
+        inputs.append(ArgDef("reserve_space_3", type_attr=vector_type,
+                             doc=docs["reserve_space_3"]))
         extra_outputs = ("reserve_space_4", "reserve_space_5")
+    else:  # V1/V2 name their unused outputs reserve_space_3 and _4
+        docs["reserve_space_3"] = docs["reserve_space_4"]
     type_attrs = [required("T", "type", allowed=t_types)]
     if u_type:
         type_attrs.append(required("U", "type", allowed=(dtypes.float32,)))
     return register_op(OpDef(
         name=name,
         inputs=inputs,
-        outputs=[ArgDef("x_backprop", type_attr="T")] + [
-            ArgDef(n, type_attr=vector_type)
+        outputs=[ArgDef("x_backprop", type_attr="T", doc=docs["x_backprop"])] + [
+            ArgDef(n, type_attr=vector_type, doc=docs[n])
             for n in ("scale_backprop", "offset_backprop") + extra_outputs],
         attrs=type_attrs + _attrs(formats, training_attrs=False),
         shape_fn=fused_batch_norm_grad_shape,
@@ -227,15 +285,18 @@ def _fused_grad(name: str, t_types: tuple, u_type: str | None, formats: tuple[st
     ))
 
 
-FUSED_BATCH_NORM = _fused_forward("FusedBatchNorm", (dtypes.float32,), None, FORMATS_2D, False)
-FUSED_BATCH_NORM_V2 = _fused_forward("FusedBatchNormV2", HALF_TYPES, "U", FORMATS_2D, False)
-FUSED_BATCH_NORM_V3 = _fused_forward("FusedBatchNormV3", HALF_TYPES, "U", FORMATS_2D_3D, True)
-FUSED_BATCH_NORM_GRAD = _fused_grad("FusedBatchNormGrad", (dtypes.float32,), None, FORMATS_2D,
-                                    False)
-FUSED_BATCH_NORM_GRAD_V2 = _fused_grad("FusedBatchNormGradV2", HALF_TYPES, "U", FORMATS_2D,
-                                       False)
-FUSED_BATCH_NORM_GRAD_V3 = _fused_grad("FusedBatchNormGradV3", HALF_TYPES, "U", FORMATS_2D_3D,
-                                       True)
+FUSED_BATCH_NORM = _fused_forward("FusedBatchNorm", t_types=(dtypes.float32,), u_type=None,
+                                  formats=FORMATS_2D, reserve_space_3=False)
+FUSED_BATCH_NORM_V2 = _fused_forward("FusedBatchNormV2", t_types=HALF_TYPES, u_type="U",
+                                     formats=FORMATS_2D, reserve_space_3=False)
+FUSED_BATCH_NORM_V3 = _fused_forward("FusedBatchNormV3", t_types=HALF_TYPES, u_type="U",
+                                     formats=FORMATS_2D_3D, reserve_space_3=True)
+FUSED_BATCH_NORM_GRAD = _fused_grad("FusedBatchNormGrad", t_types=(dtypes.float32,),
+                                    u_type=None, formats=FORMATS_2D, reserve_space_3=False)
+FUSED_BATCH_NORM_GRAD_V2 = _fused_grad("FusedBatchNormGradV2", t_types=HALF_TYPES, u_type="U",
+                                       formats=FORMATS_2D, reserve_space_3=False)
+FUSED_BATCH_NORM_GRAD_V3 = _fused_grad("FusedBatchNormGradV3", t_types=HALF_TYPES, u_type="U",
+                                       formats=FORMATS_2D_3D, reserve_space_3=True)
 
 FusedBatchNorm = make_wrapper(FUSED_BATCH_NORM)
 FusedBatchNormV2 = make_wrapper(FUSED_BATCH_NORM_V2)
@@ -253,8 +314,26 @@ GLOBAL_NORM_DEPRECATION = ("removed from TensorFlow GraphDefs at version 9; use 
 
 def _global_norm_attrs() -> list[AttrDef]:
     return [required("T", "type", allowed=GLOBAL_NORM_TYPES),
-            required("variance_epsilon", "float", check=finite_non_negative),
-            required("scale_after_normalization", "bool")]
+            required("variance_epsilon", "float", check=finite_non_negative,
+                     doc="Added to v before its reciprocal square root; finite and >= 0."),
+            required("scale_after_normalization", "bool",
+                     doc="Whether the normalized t is multiplied by gamma.")]
+
+
+_GLOBAL_NORM_DOCS = {
+    "t": "The 4-D tensor to normalize, channels last.",
+    "m": "The per-channel mean.",
+    "v": "The per-channel variance.",
+    "beta": "The per-channel shift added after normalizing.",
+    "gamma": "The per-channel multiplier, used if scale_after_normalization.",
+    "backprop": "The gradient with respect to the forward op's result.",
+    "result": "t normalized: t's shape and dtype.",
+    "dx": "The gradient with respect to t.",
+    "dm": "The gradient with respect to m.",
+    "dv": "The gradient with respect to v.",
+    "db": "The gradient with respect to beta.",
+    "dg": "The gradient with respect to gamma.",
+}
 
 
 def global_norm_shape(ctx: InferenceContext) -> list[TensorShape]:
@@ -301,8 +380,9 @@ def validate_global_norm_grad(ctx: RunContext, values: list[np.ndarray]) -> None
 
 BATCH_NORM_WITH_GLOBAL_NORMALIZATION = register_op(OpDef(
     name="BatchNormWithGlobalNormalization",
-    inputs=[ArgDef(n, type_attr="T") for n in ("t", "m", "v", "beta", "gamma")],
-    outputs=[ArgDef("result", type_attr="T")],
+    inputs=[ArgDef(n, type_attr="T", doc=_GLOBAL_NORM_DOCS[n])
+            for n in ("t", "m", "v", "beta", "gamma")],
+    outputs=[ArgDef("result", type_attr="T", doc=_GLOBAL_NORM_DOCS["result"])],
     attrs=_global_norm_attrs(),
     shape_fn=global_norm_shape,
     validate=validate_global_norm,
@@ -310,8 +390,10 @@ BATCH_NORM_WITH_GLOBAL_NORMALIZATION = register_op(OpDef(
 ))
 BATCH_NORM_WITH_GLOBAL_NORMALIZATION_GRAD = register_op(OpDef(
     name="BatchNormWithGlobalNormalizationGrad",
-    inputs=[ArgDef(n, type_attr="T") for n in ("t", "m", "v", "gamma", "backprop")],
-    outputs=[ArgDef(n, type_attr="T") for n in ("dx", "dm", "dv", "db", "dg")],
+    inputs=[ArgDef(n, type_attr="T", doc=_GLOBAL_NORM_DOCS[n])
+            for n in ("t", "m", "v", "gamma", "backprop")],
+    outputs=[ArgDef(n, type_attr="T", doc=_GLOBAL_NORM_DOCS[n])
+             for n in ("dx", "dm", "dv", "db", "dg")],
     attrs=_global_norm_attrs(),
     shape_fn=global_norm_grad_shape,
     validate=validate_global_norm_grad,
@@ -350,15 +432,22 @@ def _grad_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
 
 FUSED_BATCH_NORM_GRAD_GRAD = register_op(OpDef(
     name="FusedBatchNormGradGrad",
-    inputs=[ArgDef("y_backprop", type_attr="T"), ArgDef("x", type_attr="T"),
-            ArgDef("scale", dtype=dtypes.float32),
-            ArgDef("reserve_space_1", dtype=dtypes.float32),
-            ArgDef("reserve_space_2", dtype=dtypes.float32),
-            ArgDef("grad_x_backprop", type_attr="T"),
-            ArgDef("grad_scale_backprop", dtype=dtypes.float32),
-            ArgDef("grad_offset_backprop", dtype=dtypes.float32)],
-    outputs=[ArgDef("grad_y_backprop", type_attr="T"), ArgDef("grad_x", type_attr="T"),
-             ArgDef("grad_scale", dtype=dtypes.float32)],
+    inputs=[ArgDef("y_backprop", type_attr="T", doc=_GRAD_DOCS["y_backprop"]),
+            ArgDef("x", type_attr="T", doc=_GRAD_DOCS["x"]),
+            ArgDef("scale", dtype=dtypes.float32, doc=_GRAD_DOCS["scale"]),
+            ArgDef("reserve_space_1", dtype=dtypes.float32, doc=_GRAD_DOCS["reserve_space_1"]),
+            ArgDef("reserve_space_2", dtype=dtypes.float32, doc=_GRAD_DOCS["reserve_space_2"]),
+            ArgDef("grad_x_backprop", type_attr="T",
+                   doc="The gradient with respect to the first-order op's x_backprop."),
+            ArgDef("grad_scale_backprop", dtype=dtypes.float32,
+                   doc="The gradient with respect to its scale_backprop."),
+            ArgDef("grad_offset_backprop", dtype=dtypes.float32,
+                   doc="The gradient with respect to its offset_backprop.")],
+    outputs=[ArgDef("grad_y_backprop", type_attr="T",
+                    doc="The gradient with respect to y_backprop."),
+             ArgDef("grad_x", type_attr="T", doc="The gradient with respect to x."),
+             ArgDef("grad_scale", dtype=dtypes.float32,
+                    doc="The gradient with respect to scale.")],
     attrs=[required("T", "type", allowed=HALF_TYPES)] + _attrs(FORMATS_2D_3D,
                                                                training_attrs=False),
     shape_fn=_grad_grad_shape,
