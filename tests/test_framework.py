@@ -604,3 +604,32 @@ def test_batch_norm_factories_take_keyword_arguments():
     with pytest.raises(TypeError):
         batch_norm._fused_grad("FusedBatchNormGradV9", batch_norm.HALF_TYPES, "U",
                                batch_norm.FORMATS_2D, False)
+
+
+def test_ops_stub_is_current_and_valid_python():
+    """minigraph/ops/__init__.pyi is what stubgen writes now (regenerate it with
+    ``python -m minigraph.framework.stubgen --write``), and parses."""
+    import ast
+
+    from minigraph.framework import stubgen
+    text = stubgen.stub_text(ops)
+    path = stubgen.stub_path(ops)
+    assert path == pathlib.Path(ops.__file__).with_name("__init__.pyi")
+    tree = ast.parse(path.read_text())
+    assert path.read_text() == text, "stale stub: run python -m minigraph.framework.stubgen --write"
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    assert set(ops.__all__) == (set(classes) | functions) - {n for n in classes
+                                                             if n.startswith("_")}
+    assert {"Const", "AddN"} <= functions
+    conv = next(node for node in classes["Conv2D"].body
+                if isinstance(node, ast.FunctionDef) and node.name == "__new__")
+    assert [a.arg for a in conv.args.args] == ["cls", "scope", "input", "filter", "strides",
+                                               "padding", "attrs"]
+    assert [a.arg for a in conv.args.kwonlyargs] == ["use_cudnn_on_gpu", "explicit_paddings",
+                                                     "data_format", "dilations"]
+    assert ast.unparse(conv.returns) == "Output"
+    assert "def __new__(" in text and "-> _FusedBatchNormV3Outputs: ..." in text
+    assert 'data_format: Literal["NHWC", "NCHW", "NDHWC", "NCDHW"] = "NHWC",' in text
+    assert "def Epsilon(self, value: float) -> FusedBatchNormV3.Attrs:" in text
+    assert stubgen.main(["--check"]) == 0
