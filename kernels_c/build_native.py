@@ -28,11 +28,19 @@ FAMILIES = {
     "convolution": (["convolution.c", "convolution_isa_scalar.c", "convolution_isa_avx2.c",
                      "convolution_isa_avx512.c"],
                     ["convolution.h", "convolution_internal.h", "convolution_template.h"]),
-    "pooling, elementwise": (["pool.c"], ["pool.h", "pool_loops.h"]),
+    "pooling": (["pooling.c", "pooling_isa_scalar.c", "pooling_isa_avx2.c",
+                 "pooling_isa_avx512.c"],
+                ["pooling.h", "pooling_internal.h", "pooling_template.h"]),
+    "activations": (["activations.c", "activations_isa_scalar.c", "activations_isa_avx2.c",
+                     "activations_isa_avx512.c"],
+                    ["activations.h", "activations_internal.h", "activations_template.h"]),
+    "optimizers": (["optimizers.c", "optimizers_isa_scalar.c", "optimizers_isa_avx2.c",
+                    "optimizers_isa_avx512.c"],
+                   ["optimizers.h", "optimizers_internal.h", "optimizers_template.h"]),
 }
 SOURCES = [name for sources, _ in FAMILIES.values() for name in sources]
 HEADERS = [name for _, headers in FAMILIES.values() for name in headers]
-CDEF_HEADERS = ["mg_runtime.h", "batch_norm.h", "convolution.h", "pool.h"]
+CDEF_HEADERS = [headers[0] for _, headers in FAMILIES.values()]  # the public ones
 COMPILE_ARGS = ["-O3", "-g0", "-fopenmp", "-fno-math-errno", "-std=gnu11"]
 LINK_ARGS = ["-fopenmp"]
 # The sanitized variant (``--sanitized DIR``, tests/test_fuzz_sanitized.py, ``make fuzz-asan``):

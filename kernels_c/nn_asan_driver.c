@@ -1,4 +1,4 @@
-/* Test driver for `make asan` (convolution.h, pool.h): every entry point over awkward sizes, both
+/* Test driver for `make asan` (convolution.h, pooling.h, activations.h, optimizers.h): every entry point over awkward sizes, both
  * layouts, SAME/VALID-like pads, every instruction set this CPU has and 1 or 3 threads,
  * under AddressSanitizer + UndefinedBehaviorSanitizer. Inputs are allocated at their exact
  * size (scalar over-reads are seen); outputs sit between guard bytes that must survive
@@ -13,7 +13,9 @@
 #include "asan_check.h"
 #include "mg_runtime.h"
 #include "convolution.h"
-#include "pool.h"
+#include "activations.h"
+#include "optimizers.h"
+#include "pooling.h"
 
 static float uniform(void) /* [-1, 1) */
 {
@@ -205,6 +207,27 @@ static void elementwise_case(int64_t count, int threads, int shift)
         check_guards(blk[k], (size_t)count, shift, "elementwise");
         free(blk[k]);
     }
+    /* Relu6 and Relu6Grad over [-8, 8) with the edges (0, -0, 6, NaN, inf) in */
+    static const float edges[] = {0.0f, -0.0f, 6.0f, -6.0f, 5.9999995f, 6.0000005f, 1e-30f,
+                                  NAN, -NAN, INFINITY, -INFINITY};
+    for (int64_t i = 0; i < count; ++i)
+        x[i] = i < (int64_t)(sizeof edges / sizeof edges[0]) ? edges[i] : 8.0f * x[i];
+    for (int k = 0; k < 2; ++k)
+        out[k] = output((size_t)count, shift, &blk[k]);
+    CHECK(mg_relu6(count, x, out[0], threads) == 0, "relu6");
+    CHECK(mg_relu6_grad(count, g, x, out[1], threads) == 0, "relu6_grad");
+    for (int64_t i = 0; i < count; ++i) {
+        const float r6 = isnan(x[i]) ? x[i] : fminf(fmaxf(x[i], 0.0f), 6.0f);
+        const int same = isnan(r6) ? isnan(out[0][i]) : out[0][i] == r6 && !signbit(out[0][i]);
+        CHECK(same, "relu6 at %ld: %g -> %g", (long)i, (double)x[i], (double)out[0][i]);
+        const float d6 = x[i] > 0.0f && x[i] < 6.0f ? g[i] : 0.0f;
+        CHECK(memcmp(&out[1][i], &d6, sizeof d6) == 0, "relu6_grad at %ld: %g, %g -> %g",
+              (long)i, (double)x[i], (double)g[i], (double)out[1][i]);
+    }
+    for (int k = 0; k < 2; ++k) {
+        check_guards(blk[k], (size_t)count, shift, "relu6");
+        free(blk[k]);
+    }
     free(x);
     free(g);
     free(m);
@@ -262,6 +285,10 @@ int main(void)
           "out_w past the image accepted");
     CHECK(mg_max_pool_grad(1, 4, 4, 1, 2, 2, 2, 2, 0, 0, 3, 2, 1, &one, &one, &one, 1) ==
               MG_EINVAL, "max_pool_grad out_h past the image accepted");
+    CHECK(mg_relu6(-1, &one, &one, 1) == MG_EINVAL, "relu6 count < 0 accepted");
+    CHECK(mg_relu6_grad(3, &one, NULL, &one, 1) == MG_EINVAL, "relu6_grad NULL accepted");
+    CHECK(mg_apply_adam(2, &one, &one, &one, NULL, 0.1f, 0.9f, 0.999f, 1e-7f, 0, &one, &one,
+                        &one) == MG_EINVAL, "adam NULL accepted");
     CHECK(mg_max_pool(1, 4, 4, 1, (int64_t)1 << 40, 2, 1, 2, 0, 0, 4, 2, 1, &one, &one, 1) ==
               MG_EINVAL, "a window of 2^40 rows accepted");
     if (failures) {

@@ -1,0 +1,89 @@
+/* minigraph native activations (float32, elementwise); see activations.h.
+ *
+ * One entry point per line of the list in activations_internal.h, all alike: check the
+ * arguments, pick the ISA's table once (mg_isa_pick), split the elements between threads in
+ * chunks of whole cache lines and run the ISA's loop (activations_template.h) on each.
+ */
+#include "activations.h"
+
+#include "activations_internal.h"
+#include "mg_runtime.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static const act_kernel_table *act_kernels(void)
+{
+    static const void *const tables[MG_NISA] =
+        MG_ISA_TABLES(&act_kernels_scalar, &act_kernels_avx2, &act_kernels_avx512);
+    return mg_isa_pick(tables);
+}
+
+/* elements [lo, hi) of thread tid of nth: whole cache lines (16 floats) each */
+static void chunk(int64_t count, int tid, int nth, int64_t *lo, int64_t *hi)
+{
+    const int64_t lines = (count + 15) / 16;
+    mg_split(lines, tid, nth, lo, hi);
+    *lo *= 16;
+    *hi = *hi * 16 < count ? *hi * 16 : count;
+}
+
+static int run_unary(int op, int64_t count, const float *x, float *y, int num_threads)
+{
+    if (count < 0 || (count && (!x || !y)))
+        return MG_EINVAL;
+    const act_unary_fn fn = act_kernels()->unary[op];
+    const int nt = mg_stream_threads(num_threads, count);
+    if (nt <= 1) {
+        fn(x, y, count);
+        return MG_OK;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        chunk(count, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        if (hi > lo)
+            fn(x + lo, y + lo, hi - lo);
+    }
+#endif
+    return MG_OK;
+}
+
+static int run_binary(int op, int64_t count, const float *g, const float *x, float *dx,
+                      int num_threads)
+{
+    if (count < 0 || (count && (!g || !x || !dx)))
+        return MG_EINVAL;
+    const act_binary_fn fn = act_kernels()->binary[op];
+    const int nt = mg_stream_threads(num_threads, count);
+    if (nt <= 1) {
+        fn(g, x, dx, count);
+        return MG_OK;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        chunk(count, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        if (hi > lo)
+            fn(g + lo, x + lo, dx + lo, hi - lo);
+    }
+#endif
+    return MG_OK;
+}
+
+#define ACT_UNARY_ENTRY(name, expr)                                                         \
+    int mg_##name(int64_t count, const float *x, float *y, int num_threads)                \
+    {                                                                                       \
+        return run_unary(ACT_##name, count, x, y, num_threads);                             \
+    }
+#define ACT_BINARY_ENTRY(name, expr)                                                        \
+    int mg_##name(int64_t count, const float *g, const float *features, float *dx,         \
+                  int num_threads)                                                          \
+    {                                                                                       \
+        return run_binary(ACT_##name, count, g, features, dx, num_threads);                 \
+    }
+MG_UNARY_ACTIVATIONS(ACT_UNARY_ENTRY)
+MG_BINARY_ACTIVATIONS(ACT_BINARY_ENTRY)

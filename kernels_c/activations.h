@@ -1,0 +1,32 @@
+/* minigraph native activation kernels (float32, elementwise): public C API.
+ *
+ *   Relu:       y = x > 0 ? x : +0, and NaN stays NaN (as numpy.maximum(x, 0))
+ *   Relu6:      y = min(max(x, 0), 6): x > 0 ? min(x, 6) : +0, and NaN stays NaN
+ *   ReluGrad:   dx = features > 0 ? g : +0
+ *   Relu6Grad:  dx = 0 < features < 6 ? g : +0
+ * Each is one line of activations_internal.h (its scalar formula); activations_template.h
+ * makes the per-ISA loops of it and activations.c the entry point (threads, checks).
+ *
+ * Return value (mg_runtime.h): MG_OK, or MG_EINVAL (count < 0, or a NULL buffer with
+ * count > 0). `num_threads` <= 1: the calling thread.
+ *
+ * The region between the CDEF markers is parsed by cffi (kernels_c/build_native.py).
+ */
+#ifndef MINIGRAPH_ACTIVATIONS_H
+#define MINIGRAPH_ACTIVATIONS_H
+
+#include <stdint.h>
+
+#include "mg_runtime.h"
+
+/* BEGIN CDEF */
+int mg_relu(int64_t count, const float *x, float *y, int num_threads);
+int mg_relu6(int64_t count, const float *x, float *y, int num_threads);
+
+int mg_relu_grad(int64_t count, const float *g, const float *features, float *dx,
+                 int num_threads);
+int mg_relu6_grad(int64_t count, const float *g, const float *features, float *dx,
+                  int num_threads);
+/* END CDEF */
+
+#endif

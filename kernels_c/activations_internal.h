@@ -1,0 +1,47 @@
+/* Internals of the activation kernels: THE LIST of activations, one line each, from which
+ * activations_template.h makes every ISA's loops and activations.c the mg_<name> entry
+ * points (declared in activations.h's CDEF region, one line there too).
+ *
+ *   unary:  X(name, expression of float x)               -> int mg_<name>(count, x, y, nt)
+ *   binary: X(name, expression of float g and float x)   -> int mg_<name>(count, g, features,
+ *           (gradients: g the incoming gradient,                           dx, nt)
+ *            x the forward input, "features")
+ * The compiler vectorizes each expression for the ISA the template is compiled for (compare
+ * and select: keep it branch-free, no calls but builtins).
+ */
+#ifndef MINIGRAPH_ACTIVATIONS_INTERNAL_H
+#define MINIGRAPH_ACTIVATIONS_INTERNAL_H
+
+#include <stdint.h>
+
+#include "mg_runtime.h"
+
+#define MG_UNARY_ACTIVATIONS(X)                                                             \
+    X(relu, (x > 0.0f || x != x) ? x : 0.0f)                                                \
+    X(relu6, x > 0.0f ? (x < 6.0f ? x : 6.0f) : (x != x ? x : 0.0f))
+
+#define MG_BINARY_ACTIVATIONS(X)                                                            \
+    X(relu_grad, x > 0.0f ? g : 0.0f)                                                       \
+    X(relu6_grad, (x > 0.0f && x < 6.0f) ? g : 0.0f)
+
+#define ACT_ID(name, expr) ACT_##name,
+enum { MG_UNARY_ACTIVATIONS(ACT_ID) ACT_NUNARY };
+enum { MG_BINARY_ACTIVATIONS(ACT_ID) ACT_NBINARY };
+#undef ACT_ID
+
+/* y[i] = f(x[i]) / dx[i] = f(g[i], x[i]) for i < n */
+typedef void (*act_unary_fn)(const float *x, float *y, int64_t n);
+typedef void (*act_binary_fn)(const float *g, const float *x, float *dx, int64_t n);
+
+/* One table per ISA (activations_template.h) */
+typedef struct {
+    act_unary_fn unary[ACT_NUNARY];
+    act_binary_fn binary[ACT_NBINARY];
+} act_kernel_table;
+
+extern const act_kernel_table act_kernels_scalar;
+#if MG_X86
+extern const act_kernel_table act_kernels_avx2, act_kernels_avx512;
+#endif
+
+#endif

@@ -1,0 +1,103 @@
+/* minigraph native max pooling (float32); see pooling.h.
+ *
+ * Pools run over output rows (image, y) split in contiguous ranges between threads. The
+ * loops are per ISA, one table each (pool_kernel_table), picked once per call
+ * (mg_isa_pick): pooling_template.h compiled for the baseline, AVX2 and AVX-512
+ * (pooling_isa_*.c), AVX-512 with 2x2 windows in registers first. An NCHW tensor is pooled
+ * as n * c single-channel NHWC images.
+ */
+#include "pooling.h"
+
+#include <string.h>
+
+#include "mg_runtime.h"
+#include "pooling_internal.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static const pool_kernel_table *pool_kernels(void)
+{
+    static const void *const tables[MG_NISA] =
+        MG_ISA_TABLES(&pool_kernels_scalar, &pool_kernels_avx2, &pool_kernels_avx512);
+    return mg_isa_pick(tables);
+}
+
+static void run_rows(pool_rows_fn fn, const pool_geo *g, int64_t rows, int nt)
+{
+    if (nt <= 1) {
+        fn(g, 0, rows);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        mg_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        fn(g, lo, hi);
+    }
+#endif
+}
+
+static int pool_setup(pool_geo *g, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
+                      int64_t kw, int64_t sh, int64_t sw, int64_t pt, int64_t pl, int64_t oh,
+                      int64_t ow, int channels_last, int64_t *rows)
+{
+    if (n < 0 || h < 0 || w < 0 || c < 0 || kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 ||
+        pt < 0 || pl < 0 || pt >= kh || pl >= kw || oh < 0 || ow < 0)
+        return MG_EINVAL;
+    /* window geometry below 2^31 (so y * sh - pt + kh never overflows), and every window
+     * starting inside the image: (out - 1) * stride - pad < size, as SAME, VALID and
+     * EXPLICIT (pads < window) give; the 2x2 paths read row 2 * oy and column 2 * ox */
+    if (kh > INT32_MAX || kw > INT32_MAX || sh > INT32_MAX || sw > INT32_MAX ||
+        oh > INT32_MAX || ow > INT32_MAX || (oh > 0 && (oh - 1) * sh - pt >= h) ||
+        (ow > 0 && (ow - 1) * sw - pl >= w))
+        return MG_EINVAL;
+    if (!channels_last) { /* n * c single-channel images */
+        n *= c;
+        c = 1;
+    }
+    g->h = h, g->w = w, g->c = c, g->kh = kh, g->kw = kw, g->sh = sh, g->sw = sw;
+    g->pt = pt, g->pl = pl, g->oh = oh, g->ow = ow;
+    *rows = n * oh;
+    return 0;
+}
+
+int mg_max_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
+                int64_t out_w, int channels_last, const float *x, float *y, int num_threads)
+{
+    pool_geo g = {.x = x, .y = y};
+    int64_t rows;
+    const int err = pool_setup(&g, n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h,
+                               out_w, channels_last, &rows);
+    if (err || (rows * out_w * g.c > 0 && (!x || !y)))
+        return err ? err : MG_EINVAL;
+    run_rows(pool_kernels()->max_pool, &g, rows,
+             mg_stream_threads(num_threads, n * h * w * c));
+    return 0;
+}
+
+int mg_max_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                     int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
+                     int64_t out_w, int channels_last, const float *x, const float *g,
+                     float *dx, int num_threads)
+{
+    pool_geo geo = {.x = x, .g = g, .dx = dx};
+    int64_t rows;
+    const int err = pool_setup(&geo, n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h,
+                               out_w, channels_last, &rows);
+    if (err || sh < kh || sw < kw)
+        return err ? err : MG_EINVAL;
+    if (n * h * w * c == 0)
+        return 0;
+    if (!x || !g || !dx)
+        return MG_EINVAL;
+    /* the windows write every element they cover; zero the rest first unless they tile */
+    if (!(sh == kh && sw == kw && out_h * sh - pad_top >= h && out_w * sw - pad_left >= w))
+        memset(dx, 0, (size_t)(n * h * w * c) * sizeof(float));
+    run_rows(pool_kernels()->max_pool_grad, &geo, rows,
+             mg_stream_threads(num_threads, n * h * w * c));
+    return 0;
+}
