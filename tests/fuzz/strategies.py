@@ -18,7 +18,6 @@ from minigraph.framework.op_def import OpDef, get_op_def, registered_ops
 from tests.fuzz.cases import Case, InputSpec
 from tests.fuzz.values import DTYPES, FLOATS, INTS, LAYOUTS, ArraySpec
 
-NO_TENSOR_INPUTS = ("Const", "Placeholder", "Variable")
 OPENCL_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", "FusedBatchNormGrad",
               "FusedBatchNormGradV2", "FusedBatchNormGradV3", "FusedBatchNormGradGrad",
               "BatchNormWithGlobalNormalization", "BatchNormWithGlobalNormalizationGrad",
@@ -526,18 +525,25 @@ RECIPES: dict[str, Callable] = {
 }
 
 
+def r_same_shape(g: Draw):
+    """The default recipe (ops without one of their own, e.g. a new activation): every
+    input an array of one shape and dtype, as elementwise ops take them."""
+    dtype, shape = g.dtype(), g.shape()
+    return {a.name: (g.array(shape, dtype), "data") for a in g.op_def.inputs}, {}
+
+
+def recipe_for(op_type: str) -> Callable:
+    return RECIPES.get(op_type, r_same_shape)
+
+
 def fuzzed_ops() -> list[str]:
-    """The ops with a recipe: every op ``import minigraph`` registers that takes tensors
-    (``tests/test_fuzz.py`` checks that in a fresh interpreter; tests and optional
-    packages such as ``minigraph.distributed`` may register more)."""
-    return sorted(RECIPES)
+    """Every op ``minigraph.ops`` exports that takes tensors (with its own recipe, or the
+    same-shape default), plus the ops with a recipe; the same list in every process."""
+    import minigraph.ops
 
-
-def ops_without_recipe() -> list[str]:
-    """Registered ops that take tensors but have no recipe (must be none after a plain
-    ``import minigraph``)."""
-    return [name for name in registered_ops()
-            if name not in NO_TENSOR_INPUTS and name not in RECIPES]
+    exported = {name for name in minigraph.ops.__all__ if name in registered_ops()
+                and get_op_def(name).inputs}
+    return sorted(exported | set(RECIPES))
 
 
 def _random_array(g: Draw) -> ArraySpec:
@@ -548,7 +554,7 @@ def _random_array(g: Draw) -> ArraySpec:
 def case_strategy(draw, op_type: str, opencl: bool = False) -> Case:
     op_def = get_op_def(op_type)
     g = Draw(draw, op_def)
-    specs, attrs = RECIPES[op_type](g)
+    specs, attrs = recipe_for(op_type)(g)
     tags = []
     names = list(specs)
     # --- mutations: at most a few, so most cases stay close to valid
