@@ -22,6 +22,7 @@ import os
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import BACKENDS
 
 import minigraph as mg
 from minigraph import ops
@@ -392,8 +393,34 @@ def test_relu_and_relu_grad():
     root = mg.Scope.NewRootScope()
     y, dx = run([ops.Relu(root, x), ops.ReluGrad(root, g, x)])
     np.testing.assert_array_equal(y, np.maximum(x, 0))
-    np.testing.assert_array_equal(dx, [[0, 0, 0, 4], [5, 0, 7, 0]])
+    # TF multiplies by the 0/1 mask: a NaN gradient where the mask is 0 stays NaN
+    np.testing.assert_array_equal(dx, [[0, 0, 0, 4], [5, 0, 7, np.nan]])
     assert run(ops.Relu(root, np.array([-3, 4], np.int32))).tolist() == [0, 4]
+
+
+RELU6_X = np.array([-np.inf, -2.0, -0.0, 0.0, 1e-30, 0.5, 5.999, 6.0, 6.5, np.inf, np.nan],
+                   F32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [F32, np.float16, ml_dtypes.bfloat16, F64, np.int32])
+def test_relu6_and_relu6_grad(backend, dtype):
+    """relu6 = min(max(x, 0), 6), NaN propagating; relu6_grad = g * (0 < x < 6) (float64
+    formulas; a NaN/inf gradient under a 0 mask gives NaN, as TF's product does)."""
+    x = RELU6_X if np.dtype(dtype).kind == "f" else np.array([-3, 0, 2, 6, 9])
+    x = x.astype(dtype)
+    g = np.array([1, -2, 3, np.inf, 5, -6, 7, np.nan, 9, 10, 11][:x.size], F64).astype(dtype) \
+        if np.dtype(dtype).kind == "f" else np.arange(1, x.size + 1, dtype=dtype)
+    root = mg.Scope.NewRootScope()
+    y, dx = mg.ClientSession(root, backend=backend).Run(
+        {}, [ops.Relu6(root, x), ops.Relu6Grad(root, g, x)])
+    x64, g64 = x.astype(F64), g.astype(F64)
+    with np.errstate(invalid="ignore"):
+        y_expected = np.minimum(np.maximum(x64, 0), 6)
+        dx_expected = g64 * ((x64 > 0) & (x64 < 6))
+    assert y.dtype == x.dtype and dx.dtype == x.dtype
+    np.testing.assert_array_equal(y.astype(F64), y_expected)
+    np.testing.assert_array_equal(dx.astype(F64), dx_expected)
 
 
 @pytest.mark.parametrize("ta,tb", list(itertools.product([False, True], repeat=2)))
@@ -566,6 +593,19 @@ def test_bias_add_gradients(fmt, shape):
     assert_gradients_match([xp], [rng.standard_normal(shape)], gb)
 
 
+def test_relu6_gradients():
+    rng = np.random.default_rng(16)
+    x = rng.uniform(-2, 8, (3, 4))
+    x[np.abs(x) < 0.1] += 0.3  # away from the kinks at 0 and 6
+    x[np.abs(x - 6) < 0.1] += 0.3
+    root = mg.Scope.NewRootScope()
+    xp, gp = ph(root, "x", x.shape), ph(root, "g", x.shape)
+    assert_gradients_match([xp], [x], ops.Relu6(root, xp))
+    dx = ops.Relu6Grad(root, gp, xp)
+    theoretical, numerical = compute_gradient([gp, xp], [rng.standard_normal(x.shape), x], dx)
+    assert max_error(theoretical, numerical) < TOL
+
+
 def test_relu_gradients():
     rng = np.random.default_rng(14)
     x = rng.uniform(0.1, 1, (3, 4)) * rng.choice([-1, 1], (3, 4))
@@ -628,6 +668,7 @@ NN_GRADIENT_TESTS = {
     "Conv2DBackpropFilter": "test_conv2d_backprop_gradients",
     "BiasAdd": "test_bias_add_gradients", "BiasAddGrad": "test_bias_add_gradients",
     "Relu": "test_relu_gradients", "ReluGrad": "test_relu_gradients",
+    "Relu6": "test_relu6_gradients", "Relu6Grad": "test_relu6_gradients",
     "MaxPool": "test_max_pool_gradients", "MaxPoolGrad": "test_max_pool_gradients",
     "MaxPoolGradGrad": "test_max_pool_gradients",
     "AvgPool": "test_avg_pool_gradients", "AvgPoolGrad": "test_avg_pool_gradients",
@@ -928,6 +969,27 @@ def test_run_time_errors():
 def tf():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return pytest.importorskip("tensorflow")
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_activations_against_tensorflow(tf, backend):
+    """Relu, ReluGrad, Relu6, Relu6Grad bit for bit (NaN where TF has NaN), special values
+    included: TF's gradients multiply by the mask, so inf/NaN gradients under 0 give NaN."""
+    x = np.concatenate([RELU6_X, -RELU6_X, [3.0, -3.0]]).astype(F32)
+    g = np.resize(np.array([1, -2, np.inf, -np.inf, np.nan, 0.5, -0.0], F32), x.shape)
+    root = mg.Scope.NewRootScope()
+    ours = mg.ClientSession(root, backend=backend).Run({}, [
+        ops.Relu(root, x), ops.ReluGrad(root, g, x), ops.Relu6(root, x),
+        ops.Relu6Grad(root, g, x)])
+    theirs = [tf.raw_ops.Relu(features=x), tf.raw_ops.ReluGrad(gradients=g, features=x),
+              tf.raw_ops.Relu6(features=x), tf.raw_ops.Relu6Grad(gradients=g, features=x)]
+    for name, a, b in zip(("Relu", "ReluGrad", "Relu6", "Relu6Grad"), ours, theirs):
+        b = b.numpy()
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=name)
+        finite = ~np.isnan(b)
+        np.testing.assert_array_equal(a[finite].view(np.uint32), b[finite].view(np.uint32),
+                                      err_msg=name)
 
 
 @pytest.mark.oracle

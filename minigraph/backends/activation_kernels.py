@@ -1,15 +1,15 @@
 """numpy and native kernels of the activation ops (``ops.activation_ops``).
 
 numpy: float16/bfloat16 computed in float32 and rounded once; float64 stays float64.
-native (``backend="native"``, float32): kernels_c/ activations in C through the ``c_*``
-wrappers at the bottom.
+native (``backend="native"``, float32): kernels_c/activations* (one expression per
+activation) through the ``c_unary``/``c_binary`` wrappers at the bottom.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from minigraph.backends.compute import compute_dtype, masked
+from minigraph.backends.compute import compute_dtype
 from minigraph.backends.native import as_f32, check_code, check_same_shape, fbuf, lib, num_threads
 from minigraph.backends.registry import register_kernel
 from minigraph.framework import dtypes
@@ -27,40 +27,86 @@ def relu(op, inputs, ctx):
     return [np.maximum(_in(x), 0).astype(x.dtype, copy=False)]
 
 
-@register_kernel("Relu", backend="native", dtypes=(dtypes.float32,))
-def relu_native(op, inputs, ctx):
-    return [c_relu(inputs[0])]
+@register_kernel("Relu6")
+def relu6(op, inputs, ctx):
+    """min(max(x, 0), 6); NaN propagates."""
+    x = inputs[0]
+    return [np.minimum(np.maximum(_in(x), 0), 6).astype(x.dtype, copy=False)]
+
+
+def _times_mask(g: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """g * mask (0/1) in g's compute type, rounded once: TF's product, so an infinite or
+    NaN gradient under a 0 gives NaN and a negative one -0."""
+    ct = compute_dtype(g.dtype)
+    with np.errstate(invalid="ignore"):
+        return (_in(g) * mask.astype(ct)).astype(g.dtype, copy=False)
 
 
 @register_kernel("ReluGrad")
 def relu_grad(op, inputs, ctx):
-    """gradients where features > 0, else 0."""
+    """gradients * (features > 0)."""
     g, features = inputs
-    return [masked(g, _in(features) > 0)]
+    return [_times_mask(g, _in(features) > 0)]
 
 
-@register_kernel("ReluGrad", backend="native", dtypes=(dtypes.float32,))
+@register_kernel("Relu6Grad")
+def relu6_grad(op, inputs, ctx):
+    """gradients * (0 < features < 6)."""
+    g, features = inputs
+    x = _in(features)
+    return [_times_mask(g, (x > 0) & (x < 6))]
+
+
+NATIVE = {"backend": "native", "dtypes": (dtypes.float32,)}
+
+
+@register_kernel("Relu", **NATIVE)
+def relu_native(op, inputs, ctx):
+    return [c_unary(lib.mg_relu, inputs[0], "Relu")]
+
+
+@register_kernel("Relu6", **NATIVE)
+def relu6_native(op, inputs, ctx):
+    return [c_unary(lib.mg_relu6, inputs[0], "Relu6")]
+
+
+@register_kernel("ReluGrad", **NATIVE)
 def relu_grad_native(op, inputs, ctx):
-    return [c_relu_grad(*inputs)]
+    return [c_binary(lib.mg_relu_grad, *inputs, "ReluGrad")]
+
+
+@register_kernel("Relu6Grad", **NATIVE)
+def relu6_grad_native(op, inputs, ctx):
+    return [c_binary(lib.mg_relu6_grad, *inputs, "Relu6Grad")]
 
 
 # ----------------------------------------------------------------------------- C wrappers
 
 
-def c_relu(x):
-    """x > 0 ? x : +0 of a float32 array, NaN stays NaN (as numpy.maximum(x, 0)); the
-    result has x's shape (0-d included)."""
+def c_unary(function, x, what: str) -> np.ndarray:
+    """``function`` (an ``mg_<activation>`` of kernels_c/activations.h) over a float32 copy
+    of x; the result has x's shape (0-d included)."""
     x = as_f32(x)
     y = np.empty(x.shape, F32)
-    check_code(lib.mg_relu(x.size, fbuf(x), fbuf(y), num_threads()), "Relu")
+    check_code(function(x.size, fbuf(x), fbuf(y), num_threads()), what)
     return y
 
 
-def c_relu_grad(g, features):
-    """g where features > 0, else +0 (float32 arrays of one shape, which the result has)."""
+def c_binary(function, g, features, what: str) -> np.ndarray:
+    """``function`` (an ``mg_<activation>_grad``) of float32 arrays of one shape, which the
+    result has: C reads ``g.size`` elements of each."""
     g, features = as_f32(g), as_f32(features)
-    check_same_shape("ReluGrad", g, features=features)
+    check_same_shape(what, g, features=features)
     dx = np.empty(g.shape, F32)
-    check_code(lib.mg_relu_grad(g.size, fbuf(g), fbuf(features), fbuf(dx), num_threads()),
-              "ReluGrad")
+    check_code(function(g.size, fbuf(g), fbuf(features), fbuf(dx), num_threads()), what)
     return dx
+
+
+def c_relu(x) -> np.ndarray:
+    """x > 0 ? x : +0 of a float32 array, NaN stays NaN (as numpy.maximum(x, 0))."""
+    return c_unary(lib.mg_relu, x, "Relu")
+
+
+def c_relu_grad(g, features) -> np.ndarray:
+    """g * (features > 0) of float32 arrays of one shape."""
+    return c_binary(lib.mg_relu_grad, g, features, "ReluGrad")

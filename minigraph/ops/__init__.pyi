@@ -57,6 +57,8 @@ __all__ = [
     "Reciprocal",
     "ReducedShape",
     "Relu",
+    "Relu6",
+    "Relu6Grad",
     "ReluGrad",
     "Reshape",
     "Rsqrt",
@@ -2684,6 +2686,86 @@ class Relu:
         scope: Scope,
         features: TensorLike,
         attrs: Relu.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Relu6:
+    """Builds one 'Relu6' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Relu6.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64,
+            int32, int64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Relu6 node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: Relu6.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Relu6Grad:
+    """Builds one 'Relu6Grad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Relu6Grad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64, int32, int64).
+        features: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64, int32, int64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Relu6Grad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        features: TensorLike,
+        attrs: Relu6Grad.Attrs | None = None,
     ) -> Output: ...
 
 
