@@ -2,9 +2,9 @@
  *
  *   Relu:       y = x > 0 ? x : +0, and NaN stays NaN (as numpy.maximum(x, 0))
  *   Relu6:      y = min(max(x, 0), 6): x > 0 ? min(x, 6) : +0, and NaN stays NaN
- *   ReluGrad:   dx = features > 0 ? g : +0
- *   Relu6Grad:  dx = 0 < features < 6 ? g : +0
- * Each is one line of activations_internal.h (its scalar formula); activations_template.h
+ *   ReluGrad:   dx = g where features > 0, else a zero
+ *   Relu6Grad:  dx = g where 0 < features < 6, else a zero
+ * (the exact expressions, signs of zeros included: activations_internal.h). Each is one line of activations_internal.h (its scalar formula); activations_template.h
  * makes the per-ISA loops of it and activations.c the entry point (threads, checks).
  *
  * Return value (mg_runtime.h): MG_OK, or MG_EINVAL (count < 0, or a NULL buffer with

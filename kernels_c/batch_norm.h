@@ -12,7 +12,8 @@
  * docs/tf-semantics.md#fusedbatchnormgradv3 and docs/tf-semantics.md#autodiff-second-order.
  *
  * Return value (mg_runtime.h): MG_OK, MG_EINVAL for a bad dtype/size, MG_ENOMEM when a
- * scratch allocation failed. The instruction set is the runtime's (mg_isa, mg_set_isa). `num_threads` <= 1 runs on the calling thread only.
+ * scratch allocation failed. `num_threads` <= 1 runs on the calling thread only. The
+ * instruction set is the runtime's (mg_isa, mg_set_isa).
  *
  * The region between the CDEF markers is parsed by cffi (kernels_c/build_native.py).
  */

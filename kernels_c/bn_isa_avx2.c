@@ -1,6 +1,6 @@
 /* AVX2 + FMA + F16C run kernels: 8 floats per vector. Partial vectors (row tails) go through
  * a small zero-filled buffer. Compiled for these extensions with a target pragma and only
- * called after __builtin_cpu_supports said yes (batch_norm.c). */
+ * called when the runtime (mg_runtime.c) found them (run_table in batch_norm.c). */
 #include "bn_internal.h"
 
 #if MG_X86

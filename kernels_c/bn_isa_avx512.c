@@ -3,7 +3,7 @@
  * conversions; bfloat16 is widened by a shift and rounded to nearest even with integer ops
  * (exact, NaN-safe, subnormals kept; CPUs with AVX512-BF16 store bfloat16 with
  * bn_isa_avx512_bf16.c instead, same bits). Compiled for these extensions with a target
- * pragma and only called after __builtin_cpu_supports said yes (batch_norm.c). */
+ * pragma and only called when the runtime (mg_runtime.c) found them (batch_norm.c). */
 #include "bn_internal.h"
 
 #if MG_X86

@@ -1,5 +1,5 @@
 /* Scalar run kernels (any CPU): vectors of one float. The fallback when neither AVX2+FMA+F16C
- * nor AVX-512 is available; also selectable with mg_bn_set_isa for testing. */
+ * nor AVX-512 is available; also selectable with mg_set_isa for testing. */
 #include "bn_convert.h"
 #include "bn_internal.h"
 

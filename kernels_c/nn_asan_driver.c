@@ -1,9 +1,10 @@
-/* Test driver for `make asan` (convolution.h, pooling.h, activations.h, optimizers.h): every entry point over awkward sizes, both
- * layouts, SAME/VALID-like pads, every instruction set this CPU has and 1 or 3 threads,
- * under AddressSanitizer + UndefinedBehaviorSanitizer. Inputs are allocated at their exact
- * size (scalar over-reads are seen); outputs sit between guard bytes that must survive
- * (ASan does not see masked vector stores). Results are checked against naive loops in
- * double precision. */
+/* Test driver for `make asan` (convolution.h, pooling.h, activations.h, optimizers.h):
+ * every entry point over awkward sizes, both layouts, SAME/VALID-like pads, every
+ * instruction set this CPU has and 1 or 3 threads, under AddressSanitizer +
+ * UndefinedBehaviorSanitizer. Inputs are allocated at their exact size (scalar over-reads
+ * are seen); outputs sit between guard bytes that must survive (ASan does not see masked
+ * vector stores). Results are checked against naive loops in double precision, Relu6 and
+ * Relu6Grad against their scalar formulas bit for bit. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,8 +15,14 @@
 #include "mg_runtime.h"
 #include "convolution.h"
 #include "activations.h"
+#include "activations_internal.h"
 #include "optimizers.h"
 #include "pooling.h"
+
+/* The gradients' scalar expressions (activations_internal.h), compiled here unvectorized */
+#define SCALAR_BINARY(name, expr)                                                           \
+    static float scalar_##name(float g, float x) { return (expr); }
+MG_BINARY_ACTIVATIONS(SCALAR_BINARY)
 
 static float uniform(void) /* [-1, 1) */
 {
@@ -199,7 +206,9 @@ static void elementwise_case(int64_t count, int threads, int shift)
                         out[3], out[4]) == 0, "adam");
     for (int64_t i = 0; i < count; ++i) {
         CHECK(out[0][i] == (x[i] > 0 ? x[i] : 0.0f), "relu at %ld", (long)i);
-        CHECK(out[1][i] == (x[i] > 0 ? g[i] : 0.0f), "relu_grad at %ld", (long)i);
+        const float d = scalar_relu_grad(g[i], x[i]);
+        CHECK(out[1][i] == (x[i] > 0 ? g[i] : 0.0f) && memcmp(&out[1][i], &d, sizeof d) == 0,
+              "relu_grad at %ld", (long)i);
         const float mi = m[i] + (g[i] - m[i]) * (1.0f - 0.9f);
         CHECK(fabsf(out[3][i] - mi) <= 1e-6f, "adam m at %ld", (long)i);
     }
@@ -220,9 +229,12 @@ static void elementwise_case(int64_t count, int threads, int shift)
         const float r6 = isnan(x[i]) ? x[i] : fminf(fmaxf(x[i], 0.0f), 6.0f);
         const int same = isnan(r6) ? isnan(out[0][i]) : out[0][i] == r6 && !signbit(out[0][i]);
         CHECK(same, "relu6 at %ld: %g -> %g", (long)i, (double)x[i], (double)out[0][i]);
-        const float d6 = x[i] > 0.0f && x[i] < 6.0f ? g[i] : 0.0f;
+        /* bit for bit the list's scalar expression; g where 0 < x < 6, else a zero */
+        const float d6 = scalar_relu6_grad(g[i], x[i]);
         CHECK(memcmp(&out[1][i], &d6, sizeof d6) == 0, "relu6_grad at %ld: %g, %g -> %g",
               (long)i, (double)x[i], (double)g[i], (double)out[1][i]);
+        CHECK(out[1][i] == (x[i] > 0.0f && x[i] < 6.0f ? g[i] : 0.0f),
+              "relu6_grad value at %ld", (long)i);
     }
     for (int k = 0; k < 2; ++k) {
         check_guards(blk[k], (size_t)count, shift, "relu6");
