@@ -7,9 +7,9 @@
  *           (gradients: g the incoming gradient,                           dx, nt)
  *            x the forward input, "features")
  * The compiler vectorizes each expression for the ISA the template is compiled for (compare
- * and select: keep it branch-free, no calls but builtins). Gradients multiply by their 0/1
- * mask, as TensorFlow does: an infinite or NaN gradient where the mask is 0 gives NaN, and a
- * negative one -0.
+ * and select: keep it branch-free, no calls but builtins). Gradients are TensorFlow's
+ * g * mask, written as a select between g (g * 1 is g) and g * 0 so that GCC vectorizes it
+ * on every ISA: an infinite or NaN gradient where the mask is 0 gives NaN, a negative one -0.
  */
 #ifndef MINIGRAPH_ACTIVATIONS_INTERNAL_H
 #define MINIGRAPH_ACTIVATIONS_INTERNAL_H
@@ -23,8 +23,8 @@
     X(relu6, x > 0.0f ? (x < 6.0f ? x : 6.0f) : (x != x ? x : 0.0f))
 
 #define MG_BINARY_ACTIVATIONS(X)                                                            \
-    X(relu_grad, g * (x > 0.0f ? 1.0f : 0.0f))                                              \
-    X(relu6_grad, g * ((x > 0.0f && x < 6.0f) ? 1.0f : 0.0f))
+    X(relu_grad, x > 0.0f ? g : g * 0.0f)                                                   \
+    X(relu6_grad, (x > 0.0f && x < 6.0f) ? g : g * 0.0f)
 
 #define ACT_ID(name, expr) ACT_##name,
 enum { MG_UNARY_ACTIVATIONS(ACT_ID) ACT_NUNARY };

@@ -87,7 +87,8 @@ class _Step:
     """
 
     __slots__ = ("op", "kernel_def", "kernel", "kernel_context", "validate", "context",
-                 "inputs", "outputs", "device", "refs", "value_inputs", "verdicts")
+                 "inputs", "outputs", "device", "refs", "reads_state", "value_inputs",
+                 "verdicts")
 
     def __init__(self, op: Operation, device: Any, inputs: list[_Key | None],
                  outputs: list[_Key | None], state: SessionState) -> None:
@@ -102,6 +103,9 @@ class _Step:
         self.outputs = outputs  # None for a fed output: it keeps its fed value
         self.refs = [(i, inp.op.name) for i, (arg, inp) in
                      enumerate(zip(op.op_def.inputs, op.inputs)) if arg.is_ref]
+        # A Variable's value is whatever was last assigned (Assign with validate_shape=False
+        # may change its shape), not a function of inputs its static shape describes.
+        self.reads_state = op.op_def.is_stateful and not op.inputs
         self.value_inputs: tuple[int, ...] = ()  # inputs whose values the shape function reads
         self.verdicts: dict[tuple, list[TensorShape]] = {}
 
@@ -142,7 +146,7 @@ class _Step:
                 raise
             raise ResourceExhaustedError(f"{self.op.type} '{self.op.name}': out of memory "
                                          f"while running its kernel ({exc})") from None
-        if session.check_outputs:
+        if session.check_outputs and not self.reads_state:
             _check_results(self.op, results, shapes, session.promote_float64)
         for key, result in zip(self.outputs, results):
             if key is not None:
