@@ -2,7 +2,8 @@
 
 With the native backend, float32 Conv2D / Conv2DBackpropInput / Conv2DBackpropFilter
 (stride 1, dilation 1, SAME/VALID), MaxPool, MaxPoolGrad (non-overlapping windows), Relu,
-ReluGrad and ApplyAdam run in C (kernels_c/conv.c, pool.c). Each test builds the op in a
+ReluGrad and ApplyAdam run in C (kernels_c/convolution*, pooling*, activations*,
+optimizers*). Each test builds the op in a
 graph and runs it in a "native" and a "reference" session (the numpy kernels, themselves
 tested against loop references and TensorFlow in test_nn_ops.py):
 

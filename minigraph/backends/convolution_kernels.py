@@ -10,7 +10,7 @@ NCHW tensors are transposed to NHWC and back. float16/bfloat16 are computed in f
 rounded once; float64 (the gradient checker's evaluation) stays float64.
 
 native (``backend="native"``, float32, stride 1, dilation 1, SAME/VALID): the C kernels of
-kernels_c/conv*.c through the ``c_*`` wrappers at the bottom, which check every buffer
+kernels_c/convolution*.c through the ``c_*`` wrappers at the bottom, which check every buffer
 against what C reads and writes.
 """
 

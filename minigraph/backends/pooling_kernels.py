@@ -8,7 +8,7 @@ first maximum with the same passes, then scatter (or gather) at it. float16/bflo
 computed in float32 and rounded once; float64 stays float64.
 
 native (``backend="native"``, float32): MaxPool, and MaxPoolGrad with non-overlapping
-windows, in C (kernels_c/pool*.c) through the ``c_*`` wrappers at the bottom.
+windows, in C (kernels_c/pooling*.c) through the ``c_*`` wrappers at the bottom.
 """
 
 from __future__ import annotations
