@@ -104,9 +104,9 @@ def apply_adam_native(op, inputs, ctx):
 
 
 def c_apply_adam(var, m, v, grad, lr_t, beta1, beta2, epsilon, use_nesterov):
-    """(var', m', v') of one Adam step (kernels_c/optimizers.h has the formulas); new float32 arrays of
-    var's shape (0-d included). m, v and grad must have var's shape: C reads var.size
-    elements of each."""
+    """(var', m', v') of one Adam step (kernels_c/optimizers.h has the formulas); new
+    float32 arrays of var's shape (0-d included). m, v and grad must have var's shape: C
+    reads var.size elements of each."""
     var, m, v, grad = as_f32(var), as_f32(m), as_f32(v), as_f32(grad)
     check_same_shape("ApplyAdam", var, m=m, v=v, grad=grad)
     size = var.size
