@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from minigraph.framework import dtypes
+from minigraph.framework import dtypes, wrapper_docs
 from minigraph.framework.dtypes import DType
 from minigraph.framework.errors import InvalidArgumentError, NotFoundError
 from minigraph.framework.graph import Operation, Output
@@ -517,8 +517,6 @@ def camel_case(attr_name: str) -> str:
 def _make_attrs_class(op_def: OpDef) -> type:
     """``<OpType>.Attrs``: one setter per attr the caller gives (inferred type attrs have
     none), each documented with the attr's kind, default, allowed values and doc."""
-    from minigraph.framework import wrapper_docs
-
     class Attrs:
         """Optional attrs, set with C++-style chained setters that return a new builder."""
 
@@ -577,8 +575,6 @@ def make_wrapper(op_def: OpDef) -> type:
     otherwise. The class carries the ``__signature__`` and docstring ``wrapper_docs`` derives
     from the OpDef, so ``inspect.signature`` and ``help`` show the op's real arguments.
     """
-    from minigraph.framework import wrapper_docs
-
     attrs_class = _make_attrs_class(op_def)
     required_attrs = [a.name for a in wrapper_docs.required_attrs(op_def)]
     n_inputs = len(op_def.inputs)
