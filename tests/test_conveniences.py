@@ -98,3 +98,14 @@ def test_layers_print_their_weights():
         "<Dense 'dense': kernel[4,3], bias[3] (15 parameters)>")
     assert repr(nn.BatchNorm(root, "bn", 8)) == (
         "<BatchNorm 'bn': scale[8], offset[8] (16 parameters)>")
+
+
+def test_static_attr_setters_as_in_tf_cpp():
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, mg.float32, ops.Placeholder.Shape([-1, 4]))
+    assert x.shape == mg.TensorShape([None, 4])
+    c = np.ones(3, F32)
+    bn = ops.FusedBatchNormV3(root, np.ones((1, 2, 2, 3), F32), c, c, c, c,
+                              ops.FusedBatchNormV3.IsTraining(False).Epsilon(0.25))
+    assert bn.operation.attrs["is_training"] is False
+    assert bn.operation.attrs["epsilon"] == 0.25

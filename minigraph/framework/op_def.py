@@ -639,5 +639,18 @@ def make_wrapper(op_def: OpDef) -> type:
         "op_def": op_def,
         "__signature__": call_signature,
         "__doc__": wrapper_docs.wrapper_doc(op_def),
+        # TF C++'s static setters: ops.Placeholder.Shape([-1, 4]) is Attrs().Shape(...)
+        **{name: staticmethod(_static_setter(attrs_class, name))
+           for name in vars(attrs_class) if name[:1].isupper()},
     })
     return wrapper
+
+
+def _static_setter(attrs_class: type, name: str) -> Callable[[Any], Any]:
+    """``Op.<Setter>(value)``: a new ``Op.Attrs()`` with that one attr set."""
+    def setter(value: Any) -> Any:
+        return getattr(attrs_class(), name)(value)
+
+    setter.__name__ = name
+    setter.__doc__ = getattr(attrs_class, name).__doc__
+    return setter
