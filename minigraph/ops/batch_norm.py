@@ -145,11 +145,12 @@ def fused_batch_norm_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
 def _check_vector(ctx: RunContext, name: str, value: np.ndarray, channels: int | None,
                   why: str = "", of: str = "x") -> None:
     if value.ndim != 1:
-        raise ctx.error(f"input '{name}' must be 1-dimensional, got shape "
-                        f"{dims_text(value.shape)}")
+        raise ctx.error(f"{name} must be 1-dimensional, got shape {dims_text(value.shape)} "
+                        f"(input '{name}')")
     if channels is not None and value.shape[0] != channels:
-        raise ctx.error(f"{why}input '{name}' must have the same number of elements as the "
-                        f"channels of {of}, expected {channels}, got {value.shape[0]}")
+        raise ctx.error(f"{why}{name} must have the same number of elements as the channels "
+                        f"of {of}, got {value.shape[0]} and {channels} (input '{name}': "
+                        f"expected {channels}, got {value.shape[0]})")
 
 
 def _check_x(ctx: RunContext, name: str, value: np.ndarray, data_format: str) -> int:
