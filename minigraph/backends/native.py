@@ -253,13 +253,6 @@ def fbuf(array: np.ndarray):
     return ffi.from_buffer("float[]", array)
 
 
-def _check(code: int) -> None:
-    if code == 2:
-        raise MemoryError("native batch norm: out of memory for the kernel's workspace")
-    if code:
-        raise ValueError("native batch norm: invalid arguments")
-
-
 # --------------------------------------------------------------------------------------------
 # the math primitives (same signatures as backends.reference)
 
@@ -272,7 +265,7 @@ def bn_forward_training(x, scale, offset, epsilon, channels_last):
     y = np.empty(x.shape, x.dtype)
     mean = np.empty(channels, F32)
     variance = np.empty(channels, F32)
-    _check(lib.mg_bn_forward_training(
+    check_code(lib.mg_bn_forward_training(
         code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), float(epsilon),
         _buf(y), fbuf(mean), fbuf(variance), num_threads()))
     return y, mean, variance
@@ -283,7 +276,7 @@ def bn_forward_inference(x, scale, offset, mean, variance, epsilon, channels_las
     code, outer, channels, inner = _geometry(x, channels_last)
     _vectors(channels, scale, offset, mean, variance)
     y = np.empty(x.shape, x.dtype)
-    _check(lib.mg_bn_forward_inference(
+    check_code(lib.mg_bn_forward_inference(
         code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), fbuf(mean),
         fbuf(variance), float(epsilon), _buf(y), num_threads()))
     return y
@@ -296,7 +289,7 @@ def _backward(function, dy, x, scale, mean, variance, epsilon, channels_last):
     dx = np.empty(x.shape, x.dtype)
     scale_backprop = np.empty(channels, F32)
     offset_backprop = np.empty(channels, F32)
-    _check(function(
+    check_code(function(
         code, outer, channels, inner, _buf(dy), _buf(x), fbuf(scale), fbuf(mean),
         fbuf(variance), float(epsilon), _buf(dx), fbuf(scale_backprop),
         fbuf(offset_backprop), num_threads()))
@@ -328,7 +321,7 @@ def bn_grad_grad_training(dy, x, scale, gx, gscale, goffset, epsilon, channels_l
     d_dy = np.empty(x.shape, x.dtype)
     d_x = np.empty(x.shape, x.dtype)
     d_scale = np.empty(channels, F32)
-    _check(lib.mg_bn_grad_grad_training(
+    check_code(lib.mg_bn_grad_grad_training(
         code, outer, channels, inner, _buf(dy), _buf(x), fbuf(scale), _buf(gx),
         fbuf(gscale), fbuf(goffset), float(epsilon), _buf(d_dy), _buf(d_x), fbuf(d_scale),
         num_threads()))
@@ -346,7 +339,7 @@ def bn_grad_grad_inference(dy, x, scale, mean, variance, gx, gscale, goffset, ep
     d_dy = np.empty(x.shape, x.dtype)
     d_x = np.empty(x.shape, x.dtype)
     d_scale = np.empty(channels, F32)
-    _check(lib.mg_bn_grad_grad_inference(
+    check_code(lib.mg_bn_grad_grad_inference(
         code, outer, channels, inner, _buf(dy), _buf(x), fbuf(scale), fbuf(mean),
         fbuf(variance), _buf(gx), fbuf(gscale), fbuf(goffset), float(epsilon), _buf(d_dy),
         _buf(d_x), fbuf(d_scale), num_threads()))
@@ -359,11 +352,13 @@ def bn_grad_grad_inference(dy, x, scale, mean, variance, gx, gscale, goffset, ep
 # writes, so no call can touch memory out of bounds.
 
 
-def check_code(code: int, what: str) -> None:
-    if code == 2:
-        raise MemoryError(f"native {what}: out of memory for the kernel's scratch")
-    if code:
-        raise ValueError(f"native {what}: invalid arguments")
+def check_code(code: int, what: str = "batch norm") -> None:
+    """A C kernel's return code (mg_runtime.h's MG_OK / MG_EINVAL / MG_ENOMEM) as an
+    exception naming the call."""
+    if code == lib.MG_ENOMEM:
+        raise MemoryError(f"native {what}: out of memory for the kernel's workspace")
+    if code != lib.MG_OK:
+        raise ValueError(f"native {what}: invalid arguments (code {code})")
 
 
 def as_f32(array) -> np.ndarray:
