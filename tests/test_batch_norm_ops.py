@@ -655,7 +655,8 @@ class TestRunTimeErrors:
         run_time_error(backend, "BatchNormWithGlobalNormalization", [t[0], C5, C5, C5, C5],
                        "input 't' must be 4-dimensional, got shape [3,4,5]", **attrs)
         run_time_error(backend, "BatchNormWithGlobalNormalizationGrad",
-                       [t, C5[None], C5, C5, t], "m must be 1-dimensional, got shape [1,5] (input 'm')", **attrs)
+                       [t, C5[None], C5, C5, t],
+                       "m must be 1-dimensional, got shape [1,5] (input 'm')", **attrs)
         run_time_error(backend, "BatchNormWithGlobalNormalizationGrad", [t, C5, C5, C5, t[:, :2]],
                        "input 'backprop'", "expected [2,3,4,5], got [2,2,4,5]", **attrs)
 

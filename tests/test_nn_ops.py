@@ -896,7 +896,7 @@ def test_pool_and_other_construction_errors():
     with raises(r"input 'grad' must have shape \[2,4,4,3\]"):
         ops.MaxPoolGrad(root, x, ph(root, "y", (2, 4, 4, 3)), ph(root, "g", (2, 4, 5, 3)),
                         ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="VALID")
-    with raises(r"MatMul 'MatMul': matrix size-incompatible: In\[0\]: \[2,3\], In\[1\]: "
+    with raises(r"MatMul 'MatMul': Matrix size-incompatible: In\[0\]: \[2,3\], In\[1\]: "
                 r"\[4,5\]: .*'a' gives 3 and 'b' gives 4"):
         ops.MatMul(root, ph(root, "a", (2, 3)), ph(root, "b", (4, 5)))
     with raises(r"input 'a' must be rank 2"):
@@ -945,7 +945,7 @@ def test_run_time_errors():
     with raises(r"Received a label value of -1"):
         run(xent.loss, {logits: np.zeros((2, 3), F32), labels: np.array([-1, 0])})
     a, b = ph(root, "a", None), ph(root, "b", None)
-    with raises(r"MatMul 'MatMul': matrix size-incompatible: In\[0\]: \[2,3\], In\[1\]: "
+    with raises(r"MatMul 'MatMul': Matrix size-incompatible: In\[0\]: \[2,3\], In\[1\]: "
                 r"\[2,3\]"):
         run(ops.MatMul(root, a, b), {a: np.ones((2, 3), F32), b: np.ones((2, 3), F32)})
     v, bias = ph(root, "v", None), ph(root, "bias", None)

@@ -187,11 +187,14 @@ def _reshape_shape(ctx: InferenceContext) -> list[TensorShape]:
         known *= d if d is not None else 1
     if None in dims and total is not None:
         if known == 0 or total % known:
-            raise ctx.error(f"cannot reshape a tensor with {total} elements to {target}")
+            raise ctx.error(f"Input to reshape is a tensor with {total} values, but the "
+                            f"requested shape {target} cannot hold them (input 'tensor' to "
+                            f"input 'shape')")
         dims[dims.index(None)] = total // known
     elif total is not None and known != total:
-        raise ctx.error(f"cannot reshape a tensor with {total} elements to shape {target} "
-                        f"({known} elements)")
+        raise ctx.error(f"Input to reshape is a tensor with {total} values, but the "
+                        f"requested shape has {known}: cannot reshape input 'tensor' to "
+                        f"input 'shape' {target}")
     return [TensorShape(dims)]
 
 

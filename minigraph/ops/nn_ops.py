@@ -100,7 +100,7 @@ def matmul_shape(ctx: InferenceContext) -> list[TensorShape]:
     m, ka = (a[1], a[0]) if ta else (a[0], a[1])
     kb, n = (b[1], b[0]) if tb else (b[0], b[1])
     if mismatch(ka, kb):
-        raise ctx.error(f"matrix size-incompatible: In[0]: {dims_text(a)}"
+        raise ctx.error(f"Matrix size-incompatible: In[0]: {dims_text(a)}"
                         f"{' (transposed)' if ta else ''}, In[1]: {dims_text(b)}"
                         f"{' (transposed)' if tb else ''}: the inner dimensions must be equal, "
                         f"but 'a' gives {ka} and 'b' gives {kb}")
