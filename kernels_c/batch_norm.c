@@ -767,6 +767,15 @@ static void exact_grad_grad_training(const bn_call *k, int64_t c, float s, float
     }
 }
 
+/* Inference forward, reference order: y = (x - mean) * factor + offset, factor = scale * r
+ * (float32, as chan_coef 1). */
+static void exact_forward_inference(const bn_call *k, int64_t c, float mean, float factor,
+                                    float offset, char *y)
+{
+    BN_FOR_CHANNEL(k, c, i)
+        store1(k, y, i, (load1(k, k->x, i) - mean) * factor + offset);
+}
+
 /* Second order, inference, reference order: d_dy = (gx * (scale * r) + (gscale * (x - mean))
  * * r) + goffset, d_x = (gscale * dy) * r, d_scale = f32(sum(gx * dy)) * r. */
 static void exact_grad_grad_inference(const bn_call *k, int64_t c, float s, float mean,
@@ -866,8 +875,21 @@ int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t i
 }
 
 /* Inference forward:
- *   y = (x - mean) * (scale * rsqrt(variance + eps)) + offset, one pass (element-wise: the
- *   reference's infinities and NaNs propagate the same way). */
+ *   y = (x - mean) * (scale * rsqrt(variance + eps)) + offset, one pass. The run evaluates
+ *   fma(x - mean, k, offset) with the reference's float32 x - mean and k = scale * r: it
+ *   rounds once where the reference rounds the product, then the sum. That only decides an
+ *   overflow differently when the offset is large: a product beyond FLT_MAX that a huge
+ *   offset of the other sign brings back (reference -inf, run -4.86e36), an infinite offset
+ *   meeting a product that overflows to the other infinity (reference NaN, run inf). With
+ *   |offset| <= 2^60, far below half an ulp of FLT_MAX (2^103), the rounded and the fused
+ *   product overflow alike (short of a product exactly halfway between FLT_MAX and 2^128), and
+ *   NaN or infinite means and factors propagate alike through both. So only channels with a
+ *   non-finite or huge offset are exceptional, recomputed in the reference's order. */
+static int forward_inference_exceptional(int64_t c, const float *offset)
+{
+    return vector_beyond(offset, c);
+}
+
 int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t inner,
                             const void *x, const float *scale, const float *offset,
                             const float *mean, const float *variance, double epsilon,
@@ -880,12 +902,17 @@ int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t 
         return rc;
     k.x = x;
     k.out0 = y;
+    int exceptional = 0;
     for (int64_t c = 0; c < channels; ++c) {
         chan_coef(&k, 0)[c] = mean[c];
         chan_coef(&k, 1)[c] = scale[c] * rsqrt_f32(variance[c], epsilon);
         chan_coef(&k, 2)[c] = offset[c];
+        exceptional |= forward_inference_exceptional(c, offset);
     }
     element_pass(&k, BN_FWD_APPLY, 3, 0);
+    for (int64_t c = 0; exceptional && c < channels; ++c)
+        if (forward_inference_exceptional(c, offset))
+            exact_forward_inference(&k, c, mean[c], chan_coef(&k, 1)[c], offset[c], y);
     return 0;
 }
 
@@ -1041,8 +1068,12 @@ int mg_bn_grad_grad_training(int dtype, int64_t outer, int64_t channels, int64_t
 }
 
 /* Second order, inference, one pass with the given mean/variance (float32 factors, as the
- * reference): r = rsqrt(variance + eps); d_dy = gx*(scale*r) + gscale*(x - mean)*r + goffset;
- * d_x = gscale*dy*r; d_scale = f32(sum(gx*dy)) * r. */
+ * reference): r = rsqrt(variance + eps); d_dy = (gx*(scale*r) + (gscale*(x - mean))*r) + goffset;
+ * d_x = (gscale*dy)*r; d_scale = f32(sum(gx*dy)) * r. The run evaluates the element outputs
+ * in the reference's order, operation by operation and unfused (bit-identical): with huge
+ * tensors, gscale*(x - mean) or gscale*dy overflows where (gscale*r)*(x - mean) need not,
+ * and no per-channel test can tell, the magnitudes of x and dy being unknown here. Exceptional
+ * channels (huge or non-finite per-channel inputs and sums) are recomputed as before. */
 static int grad_grad_inference_exceptional(const bn_call *k, int64_t c, const float *scale,
                                            const float *mean, const float *variance,
                                            const float *gscale, const float *goffset)
@@ -1074,10 +1105,11 @@ int mg_bn_grad_grad_inference(int dtype, int64_t outer, int64_t channels, int64_
         const float r = rsqrt_f32(variance[c], epsilon);
         chan_coef(&k, 0)[c] = mean[c];
         chan_coef(&k, 1)[c] = scale[c] * r;
-        chan_coef(&k, 2)[c] = gscale[c] * r;
+        chan_coef(&k, 2)[c] = gscale[c];
         chan_coef(&k, 3)[c] = goffset[c];
+        chan_coef(&k, 4)[c] = r;
     }
-    element_pass(&k, BN_GG_INFER, 4, 1);
+    element_pass(&k, BN_GG_INFER, 5, 1);
     combine_sums(&k);
     for (int64_t c = 0; c < channels; ++c) {
         d_scale[c] = (float)combined(&k, 0, c) * rsqrt_f32(variance[c], epsilon);

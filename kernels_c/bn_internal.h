@@ -45,7 +45,7 @@ enum {
     BN_GG_SUM,    /* acc0 += x; acc1 += dy; acc2 += gx                           */
     BN_GG_DEV,    /* acc0..2 += xc, dc, gc; acc3..6 += xc^2, dc*xc, gc*xc, gc*dc  */
     BN_GG_APPLY,  /* out0 = k3*gc + (k4*xc + k5); out1 = k6*xc + (k7*dc + k8*gc) */
-    BN_GG_INFER,  /* out0 = k1*gx + (k2*xc + k3); out1 = dy*k2; acc0 += gx*dy     */
+    BN_GG_INFER,  /* out0 = (gx*k1 + (k2*xc)*k4) + k3; out1 = (k2*dy)*k4; acc0 += gx*dy */
     BN_BWD_INFER_DX, /* out0 = dy * k1                       (BN_BWD_INFER, row blocks) */
     BN_GG_INFER_OUT, /* the outputs of BN_GG_INFER           (BN_GG_INFER, row blocks)  */
     BN_GG_DOT,       /* acc0 += gx*dy                        (BN_GG_INFER, row blocks)  */

@@ -275,16 +275,23 @@ BN_RUN(gg_dev, 3, 7, BODY_GG_DEV)
     }
 BN_RUN(gg_apply, 9, 0, BODY_GG_APPLY)
 
-/* Grad-grad inference in one pass: k0 = mean, k1 = scale*r, k2 = gscale*r, k3 = goffset;
- * d_dy = k1*gx + (k2*(x - k0) + k3); d_x = dy*k2; acc0 += gx*dy */
+/* Grad-grad inference in one pass: k0 = mean, k1 = scale*r, k2 = gscale, k3 = goffset, k4 = r;
+ * d_dy = (gx*k1 + (k2*(x - k0))*k4) + k3; d_x = (k2*dy)*k4; acc0 += gx*dy. The outputs in
+ * the reference's order, each operation rounded (an overflow of gscale*(x - mean) or gscale*dy
+ * is the reference's): compiled without contracting products and sums into FMAs. */
+#define BN_GG_INFER_D_DY(K, g)                                                      \
+    vf_add(vf_add(vf_mul(g, K(1)), vf_mul(vf_mul(K(2), vf_sub(LD(x + e, n), K(0))), K(4))), \
+           K(3))
 #define BODY_GG_INFER(K, ACC)                                                       \
     {                                                                               \
         const vf g = LD(gx + e, n), d = LD(dy + e, n);                              \
-        ST(out0 + e, vf_fma(K(1), g, vf_fma(K(2), vf_sub(LD(x + e, n), K(0)), K(3))), n); \
-        ST(out1 + e, vf_mul(d, K(2)), n);                                           \
+        ST(out0 + e, BN_GG_INFER_D_DY(K, g), n);                                    \
+        ST(out1 + e, vf_mul(vf_mul(K(2), d), K(4)), n);                             \
         ACC(0, vf_mul(g, d));                                                       \
     }
-BN_RUN(gg_infer, 4, 1, BODY_GG_INFER)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off") /* gg_infer and gg_infer_out, to the pop below */
+BN_RUN(gg_infer, 5, 1, BODY_GG_INFER)
 
 /* The inference runs in two parts, for row blocks (see pass_block in batch_norm.c):
  * dx = dy * k1;  d_dy and d_x of BN_GG_INFER;  acc0 += gx*dy */
@@ -293,10 +300,11 @@ BN_RUN(bwd_infer_dx, 2, 0, BODY_BWD_INFER_DX)
 #define BODY_GG_INFER_OUT(K, ACC)                                                   \
     {                                                                               \
         const vf g = LD(gx + e, n), d = LD(dy + e, n);                              \
-        ST(out0 + e, vf_fma(K(1), g, vf_fma(K(2), vf_sub(LD(x + e, n), K(0)), K(3))), n); \
-        ST(out1 + e, vf_mul(d, K(2)), n);                                           \
+        ST(out0 + e, BN_GG_INFER_D_DY(K, g), n);                                    \
+        ST(out1 + e, vf_mul(vf_mul(K(2), d), K(4)), n);                             \
     }
-BN_RUN(gg_infer_out, 4, 0, BODY_GG_INFER_OUT)
+BN_RUN(gg_infer_out, 5, 0, BODY_GG_INFER_OUT)
+#pragma GCC pop_options
 #define BODY_GG_DOT(K, ACC) { ACC(0, vf_mul(LD(gx + e, n), LD(dy + e, n))); }
 BN_RUN(gg_dot, 0, 1, BODY_GG_DOT)
 

@@ -235,3 +235,100 @@ def test_reference_matches_tensorflow_on_non_finite_statistics():
                     ours = call(v["dy"], v["x"], v["scale"], v["mean"], v["variance"], EPS, True)
                     for theirs, mine in zip(got[:3], ours):
                         assert_agree(mine, theirs.numpy(), f"grad {name} = {value}")
+
+
+# Huge per-channel inputs combined with huge tensors: the inference element outputs must follow
+# the reference's float32 order, so that an intermediate overflows (or not) as it does there.
+# (x - mean) * k + offset with |offset| ~ FLT_MAX: a fused multiply-add keeps the overflowing
+# product and gives -4.86e36 where the reference gives -inf; (gscale * (x - mean)) * r and
+# (gscale * dy) * r overflow where (gscale * r) * (x - mean) and dy * (gscale * r) do not.
+FLT_MAX = float(np.finfo(F32).max)
+HUGE_CASES = {
+    "FusedBatchNormV3-inference": {
+        "huge x": dict(x="huge", scale=[2.8, 1.0, 0.5], variance=[0.5, 1.65, 3.0]),
+        "huge x, mean, offset": dict(x="huge", scale=[1.64, 2.8, 0.44],
+                                     mean=[FLT_MAX, -FLT_MAX, 1e38],
+                                     offset=[FLT_MAX, FLT_MAX, -FLT_MAX], variance=[1.65] * 3),
+        "huge x, mean; infinite offset": dict(x="huge", mean=[FLT_MAX, -FLT_MAX, 3e38],
+                                              offset=[np.inf, -np.inf, np.nan],
+                                              scale=[2.8, 2.8, 2.8], variance=[0.5] * 3),
+        "huge mean, offset": dict(mean=[3e38, -3e38, 2.0 ** 61],
+                                  offset=[-3e38, 3e38, -2.0 ** 61], scale=[2.8, 1.5, 3.0],
+                                  variance=[0.5, 0.1, 1e-3]),
+        "huge scale": dict(x="huge", scale=[FLT_MAX, 1e30, -1e38],
+                           offset=[FLT_MAX, -1e38, 1.0], variance=[3.0, 1e30, 1e-3]),
+    },
+    "FusedBatchNormGradGrad-inference": {
+        # sum(gx * dy) stays small: the element outputs alone decide
+        "huge x": dict(x="huge", scale=[2.8, 1.0, -1.0], gscale=[2.0, -3.0, 1.5],
+                       variance=[3.0, 10.0, 1e-3]),
+        "huge dy, zero gx": dict(dy="huge", gx="zero", gscale=[2.0, -3.0, 1.5],
+                                 variance=[3.0, 10.0, 1e-3]),
+        "huge x, mean, goffset": dict(x="huge", mean=[FLT_MAX, -3e38, 1e38],
+                                      gscale=[2.0, 3.0, 1.5], goffset=[FLT_MAX, -3e38, 1.0],
+                                      variance=[3.0, 1.0, 0.1]),
+        "huge tensors": dict(x="huge", dy="huge", gx="huge", scale=[2.8, 1.0, -1.0],
+                             gscale=[2.0, -3.0, 1.5], variance=[3.0, 10.0, 1e-3]),
+        "huge tensors, mean, gscale": dict(x="huge", dy="huge", gx="huge",
+                                           mean=[FLT_MAX, -3e38, 1e38],
+                                           gscale=[2.0 ** 61, -FLT_MAX, 1e30],
+                                           goffset=[FLT_MAX, 1.0, -FLT_MAX],
+                                           variance=[3.0, 1e30, 0.1]),
+        "huge per-channel inputs": dict(mean=[3e38, -3e38, 2.0 ** 61],
+                                        gscale=[FLT_MAX, 1e30, -2.0 ** 61],
+                                        goffset=[-FLT_MAX, 3e38, 2.0 ** 62],
+                                        scale=[FLT_MAX, 1e30, 2.0], variance=[0.5, 3.0, 1e-3]),
+        "huge tensors, infinite goffset": dict(x="huge", dy="huge", gx="huge",
+                                               goffset=[np.inf, -np.inf, np.nan],
+                                               gscale=[2.0, 2.0, -2.0], variance=[3.0] * 3),
+    },
+}
+
+
+def huge_tensor(like: np.ndarray, dtype: np.dtype, seed: int) -> np.ndarray:
+    """Half the elements within a factor 3 of the dtype's largest finite value (either sign),
+    half ordinary."""
+    rng = np.random.default_rng(seed)
+    top = float(np.finfo(dtype).max) if dtype != BF16 else float(ml_dtypes.finfo(BF16).max)
+    big = rng.uniform(0.3, 1.0, like.shape) * top * rng.choice([-1.0, 1.0], like.shape)
+    return np.where(rng.random(like.shape) < 0.5, big, like).astype(F32)
+
+
+@pytest.mark.parametrize("channels_last", [True, False], ids=["NHWC", "NCHW"])
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("op_key", list(HUGE_CASES))
+def test_native_agrees_with_reference_on_huge_inference_inputs(isa, op_key, dtype,
+                                                                channels_last):
+    holders, fetches, sessions = build(op_key, dtype, channels_last)
+    base = base_values(dtype, channels_last)
+    for seed, (label, case) in enumerate(HUGE_CASES[op_key].items()):
+        values = dict(base)
+        for name, value in case.items():
+            if value == "huge":
+                values[name] = huge_tensor(base[name], dtype, seed)
+            elif value == "zero":
+                values[name] = np.zeros_like(base[name])
+            else:
+                values[name] = np.asarray(value, F32)
+        feeds = feeds_for(holders, values, dtype)
+        with np.errstate(all="ignore"):
+            results = {b: s.Run(feeds, fetches) for b, s in sessions.items()}
+        for i, (got, expected) in enumerate(zip(results["native"], results["reference"])):
+            assert_agree(got, expected, f"{op_key} {isa} output {i}: {label}")
+
+
+@pytest.mark.parametrize("channels_last", [True, False], ids=["NHWC", "NCHW"])
+def test_grad_grad_inference_outputs_bit_identical_to_reference(isa, channels_last):
+    """d_dy and d_x of the inference grad-grad follow the reference's float32 operations one
+    by one (no fused multiply-adds): the same bits, huge tensors or not."""
+    from minigraph.backends import reference
+    base = base_values(np.dtype(F32), channels_last)
+    for values in (base, dict(base, x=huge_tensor(base["x"], np.dtype(F32), 1),
+                              dy=huge_tensor(base["dy"], np.dtype(F32), 2))):
+        args = ([values[k] for k in ("dy", "x", "scale", "mean", "variance", "gx", "gscale",
+                                     "goffset")] + [EPS, channels_last])
+        with np.errstate(all="ignore"):
+            got = native.bn_grad_grad_inference(*args)
+            expected = reference.bn_grad_grad_inference(*args)
+        for i in (0, 1):
+            np.testing.assert_array_equal(got[i].view(np.uint32), expected[i].view(np.uint32))
