@@ -1,4 +1,5 @@
-"""Helpers the numpy kernels share: compute types and exact branch-free selects."""
+"""Helpers the numpy kernels share: the compute type of a storage dtype, the error maker
+the window geometry takes, and the output range a window offset lands in."""
 
 from __future__ import annotations
 
@@ -8,17 +9,6 @@ import numpy as np
 from minigraph.framework.errors import InvalidArgumentError
 
 HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-
-
-_INT_OF_SIZE = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
-
-
-
-def select(take: np.ndarray, new: np.ndarray, old: np.ndarray) -> np.ndarray:
-    """``np.where(take, new, old)`` for same-dtype arrays, exact and branch-free."""
-    ints = _INT_OF_SIZE[old.dtype.itemsize]
-    o, n = old.view(ints), np.asarray(new).view(ints)
-    return (o ^ ((o ^ n) & -take.astype(ints))).view(old.dtype)
 
 
 def fail_for(op):
