@@ -23,6 +23,11 @@ def identity(op, inputs, ctx):
     return [inputs[0]]
 
 
+@register_kernel("NoOp")
+def no_op(op, inputs, ctx):
+    return []
+
+
 @register_kernel("Placeholder")
 def placeholder(op, inputs, ctx):
     """Never runs: a plan with an unfed placeholder is refused before any step."""

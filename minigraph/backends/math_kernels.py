@@ -17,7 +17,8 @@ def _elementwise(function):
 
 
 for _name, _function in {
-    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+    "Add": np.add, "AddV2": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+    "RealDiv": np.divide,
     "Neg": np.negative, "Square": lambda x: x * x, "Rsqrt": lambda x: 1 / np.sqrt(x),
     "Reciprocal": lambda x: 1 / x, "ZerosLike": np.zeros_like, "OnesLike": np.ones_like,
 }.items():

@@ -14,6 +14,7 @@ from minigraph.framework.wrapper_docs import DTypeLike, ShapeLike, TensorLike
 __all__ = [
     "Add",
     "AddN",
+    "AddV2",
     "ApplyAdam",
     "ApplyGradientDescent",
     "ApplyMomentum",
@@ -51,9 +52,11 @@ __all__ = [
     "Mean",
     "Mul",
     "Neg",
+    "NoOp",
     "OnesLike",
     "Placeholder",
     "RandomUniform",
+    "RealDiv",
     "Reciprocal",
     "ReducedShape",
     "Relu",
@@ -118,6 +121,47 @@ class Add:
 
 def AddN(scope: Scope, inputs: list) -> Output:
     """Sum of a list of same-shaped tensors, one node (used to aggregate gradients)."""
+
+
+class AddV2:
+    """Builds one 'AddV2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a AddV2.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one AddV2 node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: AddV2.Attrs | None = None,
+    ) -> Output: ...
 
 
 class ApplyAdam:
@@ -2439,6 +2483,30 @@ class Neg:
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Neg.Attrs | None = None) -> Output: ...
 
 
+class NoOp:
+    """Builds one 'NoOp' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a NoOp.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Returns:
+        The Operation (the op has no outputs).
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one NoOp node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(cls, scope: Scope, attrs: NoOp.Attrs | None = None) -> Operation: ...
+
+
 class OnesLike:
     """Builds one 'OnesLike' node.
 
@@ -2572,6 +2640,46 @@ class RandomUniform:
         *,
         seed: int = 0,
         seed2: int = 0,
+    ) -> Output: ...
+
+
+class RealDiv:
+    """Builds one 'RealDiv' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    RealDiv.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+        y: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one RealDiv node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: RealDiv.Attrs | None = None,
     ) -> Output: ...
 
 

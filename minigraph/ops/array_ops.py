@@ -24,7 +24,7 @@ from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import TensorShape
 
 # The wrappers minigraph.ops exports.
-__all__ = ["Const", "Identity", "Placeholder"]
+__all__ = ["Const", "Identity", "NoOp", "Placeholder"]
 
 PLACEHOLDER = register_op(OpDef(
     name="Placeholder",
@@ -79,3 +79,7 @@ IDENTITY = register_op(OpDef(
     shape_fn=lambda ctx: [ctx.input_shapes[0]],
 ))
 Identity = make_wrapper(IDENTITY)
+
+# Does nothing: a target that groups control inputs (frozen TF 2 graphs hang every output
+# on one), so ``Run(targets=[no_op])`` runs them all.
+NoOp = make_wrapper(register_op(OpDef(name="NoOp", inputs=[], outputs=[])))

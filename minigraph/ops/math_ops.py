@@ -31,8 +31,8 @@ from minigraph.ops.array_ops import Const
 
 # The wrappers minigraph.ops exports.
 __all__ = [
-    "Add", "AddN", "BroadcastGradientArgs", "BroadcastTo", "Cast", "Div", "Fill",
-    "InvertPermutation", "Mean", "Mul", "Neg", "OnesLike", "Reciprocal", "ReducedShape",
+    "Add", "AddN", "AddV2", "BroadcastGradientArgs", "BroadcastTo", "Cast", "Div", "Fill",
+    "InvertPermutation", "Mean", "Mul", "Neg", "OnesLike", "RealDiv", "Reciprocal", "ReducedShape",
     "Reshape", "Rsqrt", "Shape", "Size", "Square", "Sub", "Sum", "Transpose", "ZerosLike",
 ]
 
@@ -96,9 +96,11 @@ def _unary(name: str, allowed=NUMBERS) -> OpDef:
 
 
 Add = make_wrapper(_binary("Add"))
+AddV2 = make_wrapper(_binary("AddV2"))  # TF 2's name for Add (what tf.add writes)
 Sub = make_wrapper(_binary("Sub"))
 Mul = make_wrapper(_binary("Mul"))
 Div = make_wrapper(_binary("Div", FLOATS))
+RealDiv = make_wrapper(_binary("RealDiv", FLOATS))  # TF 2's x / y for floats
 Neg = make_wrapper(_unary("Neg"))
 Square = make_wrapper(_unary("Square"))
 Rsqrt = make_wrapper(_unary("Rsqrt", FLOATS))
@@ -377,6 +379,9 @@ def _add_grad(scope, op, grads):
     return [reduce_to_shape_of(scope, grads[0], x), reduce_to_shape_of(scope, grads[0], y)]
 
 
+RegisterGradient("AddV2")(_add_grad)
+
+
 @RegisterGradient("Sub")
 def _sub_grad(scope, op, grads):
     x, y = op.inputs
@@ -398,6 +403,9 @@ def _div_grad(scope, op, grads):
     g = grads[0]
     return [reduce_to_shape_of(scope, Div(scope, g, y), x),
             reduce_to_shape_of(scope, Neg(scope, Div(scope, Mul(scope, g, op.outputs[0]), y)), y)]
+
+
+RegisterGradient("RealDiv")(_div_grad)
 
 
 @RegisterGradient("Neg")

@@ -504,7 +504,8 @@ def r_assign(g: Draw):
 RECIPES: dict[str, Callable] = {
     **dict.fromkeys(["Neg", "Square", "Rsqrt", "Reciprocal", "Relu", "Softmax", "Identity",
                      "OnesLike", "ZerosLike", "Shape", "Size", "Cast", "BiasAddGrad"], r_unary),
-    **dict.fromkeys(["Add", "Sub", "Mul", "Div", "Equal", "ReluGrad"], r_binary),
+    **dict.fromkeys(["Add", "AddV2", "Sub", "Mul", "Div", "RealDiv", "Equal", "ReluGrad"],
+                    r_binary),
     "AddN": r_addn, "Sum": r_reduce, "Mean": r_reduce, "ArgMax": r_argmax,
     "Reshape": r_reshape, "BroadcastTo": r_broadcast_to, "Fill": r_fill,
     "Transpose": r_transpose, "InvertPermutation": r_invert_permutation,
