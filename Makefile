@@ -17,6 +17,7 @@ $(VENV)/.demo: $(VENV)/bin/python pyproject.toml setup.py
 
 $(VENV)/.test: $(VENV)/bin/python pyproject.toml setup.py
 	$(PY) -m pip install -q -e ".[test,oracle,examples,viz,opencl-pocl,mpi,dev]"
+	$(PY) -m pip install -q --no-deps "tf_keras==2.21.0"
 	touch $@ $(VENV)/.demo
 
 # Each first says whether the C kernels were built (`pip install -q` hides a failed build):

@@ -31,22 +31,26 @@ __version__ = "0.1.0"
 
 # Submodules imported on first use (``mg.nn``, ``mg.distributed``...), so ``import minigraph``
 # stays fast and never pulls in MPI or scikit-learn.
-_LAZY_SUBMODULES = ("nn", "distributed", "examples")
+_LAZY_SUBMODULES = ("nn", "distributed", "examples", "interop", "summary")
+# Functions of lazy submodules (protobuf loads with the first GraphDef, not with minigraph).
+_LAZY_FUNCTIONS = {"import_graph_def": "interop", "export_graph_def": "interop"}
 
 
 def __getattr__(name: str):
     if name in _LAZY_SUBMODULES:
         return importlib.import_module(f"minigraph.{name}")
+    if name in _LAZY_FUNCTIONS:
+        return getattr(importlib.import_module(f"minigraph.{_LAZY_FUNCTIONS[name]}"), name)
     raise AttributeError(f"module 'minigraph' has no attribute '{name}'")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES) | set(_LAZY_FUNCTIONS))
 
 __all__ = [
     "AddSymbolicGradients", "ClientSession", "DType", "Graph", "NotDifferentiable", "Operation",
     "RunMetadata",
     "Output", "RegisterGradient", "Scope", "TensorShape", "as_dtype", "bfloat16", "bool",
-    "errors", "float16", "float32", "float64", "gradient_checker", "half", "int32", "int64",
-    "io", "ops", "train", "viz",
+    "errors", "export_graph_def", "float16", "float32", "float64", "gradient_checker", "half",
+    "import_graph_def", "int32", "int64", "io", "ops", "train", "viz",
 ]

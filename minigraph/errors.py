@@ -6,7 +6,8 @@ from minigraph.framework.errors import (
     NotFoundError,
     ResourceExhaustedError,
     UnavailableError,
+    UnimplementedError,
 )
 
 __all__ = ["FailedPreconditionError", "InvalidArgumentError", "NotFoundError",
-           "ResourceExhaustedError", "UnavailableError"]
+           "ResourceExhaustedError", "UnavailableError", "UnimplementedError"]

@@ -457,8 +457,8 @@ class TestRegistryAndDeprecation:
                 build(root, *inputs, 1e-3, True)  # one call site
             build(root, *inputs, 1e-3, True)  # another
         deprecations = [w for w in record if issubclass(w.category, DeprecationWarning)]
-        assert [str(w.message).startswith(f"{wrapper} is deprecated") for w in deprecations] \
-            == [True, True]
+        expected = f"Op {wrapper} is deprecated. It will cease to work in GraphDef version 9"
+        assert [str(w.message).startswith(expected) for w in deprecations] == [True, True]
         assert {w.filename for w in deprecations} == {__file__}  # points at the caller
         assert deprecations[0].lineno != deprecations[1].lineno
 

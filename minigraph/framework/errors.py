@@ -17,6 +17,11 @@ class NotFoundError(LookupError):
     """A name that should exist does not: an op type, a kernel, a gradient function."""
 
 
+class UnimplementedError(NotImplementedError):
+    """An operation TensorFlow no longer supports in this context (an op removed from the
+    GraphDef version a graph was made at)."""
+
+
 class UnavailableError(RuntimeError):
     """A requested device or backend cannot be used on this machine."""
 

@@ -71,6 +71,18 @@ def finite_non_negative(value: float) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class OpDeprecation:
+    """TF's OpDeprecation: the op works in GraphDefs made before producer ``version`` and is
+    refused in newer ones; ``explanation`` says what replaces it."""
+
+    version: int
+    explanation: str
+
+    def __str__(self) -> str:
+        return f"It will cease to work in GraphDef version {self.version}. {self.explanation}"
+
+
 @dataclass
 class OpDef:
     name: str
@@ -79,7 +91,7 @@ class OpDef:
     attrs: Sequence[AttrDef] = ()
     shape_fn: Callable[[InferenceContext], list[TensorShape]] | None = None
     validate: Callable[[RunContext, list[np.ndarray]], None] | None = None
-    deprecation: str | None = None
+    deprecation: OpDeprecation | None = None
     is_stateful: bool = False
 
     def attr_def(self, name: str) -> AttrDef:
@@ -448,7 +460,7 @@ def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
                     attrs: dict[str, Any]) -> Operation:
     """Create, check and add one node; raise InvalidArgumentError on anything wrong."""
     if op_def.deprecation:  # Python's warning registry shows it once per call site
-        warnings.warn(f"{op_def.name} is deprecated: {op_def.deprecation}", DeprecationWarning,
+        warnings.warn(f"Op {op_def.name} is deprecated. {op_def.deprecation}", DeprecationWarning,
                       stacklevel=3)
     if len(raw_inputs) != len(op_def.inputs):
         names = ", ".join(a.name for a in op_def.inputs)

@@ -193,7 +193,7 @@ def wrapper_doc(op_def: OpDef) -> str:
     """The wrapper's docstring: summary, Inputs, Attrs, Outputs and Returns."""
     lines = [f"Builds one '{op_def.name}' node.", ""]
     if op_def.deprecation:
-        lines += textwrap.wrap(f"Deprecated: {op_def.deprecation}.", DOC_WIDTH) + [""]
+        lines += textwrap.wrap(f"Deprecated: {op_def.deprecation}", DOC_WIDTH) + [""]
     lines += textwrap.wrap(
         f"Inputs, then required attrs, positionally or by name; optional attrs in a "
         f"{op_def.name}.Attrs() builder (after the positional arguments) or as keywords.",

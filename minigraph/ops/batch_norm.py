@@ -24,6 +24,7 @@ from minigraph.framework.op_def import (
     AttrDef,
     InferenceContext,
     OpDef,
+    OpDeprecation,
     RunContext,
     finite_non_negative,
     make_wrapper,
@@ -309,8 +310,7 @@ FusedBatchNormGradV3 = make_wrapper(FUSED_BATCH_NORM_GRAD_V3)
 # ----------------------------------------------------------------------------- global normalization
 
 GLOBAL_NORM_TYPES = (dtypes.float16, dtypes.float32, dtypes.float64)
-GLOBAL_NORM_DEPRECATION = ("removed from TensorFlow GraphDefs at version 9; use "
-                           "FusedBatchNormV3 (tf.nn.batch_normalization) instead")
+GLOBAL_NORM_DEPRECATION = OpDeprecation(9, "Use tf.nn.batch_normalization().")
 
 
 def _global_norm_attrs() -> list[AttrDef]:

@@ -1,0 +1,122 @@
+"""``mg.export_graph_def``: write a minigraph graph as a TensorFlow GraphDef.
+
+Every node keeps its name, op type, device, inputs (``name``, ``name:N``, ``^name`` for
+control edges) and all its attrs, defaults included, so TensorFlow imports it without
+guessing. The producer version is TF 2.21's, or 8 when the graph holds the
+global-normalization ops TF removed at 9 (``versions.producer_for``). Ops TensorFlow does not
+have are written as the constant they compute when their inputs are all constants, and
+refused with an error naming the node otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from minigraph.client.session import ClientSession
+from minigraph.framework.errors import InvalidArgumentError
+from minigraph.framework.graph import Graph, Operation, Output
+from minigraph.framework.scope import Scope
+from minigraph.interop import attrs, protos, tensors, versions
+from minigraph.interop.importer import TEXT_SUFFIXES
+from minigraph.io import atomic_write
+
+# minigraph's own ops: what each is, for the error when it cannot be folded to a constant
+MINIGRAPH_ONLY_OPS = {
+    "FusedBatchNormGradGrad": "minigraph's fused second-order batch-norm gradient (TF builds "
+                              "it from elementwise ops in Python)",
+    "ReducedShape": "minigraph's shape-of-a-reduction op (TF computes it from Range, Mod, "
+                    "DynamicStitch and Fill, which minigraph lacks)",
+}
+# inputs that make a value unknown until a step runs
+_NON_CONSTANT_OPS = ("Placeholder", "Variable", "RandomUniform")
+
+
+def _input_text(output: Output) -> str:
+    return output.op.name if output.index == 0 else f"{output.op.name}:{output.index}"
+
+
+def _constant_inputs_only(op: Operation) -> Operation | None:
+    """None if ``op``'s value is a function of constants only, else an op that makes it
+    vary (a Placeholder, a Variable, a random op)."""
+    stack, seen = [op], set()
+    while stack:
+        current = stack.pop()
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        if current.type in _NON_CONSTANT_OPS or current.op_def.is_stateful:
+            return current
+        stack.extend(i.op for i in current.inputs)
+    return None
+
+
+def _folded_values(op: Operation) -> list[Any]:
+    """The values of a minigraph-only op whose inputs are all constants, or an error naming
+    the node and what it depends on."""
+    varying = _constant_inputs_only(op)
+    if varying is not None:
+        raise InvalidArgumentError(
+            f"export_graph_def: node '{op.name}' is a {op.type}, {MINIGRAPH_ONLY_OPS[op.type]}; "
+            f"TensorFlow has no such op, and its value depends on '{varying.name}' (a "
+            f"{varying.type}), so it cannot be written as a constant")
+    return ClientSession(op.graph).Run(list(op.outputs))
+
+
+def _add_node(graph_def: Any, op: Operation, renamed: dict[str, str]) -> None:
+    node = graph_def.node.add()
+    node.name, node.op, node.device = op.name, op.type, op.device
+    node.input.extend(renamed.get(_input_text(i), _input_text(i)) for i in op.inputs)
+    node.input.extend(f"^{c.name}" for c in op.control_inputs)
+    for attr in op.op_def.attrs:
+        if attr.name in op.attrs:
+            attrs.attr_to_proto(op.attrs[attr.name], attr.kind, node.attr[attr.name])
+
+
+def _add_folded(graph_def: Any, op: Operation, renamed: dict[str, str]) -> None:
+    """Write a minigraph-only op as one Const per output (``name`` for output 0,
+    ``name/output_N`` for the others) that its consumers read instead."""
+    for output, value in zip(op.outputs, _folded_values(op)):
+        name = op.name if output.index == 0 else f"{op.name}/output_{output.index}"
+        renamed[_input_text(output)] = name
+        node = graph_def.node.add()
+        node.name, node.op, node.device = name, "Const", op.device
+        node.input.extend(f"^{c.name}" for c in op.control_inputs)
+        node.attr["dtype"].type = tensors.dtype_to_enum(output.dtype)
+        tensors.array_to_proto(value, node.attr["value"].tensor)
+
+
+def graph_to_graph_def(graph: Graph) -> Any:
+    """The GraphDef message of ``graph``."""
+    graph_def = protos.GraphDef()
+    operations = graph.operations()
+    graph_def.versions.producer = versions.producer_for([op.op_def for op in operations])
+    renamed: dict[str, str] = {}
+    for op in operations:
+        if op.type in MINIGRAPH_ONLY_OPS:
+            _add_folded(graph_def, op, renamed)
+        else:
+            _add_node(graph_def, op, renamed)
+    return graph_def
+
+
+def export_graph_def(scope_or_graph: Scope | Graph, path: str | os.PathLike | None = None,
+                     as_text: bool | None = None) -> Any:
+    """The graph as a TensorFlow GraphDef message; with ``path``, also written there.
+
+    The file is protobuf text when ``as_text`` is true, or when it is None and the path ends
+    in ``.pbtxt``/``.txt``; binary otherwise (``.pb``). TensorFlow reads either with
+    ``tf.compat.v1.GraphDef`` and ``tf.graph_util.import_graph_def``.
+    """
+    graph = scope_or_graph.graph() if isinstance(scope_or_graph, Scope) else scope_or_graph
+    if not isinstance(graph, Graph):
+        raise InvalidArgumentError(f"export_graph_def: expected a Scope or a Graph, got "
+                                   f"{type(scope_or_graph).__name__}")
+    graph_def = graph_to_graph_def(graph)
+    if path is not None:
+        if as_text is None:
+            as_text = Path(path).suffix.lower() in TEXT_SUFFIXES
+        data = protos.to_text(graph_def).encode() if as_text else graph_def.SerializeToString()
+        atomic_write(path, lambda file: file.write(data))
+    return graph_def

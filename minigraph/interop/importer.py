@@ -1,0 +1,233 @@
+"""``mg.import_graph_def``: build a minigraph graph from a TensorFlow GraphDef.
+
+The rules are TensorFlow 2.21's (``ImportGraphDef``): nodes may come in any order; an input
+is ``name`` (output 0), ``name:N`` or ``^name`` (a control edge, after the data inputs);
+every attr without a default must be present, each of the kind its OpDef declares;
+attrs starting with ``_`` (``_class``, ``_output_shapes``) are TF's bookkeeping and skipped,
+and attrs the OpDef does not know are ignored with a warning, as TF ignores them. Errors use
+TensorFlow's words; minigraph's own checks (shape functions, attr values) then run on every
+node, so a graph that imports is one minigraph can run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from minigraph.framework.dtypes import DType, as_dtype
+from minigraph.framework.errors import InvalidArgumentError, NotFoundError
+from minigraph.framework.graph import Graph, Output
+from minigraph.framework.op_def import OpDef, build_operation, get_op_def
+from minigraph.framework.scope import Scope
+from minigraph.interop import attrs, protos, versions
+from minigraph.interop.tensors import tf_type_name
+
+TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
+
+
+def load_graph_def(source: Any) -> Any:
+    """A GraphDef message from a path (``.pbtxt`` text, else binary), bytes, or a message
+    (minigraph's or TensorFlow's own class)."""
+    from google.protobuf import message, text_format
+
+    if protos.is_graph_def(source):
+        return protos.GraphDef().FromString(source.SerializeToString())
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data, text, where = bytes(source), False, "the given bytes"
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.is_file():
+            raise NotFoundError(f"import_graph_def: no such file: {path}")
+        data, where = path.read_bytes(), str(path)
+        text = path.suffix.lower() in TEXT_SUFFIXES
+    else:
+        raise InvalidArgumentError(f"import_graph_def: expected a path, bytes or a GraphDef, "
+                                   f"got {type(source).__name__}")
+    try:
+        if text:
+            return protos.parse_text(data.decode("utf-8"))
+        return protos.GraphDef().FromString(data)
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as exc:
+        form = "text" if text else "binary"
+        raise InvalidArgumentError(f"import_graph_def: {where} is not a {form} GraphDef: "
+                                   f"{exc}") from None
+
+
+def _parse_input(node: Any, text: str) -> tuple[str, int]:
+    """``"name"``/``"name:N"``/``"^name"`` -> (node name, output index; -1 for control)."""
+    if text.startswith("^"):
+        return text[1:], -1
+    name, sep, index = text.rpartition(":")
+    if sep and index.isdigit():
+        return name, int(index)
+    if sep and not index.isdigit():
+        raise InvalidArgumentError(f"Node '{node.name}': Malformed input '{text}'")
+    return text, 0
+
+
+def _inputs_by_node(nodes: Sequence[Any]) -> dict[str, list[tuple[str, int]]]:
+    """Each node's parsed inputs, checked: known nodes, control inputs after data inputs."""
+    names = {node.name for node in nodes}
+    parsed = {}
+    for node in nodes:
+        entries = [_parse_input(node, text) for text in node.input]
+        seen_control = False
+        for source, index in entries:
+            if source not in names:
+                raise InvalidArgumentError(f"Node '{node.name}': Unknown input node "
+                                           f"'{node.input[entries.index((source, index))]}'")
+            if index < 0:
+                seen_control = True
+            elif seen_control:
+                raise InvalidArgumentError(f"Node '{node.name}': Control dependencies must come "
+                                           f"after regular dependencies")
+        parsed[node.name] = entries
+    return parsed
+
+
+def _topological_order(nodes: Sequence[Any], inputs: dict[str, list[tuple[str, int]]]
+                       ) -> list[Any]:
+    """Nodes with every input before its consumers; among the nodes that are ready, the one
+    first in the file goes first, so a file already in order keeps its order (Kahn)."""
+    position = {node.name: i for i, node in enumerate(nodes)}
+    waiting = {node.name: len({source for source, _ in inputs[node.name]}) for node in nodes}
+    consumers: dict[str, list[str]] = {}
+    for node in nodes:
+        for source in {source for source, _ in inputs[node.name]}:
+            consumers.setdefault(source, []).append(node.name)
+    ready = [position[name] for name, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        node = nodes[heapq.heappop(ready)]
+        order.append(node)
+        for consumer in consumers.get(node.name, []):
+            waiting[consumer] -= 1
+            if waiting[consumer] == 0:
+                heapq.heappush(ready, position[consumer])
+    if len(order) != len(nodes):
+        raise InvalidArgumentError(f"{len(nodes) - len(order)} nodes in a cycle")
+    return order
+
+
+def _node_attrs(node: Any, op_def: OpDef) -> dict[str, Any]:
+    """The NodeDef's attrs as minigraph values; missing required ones and wrong kinds are
+    refused with TF's messages."""
+    where = f"NodeDef: {{{{node {node.name}}}}}; {attrs.op_signature(op_def)}"
+    known = {a.name: a for a in op_def.attrs}
+    values = {}
+    for name, value in node.attr.items():
+        if name.startswith("_"):
+            continue
+        if name not in known:
+            warnings.warn(f"NodeDef mentions attribute {name} which is not in the op "
+                          f"definition: {attrs.op_signature(op_def)} This may be expected if "
+                          f"your graph generating binary is newer than this binary. Unknown "
+                          f"attributes will be ignored. NodeDef: {{{{node {node.name}}}}}",
+                          stacklevel=4)
+            continue
+        values[name] = attrs.attr_from_proto(value, known[name], where)
+    for attr in op_def.attrs:
+        if not attr.has_default and attr.name not in values:
+            raise InvalidArgumentError(f"NodeDef missing attr '{attr.name}' from "
+                                       f"{attrs.op_signature(op_def)}; NodeDef: "
+                                       f"{{{{node {node.name}}}}}")
+    return values
+
+
+def _expected_dtypes(op_def: OpDef, node_attrs: dict[str, Any], count: int) -> list[DType | None]:
+    """The dtype each data input must have, from fixed dtypes and the NodeDef's type attrs."""
+    args = list(op_def.inputs)
+    if getattr(args[0], "number_attr", None) if args else False:
+        args = args * count
+    return [arg.dtype or node_attrs.get(arg.type_attr) for arg in args]
+
+
+def _data_inputs(node: Any, op_def: OpDef, node_attrs: dict[str, Any],
+                 sources: list[Output]) -> list[Any]:
+    """The op's input arguments (a list for a variadic argument), checked against the
+    NodeDef's types with TF's messages."""
+    expected = _expected_dtypes(op_def, node_attrs, len(sources))
+    if len(expected) != len(sources):
+        names = ", ".join(tf_type_name(d) if d else "?" for d in expected)
+        raise InvalidArgumentError(f"NodeDef expected inputs '{names}' do not match "
+                                   f"{len(sources)} inputs specified; "
+                                   f"{attrs.op_signature(op_def)}; NodeDef: "
+                                   f"{{{{node {node.name}}}}}")
+    for index, (source, dtype) in enumerate(zip(sources, expected)):
+        if dtype is not None and source.dtype is not dtype:
+            raise InvalidArgumentError(
+                f"Input {index} of node {node.name} was passed {tf_type_name(source.dtype)} "
+                f"from {source.name} incompatible with expected {tf_type_name(dtype)}.")
+    if op_def.inputs and getattr(op_def.inputs[0], "number_attr", None):
+        return [list(sources)]
+    return list(sources)
+
+
+def _check_const(node: Any, node_attrs: dict[str, Any]) -> None:
+    value, dtype = node_attrs.get("value"), node_attrs.get("dtype")
+    if value is not None and dtype is not None and value.dtype != dtype.np_dtype:
+        raise InvalidArgumentError(f"Const '{node.name}': its value is a "
+                                   f"{tf_type_name(as_dtype(value.dtype))} tensor, but attr dtype "
+                                   f"is {tf_type_name(dtype)}")
+
+
+def import_graph_def(source: Any, name: str = "") -> Scope:
+    """Build the nodes of a TensorFlow GraphDef in a new graph; returns its root Scope.
+
+    ``source`` is a path (``.pb`` binary; ``.pbtxt`` text), the file's bytes, or a GraphDef
+    message (minigraph's, or TensorFlow's own ``tf.compat.v1.GraphDef``). Nodes keep their
+    TF names, under ``name/`` when ``name`` is given, so ``root.graph().get_tensor_by_name(
+    "Identity:0")`` finds what TF called ``Identity:0``.
+    """
+    graph_def = load_graph_def(source)
+    versions.check_versions(graph_def.versions)
+    nodes = list(graph_def.node)
+    seen: set[str] = set()
+    for node in nodes:
+        if node.name in seen:
+            raise InvalidArgumentError(f"Node '{node.name}' is not unique")
+        seen.add(node.name)
+    inputs = _inputs_by_node(nodes)
+    root = Scope(Graph())
+    prefix = f"{name}/" if name else ""
+    producer = graph_def.versions.producer
+    for node in _topological_order(nodes, inputs):
+        _import_node(root, node, inputs[node.name], prefix, producer)
+    return root
+
+
+def _import_node(root: Scope, node: Any, entries: list[tuple[str, int]], prefix: str,
+                 producer: int) -> None:
+    try:
+        op_def = get_op_def(node.op)
+    except NotFoundError:
+        raise NotFoundError(f"Op type not registered '{node.op}' in minigraph (node "
+                            f"'{node.name}'); the ops it has: python -c \"import minigraph.ops "
+                            f"as o; print(o.__all__)\"") from None
+    versions.check_op_available(op_def, producer)
+    graph = root.graph()
+    sources, controls = [], []
+    for source, index in entries:
+        op = graph.get_operation(prefix + source)
+        if index < 0:
+            controls.append(op)
+        elif index >= len(op.outputs):
+            raise InvalidArgumentError(f"Node '{node.name}': Connecting to invalid output "
+                                       f"{index} of source node {source} which has "
+                                       f"{len(op.outputs)} outputs.")
+        else:
+            sources.append(op.outputs[index])
+    node_attrs = _node_attrs(node, op_def)
+    if node.op == "Const":
+        _check_const(node, node_attrs)
+    arguments = _data_inputs(node, op_def, node_attrs, sources)
+    scope = (root.WithOpName(prefix + node.name).WithDevice(node.device)
+             .WithControlDependencies(controls))
+    op = build_operation(scope, op_def, arguments, node_attrs)
+    if op.name != prefix + node.name:  # a name an earlier node's made-up name took
+        raise InvalidArgumentError(f"Node '{node.name}' is not unique")
