@@ -109,6 +109,22 @@ def test_viz_renders_a_graph_file_to_svg(tmp_path):
     assert "<svg" in (tmp_path / "g.svg").read_text()
 
 
+@pytest.mark.parametrize("suffix", [".pb", ".pbtxt"])
+def test_viz_draws_a_graph_def(tmp_path, suffix):
+    root = mg.io.read_graph(small_graph_file(tmp_path))
+    path = tmp_path / f"model{suffix}"
+    mg.export_graph_def(root, path)
+    result = run("viz", str(path), "-o", str(tmp_path / "g.dot"))
+    assert result.returncode == 0, result.stderr
+    assert f"drew the graph of {path} (" in result.stdout
+    text = (tmp_path / "g.dot").read_text()
+    assert "FusedBatchNormV3" in text and '"bn"' in text
+    path.write_bytes(b"\xff\xff")
+    failed = run("viz", str(path), "-o", str(tmp_path / "bad.dot"))
+    assert failed.returncode == 1 and "is not a" in failed.stderr
+    assert "Traceback" not in failed.stderr
+
+
 def test_viz_never_executes_a_json_file(tmp_path):
     marker = tmp_path / "executed"
     bad = tmp_path / "model.json"

@@ -14,9 +14,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from minigraph.client.session import ClientSession
 from minigraph.framework.errors import InvalidArgumentError
 from minigraph.framework.graph import Graph, Operation, Output
+from minigraph.framework.op_def import build_operation
 from minigraph.framework.scope import Scope
 from minigraph.interop import attrs, protos, tensors, versions
 from minigraph.interop.importer import TEXT_SUFFIXES
@@ -31,37 +34,59 @@ MINIGRAPH_ONLY_OPS = {
 }
 # inputs that make a value unknown until a step runs
 _NON_CONSTANT_OPS = ("Placeholder", "Variable", "RandomUniform")
+# ops whose value is their input's static shape, known once that shape is fully defined
+_SHAPE_OPS = ("Shape", "Size")
 
 
 def _input_text(output: Output) -> str:
     return output.op.name if output.index == 0 else f"{output.op.name}:{output.index}"
 
 
-def _constant_inputs_only(op: Operation) -> Operation | None:
-    """None if ``op``'s value is a function of constants only, else an op that makes it
-    vary (a Placeholder, a Variable, a random op)."""
-    stack, seen = [op], set()
+def _varying_source(output: Output) -> Operation | None:
+    """None if ``output``'s value is known before any step runs (a function of constants
+    and of fully known static shapes), else an op that makes it vary (a Placeholder, a
+    Variable, a random op)."""
+    stack, seen = [output], set()
     while stack:
         current = stack.pop()
-        if current.name in seen:
+        op = current.op
+        if op.name in seen:
             continue
-        seen.add(current.name)
-        if current.type in _NON_CONSTANT_OPS or current.op_def.is_stateful:
-            return current
-        stack.extend(i.op for i in current.inputs)
+        seen.add(op.name)
+        if op.type in _SHAPE_OPS and op.inputs[0].shape.is_fully_defined():
+            continue
+        if op.type in _NON_CONSTANT_OPS or op.op_def.is_stateful:
+            return op
+        stack.extend(op.inputs)
     return None
 
 
-def _folded_values(op: Operation) -> list[Any]:
-    """The values of a minigraph-only op whose inputs are all constants, or an error naming
-    the node and what it depends on."""
-    varying = _constant_inputs_only(op)
-    if varying is not None:
-        raise InvalidArgumentError(
-            f"export_graph_def: node '{op.name}' is a {op.type}, {MINIGRAPH_ONLY_OPS[op.type]}; "
-            f"TensorFlow has no such op, and its value depends on '{varying.name}' (a "
-            f"{varying.type}), so it cannot be written as a constant")
-    return ClientSession(op.graph).Run(list(op.outputs))
+def _static_value(output: Output) -> np.ndarray:
+    """The value of an output with no varying source (``_varying_source`` is None)."""
+    op = output.op
+    if op.type in _SHAPE_OPS and op.inputs[0].shape.is_fully_defined():
+        shape = op.inputs[0].shape
+        value = shape.as_list() if op.type == "Shape" else shape.num_elements()
+        return np.array(value, output.dtype.np_dtype)
+    return ClientSession(op.graph).Run(output)
+
+
+def _folded_values(op: Operation) -> list[np.ndarray]:
+    """The values of a minigraph-only op whose inputs are known before any step runs: the op
+    rebuilt on constants of those values in a scratch graph and run there. Otherwise an
+    error naming the node and what it depends on."""
+    for source in op.inputs:
+        varying = _varying_source(source)
+        if varying is not None:
+            raise InvalidArgumentError(
+                f"export_graph_def: node '{op.name}' is a {op.type}, "
+                f"{MINIGRAPH_ONLY_OPS[op.type]}; TensorFlow has no such op, and its value "
+                f"depends on '{varying.name}' (a {varying.type}), so it cannot be written as a "
+                f"constant")
+    scratch = Scope.NewRootScope()
+    values = [_static_value(source) for source in op.inputs]
+    folded = build_operation(scratch, op.op_def, values, dict(op.attrs))
+    return ClientSession(scratch).Run(list(folded.outputs))
 
 
 def _add_node(graph_def: Any, op: Operation, renamed: dict[str, str]) -> None:

@@ -138,6 +138,6 @@ def array_to_proto(array: np.ndarray, proto: Any) -> None:
             array, dtype.np_dtype.newbyteorder("<")).tobytes()
     elif array.size == 1:
         field = _TF_TYPES[dtype][2]
-        value = array.reshape(()).item() if field != "half_val" else int(
-            np.asarray(array).reshape(()).view(np.uint16))
+        flat = np.asarray(array).reshape(1)
+        value = flat.view(np.uint16)[0].item() if field == "half_val" else flat[0].item()
         getattr(proto, field).append(value)

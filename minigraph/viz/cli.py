@@ -1,7 +1,8 @@
 """``python -m minigraph viz FILE -o graph.svg``: draw a saved graph file or a script's graph.
 
-``FILE`` is either a graph file written by :func:`minigraph.io.write_graph` (``model.json``,
-as the demo writes; read back with :func:`minigraph.io.read_graph`, never executed) or a
+``FILE`` is either a graph file - a TensorFlow GraphDef (``model.pb`` binary, ``model.pbtxt``
+text; :func:`minigraph.import_graph_def`) or one written by :func:`minigraph.io.write_graph`
+(``model.json``, as the demo writes; :func:`minigraph.io.read_graph`), never executed - or a
 Python script. A script runs as ``__main__`` (``runpy``) while every
 :class:`~minigraph.Graph` created is recorded (:func:`record_graphs`); then the largest one,
 or ``--graph-index N`` in creation order, is drawn.
@@ -18,8 +19,15 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from minigraph.framework.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from minigraph import io
+from minigraph.framework.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+    UnimplementedError,
+)
 from minigraph.framework.graph import Graph, on_graph_created
+from minigraph.interop import import_graph_def
 from minigraph.viz.rendering import FORMATS, render
 
 
@@ -42,14 +50,16 @@ def record_graphs() -> Iterator[list[Graph]]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m minigraph viz",
-        description="Draw a minigraph graph with Graphviz: a graph file written by "
-                    "minigraph.io.write_graph (e.g. the demo's runs/digits/model.json), or the "
-                    "largest graph (or --graph-index N) a Python script creates when run.",
-        epilog="A FILE ending in .json (or starting with '{') is read as a graph file, anything "
-               "else is run as a Python script. Arguments after '--' are passed to the script "
-               "as sys.argv[1:].")
+        description="Draw a minigraph graph with Graphviz: a TensorFlow GraphDef (model.pb, "
+                    "model.pbtxt), a graph file written by minigraph.io.write_graph (e.g. the "
+                    "demo's runs/digits/model.json), or the largest graph (or --graph-index N) "
+                    "a Python script creates when run.",
+        epilog="A FILE ending in .pb/.pbtxt is read as a GraphDef, one ending in .json (or "
+               "starting with '{') as a minigraph graph file; anything else is run as a Python "
+               "script. Arguments after '--' are passed to the script as sys.argv[1:].")
     parser.add_argument("script", metavar="FILE",
-                        help="a graph file (model.json) or a Python script to run")
+                        help="a graph file (model.pb, model.pbtxt, model.json) or a Python "
+                             "script to run")
     parser.add_argument("-o", "--output", help="the file to write (default: <FILE stem>.svg); "
                         "its extension picks the format unless --format is given")
     parser.add_argument("--format", choices=FORMATS + ("dot",), default=None,
@@ -68,9 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+GRAPH_DEF_SUFFIXES = (".pb", ".pbtxt", ".prototxt")
+
+
 def is_graph_file(path: Path) -> bool:
-    """A graph file (JSON, minigraph.io) rather than a Python script."""
-    if path.suffix.lower() == ".json":
+    """A graph file (a GraphDef, or JSON from minigraph.io) rather than a Python script."""
+    if path.suffix.lower() in (".json", *GRAPH_DEF_SUFFIXES):
         return True
     if path.suffix.lower() == ".py":
         return False
@@ -79,11 +92,11 @@ def is_graph_file(path: Path) -> bool:
 
 
 def _read_graph_file(path: Path) -> tuple[list[Graph], int]:
-    from minigraph import io
-
     try:
+        if path.suffix.lower() in GRAPH_DEF_SUFFIXES:
+            return [import_graph_def(path).graph()], 0
         return [io.read_graph(path)], 0
-    except (InvalidArgumentError, NotFoundError) as exc:
+    except (InvalidArgumentError, NotFoundError, UnimplementedError) as exc:
         print(f"minigraph viz: {exc}", file=sys.stderr)
         return [], 1
 

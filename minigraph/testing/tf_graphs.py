@@ -1,0 +1,298 @@
+"""Graphs made by TensorFlow, for the interop tests and benchmarks (needs the ``oracle``
+extra: tensorflow-cpu, and tf_keras for the Keras 2 models, whose BatchNormalization layers
+are the fused ops; Keras 3 lowers them to elementwise ops).
+
+Each builder returns a :class:`TFGraph`: the frozen ``GraphDef`` bytes as TensorFlow wrote
+them, the values to feed, the tensors to fetch and what TensorFlow computed for them. Keras
+models are frozen the way users do it (``convert_variables_to_constants_v2`` of a concrete
+function called with ``training=False``); their weights are drawn at random, batch-norm
+statistics included, so no layer is an identity.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class TFGraph:
+    """A TensorFlow graph with its inputs and TensorFlow's outputs."""
+
+    name: str
+    graph_def: bytes
+    feeds: dict[str, np.ndarray]  # tensor name -> value
+    fetches: list[str]  # tensor names
+    expected: list[np.ndarray] = field(default_factory=list)
+    producer: int | None = None
+
+
+def tensorflow():
+    """TensorFlow, imported quietly."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    return tf
+
+
+def keras():
+    """Keras 2 (``tf_keras``), whose BatchNormalization is ``FusedBatchNormV3``."""
+    tensorflow()
+    import tf_keras
+
+    return tf_keras
+
+
+def _randomize(model, rng: np.random.Generator) -> None:
+    """Random weights; moving variances in [0.5, 1.5] so they stay variances."""
+    for weight in model.weights:
+        shape = tuple(weight.shape)
+        if "moving_variance" in weight.name:
+            value = rng.uniform(0.5, 1.5, shape)
+        else:
+            fan_in = max(1, int(np.prod(shape[:-1])))
+            value = rng.standard_normal(shape) * (1.0 / np.sqrt(fan_in) if len(shape) > 1
+                                                  else 0.3)
+        weight.assign(value.astype(np.float32))
+
+
+def frozen_keras(name: str, model, input_shape: tuple[int, ...], batch: int = 4,
+                 seed: int = 0) -> TFGraph:
+    """Freeze ``model`` for inference (batch dimension left unknown) and run it once."""
+    tf = tensorflow()
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    rng = np.random.default_rng(seed)
+    _randomize(model, rng)
+    function = tf.function(lambda x: model(x, training=False)).get_concrete_function(
+        tf.TensorSpec([None, *input_shape], tf.float32))
+    frozen = convert_variables_to_constants_v2(function)
+    x = rng.standard_normal((batch, *input_shape)).astype(np.float32)
+    outputs = frozen(tf.constant(x))
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    return TFGraph(name, frozen.graph.as_graph_def().SerializeToString(),
+                   {frozen.inputs[0].name: x}, [t.name for t in frozen.outputs],
+                   [o.numpy() for o in outputs])
+
+
+def keras_cnn() -> TFGraph:
+    """Conv2D/BatchNormalization/ReLU/MaxPool twice, global pooling, Dense, Softmax."""
+    k = keras()
+    layers = k.layers
+    model = k.Sequential([
+        layers.Input((28, 28, 1)), layers.Conv2D(8, 3, padding="same"),
+        layers.BatchNormalization(), layers.ReLU(), layers.MaxPool2D(),
+        layers.Conv2D(16, 3), layers.BatchNormalization(), layers.Activation("relu"),
+        layers.GlobalAveragePooling2D(), layers.Dense(10), layers.Softmax()])
+    return frozen_keras("keras_cnn", model, (28, 28, 1))
+
+
+def residual_stack(blocks: int = 3, width: int = 16, size: int = 32) -> TFGraph:
+    """Residual blocks whose batch norms have ``scale=False`` or ``center=False``."""
+    k = keras()
+    layers = k.layers
+    inputs = layers.Input((size, size, 3))
+    h = layers.Conv2D(width, 3, padding="same", use_bias=False)(inputs)
+    for _ in range(blocks):
+        r = layers.Conv2D(width, 3, padding="same", use_bias=False)(h)
+        r = layers.BatchNormalization(scale=False)(r)
+        r = layers.ReLU()(r)
+        r = layers.Conv2D(width, 3, padding="same", use_bias=False)(r)
+        r = layers.BatchNormalization(center=False)(r)
+        h = layers.ReLU()(layers.Add()([h, r]))
+    outputs = layers.Dense(10)(layers.GlobalAveragePooling2D()(h))
+    return frozen_keras("residual_stack", k.Model(inputs, outputs), (size, size, 3))
+
+
+def mobilenet_v2(batch: int = 2) -> TFGraph:
+    """MobileNetV2, alpha 0.35 at 96x96 (random weights; nothing is downloaded)."""
+    k = keras()
+    model = k.applications.MobileNetV2(input_shape=(96, 96, 3), alpha=0.35, weights=None)
+    return frozen_keras("mobilenet_v2", model, (96, 96, 3), batch=batch)
+
+
+def conv3d_net() -> TFGraph:
+    """Conv3D, BatchNormalization (NDHWC), ReLU, MaxPool3D, Flatten, Dense."""
+    k = keras()
+    layers = k.layers
+    model = k.Sequential([
+        layers.Input((8, 8, 8, 2)), layers.Conv3D(4, 3, padding="same"),
+        layers.BatchNormalization(), layers.ReLU(), layers.MaxPool3D(), layers.Flatten(),
+        layers.Dense(3)])
+    return frozen_keras("conv3d_net", model, (8, 8, 8, 2))
+
+
+def _concrete(name: str, body: Callable, specs: list, values: list[np.ndarray]) -> TFGraph:
+    """The graph of ``tf.function(body)`` for ``specs`` (placeholders), run on ``values``."""
+    tf = tensorflow()
+    function = tf.function(body).get_concrete_function(*specs)
+    outputs = function(*[tf.constant(v) for v in values])
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    feeds = {t.name: v for t, v in zip(function.inputs, values)}
+    return TFGraph(name, function.graph.as_graph_def().SerializeToString(), feeds,
+                   [t.name for t in function.outputs], [o.numpy() for o in outputs])
+
+
+def batch_norm_training(data_format: str = "NHWC", dtype: str = "float32") -> TFGraph:
+    """A training step's batch norm: ``FusedBatchNormV3(is_training=True)`` feeding its
+    reserve spaces to ``FusedBatchNormGradV3`` (the raw ops, as a Keras model called with
+    ``training=True`` cannot be frozen)."""
+    tf = tensorflow()
+    rng = np.random.default_rng(1)
+    shape = (4, 3, 5, 6) if data_format == "NCHW" else (4, 5, 6, 3)
+    x = rng.standard_normal(shape).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    scale, offset = rng.uniform(0.5, 1.5, 3), rng.standard_normal(3)
+
+    def step(x, dy):
+        f32 = np.float32
+        y, mean, var, r1, r2, r3 = tf.raw_ops.FusedBatchNormV3(
+            x=x, scale=tf.constant(scale.astype(f32)), offset=tf.constant(offset.astype(f32)),
+            mean=tf.constant([], tf.float32), variance=tf.constant([], tf.float32),
+            epsilon=1e-3, exponential_avg_factor=1.0, data_format=data_format,
+            is_training=True)
+        dx, dscale, doffset, _, _ = tf.raw_ops.FusedBatchNormGradV3(
+            y_backprop=dy, x=x, scale=tf.constant(scale.astype(f32)), reserve_space_1=r1,
+            reserve_space_2=r2, reserve_space_3=r3, epsilon=1e-3, data_format=data_format,
+            is_training=True)
+        return y, mean, var, dx, dscale, doffset
+
+    spec = tf.TensorSpec(shape, getattr(tf, dtype))
+    return _concrete(f"bn_training_{data_format}_{dtype}", step, [spec, spec], [x, dy])
+
+
+def batch_norm_inference(data_format: str, dtype: str) -> TFGraph:
+    """``FusedBatchNormV3`` for inference with given statistics, and (channels-last only:
+    TF's CPU kernel refuses channels-first inference gradients) its gradient op."""
+    tf = tensorflow()
+    rng = np.random.default_rng(2)
+    shape = (2, 4, 3, 5) if data_format == "NCHW" else (2, 3, 5, 4)
+    x = rng.standard_normal(shape).astype(dtype)
+    stats = [rng.uniform(0.5, 1.5, 4).astype(np.float32) for _ in range(4)]
+
+    def infer(x):
+        scale, offset, mean, var = (tf.constant(s) for s in stats)
+        y = tf.raw_ops.FusedBatchNormV3(x=x, scale=scale, offset=offset, mean=mean,
+                                        variance=var, epsilon=1e-3, data_format=data_format,
+                                        is_training=False)[0]
+        if data_format == "NCHW":
+            return (y,)
+        grads = tf.raw_ops.FusedBatchNormGradV3(
+            y_backprop=y, x=x, scale=scale, reserve_space_1=mean, reserve_space_2=var,
+            reserve_space_3=tf.constant([], tf.float32), epsilon=1e-3,
+            data_format=data_format, is_training=False)
+        return y, grads[0], grads[1], grads[2]
+
+    return _concrete(f"bn_inference_{data_format}_{dtype}", infer,
+                     [tf.TensorSpec(shape, getattr(tf, dtype))], [x])
+
+
+def batch_norm_v1_v2() -> TFGraph:
+    """The older fused ops: FusedBatchNorm, FusedBatchNormV2 and their gradients."""
+    tf = tensorflow()
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    scale, offset = rng.uniform(0.5, 1.5, 5).astype(np.float32), rng.standard_normal(5)
+
+    def body(x):
+        s, o = tf.constant(scale), tf.constant(offset.astype(np.float32))
+        empty = tf.constant([], tf.float32)
+        y1, m1, v1, r11, r12 = tf.raw_ops.FusedBatchNorm(x=x, scale=s, offset=o, mean=empty,
+                                                         variance=empty, is_training=True)
+        y2, m2, v2, r21, r22 = tf.raw_ops.FusedBatchNormV2(x=x, scale=s, offset=o, mean=empty,
+                                                           variance=empty, is_training=True)
+        g1 = tf.raw_ops.FusedBatchNormGrad(y_backprop=y2, x=x, scale=s, reserve_space_1=r11,
+                                           reserve_space_2=r12, is_training=True)
+        g2 = tf.raw_ops.FusedBatchNormGradV2(y_backprop=y1, x=x, scale=s, reserve_space_1=r21,
+                                             reserve_space_2=r22, is_training=True)
+        return y1, m1, v1, y2, m2, v2, g1[0], g1[1], g1[2], g2[0], g2[1], g2[2]
+
+    return _concrete("bn_v1_v2", body, [tf.TensorSpec(x.shape, tf.float32)], [x])
+
+
+def global_normalization_producer_8() -> TFGraph:
+    """BatchNormWithGlobalNormalization and its Grad, in a graph of producer version 8
+    (TF 2.21 only builds them there: importing an empty producer-8 GraphDef first lowers
+    the graph's version)."""
+    tf = tensorflow()
+    rng = np.random.default_rng(4)
+    t = rng.standard_normal((2, 3, 3, 4)).astype(np.float32)
+    m, beta, gamma, backprop = (rng.standard_normal(s).astype(np.float32)
+                                for s in (4, 4, 4, t.shape))
+    v = rng.uniform(0.5, 1.5, 4).astype(np.float32)
+    graph = tf.Graph()
+    with graph.as_default():
+        old = tf.compat.v1.GraphDef()
+        old.versions.producer = 8
+        tf.graph_util.import_graph_def(old, name="")
+        t_in = tf.compat.v1.placeholder(tf.float32, t.shape, name="t")
+        consts = [tf.constant(a) for a in (m, v, beta, gamma, backprop)]
+        y = tf.raw_ops.BatchNormWithGlobalNormalization(
+            t=t_in, m=consts[0], v=consts[1], beta=consts[2], gamma=consts[3],
+            variance_epsilon=1e-3, scale_after_normalization=True)
+        grads = tf.raw_ops.BatchNormWithGlobalNormalizationGrad(
+            t=t_in, m=consts[0], v=consts[1], gamma=consts[3], backprop=consts[4],
+            variance_epsilon=1e-3, scale_after_normalization=True)
+        fetches = [y, *grads]
+    with tf.compat.v1.Session(graph=graph) as session:
+        expected = session.run(fetches, {t_in: t})
+    graph_def = graph.as_graph_def()
+    return TFGraph("global_norm_producer_8", graph_def.SerializeToString(), {"t:0": t},
+                   [f.name for f in fetches], expected, graph_def.versions.producer)
+
+
+def stripped_default_attrs(graph_def: bytes) -> bytes:
+    """The GraphDef with every attr that equals its default removed, as
+    ``export_meta_graph(strip_default_attrs=True)`` writes graphs."""
+    tf = tensorflow()
+    from tensorflow.python.framework import meta_graph
+
+    meta = tf.compat.v1.MetaGraphDef()
+    meta.graph_def.ParseFromString(graph_def)
+    meta_graph.strip_graph_default_valued_attrs(meta)
+    return meta.graph_def.SerializeToString()
+
+
+def with_output_shapes(graph_def: bytes) -> bytes:
+    """The GraphDef as TF writes it with ``add_shapes=True`` (an ``_output_shapes`` attr on
+    every node)."""
+    tf = tensorflow()
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(tf.compat.v1.GraphDef.FromString(graph_def), name="")
+    return graph.as_graph_def(add_shapes=True).SerializeToString()
+
+
+def as_text(graph_def: bytes) -> str:
+    """The GraphDef in protobuf text format, as ``tf.io.write_graph(as_text=True)``."""
+    tf = tensorflow()
+    from google.protobuf import text_format
+
+    return text_format.MessageToString(tf.compat.v1.GraphDef.FromString(graph_def))
+
+
+def reversed_nodes(graph_def: bytes) -> bytes:
+    """The GraphDef with its nodes in reverse order (consumers before producers)."""
+    tf = tensorflow()
+    parsed = tf.compat.v1.GraphDef.FromString(graph_def)
+    nodes = list(parsed.node)[::-1]
+    del parsed.node[:]
+    parsed.node.extend(nodes)
+    return parsed.SerializeToString()
+
+
+def run_graph_def(graph_def: bytes, feeds: dict[str, np.ndarray], fetches: list[str]
+                  ) -> list[np.ndarray]:
+    """Run a GraphDef in TensorFlow (a v1 Session; grappler on)."""
+    tf = tensorflow()
+    parsed = tf.compat.v1.GraphDef.FromString(graph_def)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(parsed, name="")
+    with tf.compat.v1.Session(graph=graph) as session:
+        return session.run(fetches, feeds)
