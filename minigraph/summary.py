@@ -59,8 +59,15 @@ class FileWriter:
             self._pending.append(event.SerializeToString())
 
     def add_graph(self, graph: Graph | Scope) -> None:
-        """Record ``graph`` (as its GraphDef) for TensorBoard's Graphs tab."""
-        self._add_event(graph_def=exporter.export_graph_def(graph).SerializeToString())
+        """Record ``graph`` (as its GraphDef; minigraph-only ops drawn as they are) for
+        TensorBoard's Graphs tab."""
+        if isinstance(graph, Scope):
+            graph = graph.graph()
+        if not isinstance(graph, Graph):
+            raise InvalidArgumentError(f"add_graph: expected a Graph or a Scope, got "
+                                       f"{type(graph).__name__}")
+        graph_def = exporter.graph_to_graph_def(graph, for_display=True)
+        self._add_event(graph_def=graph_def.SerializeToString())
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         """Record one point of the curve ``tag`` (TensorBoard's Scalars tab)."""

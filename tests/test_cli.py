@@ -21,6 +21,7 @@ import pytest
 
 import minigraph as mg
 from minigraph import ops
+from minigraph.interop import protos, records
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
@@ -151,6 +152,13 @@ def test_demo_one_epoch_piped_is_plain_and_names_the_backend(tmp_path):
     assert any(line.startswith("final test accuracy:") for line in lines)
     assert lines[-1].startswith("reloaded model test accuracy:")
     assert (tmp_path / "digits" / "model.json").is_file()
+    [event_file] = (tmp_path / "digits").glob("events.out.tfevents.*")
+    with open(event_file, "rb") as file:
+        events = [protos.Event().FromString(r) for r in records.read_records(file)]
+    assert events[0].file_version == "brain.Event:2"
+    assert any(len(e.graph_def) > 1000 for e in events)
+    scalars = {(v.tag, e.step) for e in events for v in e.summary.value}
+    assert scalars == {(f"{m}/{s}", 1) for m in ("loss", "accuracy") for s in ("train", "test")}
 
 
 def test_loss_plot_uses_a_log_scale(tmp_path, monkeypatch):

@@ -5,8 +5,9 @@ One graph holds the training step (batch norm in training mode, updating its mov
 statistics with exponential_avg_factor) and the inference path (batch norm in inference
 mode with the same weights). Writes to ``runs/<name>/``: ``loss.png`` (train/test loss, log
 scale, and accuracy per epoch), ``graph.svg`` (the training graph, when graphviz is installed),
-``checkpoint.npz``, and ``model.json``/``model.json.npz`` (the graph), then reloads the model in a
-fresh process to predict, and prints the final test accuracy.
+``checkpoint.npz``, ``model.json``/``model.json.npz`` (the graph) and a TensorBoard event file
+(the loss and accuracy curves and the graph: ``tensorboard --logdir runs``), then reloads the
+model in a fresh process to predict, and prints the final test accuracy.
 
 It prints first which backend runs the kernels (for the native C kernels: the instruction set
 and thread count). On a terminal a progress bar follows each epoch's batches; when the output
@@ -181,6 +182,7 @@ def _train(args: argparse.Namespace) -> dict:
     for _ in history:  # replay the data order of finished epochs: resuming continues the curve
         rng.permutation(len(y_train))
     first = len(history) + 1
+    events = mg.summary.FileWriter(run_dir, g["root"])  # a new event file per run
     for epoch in range(first, first + args.epochs):
         order = rng.permutation(len(y_train))
         batches = range(0, len(order), args.batch_size)
@@ -199,10 +201,16 @@ def _train(args: argparse.Namespace) -> dict:
         history.append({"epoch": epoch, "train_loss": float(np.mean(losses)),
                         "train_accuracy": float(np.mean(accuracies)),
                         "test_loss": test_loss, "test_accuracy": test_accuracy})
+        for key, value in history[-1].items():
+            if key != "epoch":  # "train_loss" -> "loss/train": one chart per metric
+                split, metric = key.split("_", 1)
+                events.add_scalar(f"{metric}/{split}", value, epoch)
+        events.flush()  # TensorBoard shows each epoch as it ends
         if not args.quiet:
             print(f"epoch {epoch:2d}: train loss {history[-1]['train_loss']:.4f} "
                   f"acc {history[-1]['train_accuracy']:.4f} | test loss {test_loss:.4f} "
                   f"acc {test_accuracy:.4f}", flush=True)
+    events.close()
     saver.save(session, checkpoint)
     mg.io.write_graph(g["root"], os.path.join(run_dir, "model.json"))
     with open(history_path, "w") as file:

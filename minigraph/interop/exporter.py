@@ -112,14 +112,15 @@ def _add_folded(graph_def: Any, op: Operation, renamed: dict[str, str]) -> None:
         tensors.array_to_proto(value, node.attr["value"].tensor)
 
 
-def graph_to_graph_def(graph: Graph) -> Any:
-    """The GraphDef message of ``graph``."""
+def graph_to_graph_def(graph: Graph, for_display: bool = False) -> Any:
+    """The GraphDef message of ``graph``. ``for_display`` keeps minigraph-only ops as they
+    are (TensorBoard draws any op type; TensorFlow could not run the result)."""
     graph_def = protos.GraphDef()
     operations = graph.operations()
     graph_def.versions.producer = versions.producer_for([op.op_def for op in operations])
     renamed: dict[str, str] = {}
     for op in operations:
-        if op.type in MINIGRAPH_ONLY_OPS:
+        if op.type in MINIGRAPH_ONLY_OPS and not for_display:
             _add_folded(graph_def, op, renamed)
         else:
             _add_node(graph_def, op, renamed)
