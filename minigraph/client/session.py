@@ -33,6 +33,7 @@ import numpy as np
 from minigraph import backends
 from minigraph.backends import opencl  # pyopencl itself is imported when a device is used
 from minigraph.backends.registry import Kernel, KernelContext, KernelDef, get_kernel
+from minigraph.client import memory
 from minigraph.client.state import SessionState
 from minigraph.framework import dtypes
 from minigraph.framework.errors import (
@@ -417,6 +418,7 @@ class ClientSession:
                  check_outputs: bool | None = None) -> None:
         self.graph = scope.graph() if isinstance(scope, Scope) else scope
         self.backend = backends.select(backend)
+        memory.keep_freed_memory()
         self.promote_float64 = self.backend == "float64"  # a session mode: feeds promoted
         self.state = SessionState()
         # Check every kernel result against its op's outputs (dtype, shape): the test suite
