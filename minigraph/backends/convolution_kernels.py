@@ -6,8 +6,10 @@ numpy: im2col + one BLAS matmul. The (padded) input is viewed with ``as_strided`
 ``[kh*kw*in_channels, out_channels]``. The filter gradient is the same patch matrix,
 transposed, times out_backprop; the input gradient is a stride-1 convolution of
 out_backprop (stride-dilated and padded) with the spatially flipped, in/out-swapped filter.
-NCHW tensors are transposed to NHWC and back. float16/bfloat16 are computed in float32 and
-rounded once; float64 (the gradient checker's evaluation) stays float64.
+NCHW tensors are transposed to NHWC and back. The numpy functions and kernels take any
+number of spatial dims (the tensors' rank): ``backends.volumetric_kernels`` runs the 3-D
+convolutions on them. float16/bfloat16 are computed in float32 and rounded once; float64
+(the gradient checker's evaluation) stays float64.
 
 native (``backend="native"``, float32, stride 1, dilation 1, SAME/VALID): the C kernels of
 kernels_c/convolution*.c through the ``c_*`` wrappers at the bottom, which check every buffer
@@ -42,44 +44,51 @@ F32 = np.float32
 
 
 def _nhwc(x: np.ndarray, data_format: str) -> np.ndarray:
-    return x if data_format == "NHWC" else x.transpose(0, 2, 3, 1)
+    """``x`` (data_format) viewed channels-last (NHWC or NDHWC)."""
+    if data_format.endswith("C"):
+        return x
+    return x.transpose(0, *range(2, x.ndim), 1)
 
 
 def _from_nhwc(y: np.ndarray, data_format: str) -> np.ndarray:
-    return y if data_format == "NHWC" else np.ascontiguousarray(y.transpose(0, 3, 1, 2))
+    """The inverse of :func:`_nhwc`, contiguous."""
+    if data_format.endswith("C"):
+        return y
+    return np.ascontiguousarray(y.transpose(0, y.ndim - 1, *range(1, y.ndim - 1)))
 
 
 def _pad_nhwc(x: np.ndarray, pads) -> np.ndarray:
-    (top, bottom), (left, right) = pads
-    if not (top or bottom or left or right):
+    """Channels-last ``x`` zero-padded by the (before, after) ``pads`` of its spatial dims."""
+    if not any(before or after for before, after in pads):
         return x
-    n, h, w, c = x.shape
-    out = np.zeros((n, h + top + bottom, w + left + right, c), x.dtype)
-    out[:, top:top + h, left:left + w] = x
+    out = np.zeros((x.shape[0], *(n + b + a for n, (b, a) in zip(x.shape[1:-1], pads)),
+                    x.shape[-1]), x.dtype)
+    out[(slice(None), *(slice(b, b + n) for n, (b, _) in zip(x.shape[1:-1], pads)))] = x
     return out
 
 
-def _patches(xp: np.ndarray, kh: int, kw: int, window: Window) -> np.ndarray:
-    """``[n*out_h*out_w, kh*kw*c]`` patch matrix of a padded NHWC input (one copy)."""
-    n, _, _, c = xp.shape
-    out_h, out_w = window.out
-    sn, sh, sw, sc = xp.strides
-    (stride_h, stride_w), (dil_h, dil_w) = window.strides, window.dilations
-    view = as_strided(xp, (n, out_h, out_w, kh, kw, c),
-                      (sn, sh * stride_h, sw * stride_w, sh * dil_h, sw * dil_w, sc),
+def _patches(xp: np.ndarray, k_sizes: tuple, window: Window) -> np.ndarray:
+    """``[n*out..., k...*c]`` patch matrix of a padded channels-last input (one copy): the
+    view ``[n, out..., k..., c]`` whose output steps are the strides and whose window steps
+    are the dilations."""
+    n, c = xp.shape[0], xp.shape[-1]
+    steps = xp.strides[1:-1]
+    view = as_strided(xp, (n, *window.out, *k_sizes, c),
+                      (xp.strides[0], *(t * s for t, s in zip(steps, window.strides)),
+                       *(t * d for t, d in zip(steps, window.dilations)), xp.strides[-1]),
                       writeable=False)
-    return view.reshape(n * out_h * out_w, kh * kw * c)
+    return view.reshape(n * int(np.prod(window.out)), int(np.prod(k_sizes)) * c)
 
 
 def conv2d_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
-    """Cross-correlation of NHWC ``x`` with HWIO ``f``: im2col then one matmul."""
+    """Cross-correlation of channels-last ``x`` with the HWIO (DHWIO) filter ``f``: im2col
+    then one matmul. Any number of spatial dims (Conv3D uses it too)."""
     n = x.shape[0]
-    kh, kw, ci, co = f.shape
-    out_h, out_w = window.out
-    if n * out_h * out_w == 0 or ci == 0:
-        return np.zeros((n, out_h, out_w, co), x.dtype)
-    cols = _patches(_pad_nhwc(x, window.pads), kh, kw, window)
-    return np.matmul(cols, f.reshape(kh * kw * ci, co)).reshape(n, out_h, out_w, co)
+    *k_sizes, ci, co = f.shape
+    if n * int(np.prod(window.out)) == 0 or ci == 0:
+        return np.zeros((n, *window.out, co), x.dtype)
+    cols = _patches(_pad_nhwc(x, window.pads), tuple(k_sizes), window)
+    return np.matmul(cols, f.reshape(-1, co)).reshape(n, *window.out, co)
 
 
 def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple,
@@ -87,37 +96,39 @@ def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple
     """d input of a convolution, as a stride-1 convolution of out_backprop.
 
     With out_backprop spread onto a grid of step ``stride`` (zeros between) and padded so
-    that output row h sees the rows h + pad_top - i*dilation for every filter row i,
-    correlating with the filter flipped in H and W (in/out channels swapped) gives
-    d input[h] = sum_i dy[(h + pad_top - i*d) / s] f[i]. Out-of-range rows are cropped.
+    that output row h sees the rows h + pad_before - i*dilation for every filter row i,
+    correlating with the filter flipped in every spatial dim (in/out channels swapped) gives
+    d input[h] = sum_i dy[(h + pad_before - i*d) / s] f[i]. Out-of-range rows are cropped.
+    Any number of spatial dims; ``input_shape`` is channels-last.
     """
-    n, h, w, c = input_shape
-    kh, kw, ci, co = f.shape
-    (stride_h, stride_w), (dil_h, dil_w) = window.strides, window.dilations
-    (top, _), (left, _) = window.pads
-    out_h, out_w = dy.shape[1], dy.shape[2]
-    len_h, len_w = h + (kh - 1) * dil_h, w + (kw - 1) * dil_w
-    off_h, off_w = (kh - 1) * dil_h - top, (kw - 1) * dil_w - left
-    spread = np.zeros((n, len_h, len_w, co), dy.dtype)
-    p0, p1 = placed_rows(off_h, stride_h, out_h, len_h)
-    q0, q1 = placed_rows(off_w, stride_w, out_w, len_w)
-    if p1 > p0 and q1 > q0:
-        spread[:, off_h + p0 * stride_h:off_h + (p1 - 1) * stride_h + 1:stride_h,
-               off_w + q0 * stride_w:off_w + (q1 - 1) * stride_w + 1:stride_w] = \
-            dy[:, p0:p1, q0:q1]
-    flipped = np.ascontiguousarray(f[::-1, ::-1].transpose(0, 1, 3, 2))
-    unit = Window((kh, kw), (1, 1), (dil_h, dil_w), ((0, 0), (0, 0)), (h, w))
+    n, *sizes, _ = input_shape
+    *k_sizes, _, co = f.shape
+    lengths = [size + (k - 1) * d for size, k, d in zip(sizes, k_sizes, window.dilations)]
+    offsets = [(k - 1) * d - before
+               for k, d, (before, _) in zip(k_sizes, window.dilations, window.pads)]
+    rows = [placed_rows(off, s, count, length) for off, s, count, length
+            in zip(offsets, window.strides, dy.shape[1:-1], lengths)]
+    spread = np.zeros((n, *lengths, co), dy.dtype)
+    if all(p1 > p0 for p0, p1 in rows):
+        target = tuple(slice(off + p0 * s, off + (p1 - 1) * s + 1, s)
+                       for off, (p0, p1), s in zip(offsets, rows, window.strides))
+        spread[(slice(None), *target)] = dy[(slice(None), *(slice(p0, p1) for p0, p1 in rows))]
+    flip = tuple(slice(None, None, -1) for _ in k_sizes)
+    rank = f.ndim
+    flipped = np.ascontiguousarray(f[flip].transpose(*range(rank - 2), rank - 1, rank - 2))
+    unit = Window(tuple(k_sizes), (1,) * len(sizes), window.dilations,
+                  ((0, 0),) * len(sizes), tuple(sizes))
     return conv2d_nhwc(spread, flipped, unit)
 
 
 def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tuple,
                                 window: Window) -> np.ndarray:
-    """d filter = patches^T @ out_backprop, one matmul."""
-    kh, kw, ci, co = filter_shape
-    if x.shape[0] * window.out[0] * window.out[1] == 0:
+    """d filter = patches^T @ out_backprop, one matmul (any number of spatial dims)."""
+    *k_sizes, ci, co = filter_shape
+    if x.shape[0] * int(np.prod(window.out)) == 0:
         return np.zeros(filter_shape, x.dtype)
-    cols = _patches(_pad_nhwc(x, window.pads), kh, kw, window)
-    return np.matmul(cols.T, dy.reshape(-1, co)).reshape(kh, kw, ci, co)
+    cols = _patches(_pad_nhwc(x, window.pads), tuple(k_sizes), window)
+    return np.matmul(cols.T, dy.reshape(-1, co)).reshape(filter_shape)
 
 
 # ----------------------------------------------------------------------------- conv kernels
@@ -149,7 +160,7 @@ def conv2d_backprop_input(op, inputs, ctx):
     fmt = op.attrs["data_format"]
     fail = fail_for(op)
     x_shape = sizes_to_shape(sizes.tolist(), "input_sizes", fail, fmt,
-                             to_nhwc(dy.shape, fmt)[0], f.shape[2])
+                             to_nhwc(dy.shape, fmt)[0], f.shape[-2])
     window = conv_geometry(op.attrs, fail, x_shape, f.shape)
     ct = compute_dtype(dy.dtype)
     dx = conv2d_backprop_input_nhwc(_nhwc(dy, fmt).astype(ct, copy=False),
@@ -184,7 +195,7 @@ def conv2d_backprop_input_native(op, inputs, ctx):
     sizes, f, dy = inputs
     fmt = op.attrs["data_format"]
     x_shape = sizes_to_shape(sizes.tolist(), "input_sizes", fail_for(op), fmt,
-                             to_nhwc(dy.shape, fmt)[0], f.shape[2])
+                             to_nhwc(dy.shape, fmt)[0], f.shape[-2])
     if dy.size == 0 or 0 in x_shape:
         return conv2d_backprop_input(op, inputs, ctx)
     window = conv_geometry(op.attrs, fail_for(op), x_shape, f.shape)

@@ -1,6 +1,7 @@
 """numpy and native kernels of the pooling ops (``ops.pooling_ops``).
 
-numpy: two 1-D passes (height, width) over the window offsets that some output reads in
+numpy: one 1-D pass per spatial axis (height, width; planes first for the 3-D pools of
+``backends.volumetric_kernels``) over the window offsets that some output reads in
 bounds (never over pixels), each step a strided slice of the whole batch, in the tensor's
 own layout; windows are clipped to the input (no padded copy), so the cost is the output
 size times the clipped window, whatever ksize is. Max-pool gradients locate each window's
@@ -49,13 +50,11 @@ F32 = np.float32
 
 
 def _placed(axis: int, index) -> tuple:
-    """An index of a 4-D tensor: ``index`` on ``axis``, everything elsewhere."""
-    full = [slice(None)] * 4
-    full[axis] = index
-    return tuple(full)
+    """An index of a tensor: ``index`` on ``axis``, everything elsewhere."""
+    return (slice(None),) * axis + (index,)
 
 
-class _PoolAxis:
+class PoolAxis:
     """The window geometry of one spatial axis (see the comment above)."""
 
     def __init__(self, size: int, k: int, stride: int, before: int, out: int) -> None:
@@ -90,21 +89,26 @@ class _PoolAxis:
         return np.minimum(start + self.k, self.size) - np.maximum(start, 0)
 
 
-class _Pool:
-    """A pool's two axes over a tensor in its own layout (NHWC or NCHW)."""
+class Pool:
+    """A pool's spatial axes (2, or 3 for the 3-D pools) over a tensor in its own layout
+    (channels last or first). ``argmax`` and ``flat_index`` serve the 2-D max-pool
+    gradients."""
 
-    def __init__(self, window: Window, data_format: str, in_hw: tuple[int, int]) -> None:
+    def __init__(self, window: Window, data_format: str, in_sizes: tuple[int, ...]) -> None:
         self.window = window
-        self.h_axis, self.w_axis, _ = spatial_axes(data_format)
-        self.axes = tuple(_PoolAxis(in_hw[d], window.ksize[d], window.strides[d],
-                                    window.pads[d][0], window.out[d]) for d in range(2))
+        self.tensor_axes = spatial_axes(data_format)[:-1]
+        self.h_axis, self.w_axis = self.tensor_axes[-2:]
+        self.axes = tuple(PoolAxis(size, window.ksize[d], window.strides[d],
+                                   window.pads[d][0], window.out[d])
+                          for d, size in enumerate(in_sizes))
 
-    def _along(self, d: int) -> tuple[int, _PoolAxis]:
-        return (self.h_axis, self.w_axis)[d], self.axes[d]
+    def _along(self, d: int) -> tuple[int, PoolAxis]:
+        return self.tensor_axes[d], self.axes[d]
 
     def reduce(self, x: np.ndarray, d: int, combine, init) -> np.ndarray:
-        """``combine`` (np.add, np.maximum) of each window of axis ``d`` (0: height,
-        1: width), starting from ``init``; in bounds only, offsets in increasing order."""
+        """``combine`` (np.add, np.maximum) of each window of spatial axis ``d`` (0: the
+        first, height or planes), starting from ``init``; in bounds only, offsets in
+        increasing order."""
         axis, geo = self._along(d)
         shape = list(x.shape)
         shape[axis] = geo.out
@@ -127,13 +131,18 @@ class _Pool:
 
     def counts(self) -> np.ndarray:
         """How many in-bounds input elements each output window covers (broadcastable)."""
-        return self.spatial(np.outer(self.axes[0].counts(), self.axes[1].counts()))
+        total = np.ones((), np.int64)
+        for geo in self.axes:
+            total = np.multiply.outer(total, geo.counts())
+        return self.spatial(total)
 
-    def spatial(self, hw: np.ndarray) -> np.ndarray:
-        """An [out_h, out_w] array reshaped to broadcast against the tensor's layout."""
-        shape = [1, 1, 1, 1]
-        shape[self.h_axis], shape[self.w_axis] = hw.shape
-        return hw.reshape(shape)
+    def spatial(self, sizes: np.ndarray) -> np.ndarray:
+        """An array of the output's spatial shape reshaped to broadcast against the
+        tensor's layout."""
+        shape = [1] * (len(self.axes) + 2)
+        for axis, size in zip(self.tensor_axes, sizes.shape):
+            shape[axis] = size
+        return sizes.reshape(shape)
 
     def _first_max(self, key: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
         """(max, input index of its first occurrence) of ``key`` over each window of axis
@@ -143,7 +152,7 @@ class _Pool:
         shape[axis] = geo.out
         best = np.zeros(shape, key.dtype)
         arg = np.full(shape, -1, np.int64)
-        bshape = [1, 1, 1, 1]
+        bshape = [1] * key.ndim
         for p0, p1, src in geo.offsets():
             block = _placed(axis, slice(p0, p1))
             value, b, a = key[_placed(axis, src)], best[block], arg[block]
@@ -195,10 +204,11 @@ class _Pool:
         return index
 
 
-def _pool_setup(op, x_shape, data_format):
+def pool_setup(op, x_shape, data_format) -> tuple[tuple, Pool]:
+    """(output shape, :class:`Pool`) of the pool node ``op`` over an input of ``x_shape``."""
     out_shape, window = pool_output_shape(op.attrs, fail_for(op), x_shape)
-    h, w, _ = spatial_axes(data_format)
-    return tuple(out_shape), _Pool(window, data_format, (x_shape[h], x_shape[w]))
+    *spatial, _ = spatial_axes(data_format)
+    return tuple(out_shape), Pool(window, data_format, tuple(x_shape[a] for a in spatial))
 
 
 def _lowest(dtype: np.dtype):
@@ -219,20 +229,22 @@ def _c_pool_grad(op) -> bool:
 
 @register_kernel("MaxPool")
 def max_pool(op, inputs, ctx):
-    """The maximum over each window's in-bounds elements (NaN propagates)."""
+    """The maximum over each window's in-bounds elements (NaN propagates), one spatial axis
+    after the other (any number of them: MaxPool3D runs it too)."""
     x = inputs[0]
-    out_shape, pool = _pool_setup(op, x.shape, op.attrs["data_format"])
+    out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
     if 0 in out_shape:
         return [np.zeros(out_shape, x.dtype)]
     ct = compute_dtype(x.dtype)
-    low = _lowest(ct)
-    rows = pool.reduce(x.astype(ct, copy=False), 0, np.maximum, low)
-    return [pool.reduce(rows, 1, np.maximum, low).astype(x.dtype, copy=False)]
+    y = x.astype(ct, copy=False)
+    for d in range(len(pool.axes)):
+        y = pool.reduce(y, d, np.maximum, _lowest(ct))
+    return [y.astype(x.dtype, copy=False)]
 
 
 def _max_pool_grad_inputs(op, inputs):
     x, _, g = inputs
-    out_shape, pool = _pool_setup(op, x.shape, op.attrs["data_format"])
+    out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
     return x, g, out_shape, pool
 
 
@@ -259,7 +271,7 @@ def max_pool_grad(op, inputs, ctx):
 @register_kernel("MaxPool", backend="native", dtypes=(dtypes.float32,), when=_c_pool)
 def max_pool_native(op, inputs, ctx):
     x = inputs[0]
-    out_shape, pool = _pool_setup(op, x.shape, op.attrs["data_format"])
+    out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
     if 0 in out_shape:
         return max_pool(op, inputs, ctx)
     w = pool.window
@@ -292,7 +304,7 @@ def avg_pool(op, inputs, ctx):
     """Window sums over the in-bounds elements (height, then width) divided by the
     in-bounds element count (TF: padding is not counted)."""
     x = inputs[0]
-    out_shape, pool = _pool_setup(op, x.shape, op.attrs["data_format"])
+    out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
     if 0 in out_shape:
         return [np.zeros(out_shape, x.dtype)]
     ct = compute_dtype(x.dtype)
@@ -306,7 +318,7 @@ def avg_pool_grad(op, inputs, ctx):
     in-bounds elements (width, then height: the adjoint of AvgPool's passes)."""
     sizes, g = inputs
     x_shape = tuple(sizes.tolist())
-    out_shape, pool = _pool_setup(op, x_shape, op.attrs["data_format"])
+    out_shape, pool = pool_setup(op, x_shape, op.attrs["data_format"])
     ct = compute_dtype(g.dtype)
     if 0 in out_shape:
         return [np.zeros(x_shape, g.dtype)]

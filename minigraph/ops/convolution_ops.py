@@ -1,7 +1,9 @@
 """Convolution ops: ``Conv2D`` and its two backprops (TF's ``core/ops/nn_ops.cc`` names,
 inputs, attrs and defaults). Image tensors are NHWC (default) or NCHW; filters are HWIO
 (``[filter_height, filter_width, in_channels, out_channels]``) in both formats, as in TF.
-The window geometry is in ``ops.window``; the gradients are at the bottom.
+The window geometry is in ``ops.window``; the gradients are at the bottom. The shape
+functions take their rank from ``data_format``: ``ops.volumetric_ops`` builds Conv3D's on
+them.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from minigraph.ops.math_ops import FLOATS
 from minigraph.ops.window import (
     FORMATS,
     PADDINGS_EXPLICIT,
+    SIZES_LENGTHS,
     check_out_backprop,
     conv_geometry,
     copy_attrs,
     from_nhwc,
+    image_input,
     merge_dims,
-    rank4_input,
     sizes_to_shape,
     to_nhwc,
     vector_input,
@@ -55,44 +58,46 @@ def _conv_attrs(padding: Sequence[str] = PADDINGS_EXPLICIT, types=CONV_TYPES) ->
 # ----------------------------------------------------------------------------- convolution
 
 
-def conv2d_shape(ctx: InferenceContext) -> list[TensorShape]:
-    """[batch, out_h, out_w, out_channels] (NCHW: [batch, out_channels, out_h, out_w])."""
+def conv_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """[batch, out spatial..., out_channels] (channels-first formats: [batch, out_channels,
+    out spatial...]); 2 or 3 spatial dims, as data_format says."""
     fmt = ctx.attrs["data_format"]
-    x, f = rank4_input(ctx, "input"), rank4_input(ctx, "filter")
+    x, f = image_input(ctx, "input"), image_input(ctx, "filter")
     window = conv_geometry(ctx.attrs, ctx.error, x, f)
-    return [TensorShape(from_nhwc((to_nhwc(x, fmt)[0], window.out[0], window.out[1], f[3]),
-                                  fmt))]
+    return [TensorShape(from_nhwc((to_nhwc(x, fmt)[0], *window.out, f[-1]), fmt))]
 
 
-def conv2d_backprop_input_shape(ctx: InferenceContext) -> list[TensorShape]:
+def conv_backprop_input_shape(ctx: InferenceContext) -> list[TensorShape]:
     """The shape in ``input_sizes``, checked against filter and out_backprop."""
     fmt = ctx.attrs["data_format"]
-    f, dy = rank4_input(ctx, "filter"), rank4_input(ctx, "out_backprop")
-    sizes = vector_input(ctx, "input_sizes", (4, 2))
+    f, dy = image_input(ctx, "filter"), image_input(ctx, "out_backprop")
+    sizes = vector_input(ctx, "input_sizes", SIZES_LENGTHS[len(fmt)])
+    batch = to_nhwc(dy, fmt)[0]
     if sizes is None:
-        x = from_nhwc((to_nhwc(dy, fmt)[0], None, None, f[2]), fmt)
+        x = from_nhwc((batch, *(None,) * (len(fmt) - 2), f[-2]), fmt)
     else:
-        x = sizes_to_shape(sizes, "input_sizes", ctx.error, fmt, to_nhwc(dy, fmt)[0], f[2])
+        x = sizes_to_shape(sizes, "input_sizes", ctx.error, fmt, batch, f[-2])
     window = conv_geometry(ctx.attrs, ctx.error, x, f, "input_sizes")
     check_out_backprop(ctx.attrs, ctx.error, x, f, dy, window)
-    n, h, w, c = to_nhwc(x, fmt)
-    return [TensorShape(from_nhwc((merge_dims(n, to_nhwc(dy, fmt)[0]), h, w, merge_dims(c, f[2])),
+    n, *spatial, c = to_nhwc(x, fmt)
+    return [TensorShape(from_nhwc((merge_dims(n, batch), *spatial, merge_dims(c, f[-2])),
                                   fmt))]
 
 
-def conv2d_backprop_filter_shape(ctx: InferenceContext) -> list[TensorShape]:
-    """The HWIO shape in ``filter_sizes``, checked against input and out_backprop."""
+def conv_backprop_filter_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """The HWIO (DHWIO) shape in ``filter_sizes``, checked against input and
+    out_backprop."""
     fmt = ctx.attrs["data_format"]
-    x, dy = rank4_input(ctx, "input"), rank4_input(ctx, "out_backprop")
-    sizes = vector_input(ctx, "filter_sizes", (4,))
+    x, dy = image_input(ctx, "input"), image_input(ctx, "out_backprop")
+    sizes = vector_input(ctx, "filter_sizes", (len(fmt),))
     if sizes is not None and any(s < 0 for s in sizes):
-        raise ctx.error(f"input 'filter_sizes' must be non-negative, got {sizes}")
-    f = tuple(sizes) if sizes is not None else (None, None, to_nhwc(x, fmt)[3],
-                                                 to_nhwc(dy, fmt)[3])
+        raise ctx.error(f"Dimension {next(s for s in sizes if s < 0)} must be >= 0: input "
+                        f"'filter_sizes' must be non-negative, got {sizes}")
+    c, co = to_nhwc(x, fmt)[-1], to_nhwc(dy, fmt)[-1]
+    f = tuple(sizes) if sizes is not None else (*(None,) * (len(fmt) - 2), c, co)
     window = conv_geometry(ctx.attrs, ctx.error, x, f)
     check_out_backprop(ctx.attrs, ctx.error, x, f, dy, window)
-    return [TensorShape((f[0], f[1], merge_dims(f[2], to_nhwc(x, fmt)[3]),
-                         merge_dims(f[3], to_nhwc(dy, fmt)[3])))]
+    return [TensorShape((*f[:-2], merge_dims(f[-2], c), merge_dims(f[-1], co)))]
 
 
 CONV2D = register_op(OpDef(
@@ -100,7 +105,7 @@ CONV2D = register_op(OpDef(
     inputs=[ArgDef("input", type_attr="T"), ArgDef("filter", type_attr="T")],
     outputs=[ArgDef("output", type_attr="T")],
     attrs=_conv_attrs(),
-    shape_fn=conv2d_shape,
+    shape_fn=conv_shape,
 ))
 CONV2D_BACKPROP_INPUT = register_op(OpDef(
     name="Conv2DBackpropInput",
@@ -108,7 +113,7 @@ CONV2D_BACKPROP_INPUT = register_op(OpDef(
             ArgDef("out_backprop", type_attr="T")],
     outputs=[ArgDef("output", type_attr="T")],
     attrs=_conv_attrs(),
-    shape_fn=conv2d_backprop_input_shape,
+    shape_fn=conv_backprop_input_shape,
 ))
 CONV2D_BACKPROP_FILTER = register_op(OpDef(
     name="Conv2DBackpropFilter",
@@ -116,7 +121,7 @@ CONV2D_BACKPROP_FILTER = register_op(OpDef(
             ArgDef("out_backprop", type_attr="T")],
     outputs=[ArgDef("output", type_attr="T")],
     attrs=_conv_attrs(types=FLOATS),
-    shape_fn=conv2d_backprop_filter_shape,
+    shape_fn=conv_backprop_filter_shape,
 ))
 Conv2D = make_wrapper(CONV2D)
 Conv2DBackpropInput = make_wrapper(CONV2D_BACKPROP_INPUT)

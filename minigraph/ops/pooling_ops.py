@@ -1,6 +1,8 @@
 """Pooling ops: ``MaxPool``, ``AvgPool`` and their gradients (``MaxPoolGrad``,
 ``MaxPoolGradGrad``, ``AvgPoolGrad``), TF's names, inputs, attrs and defaults; NHWC (default)
-or NCHW. The window geometry is in ``ops.window``; the gradients are at the bottom.
+or NCHW. The window geometry is in ``ops.window``; the gradients are at the bottom. The
+shape functions take their rank from ``data_format``: ``ops.volumetric_ops`` uses them for
+MaxPool3D and its gradients.
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ from minigraph.ops.window import (
     Window,
     copy_attrs,
     from_nhwc,
+    image_input,
     make_window,
     merge_dims,
     mismatch,
-    rank4_input,
     to_nhwc,
     vector_input,
 )
@@ -61,9 +63,9 @@ def pool_output_shape(attrs: dict, fail: Fail, input_shape: Dims, input_name: st
     """(output shape in data_format order, window) of a pool over ``input_shape`` (the shape
     of input ``input_name``)."""
     fmt = attrs["data_format"]
-    n, h, w, c = to_nhwc(input_shape, fmt)
-    window = make_window(attrs, fail, (h, w), input_name=input_name)
-    return from_nhwc((n, window.out[0], window.out[1], c), fmt), window
+    n, *spatial, c = to_nhwc(input_shape, fmt)
+    window = make_window(attrs, fail, spatial, input_name=input_name)
+    return from_nhwc((n, *window.out, c), fmt), window
 
 
 def _check_same(ctx: InferenceContext, name: str, shape: Dims, expected: Dims, why: str
@@ -76,26 +78,26 @@ def _check_same(ctx: InferenceContext, name: str, shape: Dims, expected: Dims, w
 
 def pool_shape(ctx: InferenceContext) -> list[TensorShape]:
     name = ctx.op_def.inputs[0].name
-    return [TensorShape(pool_output_shape(ctx.attrs, ctx.error, rank4_input(ctx, name), name)[0])]
+    return [TensorShape(pool_output_shape(ctx.attrs, ctx.error, image_input(ctx, name), name)[0])]
 
 
 def max_pool_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
-    """MaxPoolGrad: orig_input's shape; MaxPoolGradGrad: orig_output's. Both check all three
-    inputs against each other."""
-    x = rank4_input(ctx, "orig_input")
+    """MaxPoolGrad (MaxPool3DGrad): orig_input's shape; MaxPoolGradGrad (MaxPool3DGradGrad):
+    orig_output's. Both check all three inputs against each other."""
+    x = image_input(ctx, "orig_input")
     y_expected, _ = pool_output_shape(ctx.attrs, ctx.error, x, "orig_input")
-    y = _check_same(ctx, "orig_output", rank4_input(ctx, "orig_output"), y_expected,
+    y = _check_same(ctx, "orig_output", image_input(ctx, "orig_output"), y_expected,
                     "the pool of orig_input")
-    if ctx.op_def.name == "MaxPoolGrad":
-        _check_same(ctx, "grad", rank4_input(ctx, "grad"), y, "the shape of orig_output")
+    if not ctx.op_def.name.endswith("GradGrad"):
+        _check_same(ctx, "grad", image_input(ctx, "grad"), y, "the shape of orig_output")
         return [TensorShape(x)]
-    _check_same(ctx, "grad", rank4_input(ctx, "grad"), x, "the shape of orig_input")
+    _check_same(ctx, "grad", image_input(ctx, "grad"), x, "the shape of orig_input")
     return [TensorShape(y)]
 
 
 def avg_pool_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
     fmt = ctx.attrs["data_format"]
-    dy = rank4_input(ctx, "grad")
+    dy = image_input(ctx, "grad")
     sizes = vector_input(ctx, "orig_input_shape", (4,))
     if sizes is None:
         n, _, _, c = to_nhwc(dy, fmt)

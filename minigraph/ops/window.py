@@ -1,11 +1,15 @@
-"""Sliding-window geometry shared by the convolution and pooling families: output sizes and
-padding (TF's ``GetWindowedOutputSizeVerbose``), the window attrs' checks, NHWC/NCHW axis
-bookkeeping and the shape-function helpers both families use.
+"""Sliding-window geometry shared by the convolution, pooling and volumetric families:
+output sizes and padding (TF's ``GetWindowedOutputSizeVerbose``), the window attrs' checks,
+channels-first/last axis bookkeeping and the shape-function helpers the families use.
 
-The shape functions (``ops.convolution_ops``, ``ops.pooling_ops``) and the kernels
-(``backends.convolution_kernels``, ``backends.pooling_kernels``) use the same functions, so
-a problem is reported with the same message at construction (when the static shapes show
-it) and at run time (when only the data does).
+Everything works for 2 spatial dimensions (4-D tensors: NHWC/NCHW, HWIO filters) and 3
+(5-D tensors: NDHWC/NCDHW, DHWIO filters): the rank comes from ``data_format``. "NHWC" in a
+name means channels-last order (NDHWC for 5-D tensors).
+
+The shape functions (``ops.convolution_ops``, ``ops.pooling_ops``, ``ops.volumetric_ops``)
+and the kernels use the same functions, so a problem is reported with the same message at
+construction (when the static shapes show it) and at run time (when only the data does).
+Messages lead with TensorFlow's words where TF has some for the problem.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from minigraph.framework.op_def import InferenceContext
 from minigraph.framework.tensor_shape import dims_text
 
 FORMATS = ("NHWC", "NCHW")
+FORMATS_3D = ("NDHWC", "NCDHW")
 PADDINGS = ("SAME", "VALID")
 PADDINGS_EXPLICIT = ("SAME", "VALID", "EXPLICIT")
 
@@ -27,21 +32,38 @@ Dims = Sequence[int | None]
 # ----------------------------------------------------------------------------- geometry
 
 
-def spatial_axes(data_format: str) -> tuple[int, int, int]:
-    """(height axis, width axis, channel axis) of a 4-D tensor in ``data_format``."""
-    return (1, 2, 3) if data_format == "NHWC" else (2, 3, 1)
+# The spatial dimensions' names (messages), by count, and the sides of each (explicit pads).
+SPATIAL_NAMES = {2: ("height", "width"), 3: ("planes", "height", "width")}
+_SIDES = {"planes": ("front", "back"), "height": ("top", "bottom"), "width": ("left", "right")}
+# The lengths TF accepts for a convolution's input_sizes, by rank: the shape, or (4-D only)
+# its spatial sizes.
+SIZES_LENGTHS = {4: (4, 2), 5: (5,)}
+
+
+def spatial_axes(data_format: str) -> tuple[int, ...]:
+    """(spatial axes..., channel axis) of a tensor in ``data_format``: (1, 2, 3) for NHWC,
+    (2, 3, 1) for NCHW, (1, 2, 3, 4) for NDHWC, (2, 3, 4, 1) for NCDHW."""
+    rank = len(data_format)
+    if data_format.endswith("C"):
+        return (*range(1, rank - 1), rank - 1)
+    return (*range(2, rank), 1)
 
 
 def to_nhwc(dims: Dims, data_format: str) -> tuple:
-    """A 4-entry list in ``data_format`` order (a shape, strides...) reordered as NHWC."""
-    h, w, c = spatial_axes(data_format)
-    return (dims[0], dims[h], dims[w], dims[c])
+    """A list in ``data_format`` order (a shape, strides...) reordered channels-last."""
+    *spatial, c = spatial_axes(data_format)
+    return (dims[0], *(dims[a] for a in spatial), dims[c])
 
 
 def from_nhwc(dims: Dims, data_format: str) -> tuple:
     """The inverse of :func:`to_nhwc`."""
-    n, h, w, c = dims
-    return (n, h, w, c) if data_format == "NHWC" else (n, c, h, w)
+    n, *spatial, c = dims
+    return (n, *spatial, c) if data_format.endswith("C") else (n, c, *spatial)
+
+
+def filter_layout(data_format: str) -> str:
+    """The filter layout of a convolution over ``data_format`` tensors: HWIO or DHWIO."""
+    return "HWIO" if len(data_format) == 4 else "DHWIO"
 
 
 def _trunc_div(a: int, b: int) -> int:
@@ -76,20 +98,23 @@ def windowed_output_size(in_size: int | None, k: int | None, stride: int, dilati
         needed = max(0, (out - 1) * stride + k_eff - in_size)
         before, after = needed // 2, needed - needed // 2
     if out < 0:
-        raise fail(f"Computed output size would be negative: {out} [input_size: {in_size}, "
+        padded = in_size + before + after
+        raise fail(f"Negative dimension size caused by subtracting {k_eff} from {padded}: "
+                   f"Computed output size would be negative: {out} [input_size: {in_size}, "
                    f"effective_filter_size: {k_eff}, stride: {stride}] (the {what})")
     return out, before, after
 
 
 @dataclass(frozen=True)
 class Window:
-    """A 2-D sliding window in NHWC terms: sizes, strides, dilations, pads, output size."""
+    """A sliding window over the spatial dims (in channels-last order: (H, W) or (D, H, W)):
+    sizes, strides, dilations, (before, after) pads and output sizes, one entry per dim."""
 
-    ksize: tuple[int | None, int | None]
-    strides: tuple[int, int]
-    dilations: tuple[int, int]
-    pads: tuple[tuple[int, int], tuple[int, int]]
-    out: tuple[int | None, int | None]
+    ksize: tuple[int | None, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[tuple[int, int], ...]
+    out: tuple[int | None, ...]
 
 
 def _int_list(value: Sequence[int], attr: str, length: int, fail: Fail) -> list[int]:
@@ -99,82 +124,104 @@ def _int_list(value: Sequence[int], attr: str, length: int, fail: Fail) -> list[
     return list(value)
 
 
+def _pool_unsupported(values: Sequence[int]) -> str:
+    """TF's words for a pool window or stride (channels-last) over the batch or depth."""
+    where = "batch" if values[0] != 1 else "depth"
+    return f"Pooling is not yet supported on the {where} dimension"
+
+
 def window_attrs(attrs: dict, fail: Fail, *, window: str | None = None
-                 ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int],
-                            tuple[tuple[int, int], tuple[int, int]]]:
+                 ) -> tuple[tuple, tuple[int, ...], tuple[int, ...], tuple[tuple[int, int], ...]]:
     """Check a conv/pool node's attrs; return (ksize, strides, dilations, explicit pads) of
-    the spatial dims (H, W). ``window`` is ``"ksize"`` for pools, None for convolutions
-    (whose window is the filter; ksize comes back as (None, None))."""
+    the spatial dims. ``window`` is ``"ksize"`` for pools, None for convolutions (whose
+    window is the filter; ksize comes back as Nones)."""
     fmt = attrs["data_format"]
+    rank = len(fmt)
     what = "pooling" if window else "convolution"
-    strides = to_nhwc(_int_list(attrs["strides"], "strides", 4, fail), fmt)
-    if strides[0] != 1 or strides[3] != 1:
-        raise fail(f"attr 'strides' {list(attrs['strides'])}: {what} strides in the batch and "
-                   f"depth dimensions must be 1 (data_format {fmt})")
+    strides = to_nhwc(_int_list(attrs["strides"], "strides", rank, fail), fmt)
+    if strides[0] != 1 or strides[-1] != 1:
+        words = (_pool_unsupported(strides) if window else "Current implementation does not "
+                 "yet support strides in the batch and depth dimensions")
+        raise fail(f"{words}: attr 'strides' {list(attrs['strides'])}: {what} strides in the "
+                   f"batch and depth dimensions must be 1 (data_format {fmt})")
     if min(strides) < 1:
-        raise fail(f"attr 'strides' must be >= 1, got {list(attrs['strides'])}")
+        raise fail(f"Stride must be > 0, but got {min(strides)}: attr 'strides' must be >= 1, "
+                   f"got {list(attrs['strides'])}")
     if window:
-        ksize = to_nhwc(_int_list(attrs[window], window, 4, fail), fmt)
-        if ksize[0] != 1 or ksize[3] != 1:
-            raise fail(f"attr '{window}' {list(attrs[window])}: pooling is only supported "
-                       f"over the spatial dimensions; the batch and depth window sizes must "
-                       f"be 1 (data_format {fmt})")
+        ksize = to_nhwc(_int_list(attrs[window], window, rank, fail), fmt)
+        if ksize[0] != 1 or ksize[-1] != 1:
+            raise fail(f"{_pool_unsupported(ksize)}: attr '{window}' {list(attrs[window])}: "
+                       f"pooling is only supported over the spatial dimensions; the batch and "
+                       f"depth window sizes must be 1 (data_format {fmt})")
         if min(ksize) < 1:
-            raise fail(f"attr '{window}' must be >= 1, got {list(attrs[window])}")
-        dilations = (1, 1, 1, 1)
+            raise fail(f"Sliding window ksize must be positive. The specified or inferred "
+                       f"ksize is: {','.join(str(k) for k in attrs[window])}: attr "
+                       f"'{window}' must be >= 1, got {list(attrs[window])}")
+        dilations = (1,) * rank
     else:
-        ksize = (1, None, None, 1)
-        dilations = to_nhwc(_int_list(attrs["dilations"], "dilations", 4, fail), fmt)
-        if dilations[0] != 1 or dilations[3] != 1:
-            raise fail(f"attr 'dilations' {list(attrs['dilations'])}: dilations in the batch "
-                       f"and depth dimensions must be 1 (data_format {fmt})")
+        ksize = (1, *(None,) * (rank - 2), 1)
+        dilations = to_nhwc(_int_list(attrs["dilations"], "dilations", rank, fail), fmt)
+        if dilations[0] != 1 or dilations[-1] != 1:
+            raise fail(f"Current implementation does not yet support dilation rates in the "
+                       f"batch and depth dimensions: attr 'dilations' "
+                       f"{list(attrs['dilations'])}: dilations in the batch and depth "
+                       f"dimensions must be 1 (data_format {fmt})")
         if min(dilations) < 1:
-            raise fail(f"attr 'dilations' must be >= 1, got {list(attrs['dilations'])}")
+            raise fail(f"Dilation rate must be >= 1, but got {min(dilations)}: attr "
+                       f"'dilations' must be >= 1, got {list(attrs['dilations'])}")
+    pads = _explicit_pads(attrs, fail, ksize if window else None)
+    return ksize[1:-1], strides[1:-1], dilations[1:-1], pads
+
+
+def _explicit_pads(attrs: dict, fail: Fail, ksize: tuple | None
+                   ) -> tuple[tuple[int, int], ...]:
+    """The (before, after) pads of the spatial dims: ``explicit_paddings`` checked when
+    padding is EXPLICIT (a pool's, whose channels-last window is ``ksize``, smaller than
+    it), zeros otherwise."""
+    fmt = attrs["data_format"]
+    rank = len(fmt)
     explicit = list(attrs.get("explicit_paddings", []))
-    if attrs["padding"] == "EXPLICIT":
-        if len(explicit) != 8:
-            raise fail(f"attr 'explicit_paddings' must contain 8 values (a before/after pair "
-                       f"per dimension of {fmt}) when padding is EXPLICIT, got {len(explicit)}: "
-                       f"{explicit}")
-        if min(explicit) < 0:
-            raise fail(f"attr 'explicit_paddings' must be non-negative, got {explicit}")
-        pairs = to_nhwc([tuple(explicit[2 * i:2 * i + 2]) for i in range(4)], fmt)
-        if pairs[0] != (0, 0) or pairs[3] != (0, 0):
-            raise fail(f"attr 'explicit_paddings' {explicit}: padding the batch or depth "
-                       f"dimension is not supported (data_format {fmt})")
-        pads = (pairs[1], pairs[2])
-        if window:
-            for (before, after), k, side in ((pairs[1], ksize[1], ("top", "bottom")),
-                                             (pairs[2], ksize[2], ("left", "right"))):
-                for amount, name in zip((before, after), side):
-                    if amount >= k:
-                        raise fail(f"attr 'explicit_paddings': {name} padding {amount} must "
-                                   f"be smaller than the window size {k}")
-    else:
+    if attrs["padding"] != "EXPLICIT":
         if explicit:
             raise fail(f"attr 'explicit_paddings' must be empty unless padding is EXPLICIT, "
                        f"got {explicit} with padding {attrs['padding']}")
-        pads = ((0, 0), (0, 0))
-    return ((ksize[1], ksize[2]), (strides[1], strides[2]), (dilations[1], dilations[2]),
-            pads)
+        return ((0, 0),) * (rank - 2)
+    if len(explicit) != 2 * rank:
+        raise fail(f"attr 'explicit_paddings' must contain {2 * rank} values (a before/after "
+                   f"pair per dimension of {fmt}) when padding is EXPLICIT, got "
+                   f"{len(explicit)}: {explicit}")
+    if min(explicit) < 0:
+        raise fail(f"attr 'explicit_paddings' must be non-negative, got {explicit}")
+    pairs = to_nhwc([tuple(explicit[2 * i:2 * i + 2]) for i in range(rank)], fmt)
+    if pairs[0] != (0, 0) or pairs[-1] != (0, 0):
+        raise fail(f"attr 'explicit_paddings' {explicit}: padding the batch or depth "
+                   f"dimension is not supported (data_format {fmt})")
+    pads = tuple(pairs[1:-1])
+    if ksize is not None:
+        for pair, k, name in zip(pads, ksize[1:-1], SPATIAL_NAMES[rank - 2]):
+            for amount, side in zip(pair, _SIDES[name]):
+                if amount >= k:
+                    raise fail(f"attr 'explicit_paddings': {side} padding {amount} must be "
+                               f"smaller than the window size {k}")
+    return pads
 
 
-def make_window(attrs: dict, fail: Fail, in_hw: Dims, k_hw: Dims | None = None,
+def make_window(attrs: dict, fail: Fail, in_sizes: Dims, k_sizes: Dims | None = None,
                 input_name: str = "input") -> Window:
-    """The :class:`Window` of a node over an input of spatial size ``in_hw``; ``k_hw`` is
-    the filter's (H, W) for convolutions (pools take theirs from ``ksize``); errors name
-    the input that has that size, ``input_name``."""
+    """The :class:`Window` of a node over an input of spatial sizes ``in_sizes``;
+    ``k_sizes`` is the filter's spatial sizes for convolutions (pools take theirs from
+    ``ksize``); errors name the input that has that size, ``input_name``."""
     ksize, strides, dilations, explicit = window_attrs(
-        attrs, fail, window=None if k_hw is not None else "ksize")
-    if k_hw is not None:
-        ksize = (k_hw[0], k_hw[1])
-    sizes = [windowed_output_size(in_hw[i], ksize[i], strides[i], dilations[i],
+        attrs, fail, window=None if k_sizes is not None else "ksize")
+    if k_sizes is not None:
+        ksize = tuple(k_sizes)
+    names = SPATIAL_NAMES[len(in_sizes)]
+    sizes = [windowed_output_size(in_sizes[i], ksize[i], strides[i], dilations[i],
                                   attrs["padding"], explicit[i], fail,
-                                  f"{('height', 'width')[i]} of input '{input_name}'")
-             for i in range(2)]
-    return Window(ksize, strides, dilations, ((sizes[0][1], sizes[0][2]),
-                                               (sizes[1][1], sizes[1][2])),
-                  (sizes[0][0], sizes[1][0]))
+                                  f"{names[i]} of input '{input_name}'")
+             for i in range(len(in_sizes))]
+    return Window(tuple(ksize), strides, dilations, tuple((s[1], s[2]) for s in sizes),
+                  tuple(s[0] for s in sizes))
 
 
 def mismatch(a: int | None, b: int | None) -> bool:
@@ -188,20 +235,46 @@ def merge_dims(a: int | None, b: int | None) -> int | None:
 def conv_geometry(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
                   input_name: str = "input") -> Window:
     """Check a convolution's input (data_format order; the shape of input ``input_name``)
-    against its HWIO filter and return its window. Works with unknown (None) dims; used at
-    construction and at run time."""
+    against its HWIO (DHWIO) filter and return its window. Works with unknown (None) dims;
+    used at construction and at run time."""
     fmt = attrs["data_format"]
-    n, h, w, c = to_nhwc(input_shape, fmt)
-    kh, kw, ci, _ = filter_shape
+    _, *spatial, c = to_nhwc(input_shape, fmt)
+    *k_sizes, ci, _ = filter_shape
+    layout = filter_layout(fmt)
     if any(d == 0 for d in filter_shape):
-        raise fail(f"input 'filter' must not have zero elements (all dimensions must be "
-                   f"non-zero), got shape {dims_text(filter_shape)}")
+        raise fail(f"filter must not have zero elements (i.e. all dimensions must be "
+                   f"non-zero): input 'filter' has shape {dims_text(filter_shape)}")
     if mismatch(c, ci):
         raise fail(f"input depth must equal the filter's input depth: input 'input' has "
                    f"{c} channels (shape {dims_text(input_shape)}, data_format {fmt}) but "
-                   f"input 'filter' has in_channels {ci} (dimension 2 of HWIO shape "
-                   f"{dims_text(filter_shape)}); grouped convolution is not supported")
-    return make_window(attrs, fail, (h, w), (kh, kw), input_name)
+                   f"input 'filter' has in_channels {ci} (dimension {len(filter_shape) - 2} "
+                   f"of {layout} shape {dims_text(filter_shape)}); grouped convolution is "
+                   f"not supported")
+    return make_window(attrs, fail, spatial, k_sizes, input_name)
+
+
+def _out_backprop_words(axis: int, got: int | None, want: int | None, input_shape: tuple,
+                        filter_shape: Dims, window: Window, attrs: dict
+                        ) -> tuple[str, str, str]:
+    """(TF's words, dimension name, why) for out_backprop's channels-last dim ``axis``
+    holding ``got`` where the forward convolution gives ``want``."""
+    fmt = attrs["data_format"]
+    if axis == 0:
+        return (f"input and out_backprop must have the same batch size. Input batch: {want}, "
+                f"outbackprop batch: {got}, batch_dim: 0", "batch", "the input's batch size")
+    if axis == len(input_shape) - 1:
+        return (f"out_backprop and filter_sizes must have the same number of channels. Got "
+                f"{got} for out_backprop and {want} for filter_sizes", "depth",
+                f"the filter's out_channels (dimension {len(filter_shape) - 1} of "
+                f"{filter_layout(fmt)})")
+    d = axis - 1
+    name = SPATIAL_NAMES[len(window.out)][d]
+    stride, dilation = window.strides[d], window.dilations[d]
+    return (f"Size of out_backprop doesn't match computed: actual = {got}, computed = "
+            f"{want} spatial_dim: {spatial_axes(fmt)[d]} input: {input_shape[axis]} filter: "
+            f"{filter_shape[d]} output: {got} stride: {stride} dilation: {dilation}", name,
+            f"the {name} the forward convolution gives (stride {stride}, dilation "
+            f"{dilation}, padding {attrs['padding']})")
 
 
 def check_out_backprop(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
@@ -209,54 +282,57 @@ def check_out_backprop(attrs: dict, fail: Fail, input_shape: Dims, filter_shape:
     """Check out_backprop (data_format order) against the forward output the input and
     filter give; return the merged output shape in data_format order."""
     fmt = attrs["data_format"]
-    n, _, _, _ = to_nhwc(input_shape, fmt)
-    dn, dh, dw, dc = to_nhwc(out_backprop_shape, fmt)
-    expected = (n, window.out[0], window.out[1], filter_shape[3])
-    why = {"batch": "the input's batch size",
-           "depth": "the filter's out_channels (dimension 3 of HWIO)"}
-    for axis, name in ((1, "height"), (2, "width")):
-        why[name] = (f"the {name} the forward convolution gives (stride "
-                     f"{window.strides[axis - 1]}, dilation {window.dilations[axis - 1]}, "
-                     f"padding {attrs['padding']})")
-    for name, want, got in zip(("batch", "height", "width", "depth"), expected,
-                               (dn, dh, dw, dc)):
+    x, dy = to_nhwc(input_shape, fmt), to_nhwc(out_backprop_shape, fmt)
+    expected = (x[0], *window.out, filter_shape[-1])
+    for axis, (want, got) in enumerate(zip(expected, dy)):
         if mismatch(want, got):
-            raise fail(f"input 'out_backprop' has {name} {got} (shape "
+            words, name, why = _out_backprop_words(axis, got, want, x, filter_shape, window,
+                                                   attrs)
+            raise fail(f"{words}: input 'out_backprop' has {name} {got} (shape "
                        f"{dims_text(out_backprop_shape)}, data_format {fmt}) but must equal "
-                       f"{why[name]}: {want}")
-    return from_nhwc([merge_dims(a, b) for a, b in zip(expected, (dn, dh, dw, dc))], fmt)
+                       f"{why}: {want}")
+    return from_nhwc([merge_dims(a, b) for a, b in zip(expected, dy)], fmt)
 
 
 def sizes_to_shape(sizes: Sequence[int], name: str, fail: Fail, data_format: str,
                    batch: int | None, depth: int | None) -> tuple:
-    """A 4-element shape vector (data_format order) or a 2-element [height, width] one,
-    whose batch and depth come from the other inputs (TF accepts both)."""
+    """A shape vector in data_format order, or (4-D only, as TF accepts) its spatial sizes
+    alone, whose batch and depth come from the other inputs."""
     sizes = list(sizes)
-    if len(sizes) == 4:
-        if any(s < 0 for s in sizes):
-            raise fail(f"input '{name}' must be non-negative, got {sizes}")
+    rank = len(data_format)
+    spatial = rank - 2
+    if len(sizes) not in SIZES_LENGTHS[rank]:
+        alone = (f" or {spatial} ({', '.join(SPATIAL_NAMES[spatial])})"
+                 if spatial in SIZES_LENGTHS[rank] else "")
+        raise fail(f"input '{name}' must have {rank} elements (a {data_format} shape){alone}, "
+                   f"got {len(sizes)}: {sizes}")
+    negative = [s for s in sizes if s < 0]
+    if negative:
+        raise fail(f"Dimension {negative[0]} must be >= 0: input '{name}' must be "
+                   f"non-negative, got {sizes}")
+    if len(sizes) == rank:
         return tuple(sizes)
-    if len(sizes) == 2:
-        if any(s < 0 for s in sizes):
-            raise fail(f"input '{name}' must be non-negative, got {sizes}")
-        return from_nhwc((batch, sizes[0], sizes[1], depth), data_format)
-    raise fail(f"input '{name}' must have 4 elements (a {data_format} shape) or 2 "
-               f"(height, width), got {len(sizes)}: {sizes}")
+    return from_nhwc((batch, *sizes, depth), data_format)
 
 
 # ----------------------------------------------------------------------------- shape helpers
 
 
-def rank4_input(ctx: InferenceContext, name: str) -> tuple:
-    layout = "HWIO" if name == "filter" else f"data_format {ctx.attrs['data_format']}"
-    return tuple(ctx.with_rank(name, 4, f" ({layout})").dims)
+def image_input(ctx: InferenceContext, name: str) -> tuple:
+    """The dims of input ``name``, checked to have the rank of ``data_format`` (4 or 5; a
+    filter too: HWIO or DHWIO)."""
+    fmt = ctx.attrs["data_format"]
+    layout = filter_layout(fmt) if name == "filter" else f"data_format {fmt}"
+    return tuple(ctx.with_rank(name, len(fmt), f" ({layout})").dims)
 
 
 def vector_input(ctx: InferenceContext, name: str, lengths: Sequence[int]) -> list | None:
     """The constant value of a 1-D int input (None if unknown), its length checked."""
     shape = ctx.with_rank(name, 1)
     if shape[0] is not None and shape[0] not in lengths:
-        raise ctx.error(f"input '{name}' must have "
+        words = (f"Shape must be rank {lengths[0]} but is rank {shape[0]}: "
+                 if len(lengths) == 1 else "")
+        raise ctx.error(f"{words}input '{name}' must have "
                         f"{' or '.join(str(n) for n in lengths)} elements, got {shape[0]}")
     value = ctx.constant_value(name)
     return None if value is None else list(value)
