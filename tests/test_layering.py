@@ -1,4 +1,6 @@
-"""The import graph runs one way: framework <- ops <- gradients <- client/backends <- testing.
+"""The import graph runs one way: framework <- ops <- gradients <- client/backends <- testing,
+interop (GraphDef exchange, which reads and builds graphs of any op and runs sessions to fold
+constants) and summary (event files, which export graphs) above them all.
 
 Each package may import only the layers below it (checked on every ``import`` statement of
 its modules, function bodies included), so no circle can form and no module needs a
@@ -16,12 +18,16 @@ ROOT = Path(minigraph.__file__).parent
 # package -> the minigraph packages it must not import
 FORBIDDEN = {
     "framework": ("ops", "gradients", "client", "backends", "testing", "train", "nn", "viz",
-                  "distributed", "io", "examples"),
+                  "distributed", "io", "examples", "interop", "summary"),
     "ops": ("gradients", "client", "backends", "testing", "train", "nn", "viz", "distributed",
-            "examples"),
+            "examples", "interop", "summary"),
     "gradients": ("client", "backends", "testing", "train", "nn", "viz", "distributed",
-                  "examples"),
-    "backends": ("client", "gradients", "testing", "train", "nn", "viz", "examples"),
+                  "examples", "interop", "summary"),
+    "backends": ("client", "gradients", "testing", "train", "nn", "viz", "examples", "interop",
+                 "summary"),
+    "client": ("testing", "train", "nn", "viz", "distributed", "examples", "interop",
+               "summary"),
+    "interop": ("testing", "train", "nn", "viz", "distributed", "examples", "summary"),
 }
 
 
