@@ -27,6 +27,19 @@ int mg_relu_grad(int64_t count, const float *g, const float *features, float *dx
                  int num_threads);
 int mg_relu6_grad(int64_t count, const float *g, const float *features, float *dx,
                   int num_threads);
+
+/* A convolution's (or matmul's) elementwise successors fused, in place on y [rows][channels]:
+ *   y += bias[c]                               (BiasAdd; skipped when bias is NULL)
+ *   y = (y - mean[c]) * k[c] + offset[c]       (batch-norm inference, k = scale * rsqrt(var +
+ *                                               eps); skipped when mean is NULL)
+ *   y += residual                              (an elementwise add; skipped when NULL)
+ *   y = relu(y) / relu6(y)                     (activation 1 / 2; 0: none)
+ * each stage rounded exactly as the separate kernel rounds it, so the result is bit for bit
+ * what the ops compute one after the other; rows are done in cache-sized blocks, each block
+ * through every stage before the next. */
+int mg_channel_epilogue(int64_t rows, int64_t channels, float *y, const float *bias,
+                        const float *mean, const float *k, const float *offset,
+                        const float *residual, int activation, int num_threads);
 /* END CDEF */
 
 #endif

@@ -35,10 +35,22 @@ enum { MG_BINARY_ACTIVATIONS(ACT_ID) ACT_NBINARY };
 typedef void (*act_unary_fn)(const float *x, float *y, int64_t n);
 typedef void (*act_binary_fn)(const float *g, const float *x, float *dx, int64_t n);
 
+/* The stages of a per-channel epilogue (mg_channel_epilogue), in place on rows of
+ * `channels` values: y[r][c] += v[c]; y[r][c] = (y[r][c] - mean[c]) * k[c] + offset[c]
+ * (fused multiply-add where the ISA has one, as the batch-norm kernels compute it);
+ * y[i] += z[i]. */
+typedef void (*act_channel_add_fn)(float *y, const float *v, int64_t rows, int64_t channels);
+typedef void (*act_channel_affine_fn)(float *y, const float *mean, const float *k,
+                                      const float *offset, int64_t rows, int64_t channels);
+typedef void (*act_add_fn)(float *y, const float *z, int64_t n);
+
 /* One table per ISA (activations_template.h) */
 typedef struct {
     act_unary_fn unary[ACT_NUNARY];
     act_binary_fn binary[ACT_NBINARY];
+    act_channel_add_fn channel_add;
+    act_channel_affine_fn channel_affine;
+    act_add_fn add;
 } act_kernel_table;
 
 extern const act_kernel_table act_kernels_scalar;

@@ -36,7 +36,9 @@ def _conv_graph(dtype, strides):
     f = ops.Const(root.WithOpName("f"), np.ones((3, 3, 2, 4), dtype.np_dtype))
     y = ops.Conv2D(root.WithOpName("conv"), x, f, strides=strides, padding="SAME")
     r = ops.Relu(root.WithOpName("relu"), y)
-    return root, r, {x: np.ones((1, 6, 6, 2), dtype.np_dtype)}
+    # the convolution's output fetched too, so the Relu keeps its own kernel (not fused
+    # after the convolution: tests/test_fusion.py)
+    return root, [y, r], {x: np.ones((1, 6, 6, 2), dtype.np_dtype)}
 
 
 @needs_native

@@ -10,7 +10,15 @@ from __future__ import annotations
 import numpy as np
 
 from minigraph.backends.compute import compute_dtype
-from minigraph.backends.native import as_f32, check_code, check_same_shape, fbuf, lib, num_threads
+from minigraph.backends.native import (
+    as_f32,
+    check_code,
+    check_same_shape,
+    fbuf,
+    ffi,
+    lib,
+    num_threads,
+)
 from minigraph.backends.registry import register_kernel
 from minigraph.framework import dtypes
 
@@ -110,3 +118,30 @@ def c_relu(x) -> np.ndarray:
 def c_relu_grad(g, features) -> np.ndarray:
     """g * (features > 0) of float32 arrays of one shape."""
     return c_binary(lib.mg_relu_grad, g, features, "ReluGrad")
+
+
+def c_channel_epilogue(y: np.ndarray, bias, mean, k, offset, residual,
+                       activation: int) -> None:
+    """``mg_channel_epilogue`` in place on the float32 C-contiguous array ``y`` (rows of its
+    last dimension's channels): + bias, batch-norm affine (mean, k, offset), + residual,
+    then activation 0 (none), 1 (Relu) or 2 (Relu6). Every given vector must hold one float32
+    per channel and the residual y's shape: C reads exactly that much."""
+    channels = y.shape[-1]
+    if not (y.dtype == F32 and y.flags.c_contiguous and y.flags.aligned and y.flags.writeable):
+        raise ValueError("channel_epilogue: y must be a writable aligned C-contiguous float32 "
+                         "array")
+    for name, vector in (("bias", bias), ("mean", mean), ("k", k), ("offset", offset)):
+        if vector is not None and (vector.dtype != F32 or vector.shape != (channels,)):
+            raise ValueError(f"channel_epilogue: {name} must be float32 of shape ({channels},)")
+    if residual is not None and (residual.dtype != F32 or residual.shape != y.shape):
+        raise ValueError("channel_epilogue: residual must be float32 of y's shape")
+    if (mean is None) != (k is None) or (mean is None) != (offset is None):
+        raise ValueError("channel_epilogue: mean, k and offset come together")
+
+    def buffer(array):
+        return ffi.NULL if array is None else fbuf(as_f32(array))
+
+    check_code(lib.mg_channel_epilogue(y.size // channels, channels, fbuf(y), buffer(bias),
+                                       buffer(mean), buffer(k), buffer(offset),
+                                       buffer(residual), activation, num_threads()),
+               "channel epilogue")

@@ -33,7 +33,7 @@ import numpy as np
 from minigraph import backends
 from minigraph.backends import opencl  # pyopencl itself is imported when a device is used
 from minigraph.backends.registry import Kernel, KernelContext, KernelDef, get_kernel
-from minigraph.client import memory
+from minigraph.client import fusion, memory
 from minigraph.client.state import SessionState
 from minigraph.framework import dtypes
 from minigraph.framework.errors import (
@@ -222,8 +222,13 @@ class RunMetadata:
 
     step_stats: list[NodeStats] = field(default_factory=list)
 
-    def record(self, step: _Step | _Transfer, seconds: float) -> None:
-        if isinstance(step, _Step):
+    def record(self, step: _Step | _Transfer | fusion.FusedStep, seconds: float) -> None:
+        if isinstance(step, fusion.FusedStep):  # the head's time, then the fused ops
+            self.record(step.head, seconds)
+            self.step_stats.extend(NodeStats(s.op.name, s.op.type, s.device.name,
+                                             f"fused into {step.op.name}", "native", 0.0)
+                                   for s in step.chain)
+        elif isinstance(step, _Step):
             self.step_stats.append(NodeStats(step.op.name, step.op.type, step.device.name,
                                              step.kernel_def.name, step.kernel_def.backend,
                                              seconds))
@@ -374,7 +379,7 @@ def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[O
                 home[out] = device
                 present.add((out, device))
     fetch_keys = [key_on(f, host) for f in fetches]
-    return _Plan(steps), fetch_keys
+    return _Plan(fusion.fuse_epilogues(steps, fetch_keys, host, _Step)), fetch_keys
 
 
 def _check_feed(output: Output, value: Any, promote_float64: bool = False) -> np.ndarray:

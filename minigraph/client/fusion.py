@@ -1,0 +1,160 @@
+"""Plan-time fusion of a convolution's elementwise successors (TensorFlow's grappler does the
+same with its remapper: ``_FusedConv2D`` with ``BiasAdd``, ``FusedBatchNorm``, ``Relu``).
+
+In an inference network each convolution is followed by a chain such as ``BiasAdd ->
+FusedBatchNormV3 (inference) -> AddV2 (residual) -> Relu``; run one by one, each reads and
+writes the whole activation, so the chain costs more memory traffic than the convolution
+itself. A :class:`FusedStep` runs the convolution (or matmul), checks every op of the chain
+exactly as its own step would (``validate``, the shape function on the values), then applies
+the chain in place in one C pass over cache-sized blocks (``mg_channel_epilogue``). Each stage
+rounds exactly as the op's own kernel does (the batch-norm coefficients are formed as the
+native kernel forms them), so results are bit for bit those of the unfused plan; inputs the
+pass does not cover (a batch-norm channel the native kernel treats as exceptional, another
+dtype or layout) run the ops' own kernels instead.
+
+A chain is fused only where nothing else sees its intermediates: each has exactly one
+consumer in the plan and none is fetched; the ops run on the host with native kernels.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from minigraph.backends import native
+from minigraph.backends.activation_kernels import c_channel_epilogue
+
+# ops whose kernels (native or numpy) return a fresh array the epilogue may overwrite
+HEADS = ("Conv2D", "DepthwiseConv2dNative", "MatMul")
+# the chain's stages, in the only order they are fused
+STAGES = ("BiasAdd", "FusedBatchNormV3", "AddV2", "Relu")
+ACTIVATIONS = {"Relu": 1, "Relu6": 2}
+_BIG_OFFSET = 2.0 ** 60  # the native batch norm's exceptional-channel bound on |offset|
+
+
+def _stage(op) -> int | None:
+    """The stage index of ``op`` in a chain, or None when it cannot join one."""
+    if op.type in ACTIVATIONS:
+        return 3
+    if op.type == "BiasAdd":
+        return 0 if op.attrs["data_format"] == "NHWC" else None
+    if op.type == "FusedBatchNormV3":
+        attrs = op.attrs
+        fits = (not attrs["is_training"] and attrs["data_format"] in ("NHWC", "NDHWC")
+                and attrs["T"].name == "float32")
+        return 1 if fits else None
+    if op.type == "AddV2":
+        return 2
+    return None
+
+
+class FusedStep:
+    """A head step and the chain of steps fused after it; runs where the last one ran."""
+
+    __slots__ = ("head", "chain", "op", "device", "kernel_def")
+
+    def __init__(self, head: Any, chain: list[Any]) -> None:
+        self.head, self.chain = head, chain
+        self.op, self.device, self.kernel_def = head.op, head.device, head.kernel_def
+
+    def run(self, env: dict, session: Any) -> None:
+        self.head.run(env, session)
+        y = env[self.head.outputs[0]]
+        for step in self.chain:  # every op checked as its own step checks it
+            values = [env[key] for key in step.inputs]
+            if step.validate is not None:
+                step.validate(step.context, values)
+            step.output_shapes(values, session.state)
+            env[step.outputs[0]] = y
+        arguments = self._epilogue_arguments(env, y)
+        if arguments is None:  # what the pass does not cover: each op's own kernel
+            env[self.head.outputs[0]] = y
+            for step in self.chain:
+                step.run(env, session)
+            return
+        c_channel_epilogue(y, *arguments)
+        for step in self.chain[:-1]:
+            del env[step.outputs[0]]
+
+    def _epilogue_arguments(self, env: dict, y: np.ndarray) -> tuple | None:
+        """(bias, mean, k, offset, residual, activation) for ``mg_channel_epilogue``, or
+        None when an input falls outside what it computes bit for bit."""
+        if (type(y) is not np.ndarray or y.dtype != np.float32 or y.ndim == 0
+                or not y.flags.c_contiguous or not y.flags.aligned or y.size == 0):
+            return None
+        channels = y.shape[-1]
+        bias = mean = k = offset = residual = None
+        activation = 0
+        for step in self.chain:
+            values = [env[key] for key in step.inputs]
+            if step.op.type == "BiasAdd":
+                bias = values[1]
+            elif step.op.type == "FusedBatchNormV3":
+                scale, offset, mean, variance = values[1:]
+                epsilon = np.float32(step.op.attrs["epsilon"])
+                k = scale * (np.float32(1) / np.sqrt(variance + epsilon))  # as the C kernel
+                if not np.all(np.abs(offset) <= _BIG_OFFSET):
+                    return None
+            elif step.op.type == "AddV2":
+                inputs = step.inputs
+                residual = values[1] if inputs[0] == self._fed_key(step) else values[0]
+                if residual.shape != y.shape:  # a broadcast add: not this pass
+                    return None
+            else:
+                activation = ACTIVATIONS[step.op.type]
+        vectors = [v for v in (bias, mean, k, offset) if v is not None]
+        if any(type(v) is not np.ndarray or v.dtype != np.float32 or v.shape != (channels,)
+               for v in vectors):
+            return None
+        if residual is not None and (type(residual) is not np.ndarray
+                                     or residual.dtype != np.float32):
+            return None
+        return bias, mean, k, offset, residual, activation
+
+    def _fed_key(self, step: Any) -> Any:
+        """The key through which the chain's running value reaches ``step``."""
+        index = self.chain.index(step)
+        return (self.head if index == 0 else self.chain[index - 1]).outputs[0]
+
+
+def fuse_epilogues(steps: list, fetch_keys: list, host: Any, step_class: type) -> list:
+    """``steps`` with each fusable head-and-chain replaced by one :class:`FusedStep`, placed
+    where the chain's last op was (its other inputs are all computed by then)."""
+    if host.backend != "native" or not native.available():
+        return steps
+    uses = Counter(key for step in steps if isinstance(step, step_class)
+                   for key in step.inputs if key is not None)
+    uses.update(key for key in fetch_keys)
+    consumer = {key: step for step in steps if isinstance(step, step_class)
+                for key in step.inputs if key is not None}
+    fused_at: dict[int, FusedStep] = {}
+    absorbed: set[int] = set()
+    for step in steps:
+        if not (isinstance(step, step_class) and step.op.type in HEADS
+                and step.device is host
+                and step.outputs and step.outputs[0] is not None
+                and step.op.outputs[0].dtype.name == "float32"):
+            continue
+        chain: list = []
+        key, last_stage = step.outputs[0], -1
+        while uses[key] == 1 and key in consumer:
+            nxt = consumer[key]
+            stage = _stage(nxt.op)
+            if (stage is None or stage <= last_stage or nxt.device is not host
+                    or nxt.op.inputs[0 if stage != 2 else nxt.inputs.index(key)] is not key[0]
+                    or any(uses[out] for out in nxt.outputs[1:] if out is not None)
+                    or nxt.outputs[0] is None):
+                break
+            if stage in (1, 3) and nxt.kernel_def.backend != "native":
+                break
+            chain.append(nxt)
+            key, last_stage = nxt.outputs[0], stage
+        if chain:
+            fused_at[id(chain[-1])] = FusedStep(step, chain)
+            absorbed.update(id(s) for s in (step, *chain))
+    if not fused_at:
+        return steps
+    return [fused_at.get(id(step), step) for step in steps if id(step) not in absorbed
+            or id(step) in fused_at]

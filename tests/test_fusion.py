@@ -1,0 +1,124 @@
+"""Plan-time fusion of a convolution's (or matmul's) elementwise successors
+(minigraph/client/fusion.py): BiasAdd -> FusedBatchNormV3 (inference) -> AddV2 -> Relu/Relu6
+run as one C pass after the head kernel. The fused plan must give bit for bit what the ops
+give one by one (the plan that fetches the intermediates, where nothing fuses), on every
+instruction set, and still check every op's inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import NATIVE_AVAILABLE
+
+import minigraph as mg
+from minigraph import ops
+
+pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="fusion needs the native kernels")
+F32 = np.float32
+
+
+def _isas():
+    if not NATIVE_AVAILABLE:
+        return []
+    from minigraph.backends import native
+
+    return [isa for isa in native.ISAS
+            if native.ISAS.index(isa) <= native.ISAS.index(native.best_isa())]
+
+
+@pytest.fixture
+def restore_isa():
+    from minigraph.backends import native
+
+    before = native.isa()
+    yield native
+    native.set_isa(before)
+
+
+def _network(rng, *, head="Conv2D", bias=True, bn=True, residual=True, activation="Relu",
+             offset_scale=1.0):
+    """x -> head -> [BiasAdd] -> [FusedBatchNormV3] -> [AddV2 residual] -> [activation]."""
+    root = mg.Scope.NewRootScope()
+    if head == "Conv2D":
+        x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[4, 9, 7, 5])
+        h = ops.Conv2D(root.WithOpName("head"), x, rng.standard_normal((3, 3, 5, 6), F32),
+                       [1, 1, 1, 1], "SAME")
+        shape = (4, 9, 7, 5)
+    else:
+        x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[10, 5])
+        h = ops.MatMul(root.WithOpName("head"), x, rng.standard_normal((5, 6), F32))
+        shape = (10, 5)
+    chain = [h]
+    if bias:
+        chain.append(ops.BiasAdd(root.WithOpName("bias"), chain[-1],
+                                 rng.standard_normal(6).astype(F32)))
+    if bn:
+        stats = [rng.uniform(0.5, 1.5, 6).astype(F32) for _ in range(4)]
+        stats[1] = (stats[1] * offset_scale).astype(F32)
+        chain.append(ops.FusedBatchNormV3(root.WithOpName("bn"), chain[-1], *stats,
+                                          epsilon=1e-3, is_training=False).y)
+    feed = {x: (rng.standard_normal(shape) * 3).astype(F32)}
+    if residual:  # the skip connection's value, either side of the add
+        skip = ops.Placeholder(root.WithOpName("skip"), mg.float32, shape=h.shape)
+        feed[skip] = rng.standard_normal(h.shape.as_list()).astype(F32)
+        pair = (skip, chain[-1]) if bias else (chain[-1], skip)
+        chain.append(ops.AddV2(root.WithOpName("add"), *pair))
+    if activation:
+        chain.append(getattr(ops, activation)(root.WithOpName("act"), chain[-1]))
+    return root, feed, chain
+
+
+def _fused_and_unfused(root, feed, chain):
+    session = mg.ClientSession(root, backend="native")
+    metadata = mg.RunMetadata()
+    fused = session.Run(feed, chain[-1], run_metadata=metadata)
+    one_by_one = session.Run(feed, chain)[-1]  # intermediates fetched: nothing fuses
+    return fused, one_by_one, metadata
+
+
+@pytest.mark.parametrize("isa", _isas())
+@pytest.mark.parametrize("case", [
+    {}, {"bias": False}, {"bn": False}, {"residual": False}, {"activation": "Relu6"},
+    {"activation": None}, {"bias": False, "bn": False, "residual": False},
+    {"head": "MatMul", "bn": False}, {"head": "MatMul", "bn": False, "residual": False},
+])
+def test_fused_chain_is_bit_identical_to_the_ops_one_by_one(case, isa, restore_isa):
+    restore_isa.set_isa(isa)
+    root, feed, chain = _network(np.random.default_rng(len(str(case))), **case)
+    fused, one_by_one, metadata = _fused_and_unfused(root, feed, chain)
+    np.testing.assert_array_equal(fused.view(np.uint32), one_by_one.view(np.uint32))
+    if len(chain) > 1:
+        assert metadata.kernel_of(chain[-1].op.name) == "native:fused into head"
+        assert "fused" not in metadata.kernel_of("head")  # the head's own kernel
+
+
+def test_exceptional_batch_norm_channels_run_the_ops_own_kernels():
+    root, feed, chain = _network(np.random.default_rng(3), offset_scale=1e30)
+    fused, one_by_one, _ = _fused_and_unfused(root, feed, chain)
+    np.testing.assert_array_equal(fused.view(np.uint32), one_by_one.view(np.uint32))
+
+
+def test_every_fused_op_is_still_checked():
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[2, 4, 4, 3])
+    bias = ops.Placeholder(root.WithOpName("b"), mg.float32)  # its length known only at run
+    conv = ops.Conv2D(root, x, np.ones((1, 1, 3, 2), F32), [1, 1, 1, 1], "VALID")
+    y = ops.Relu(root, ops.BiasAdd(root.WithOpName("bias_add"), conv, bias))
+    session = mg.ClientSession(root, backend="native")
+    with pytest.raises(mg.errors.InvalidArgumentError, match="bias_add"):
+        session.Run({x: np.ones((2, 4, 4, 3), F32), bias: np.ones(5, F32)}, y)
+    out = session.Run({x: np.ones((2, 4, 4, 3), F32), bias: np.array([1, -9], F32)}, y)
+    np.testing.assert_array_equal(out[..., 0], 4.0)
+    np.testing.assert_array_equal(out[..., 1], 0.0)
+
+
+def test_nothing_fuses_on_the_reference_backend_or_past_a_second_consumer():
+    root, feed, chain = _network(np.random.default_rng(5))
+    metadata = mg.RunMetadata()
+    mg.ClientSession(root, backend="reference").Run(feed, chain[-1], run_metadata=metadata)
+    assert "fused into" not in metadata.kernel_of(chain[-1].op.name)
+    metadata = mg.RunMetadata()
+    mg.ClientSession(root, backend="native").Run(feed, [chain[1], chain[-1]],
+                                                 run_metadata=metadata)
+    assert metadata.kernel_of("bias").startswith("native:fused into head")
+    assert "fused into" not in metadata.kernel_of(chain[2].op.name)
