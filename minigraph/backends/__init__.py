@@ -28,6 +28,7 @@ from minigraph.backends import (  # noqa: F401  (importing registers the kernels
     reference,
     state_kernels,
     training_kernels,
+    volumetric_kernels,
 )
 from minigraph.framework.errors import InvalidArgumentError, UnavailableError
 

@@ -14,6 +14,7 @@ from minigraph.ops import (
     pooling_ops,
     state_ops,
     training_ops,
+    volumetric_ops,
 )
 from minigraph.ops.activation_ops import *  # noqa: F403
 from minigraph.ops.array_ops import *  # noqa: F403
@@ -24,7 +25,8 @@ from minigraph.ops.nn_ops import *  # noqa: F403
 from minigraph.ops.pooling_ops import *  # noqa: F403
 from minigraph.ops.state_ops import *  # noqa: F403
 from minigraph.ops.training_ops import *  # noqa: F403
+from minigraph.ops.volumetric_ops import *  # noqa: F403
 
 _FAMILIES = (activation_ops, array_ops, batch_norm, convolution_ops, math_ops, nn_ops,
-             pooling_ops, state_ops, training_ops)
+             pooling_ops, state_ops, training_ops, volumetric_ops)
 __all__ = sorted(name for family in _FAMILIES for name in family.__all__)

@@ -33,6 +33,9 @@ __all__ = [
     "Conv2D",
     "Conv2DBackpropFilter",
     "Conv2DBackpropInput",
+    "Conv3D",
+    "Conv3DBackpropFilterV2",
+    "Conv3DBackpropInputV2",
     "Div",
     "Equal",
     "Fill",
@@ -47,6 +50,9 @@ __all__ = [
     "InvertPermutation",
     "MatMul",
     "MaxPool",
+    "MaxPool3D",
+    "MaxPool3DGrad",
+    "MaxPool3DGradGrad",
     "MaxPoolGrad",
     "MaxPoolGradGrad",
     "Mean",
@@ -560,8 +566,8 @@ class AvgPoolGrad:
 class BatchNormWithGlobalNormalization:
     """Builds one 'BatchNormWithGlobalNormalization' node.
 
-    Deprecated: removed from TensorFlow GraphDefs at version 9; use FusedBatchNormV3
-    (tf.nn.batch_normalization) instead.
+    Deprecated: It will cease to work in GraphDef version 9. Use
+    tf.nn.batch_normalization().
 
     Inputs, then required attrs, positionally or by name; optional attrs in a
     BatchNormWithGlobalNormalization.Attrs() builder (after the positional arguments) or as
@@ -639,8 +645,8 @@ class _BatchNormWithGlobalNormalizationGradOutputs(OpResult):
 class BatchNormWithGlobalNormalizationGrad:
     """Builds one 'BatchNormWithGlobalNormalizationGrad' node.
 
-    Deprecated: removed from TensorFlow GraphDefs at version 9; use FusedBatchNormV3
-    (tf.nn.batch_normalization) instead.
+    Deprecated: It will cease to work in GraphDef version 9. Use
+    tf.nn.batch_normalization().
 
     Inputs, then required attrs, positionally or by name; optional attrs in a
     BatchNormWithGlobalNormalizationGrad.Attrs() builder (after the positional arguments) or
@@ -1172,6 +1178,247 @@ class Conv2DBackpropInput:
         explicit_paddings: Sequence[int] = (),
         data_format: Literal["NHWC", "NCHW"] = "NHWC",
         dilations: Sequence[int] = (1, 1, 1, 1),
+    ) -> Output: ...
+
+
+class Conv3D:
+    """Builds one 'Conv3D' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Conv3D.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64). A 5-D tensor in data_format.
+        filter: T (float16, bfloat16, float32, float64). DHWIO: [planes, height, width,
+            in_channels, out_channels].
+
+    Attrs:
+        strides: list(int), required. The window's step per dimension of data_format; batch
+            and channel entries must be 1.
+        padding: string, required, one of "SAME", "VALID". SAME (ceil(size / stride)
+            outputs; the padding, odd element after, reads zeros in convolutions and is
+            ignored by pools) or VALID (windows inside the input only).
+        data_format: string, default "NDHWC", one of "NDHWC", "NCDHW". NDHWC (channels last)
+            or NCDHW (channels first); D, H, W are the planes, height and width.
+        dilations: list(int), default [1, 1, 1, 1, 1]. The filter's spacing per dimension of
+            data_format (1: dense); batch and channel entries must be 1.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64). The cross-correlation, in
+            data_format.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Conv3D node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def Strides(self, value: Sequence[int]) -> Conv3D.Attrs:
+            """Set attr 'strides' (list(int), required). The window's step per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Padding(self, value: Literal["SAME", "VALID"]) -> Conv3D.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID"). SAME (ceil(size /
+            stride) outputs; the padding, odd element after, reads zeros in convolutions and
+            is ignored by pools) or VALID (windows inside the input only).
+            """
+
+        def DataFormat(self, value: Literal["NDHWC", "NCDHW"]) -> Conv3D.Attrs:
+            """Set attr 'data_format' (string, default "NDHWC", one of "NDHWC", "NCDHW"). NDHWC
+            (channels last) or NCDHW (channels first); D, H, W are the planes, height and
+            width.
+            """
+
+        def Dilations(self, value: Sequence[int]) -> Conv3D.Attrs:
+            """Set attr 'dilations' (list(int), default [1, 1, 1, 1, 1]). The filter's spacing
+            per dimension of data_format (1: dense); batch and channel entries must be 1.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        filter: TensorLike,
+        strides: Sequence[int],
+        padding: Literal["SAME", "VALID"],
+        attrs: Conv3D.Attrs | None = None,
+        *,
+        data_format: Literal["NDHWC", "NCDHW"] = "NDHWC",
+        dilations: Sequence[int] = (1, 1, 1, 1, 1),
+    ) -> Output: ...
+
+
+class Conv3DBackpropFilterV2:
+    """Builds one 'Conv3DBackpropFilterV2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Conv3DBackpropFilterV2.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64). A 5-D tensor in data_format.
+        filter_sizes: int32. The filter's DHWIO shape, 5 entries.
+        out_backprop: T (float16, bfloat16, float32, float64). The gradient of the forward
+            convolution's output (its shape).
+
+    Attrs:
+        strides: list(int), required. The window's step per dimension of data_format; batch
+            and channel entries must be 1.
+        padding: string, required, one of "SAME", "VALID". SAME (ceil(size / stride)
+            outputs; the padding, odd element after, reads zeros in convolutions and is
+            ignored by pools) or VALID (windows inside the input only).
+        data_format: string, default "NDHWC", one of "NDHWC", "NCDHW". NDHWC (channels last)
+            or NCDHW (channels first); D, H, W are the planes, height and width.
+        dilations: list(int), default [1, 1, 1, 1, 1]. The filter's spacing per dimension of
+            data_format (1: dense); batch and channel entries must be 1.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64). The gradient of the filter (DHWIO).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Conv3DBackpropFilterV2 node, set with C++-style chained setters
+        that each return a new builder; pass it after the positional arguments or as
+        attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def Strides(self, value: Sequence[int]) -> Conv3DBackpropFilterV2.Attrs:
+            """Set attr 'strides' (list(int), required). The window's step per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Padding(self, value: Literal["SAME", "VALID"]) -> Conv3DBackpropFilterV2.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID"). SAME (ceil(size /
+            stride) outputs; the padding, odd element after, reads zeros in convolutions and
+            is ignored by pools) or VALID (windows inside the input only).
+            """
+
+        def DataFormat(self, value: Literal["NDHWC", "NCDHW"]) -> Conv3DBackpropFilterV2.Attrs:
+            """Set attr 'data_format' (string, default "NDHWC", one of "NDHWC", "NCDHW"). NDHWC
+            (channels last) or NCDHW (channels first); D, H, W are the planes, height and
+            width.
+            """
+
+        def Dilations(self, value: Sequence[int]) -> Conv3DBackpropFilterV2.Attrs:
+            """Set attr 'dilations' (list(int), default [1, 1, 1, 1, 1]). The filter's spacing
+            per dimension of data_format (1: dense); batch and channel entries must be 1.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        filter_sizes: TensorLike,
+        out_backprop: TensorLike,
+        strides: Sequence[int],
+        padding: Literal["SAME", "VALID"],
+        attrs: Conv3DBackpropFilterV2.Attrs | None = None,
+        *,
+        data_format: Literal["NDHWC", "NCDHW"] = "NDHWC",
+        dilations: Sequence[int] = (1, 1, 1, 1, 1),
+    ) -> Output: ...
+
+
+class Conv3DBackpropInputV2:
+    """Builds one 'Conv3DBackpropInputV2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Conv3DBackpropInputV2.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input_sizes: Tshape (int32, int64). The forward input's shape, 5 entries in
+            data_format order.
+        filter: T (float16, bfloat16, float32, float64). DHWIO: [planes, height, width,
+            in_channels, out_channels].
+        out_backprop: T (float16, bfloat16, float32, float64). The gradient of the forward
+            convolution's output (its shape).
+
+    Attrs:
+        strides: list(int), required. The window's step per dimension of data_format; batch
+            and channel entries must be 1.
+        padding: string, required, one of "SAME", "VALID". SAME (ceil(size / stride)
+            outputs; the padding, odd element after, reads zeros in convolutions and is
+            ignored by pools) or VALID (windows inside the input only).
+        data_format: string, default "NDHWC", one of "NDHWC", "NCDHW". NDHWC (channels last)
+            or NCDHW (channels first); D, H, W are the planes, height and width.
+        dilations: list(int), default [1, 1, 1, 1, 1]. The filter's spacing per dimension of
+            data_format (1: dense); batch and channel entries must be 1.
+        T: type, inferred from input 'filter', one of float16, bfloat16, float32, float64.
+        Tshape: type, inferred from input 'input_sizes', one of int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64). The gradient of the forward input.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Conv3DBackpropInputV2 node, set with C++-style chained setters
+        that each return a new builder; pass it after the positional arguments or as
+        attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def Strides(self, value: Sequence[int]) -> Conv3DBackpropInputV2.Attrs:
+            """Set attr 'strides' (list(int), required). The window's step per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Padding(self, value: Literal["SAME", "VALID"]) -> Conv3DBackpropInputV2.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID"). SAME (ceil(size /
+            stride) outputs; the padding, odd element after, reads zeros in convolutions and
+            is ignored by pools) or VALID (windows inside the input only).
+            """
+
+        def DataFormat(self, value: Literal["NDHWC", "NCDHW"]) -> Conv3DBackpropInputV2.Attrs:
+            """Set attr 'data_format' (string, default "NDHWC", one of "NDHWC", "NCDHW"). NDHWC
+            (channels last) or NCDHW (channels first); D, H, W are the planes, height and
+            width.
+            """
+
+        def Dilations(self, value: Sequence[int]) -> Conv3DBackpropInputV2.Attrs:
+            """Set attr 'dilations' (list(int), default [1, 1, 1, 1, 1]). The filter's spacing
+            per dimension of data_format (1: dense); batch and channel entries must be 1.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input_sizes: TensorLike,
+        filter: TensorLike,
+        out_backprop: TensorLike,
+        strides: Sequence[int],
+        padding: Literal["SAME", "VALID"],
+        attrs: Conv3DBackpropInputV2.Attrs | None = None,
+        *,
+        data_format: Literal["NDHWC", "NCDHW"] = "NDHWC",
+        dilations: Sequence[int] = (1, 1, 1, 1, 1),
     ) -> Output: ...
 
 
@@ -2224,6 +2471,244 @@ class MaxPool:
         *,
         explicit_paddings: Sequence[int] = (),
         data_format: Literal["NHWC", "NCHW"] = "NHWC",
+    ) -> Output: ...
+
+
+class MaxPool3D:
+    """Builds one 'MaxPool3D' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    MaxPool3D.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32). A 5-D tensor in data_format.
+
+    Attrs:
+        ksize: list(int), required. The window's size per dimension of data_format; batch
+            and channel entries must be 1.
+        strides: list(int), required. The window's step per dimension of data_format; batch
+            and channel entries must be 1.
+        padding: string, required, one of "SAME", "VALID". SAME (ceil(size / stride)
+            outputs; the padding, odd element after, reads zeros in convolutions and is
+            ignored by pools) or VALID (windows inside the input only).
+        data_format: string, default "NDHWC", one of "NDHWC", "NCDHW". NDHWC (channels last)
+            or NCDHW (channels first); D, H, W are the planes, height and width.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32.
+
+    Outputs:
+        output: T (float16, bfloat16, float32). The maximum of each window.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one MaxPool3D node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def Ksize(self, value: Sequence[int]) -> MaxPool3D.Attrs:
+            """Set attr 'ksize' (list(int), required). The window's size per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Strides(self, value: Sequence[int]) -> MaxPool3D.Attrs:
+            """Set attr 'strides' (list(int), required). The window's step per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Padding(self, value: Literal["SAME", "VALID"]) -> MaxPool3D.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID"). SAME (ceil(size /
+            stride) outputs; the padding, odd element after, reads zeros in convolutions and
+            is ignored by pools) or VALID (windows inside the input only).
+            """
+
+        def DataFormat(self, value: Literal["NDHWC", "NCDHW"]) -> MaxPool3D.Attrs:
+            """Set attr 'data_format' (string, default "NDHWC", one of "NDHWC", "NCDHW"). NDHWC
+            (channels last) or NCDHW (channels first); D, H, W are the planes, height and
+            width.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        ksize: Sequence[int],
+        strides: Sequence[int],
+        padding: Literal["SAME", "VALID"],
+        attrs: MaxPool3D.Attrs | None = None,
+        *,
+        data_format: Literal["NDHWC", "NCDHW"] = "NDHWC",
+    ) -> Output: ...
+
+
+class MaxPool3DGrad:
+    """Builds one 'MaxPool3DGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    MaxPool3DGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        orig_input: TInput (float16, bfloat16, float32). The forward pool's input.
+        orig_output: TInput (float16, bfloat16, float32). The forward pool's output (the
+            window maxima).
+        grad: T (float16, bfloat16, float32). The gradient of orig_output.
+
+    Attrs:
+        ksize: list(int), required. The window's size per dimension of data_format; batch
+            and channel entries must be 1.
+        strides: list(int), required. The window's step per dimension of data_format; batch
+            and channel entries must be 1.
+        padding: string, required, one of "SAME", "VALID". SAME (ceil(size / stride)
+            outputs; the padding, odd element after, reads zeros in convolutions and is
+            ignored by pools) or VALID (windows inside the input only).
+        data_format: string, default "NDHWC", one of "NDHWC", "NCDHW". NDHWC (channels last)
+            or NCDHW (channels first); D, H, W are the planes, height and width.
+        T: type, inferred from input 'grad', one of float16, bfloat16, float32.
+        TInput: type, inferred from input 'orig_input', one of float16, bfloat16, float32.
+
+    Outputs:
+        output: T (float16, bfloat16, float32). Each window's grad added to every element
+            within 1e-5 of its maximum.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one MaxPool3DGrad node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def Ksize(self, value: Sequence[int]) -> MaxPool3DGrad.Attrs:
+            """Set attr 'ksize' (list(int), required). The window's size per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Strides(self, value: Sequence[int]) -> MaxPool3DGrad.Attrs:
+            """Set attr 'strides' (list(int), required). The window's step per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Padding(self, value: Literal["SAME", "VALID"]) -> MaxPool3DGrad.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID"). SAME (ceil(size /
+            stride) outputs; the padding, odd element after, reads zeros in convolutions and
+            is ignored by pools) or VALID (windows inside the input only).
+            """
+
+        def DataFormat(self, value: Literal["NDHWC", "NCDHW"]) -> MaxPool3DGrad.Attrs:
+            """Set attr 'data_format' (string, default "NDHWC", one of "NDHWC", "NCDHW"). NDHWC
+            (channels last) or NCDHW (channels first); D, H, W are the planes, height and
+            width.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        orig_input: TensorLike,
+        orig_output: TensorLike,
+        grad: TensorLike,
+        ksize: Sequence[int],
+        strides: Sequence[int],
+        padding: Literal["SAME", "VALID"],
+        attrs: MaxPool3DGrad.Attrs | None = None,
+        *,
+        data_format: Literal["NDHWC", "NCDHW"] = "NDHWC",
+    ) -> Output: ...
+
+
+class MaxPool3DGradGrad:
+    """Builds one 'MaxPool3DGradGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    MaxPool3DGradGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        orig_input: T (float16, bfloat16, float32, float64, int32, int64). The forward
+            pool's input.
+        orig_output: T (float16, bfloat16, float32, float64, int32, int64). The forward
+            pool's output (the window maxima).
+        grad: T (float16, bfloat16, float32, float64, int32, int64). A gradient of
+            orig_input's shape.
+
+    Attrs:
+        ksize: list(int), required. The window's size per dimension of data_format; batch
+            and channel entries must be 1.
+        strides: list(int), required. The window's step per dimension of data_format; batch
+            and channel entries must be 1.
+        padding: string, required, one of "SAME", "VALID". SAME (ceil(size / stride)
+            outputs; the padding, odd element after, reads zeros in convolutions and is
+            ignored by pools) or VALID (windows inside the input only).
+        data_format: string, default "NDHWC", one of "NDHWC", "NCDHW". NDHWC (channels last)
+            or NCDHW (channels first); D, H, W are the planes, height and width.
+        T: type, inferred from input 'orig_input', one of float16, bfloat16, float32,
+            float64, int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64). grad at each window's
+            first element equal to its maximum.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one MaxPool3DGradGrad node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def Ksize(self, value: Sequence[int]) -> MaxPool3DGradGrad.Attrs:
+            """Set attr 'ksize' (list(int), required). The window's size per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Strides(self, value: Sequence[int]) -> MaxPool3DGradGrad.Attrs:
+            """Set attr 'strides' (list(int), required). The window's step per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Padding(self, value: Literal["SAME", "VALID"]) -> MaxPool3DGradGrad.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID"). SAME (ceil(size /
+            stride) outputs; the padding, odd element after, reads zeros in convolutions and
+            is ignored by pools) or VALID (windows inside the input only).
+            """
+
+        def DataFormat(self, value: Literal["NDHWC", "NCDHW"]) -> MaxPool3DGradGrad.Attrs:
+            """Set attr 'data_format' (string, default "NDHWC", one of "NDHWC", "NCDHW"). NDHWC
+            (channels last) or NCDHW (channels first); D, H, W are the planes, height and
+            width.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        orig_input: TensorLike,
+        orig_output: TensorLike,
+        grad: TensorLike,
+        ksize: Sequence[int],
+        strides: Sequence[int],
+        padding: Literal["SAME", "VALID"],
+        attrs: MaxPool3DGradGrad.Attrs | None = None,
+        *,
+        data_format: Literal["NDHWC", "NCDHW"] = "NDHWC",
     ) -> Output: ...
 
 

@@ -97,8 +97,9 @@ def _nchw(fmt: str, n: int, spatial, c: int) -> tuple:
     return (n, *spatial, c) if fmt.endswith("C") else (n, c, *spatial)
 
 
-def _window(fmt: str, h: int, w: int, rank: int = 4) -> list:
-    return [1, h, w, 1] if fmt == "NHWC" else [1, 1, h, w]
+def _window(fmt: str, *sizes: int) -> list:
+    """A ksize/strides/dilations attr: ``sizes`` on the spatial dims of ``fmt``."""
+    return [1, *sizes, 1] if fmt.endswith("C") else [1, 1, *sizes]
 
 
 def _out_size(size: int, k: int, s: int, d: int, padding: str, pads=(0, 0)) -> int:
@@ -295,23 +296,26 @@ def r_bias_add(g: Draw):
         {"data_format": fmt}
 
 
-def _conv_geometry(g: Draw, explicit=True):
-    fmt = g.fmt()
-    n, h, w, c = g.dim(), g.dim(1, 6), g.dim(1, 6), g.dim(1, 3)
-    kh, kw, o = g.int(1, 3), g.int(1, 3), g.dim(1, 3)
+def _conv_geometry(g: Draw):
+    """(format, x, filter, y, attrs): x and y channels-last, 2 or 3 spatial dims as the op's
+    data_format says."""
+    fmt = g.fmt(g.op_def.attr_def("data_format").allowed)
+    rank = len(fmt) - 2
+    n, *sizes, c = g.dim(), *(g.dim(1, 6) for _ in range(rank)), g.dim(1, 3)
+    *ks, o = *(g.int(1, 3) for _ in range(rank)), g.dim(1, 3)
     s = g.int(1, 3)
     d = 1 if not g.chance(30) else g.int(1, 2)
-    padding = g.pick(["SAME", "VALID", "EXPLICIT"] if explicit else ["SAME", "VALID"])
-    attrs = {"strides": _window(fmt, s, s), "padding": padding, "data_format": fmt}
+    padding = g.pick(g.op_def.attr_def("padding").allowed)
+    attrs = {"strides": _window(fmt, *[s] * rank), "padding": padding, "data_format": fmt}
     pads = (0, 0)
     if padding == "EXPLICIT":
         pads = (g.int(0, 2), g.int(0, 2))
         attrs["explicit_paddings"] = [0, 0, *pads, *pads, 0, 0] if fmt == "NHWC" else \
             [0, 0, 0, 0, *pads, *pads]
     if d != 1:
-        attrs["dilations"] = _window(fmt, d, d)
-    oh, ow = (_out_size(x, k, s, d, padding, pads) for x, k in ((h, kh), (w, kw)))
-    return fmt, (n, h, w, c), (kh, kw, c, o), (n, oh, ow, o), attrs
+        attrs["dilations"] = _window(fmt, *[d] * rank)
+    outs = [_out_size(x, k, s, d, padding, pads) for x, k in zip(sizes, ks)]
+    return fmt, (n, *sizes, c), (*ks, c, o), (n, *outs, o), attrs
 
 
 def _jiggle(g: Draw, shape: tuple) -> tuple:
@@ -324,7 +328,7 @@ def _jiggle(g: Draw, shape: tuple) -> tuple:
 def r_conv2d(g: Draw):
     dtype = g.dtype()
     fmt, x, f, _, attrs = _conv_geometry(g)
-    x = _nchw(fmt, x[0], x[1:3], x[3])
+    x = _nchw(fmt, x[0], x[1:-1], x[-1])
     return {"input": (g.array(x, dtype), "data"),
             "filter": (g.array(_jiggle(g, f), dtype), "data")}, attrs
 
@@ -332,7 +336,7 @@ def r_conv2d(g: Draw):
 def r_conv2d_backprop_input(g: Draw):
     dtype = g.dtype()
     fmt, x, f, y, attrs = _conv_geometry(g)
-    x, y = _nchw(fmt, x[0], x[1:3], x[3]), _nchw(fmt, y[0], y[1:3], y[3])
+    x, y = _nchw(fmt, x[0], x[1:-1], x[-1]), _nchw(fmt, y[0], y[1:-1], y[-1])
     return {"input_sizes": (g.lit(_jiggle(g, x)), "shape"),
             "filter": (g.array(f, dtype), "data"),
             "out_backprop": (g.array(_jiggle(g, y), dtype), "data")}, attrs
@@ -341,27 +345,28 @@ def r_conv2d_backprop_input(g: Draw):
 def r_conv2d_backprop_filter(g: Draw):
     dtype = g.dtype()
     fmt, x, f, y, attrs = _conv_geometry(g)
-    x, y = _nchw(fmt, x[0], x[1:3], x[3]), _nchw(fmt, y[0], y[1:3], y[3])
+    x, y = _nchw(fmt, x[0], x[1:-1], x[-1]), _nchw(fmt, y[0], y[1:-1], y[-1])
     return {"input": (g.array(x, dtype), "data"),
             "filter_sizes": (g.lit(_jiggle(g, f)), "shape"),
             "out_backprop": (g.array(_jiggle(g, y), dtype), "data")}, attrs
 
 
 def _pool_geometry(g: Draw):
-    fmt = g.fmt()
-    n, h, w, c = g.dim(), g.dim(1, 6), g.dim(1, 6), g.dim(1, 3)
+    fmt = g.fmt(g.op_def.attr_def("data_format").allowed)
+    rank = len(fmt) - 2
+    n, *sizes, c = g.dim(), *(g.dim(1, 6) for _ in range(rank)), g.dim(1, 3)
     k, s = g.int(1, 3), g.int(1, 3)
     allowed = g.op_def.attr_def("padding").allowed
     padding = g.pick(allowed)
-    attrs = {"ksize": _window(fmt, k, k), "strides": _window(fmt, s, s), "padding": padding,
-             "data_format": fmt}
+    attrs = {"ksize": _window(fmt, *[k] * rank), "strides": _window(fmt, *[s] * rank),
+             "padding": padding, "data_format": fmt}
     pads = (0, 0)
     if padding == "EXPLICIT":
         pads = (g.int(0, 2), g.int(0, 2))
         attrs["explicit_paddings"] = [0, 0, *pads, *pads, 0, 0] if fmt == "NHWC" else \
             [0, 0, 0, 0, *pads, *pads]
-    oh, ow = (_out_size(v, k, s, 1, padding, pads) for v in (h, w))
-    return fmt, _nchw(fmt, n, (h, w), c), _nchw(fmt, n, (oh, ow), c), attrs
+    outs = [_out_size(v, k, s, 1, padding, pads) for v in sizes]
+    return fmt, _nchw(fmt, n, sizes, c), _nchw(fmt, n, outs, c), attrs
 
 
 def r_pool(g: Draw):
@@ -380,7 +385,7 @@ def r_avg_pool_grad(g: Draw):
 def r_max_pool_grad(g: Draw):
     dtype = g.dtype()
     _, x, y, attrs = _pool_geometry(g)
-    grad = x if g.op_def.name == "MaxPoolGradGrad" else y
+    grad = x if g.op_def.name.endswith("GradGrad") else y
     return {"orig_input": (g.array(x, dtype), "data"),
             "orig_output": (g.array(_jiggle(g, y), dtype), "data"),
             "grad": (g.array(_jiggle(g, grad), dtype), "data")}, attrs
@@ -515,6 +520,9 @@ RECIPES: dict[str, Callable] = {
     "Conv2DBackpropFilter": r_conv2d_backprop_filter,
     "AvgPool": r_pool, "MaxPool": r_pool, "AvgPoolGrad": r_avg_pool_grad,
     "MaxPoolGrad": r_max_pool_grad, "MaxPoolGradGrad": r_max_pool_grad,
+    "Conv3D": r_conv2d, "Conv3DBackpropInputV2": r_conv2d_backprop_input,
+    "Conv3DBackpropFilterV2": r_conv2d_backprop_filter, "MaxPool3D": r_pool,
+    "MaxPool3DGrad": r_max_pool_grad, "MaxPool3DGradGrad": r_max_pool_grad,
     "SparseSoftmaxCrossEntropyWithLogits": r_sparse_xent,
     **dict.fromkeys(["FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"], r_fused_bn),
     **dict.fromkeys(["FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",

@@ -1,0 +1,102 @@
+"""numpy kernels of the volumetric ops (``ops.volumetric_ops``).
+
+Conv3D and its backprops run the convolution family's im2col kernels, and MaxPool3D the
+pooling family's max pool (one clipped 1-D pass per spatial axis): both take any number of
+spatial dims, so they are registered here for the 3-D ops as they are.
+
+MaxPool3DGrad and MaxPool3DGradGrad have TF's own 3-D rules (its CPU kernels,
+``pooling_ops_3d.cc``), not the 2-D ops' argmax. Both loop over the combinations of window
+offsets (one per spatial axis) that some output reads in bounds, never over pixels: each
+step is a strided slice of the whole batch, and padding is never visited.
+
+* MaxPool3DGrad: every in-bounds element ``x`` of a window with ``|x - orig_output| < 1e-5``
+  (computed in TInput) receives the window's grad. Ties and near ties all get it, a NaN or
+  infinite maximum gives none, and orig_output's values are used as given. The
+  contributions to one element add up in TF's order (outputs by increasing width, then
+  height, then planes index: window offsets decreasing), in T: float16/bfloat16 round after
+  every addition, as TF's Eigen arithmetic does.
+* MaxPool3DGradGrad: each output takes grad at the first in-bounds element of its window
+  (row-major: planes, height, width) equal to orig_output; 0 when none is.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+
+from minigraph.backends import convolution_kernels, pooling_kernels
+from minigraph.backends.pooling_kernels import Pool, PoolAxis, pool_setup
+from minigraph.backends.registry import register_kernel
+
+register_kernel("Conv3D")(convolution_kernels.conv2d)
+register_kernel("Conv3DBackpropInputV2")(convolution_kernels.conv2d_backprop_input)
+register_kernel("Conv3DBackpropFilterV2")(convolution_kernels.conv2d_backprop_filter)
+register_kernel("MaxPool3D")(pooling_kernels.max_pool)
+
+# TF's tie tolerance of MaxPool3DGrad, converted to the inputs' type as Eigen does.
+TIE_TOLERANCE = 1e-5
+
+Index = tuple[slice, ...]
+
+
+def _sorted_offsets(geo: PoolAxis, decreasing: bool) -> list[tuple[int, int, slice]]:
+    """``geo.offsets()`` ordered by window offset (increasing, or decreasing)."""
+    # offset - pad = the input index of output p0, less p0 strides
+    return sorted(geo.offsets(), key=lambda o: o[2].start - geo.stride * o[0],
+                  reverse=decreasing)
+
+
+def _window_blocks(pool: Pool, tf_grad_order: bool) -> Iterator[tuple[Index, Index]]:
+    """(outputs, inputs) index pairs, one per combination of window offsets some output
+    reads in bounds: the outputs that read in bounds at those offsets and the inputs they
+    read, as slices over the tensor's axes. Combinations come in row-major window order
+    (planes offset outermost, each increasing), or with ``tf_grad_order`` in the order
+    MaxPool3DGrad's contributions reach an element in TF (width offset outermost, each
+    decreasing)."""
+    per_axis = [_sorted_offsets(geo, tf_grad_order) for geo in pool.axes]
+    if tf_grad_order:
+        per_axis.reverse()
+    rank = len(pool.axes) + 2
+    for combination in itertools.product(*per_axis):
+        if tf_grad_order:
+            combination = combination[::-1]
+        outputs, inputs = [slice(None)] * rank, [slice(None)] * rank
+        for axis, (p0, p1, src) in zip(pool.tensor_axes, combination):
+            outputs[axis], inputs[axis] = slice(p0, p1), src
+        yield tuple(outputs), tuple(inputs)
+
+
+@register_kernel("MaxPool3DGrad")
+def max_pool3d_grad(op, inputs, ctx):
+    """Each window's grad added to its elements within 1e-5 of orig_output (see the module
+    docstring), in T."""
+    x, y, g = inputs
+    out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
+    dx = np.zeros(x.shape, g.dtype)
+    if 0 in out_shape or x.size == 0:
+        return [dx]
+    tolerance = np.asarray(TIE_TOLERANCE, x.dtype)
+    zero = np.zeros((), g.dtype)
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, no tie
+        for outputs, window in _window_blocks(pool, tf_grad_order=True):
+            tie = np.abs(x[window] - y[outputs]) < tolerance
+            dx[window] += np.where(tie, g[outputs], zero)
+    return [dx]
+
+
+@register_kernel("MaxPool3DGradGrad")
+def max_pool3d_grad_grad(op, inputs, ctx):
+    """grad gathered at each window's first element equal to orig_output (0 if none)."""
+    x, y, g = inputs
+    out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
+    out = np.zeros(out_shape, g.dtype)
+    if 0 in out_shape or x.size == 0:
+        return [out]
+    found = np.zeros(out_shape, bool)
+    for outputs, window in _window_blocks(pool, tf_grad_order=False):
+        take = (x[window] == y[outputs]) & ~found[outputs]
+        np.copyto(out[outputs], g[window], where=take)
+        found[outputs] |= take
+    return [out]
