@@ -264,11 +264,18 @@ static void tile_pixels(const fwd_ctx *k, nn_fwd_tile *t, int64_t base, int64_t 
                         int64_t count, int P)
 {
     const int64_t plane = k->oh * k->ow, cnt = count - q0 < P ? count - q0 : P;
-    for (int p = 0; p < P; ++p) {
-        const int64_t q = base + q0 + (p < cnt ? p : cnt - 1);
-        const int64_t img = q / plane, r = q % plane, y = r / k->ow, x = r % k->ow;
+    const int64_t q = base + q0, r = q % plane; /* divide once, then step pixel by pixel */
+    int64_t img = q / plane, y = r / k->ow, x = r % k->ow;
+    for (int p = 0; p < cnt; ++p) {
         t->off[p] = ((img * k->pad.hp + y) * k->pad.wp + x) * k->c;
+        if (++x == k->ow) {
+            x = 0;
+            if (++y == k->oh)
+                y = 0, ++img;
+        }
     }
+    for (int p = (int)cnt; p < P; ++p)
+        t->off[p] = t->off[cnt - 1];
     t->npix = (int)cnt;
 }
 
