@@ -101,8 +101,7 @@ def test_imported_graph_computes_what_tensorflow_computed(key):
 
 @pytest.mark.parametrize("variant", ["pb_file", "pbtxt_file", "tf_message", "stripped_defaults",
                                      "output_shapes", "reversed_nodes"])
-@pytest.mark.parametrize("key", ["keras_cnn", "mobilenet_v2", "bn_training_nchw_f16",
-                                 "global_norm_producer_8"])
+@pytest.mark.parametrize("key", sorted(GRAPH_SPECS))
 def test_every_form_tensorflow_writes_imports(key, variant, tmp_path):
     graph = tf_graph(key)
     root = mg.import_graph_def(_variant(graph, variant, tmp_path), name="imported")
