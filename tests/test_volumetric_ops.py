@@ -7,8 +7,8 @@ Conv3DBackpropFilterV2, MaxPool3D, MaxPool3DGrad and MaxPool3DGradGrad.
   MaxPool3DGrad follows TF's CPU rule (every element within 1e-5 of the window's maximum,
   added in TF's order in T) and MaxPool3DGradGrad TF's first exact match, bit for bit.
 * Shapes (known and unknown dims) and the errors, in TF's words naming op and input.
-* Every registered gradient against finite differences (``test_every_volumetric_gradient_is
-  _checked`` fails when one is not covered).
+* Every registered gradient against finite differences
+  (``test_every_volumetric_gradient_is_checked`` fails when one is not covered).
 * ``oracle`` tests compare with ``tf.raw_ops`` when TensorFlow imports: the convolutions to
   float32 rounding (|ours - TF| <= 1e-5 * (|TF| + 1): BLAS and TF sum in different orders),
   the pools bit for bit, ties included.
