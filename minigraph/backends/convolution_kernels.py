@@ -18,6 +18,8 @@ against what C reads and writes.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -34,7 +36,7 @@ from minigraph.backends.native import (
     shaped,
 )
 from minigraph.backends.registry import register_kernel
-from minigraph.framework import dtypes
+from minigraph.framework import dtypes, limits
 from minigraph.ops.window import Window, conv_geometry, sizes_to_shape, to_nhwc
 
 F32 = np.float32
@@ -57,12 +59,24 @@ def _from_nhwc(y: np.ndarray, data_format: str) -> np.ndarray:
     return np.ascontiguousarray(y.transpose(0, y.ndim - 1, *range(1, y.ndim - 1)))
 
 
+def _zeros(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """``np.zeros(shape, dtype)``, refused with a MemoryError (which the session reports as
+    ResourceExhaustedError naming the op) before allocating when this machine cannot hold
+    it: a huge dilation or padding asks for zeros beyond any memory, or any int64 size."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if nbytes > limits.memory_bytes():
+        raise MemoryError(f"an intermediate of shape {list(shape)} needs {nbytes:,} bytes, "
+                          f"more than this machine's {limits.memory_bytes():,}; nothing was "
+                          f"allocated")
+    return np.zeros(shape, dtype)
+
+
 def _pad_nhwc(x: np.ndarray, pads) -> np.ndarray:
     """Channels-last ``x`` zero-padded by the (before, after) ``pads`` of its spatial dims."""
     if not any(before or after for before, after in pads):
         return x
-    out = np.zeros((x.shape[0], *(n + b + a for n, (b, a) in zip(x.shape[1:-1], pads)),
-                    x.shape[-1]), x.dtype)
+    out = _zeros((x.shape[0], *(n + b + a for n, (b, a) in zip(x.shape[1:-1], pads)),
+                  x.shape[-1]), x.dtype)
     out[(slice(None), *(slice(b, b + n) for n, (b, _) in zip(x.shape[1:-1], pads)))] = x
     return out
 
@@ -70,12 +84,17 @@ def _pad_nhwc(x: np.ndarray, pads) -> np.ndarray:
 def _patches(xp: np.ndarray, k_sizes: tuple, window: Window) -> np.ndarray:
     """``[n*out..., k...*c]`` patch matrix of a padded channels-last input (one copy): the
     view ``[n, out..., k..., c]`` whose output steps are the strides and whose window steps
-    are the dilations."""
+    are the dilations (0 along an axis of length 1, which never steps: a huge stride or
+    dilation there would overflow the byte offsets)."""
     n, c = xp.shape[0], xp.shape[-1]
     steps = xp.strides[1:-1]
     view = as_strided(xp, (n, *window.out, *k_sizes, c),
-                      (xp.strides[0], *(t * s for t, s in zip(steps, window.strides)),
-                       *(t * d for t, d in zip(steps, window.dilations)), xp.strides[-1]),
+                      (xp.strides[0],
+                       *(t * s if out > 1 else 0
+                         for t, s, out in zip(steps, window.strides, window.out)),
+                       *(t * d if k > 1 else 0
+                         for t, d, k in zip(steps, window.dilations, k_sizes)),
+                       xp.strides[-1]),
                       writeable=False)
     return view.reshape(n * int(np.prod(window.out)), int(np.prod(k_sizes)) * c)
 
@@ -108,7 +127,7 @@ def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple
                for k, d, (before, _) in zip(k_sizes, window.dilations, window.pads)]
     rows = [placed_rows(off, s, count, length) for off, s, count, length
             in zip(offsets, window.strides, dy.shape[1:-1], lengths)]
-    spread = np.zeros((n, *lengths, co), dy.dtype)
+    spread = _zeros((n, *lengths, co), dy.dtype)
     if all(p1 > p0 for p0, p1 in rows):
         target = tuple(slice(off + p0 * s, off + (p1 - 1) * s + 1, s)
                        for off, (p0, p1), s in zip(offsets, rows, window.strides))
