@@ -393,6 +393,26 @@ def test_huge_outputs_are_refused_before_allocating():
         run(dx)
 
 
+def test_absurd_strides_and_dilations_compute_or_are_refused_cleanly():
+    """A stride of 2**62 leaves one output per axis (no byte-offset overflow); a dilation
+    of 2**40 under SAME asks for zeros beyond any memory: refused before allocating."""
+    root = mg.Scope.NewRootScope()
+    x = np.ones((1, 3, 4, 5, 2), F32)
+    f = np.ones((2, 2, 2, 2, 3), F32)
+    y = ops.Conv3D(root, x, f, strides=[1, 2**62, 2**62, 2**62, 1], padding="VALID")
+    dy = np.ones((1, 1, 1, 1, 3), F32)
+    dx = ops.Conv3DBackpropInputV2(root, list(x.shape), f, dy,
+                                   strides=[1, 2**62, 2**62, 2**62, 1], padding="VALID")
+    got = run([y, dx], root=root)
+    assert_identical(got[0], np.full((1, 1, 1, 1, 3), 16, F32))
+    assert got[1].sum() == 8 * 2 * 3
+    dilated = ops.Conv3D(root, x, f, strides=[1] * 5, dilations=[1, 2**40, 1, 1, 1],
+                         padding="SAME")
+    with pytest.raises(mg.errors.ResourceExhaustedError, match=r"Conv3D '\w+': out of memory "
+                                                                r".*nothing was allocated"):
+        run(dilated)
+
+
 # ----------------------------------------------------------------------------- errors
 
 
