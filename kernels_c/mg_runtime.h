@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /* BEGIN CDEF */
 #define MG_OK 0
@@ -91,6 +92,25 @@ int mg_native_threads(int requested);
 static inline int mg_stream_threads(int requested, int64_t elements)
 {
     return elements < (1 << 15) ? 1 : mg_native_threads(requested);
+}
+
+/* Threads for a call of `work` multiply-adds (convolutions): small problems stay on the
+ * calling thread, and a thread gets at least 2e5 of them (a parallel region costs tens of
+ * microseconds). */
+static inline int mg_work_threads(int requested, double work)
+{
+    if (work < 2e5)
+        return 1;
+    if (requested > 1 && work < 2e5 * requested)
+        requested = (int)(work / 2e5) + 1;
+    return mg_native_threads(requested);
+}
+
+/* A 64-byte aligned scratch of `count` floats (NULL when out of memory; free() it). */
+static inline float *mg_alloc_floats(int64_t count)
+{
+    size_t bytes = ((size_t)count * sizeof(float) + 63) & ~(size_t)63;
+    return aligned_alloc(64, bytes ? bytes : 64);
 }
 
 /* [lo, hi) of `total` items for thread `tid` of `nth`: contiguous, balanced. */

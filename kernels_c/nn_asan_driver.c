@@ -1,4 +1,5 @@
-/* Test driver for `make asan` (convolution.h, pooling.h, activations.h, optimizers.h):
+/* Test driver for `make asan` (convolution.h, depthwise.h, pooling.h, activations.h,
+ * optimizers.h):
  * every entry point over awkward sizes, both layouts, SAME/VALID-like pads, every
  * instruction set this CPU has and 1 or 3 threads, under AddressSanitizer +
  * UndefinedBehaviorSanitizer. Inputs are allocated at their exact size (scalar over-reads
@@ -14,6 +15,7 @@
 #include "asan_check.h"
 #include "mg_runtime.h"
 #include "convolution.h"
+#include "depthwise.h"
 #include "activations.h"
 #include "activations_internal.h"
 #include "optimizers.h"
@@ -125,6 +127,71 @@ static void conv_case(int64_t n, int64_t h, int64_t w, int64_t c, int64_t co, in
                                    threads);
     CHECK(rc == 0, "backprop_filter rc %d", rc);
     static const char *names[3] = {"conv forward", "conv backprop input", "conv backprop filter"};
+    for (int k = 0; k < 3; ++k) {
+        close_to(out[k], e[k], m[k], sizes[k], names[k]);
+        check_guards(blk[k], sizes[k], shift, names[k]);
+        free(blk[k]);
+        free(e[k]);
+        free(m[k]);
+    }
+    free(x);
+    free(f);
+    free(dy);
+}
+
+/* Depthwise: x [n,h,w,c], f [kh,kw,c,mult], strides s, dilations d, pads pt/pl before and
+ * after (any size: EXPLICIT-like); NHWC only. */
+static void depthwise_case(int64_t n, int64_t h, int64_t w, int64_t c, int64_t mult,
+                           int64_t kh, int64_t kw, int64_t s, int64_t d, int64_t pt,
+                           int64_t pl, int threads, int shift)
+{
+    const int64_t oh = (h + 2 * pt - (kh - 1) * d - 1) / s + 1;
+    const int64_t ow = (w + 2 * pl - (kw - 1) * d - 1) / s + 1;
+    if (oh <= 0 || ow <= 0)
+        return;
+    const int64_t co = c * mult;
+    const size_t nx = (size_t)(n * h * w * c), nf = (size_t)(kh * kw * co);
+    const size_t ny = (size_t)(n * oh * ow * co);
+    float *x = input(nx), *f = input(nf), *dy = input(ny);
+    double *e[3], *m[3];
+    const size_t sizes[3] = {ny, nx, nf};
+    for (int k = 0; k < 3; ++k) {
+        e[k] = calloc(sizes[k], sizeof(double));
+        m[k] = calloc(sizes[k], sizeof(double));
+    }
+    for (int64_t b = 0; b < n; ++b)
+        for (int64_t y = 0; y < oh; ++y)
+            for (int64_t xo = 0; xo < ow; ++xo)
+                for (int64_t i = 0; i < kh; ++i)
+                    for (int64_t j = 0; j < kw; ++j) {
+                        const int64_t yy = y * s + i * d - pt, xx = xo * s + j * d - pl;
+                        if (yy < 0 || yy >= h || xx < 0 || xx >= w)
+                            continue;
+                        for (int64_t o = 0; o < co; ++o) {
+                            const size_t ix = at(b, yy, xx, o / mult, h, w, c, 1);
+                            const size_t iy = at(b, y, xo, o, oh, ow, co, 1);
+                            const size_t iff = (size_t)((i * kw + j) * co + o);
+                            const double xv = x[ix], fv = f[iff], dv = dy[iy];
+                            e[0][iy] += xv * fv, m[0][iy] += fabs(xv * fv);
+                            e[1][ix] += dv * fv, m[1][ix] += fabs(dv * fv);
+                            e[2][iff] += xv * dv, m[2][iff] += fabs(xv * dv);
+                        }
+                    }
+    unsigned char *blk[3];
+    float *out[3];
+    for (int k = 0; k < 3; ++k)
+        out[k] = output(sizes[k], shift, &blk[k]);
+    int rc = mg_depthwise_forward(n, h, w, c, kh, kw, mult, s, s, d, d, pt, pl, oh, ow, x, f,
+                                  out[0], threads);
+    CHECK(rc == 0, "depthwise forward rc %d", rc);
+    rc = mg_depthwise_backprop_input(n, h, w, c, kh, kw, mult, s, s, d, d, pt, pl, oh, ow, f,
+                                     dy, out[1], threads);
+    CHECK(rc == 0, "depthwise backprop_input rc %d", rc);
+    rc = mg_depthwise_backprop_filter(n, h, w, c, kh, kw, mult, s, s, d, d, pt, pl, oh, ow, x,
+                                      dy, out[2], threads);
+    CHECK(rc == 0, "depthwise backprop_filter rc %d", rc);
+    static const char *names[3] = {"depthwise forward", "depthwise backprop input",
+                                   "depthwise backprop filter"};
     for (int k = 0; k < 3; ++k) {
         close_to(out[k], e[k], m[k], sizes[k], names[k]);
         check_guards(blk[k], sizes[k], shift, names[k]);
@@ -263,6 +330,14 @@ int main(void)
         /* windows far larger than the image: clipped, so as fast as small ones */
         {2, 8, 8, 3, 3000, 1}, {1, 5, 7, 16, 3000, 3000}, {2, 3, 9, 1, 1000000000, 2},
     };
+    static const int64_t depthwise[][11] = {
+        /* n, h, w, c, mult, kh, kw, stride, dilation, pad top, pad left */
+        {2, 9, 9, 16, 1, 3, 3, 1, 1, 1, 1}, {2, 9, 8, 17, 1, 3, 3, 2, 1, 1, 1},
+        {1, 7, 9, 48, 1, 3, 3, 2, 1, 0, 0}, {2, 6, 7, 5, 3, 3, 2, 1, 2, 2, 1},
+        {1, 12, 13, 40, 1, 5, 5, 1, 1, 2, 2}, {3, 4, 5, 1, 7, 2, 3, 3, 1, 1, 0},
+        {1, 3, 3, 24, 1, 7, 7, 1, 1, 5, 4}, {2, 1, 1, 3, 2, 3, 3, 1, 1, 1, 1},
+        {4, 20, 20, 64, 1, 3, 3, 1, 1, 1, 1}, /* enough work for 3 threads */
+    };
     int shift = 0;
     for (int isa = MG_ISA_SCALAR; isa <= MG_ISA_AVX512; ++isa) {
         if (mg_set_isa(isa) != isa)
@@ -278,6 +353,12 @@ int main(void)
                         pool_case(pools[i][0], pools[i][1], pools[i][2], pools[i][3],
                                   pools[i][4], pools[i][5], same, cl, threads, shift);
                 }
+        for (int threads = 1; threads <= 3; threads += 2)
+            for (size_t i = 0; i < sizeof depthwise / sizeof depthwise[0]; ++i, shift = (shift + 1) % 16) {
+                const int64_t *g = depthwise[i];
+                depthwise_case(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9],
+                               g[10], threads, shift);
+            }
         for (int64_t count = 0; count < 70; count += 7)
             elementwise_case(count, 1, (int)(count % 16));
         elementwise_case(100003, 3, 5);
@@ -297,6 +378,15 @@ int main(void)
           "out_w past the image accepted");
     CHECK(mg_max_pool_grad(1, 4, 4, 1, 2, 2, 2, 2, 0, 0, 3, 2, 1, &one, &one, &one, 1) ==
               MG_EINVAL, "max_pool_grad out_h past the image accepted");
+    CHECK(mg_depthwise_forward(1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 0, 0, 1, 1, &one, &one, &one,
+                               1) == MG_EINVAL, "depthwise multiplier 0 accepted");
+    CHECK(mg_depthwise_backprop_input(1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 0, 0, 1, 1, &one, &one,
+                                      &one, 1) == MG_EINVAL, "depthwise stride 0 accepted");
+    CHECK(mg_depthwise_backprop_filter(1, 1, 1, 1, 1, 1, 1, 1, 1, (int64_t)1 << 31, 1, 0, 0, 1,
+                                       1, &one, &one, &one, 1) == MG_EINVAL,
+          "depthwise dilation 2^31 accepted");
+    CHECK(mg_depthwise_forward(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, NULL, &one, &one,
+                               1) == MG_EINVAL, "depthwise NULL input accepted");
     CHECK(mg_relu6(-1, &one, &one, 1) == MG_EINVAL, "relu6 count < 0 accepted");
     CHECK(mg_relu6_grad(3, &one, NULL, &one, 1) == MG_EINVAL, "relu6_grad NULL accepted");
     CHECK(mg_apply_adam(2, &one, &one, &one, NULL, 0.1f, 0.9f, 0.999f, 1e-7f, 0, &one, &one,

@@ -525,6 +525,31 @@ def test_conv2d_backprop_gradients(fmt, padding, strides, dilations):
     assert_gradients_match([xp, dyp], [x, dy], df)
 
 
+@pytest.mark.parametrize("fmt,padding,strides,dilations", [
+    ("NHWC", "SAME", (2, 2), (1, 1)), ("NCHW", "VALID", (1, 1), (2, 2)),
+    ("NHWC", "EXPLICIT", (1, 2), (1, 1)), ("NCHW", "SAME", (1, 1), (1, 1)),
+    ("NHWC", "VALID", (1, 1), (1, 2))])
+def test_depthwise_gradients(fmt, padding, strides, dilations):
+    """DepthwiseConv2dNative (multiplier 2), then both backprops (second order: into the
+    family's ops again)."""
+    rng = np.random.default_rng(12)
+    x_shape, f_shape = (1, 5, 4, 2), (2, 2, 2, 2)
+    explicit = ((1, 0), (0, 1)) if padding == "EXPLICIT" else None
+    attrs = _conv_case_attrs(fmt, strides, dilations, padding, explicit)
+    out_hw = conv_out_hw(x_shape[1:3], f_shape[:2], strides, dilations, padding,
+                         explicit or ((0, 0), (0, 0)))
+    dy_shape = to_fmt(np.zeros((1, *out_hw, 4)), fmt).shape
+    x, f, dy = (rng.standard_normal(s) for s in (to_fmt(np.zeros(x_shape), fmt).shape,
+                                                 f_shape, dy_shape))
+    root = mg.Scope.NewRootScope()
+    xp, fp, dyp = ph(root, "x", x.shape), ph(root, "f", f_shape), ph(root, "dy", dy_shape)
+    assert_gradients_match([xp, fp], [x, f], ops.DepthwiseConv2dNative(root, xp, fp, **attrs))
+    dx = ops.DepthwiseConv2dNativeBackpropInput(root, list(x.shape), fp, dyp, **attrs)
+    assert_gradients_match([fp, dyp], [f, dy], dx)
+    df = ops.DepthwiseConv2dNativeBackpropFilter(root, xp, list(f_shape), dyp, **attrs)
+    assert_gradients_match([xp, dyp], [x, dy], df)
+
+
 def test_conv2d_second_order_through_autodiff():
     """d/dx of sum(d/df (sum(conv(x, f)^2)) * w): gradients of both backprop ops at once."""
     rng = np.random.default_rng(10)
@@ -666,6 +691,8 @@ NN_GRADIENT_TESTS = {
     "Conv2D": "test_conv2d_gradient",
     "Conv2DBackpropInput": "test_conv2d_backprop_gradients",
     "Conv2DBackpropFilter": "test_conv2d_backprop_gradients",
+    **dict.fromkeys(["DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
+                     "DepthwiseConv2dNativeBackpropFilter"], "test_depthwise_gradients"),
     "BiasAdd": "test_bias_add_gradients", "BiasAddGrad": "test_bias_add_gradients",
     "Relu": "test_relu_gradients", "ReluGrad": "test_relu_gradients",
     "Relu6": "test_relu6_gradients", "Relu6Grad": "test_relu6_gradients",

@@ -14,6 +14,13 @@ convolutions on them. float16/bfloat16 are computed in float32 and rounded once;
 native (``backend="native"``, float32, stride 1, dilation 1, SAME/VALID): the C kernels of
 kernels_c/convolution*.c through the ``c_*`` wrappers at the bottom, which check every buffer
 against what C reads and writes.
+
+Depthwise (DepthwiseConv2dNative and its backprops): per filter tap, one vectorized
+multiply-add over every output pixel the tap reaches, so each sum is a chain in TF's order
+(the taps row-major) with TF's CPU rounding: one rounding per step in float32 and the half
+types (a fused multiply-add, emulated exactly in numpy), a product and a sum in float64. The
+native kernels (kernels_c/depthwise*.c, float32 NHWC, any window) compute the same chains:
+bit-identical results.
 """
 
 from __future__ import annotations
@@ -37,9 +44,10 @@ from minigraph.backends.native import (
 )
 from minigraph.backends.registry import register_kernel
 from minigraph.framework import dtypes, limits
+from minigraph.ops.convolution_ops import depthwise_geometry
 from minigraph.ops.window import Window, conv_geometry, sizes_to_shape, to_nhwc
 
-F32 = np.float32
+F32, F64 = np.float32, np.float64
 
 
 # ----------------------------------------------------------------------------- im2col core
@@ -233,6 +241,207 @@ def conv2d_backprop_filter_native(op, inputs, ctx):
                                           op.attrs["data_format"] == "NHWC")]
 
 
+# ----------------------------------------------------------------------------- depthwise core
+
+
+def _fma_f32(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float32 ``acc + a * b`` rounded once, elementwise: a fused multiply-add, as TF's
+    oneDNN float32 kernels and minigraph's C compute. The product of two float32 values is
+    exact in float64; Knuth's TwoSum recovers the float64 sum's rounding error exactly, and
+    rounding that sum to odd with it (Boldo & Melquiond) makes the one rounding to float32
+    the correct one."""
+    acc = acc.astype(F64)
+    prod = a.astype(F64) * b
+    with np.errstate(invalid="ignore", over="ignore"):
+        total = acc + prod
+        back = total - acc
+        err = (acc - (total - back)) + (prod - back)
+        nudge = (err != 0) & ((total.view(np.int64) & 1) == 0) & np.isfinite(total)
+        total = np.where(nudge, np.nextafter(total, np.where(err > 0, np.inf, -np.inf)), total)
+        return total.astype(F32)
+
+
+def _madd(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``acc + a * b`` in acc's dtype, rounded as TF's CPU depthwise kernels: once in float32
+    (oneDNN's fused multiply-add), the product and the sum apart in float64 (Eigen's kernel,
+    built without FMA)."""
+    return _fma_f32(acc, a, b) if acc.dtype == F32 else acc + a * b
+
+
+def _reach(offset: int, step: int, count: int, size: int) -> tuple[slice, slice] | None:
+    """The t in [0, count) with 0 <= offset + t * step < size, as (slice of t, slice of
+    offset + t * step), or None when there are none: the output pixels a filter tap reaches
+    (offset = tap * dilation - pad, step = stride), or the taps of an output pixel that fall
+    inside the input (offset = pixel * stride - pad, step = dilation)."""
+    first, last = placed_rows(offset, step, count, size)
+    if first == last:
+        return None
+    start = offset + first * step
+    return slice(first, last), slice(start, start + (last - first - 1) * step + 1, step)
+
+
+def _tap_regions(window: Window, in_hw: tuple[int, int], k_hw: tuple[int, int]):
+    """Per filter tap (i, j), row-major, that reaches the input: (i, j, output rows and
+    columns, input rows and columns) as slices; output pixel k of the region reads input
+    pixel k of its region (p * stride + i * dilation - pad)."""
+    (sh, sw), (dh, dw) = window.strides, window.dilations
+    (top, _), (left, _) = window.pads
+    for i in range(k_hw[0]):
+        rows = _reach(i * dh - top, sh, window.out[0], in_hw[0])
+        for j in range(k_hw[1]):
+            cols = _reach(j * dw - left, sw, window.out[1], in_hw[1])
+            if rows and cols:
+                yield i, j, (rows[0], cols[0]), (rows[1], cols[1])
+
+
+def depthwise_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
+    """Depthwise cross-correlation of NHWC x with f ``[kh, kw, c, mult]``:
+    ``y[n, p, q, c*mult + m] = sum_{i, j} x[n, p*s_h + i*d_h - top, q*s_w + j*d_w - left, c]
+    * f[i, j, c, m]``, a chain of :func:`_madd` from 0 over the taps (i, j) in row-major
+    order that fall inside x (TF's order)."""
+    n, h, w, c = x.shape
+    kh, kw, _, mult = f.shape
+    acc = np.zeros((n, *window.out, c, mult), x.dtype)
+    for i, j, (po, qo), (pi, qi) in _tap_regions(window, (h, w), (kh, kw)):
+        acc[:, po, qo] = _madd(acc[:, po, qo], x[:, pi, qi, :, None], f[i, j])
+    return acc.reshape(n, *window.out, c * mult)
+
+
+def depthwise_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple,
+                                  window: Window) -> np.ndarray:
+    """``dx[n, r, s, c] = sum dy[n, p, q, c*mult + m] * f[i, j, c, m]`` over the taps (i, j)
+    and output pixels (p, q) with ``r = p*s_h + i*d_h - top``, ``s = q*s_w + j*d_w - left``:
+    a chain of :func:`_madd` from 0 over the taps in row-major order, then m (oneDNN's
+    order)."""
+    n, h, w, c = input_shape
+    kh, kw, _, mult = f.shape
+    dyr = dy.reshape(*dy.shape[:3], c, mult)
+    dx = np.zeros(input_shape, dy.dtype)
+    for i, j, (po, qo), (pi, qi) in _tap_regions(window, (h, w), (kh, kw)):
+        region = dx[:, pi, qi]
+        for m in range(mult):
+            region = _madd(region, dyr[:, po, qo, :, m], f[i, j, :, m])
+        dx[:, pi, qi] = region
+    return dx
+
+
+def depthwise_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tuple,
+                                   window: Window) -> np.ndarray:
+    """``df[i, j, c, m] = sum_{n, p, q} x[n, p*s_h + i*d_h - top, q*s_w + j*d_w - left, c] *
+    dy[n, p, q, c*mult + m]``: per image, a chain of :func:`_madd` from 0 over the output
+    pixels (p, q) in row-major order whose tap pixel lies inside x; then the images' sums
+    added in image order (the C kernel's order; TF's oneDNN kernel blocks its sums its own
+    way and agrees to float32 rounding)."""
+    n, h, w, c = x.shape
+    kh, kw, _, mult = filter_shape
+    (sh, sw), (dh, dw) = window.strides, window.dilations
+    (top, _), (left, _) = window.pads
+    dyr = dy.reshape(*dy.shape[:3], 1, 1, c, mult)
+    part = np.zeros((n, kh, kw, c, mult), x.dtype)
+    for p in range(window.out[0]):
+        rows = _reach(p * sh - top, dh, kh, h)
+        for q in range(window.out[1] if rows else 0):
+            cols = _reach(q * sw - left, dw, kw, w)
+            if cols:
+                taps = (slice(None), rows[0], cols[0])
+                part[taps] = _madd(part[taps], x[:, rows[1], cols[1], :, None], dyr[:, p, q])
+    total = np.zeros((kh, kw, c, mult), x.dtype) if n == 0 else part[0]
+    for image in part[1:]:
+        total = total + image
+    return total.reshape(filter_shape)
+
+
+# ----------------------------------------------------------------------------- depthwise kernels
+
+
+def _depthwise_native(op) -> bool:
+    """The cases the C depthwise kernels handle (besides float32): NHWC, any window."""
+    return op.attrs["data_format"] == "NHWC"
+
+
+NATIVE_DEPTHWISE = {"backend": "native", "dtypes": (dtypes.float32,),
+                    "when": _depthwise_native}
+
+
+def _depthwise_input_shape(op, sizes: np.ndarray, f: np.ndarray, dy: np.ndarray) -> tuple:
+    """The input shape (data_format order) ``input_sizes`` gives, checked."""
+    fmt = op.attrs["data_format"]
+    return sizes_to_shape(sizes.tolist(), "input_sizes", fail_for(op), fmt,
+                          to_nhwc(dy.shape, fmt)[0], f.shape[2])
+
+
+@register_kernel("DepthwiseConv2dNative")
+def depthwise_conv2d(op, inputs, ctx):
+    x, f = inputs
+    fmt = op.attrs["data_format"]
+    window = depthwise_geometry(op.attrs, fail_for(op), x.shape, f.shape)
+    ct = compute_dtype(x.dtype)
+    y = depthwise_nhwc(_nhwc(x, fmt).astype(ct, copy=False), f.astype(ct, copy=False), window)
+    return [_from_nhwc(y, fmt).astype(x.dtype, copy=False)]
+
+
+@register_kernel("DepthwiseConv2dNativeBackpropInput")
+def depthwise_conv2d_backprop_input(op, inputs, ctx):
+    sizes, f, dy = inputs
+    fmt = op.attrs["data_format"]
+    x_shape = _depthwise_input_shape(op, sizes, f, dy)
+    window = depthwise_geometry(op.attrs, fail_for(op), x_shape, f.shape, "input_sizes")
+    ct = compute_dtype(dy.dtype)
+    dx = depthwise_backprop_input_nhwc(_nhwc(dy, fmt).astype(ct, copy=False),
+                                       f.astype(ct, copy=False), to_nhwc(x_shape, fmt), window)
+    return [_from_nhwc(dx, fmt).astype(dy.dtype, copy=False)]
+
+
+@register_kernel("DepthwiseConv2dNativeBackpropFilter")
+def depthwise_conv2d_backprop_filter(op, inputs, ctx):
+    x, sizes, dy = inputs
+    fmt = op.attrs["data_format"]
+    f_shape = tuple(sizes.tolist())
+    window = depthwise_geometry(op.attrs, fail_for(op), x.shape, f_shape)
+    ct = compute_dtype(x.dtype)
+    df = depthwise_backprop_filter_nhwc(_nhwc(x, fmt).astype(ct, copy=False),
+                                        _nhwc(dy, fmt).astype(ct, copy=False), f_shape, window)
+    return [df.astype(x.dtype, copy=False)]
+
+
+def _c_takes(window: Window, *shapes: tuple) -> bool:
+    """Whether every size of the call (the window's, the tensors' dims) is below 2**31, as
+    the C kernels require (their int64 offsets then never overflow); absurd geometry (a
+    stride of 2**40) runs on the numpy kernels."""
+    sizes = (*window.strides, *window.dilations, *sum(window.pads, ()), *window.out,
+             *sum(shapes, ()))
+    return max(sizes) < 2**31
+
+
+@register_kernel("DepthwiseConv2dNative", **NATIVE_DEPTHWISE)
+def depthwise_conv2d_native(op, inputs, ctx):
+    x, f = inputs
+    window = depthwise_geometry(op.attrs, fail_for(op), x.shape, f.shape)
+    if not _c_takes(window, x.shape, f.shape):
+        return depthwise_conv2d(op, inputs, ctx)
+    return [c_depthwise(x, f, window)]
+
+
+@register_kernel("DepthwiseConv2dNativeBackpropInput", **NATIVE_DEPTHWISE)
+def depthwise_conv2d_backprop_input_native(op, inputs, ctx):
+    sizes, f, dy = inputs
+    x_shape = _depthwise_input_shape(op, sizes, f, dy)
+    window = depthwise_geometry(op.attrs, fail_for(op), x_shape, f.shape, "input_sizes")
+    if not _c_takes(window, x_shape, f.shape):
+        return depthwise_conv2d_backprop_input(op, inputs, ctx)
+    return [c_depthwise_backprop_input(dy, f, x_shape[1:3], window)]
+
+
+@register_kernel("DepthwiseConv2dNativeBackpropFilter", **NATIVE_DEPTHWISE)
+def depthwise_conv2d_backprop_filter_native(op, inputs, ctx):
+    x, sizes, dy = inputs
+    f_shape = tuple(sizes.tolist())
+    window = depthwise_geometry(op.attrs, fail_for(op), x.shape, f_shape)
+    if not _c_takes(window, x.shape, f_shape):
+        return depthwise_conv2d_backprop_filter(op, inputs, ctx)
+    return [c_depthwise_backprop_filter(x, dy, f_shape, window)]
+
+
 # ----------------------------------------------------------------------------- C wrappers
 
 
@@ -298,4 +507,79 @@ def c_conv2d_backprop_filter(x, dy, filter_hw, pads, channels_last):
     check_code(lib.mg_conv2d_backprop_filter(
         n, h, w, c, kh, kw, co, top, left, oh, ow, int(channels_last), fbuf(x), fbuf(dy),
         fbuf(df), num_threads()), "Conv2DBackpropFilter")
+    return df
+
+
+def _c_depthwise_window(what: str, window: Window) -> list[int]:
+    """(stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left, out_h, out_w) of a
+    depthwise window, each checked to lie in [0, 2**31)."""
+    (sh, sw), (dh, dw) = window.strides, window.dilations
+    return checked_sizes(what, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw,
+                         pad_top=window.pads[0][0], pad_left=window.pads[1][0],
+                         out_h=window.out[0], out_w=window.out[1])
+
+
+def _c_depthwise_filter(what: str, f_shape: tuple, in_channels: int) -> None:
+    """A depthwise filter ``[kh, kw, c, mult]`` must have the input's channels and no zero
+    dimension (C reads ``kh * kw * c * mult`` floats of it, and writes that many of df)."""
+    if len(f_shape) != 4 or f_shape[2] != in_channels or 0 in f_shape:
+        raise ValueError(f"native {what}: filter shape {f_shape} does not match "
+                         f"{in_channels} input channels (or has a zero dimension)")
+
+
+def _c_out_backprop(what: str, dy: np.ndarray, batch: int, window: Window, depth: int) -> None:
+    """out_backprop must be exactly [batch, out_h, out_w, depth]: C reads all of it."""
+    if dy.shape != (batch, *window.out, depth):
+        raise ValueError(f"native {what}: out_backprop shape {dy.shape} is not "
+                         f"{(batch, *window.out, depth)}")
+
+
+def c_depthwise(x, f, window: Window) -> np.ndarray:
+    """Depthwise cross-correlation of NHWC x with f ``[kh, kw, c, mult]`` over ``window``
+    (:func:`depthwise_nhwc`'s formula and rounding, bit for bit)."""
+    x, f = as_f32(x), as_f32(f)
+    check_rank4("DepthwiseConv2dNative", input=x, filter=f)
+    n, h, w, c = x.shape
+    _c_depthwise_filter("DepthwiseConv2dNative", f.shape, c)
+    kh, kw, _, mult = f.shape
+    geometry = _c_depthwise_window("DepthwiseConv2dNative", window)
+    y = np.empty((n, *window.out, c * mult), F32)
+    check_code(lib.mg_depthwise_forward(n, h, w, c, kh, kw, mult, *geometry, fbuf(x),
+                                        fbuf(f), fbuf(y), num_threads()),
+               "DepthwiseConv2dNative")
+    return y
+
+
+def c_depthwise_backprop_input(dy, f, input_hw: tuple, window: Window) -> np.ndarray:
+    """d input (NHWC: dy's batch, ``input_hw``, f's channels) of the depthwise convolution
+    over ``window`` given dy (:func:`depthwise_backprop_input_nhwc`, bit for bit)."""
+    what = "DepthwiseConv2dNativeBackpropInput"
+    dy, f = as_f32(dy), as_f32(f)
+    check_rank4(what, out_backprop=dy, filter=f)
+    kh, kw, c, mult = f.shape
+    _c_depthwise_filter(what, f.shape, c)
+    _c_out_backprop(what, dy, dy.shape[0], window, c * mult)
+    n = dy.shape[0]
+    h, w = checked_sizes(what, height=input_hw[0], width=input_hw[1])
+    geometry = _c_depthwise_window(what, window)
+    dx = np.empty((n, h, w, c), F32)
+    check_code(lib.mg_depthwise_backprop_input(n, h, w, c, kh, kw, mult, *geometry, fbuf(f),
+                                               fbuf(dy), fbuf(dx), num_threads()), what)
+    return dx
+
+
+def c_depthwise_backprop_filter(x, dy, filter_shape: tuple, window: Window) -> np.ndarray:
+    """d filter (``filter_shape``) of the depthwise convolution of NHWC x over ``window``
+    given dy (:func:`depthwise_backprop_filter_nhwc`, bit for bit)."""
+    what = "DepthwiseConv2dNativeBackpropFilter"
+    x, dy = as_f32(x), as_f32(dy)
+    check_rank4(what, input=x, out_backprop=dy)
+    n, h, w, c = x.shape
+    _c_depthwise_filter(what, tuple(filter_shape), c)
+    kh, kw, _, mult = filter_shape
+    _c_out_backprop(what, dy, n, window, c * mult)
+    geometry = _c_depthwise_window(what, window)
+    df = np.empty((kh, kw, c, mult), F32)
+    check_code(lib.mg_depthwise_backprop_filter(n, h, w, c, kh, kw, mult, *geometry, fbuf(x),
+                                                fbuf(dy), fbuf(df), num_threads()), what)
     return df

@@ -36,6 +36,9 @@ __all__ = [
     "Conv3D",
     "Conv3DBackpropFilterV2",
     "Conv3DBackpropInputV2",
+    "DepthwiseConv2dNative",
+    "DepthwiseConv2dNativeBackpropFilter",
+    "DepthwiseConv2dNativeBackpropInput",
     "Div",
     "Equal",
     "Fill",
@@ -1419,6 +1422,234 @@ class Conv3DBackpropInputV2:
         *,
         data_format: Literal["NDHWC", "NCDHW"] = "NDHWC",
         dilations: Sequence[int] = (1, 1, 1, 1, 1),
+    ) -> Output: ...
+
+
+class DepthwiseConv2dNative:
+    """Builds one 'DepthwiseConv2dNative' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    DepthwiseConv2dNative.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64).
+        filter: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        strides: list(int), required.
+        padding: string, required, one of "SAME", "VALID", "EXPLICIT".
+        explicit_paddings: list(int), default [].
+        data_format: string, default "NHWC", one of "NHWC", "NCHW".
+        dilations: list(int), default [1, 1, 1, 1].
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one DepthwiseConv2dNative node, set with C++-style chained setters
+        that each return a new builder; pass it after the positional arguments or as
+        attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def Strides(self, value: Sequence[int]) -> DepthwiseConv2dNative.Attrs:
+            """Set attr 'strides' (list(int), required)."""
+
+        def Padding(
+            self,
+            value: Literal["SAME", "VALID", "EXPLICIT"],
+        ) -> DepthwiseConv2dNative.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID", "EXPLICIT")."""
+
+        def ExplicitPaddings(self, value: Sequence[int]) -> DepthwiseConv2dNative.Attrs:
+            """Set attr 'explicit_paddings' (list(int), default [])."""
+
+        def DataFormat(self, value: Literal["NHWC", "NCHW"]) -> DepthwiseConv2dNative.Attrs:
+            """Set attr 'data_format' (string, default "NHWC", one of "NHWC", "NCHW")."""
+
+        def Dilations(self, value: Sequence[int]) -> DepthwiseConv2dNative.Attrs:
+            """Set attr 'dilations' (list(int), default [1, 1, 1, 1])."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        filter: TensorLike,
+        strides: Sequence[int],
+        padding: Literal["SAME", "VALID", "EXPLICIT"],
+        attrs: DepthwiseConv2dNative.Attrs | None = None,
+        *,
+        explicit_paddings: Sequence[int] = (),
+        data_format: Literal["NHWC", "NCHW"] = "NHWC",
+        dilations: Sequence[int] = (1, 1, 1, 1),
+    ) -> Output: ...
+
+
+class DepthwiseConv2dNativeBackpropFilter:
+    """Builds one 'DepthwiseConv2dNativeBackpropFilter' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    DepthwiseConv2dNativeBackpropFilter.Attrs() builder (after the positional arguments) or
+    as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64).
+        filter_sizes: int32.
+        out_backprop: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        strides: list(int), required.
+        padding: string, required, one of "SAME", "VALID", "EXPLICIT".
+        explicit_paddings: list(int), default [].
+        data_format: string, default "NHWC", one of "NHWC", "NCHW".
+        dilations: list(int), default [1, 1, 1, 1].
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one DepthwiseConv2dNativeBackpropFilter node, set with C++-style
+        chained setters that each return a new builder; pass it after the positional
+        arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def Strides(self, value: Sequence[int]) -> DepthwiseConv2dNativeBackpropFilter.Attrs:
+            """Set attr 'strides' (list(int), required)."""
+
+        def Padding(
+            self,
+            value: Literal["SAME", "VALID", "EXPLICIT"],
+        ) -> DepthwiseConv2dNativeBackpropFilter.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID", "EXPLICIT")."""
+
+        def ExplicitPaddings(
+            self,
+            value: Sequence[int],
+        ) -> DepthwiseConv2dNativeBackpropFilter.Attrs:
+            """Set attr 'explicit_paddings' (list(int), default [])."""
+
+        def DataFormat(
+            self,
+            value: Literal["NHWC", "NCHW"],
+        ) -> DepthwiseConv2dNativeBackpropFilter.Attrs:
+            """Set attr 'data_format' (string, default "NHWC", one of "NHWC", "NCHW")."""
+
+        def Dilations(self, value: Sequence[int]) -> DepthwiseConv2dNativeBackpropFilter.Attrs:
+            """Set attr 'dilations' (list(int), default [1, 1, 1, 1])."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        filter_sizes: TensorLike,
+        out_backprop: TensorLike,
+        strides: Sequence[int],
+        padding: Literal["SAME", "VALID", "EXPLICIT"],
+        attrs: DepthwiseConv2dNativeBackpropFilter.Attrs | None = None,
+        *,
+        explicit_paddings: Sequence[int] = (),
+        data_format: Literal["NHWC", "NCHW"] = "NHWC",
+        dilations: Sequence[int] = (1, 1, 1, 1),
+    ) -> Output: ...
+
+
+class DepthwiseConv2dNativeBackpropInput:
+    """Builds one 'DepthwiseConv2dNativeBackpropInput' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    DepthwiseConv2dNativeBackpropInput.Attrs() builder (after the positional arguments) or
+    as keywords.
+
+    Inputs:
+        input_sizes: int32.
+        filter: T (float16, bfloat16, float32, float64).
+        out_backprop: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        strides: list(int), required.
+        padding: string, required, one of "SAME", "VALID", "EXPLICIT".
+        explicit_paddings: list(int), default [].
+        data_format: string, default "NHWC", one of "NHWC", "NCHW".
+        dilations: list(int), default [1, 1, 1, 1].
+        T: type, inferred from input 'filter', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one DepthwiseConv2dNativeBackpropInput node, set with C++-style
+        chained setters that each return a new builder; pass it after the positional
+        arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def Strides(self, value: Sequence[int]) -> DepthwiseConv2dNativeBackpropInput.Attrs:
+            """Set attr 'strides' (list(int), required)."""
+
+        def Padding(
+            self,
+            value: Literal["SAME", "VALID", "EXPLICIT"],
+        ) -> DepthwiseConv2dNativeBackpropInput.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID", "EXPLICIT")."""
+
+        def ExplicitPaddings(
+            self,
+            value: Sequence[int],
+        ) -> DepthwiseConv2dNativeBackpropInput.Attrs:
+            """Set attr 'explicit_paddings' (list(int), default [])."""
+
+        def DataFormat(
+            self,
+            value: Literal["NHWC", "NCHW"],
+        ) -> DepthwiseConv2dNativeBackpropInput.Attrs:
+            """Set attr 'data_format' (string, default "NHWC", one of "NHWC", "NCHW")."""
+
+        def Dilations(self, value: Sequence[int]) -> DepthwiseConv2dNativeBackpropInput.Attrs:
+            """Set attr 'dilations' (list(int), default [1, 1, 1, 1])."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input_sizes: TensorLike,
+        filter: TensorLike,
+        out_backprop: TensorLike,
+        strides: Sequence[int],
+        padding: Literal["SAME", "VALID", "EXPLICIT"],
+        attrs: DepthwiseConv2dNativeBackpropInput.Attrs | None = None,
+        *,
+        explicit_paddings: Sequence[int] = (),
+        data_format: Literal["NHWC", "NCHW"] = "NHWC",
+        dilations: Sequence[int] = (1, 1, 1, 1),
     ) -> Output: ...
 
 

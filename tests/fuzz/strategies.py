@@ -10,6 +10,7 @@ a Placeholder of unknown, partial or full static shape) and a memory layout.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from hypothesis import strategies as st
@@ -325,26 +326,33 @@ def _jiggle(g: Draw, shape: tuple) -> tuple:
     return shape
 
 
-def r_conv2d(g: Draw):
+def _depthwise_geometry(g: Draw):
+    """:func:`_conv_geometry` with the filter's last dim a channel multiplier: the output
+    has in_channels * multiplier channels."""
+    fmt, x, f, y, attrs = _conv_geometry(g)
+    return fmt, x, f, (*y[:-1], x[-1] * f[-1]), attrs
+
+
+def r_conv2d(g: Draw, geometry: Callable = _conv_geometry):
     dtype = g.dtype()
-    fmt, x, f, _, attrs = _conv_geometry(g)
+    fmt, x, f, _, attrs = geometry(g)
     x = _nchw(fmt, x[0], x[1:-1], x[-1])
     return {"input": (g.array(x, dtype), "data"),
             "filter": (g.array(_jiggle(g, f), dtype), "data")}, attrs
 
 
-def r_conv2d_backprop_input(g: Draw):
+def r_conv2d_backprop_input(g: Draw, geometry: Callable = _conv_geometry):
     dtype = g.dtype()
-    fmt, x, f, y, attrs = _conv_geometry(g)
+    fmt, x, f, y, attrs = geometry(g)
     x, y = _nchw(fmt, x[0], x[1:-1], x[-1]), _nchw(fmt, y[0], y[1:-1], y[-1])
     return {"input_sizes": (g.lit(_jiggle(g, x)), "shape"),
             "filter": (g.array(f, dtype), "data"),
             "out_backprop": (g.array(_jiggle(g, y), dtype), "data")}, attrs
 
 
-def r_conv2d_backprop_filter(g: Draw):
+def r_conv2d_backprop_filter(g: Draw, geometry: Callable = _conv_geometry):
     dtype = g.dtype()
-    fmt, x, f, y, attrs = _conv_geometry(g)
+    fmt, x, f, y, attrs = geometry(g)
     x, y = _nchw(fmt, x[0], x[1:-1], x[-1]), _nchw(fmt, y[0], y[1:-1], y[-1])
     return {"input": (g.array(x, dtype), "data"),
             "filter_sizes": (g.lit(_jiggle(g, f)), "shape"),
@@ -518,6 +526,11 @@ RECIPES: dict[str, Callable] = {
     "RandomUniform": r_random_uniform, "MatMul": r_matmul, "BiasAdd": r_bias_add,
     "Conv2D": r_conv2d, "Conv2DBackpropInput": r_conv2d_backprop_input,
     "Conv2DBackpropFilter": r_conv2d_backprop_filter,
+    "DepthwiseConv2dNative": partial(r_conv2d, geometry=_depthwise_geometry),
+    "DepthwiseConv2dNativeBackpropInput":
+        partial(r_conv2d_backprop_input, geometry=_depthwise_geometry),
+    "DepthwiseConv2dNativeBackpropFilter":
+        partial(r_conv2d_backprop_filter, geometry=_depthwise_geometry),
     "AvgPool": r_pool, "MaxPool": r_pool, "AvgPoolGrad": r_avg_pool_grad,
     "MaxPoolGrad": r_max_pool_grad, "MaxPoolGradGrad": r_max_pool_grad,
     "Conv3D": r_conv2d, "Conv3DBackpropInputV2": r_conv2d_backprop_input,
