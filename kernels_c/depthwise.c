@@ -5,8 +5,9 @@
  * Forward: output rows (image, p) handed to threads in chunks; each row's pixels go through
  * the ISA's loop, DW_TILE pixels x one vector of channels per register tile where all taps
  * are inside the input, pixel by pixel at the borders (depthwise_template.h).
- * Input gradient: input rows likewise, each pixel gathering the out_backprop pixels its taps
- * reach (strides: only some taps do).
+ * Input gradient: input rows likewise, the same tiles gathering from out_backprop the
+ * pixels each input pixel's taps reach (with strides only some taps do; the columns of one
+ * residue modulo the stride share their pattern, so they are tiled together).
  * Filter gradient: (image, vector of channels) items, each summing one image over its
  * output pixels (3x3 filters: the nine sums in registers); then the images' sums added in
  * image order, in groups of images whose sums fit a bounded scratch.
@@ -26,10 +27,6 @@
 #include "depthwise_internal.h"
 #include "mg_runtime.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 static const dw_kernel_table *dw_kernels(void)
 {
     static const void *const tables[MG_NISA] =
@@ -48,7 +45,6 @@ typedef struct {
     float *out;              /* the result */
     float *part;             /* filter gradient: per-image sums of the group */
     int64_t img0, nimg;      /* that group */
-    int64_t *taps;           /* input gradient: 2 * kh * kw offsets per thread */
 } dw_call;
 
 typedef void (*range_fn)(dw_call *k, int64_t lo, int64_t hi);
@@ -70,15 +66,6 @@ static void parallel_ranges(dw_call *k, int nt, int64_t count, range_fn fn)
 #endif
     for (int64_t b = 0; b < chunks; ++b)
         fn(k, b * chunk, (b + 1) * chunk < count ? (b + 1) * chunk : count);
-}
-
-static int thread_id(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
 }
 
 /* a * b * c * d into *out, or 0 on int64 overflow */
@@ -191,9 +178,7 @@ int mg_depthwise_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
 
 static void input_rows(dw_call *k, int64_t lo, int64_t hi)
 {
-    const int64_t per_thread = 2 * k->g.kh * k->g.kw;
-    k->tab->backprop_input(&k->g, k->dy, k->f, k->out, lo, hi,
-                           k->taps + (int64_t)thread_id() * per_thread);
+    k->tab->backprop_input(&k->g, k->dy, k->f, k->out, lo, hi);
 }
 
 int mg_depthwise_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
@@ -214,14 +199,12 @@ int mg_depthwise_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, int6
         dyt = relayout(&k, nt, multiplier_first, dy, n * out_h * out_w, c);
         ft = relayout(&k, 1, multiplier_first, f, kh * kw, c);
     }
-    k.taps = malloc((size_t)nt * 2 * (size_t)(kh * kw) * sizeof(int64_t));
-    if (!k.taps || (mult > 1 && (!dyt || !ft))) {
+    if (mult > 1 && (!dyt || !ft)) {
         err = MG_ENOMEM;
     } else {
         k.dy = dyt ? dyt : dy, k.f = ft ? ft : f, k.out = dx;
         parallel_ranges(&k, nt, n * h, input_rows);
     }
-    free(k.taps);
     free(dyt);
     free(ft);
     return err;

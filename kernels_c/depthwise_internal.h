@@ -40,10 +40,9 @@ static inline void dw_span(int64_t start, int64_t step, int64_t count, int64_t s
 /* Output rows [lo, hi) (row = image * out_h + p) of the forward. */
 typedef void (*dw_fwd_fn)(const dw_geo *g, const float *x, const float *f, float *y,
                           int64_t lo, int64_t hi);
-/* Input-gradient rows [lo, hi) (row = image * h + r); `taps`: scratch for 2 * kh * kw
- * offsets (one per thread). */
+/* Input-gradient rows [lo, hi) (row = image * h + r). */
 typedef void (*dw_bwi_fn)(const dw_geo *g, const float *dy, const float *f, float *dx,
-                          int64_t lo, int64_t hi, int64_t *taps);
+                          int64_t lo, int64_t hi);
 /* One image's filter-gradient sums, for the channels [c0, c0 + lanes) (lanes <= the
  * ISA's vector width), into part [kh][kw][c]. */
 typedef void (*dw_bwf_fn)(const dw_geo *g, const float *x, const float *dy, float *part,

@@ -1,5 +1,5 @@
 /* AVX2 + FMA depthwise loops: depthwise_template.h with 8-float vectors (masked loads and
- * stores for the last channels) and 6-pixel forward tiles. Compiled for these extensions and
+ * stores for the last channels) and 6-pixel tiles. Compiled for these extensions and
  * used only when the runtime's ISA is AVX2 (mg_isa_pick in depthwise.c). */
 #include "depthwise_internal.h"
 

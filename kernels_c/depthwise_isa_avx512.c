@@ -1,5 +1,5 @@
 /* AVX-512 depthwise loops: depthwise_template.h with 16-float vectors (masked loads and
- * stores for the last channels) and 8-pixel forward tiles. Compiled for these extensions and
+ * stores for the last channels) and 8-pixel tiles. Compiled for these extensions and
  * used only when the runtime's ISA is AVX-512 (mg_isa_pick in depthwise.c). */
 #include "depthwise_internal.h"
 

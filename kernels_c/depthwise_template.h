@@ -4,8 +4,9 @@
  * over its taps (or pixels) in the order depthwise.h states, so all ISAs give the same bits.
  *
  * Needs, from the ISA file: MG_ISA_NAME (defines dw_kernels_<isa>), DW_LANES (floats per
- * vector), DW_TILE (output pixels per forward tile: the independent accumulators that hide
- * the multiply-add latency), the vector type dw_vec and dw_zero(), dw_load(p, lanes),
+ * vector), DW_TILE (output pixels per tile of the forward and the input gradient: the
+ * independent accumulators that hide the multiply-add latency), the vector type dw_vec and
+ * dw_zero(), dw_load(p, lanes),
  * dw_store(p, v, lanes) (lanes <= DW_LANES; the others neither read nor written) and
  * dw_fma(a, b, acc) = a * b + acc rounded once.
  */
@@ -15,43 +16,51 @@
 #define UNROLL _Pragma("GCC unroll 16")
 #define INLINE static inline __attribute__((always_inline))
 
-enum { DW_BLOCK = 4, DW_REG_K = 3 }; /* input-gradient vectors per block; 3x3 sums in registers */
+enum { DW_REG_K = 3 }; /* 3x3 filter-gradient sums in registers */
 
 /* ------------------------------------------------------------------------------------------ */
-/* Forward                                                                                     */
+/* The tile engine of the forward and the input gradient                                      */
 
-/* NP pixels (NP constant: DW_TILE or 1) x one vector of channels: taps ni x nj from x at xq
- * (pixel 0's first tap) and the filter at fq. Steps in floats: tap rows of x (row_step),
- * tap columns (tap_step), pixels (pix_step), filter rows (f_row), channels (c). */
+/* NP output pixels (NP constant: DW_TILE or 1, the independent chains) x one vector of
+ * channels: each the chain over ni x nj taps (rows, then columns), each over nm multiplier
+ * steps, of source * filter. Steps in floats, from the source at pixel 0's first tap and the
+ * filter at that tap: per tap row (row_step, f_row), per tap column (tap_step, f_tap), per
+ * multiplier step (m_step, both), per pixel (pix_step in the source, out_step in the
+ * output); the source steps may be negative (the input gradient walks dy backwards). */
 typedef struct {
-    int64_t ni, nj, row_step, tap_step, pix_step, f_row, c;
+    int64_t ni, nj, row_step, tap_step, f_row, f_tap, m_step, pix_step, out_step, c;
 } dw_taps;
 
-INLINE void FN(fwd_block)(const dw_taps *t, const float *xq, const float *fq, float *yq,
-                          int lanes, const int NP)
+INLINE void FN(tile_block)(const dw_taps *t, const float *src, const float *fq, float *out,
+                           int64_t nm, int lanes, const int NP)
 {
     dw_vec acc[DW_TILE];
     UNROLL for (int p = 0; p < NP; ++p) acc[p] = dw_zero();
     for (int64_t i = 0; i < t->ni; ++i)
-        for (int64_t j = 0; j < t->nj; ++j) {
-            const dw_vec fv = dw_load(fq + i * t->f_row + j * t->c, lanes);
-            const float *xt = xq + i * t->row_step + j * t->tap_step;
-            UNROLL for (int p = 0; p < NP; ++p)
-                acc[p] = dw_fma(dw_load(xt + p * t->pix_step, lanes), fv, acc[p]);
-        }
-    UNROLL for (int p = 0; p < NP; ++p) dw_store(yq + p * t->c, acc[p], lanes);
+        for (int64_t j = 0; j < t->nj; ++j)
+            for (int64_t m = 0; m < nm; ++m) {
+                const int64_t at = i * t->row_step + j * t->tap_step + m * t->m_step;
+                const dw_vec fv = dw_load(fq + i * t->f_row + j * t->f_tap + m * t->m_step,
+                                          lanes);
+                UNROLL for (int p = 0; p < NP; ++p)
+                    acc[p] = dw_fma(dw_load(src + at + p * t->pix_step, lanes), fv, acc[p]);
+            }
+    UNROLL for (int p = 0; p < NP; ++p) dw_store(out + p * t->out_step, acc[p], lanes);
 }
 
 /* NP pixels, every channel: full vectors, then the masked last one. */
-INLINE void FN(fwd_pixels)(const dw_taps *t, const float *xq, const float *fq, float *yq,
-                           const int NP)
+INLINE void FN(tile)(const dw_taps *t, const float *src, const float *fq, float *out,
+                     int64_t nm, const int NP)
 {
     int64_t c0 = 0;
     for (; c0 + DW_LANES <= t->c; c0 += DW_LANES)
-        FN(fwd_block)(t, xq + c0, fq + c0, yq + c0, DW_LANES, NP);
+        FN(tile_block)(t, src + c0, fq + c0, out + c0, nm, DW_LANES, NP);
     if (c0 < t->c)
-        FN(fwd_block)(t, xq + c0, fq + c0, yq + c0, (int)(t->c - c0), NP);
+        FN(tile_block)(t, src + c0, fq + c0, out + c0, nm, (int)(t->c - c0), NP);
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Forward                                                                                     */
 
 /* Output rows [lo, hi). Columns whose kw taps all lie inside the input go DW_TILE at a time
  * (a tile that would pass the last of them is moved back to end there: it recomputes a few
@@ -74,11 +83,11 @@ static void FN(forward)(const dw_geo *g, const float *x, const float *f, float *
         /* x at tap row i0, column 0; the filter at tap row i0 */
         const float *xr = x + (img * g->h + p * g->sh - g->pt + i0 * g->dh) * w * c;
         const float *fr = f + i0 * g->kw * c;
-        dw_taps t = {i1 - i0, g->kw, g->dh * w * c, g->dw * c, g->sw * c, g->kw * c, c};
+        dw_taps t = {i1 - i0, g->kw, g->dh * w * c, g->dw * c, g->kw * c, c, 0, g->sw * c, c, c};
         for (int64_t q = 0; q < g->ow;) {
             if (q >= qa && q < qb && qb - qa >= DW_TILE) {
                 const int64_t q0 = q + DW_TILE <= qb ? q : qb - DW_TILE;
-                FN(fwd_pixels)(&t, xr + (q0 * g->sw - g->pl) * c, fr, yr + q0 * c, DW_TILE);
+                FN(tile)(&t, xr + (q0 * g->sw - g->pl) * c, fr, yr + q0 * c, 1, DW_TILE);
                 q = q0 + DW_TILE;
                 continue;
             }
@@ -88,8 +97,8 @@ static void FN(forward)(const dw_geo *g, const float *x, const float *f, float *
             if (j0 == j1)
                 memset(yr + q * c, 0, (size_t)c * sizeof(float));
             else
-                FN(fwd_pixels)(&t, xr + (q * g->sw - g->pl + j0 * g->dw) * c, fr + j0 * c,
-                               yr + q * c, 1);
+                FN(tile)(&t, xr + (q * g->sw - g->pl + j0 * g->dw) * c, fr + j0 * c, yr + q * c,
+                         1, 1);
             t.nj = g->kw;
             ++q;
         }
@@ -99,62 +108,74 @@ static void FN(forward)(const dw_geo *g, const float *x, const float *f, float *
 /* ------------------------------------------------------------------------------------------ */
 /* Input gradient                                                                              */
 
-/* NV vectors of channels (NV constant: DW_BLOCK or 1; the independent chains) of one input
- * pixel: its `count` taps (offsets into dy and f, pairs in `taps`), each over the
- * multiplier. */
-INLINE void FN(bwi_block)(const float *dy, const float *f, float *out, const int64_t *taps,
-                          int64_t count, int64_t mult, int64_t c, int lanes, const int NV)
+/* Input row r (or column) gets out_backprop row p = (r + pad - i * dilation) / stride from
+ * tap i when that divides exactly and 0 <= p < count: the taps in [0, k) that do form an
+ * arithmetic progression *first + n * *step (n < the count returned). */
+static inline int64_t FN(back_taps)(int64_t start, int64_t dilation, int64_t stride, int64_t k,
+                                    int64_t count, int64_t *first, int64_t *step)
 {
-    dw_vec acc[DW_BLOCK];
-    UNROLL for (int v = 0; v < NV; ++v) acc[v] = dw_zero();
-    for (int64_t k = 0; k < count; ++k) {
-        const float *d = dy + taps[2 * k], *ff = f + taps[2 * k + 1];
-        for (int64_t m = 0; m < mult; ++m, d += c, ff += c)
-            UNROLL for (int v = 0; v < NV; ++v)
-                acc[v] = dw_fma(dw_load(d + v * DW_LANES, lanes),
-                                dw_load(ff + v * DW_LANES, lanes), acc[v]);
+    int64_t n = 0;
+    *first = 0, *step = 1;
+    for (int64_t i = 0; i < k && start - i * dilation >= 0; ++i) {
+        const int64_t v = start - i * dilation;
+        if (v % stride || v / stride >= count)
+            continue;
+        if (n == 0)
+            *first = i;
+        else if (n == 1)
+            *step = i - *first;
+        ++n;
     }
-    UNROLL for (int v = 0; v < NV; ++v) dw_store(out + v * DW_LANES, acc[v], lanes);
+    return n;
 }
 
-/* Input rows [lo, hi): per pixel, its taps (i, j) in row-major order whose out_backprop
- * pixel exists (p = (r + pad_top - i * dh) / sh exactly, inside the output; q likewise). */
+/* Input rows [lo, hi): per pixel, the chain over its taps (i, j) row-major whose
+ * out_backprop pixel exists, each over the multiplier. A row's pixels go by columns of one
+ * residue modulo the stride (which share their taps' pattern), DW_TILE at a time where the
+ * first and last pixel of the tile have the same taps (so do those between), else one by
+ * one. dy and f have the multiplier before the channel (depthwise_internal.h). */
 static void FN(backprop_input)(const dw_geo *g, const float *dy, const float *f, float *dx,
-                               int64_t lo, int64_t hi, int64_t *taps)
+                               int64_t lo, int64_t hi)
 {
-    const int64_t c = g->c, mc = g->mult * c;
+    const int64_t c = g->c, mc = g->mult * c, w = g->w;
     for (int64_t row = lo; row < hi; ++row) {
         const int64_t img = row / g->h, r = row % g->h;
-        for (int64_t s = 0; s < g->w; ++s) {
-            int64_t count = 0;
-            for (int64_t i = 0; i < g->kh; ++i) {
-                const int64_t tr = r + g->pt - i * g->dh;
-                if (tr < 0)
-                    break;
-                if (tr % g->sh || tr / g->sh >= g->oh)
-                    continue;
-                for (int64_t j = 0; j < g->kw; ++j) {
-                    const int64_t tc = s + g->pl - j * g->dw;
-                    if (tc < 0)
-                        break;
-                    if (tc % g->sw || tc / g->sw >= g->ow)
-                        continue;
-                    taps[2 * count] = ((img * g->oh + tr / g->sh) * g->ow + tc / g->sw) * mc;
-                    taps[2 * count + 1] = (i * g->kw + j) * mc;
-                    ++count;
-                }
-            }
-            float *out = dx + (row * g->w + s) * c;
-            int64_t c0 = 0;
-            for (; c0 + DW_BLOCK * DW_LANES <= c; c0 += DW_BLOCK * DW_LANES)
-                FN(bwi_block)(dy + c0, f + c0, out + c0, taps, count, g->mult, c, DW_LANES,
-                              DW_BLOCK);
-            for (; c0 + DW_LANES <= c; c0 += DW_LANES)
-                FN(bwi_block)(dy + c0, f + c0, out + c0, taps, count, g->mult, c, DW_LANES, 1);
-            if (c0 < c)
-                FN(bwi_block)(dy + c0, f + c0, out + c0, taps, count, g->mult, c,
-                              (int)(c - c0), 1);
+        float *dxr = dx + row * w * c;
+        int64_t i0, di;
+        const int64_t ni = FN(back_taps)(r + g->pt, g->dh, g->sh, g->kh, g->oh, &i0, &di);
+        if (ni == 0) {
+            memset(dxr, 0, (size_t)(w * c) * sizeof(float));
+            continue;
         }
+        /* dy at row p of tap i0; consecutive taps i step di rows of the filter and
+           di * dh / sh rows of dy back */
+        const float *dyr = dy + (img * g->oh + (r + g->pt - i0 * g->dh) / g->sh) * g->ow * mc;
+        dw_taps t = {ni, 0, -(di * g->dh / g->sh) * g->ow * mc, 0, di * g->kw * mc, 0, c, mc,
+                     g->sw * c, c};
+        for (int64_t rho = 0; rho < g->sw && rho < w; ++rho)
+            for (int64_t s = rho; s < w;) {
+                int64_t j0, dj, j0_last, dj_last;
+                const int64_t nj = FN(back_taps)(s + g->pl, g->dw, g->sw, g->kw, g->ow, &j0, &dj);
+                const int64_t last = s + (DW_TILE - 1) * g->sw;
+                const int tile = nj && last < w &&
+                                 FN(back_taps)(last + g->pl, g->dw, g->sw, g->kw, g->ow,
+                                               &j0_last, &dj_last) == nj && j0_last == j0;
+                if (nj == 0) {
+                    memset(dxr + s * c, 0, (size_t)c * sizeof(float));
+                    s += g->sw;
+                    continue;
+                }
+                t.nj = nj;
+                t.tap_step = -(dj * g->dw / g->sw) * mc;
+                t.f_tap = dj * mc;
+                const float *src = dyr + (s + g->pl - j0 * g->dw) / g->sw * mc;
+                const float *fq = f + (i0 * g->kw + j0) * mc;
+                if (tile)
+                    FN(tile)(&t, src, fq, dxr + s * c, g->mult, DW_TILE);
+                else
+                    FN(tile)(&t, src, fq, dxr + s * c, g->mult, 1);
+                s += tile ? DW_TILE * g->sw : g->sw;
+            }
     }
 }
 
