@@ -76,22 +76,6 @@ static void run_phases(void *ctx, const phase *phases, int nphases, int nt)
 #endif
 }
 
-/* Threads for a call of `work` multiply-adds: small problems stay on the calling thread. */
-static int threads_for(int requested, double work)
-{
-    if (work < 2e5)
-        return 1;
-    if (requested > 1 && work < 2e5 * requested)
-        requested = (int)(work / 2e5) + 1;
-    return mg_native_threads(requested);
-}
-
-static float *alloc_floats(int64_t count)
-{
-    size_t bytes = ((size_t)count * sizeof(float) + 63) & ~(size_t)63;
-    return aligned_alloc(64, bytes ? bytes : 64);
-}
-
 static int64_t round16(int64_t v) { return (v + 15) & ~(int64_t)15; }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -374,11 +358,11 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
     k.ufull = (n * oh * ow + pfull - 1) / pfull;
     k.ulast = (n * oh * ow + plast - 1) / plast;
     int err = 0;
-    k.fp = (!flip && k.cop == co) ? (float *)f : alloc_floats(kh * kw * c * k.cop);
-    k.xp = alloc_floats(n * k.pad.hp * k.pad.wp * c + NN_SLACK);
+    k.fp = (!flip && k.cop == co) ? (float *)f : mg_alloc_floats(kh * kw * c * k.cop);
+    k.xp = mg_alloc_floats(n * k.pad.hp * k.pad.wp * c + NN_SLACK);
     const double work = (double)n * oh * ow * kh * kw * c * k.cop;
-    const int nt = threads_for(num_threads, work);
-    k.ybuf = channels_last ? out : alloc_floats((int64_t)nt * oh * ow * co);
+    const int nt = mg_work_threads(num_threads, work);
+    k.ybuf = channels_last ? out : mg_alloc_floats((int64_t)nt * oh * ow * co);
     if (!k.fp || !k.xp || !k.ybuf) {
         err = MG_ENOMEM;
     } else {
@@ -528,13 +512,13 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
     const int64_t img_bytes = (k.pad.hp * k.pad.wp * c + out_h * out_w * co) * 4;
     k.chunk = 24576 / img_bytes > 1 ? 24576 / img_bytes : 1;
     int err = 0;
-    k.xp = alloc_floats(n * k.pad.hp * k.pad.wp * c + NN_SLACK);
-    k.dyb = channels_last ? (float *)dy : alloc_floats(n * out_h * out_w * co);
+    k.xp = mg_alloc_floats(n * k.pad.hp * k.pad.wp * c + NN_SLACK);
+    k.dyb = channels_last ? (float *)dy : mg_alloc_floats(n * out_h * out_w * co);
     if (!k.xp || !k.dyb) {
         err = MG_ENOMEM;
     } else {
         const double work = (double)n * out_h * out_w * kh * kw * c * round16(co);
-        const int nt = threads_for(num_threads, work);
+        const int nt = mg_work_threads(num_threads, work);
         const int64_t units = kh * ((k.nblk - 1) * k.tfull + k.tlast);
         k.group = nt > 1 ? (units + BWF_ITEMS * nt - 1) / (BWF_ITEMS * nt) : units;
         const phase phases[2] = {{n, bwf_prep_item},
