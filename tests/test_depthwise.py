@@ -621,3 +621,25 @@ def test_dilated_gradients_against_tensorflow_autodiff():
     for a, t, m, what in ((ours[1], theirs[0], mags[1], "input"), (ours[2], theirs[1],
                                                                     mags[2], "filter")):
         assert_close(a, t.numpy().astype(F64), dtype=F32, mag=float(m.max()), what=what)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_imported_tensorflow_graph_runs_bit_for_bit(backend):
+    """A TF graph of depthwise layers (what tf.nn.depthwise_conv2d writes) imports and gives
+    TF's output bits."""
+    tf = _tf()
+    rng = np.random.default_rng(4)
+    f1, f2 = (rng.standard_normal((3, 3, 16, m)).astype(F32) for m in (1, 2))
+
+    @tf.function(input_signature=[tf.TensorSpec((4, 24, 24, 16), tf.float32)])
+    def net(x):
+        h = tf.nn.relu6(tf.nn.depthwise_conv2d(x, f1, [1, 1, 1, 1], "SAME"))
+        return tf.nn.depthwise_conv2d(h, f2, [1, 2, 2, 1], "VALID")
+
+    graph_fn = net.get_concrete_function()
+    x = rng.standard_normal((4, 24, 24, 16)).astype(F32)
+    graph = mg.import_graph_def(graph_fn.graph.as_graph_def()).graph()
+    ours = mg.ClientSession(graph, backend=backend).Run(
+        {graph.get_tensor_by_name("x:0"): x}, graph.get_tensor_by_name(graph_fn.outputs[0].name))
+    assert_bitwise(ours, net(tf.constant(x)).numpy(), "imported graph")
