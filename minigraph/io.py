@@ -516,8 +516,7 @@ class _Checker:
                 raise self.fail(f"control input '{value:.200}' names no op defined before it "
                                 "(ops must come in topological order: a missing op or a "
                                 "cycle)")
-        kinds = ({"T": "type"} if op_type in VARIADIC_OPS
-                 else {a.name: a.kind for a in op_def.attrs})
+        kinds = {a.name: a.kind for a in op_def.attrs}
         for attr, encoded in entry["attrs"].items():
             self.attr(attr, encoded, kinds)
         outputs_of[name] = len(op_def.outputs)
@@ -679,9 +678,10 @@ def _rebuild(checker: _Checker, graph: Graph, root: Scope, entry: dict, op_def: 
     try:
         if op_def.name in VARIADIC_OPS:
             op = build_variadic_operation(scope, op_def, tensors)
-            if "T" in attrs and op.attrs["T"] is not attrs["T"]:
-                raise InvalidArgumentError(f"attr T is {attrs['T'].name} but the inputs are "
-                                           f"{op.attrs['T'].name}")
+            for attr, value in attrs.items():  # T and N follow from the inputs
+                if op.attrs[attr] != value:
+                    raise InvalidArgumentError(f"attr {attr} is {value} but the inputs make it "
+                                               f"{op.attrs[attr]}")
         else:
             op = build_operation(scope, op_def, tensors, attrs)
     except (InvalidArgumentError, NotFoundError) as exc:

@@ -564,7 +564,7 @@ def test_wrapper_docs_carry_kinds_defaults_allowed_values_and_docs():
         'Set attr \'data_format\' (string, default "NHWC", one of "NHWC", "NCHW").')
     assert ops.FusedBatchNormV3.Attrs.IsTraining.__doc__.startswith(
         "Set attr 'is_training' (bool, default True). True: normalize with the batch")
-    assert "Deprecated: removed from TensorFlow GraphDefs" in (
+    assert "Deprecated: It will cease to work in GraphDef version 9" in (
         ops.BatchNormWithGlobalNormalization.__doc__)
 
 

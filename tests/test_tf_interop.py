@@ -37,6 +37,7 @@ GRAPH_SPECS = {
     "bn_inference_nchw_bf16": ("batch_norm_inference", "NCHW", "bfloat16"),
     "bn_inference_nhwc_f16": ("batch_norm_inference", "NHWC", "float16"),
     "bn_v1_v2": ("batch_norm_v1_v2",),
+    "index_and_list_ops": ("index_and_list_ops",),
     "global_norm_producer_8": ("global_normalization_producer_8",),
 }
 _BUILT: dict[str, tf_graphs.TFGraph] = {}
@@ -112,11 +113,12 @@ def test_every_form_tensorflow_writes_imports(key, variant, tmp_path):
 
 def test_stripped_graph_really_lacks_the_defaults():
     stripped = protos.GraphDef().FromString(
-        tf_graphs.stripped_default_attrs(tf_graph("mobilenet_v2").graph_def))
+        tf_graphs.stripped_default_attrs(tf_graph("keras_cnn").graph_def))
     attrs_of = {node.op: set(node.attr) for node in stripped.node}
     assert "data_format" not in attrs_of["Conv2D"] and "dilations" not in attrs_of["Conv2D"]
     assert "exponential_avg_factor" not in attrs_of["FusedBatchNormV3"]
-    assert "is_training" not in attrs_of["FusedBatchNormV3"]
+    assert "data_format" not in attrs_of["FusedBatchNormV3"]  # is_training=False stays: True
+    assert "Tidx" not in attrs_of["Mean"] and "keep_dims" not in attrs_of["Mean"]
 
 
 def test_imported_nodes_keep_names_devices_and_control_edges():

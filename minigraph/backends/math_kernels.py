@@ -77,17 +77,17 @@ def transpose(op, inputs, ctx):
 
 @register_kernel("InvertPermutation")
 def invert_permutation(op, inputs, ctx):
-    return [np.argsort(inputs[0]).astype(np.int32)]
+    return [np.argsort(inputs[0]).astype(inputs[0].dtype)]
 
 
 @register_kernel("Shape")
 def shape(op, inputs, ctx):
-    return [np.array(inputs[0].shape, np.int32)]
+    return [np.array(inputs[0].shape, op.attrs["out_type"].np_dtype)]
 
 
 @register_kernel("Size")
 def size(op, inputs, ctx):
-    return [np.array(inputs[0].size, np.int32)]
+    return [np.array(inputs[0].size, op.attrs["out_type"].np_dtype)]
 
 
 @register_kernel("Fill")
@@ -120,5 +120,5 @@ def broadcast_gradient_args(op, inputs, ctx):
     rank = max(len(s0), len(s1))
     padded = [[1] * (rank - len(s)) + s for s in (s0, s1)]
     out = np.broadcast_shapes(tuple(padded[0]), tuple(padded[1]))
-    return [np.array([i for i in range(rank) if p[i] == 1 and out[i] != 1], np.int32)
-            for p in padded]
+    return [np.array([i for i in range(rank) if p[i] == 1 and out[i] != 1],
+                     op.attrs["T"].np_dtype) for p in padded]

@@ -34,7 +34,9 @@ class ArgDef:
 
     ``is_ref`` marks an input that names a Variable to update rather than a value to read
     (``Assign``'s ``ref``, an optimizer's ``var``): its kernel gets ``None`` there and the
-    session does not run the Variable op for it. ``doc`` is one or two sentences for the
+    session does not run the Variable op for it. ``number_attr`` names the int attr holding
+    the length of an input that is a list of tensors (TF's ``number_attr``: ``AddN``'s
+    ``N``), set by ``build_variadic_operation``. ``doc`` is one or two sentences for the
     wrapper's docstring and the stub (``wrapper_docs``).
     """
 
@@ -42,6 +44,7 @@ class ArgDef:
     type_attr: str | None = None
     dtype: DType | None = None
     is_ref: bool = False
+    number_attr: str | None = None
     doc: str = ""
 
 
@@ -505,7 +508,9 @@ def build_variadic_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[A
     first = next((v for v in raw_inputs if isinstance(v, Output)), None)
     hint = first.dtype if first is not None else None
     inputs = [_convert_input(scope.Under(name), op_def.name, arg, v, hint) for v in raw_inputs]
-    attrs = {arg.type_attr: inputs[0].dtype}
+    attrs: dict[str, Any] = {arg.type_attr: inputs[0].dtype}
+    if arg.number_attr:
+        attrs[arg.number_attr] = len(inputs)
     for i, value in enumerate(inputs):
         if value.dtype is not inputs[0].dtype:
             raise InvalidArgumentError(

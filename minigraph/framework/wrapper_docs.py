@@ -56,11 +56,13 @@ DOC_WIDTH = 88  # wrapped so the stub's indented docstrings stay within the 100-
 
 
 def inferred_type_attrs(op_def: OpDef) -> dict[str, str]:
-    """Type attrs bound by an input: attr name -> the first input that binds it."""
+    """Attrs bound by an input: its type attr, and the length attr of a list input (AddN's
+    ``N``); attr name -> the first input that binds it."""
     inferred: dict[str, str] = {}
     for arg in op_def.inputs:
-        if arg.type_attr:
-            inferred.setdefault(arg.type_attr, arg.name)
+        for attr in (arg.type_attr, arg.number_attr):
+            if attr:
+                inferred.setdefault(attr, arg.name)
     return inferred
 
 

@@ -31,6 +31,8 @@ MINIGRAPH_ONLY_OPS = {
                               "it from elementwise ops in Python)",
     "ReducedShape": "minigraph's shape-of-a-reduction op (TF computes it from Range, Mod, "
                     "DynamicStitch and Fill, which minigraph lacks)",
+    "FlatConcat": "minigraph's flatten-and-concatenate of data-parallel gradients (TF builds "
+                  "it from Reshape and ConcatV2)",
 }
 # inputs that make a value unknown until a step runs
 _NON_CONSTANT_OPS = ("Placeholder", "Variable", "RandomUniform")

@@ -21,7 +21,13 @@ from typing import Any
 from minigraph.framework.dtypes import DType, as_dtype
 from minigraph.framework.errors import InvalidArgumentError, NotFoundError
 from minigraph.framework.graph import Graph, Output
-from minigraph.framework.op_def import OpDef, build_operation, get_op_def
+from minigraph.framework.op_def import (
+    ArgDef,
+    OpDef,
+    build_operation,
+    build_variadic_operation,
+    get_op_def,
+)
 from minigraph.framework.scope import Scope
 from minigraph.interop import attrs, protos, versions
 from minigraph.interop.tensors import tf_type_name
@@ -139,11 +145,20 @@ def _node_attrs(node: Any, op_def: OpDef) -> dict[str, Any]:
     return values
 
 
-def _expected_dtypes(op_def: OpDef, node_attrs: dict[str, Any], count: int) -> list[DType | None]:
-    """The dtype each data input must have, from fixed dtypes and the NodeDef's type attrs."""
+def _list_arg(op_def: OpDef) -> ArgDef | None:
+    """The op's one input that is a list of tensors (AddN's ``inputs``), if it has one."""
+    if len(op_def.inputs) == 1 and op_def.inputs[0].number_attr:
+        return op_def.inputs[0]
+    return None
+
+
+def _expected_dtypes(op_def: OpDef, node_attrs: dict[str, Any]) -> list[DType | None]:
+    """The dtype each data input must have, from fixed dtypes and the NodeDef's type attrs
+    (a list input holds the NodeDef's ``N`` of them)."""
     args = list(op_def.inputs)
-    if getattr(args[0], "number_attr", None) if args else False:
-        args = args * count
+    listed = _list_arg(op_def)
+    if listed is not None:
+        args = args * node_attrs[listed.number_attr]
     return [arg.dtype or node_attrs.get(arg.type_attr) for arg in args]
 
 
@@ -151,7 +166,7 @@ def _data_inputs(node: Any, op_def: OpDef, node_attrs: dict[str, Any],
                  sources: list[Output]) -> list[Any]:
     """The op's input arguments (a list for a variadic argument), checked against the
     NodeDef's types with TF's messages."""
-    expected = _expected_dtypes(op_def, node_attrs, len(sources))
+    expected = _expected_dtypes(op_def, node_attrs)
     if len(expected) != len(sources):
         names = ", ".join(tf_type_name(d) if d else "?" for d in expected)
         raise InvalidArgumentError(f"NodeDef expected inputs '{names}' do not match "
@@ -163,8 +178,6 @@ def _data_inputs(node: Any, op_def: OpDef, node_attrs: dict[str, Any],
             raise InvalidArgumentError(
                 f"Input {index} of node {node.name} was passed {tf_type_name(source.dtype)} "
                 f"from {source.name} incompatible with expected {tf_type_name(dtype)}.")
-    if op_def.inputs and getattr(op_def.inputs[0], "number_attr", None):
-        return [list(sources)]
     return list(sources)
 
 
@@ -228,6 +241,9 @@ def _import_node(root: Scope, node: Any, entries: list[tuple[str, int]], prefix:
     arguments = _data_inputs(node, op_def, node_attrs, sources)
     scope = (root.WithOpName(prefix + node.name).WithDevice(node.device)
              .WithControlDependencies(controls))
-    op = build_operation(scope, op_def, arguments, node_attrs)
+    if _list_arg(op_def) is not None:  # T and N follow from the inputs, checked above
+        op = build_variadic_operation(scope, op_def, arguments)
+    else:
+        op = build_operation(scope, op_def, arguments, node_attrs)
     if op.name != prefix + node.name:  # a name an earlier node's made-up name took
         raise InvalidArgumentError(f"Node '{node.name}' is not unique")

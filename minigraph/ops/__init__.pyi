@@ -829,12 +829,15 @@ class BroadcastGradientArgs:
     BroadcastGradientArgs.Attrs() builder (after the positional arguments) or as keywords.
 
     Inputs:
-        s0: int32.
-        s1: int32.
+        s0: T (int32, int64).
+        s1: T (int32, int64).
+
+    Attrs:
+        T: type, inferred from input 's0', one of int32, int64.
 
     Outputs:
-        r0: int32.
-        r1: int32.
+        r0: T (int32, int64).
+        r1: T (int32, int64).
 
     Returns:
         An object with the outputs as attributes (.r0, .r1), also by index and in order when
@@ -1746,11 +1749,12 @@ class Fill:
     builder (after the positional arguments) or as keywords.
 
     Inputs:
-        dims: int32.
+        dims: index_type (int32, int64).
         value: T (any type).
 
     Attrs:
         T: type, inferred from input 'value'.
+        index_type: type, inferred from input 'dims', one of int32, int64.
 
     Outputs:
         output: T (any type).
@@ -2550,10 +2554,13 @@ class InvertPermutation:
     InvertPermutation.Attrs() builder (after the positional arguments) or as keywords.
 
     Inputs:
-        x: int32.
+        x: T (int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of int32, int64.
 
     Outputs:
-        y: int32.
+        y: T (int32, int64).
 
     Returns:
         The Output 'y'.
@@ -3084,13 +3091,13 @@ class Mean:
 
     Inputs:
         input: T (float16, bfloat16, float32, float64, int32, int64).
-        axis: Tidx (int32, int64).
+        reduction_indices: Tidx (int32, int64).
 
     Attrs:
         keep_dims: bool, default False.
         T: type, inferred from input 'input', one of float16, bfloat16, float32, float64,
             int32, int64.
-        Tidx: type, inferred from input 'axis', one of int32, int64.
+        Tidx: type, inferred from input 'reduction_indices', one of int32, int64.
 
     Outputs:
         output: T (float16, bfloat16, float32, float64, int32, int64).
@@ -3117,7 +3124,7 @@ class Mean:
         cls,
         scope: Scope,
         input: TensorLike,
-        axis: TensorLike,
+        reduction_indices: TensorLike,
         attrs: Mean.Attrs | None = None,
         *,
         keep_dims: bool = False,
@@ -3313,12 +3320,13 @@ class RandomUniform:
     RandomUniform.Attrs() builder (after the positional arguments) or as keywords.
 
     Inputs:
-        shape: int32.
+        shape: T (int32, int64).
 
     Attrs:
-        dtype: type, required, one of float16, bfloat16, float32, float64.
         seed: int, default 0.
         seed2: int, default 0.
+        dtype: type, required, one of float16, bfloat16, float32, float64.
+        T: type, inferred from input 'shape', one of int32, int64.
 
     Outputs:
         output: dtype (float16, bfloat16, float32, float64).
@@ -3338,14 +3346,14 @@ class RandomUniform:
 
         def __init__(self, **values: Any) -> None: ...
 
-        def Dtype(self, value: DTypeLike) -> RandomUniform.Attrs:
-            """Set attr 'dtype' (type, required, one of float16, bfloat16, float32, float64)."""
-
         def Seed(self, value: int) -> RandomUniform.Attrs:
             """Set attr 'seed' (int, default 0)."""
 
         def Seed2(self, value: int) -> RandomUniform.Attrs:
             """Set attr 'seed2' (int, default 0)."""
+
+        def Dtype(self, value: DTypeLike) -> RandomUniform.Attrs:
+            """Set attr 'dtype' (type, required, one of float16, bfloat16, float32, float64)."""
 
     def __new__(
         cls,
@@ -3718,10 +3726,11 @@ class Shape:
         input: T (any type).
 
     Attrs:
+        out_type: type, default int32, one of int32, int64. The integer type of the result.
         T: type, inferred from input 'input'.
 
     Outputs:
-        output: int32.
+        output: out_type (int32, int64).
 
     Returns:
         The Output 'output'.
@@ -3738,11 +3747,18 @@ class Shape:
 
         def __init__(self, **values: Any) -> None: ...
 
+        def OutType(self, value: DTypeLike) -> Shape.Attrs:
+            """Set attr 'out_type' (type, default int32, one of int32, int64). The integer type
+            of the result.
+            """
+
     def __new__(
         cls,
         scope: Scope,
         input: TensorLike,
         attrs: Shape.Attrs | None = None,
+        *,
+        out_type: DTypeLike = ...,
     ) -> Output: ...
 
 
@@ -3756,10 +3772,11 @@ class Size:
         input: T (any type).
 
     Attrs:
+        out_type: type, default int32, one of int32, int64. The integer type of the result.
         T: type, inferred from input 'input'.
 
     Outputs:
-        output: int32.
+        output: out_type (int32, int64).
 
     Returns:
         The Output 'output'.
@@ -3776,11 +3793,18 @@ class Size:
 
         def __init__(self, **values: Any) -> None: ...
 
+        def OutType(self, value: DTypeLike) -> Size.Attrs:
+            """Set attr 'out_type' (type, default int32, one of int32, int64). The integer type
+            of the result.
+            """
+
     def __new__(
         cls,
         scope: Scope,
         input: TensorLike,
         attrs: Size.Attrs | None = None,
+        *,
+        out_type: DTypeLike = ...,
     ) -> Output: ...
 
 
@@ -3958,13 +3982,13 @@ class Sum:
 
     Inputs:
         input: T (float16, bfloat16, float32, float64, int32, int64).
-        axis: Tidx (int32, int64).
+        reduction_indices: Tidx (int32, int64).
 
     Attrs:
         keep_dims: bool, default False.
         T: type, inferred from input 'input', one of float16, bfloat16, float32, float64,
             int32, int64.
-        Tidx: type, inferred from input 'axis', one of int32, int64.
+        Tidx: type, inferred from input 'reduction_indices', one of int32, int64.
 
     Outputs:
         output: T (float16, bfloat16, float32, float64, int32, int64).
@@ -3991,7 +4015,7 @@ class Sum:
         cls,
         scope: Scope,
         input: TensorLike,
-        axis: TensorLike,
+        reduction_indices: TensorLike,
         attrs: Sum.Attrs | None = None,
         *,
         keep_dims: bool = False,
@@ -4048,6 +4072,10 @@ class Variable:
     Attrs:
         shape: shape, required.
         dtype: type, required.
+        container: string, default "". TF's resource container; minigraph keeps every
+            variable in the session, and the attr only travels with GraphDefs.
+        shared_name: string, default "". TF's sharing name; kept for GraphDefs, as
+            container.
 
     Outputs:
         ref: dtype (any type).
@@ -4073,12 +4101,25 @@ class Variable:
         def Dtype(self, value: DTypeLike) -> Variable.Attrs:
             """Set attr 'dtype' (type, required)."""
 
+        def Container(self, value: str) -> Variable.Attrs:
+            """Set attr 'container' (string, default ""). TF's resource container; minigraph
+            keeps every variable in the session, and the attr only travels with GraphDefs.
+            """
+
+        def SharedName(self, value: str) -> Variable.Attrs:
+            """Set attr 'shared_name' (string, default ""). TF's sharing name; kept for
+            GraphDefs, as container.
+            """
+
     def __new__(
         cls,
         scope: Scope,
         shape: ShapeLike,
         dtype: DTypeLike,
         attrs: Variable.Attrs | None = None,
+        *,
+        container: str = "",
+        shared_name: str = "",
     ) -> Output: ...
 
 

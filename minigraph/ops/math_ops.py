@@ -123,9 +123,10 @@ def _add_n_shape(ctx: InferenceContext) -> list[TensorShape]:
 
 ADD_N = register_op(OpDef(
     name="AddN",
-    inputs=[ArgDef("inputs", type_attr="T")],
+    inputs=[ArgDef("inputs", type_attr="T", number_attr="N")],
     outputs=[ArgDef("sum", type_attr="T")],
-    attrs=[required("T", "type", allowed=NUMBERS)],
+    attrs=[required("N", "int", check=lambda n: None if n >= 1 else f"must be >= 1, got {n}"),
+           required("T", "type", allowed=NUMBERS)],
     shape_fn=_add_n_shape,
 ))
 
@@ -152,7 +153,7 @@ Cast = make_wrapper(register_op(OpDef(
 def _reduction_shape(ctx: InferenceContext) -> list[TensorShape]:
     x = ctx.input_shapes[0]
     keep = ctx.attrs["keep_dims"]
-    axes = ctx.axes_input("axis", x.rank)
+    axes = ctx.axes_input("reduction_indices", x.rank)
     if axes is None:
         return [TensorShape.unknown(x.rank) if keep else TensorShape(None)]
     if keep:
@@ -163,10 +164,10 @@ def _reduction_shape(ctx: InferenceContext) -> list[TensorShape]:
 def _reduction(name: str) -> OpDef:
     return register_op(OpDef(
         name=name,
-        inputs=[ArgDef("input", type_attr="T"), ArgDef("axis", type_attr="Tidx")],
+        inputs=[ArgDef("input", type_attr="T"), ArgDef("reduction_indices", type_attr="Tidx")],
         outputs=[ArgDef("output", type_attr="T")],
-        attrs=[required("T", "type", allowed=NUMBERS), required("Tidx", "type", allowed=INDEX),
-               AttrDef("keep_dims", "bool", default=False)],
+        attrs=[required("T", "type", allowed=NUMBERS), AttrDef("keep_dims", "bool", default=False),
+               AttrDef("Tidx", "type", default=dtypes.int32, allowed=INDEX)],
         shape_fn=_reduction_shape,
     ))
 
@@ -204,7 +205,7 @@ Reshape = make_wrapper(register_op(OpDef(
     name="Reshape",
     inputs=[ArgDef("tensor", type_attr="T"), ArgDef("shape", type_attr="Tshape")],
     outputs=[ArgDef("output", type_attr="T")],
-    attrs=[required("T", "type"), required("Tshape", "type", allowed=INDEX)],
+    attrs=[required("T", "type"), AttrDef("Tshape", "type", default=dtypes.int32, allowed=INDEX)],
     shape_fn=_reshape_shape,
 )))
 
@@ -227,7 +228,7 @@ Transpose = make_wrapper(register_op(OpDef(
     name="Transpose",
     inputs=[ArgDef("x", type_attr="T"), ArgDef("perm", type_attr="Tperm")],
     outputs=[ArgDef("y", type_attr="T")],
-    attrs=[required("T", "type"), required("Tperm", "type", allowed=INDEX)],
+    attrs=[required("T", "type"), AttrDef("Tperm", "type", default=dtypes.int32, allowed=INDEX)],
     shape_fn=_transpose_shape,
 )))
 
@@ -236,18 +237,20 @@ def _shape_of_shape(ctx: InferenceContext) -> list[TensorShape]:
     return [TensorShape([ctx.input_shapes[0].rank])]
 
 
+OUT_TYPE = AttrDef("out_type", "type", default=dtypes.int32, allowed=INDEX,
+                   doc="The integer type of the result.")
 Shape = make_wrapper(register_op(OpDef(
     name="Shape",
     inputs=[ArgDef("input", type_attr="T")],
-    outputs=[ArgDef("output", dtype=dtypes.int32)],
-    attrs=[required("T", "type")],
+    outputs=[ArgDef("output", type_attr="out_type")],
+    attrs=[required("T", "type"), OUT_TYPE],
     shape_fn=_shape_of_shape,
 )))
 Size = make_wrapper(register_op(OpDef(
     name="Size",
     inputs=[ArgDef("input", type_attr="T")],
-    outputs=[ArgDef("output", dtype=dtypes.int32)],
-    attrs=[required("T", "type")],
+    outputs=[ArgDef("output", type_attr="out_type")],
+    attrs=[required("T", "type"), OUT_TYPE],
     shape_fn=lambda ctx: [TensorShape([])],
 )))
 
@@ -262,9 +265,10 @@ def _fill_shape(ctx: InferenceContext) -> list[TensorShape]:
 
 Fill = make_wrapper(register_op(OpDef(
     name="Fill",
-    inputs=[ArgDef("dims", dtype=dtypes.int32), ArgDef("value", type_attr="T")],
+    inputs=[ArgDef("dims", type_attr="index_type"), ArgDef("value", type_attr="T")],
     outputs=[ArgDef("output", type_attr="T")],
-    attrs=[required("T", "type")],
+    attrs=[required("T", "type"),
+           AttrDef("index_type", "type", default=dtypes.int32, allowed=INDEX)],
     shape_fn=_fill_shape,
 )))
 
@@ -288,7 +292,7 @@ BroadcastTo = make_wrapper(register_op(OpDef(
     name="BroadcastTo",
     inputs=[ArgDef("input", type_attr="T"), ArgDef("shape", type_attr="Tidx")],
     outputs=[ArgDef("output", type_attr="T")],
-    attrs=[required("T", "type"), required("Tidx", "type", allowed=INDEX)],
+    attrs=[required("T", "type"), AttrDef("Tidx", "type", default=dtypes.int32, allowed=INDEX)],
     shape_fn=_broadcast_to_shape,
 )))
 def _reduced_shape_shape(ctx: InferenceContext) -> list[TensorShape]:
@@ -317,8 +321,9 @@ def _invert_permutation_shape(ctx: InferenceContext) -> list[TensorShape]:
 
 InvertPermutation = make_wrapper(register_op(OpDef(
     name="InvertPermutation",
-    inputs=[ArgDef("x", dtype=dtypes.int32)],
-    outputs=[ArgDef("y", dtype=dtypes.int32)],
+    inputs=[ArgDef("x", type_attr="T")],
+    outputs=[ArgDef("y", type_attr="T")],
+    attrs=[AttrDef("T", "type", default=dtypes.int32, allowed=INDEX)],
     shape_fn=_invert_permutation_shape,
 )))
 
@@ -338,8 +343,9 @@ def _broadcast_gradient_args_shape(ctx: InferenceContext) -> list[TensorShape]:
 
 BroadcastGradientArgs = make_wrapper(register_op(OpDef(
     name="BroadcastGradientArgs",
-    inputs=[ArgDef("s0", dtype=dtypes.int32), ArgDef("s1", dtype=dtypes.int32)],
-    outputs=[ArgDef("r0", dtype=dtypes.int32), ArgDef("r1", dtype=dtypes.int32)],
+    inputs=[ArgDef("s0", type_attr="T"), ArgDef("s1", type_attr="T")],
+    outputs=[ArgDef("r0", type_attr="T"), ArgDef("r1", type_attr="T")],
+    attrs=[AttrDef("T", "type", default=dtypes.int32, allowed=INDEX)],
     shape_fn=_broadcast_gradient_args_shape,
 )))
 

@@ -38,7 +38,12 @@ VARIABLE = register_op(OpDef(
     name="Variable",
     inputs=[],
     outputs=[ArgDef("ref", type_attr="dtype")],
-    attrs=[required("shape", "shape"), required("dtype", "type")],
+    attrs=[required("shape", "shape"), required("dtype", "type"),
+           AttrDef("container", "string", default="",
+                   doc="TF's resource container; minigraph keeps every variable in the "
+                       "session, and the attr only travels with GraphDefs."),
+           AttrDef("shared_name", "string", default="",
+                   doc="TF's sharing name; kept for GraphDefs, as container.")],
     shape_fn=lambda ctx: [ctx.attrs["shape"]],
     is_stateful=True,
 ))
@@ -82,11 +87,12 @@ def _random_shape(ctx: InferenceContext) -> list[TensorShape]:
 
 RANDOM_UNIFORM = register_op(OpDef(
     name="RandomUniform",
-    inputs=[ArgDef("shape", dtype=dtypes.int32)],
+    inputs=[ArgDef("shape", type_attr="T")],
     outputs=[ArgDef("output", type_attr="dtype")],
-    attrs=[required("dtype", "type", allowed=(dtypes.float16, dtypes.bfloat16, dtypes.float32,
+    attrs=[AttrDef("seed", "int", default=0), AttrDef("seed2", "int", default=0),
+           required("dtype", "type", allowed=(dtypes.float16, dtypes.bfloat16, dtypes.float32,
                                               dtypes.float64)),
-           AttrDef("seed", "int", default=0), AttrDef("seed2", "int", default=0)],
+           required("T", "type", allowed=dtypes.INTEGERS)],
     shape_fn=_random_shape,
     is_stateful=True,
 ))

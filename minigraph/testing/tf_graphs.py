@@ -215,6 +215,32 @@ def batch_norm_v1_v2() -> TFGraph:
     return _concrete("bn_v1_v2", body, [tf.TensorSpec(x.shape, tf.float32)], [x])
 
 
+def index_and_list_ops() -> TFGraph:
+    """The plumbing TF graphs carry around a model: AddN, Shape/Size with ``out_type``,
+    Fill with int64 dims, Transpose/Reshape/Sum/Mean with int64 index inputs, BroadcastTo,
+    InvertPermutation, BroadcastGradientArgs."""
+    tf = tensorflow()
+    x = np.random.default_rng(5).standard_normal((2, 3, 4)).astype(np.float32)
+
+    def body(x):
+        i64 = tf.int64
+        total = tf.raw_ops.AddN(inputs=[x, x * 2.0, x])
+        shape64 = tf.raw_ops.Shape(input=total, out_type=i64)
+        size64 = tf.raw_ops.Size(input=total, out_type=i64)
+        filled = tf.raw_ops.Fill(dims=tf.constant([2, 2], i64), value=tf.constant(1.5))
+        moved = tf.raw_ops.Transpose(x=total, perm=tf.constant([2, 0, 1], i64))
+        flat = tf.raw_ops.Reshape(tensor=moved, shape=tf.constant([4, -1], i64))
+        summed = tf.raw_ops.Sum(input=flat, axis=tf.constant([1], i64), keep_dims=True)
+        mean = tf.raw_ops.Mean(input=x, axis=tf.constant(-1))  # Python's name for the input
+        wide = tf.raw_ops.BroadcastTo(input=mean, shape=tf.constant([3, 2, 3], i64))
+        inverse = tf.raw_ops.InvertPermutation(x=tf.constant([2, 0, 1], i64))
+        r0, r1 = tf.raw_ops.BroadcastGradientArgs(s0=tf.constant([2, 1, 4], i64),
+                                                  s1=tf.constant([3, 1], i64))
+        return total, shape64, size64, filled, summed, wide, inverse, r0, r1
+
+    return _concrete("index_and_list_ops", body, [tf.TensorSpec(x.shape, tf.float32)], [x])
+
+
 def global_normalization_producer_8() -> TFGraph:
     """BatchNormWithGlobalNormalization and its Grad, in a graph of producer version 8
     (TF 2.21 only builds them there: importing an empty producer-8 GraphDef first lowers

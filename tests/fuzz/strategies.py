@@ -176,7 +176,7 @@ def r_reduce(g: Draw):
         axes = [g.int(-rank - 1, rank) for _ in range(g.int(0, max(rank, 1) + 1))]
         axis = g.lit(axes, tidx)
     attrs = {"keep_dims": True} if g.chance(40) else {}
-    return {"input": (g.array(shape, dtype), "data"), "axis": (axis, "shape")}, attrs
+    return {"input": (g.array(shape, dtype), "data"), "reduction_indices": (axis, "shape")}, attrs
 
 
 def r_argmax(g: Draw):
@@ -226,7 +226,8 @@ def r_fill(g: Draw):
     dims = [g.dim(0, 4) for _ in range(g.int(0, 4))]
     if g.chance(15):
         dims.append(g.pick([-1, -5, 2 ** 31 - 1, -2 ** 31]))
-    return {"dims": (g.lit(dims), "shape"), "value": (g.array((), g.dtype()), "data")}, {}
+    return {"dims": (g.lit(dims, g.pick(INTS)), "shape"),
+            "value": (g.array((), g.dtype()), "data")}, {}
 
 
 def r_transpose(g: Draw):
@@ -244,7 +245,7 @@ def r_invert_permutation(g: Draw):
     perm = list(g.draw(st.permutations(range(n))))
     if g.chance(30) and n:
         perm[g.int(0, n - 1)] = g.pick([-1, n, n + 5, 0, 2 ** 31 - 1])
-    return {"x": (g.lit(perm), "shape")}, {}
+    return {"x": (g.lit(perm, g.pick(INTS)), "shape")}, {}
 
 
 def r_broadcast_gradient_args(g: Draw):
@@ -252,7 +253,8 @@ def r_broadcast_gradient_args(g: Draw):
     other = _broadcast_partner(g, shape)
     if g.chance(10):
         other = other + (-1,)
-    return {"s0": (g.lit(shape), "shape"), "s1": (g.lit(other), "shape")}, {}
+    index = g.pick(INTS)
+    return {"s0": (g.lit(shape, index), "shape"), "s1": (g.lit(other, index), "shape")}, {}
 
 
 def r_reduced_shape(g: Draw):
@@ -269,7 +271,7 @@ def r_random_uniform(g: Draw):
     attrs = {"dtype": g.pick(FLOATS)}
     if g.chance(50):
         attrs["seed"], attrs["seed2"] = g.int(0, 10), g.int(0, 10)
-    return {"shape": (g.lit(dims), "shape")}, attrs
+    return {"shape": (g.lit(dims, g.pick(INTS)), "shape")}, attrs
 
 
 def r_matmul(g: Draw):
