@@ -136,3 +136,39 @@ int mg_channel_epilogue(int64_t rows, int64_t channels, float *y, const float *b
 #endif
     return MG_OK;
 }
+
+enum { REDUCE_CHANNEL_BLOCK = 256 }; /* accumulators of one block stay in L1 */
+
+/* output row o's channels [c0, c0 + n) */
+static void reduce_block(const act_kernel_table *t, int64_t o, int64_t c0, int64_t n,
+                         int64_t rows, int64_t channels, const float *x, float *y, int divide)
+{
+    float acc[REDUCE_CHANNEL_BLOCK] = {0};
+    t->rows_sum(acc, x + o * rows * channels + c0, rows, n, channels);
+    float *out = y + o * channels + c0;
+    /* numpy divides the float32 sum by the int64 count in double and rounds once: the
+     * correctly rounded float32 quotient, for any count */
+    for (int64_t c = 0; c < n; ++c)
+        out[c] = divide ? (float)((double)acc[c] / (double)rows) : acc[c];
+}
+
+int mg_reduce_rows(int64_t outer, int64_t rows, int64_t channels, const float *x, float *y,
+                   int divide, int num_threads)
+{
+    if (outer < 0 || rows < 0 || channels <= 0 || (outer && (!y || (rows && !x))))
+        return MG_EINVAL;
+    const act_kernel_table *t = act_kernels();
+    const int64_t blocks = (channels + REDUCE_CHANNEL_BLOCK - 1) / REDUCE_CHANNEL_BLOCK;
+    const int64_t items = outer * blocks;
+    const int nt = mg_stream_threads(num_threads, outer * rows * channels);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+    for (int64_t item = 0; item < items; ++item) {
+        const int64_t o = item / blocks, c0 = item % blocks * REDUCE_CHANNEL_BLOCK;
+        const int64_t n = channels - c0 < REDUCE_CHANNEL_BLOCK ? channels - c0
+                                                              : REDUCE_CHANNEL_BLOCK;
+        reduce_block(t, o, c0, n, rows, channels, x, y, divide);
+    }
+    return MG_OK;
+}

@@ -40,6 +40,14 @@ int mg_relu6_grad(int64_t count, const float *g, const float *features, float *d
 int mg_channel_epilogue(int64_t rows, int64_t channels, float *y, const float *bias,
                         const float *mean, const float *k, const float *offset,
                         const float *residual, int activation, int num_threads);
+
+/* Sum (mean: divide != 0) of x [outer][rows][channels] over its middle axis into
+ * y [outer][channels], each sum accumulated in float32 row after row from +0 (numpy's order
+ * for a reduction over non-innermost axes), a mean then divided by rows in double and
+ * rounded once to float32 (numpy's true_divide by its int64 count): what Sum
+ * and Mean over the spatial axes of NHWC images (global average pooling) compute. */
+int mg_reduce_rows(int64_t outer, int64_t rows, int64_t channels, const float *x, float *y,
+                   int divide, int num_threads);
 /* END CDEF */
 
 #endif

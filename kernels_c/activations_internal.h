@@ -43,6 +43,9 @@ typedef void (*act_channel_add_fn)(float *y, const float *v, int64_t rows, int64
 typedef void (*act_channel_affine_fn)(float *y, const float *mean, const float *k,
                                       const float *offset, int64_t rows, int64_t channels);
 typedef void (*act_add_fn)(float *y, const float *z, int64_t n);
+/* acc[c] += x[r][c] for r = 0, 1, ... rows - 1 in that order (rows of `stride` floats) */
+typedef void (*act_rows_sum_fn)(float *acc, const float *x, int64_t rows, int64_t channels,
+                                int64_t stride);
 
 /* One table per ISA (activations_template.h) */
 typedef struct {
@@ -51,6 +54,7 @@ typedef struct {
     act_channel_add_fn channel_add;
     act_channel_affine_fn channel_affine;
     act_add_fn add;
+    act_rows_sum_fn rows_sum;
 } act_kernel_table;
 
 extern const act_kernel_table act_kernels_scalar;

@@ -53,6 +53,13 @@ static void MG_ISA_FN(add)(float *y, const float *restrict z, int64_t n)
         y[i] += z[i];
 }
 #undef ACT_AFFINE
+static void MG_ISA_FN(rows_sum)(float *restrict acc, const float *restrict x, int64_t rows,
+                                int64_t channels, int64_t stride)
+{
+    for (int64_t r = 0; r < rows; ++r, x += stride)
+        for (int64_t c = 0; c < channels; ++c)
+            acc[c] += x[c];
+}
 
 #define ACT_ENTRY(name, expr) MG_ISA_FN(name),
 const act_kernel_table MG_ISA_FN(act_kernels) = {
@@ -61,6 +68,7 @@ const act_kernel_table MG_ISA_FN(act_kernels) = {
     .channel_add = MG_ISA_FN(channel_add),
     .channel_affine = MG_ISA_FN(channel_affine),
     .add = MG_ISA_FN(add),
+    .rows_sum = MG_ISA_FN(rows_sum),
 };
 
 #undef ACT_UNARY_LOOP

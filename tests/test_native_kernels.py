@@ -616,3 +616,37 @@ def test_inference_x_backprop_is_bit_identical_to_the_reference(isa, dtype, chan
     expected = reference.bn_backward_inference(dy, x, scale, mean, var, EPS, channels_last)[0]
     assert got.dtype == expected.dtype
     assert np.array_equal(got.view(np.uint8), expected.view(np.uint8))
+
+
+# ----------------------------------------------------------------------------- Sum / Mean
+
+
+@pytest.mark.parametrize("isa", [i for i in native.ISAS
+                                 if native.ISAS.index(i) <= native.ISAS.index(native.best_isa())])
+def test_native_sum_and_mean_over_inner_axes_equal_numpy_bit_for_bit(isa):
+    """Global average pooling and friends in C (math_kernels.reduce_native): the same float32
+    row-after-row sums as numpy, and the same rounding of the mean, on every ISA; other
+    axes (the last one, non-consecutive ones) run the numpy kernel."""
+    import minigraph as mg
+    from minigraph import ops
+
+    before = native.isa()
+    native.set_isa(isa)
+    try:
+        rng = np.random.default_rng(11)
+        for shape, axes, keep in [((4, 7, 9, 16), [1, 2], False), ((2, 5, 300), [1], True),
+                                  ((3, 2, 2, 2, 3), [0, 1, 2], False), ((5, 4, 1), [1], False),
+                                  ((6, 4, 5), [2], False), ((3, 4, 5, 6), [0, 2], True),
+                                  ((1, 70000, 2), [1], False)]:
+            x = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-4, 4, shape)).astype(F32)
+            for op in (ops.Sum, ops.Mean):
+                root = mg.Scope.NewRootScope()
+                y = op(root, x, np.array(axes, np.int32), keep_dims=keep)
+                ours = mg.ClientSession(root, backend="native").Run(y)
+                expected = getattr(x, "sum" if op is ops.Sum else "mean")(
+                    axis=tuple(axes), keepdims=keep)
+                assert ours.shape == expected.shape
+                np.testing.assert_array_equal(ours.view(np.uint32),
+                                              expected.astype(F32).view(np.uint32))
+    finally:
+        native.set_isa(before)

@@ -341,3 +341,15 @@ def test_unconvertible_values_name_the_op_and_input(value, detail):
     message = str(info.value)
     assert message.startswith("Add: input 'y'") and detail in message
     assert "Const" not in message and len(message) < 300
+
+
+def test_negative_random_seeds_run_as_in_tensorflow():
+    """Seeds are int64 attrs; TF takes negative ones (numpy's seeding does not)."""
+    root = mg.Scope.NewRootScope()
+    shape = np.array([3, 4], np.int32)
+    low = ops.RandomUniform(root, shape, dtype=mg.float64, seed=-2 ** 63, seed2=-1)
+    same = ops.RandomUniform(root.WithOpName("low"), shape, dtype=mg.float64, seed=-2 ** 63,
+                             seed2=-1)
+    first, again = mg.ClientSession(root).Run([low, same])
+    assert first.shape == (3, 4) and ((first >= 0) & (first < 1)).all()
+    assert not np.array_equal(first, again)  # another op name: another stream

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from minigraph.backends.activation_kernels import c_reduce_rows
 from minigraph.backends.registry import register_kernel
+from minigraph.framework import dtypes
 
 
 def _elementwise(function):
@@ -61,6 +65,35 @@ def reduce_mean(op, inputs, ctx):
     with np.errstate(all="ignore"):
         value = x.mean(axis=_axes(x, axes), keepdims=op.attrs["keep_dims"])
     return [np.asarray(value, x.dtype)]
+
+
+def _middle_block(x: np.ndarray, axes: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """(outer, rows, channels) when ``axes`` are consecutive axes of x before its last: x is
+    then [outer][rows][channels] and the reduction sums its rows in numpy's order (one
+    channel, the innermost, would sum pairwise instead)."""
+    if not axes or sorted(axes) != list(range(min(axes), max(axes) + 1)):
+        return None
+    first, last = min(axes), max(axes)
+    channels = math.prod(x.shape[last + 1:])
+    if last == x.ndim - 1 or channels < 2:
+        return None
+    return math.prod(x.shape[:first]), math.prod(x.shape[first:last + 1]), channels
+
+
+@register_kernel("Sum", "Mean", backend="native", dtypes=(dtypes.float32,))
+def reduce_native(op, inputs, ctx):
+    """Reductions over consecutive inner axes (the spatial axes of NHWC: global average
+    pooling) in C, bit for bit the numpy kernels' sums; any other axes run those."""
+    x, axes = inputs
+    axes = _axes(x, axes)
+    block = _middle_block(x, axes)
+    numpy_kernel = reduce_mean if op.type == "Mean" else reduce_sum
+    if block is None or x.size == 0:
+        return numpy_kernel(op, inputs, ctx)
+    y = c_reduce_rows(x, *block, mean=op.type == "Mean")
+    keep = op.attrs["keep_dims"]
+    shape = [1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes]
+    return [y.reshape(shape)]
 
 
 @register_kernel("Reshape")

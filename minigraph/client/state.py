@@ -37,9 +37,12 @@ class SessionState:
         return value
 
     def generator(self, op: Operation) -> np.random.Generator:
-        """A deterministic stream per random op: seeded by its (seed, seed2, name)."""
+        """A deterministic stream per random op: seeded by its (seed, seed2, name). The seeds
+        are int64 attrs, negative ones included (as TF takes them): their two's-complement
+        bits seed numpy, which takes only non-negative words."""
         with self.lock:
             if op.name not in self._generators:
-                self._generators[op.name] = np.random.default_rng(
-                    [op.attrs["seed"], op.attrs["seed2"], zlib.crc32(op.name.encode())])
+                words = [op.attrs["seed"] % 2**64, op.attrs["seed2"] % 2**64,
+                         zlib.crc32(op.name.encode())]
+                self._generators[op.name] = np.random.default_rng(words)
             return self._generators[op.name]
