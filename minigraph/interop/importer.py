@@ -220,8 +220,8 @@ def _import_node(root: Scope, node: Any, entries: list[tuple[str, int]], prefix:
         op_def = get_op_def(node.op)
     except NotFoundError:
         raise NotFoundError(f"Op type not registered '{node.op}' in minigraph (node "
-                            f"'{node.name}'); the ops it has: python -c \"import minigraph.ops "
-                            f"as o; print(o.__all__)\"") from None
+                            f"'{node.name}'): minigraph.ops.__all__ lists the ops it "
+                            f"implements") from None
     versions.check_op_available(op_def, producer)
     graph = root.graph()
     sources, controls = [], []
