@@ -74,7 +74,7 @@ MAX_LIST_ITEMS = 1 << 16         # a list(int) attr
 MAX_INFLATED_BYTES = 1 << 31     # a compressed .npz member, once decompressed
 
 # Ops whose single input argument is a list of tensors (built by build_variadic_operation).
-VARIADIC_OPS = frozenset({"AddN", "FlatConcat"})
+VARIADIC_OPS = frozenset({"AddN", "FlatConcat", "Pack"})
 # The JSON encoding keys each attr kind accepts ("float" attrs also take a JSON integer).
 _ENCODINGS = {"float": ("float", "int"), "int": ("int",), "bool": ("bool",),
               "string": ("string",), "type": ("type",), "shape": ("shape",),
@@ -677,7 +677,10 @@ def _rebuild(checker: _Checker, graph: Graph, root: Scope, entry: dict, op_def: 
     attrs = {k: _decode(checker, v, archive, dtype_attr) for k, v in raw_attrs.items()}
     try:
         if op_def.name in VARIADIC_OPS:
-            op = build_variadic_operation(scope, op_def, tensors)
+            listed = op_def.inputs[0]
+            others = {k: v for k, v in attrs.items()
+                      if k not in (listed.type_attr, listed.number_attr)}
+            op = build_variadic_operation(scope, op_def, tensors, others)
             for attr, value in attrs.items():  # T and N follow from the inputs
                 if op.attrs[attr] != value:
                     raise InvalidArgumentError(f"attr {attr} is {value} but the inputs make it "

@@ -196,6 +196,17 @@ MATH_CASES = [
     Case("add_rank_expansion", ("Add",), _binary(ops.Add, (4, 1), (2, 1, 3))),
     Case("add_scalar", ("Add",), _binary(ops.Add, (2, 3), ())),
     Case("add_v2_row_vector", ("AddV2",), _binary(ops.AddV2, (2, 3), (3,))),
+    Case("pad", ("Pad", "Slice"), _unary(
+        lambda s, x: ops.Pad(s, x, np.array([[1, 0], [0, 2]], np.int64)), (2, 3))),
+    Case("slice", ("Slice", "Pad", "Pack"), _unary(
+        lambda s, x: ops.Slice(s, x, np.array([1, 0], np.int32), np.array([-1, 2], np.int32)),
+        (3, 4))),
+    Case("pack_axis_1", ("Pack",), _binary(lambda s, x, y: ops.Pack(s, [x, y], axis=1),
+                                           (2, 3), (2, 3))),
+    Case("expand_dims_squeeze", ("ExpandDims", "Squeeze"), _unary(
+        lambda s, x: ops.Squeeze(s, ops.ExpandDims(s, x, -1), squeeze_dims=[0]), (1, 3))),
+    Case("tile", ("Tile",), _unary(
+        lambda s, x: ops.Tile(s, x, np.array([2, 1, 3], np.int32)), (2, 3, 2))),
     Case("sub_same_shape", ("Sub",), _binary(ops.Sub, (2, 3), (2, 3))),
     Case("sub_broadcast_left", ("Sub",), _binary(ops.Sub, (3,), (2, 3))),
     Case("sub_scalar_left", ("Sub",), _binary(ops.Sub, (), (2, 3))),
@@ -473,6 +484,7 @@ COVERED = (
 # the modules whose gradients this file is responsible for (the autodiff core); gradients
 # registered elsewhere (minigraph.ops.nn_ops, ...) are checked by their own test files
 CHECKED_MODULES = ("minigraph.ops.math_ops", "minigraph.ops.array_ops",
+                   "minigraph.ops.layout_ops",
                    "minigraph.ops.batch_norm", "minigraph.gradients.higher_order")
 
 

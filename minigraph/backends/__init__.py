@@ -21,6 +21,7 @@ from minigraph.backends import (  # noqa: F401  (importing registers the kernels
     array_kernels,
     batch_norm_kernels,
     convolution_kernels,
+    layout_kernels,
     math_kernels,
     native,
     nn_kernels,

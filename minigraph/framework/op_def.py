@@ -497,10 +497,11 @@ def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
     return scope.graph().add_operation(op)
 
 
-def build_variadic_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any]
-                             ) -> Operation:
+def build_variadic_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
+                             extra_attrs: dict[str, Any] | None = None) -> Operation:
     """Build an op whose single input argument is a non-empty list of tensors of one dtype
-    (``AddN``)."""
+    (``AddN``, ``Pack``); its type and length attrs follow from the list, ``extra_attrs``
+    gives the others (``Pack``'s ``axis``; defaults fill the rest)."""
     if not raw_inputs:
         raise InvalidArgumentError(f"{op_def.name}: needs at least one input")
     name = scope.unique_op_name(op_def.name)
@@ -511,6 +512,15 @@ def build_variadic_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[A
     attrs: dict[str, Any] = {arg.type_attr: inputs[0].dtype}
     if arg.number_attr:
         attrs[arg.number_attr] = len(inputs)
+    extra_attrs = extra_attrs or {}
+    for attr in op_def.attrs:
+        if attr.name in extra_attrs:
+            attrs[attr.name] = _check_attr(op_def, name, attr, extra_attrs[attr.name])
+        elif attr.name not in attrs and attr.has_default:
+            attrs[attr.name] = _check_attr(op_def, name, attr, attr.default)
+    unknown = set(extra_attrs) - {a.name for a in op_def.attrs} - set(attrs)
+    if unknown:
+        raise InvalidArgumentError(f"{op_def.name}: unknown attr(s) {sorted(unknown)}")
     for i, value in enumerate(inputs):
         if value.dtype is not inputs[0].dtype:
             raise InvalidArgumentError(

@@ -241,8 +241,11 @@ def _import_node(root: Scope, node: Any, entries: list[tuple[str, int]], prefix:
     arguments = _data_inputs(node, op_def, node_attrs, sources)
     scope = (root.WithOpName(prefix + node.name).WithDevice(node.device)
              .WithControlDependencies(controls))
-    if _list_arg(op_def) is not None:  # T and N follow from the inputs, checked above
-        op = build_variadic_operation(scope, op_def, arguments)
+    listed = _list_arg(op_def)
+    if listed is not None:  # T and N follow from the inputs, checked above
+        others = {k: v for k, v in node_attrs.items()
+                  if k not in (listed.type_attr, listed.number_attr)}
+        op = build_variadic_operation(scope, op_def, arguments, others)
     else:
         op = build_operation(scope, op_def, arguments, node_attrs)
     if op.name != prefix + node.name:  # a name an earlier node's made-up name took

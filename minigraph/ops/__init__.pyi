@@ -41,6 +41,7 @@ __all__ = [
     "DepthwiseConv2dNativeBackpropInput",
     "Div",
     "Equal",
+    "ExpandDims",
     "Fill",
     "FusedBatchNorm",
     "FusedBatchNormGrad",
@@ -63,6 +64,8 @@ __all__ = [
     "Neg",
     "NoOp",
     "OnesLike",
+    "Pack",
+    "Pad",
     "Placeholder",
     "RandomUniform",
     "RealDiv",
@@ -76,11 +79,14 @@ __all__ = [
     "Rsqrt",
     "Shape",
     "Size",
+    "Slice",
     "Softmax",
     "SparseSoftmaxCrossEntropyWithLogits",
     "Square",
+    "Squeeze",
     "Sub",
     "Sum",
+    "Tile",
     "Transpose",
     "Variable",
     "ZerosLike",
@@ -1742,6 +1748,47 @@ class Equal:
     ) -> Output: ...
 
 
+class ExpandDims:
+    """Builds one 'ExpandDims' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ExpandDims.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+        dim: Tdim (int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'input'.
+        Tdim: type, inferred from input 'dim', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ExpandDims node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        dim: TensorLike,
+        attrs: ExpandDims.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Fill:
     """Builds one 'Fill' node.
 
@@ -3269,6 +3316,54 @@ class OnesLike:
     ) -> Output: ...
 
 
+def Pack(scope: Scope, values: list, axis: int = 0) -> Output:
+    """The tensors of ``values`` (one shape) stacked along a new dimension ``axis``
+    (tf.stack).
+    """
+
+
+class Pad:
+    """Builds one 'Pad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Pad.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+        paddings: Tpaddings (int32, int64). [rank, 2]: the zeros to add before and after
+            each dimension.
+
+    Attrs:
+        T: type, inferred from input 'input'.
+        Tpaddings: type, inferred from input 'paddings', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Pad node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        paddings: TensorLike,
+        attrs: Pad.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Placeholder:
     """Builds one 'Placeholder' node.
 
@@ -3808,6 +3903,49 @@ class Size:
     ) -> Output: ...
 
 
+class Slice:
+    """Builds one 'Slice' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Slice.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+        begin: Index (int32, int64).
+        size: Index (int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'input'.
+        Index: type, inferred from input 'begin', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Slice node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        begin: TensorLike,
+        size: TensorLike,
+        attrs: Slice.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Softmax:
     """Builds one 'Softmax' node.
 
@@ -3933,6 +4071,50 @@ class Square:
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Square.Attrs | None = None) -> Output: ...
 
 
+class Squeeze:
+    """Builds one 'Squeeze' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Squeeze.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+
+    Attrs:
+        squeeze_dims: list(int), default [].
+        T: type, inferred from input 'input'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Squeeze node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def SqueezeDims(self, value: Sequence[int]) -> Squeeze.Attrs:
+            """Set attr 'squeeze_dims' (list(int), default [])."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        attrs: Squeeze.Attrs | None = None,
+        *,
+        squeeze_dims: Sequence[int] = (),
+    ) -> Output: ...
+
+
 class Sub:
     """Builds one 'Sub' node.
 
@@ -4019,6 +4201,47 @@ class Sum:
         attrs: Sum.Attrs | None = None,
         *,
         keep_dims: bool = False,
+    ) -> Output: ...
+
+
+class Tile:
+    """Builds one 'Tile' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Tile.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+        multiples: Tmultiples (int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'input'.
+        Tmultiples: type, inferred from input 'multiples', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Tile node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        multiples: TensorLike,
+        attrs: Tile.Attrs | None = None,
     ) -> Output: ...
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from minigraph.framework.op_def import get_op_def
 from tests.fuzz.values import ArraySpec, layout_expr
 
 OPENCL_DEVICE = "/device:OPENCL:0"
@@ -93,8 +94,10 @@ class Case:
                 feeds.append(f"{var}: {value}")
             args.append(var)
         node = root_expr = "root" if device is None else f"root.WithDevice({device!r})"
-        if self.op_type == "AddN":
-            lines.append(f"node = ops.AddN({root_expr}, [{', '.join(args)}])")
+        if takes_a_list(self.op_type):
+            kw = "".join(f", {k}={_attr_source(v)}"
+                         for k, v in list_op_attrs(self.op_type, self.attrs).items())
+            lines.append(f"node = ops.{self.op_type}({root_expr}, [{', '.join(args)}]{kw})")
         else:
             kw = "".join(f", {k}={_attr_source(v)}" for k, v in self.attrs.items())
             lines.append(f"node = {_wrapper_path(self.op_type)}({node}, {', '.join(args)}{kw})")
@@ -195,8 +198,8 @@ def build(case: Case, device: str | None):
             feeds[out] = array
         args.append(out)
     scope = root.WithDevice(device) if device else root
-    if case.op_type == "AddN":
-        node = ops.AddN(scope, args)
+    if takes_a_list(case.op_type):
+        node = wrapper(case.op_type)(scope, args, **list_op_attrs(case.op_type, case.attrs))
     else:
         node = wrapper(case.op_type)(scope, *args, **case.attrs)
     if isinstance(node, mg.Output):
@@ -268,3 +271,16 @@ def execute(case: Case, target: str) -> Outcome:
                     outcome.fetch_names += [f"{v.name} (after)" for v, _ in variables]
     outcome.seconds = time.perf_counter() - start
     return outcome
+
+
+def takes_a_list(op_type: str) -> bool:
+    """Whether the op's one input is a list of tensors (AddN, Pack): its wrapper takes the
+    list as one argument."""
+    inputs = get_op_def(op_type).inputs
+    return len(inputs) == 1 and inputs[0].number_attr is not None
+
+
+def list_op_attrs(op_type: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    """The attrs a list op's wrapper takes: not the type and length its list sets."""
+    listed = get_op_def(op_type).inputs[0]
+    return {k: v for k, v in attrs.items() if k not in (listed.type_attr, listed.number_attr)}

@@ -212,6 +212,56 @@ def r_reshape(g: Draw):
                                                                  "shape")}, {}
 
 
+def r_pad(g: Draw):
+    dtype, shape = g.dtype(), g.shape()
+    pairs = [[g.int(0, 2), g.int(0, 2)] for _ in range(len(shape) + (1 if g.chance(10) else 0))]
+    if g.chance(15) and pairs:
+        pairs[0][g.int(0, 1)] = g.pick([-1, 2 ** 31 - 1])
+    flat = [v for pair in pairs for v in pair]
+    spec = ArraySpec((len(pairs), 2), g.pick(INTS), literal=tuple(flat))
+    return {"input": (g.array(shape, dtype), "data"), "paddings": (spec, "shape")}, {}
+
+
+def r_slice(g: Draw):
+    dtype, shape = g.dtype(), g.shape()
+    begin = [g.int(0, d) for d in shape]
+    size = [g.pick([-1, g.int(0, max(d - b, 0))]) for d, b in zip(shape, begin)]
+    if g.chance(15) and shape:
+        begin[0] = g.pick([-1, shape[0] + 1])
+    index = g.pick(INTS)
+    return {"input": (g.array(shape, dtype), "data"), "begin": (g.lit(begin, index), "shape"),
+            "size": (g.lit(size, index), "shape")}, {}
+
+
+def r_pack(g: Draw):
+    dtype, shape = g.dtype(), g.shape()
+    count = g.int(1, 3)
+    values = {f"values_{i}": (g.array(shape if i == 0 or not g.chance(15) else g.shape(),
+                                      dtype), "data") for i in range(count)}
+    return values, {"axis": g.int(-len(shape) - 2, len(shape) + 1)}
+
+
+def r_expand_dims(g: Draw):
+    dtype, shape = g.dtype(), g.shape()
+    dim = g.scalar_lit(g.int(-len(shape) - 2, len(shape) + 1), g.pick(INTS))
+    return {"input": (g.array(shape, dtype), "data"), "dim": (dim, "shape")}, {}
+
+
+def r_squeeze(g: Draw):
+    dtype, shape = g.dtype(), g.shape()
+    dims = [g.int(-len(shape) - 1, len(shape)) for _ in range(g.int(0, 2))] if shape else []
+    return {"input": (g.array(shape, dtype), "data")}, {"squeeze_dims": dims}
+
+
+def r_tile(g: Draw):
+    dtype, shape = g.dtype(), g.shape()
+    multiples = [g.int(0, 3) for _ in range(len(shape) + (1 if g.chance(10) else 0))]
+    if g.chance(15) and multiples:
+        multiples[0] = g.pick([-1, 2 ** 31 - 1])
+    return {"input": (g.array(shape, dtype), "data"),
+            "multiples": (g.lit(multiples, g.pick(INTS)), "shape")}, {}
+
+
 def r_broadcast_to(g: Draw):
     dtype, shape = g.dtype(), g.shape(g.int(0, 3))
     target = [g.dim(1, 3) for _ in range(g.int(0, 2))] + \
@@ -523,6 +573,8 @@ RECIPES: dict[str, Callable] = {
                     r_binary),
     "AddN": r_addn, "Sum": r_reduce, "Mean": r_reduce, "ArgMax": r_argmax,
     "Reshape": r_reshape, "BroadcastTo": r_broadcast_to, "Fill": r_fill,
+    "Pad": r_pad, "Slice": r_slice, "Pack": r_pack, "ExpandDims": r_expand_dims,
+    "Squeeze": r_squeeze, "Tile": r_tile,
     "Transpose": r_transpose, "InvertPermutation": r_invert_permutation,
     "BroadcastGradientArgs": r_broadcast_gradient_args, "ReducedShape": r_reduced_shape,
     "RandomUniform": r_random_uniform, "MatMul": r_matmul, "BiasAdd": r_bias_add,

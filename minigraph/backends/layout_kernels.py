@@ -1,0 +1,54 @@
+"""Kernels of the layout ops (Pad, Slice, Pack, ExpandDims, Squeeze, Tile): numpy copies,
+the same on every backend. The shape functions checked every index before these run."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minigraph.backends.registry import register_kernel
+
+
+def _windows(begin, size) -> tuple[slice, ...]:
+    return tuple(slice(b, b + s) for b, s in zip(begin, size))
+
+
+@register_kernel("Pad")
+def pad(op, inputs, ctx):
+    """Zeros around x: out[before_i : before_i + d_i] = x along every dimension i."""
+    x, paddings = inputs
+    pairs = paddings.reshape(-1, 2).tolist()
+    out = np.zeros([d + a + b for d, (a, b) in zip(x.shape, pairs)], x.dtype)
+    out[_windows([a for a, _ in pairs], x.shape)] = x
+    return [out]
+
+
+@register_kernel("Slice")
+def slice_(op, inputs, ctx):
+    x, begin, size = inputs
+    begin = begin.tolist()
+    size = [d - b if s == -1 else s for d, b, s in zip(x.shape, begin, size.tolist())]
+    return [np.array(x[_windows(begin, size)], order="C")]
+
+
+@register_kernel("Pack")
+def pack(op, inputs, ctx):
+    return [np.stack(inputs, axis=op.attrs["axis"])]
+
+
+@register_kernel("ExpandDims")
+def expand_dims(op, inputs, ctx):
+    x, dim = inputs
+    return [np.expand_dims(x, int(dim.reshape(-1)[0]))]
+
+
+@register_kernel("Squeeze")
+def squeeze(op, inputs, ctx):
+    x = inputs[0]
+    axes = op.attrs["squeeze_dims"]
+    return [np.squeeze(x, axis=tuple(axes) if axes else None)]
+
+
+@register_kernel("Tile")
+def tile(op, inputs, ctx):
+    x, multiples = inputs
+    return [np.tile(x, multiples.tolist()) if x.ndim else x.copy()]

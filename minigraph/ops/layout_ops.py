@@ -1,0 +1,328 @@
+"""Ops that move elements without arithmetic, as TF graphs use them around models: Pad
+(Keras' ZeroPadding2D), Slice, Pack (tf.stack), ExpandDims, Squeeze, Tile.
+
+Shape functions check index values whenever they are known (constants at construction,
+every value at run time), leading with TensorFlow's words; output shapes are exact then, so
+the session refuses outputs beyond this machine's memory before any allocation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from minigraph.framework import dtypes
+from minigraph.framework.dtypes import INTEGERS
+from minigraph.framework.gradient_registry import RegisterGradient
+from minigraph.framework.graph import Output
+from minigraph.framework.op_def import (
+    ArgDef,
+    AttrDef,
+    InferenceContext,
+    OpDef,
+    build_variadic_operation,
+    make_wrapper,
+    register_op,
+    required,
+)
+from minigraph.framework.scope import Scope
+from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
+from minigraph.ops.array_ops import Const
+from minigraph.ops.math_ops import Reshape, Shape, Sub, Sum
+
+__all__ = ["ExpandDims", "Pack", "Pad", "Slice", "Squeeze", "Tile"]
+
+
+def _dims(shape: TensorShape) -> str:
+    """A shape as TF's messages print it: ``[2,3,4]``."""
+    return "[" + ",".join("?" if d is None else str(d) for d in shape.dims) + "]"
+
+
+def _index_attr(name: str) -> AttrDef:
+    return AttrDef(name, "type", default=dtypes.int32, allowed=INTEGERS)
+
+
+# ----------------------------------------------------------------------------- Pad
+
+
+def _pad_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """input dims + before + after, from paddings [rank, 2] of non-negative values."""
+    x = ctx.input_shapes[0]
+    paddings = ctx.with_rank("paddings", 2, " ([rank, 2]: before and after each dimension)")
+    if paddings[1] is not None and paddings[1] != 2:
+        raise ctx.error(f"input 'paddings' must have shape [rank, 2], got {paddings}")
+    if x.rank is not None and paddings[0] is not None and paddings[0] != x.rank:
+        raise ctx.error(f"The first dimension of paddings must be the rank of inputs"
+                        f"{_dims(paddings)} {_dims(x)}: input 'paddings' has {paddings[0]} "
+                        f"rows for input 'input' of rank {x.rank}")
+    value = ctx.constant_value("paddings")
+    rank = x.rank if x.rank is not None else paddings[0]
+    if value is None:
+        return [TensorShape.unknown(rank)]
+    for before, after in value:
+        if before < 0 or after < 0:
+            raise ctx.error(f"Paddings must be non-negative: {before} {after} (input "
+                            f"'paddings')")
+    dims = x.dims if x.rank is not None else (None,) * len(value)
+    return [TensorShape(None if d is None else d + before + after
+                        for d, (before, after) in zip(dims, value))]
+
+
+Pad = make_wrapper(register_op(OpDef(
+    name="Pad",
+    inputs=[ArgDef("input", type_attr="T"),
+            ArgDef("paddings", type_attr="Tpaddings",
+                   doc="[rank, 2]: the zeros to add before and after each dimension.")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type"), _index_attr("Tpaddings")],
+    shape_fn=_pad_shape,
+)))
+
+
+# ----------------------------------------------------------------------------- Slice
+
+
+def _slice_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """size[i] elements from begin[i] along each dimension; size -1: to the end."""
+    x = ctx.input_shapes[0]
+    begin_shape, size_shape = (ctx.with_rank(n, 1, " (one entry per dimension)")
+                               for n in ("begin", "size"))
+    lengths = {d for d in (begin_shape[0], size_shape[0], x.rank) if d is not None}
+    if len(lengths) > 1:
+        raise ctx.error(f"Expected begin and size arguments to be 1-D tensors of size "
+                        f"{x.rank}, but got shapes {_dims(begin_shape)} and "
+                        f"{_dims(size_shape)} instead.")
+    begin, size = ctx.constant_value("begin"), ctx.constant_value("size")
+    rank = next(iter(lengths), None)
+    if begin is None or size is None or x.rank is None:
+        if size is not None:
+            return [TensorShape(None if s == -1 else s for s in size)]
+        return [TensorShape.unknown(rank)]
+    out = []
+    for i, (d, b, s) in enumerate(zip(x.dims, begin, size)):
+        if d is None:
+            out.append(None if s == -1 else s)
+            continue
+        if not 0 <= b <= d:
+            raise ctx.error(f"Expected begin[{i}] in [0, {d}], but got {b} (input 'begin')")
+        if s == -1:
+            s = d - b
+        if not 0 <= s <= d - b:
+            raise ctx.error(f"Expected size[{i}] in [0, {d - b}], but got {s} (input 'size')")
+        out.append(s)
+    return [TensorShape(out)]
+
+
+Slice = make_wrapper(register_op(OpDef(
+    name="Slice",
+    inputs=[ArgDef("input", type_attr="T"), ArgDef("begin", type_attr="Index"),
+            ArgDef("size", type_attr="Index")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type"), required("Index", "type", allowed=INTEGERS)],
+    shape_fn=_slice_shape,
+)))
+
+
+# ----------------------------------------------------------------------------- Pack
+
+
+def _pack_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """N same-shaped inputs stacked along a new dimension ``axis``."""
+    shape = TensorShape(None)
+    for i, other in enumerate(ctx.input_shapes):
+        try:
+            shape = shape.merge_with(other)
+        except ShapeMismatch:
+            raise ctx.error(f"Shapes of all inputs must match: values[0].shape = "
+                            f"{_dims(ctx.input_shapes[0])} != values[{i}].shape = "
+                            f"{_dims(other)}") from None
+    axis = ctx.attrs["axis"]
+    if shape.rank is None:
+        return [TensorShape(None)]
+    rank = shape.rank + 1
+    if not -rank <= axis < rank:
+        raise ctx.error(f"axis = {axis} not in [{-rank}, {rank}) (attr 'axis')")
+    dims = list(shape.dims)
+    dims.insert(axis % rank, len(ctx.input_shapes))
+    return [TensorShape(dims)]
+
+
+PACK = register_op(OpDef(
+    name="Pack",
+    inputs=[ArgDef("values", type_attr="T", number_attr="N")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("N", "int", check=lambda n: None if n >= 1 else f"must be >= 1, got {n}"),
+           required("T", "type"), AttrDef("axis", "int", default=0)],
+    shape_fn=_pack_shape,
+))
+
+
+def Pack(scope: Scope, values: list, axis: int = 0) -> Output:
+    """The tensors of ``values`` (one shape) stacked along a new dimension ``axis``
+    (tf.stack)."""
+    return build_variadic_operation(scope, PACK, list(values), {"axis": axis}).outputs[0]
+
+
+# ----------------------------------------------------------------------------- ExpandDims
+
+
+def _expand_dims_shape(ctx: InferenceContext) -> list[TensorShape]:
+    x = ctx.input_shapes[0]
+    dim_shape = ctx.input_shape("dim")
+    if dim_shape.num_elements() not in (None, 1):
+        raise ctx.error(f"'dim' must be a tensor with a single value, got shape {dim_shape}")
+    value = ctx.constant_value("dim")
+    if value is None or x.rank is None:
+        return [TensorShape.unknown(None if x.rank is None else x.rank + 1)]
+    dim = int(np.ravel(value)[0])
+    if not -x.rank - 1 <= dim <= x.rank:
+        raise ctx.error(f"Tried to expand dim index {dim} for tensor with {x.rank} "
+                        f"dimensions. (input 'dim')")
+    dims = list(x.dims)
+    dims.insert(dim % (x.rank + 1), 1)
+    return [TensorShape(dims)]
+
+
+ExpandDims = make_wrapper(register_op(OpDef(
+    name="ExpandDims",
+    inputs=[ArgDef("input", type_attr="T"), ArgDef("dim", type_attr="Tdim")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type"), _index_attr("Tdim")],
+    shape_fn=_expand_dims_shape,
+)))
+
+
+# ----------------------------------------------------------------------------- Squeeze
+
+
+def _squeeze_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """The dimensions of size 1 removed: those of ``squeeze_dims``, or all when empty."""
+    x = ctx.input_shapes[0]
+    wanted = ctx.attrs["squeeze_dims"]
+    if x.rank is None:
+        return [TensorShape(None)]
+    for axis in wanted:
+        if not -x.rank <= axis < x.rank:
+            raise ctx.error(f"Tried to squeeze dim index {axis} for tensor with {x.rank} "
+                            f"dimensions. (attr 'squeeze_dims')")
+    axes = {a % x.rank for a in wanted}
+    dims = []
+    for i, d in enumerate(x.dims):
+        if i in axes:
+            if d is not None and d != 1:
+                raise ctx.error(f"Can not squeeze dim[{i}], expected a dimension of 1, got "
+                                f"{d} (input 'input' has shape {x})")
+            continue
+        if not axes and d == 1:
+            continue
+        if not axes and d is None:
+            return [TensorShape(None)]  # might be 1: the rank is unknown until run time
+        dims.append(d)
+    return [TensorShape(dims)]
+
+
+Squeeze = make_wrapper(register_op(OpDef(
+    name="Squeeze",
+    inputs=[ArgDef("input", type_attr="T")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type"), AttrDef("squeeze_dims", "list(int)", default=())],
+    shape_fn=_squeeze_shape,
+)))
+
+
+# ----------------------------------------------------------------------------- Tile
+
+
+def _tile_shape(ctx: InferenceContext) -> list[TensorShape]:
+    x = ctx.input_shapes[0]
+    m = ctx.with_rank("multiples", 1, " (one entry per dimension)")
+    if x.rank is not None and m[0] is not None and m[0] != x.rank:
+        raise ctx.error(f"Expected multiples argument to be a vector of length {x.rank} but "
+                        f"got length {m[0]} (input 'multiples')")
+    value = ctx.constant_value("multiples")
+    if value is None:
+        return [TensorShape.unknown(x.rank if x.rank is not None else m[0])]
+    if any(v < 0 for v in value):
+        raise ctx.error(f"Expected multiples[{[v < 0 for v in value].index(True)}] >= 0, but "
+                        f"got {min(value)} (input 'multiples')")
+    dims = x.dims if x.rank is not None else (None,) * len(value)
+    return [TensorShape(None if d is None else d * v for d, v in zip(dims, value))]
+
+
+Tile = make_wrapper(register_op(OpDef(
+    name="Tile",
+    inputs=[ArgDef("input", type_attr="T"), ArgDef("multiples", type_attr="Tmultiples")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type"), _index_attr("Tmultiples")],
+    shape_fn=_tile_shape,
+)))
+
+
+# ----------------------------------------------------------------------------- gradients
+# As TF's array_grad.py: each returns d(loss)/d(input) for every input.
+
+
+def _index_const(scope: Scope, values: Any, like: Output) -> Output:
+    return Const(scope, np.asarray(values, like.dtype.np_dtype))
+
+
+@RegisterGradient("Pad")
+def _pad_grad(scope, op, grads):
+    """The slice of the gradient where the input sits: begin = paddings[:, 0]."""
+    x, paddings = op.inputs
+    first_column = Slice(scope, paddings, _index_const(scope, [0, 0], paddings),
+                         _index_const(scope, [-1, 1], paddings))
+    begin = Reshape(scope, first_column, _index_const(scope, [-1], paddings))
+    size = Shape(scope, x, out_type=paddings.dtype)
+    return [Slice(scope, grads[0], begin, size), None]
+
+
+@RegisterGradient("Slice")
+def _slice_grad(scope, op, grads):
+    """The gradient padded back to the input's shape: before = begin, after = the rest."""
+    x, begin, _ = op.inputs
+    index = begin.dtype
+    after = Sub(scope, Sub(scope, Shape(scope, x, out_type=index), begin),
+                Shape(scope, op.outputs[0], out_type=index))
+    return [Pad(scope, grads[0], Pack(scope, [begin, after], axis=1)), None, None]
+
+
+@RegisterGradient("Pack")
+def _pack_grad(scope, op, grads):
+    """Input i's gradient: the i-th slice along ``axis``, without that dimension."""
+    rank = op.outputs[0].shape.rank
+    if rank is None:
+        raise NotImplementedError(f"Pack '{op.name}': its gradient needs the output's rank")
+    axis = op.attrs["axis"] % rank
+    result = []
+    for i, value in enumerate(op.inputs):
+        begin = [i if d == axis else 0 for d in range(rank)]
+        size = [1 if d == axis else -1 for d in range(rank)]
+        piece = Slice(scope, grads[0], np.array(begin, np.int32), np.array(size, np.int32))
+        result.append(Reshape(scope, piece, Shape(scope, value)))
+    return result
+
+
+@RegisterGradient("ExpandDims")
+def _expand_dims_grad(scope, op, grads):
+    return [Reshape(scope, grads[0], Shape(scope, op.inputs[0])), None]
+
+
+@RegisterGradient("Squeeze")
+def _squeeze_grad(scope, op, grads):
+    return [Reshape(scope, grads[0], Shape(scope, op.inputs[0]))]
+
+
+@RegisterGradient("Tile")
+def _tile_grad(scope, op, grads):
+    """Sum the copies: the gradient seen as [m0, d0, m1, d1, ...], summed over the m axes."""
+    x, multiples = op.inputs
+    rank = x.shape.rank
+    if rank is None:
+        raise NotImplementedError(f"Tile '{op.name}': its gradient needs the input's rank")
+    split = Reshape(scope, Pack(scope, [multiples, Shape(scope, x, out_type=multiples.dtype)],
+                                axis=1), _index_const(scope, [-1], multiples))
+    summed = Sum(scope, Reshape(scope, grads[0], split),
+                 np.arange(0, 2 * rank, 2, dtype=np.int32))
+    return [Reshape(scope, summed, Shape(scope, x)), None]

@@ -1,0 +1,140 @@
+"""Pad, Slice, Pack, ExpandDims, Squeeze, Tile (minigraph/ops/layout_ops.py): values against
+numpy's own functions, shape inference, errors in TF's words naming the op and input, and
+TensorFlow's raw ops bit for bit. Their gradients are checked in test_gradient_checker.py."""
+
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import BACKENDS
+
+import minigraph as mg
+from minigraph import ops
+
+F32 = np.float32
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((2, 3, 4)).astype(F32)
+
+
+def run(root, fetches, backend="reference"):
+    return mg.ClientSession(root, backend=backend).Run(fetches)
+
+
+def _cases(root, x, index=np.int32):
+    """(op result, numpy's value) for each op on x of shape (2, 3, 4)."""
+    i = index
+    return [
+        (ops.Pad(root, x, np.array([[1, 0], [0, 2], [3, 1]], i)),
+         np.pad(X, [[1, 0], [0, 2], [3, 1]])),
+        (ops.Slice(root, x, np.array([1, 0, 2], i), np.array([-1, 2, 2], i)), X[1:, 0:2, 2:4]),
+        (ops.Pack(root, [x, ops.Neg(root, x)], axis=-1), np.stack([X, -X], axis=-1)),
+        (ops.ExpandDims(root, x, np.array(-2, i)), np.expand_dims(X, -2)),
+        (ops.Squeeze(root, ops.ExpandDims(root, x, 0)), X),
+        (ops.Tile(root, x, np.array([2, 1, 3], i)), np.tile(X, [2, 1, 3])),
+    ]
+
+
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_values_equal_numpys(backend, index):
+    root = mg.Scope.NewRootScope()
+    cases = _cases(root, ops.Const(root, X), index)
+    for (out, expected), value in zip(cases, run(root, [c[0] for c in cases], backend)):
+        assert out.shape == mg.TensorShape(expected.shape)  # inferred at construction
+        np.testing.assert_array_equal(value, expected)
+
+
+def test_every_dtype_and_zero_sizes():
+    for dtype in (np.float16, ml_dtypes.bfloat16, np.float64, np.int32, np.int64, np.bool_):
+        x = (RNG.standard_normal((2, 0, 3)) > 0).astype(dtype)
+        root = mg.Scope.NewRootScope()
+        padded = ops.Pad(root, x, np.array([[0, 1], [2, 0], [0, 0]], np.int32))
+        tiled = ops.Tile(root, x, np.array([0, 5, 1], np.int32))
+        a, b = run(root, [padded, tiled])
+        assert a.dtype == x.dtype and a.shape == (3, 2, 3) and not a.any()
+        assert b.shape == (0, 0, 3)
+    root = mg.Scope.NewRootScope()
+    scalar = ops.Pad(root, np.float32(2.5), np.zeros((0, 2), np.int32))
+    assert run(root, scalar) == np.float32(2.5)
+
+
+def test_unknown_values_give_partial_shapes():
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, mg.float32, shape=[None, 3])
+    paddings = ops.Placeholder(root, mg.int32, shape=[2, 2])
+    assert ops.Pad(root, x, paddings).shape == mg.TensorShape([None, None])
+    assert ops.Squeeze(root, x).shape == mg.TensorShape(None)
+    assert ops.Squeeze(root, x, squeeze_dims=[0]).shape == mg.TensorShape([3])
+    assert ops.Pack(root, [x, x]).shape == mg.TensorShape([2, None, 3])
+    assert ops.Tile(root, x, np.array([2, 2], np.int32)).shape == mg.TensorShape([None, 6])
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda r: ops.Pad(r, X, np.array([[1, 0], [0, 1]], np.int32)),
+     r"Pad .*The first dimension of paddings must be the rank of inputs\[2,2\] \[2,3,4\]"),
+    (lambda r: ops.Pad(r, X, np.array([[1, 0], [-1, 0], [0, 0]], np.int32)),
+     r"Pad .*Paddings must be non-negative: -1 0 \(input 'paddings'\)"),
+    (lambda r: ops.Slice(r, X, np.array([0, 0, 3], np.int32), np.array([1, 1, 2], np.int32)),
+     r"Slice .*Expected size\[2\] in \[0, 1\], but got 2 \(input 'size'\)"),
+    (lambda r: ops.Slice(r, X, np.array([0, 5, 0], np.int32), np.array([1, -1, 1], np.int32)),
+     r"Slice .*Expected begin\[1\] in \[0, 3\], but got 5"),
+    (lambda r: ops.Slice(r, X, np.array([0, 0], np.int32), np.array([1, 1, 1], np.int32)),
+     r"Slice .*Expected begin and size arguments to be 1-D tensors of size 3"),
+    (lambda r: ops.Pack(r, [X, X[:1]]),
+     r"Pack .*Shapes of all inputs must match: values\[0\].shape = \[2,3,4\] != "
+     r"values\[1\].shape = \[1,3,4\]"),
+    (lambda r: ops.Pack(r, [X, X], axis=4), r"Pack .*axis = 4 not in \[-4, 4\)"),
+    (lambda r: ops.ExpandDims(r, X, 4),
+     r"ExpandDims .*Tried to expand dim index 4 for tensor with 3 dimensions"),
+    (lambda r: ops.Squeeze(r, X, squeeze_dims=[1]),
+     r"Squeeze .*Can not squeeze dim\[1\], expected a dimension of 1, got 3"),
+    (lambda r: ops.Squeeze(r, X, squeeze_dims=[3]),
+     r"Squeeze .*Tried to squeeze dim index 3 for tensor with 3 dimensions"),
+    (lambda r: ops.Tile(r, X, np.array([1, 2], np.int32)),
+     r"Tile .*Expected multiples argument to be a vector of length 3 but got length 2"),
+    (lambda r: ops.Tile(r, X, np.array([1, -2, 1], np.int32)),
+     r"Tile .*Expected multiples\[1\] >= 0, but got -2"),
+])
+def test_bad_indices_are_refused_with_tensorflows_words(build, match):
+    with pytest.raises(mg.errors.InvalidArgumentError, match=match):
+        build(mg.Scope.NewRootScope())
+
+
+def test_values_known_only_at_run_time_are_checked_then():
+    root = mg.Scope.NewRootScope()
+    paddings = ops.Placeholder(root.WithOpName("p"), mg.int64, shape=[3, 2])
+    padded = ops.Pad(root.WithOpName("pad"), X, paddings)
+    session = mg.ClientSession(root)
+    with pytest.raises(mg.errors.InvalidArgumentError, match="pad.*Paddings must be non-neg"):
+        session.Run({paddings: np.array([[0, 0], [0, -3], [0, 0]], np.int64)}, padded)
+    with pytest.raises(mg.errors.ResourceExhaustedError, match="Pad 'pad'"):
+        session.Run({paddings: np.array([[0, 0], [0, 2 ** 40], [0, 0]], np.int64)}, padded)
+    multiples = ops.Placeholder(root.WithOpName("m"), mg.int32, shape=[3])
+    tiled = ops.Tile(root.WithOpName("tile"), X, multiples)
+    with pytest.raises(mg.errors.ResourceExhaustedError, match="Tile 'tile'"):
+        session.Run({multiples: np.array([2 ** 30, 2 ** 30, 1], np.int32)}, tiled)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_against_tensorflow(backend):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tf = pytest.importorskip("tensorflow")
+    raw = tf.raw_ops
+    i64 = np.int64
+    theirs = [
+        raw.Pad(input=X, paddings=np.array([[1, 0], [0, 2], [3, 1]], i64)),
+        raw.Slice(input=X, begin=np.array([1, 0, 2], i64), size=np.array([-1, 2, 2], i64)),
+        raw.Pack(values=[X, -X], axis=-1),
+        raw.ExpandDims(input=X, axis=np.array(-2, i64)),
+        raw.Squeeze(input=raw.ExpandDims(input=X, axis=0)),
+        raw.Tile(input=X, multiples=np.array([2, 1, 3], i64)),
+    ]
+    root = mg.Scope.NewRootScope()
+    ours = run(root, [c[0] for c in _cases(root, ops.Const(root, X), i64)], backend)
+    for a, b in zip(ours, theirs):
+        assert a.dtype == b.numpy().dtype
+        np.testing.assert_array_equal(a, b.numpy())
