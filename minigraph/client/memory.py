@@ -5,8 +5,9 @@ from the kernel, and gives freed memory at the top of the heap back once more th
 threshold is free. A session step allocates its intermediates and frees them all when it
 ends, so with those defaults every step pays a page fault per 4 KiB of every intermediate
 again: an imported residual network ran 2x slower than its kernels (a 2 MiB Relu took
-1.1 ms instead of 0.14 ms; docs/performance.md#tensorflow-graphs). TensorFlow's BFC
-allocator and PyTorch's caching allocators keep such memory for the next step.
+1.1 ms instead of 0.14 ms; docs/performance.md#tensorflow-graphs-benchmarkstf_graphspy).
+TensorFlow's BFC allocator and PyTorch's caching allocators keep such memory for the next
+step.
 
 :func:`keep_freed_memory` asks glibc (``mallopt``) to serve blocks up to 32 MiB from the
 heap and to keep up to 1 GiB of freed heap, so a step reuses the previous step's pages. It
