@@ -205,6 +205,17 @@ MATH_CASES = [
                                            (2, 3), (2, 3))),
     Case("expand_dims_squeeze", ("ExpandDims", "Squeeze"), _unary(
         lambda s, x: ops.Squeeze(s, ops.ExpandDims(s, x, -1), squeeze_dims=[0]), (1, 3))),
+    Case("strided_slice_masks", ("StridedSlice", "StridedSliceGrad"), _unary(
+        lambda s, x: ops.StridedSlice(s, ops.Square(s, x), np.array([1, 0, -1], np.int32),
+                                      np.array([0, 0, 0], np.int32),
+                                      np.array([1, 1, -2], np.int32), end_mask=5,
+                                      new_axis_mask=2), (3, 4))),
+    Case("strided_slice_grad_dy", ("StridedSliceGrad", "StridedSlice"), _unary(
+        lambda s, dy: ops.StridedSliceGrad(s, np.array([3, 4], np.int64),
+                                           np.array([2, 0], np.int64),
+                                           np.array([0, 4], np.int64),
+                                           np.array([1, 2], np.int64), dy,
+                                           shrink_axis_mask=1), (2,))),
     Case("tile", ("Tile",), _unary(
         lambda s, x: ops.Tile(s, x, np.array([2, 1, 3], np.int32)), (2, 3, 2))),
     Case("sub_same_shape", ("Sub",), _binary(ops.Sub, (2, 3), (2, 3))),

@@ -138,3 +138,86 @@ def test_against_tensorflow(backend):
     for a, b in zip(ours, theirs):
         assert a.dtype == b.numpy().dtype
         np.testing.assert_array_equal(a, b.numpy())
+
+
+# ----------------------------------------------------------------------------- StridedSlice
+
+
+def _random_spec(rng):
+    count = int(rng.integers(1, 4))
+    spec = {name: rng.integers(-7, 7, count).astype(np.int32) for name in ("begin", "end")}
+    spec["strides"] = rng.choice([-3, -2, -1, 1, 2, 3], count).astype(np.int32)
+    masks = {m: int(rng.integers(0, 2 ** count))
+             for m in ("begin_mask", "end_mask", "new_axis_mask", "shrink_axis_mask")}
+    masks["ellipsis_mask"] = int(rng.choice([0, 0, 1 << int(rng.integers(0, count))]))
+    return spec, masks
+
+
+def test_strided_slice_is_pythons_basic_indexing():
+    x = RNG.standard_normal((4, 5, 6)).astype(F32)
+    i = np.int32
+    cases = [  # (begin, end, strides, masks, the numpy index)
+        ([1, -1], [4, 0], [1, -2], {}, np.s_[1:4, -1:0:-2]),
+        ([0, 2], [0, 0], [1, 1], {"begin_mask": 1, "end_mask": 3}, np.s_[:, 2:]),
+        ([0, 3], [0, 0], [1, -1], {"ellipsis_mask": 1, "end_mask": 2}, np.s_[..., 3::-1]),
+        ([2, 0, 1], [3, 0, 2], [1, 1, 1], {"new_axis_mask": 2, "shrink_axis_mask": 5},
+         np.s_[2, None, 1]),
+        ([-1], [0], [1], {"shrink_axis_mask": 1}, np.s_[-1]),
+        ([0, 0], [0, 0], [1, 1], {"new_axis_mask": 1, "ellipsis_mask": 2}, np.s_[None, ...]),
+    ]
+    root = mg.Scope.NewRootScope()
+    outs = [ops.StridedSlice(root, x, np.array(b, i), np.array(e, i), np.array(s, i), **m)
+            for b, e, s, m, _ in cases]
+    for out, value, (*_, index) in zip(outs, run(root, outs), cases):
+        assert out.shape == mg.TensorShape(x[index].shape)
+        np.testing.assert_array_equal(value, x[index])
+
+
+@pytest.mark.parametrize("attrs, match", [
+    ({"ellipsis_mask": 3}, "Multiple ellipses in slice spec not allowed"),
+    ({"shrink_axis_mask": 1, "begin": [7, 0]}, r"slice index 7 of dimension 0 out of bounds"),
+    ({"strides": [1, 0]}, r"strides\[1\] must be non-zero"),
+    ({"end": [1, 1, 1]}, "Expected begin, end, and strides to be 1D equal size tensors"),
+])
+def test_bad_slice_specs_are_refused_with_tensorflows_words(attrs, match):
+    spec = {"begin": [0, 0], "end": [1, 1], "strides": [1, 1]}
+    spec.update({k: attrs.pop(k) for k in list(attrs) if k in spec})
+    with pytest.raises(mg.errors.InvalidArgumentError, match=f"StridedSlice .*{match}"):
+        ops.StridedSlice(mg.Scope.NewRootScope(), X, *(np.array(spec[k], np.int32)
+                                                        for k in ("begin", "end", "strides")),
+                         **attrs)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_strided_slice_and_its_grad_agree_with_tensorflow_on_random_specs(backend):
+    """500 random specs, every mask: TF and minigraph refuse the same ones and give the same
+    values (and the same StridedSliceGrad scatter) for the rest."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tf = pytest.importorskip("tensorflow")
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 5, 6)).astype(F32)
+    refused = 0
+    for _ in range(500):
+        spec, masks = _random_spec(rng)
+        try:
+            theirs = tf.raw_ops.StridedSlice(input=x, **spec, **masks).numpy()
+        except (tf.errors.InvalidArgumentError, ValueError):
+            theirs = None
+        root = mg.Scope.NewRootScope()
+        try:
+            y = ops.StridedSlice(root, x, spec["begin"], spec["end"], spec["strides"], **masks)
+        except mg.errors.InvalidArgumentError:
+            assert theirs is None, (spec, masks)
+            refused += 1
+            continue
+        assert theirs is not None, (spec, masks)
+        dy = rng.standard_normal(theirs.shape).astype(F32)
+        grad = ops.StridedSliceGrad(root, np.array(x.shape, np.int32), spec["begin"],
+                                    spec["end"], spec["strides"], dy, **masks)
+        ours, our_grad = mg.ClientSession(root, backend=backend).Run([y, grad])
+        np.testing.assert_array_equal(ours, theirs)
+        their_grad = tf.raw_ops.StridedSliceGrad(shape=np.array(x.shape, np.int32), dy=dy,
+                                                 **spec, **masks).numpy()
+        np.testing.assert_array_equal(our_grad, their_grad)
+    assert 50 < refused < 450  # both kinds of case were drawn

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from minigraph.backends.registry import register_kernel
+from minigraph.ops.layout_ops import SliceSpec
 
 
 def _windows(begin, size) -> tuple[slice, ...]:
@@ -52,3 +53,25 @@ def squeeze(op, inputs, ctx):
 def tile(op, inputs, ctx):
     x, multiples = inputs
     return [np.tile(x, multiples.tolist()) if x.ndim else x.copy()]
+
+
+def _spec(op, x_shape, begin, end, strides, ctx) -> SliceSpec:
+    return SliceSpec(tuple(x_shape), begin.tolist(), end.tolist(), strides.tolist(),
+                     op.attrs, lambda message: ctx.error(op, message))
+
+
+@register_kernel("StridedSlice")
+def strided_slice(op, inputs, ctx):
+    x, begin, end, strides = inputs
+    spec = _spec(op, x.shape, begin, end, strides, ctx)
+    return [np.array(x[spec.index()], order="C").reshape(spec.final)]
+
+
+@register_kernel("StridedSliceGrad")
+def strided_slice_grad(op, inputs, ctx):
+    """Zeros of the forward input's shape with dy where the slice took its elements."""
+    shape, begin, end, strides, dy = inputs
+    spec = _spec(op, shape.tolist(), begin, end, strides, ctx)
+    out = np.zeros(shape.tolist(), dy.dtype)
+    out[spec.index()] = dy.reshape(spec.sizes)
+    return [out]

@@ -84,6 +84,8 @@ __all__ = [
     "SparseSoftmaxCrossEntropyWithLogits",
     "Square",
     "Squeeze",
+    "StridedSlice",
+    "StridedSliceGrad",
     "Sub",
     "Sum",
     "Tile",
@@ -4112,6 +4114,150 @@ class Squeeze:
         attrs: Squeeze.Attrs | None = None,
         *,
         squeeze_dims: Sequence[int] = (),
+    ) -> Output: ...
+
+
+class StridedSlice:
+    """Builds one 'StridedSlice' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    StridedSlice.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+        begin: Index (int32, int64).
+        end: Index (int32, int64).
+        strides: Index (int32, int64).
+
+    Attrs:
+        begin_mask: int, default 0.
+        end_mask: int, default 0.
+        ellipsis_mask: int, default 0.
+        new_axis_mask: int, default 0.
+        shrink_axis_mask: int, default 0.
+        T: type, inferred from input 'input'.
+        Index: type, inferred from input 'begin', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one StridedSlice node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def BeginMask(self, value: int) -> StridedSlice.Attrs:
+            """Set attr 'begin_mask' (int, default 0)."""
+
+        def EndMask(self, value: int) -> StridedSlice.Attrs:
+            """Set attr 'end_mask' (int, default 0)."""
+
+        def EllipsisMask(self, value: int) -> StridedSlice.Attrs:
+            """Set attr 'ellipsis_mask' (int, default 0)."""
+
+        def NewAxisMask(self, value: int) -> StridedSlice.Attrs:
+            """Set attr 'new_axis_mask' (int, default 0)."""
+
+        def ShrinkAxisMask(self, value: int) -> StridedSlice.Attrs:
+            """Set attr 'shrink_axis_mask' (int, default 0)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        begin: TensorLike,
+        end: TensorLike,
+        strides: TensorLike,
+        attrs: StridedSlice.Attrs | None = None,
+        *,
+        begin_mask: int = 0,
+        end_mask: int = 0,
+        ellipsis_mask: int = 0,
+        new_axis_mask: int = 0,
+        shrink_axis_mask: int = 0,
+    ) -> Output: ...
+
+
+class StridedSliceGrad:
+    """Builds one 'StridedSliceGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    StridedSliceGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        shape: Index (int32, int64).
+        begin: Index (int32, int64).
+        end: Index (int32, int64).
+        strides: Index (int32, int64).
+        dy: T (any type).
+
+    Attrs:
+        begin_mask: int, default 0.
+        end_mask: int, default 0.
+        ellipsis_mask: int, default 0.
+        new_axis_mask: int, default 0.
+        shrink_axis_mask: int, default 0.
+        T: type, inferred from input 'dy'.
+        Index: type, inferred from input 'shape', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one StridedSliceGrad node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def BeginMask(self, value: int) -> StridedSliceGrad.Attrs:
+            """Set attr 'begin_mask' (int, default 0)."""
+
+        def EndMask(self, value: int) -> StridedSliceGrad.Attrs:
+            """Set attr 'end_mask' (int, default 0)."""
+
+        def EllipsisMask(self, value: int) -> StridedSliceGrad.Attrs:
+            """Set attr 'ellipsis_mask' (int, default 0)."""
+
+        def NewAxisMask(self, value: int) -> StridedSliceGrad.Attrs:
+            """Set attr 'new_axis_mask' (int, default 0)."""
+
+        def ShrinkAxisMask(self, value: int) -> StridedSliceGrad.Attrs:
+            """Set attr 'shrink_axis_mask' (int, default 0)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        shape: TensorLike,
+        begin: TensorLike,
+        end: TensorLike,
+        strides: TensorLike,
+        dy: TensorLike,
+        attrs: StridedSliceGrad.Attrs | None = None,
+        *,
+        begin_mask: int = 0,
+        end_mask: int = 0,
+        ellipsis_mask: int = 0,
+        new_axis_mask: int = 0,
+        shrink_axis_mask: int = 0,
     ) -> Output: ...
 
 

@@ -1,5 +1,6 @@
 """Ops that move elements without arithmetic, as TF graphs use them around models: Pad
-(Keras' ZeroPadding2D), Slice, Pack (tf.stack), ExpandDims, Squeeze, Tile.
+(Keras' ZeroPadding2D), Slice, StridedSlice (Python's ``x[1:, ..., None, ::-2]``), Pack
+(tf.stack), ExpandDims, Squeeze, Tile.
 
 Shape functions check index values whenever they are known (constants at construction,
 every value at run time), leading with TensorFlow's words; output shapes are exact then, so
@@ -31,7 +32,8 @@ from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
 from minigraph.ops.array_ops import Const
 from minigraph.ops.math_ops import Reshape, Shape, Sub, Sum
 
-__all__ = ["ExpandDims", "Pack", "Pad", "Slice", "Squeeze", "Tile"]
+__all__ = ["ExpandDims", "Pack", "Pad", "Slice", "Squeeze", "StridedSlice", "StridedSliceGrad",
+           "Tile"]
 
 
 def _dims(shape: TensorShape) -> str:
@@ -259,6 +261,175 @@ Tile = make_wrapper(register_op(OpDef(
 )))
 
 
+# ----------------------------------------------------------------------------- StridedSlice
+
+MASKS = ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")
+
+
+class SliceSpec:
+    """A StridedSlice spec made dense over the input's dimensions, as TF's
+    ``ValidateStridedSliceOp`` makes it: the ellipsis (explicit, or implied at the end)
+    expanded, masks applied, negative indices counted from the end and clamped.
+
+    ``begin``/``end``/``strides`` have one entry per input dimension, ready for a Python
+    slice (``end`` None: past the front with a negative stride); ``sizes`` is the slice's
+    extent per input dimension and ``final`` the output's dimensions (new axes inserted,
+    shrunk ones dropped). ``error`` raises a message naming the op."""
+
+    def __init__(self, shape: tuple[int | None, ...], begin: list[int], end: list[int],
+                 strides: list[int], attrs: dict[str, Any], error) -> None:
+        masks = {name: attrs[name] for name in MASKS}
+        if masks["ellipsis_mask"] & (masks["ellipsis_mask"] - 1):
+            raise error("Multiple ellipses in slice spec not allowed (attr 'ellipsis_mask')")
+        sparse = len(begin)
+        if not masks["ellipsis_mask"]:  # an implied ellipsis after the given dimensions
+            masks["ellipsis_mask"] = 1 << sparse
+            sparse += 1
+            begin, end, strides = begin + [0], end + [0], strides + [1]
+        ellipsis_at = masks["ellipsis_mask"].bit_length() - 1
+        new_after = sum(1 for i in range(ellipsis_at + 1, sparse)
+                        if masks["new_axis_mask"] >> i & 1)
+        rank = len(shape)
+        self.begin, self.end, self.strides, self.sizes = [], [], [], []
+        self.final: list[int | None] = []
+        dense = 0
+        for i in range(sparse):
+            if masks["ellipsis_mask"] >> i & 1:
+                stop = min(rank - (sparse - i) + 1 + new_after, rank)
+                while dense < stop:
+                    self._whole(shape[dense])
+                    dense += 1
+            elif masks["new_axis_mask"] >> i & 1:
+                self.final.append(1)
+            else:
+                if dense >= rank:
+                    raise error(f"Index out of range using input dim {dense}; input has only "
+                                f"{rank} dims (input 'begin')")
+                self._dimension(dense, shape[dense], begin[i], end[i], strides[i],
+                                {name: masks[name] >> i & 1 for name in MASKS}, error)
+                dense += 1
+        while dense < rank:  # dimensions past an explicit ellipsis's reach stay whole
+            self._whole(shape[dense])
+            dense += 1
+
+    def _whole(self, dim: int | None) -> None:
+        self.begin.append(0)
+        self.end.append(dim)
+        self.strides.append(1)
+        self.sizes.append(dim)
+        self.final.append(dim)
+
+    def _dimension(self, axis, dim, begin, end, stride, bits, error) -> None:
+        if stride == 0:
+            raise error(f"strides[{axis}] must be non-zero (input 'strides')")
+        if bits["shrink_axis_mask"]:
+            if stride <= 0:
+                raise error("only stride 1 allowed on non-range indexing. (input 'strides')")
+            index = begin + dim if dim is not None and begin < 0 else begin
+            if dim is not None and not 0 <= index < dim:
+                raise error(f"slice index {begin} of dimension {axis} out of bounds. (input "
+                            f"'begin')")
+            self.begin.append(index)
+            self.end.append(None if index is None else index + 1)
+            self.strides.append(1)
+            self.sizes.append(1)
+            return
+        if dim is None:
+            self.begin.append(begin)
+            self.end.append(end)
+            self.strides.append(stride)
+            self.sizes.append(None)
+            self.final.append(None)
+            return
+        low, high = (0, dim) if stride > 0 else (-1, dim - 1)
+
+        def canonical(value: int, masked: bool, is_end: bool) -> int:
+            if masked:
+                return (high if is_end else low) if stride > 0 else (low if is_end else high)
+            value = value + dim if value < 0 else value
+            return min(max(value, low), high)
+
+        first = canonical(begin, bits["begin_mask"], False)
+        last = canonical(end, bits["end_mask"], True)
+        length = last - first
+        if length == 0 or (length < 0) != (stride < 0):
+            size = 0
+        else:  # ceil(|length| / |stride|)
+            size = (abs(length) + abs(stride) - 1) // abs(stride)
+        self.begin.append(first)
+        self.end.append(None if last == -1 else last)
+        self.strides.append(stride)
+        self.sizes.append(size)
+        self.final.append(size)
+
+    def index(self) -> tuple[slice, ...]:
+        """The dense spec as a numpy index (one slice per input dimension); an empty range
+        is slice(0, 0) (a canonical begin of -1, "before the front", would wrap in Python)."""
+        return tuple(slice(0, 0) if size == 0 else slice(b, e, s)
+                     for b, e, s, size in zip(self.begin, self.end, self.strides, self.sizes))
+
+
+def _slice_spec_inputs(ctx: InferenceContext) -> tuple[list, list, list] | None:
+    """(begin, end, strides) when their values are known, after checking their shapes."""
+    names = ("begin", "end", "strides")
+    shapes = [ctx.with_rank(n, 1, " (one entry per sliced dimension)") for n in names]
+    lengths = {s[0] for s in shapes if s[0] is not None}
+    if len(lengths) > 1:
+        raise ctx.error("Expected begin, end, and strides to be 1D equal size tensors, but got "
+                        f"shapes {', '.join(_dims(s) for s in shapes[:2])}, and "
+                        f"{_dims(shapes[2])} instead.")
+    values = [ctx.constant_value(n) for n in names]
+    return None if any(v is None for v in values) else values
+
+
+def _strided_slice_shape(ctx: InferenceContext) -> list[TensorShape]:
+    x = ctx.input_shapes[0]
+    values = _slice_spec_inputs(ctx)
+    if values is None or x.rank is None:
+        return [TensorShape(None)]
+    return [TensorShape(SliceSpec(x.dims, *values, ctx.attrs, ctx.error).final)]
+
+
+def _strided_slice_attrs() -> list[AttrDef]:
+    return [required("T", "type"), required("Index", "type", allowed=INTEGERS),
+            *(AttrDef(name, "int", default=0) for name in MASKS)]
+
+
+StridedSlice = make_wrapper(register_op(OpDef(
+    name="StridedSlice",
+    inputs=[ArgDef("input", type_attr="T"), ArgDef("begin", type_attr="Index"),
+            ArgDef("end", type_attr="Index"), ArgDef("strides", type_attr="Index")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=_strided_slice_attrs(),
+    shape_fn=_strided_slice_shape,
+)))
+
+
+def _strided_slice_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """The forward input's shape (``shape``); ``dy`` must have the slice's shape."""
+    shape = ctx.shape_input("shape")
+    values = _slice_spec_inputs(ctx)
+    if shape is None:
+        return [TensorShape.unknown(ctx.input_shape("shape")[0])]
+    if values is not None:
+        final = TensorShape(SliceSpec(tuple(shape), *values, ctx.attrs, ctx.error).final)
+        ctx.merge_shapes(ctx.input_shape("dy"), final,
+                         f"input 'dy' has shape {ctx.input_shape('dy')}, but the slice of "
+                         f"'shape' {shape} has shape {final}")
+    return [TensorShape(shape)]
+
+
+StridedSliceGrad = make_wrapper(register_op(OpDef(
+    name="StridedSliceGrad",
+    inputs=[ArgDef("shape", type_attr="Index"), ArgDef("begin", type_attr="Index"),
+            ArgDef("end", type_attr="Index"), ArgDef("strides", type_attr="Index"),
+            ArgDef("dy", type_attr="T")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=_strided_slice_attrs(),
+    shape_fn=_strided_slice_grad_shape,
+)))
+
+
 # ----------------------------------------------------------------------------- gradients
 # As TF's array_grad.py: each returns d(loss)/d(input) for every input.
 
@@ -326,3 +497,21 @@ def _tile_grad(scope, op, grads):
     summed = Sum(scope, Reshape(scope, grads[0], split),
                  np.arange(0, 2 * rank, 2, dtype=np.int32))
     return [Reshape(scope, summed, Shape(scope, x)), None]
+
+
+@RegisterGradient("StridedSlice")
+def _strided_slice_grad(scope, op, grads):
+    """The gradient scattered back into zeros of the input's shape (TF's _StridedSliceGrad)."""
+    x, begin, end, strides = op.inputs
+    masks = {name: op.attrs[name] for name in MASKS}
+    shape = Shape(scope, x, out_type=begin.dtype)
+    return [StridedSliceGrad(scope, shape, begin, end, strides, grads[0], **masks),
+            None, None, None]
+
+
+@RegisterGradient("StridedSliceGrad")
+def _strided_slice_grad_grad(scope, op, grads):
+    """Only dy matters: the same slice of the incoming gradient."""
+    _, begin, end, strides, _ = op.inputs
+    masks = {name: op.attrs[name] for name in MASKS}
+    return [None, None, None, None, StridedSlice(scope, grads[0], begin, end, strides, **masks)]

@@ -241,6 +241,20 @@ def r_pack(g: Draw):
     return values, {"axis": g.int(-len(shape) - 2, len(shape) + 1)}
 
 
+def r_strided_slice(g: Draw):
+    dtype, shape = g.dtype(), g.shape()
+    count, index = g.int(1, len(shape) + 1), g.pick(INTS)
+    spec = {name: g.lit([g.int(-6, 6) for _ in range(count)], index)
+            for name in ("begin", "end")}
+    spec["strides"] = g.lit([g.pick([-2, -1, 1, 2, 0 if g.chance(5) else 1])
+                             for _ in range(count)], index)
+    masks = {m: g.int(0, 2 ** count - 1) for m in ("begin_mask", "end_mask", "new_axis_mask",
+                                                  "shrink_axis_mask")}
+    masks["ellipsis_mask"] = g.pick([0, 0, 1 << g.int(0, count - 1), 3])
+    return {"input": (g.array(shape, dtype), "data"),
+            **{name: (value, "shape") for name, value in spec.items()}}, masks
+
+
 def r_expand_dims(g: Draw):
     dtype, shape = g.dtype(), g.shape()
     dim = g.scalar_lit(g.int(-len(shape) - 2, len(shape) + 1), g.pick(INTS))
@@ -574,7 +588,7 @@ RECIPES: dict[str, Callable] = {
     "AddN": r_addn, "Sum": r_reduce, "Mean": r_reduce, "ArgMax": r_argmax,
     "Reshape": r_reshape, "BroadcastTo": r_broadcast_to, "Fill": r_fill,
     "Pad": r_pad, "Slice": r_slice, "Pack": r_pack, "ExpandDims": r_expand_dims,
-    "Squeeze": r_squeeze, "Tile": r_tile,
+    "Squeeze": r_squeeze, "Tile": r_tile, "StridedSlice": r_strided_slice,
     "Transpose": r_transpose, "InvertPermutation": r_invert_permutation,
     "BroadcastGradientArgs": r_broadcast_gradient_args, "ReducedShape": r_reduced_shape,
     "RandomUniform": r_random_uniform, "MatMul": r_matmul, "BiasAdd": r_bias_add,
