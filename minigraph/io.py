@@ -74,7 +74,7 @@ MAX_LIST_ITEMS = 1 << 16         # a list(int) attr
 MAX_INFLATED_BYTES = 1 << 31     # a compressed .npz member, once decompressed
 
 # Ops whose single input argument is a list of tensors (built by build_variadic_operation).
-VARIADIC_OPS = frozenset({"AddN", "FlatConcat", "Pack"})
+VARIADIC_OPS = frozenset({"AddN", "FlatConcat", "Pack", "ShapeN"})
 # The JSON encoding keys each attr kind accepts ("float" attrs also take a JSON integer).
 _ENCODINGS = {"float": ("float", "int"), "int": ("int",), "bool": ("bool",),
               "string": ("string",), "type": ("type",), "shape": ("shape",),

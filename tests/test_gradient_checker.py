@@ -216,6 +216,9 @@ MATH_CASES = [
                                            np.array([0, 4], np.int64),
                                            np.array([1, 2], np.int64), dy,
                                            shrink_axis_mask=1), (2,))),
+    Case("unpack_middle", ("Unpack", "Pack"), _unary(
+        lambda s, x: ops.Mul(s, ops.Unpack(s, x, 3, axis=1)[1],
+                             ops.Unpack(s, x, 3, axis=1)[2]), (2, 3, 2))),
     Case("tile", ("Tile",), _unary(
         lambda s, x: ops.Tile(s, x, np.array([2, 1, 3], np.int32)), (2, 3, 2))),
     Case("sub_same_shape", ("Sub",), _binary(ops.Sub, (2, 3), (2, 3))),

@@ -221,3 +221,53 @@ def test_strided_slice_and_its_grad_agree_with_tensorflow_on_random_specs(backen
                                                  **spec, **masks).numpy()
         np.testing.assert_array_equal(our_grad, their_grad)
     assert 50 < refused < 450  # both kinds of case were drawn
+
+
+
+# ----------------------------------------------------------------------------- Unpack, ShapeN
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unpack_and_shape_n(backend):
+    root = mg.Scope.NewRootScope()
+    parts = ops.Unpack(root, X, 3, axis=-2)
+    shapes = ops.ShapeN(root, [X, parts[0]], out_type=mg.int64)
+    assert [p.shape for p in parts] == [mg.TensorShape([2, 4])] * 3
+    assert len(parts.output) == 3 and shapes[1].shape == mg.TensorShape([2])
+    values = run(root, [*parts, *shapes], backend)
+    for got, expected in zip(values, [X[:, i, :] for i in range(3)]):
+        np.testing.assert_array_equal(got, expected)
+    assert values[3].dtype == np.int64 and values[3].tolist() == [2, 3, 4]
+    assert values[4].tolist() == [2, 4]
+    with pytest.raises(mg.errors.InvalidArgumentError,
+                       match=r"Unpack .*Dimension must be 2 but is 3"):
+        ops.Unpack(root, X, 2, axis=1)
+    with pytest.raises(mg.errors.InvalidArgumentError, match=r"Unpack .*axis = 3 not in"):
+        ops.Unpack(root, X, 2, axis=3)
+
+
+@pytest.mark.oracle
+def test_a_tensorflow_graph_with_the_layout_ops_imports():
+    """TF's own graph (tf.function) of every layout op, imported and run here."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tf = pytest.importorskip("tensorflow")
+    from minigraph.testing import tf_graphs
+
+    def body(x):
+        raw = tf.raw_ops
+        a, b, c = raw.Unpack(value=x, num=3, axis=1)
+        shapes = raw.ShapeN(input=[x, a], out_type=tf.int64)
+        dynamic = raw.StridedSlice(input=raw.Shape(input=x), begin=[0], end=[1], strides=[1],
+                                   shrink_axis_mask=1)  # tf.shape(x)[0]
+        flat = raw.Reshape(tensor=x, shape=raw.Pack(values=[dynamic, -1]))
+        return (raw.Pad(input=a, paddings=[[1, 1], [0, 2]]), raw.Tile(input=b, multiples=[2, 1]),
+                raw.Squeeze(input=raw.ExpandDims(input=c, axis=0)), shapes[0], shapes[1],
+                x[:, ::-1, None, 1:3], flat)
+
+    graph = tf_graphs._concrete("layout", body, [tf.TensorSpec([None, 3, 4], tf.float32)], [X])
+    root = mg.import_graph_def(graph.graph_def)
+    for backend in BACKENDS:
+        ours = mg.ClientSession(root, backend=backend).Run(graph.feeds, graph.fetches)
+        for a, b in zip(ours, graph.expected):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)

@@ -36,6 +36,17 @@ def pack(op, inputs, ctx):
     return [np.stack(inputs, axis=op.attrs["axis"])]
 
 
+@register_kernel("Unpack")
+def unpack(op, inputs, ctx):
+    x, axis = inputs[0], op.attrs["axis"]
+    return [np.array(part, order="C") for part in np.moveaxis(x, axis, 0)]
+
+
+@register_kernel("ShapeN")
+def shape_n(op, inputs, ctx):
+    return [np.array(x.shape, op.attrs["out_type"].np_dtype) for x in inputs]
+
+
 @register_kernel("ExpandDims")
 def expand_dims(op, inputs, ctx):
     x, dim = inputs

@@ -54,8 +54,9 @@ class Output:
         """TF C++'s named member of a single-output op: ``ops.Add(...).z``,
         ``ops.Relu(...).activations``, ``ops.Identity(...).output`` is the Output itself."""
         if not name.startswith("_"):
-            arg = self.op.op_def.outputs[self.index] if self.op.op_def.outputs else None
-            if arg is not None and arg.name == name:
+            args = self.op.op_def.outputs
+            arg = args[self.index] if self.index < len(args) else None
+            if arg is not None and arg.name == name and not arg.number_attr:
                 return self
         raise AttributeError(f"'Output' object has no attribute '{name}'")
 

@@ -275,7 +275,7 @@ def run_shape_fn(op_def: OpDef, ctx: InferenceContext) -> list[TensorShape]:
     """The op's output shapes for ``ctx`` (unknown when it has no shape function); a shape
     error becomes an InvalidArgumentError naming the op and listing the input shapes."""
     if op_def.shape_fn is None:
-        return [TensorShape(None)] * len(op_def.outputs)
+        return [TensorShape(None)] * len(output_args(op_def, ctx.attrs))
     try:
         return op_def.shape_fn(ctx)
     except ShapeMismatch as exc:
@@ -490,11 +490,28 @@ def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
     if missing:
         raise InvalidArgumentError(f"{op_def.name} '{name}': missing required attr(s) {missing}")
     shapes = run_shape_fn(op_def, InferenceContext(op_def, name, inputs, full_attrs))
-    output_specs = [(arg.dtype or full_attrs[arg.type_attr], shape)
-                    for arg, shape in zip(op_def.outputs, shapes)]
     op = Operation(scope.graph(), name, op_def, inputs, scope.control_dependencies, full_attrs,
-                   scope.device, output_specs)
+                   scope.device, output_specs(op_def, full_attrs, shapes))
     return scope.graph().add_operation(op)
+
+
+def single_output(op_def: OpDef) -> bool:
+    """Whether the op has exactly one output tensor (its wrapper returns that Output)."""
+    return len(op_def.outputs) == 1 and not op_def.outputs[0].number_attr
+
+
+def output_args(op_def: OpDef, attrs: dict[str, Any]) -> list[ArgDef]:
+    """One ArgDef per output tensor: a list output (``number_attr``: Unpack's ``num``,
+    ShapeN's ``N``) stands for that many."""
+    return [arg for arg in op_def.outputs
+            for _ in range(attrs[arg.number_attr] if arg.number_attr else 1)]
+
+
+def output_specs(op_def: OpDef, attrs: dict[str, Any], shapes: list[TensorShape]
+                 ) -> list[tuple[DType, TensorShape]]:
+    """(dtype, static shape) of every output tensor."""
+    return [(arg.dtype or attrs[arg.type_attr], shape)
+            for arg, shape in zip(output_args(op_def, attrs), shapes)]
 
 
 def build_variadic_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
@@ -529,7 +546,7 @@ def build_variadic_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[A
     _check_same_graph(scope, op_def.name, name, inputs, [str(i) for i in range(len(inputs))])
     shapes = run_shape_fn(op_def, InferenceContext(op_def, name, inputs, attrs))
     op = Operation(scope.graph(), name, op_def, inputs, scope.control_dependencies, attrs,
-                   scope.device, [(inputs[0].dtype, shapes[0])])
+                   scope.device, output_specs(op_def, attrs, shapes))
     return scope.graph().add_operation(op)
 
 
@@ -577,8 +594,13 @@ class OpResult:
     def __init__(self, operation: Operation) -> None:
         self.operation = operation
         self.outputs = list(operation.outputs)
-        for arg, out in zip(operation.op_def.outputs, operation.outputs):
-            setattr(self, arg.name, out)
+        for arg, out in zip(output_args(operation.op_def, operation.attrs), operation.outputs):
+            if arg.number_attr:  # a list output: the list of its tensors
+                if not hasattr(self, arg.name):
+                    setattr(self, arg.name, [])
+                getattr(self, arg.name).append(out)
+            else:
+                setattr(self, arg.name, out)
 
     def __getitem__(self, index: int) -> Output:
         return self.outputs[index]
@@ -651,9 +673,9 @@ def make_wrapper(op_def: OpDef) -> type:
             inputs.append(named_inputs[arg.name])
         attrs.update(kwargs)
         op = build_operation(scope, op_def, inputs, attrs)
-        if len(op.outputs) == 1:
+        if single_output(op_def):
             return op.outputs[0]
-        if not op.outputs:
+        if not op_def.outputs:
             return op
         return OpResult(op)
 

@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from minigraph.framework import wrapper_docs as docs
-from minigraph.framework.op_def import camel_case
+from minigraph.framework.op_def import camel_case, single_output
 from minigraph.framework.tensor_shape import TensorShape
 
 LINE_LIMIT = 100
@@ -101,7 +101,7 @@ def _def(head: str, params: list[str], tail: str, indent: str) -> list[str]:
 
 
 def _returns(op_def: Any) -> str:
-    if len(op_def.outputs) == 1:
+    if single_output(op_def):
         return "Output"
     if not op_def.outputs:
         return "Operation"
@@ -112,10 +112,11 @@ def wrapper_stub(name: str, wrapper: type) -> list[str]:
     """The stub of one generated wrapper (and of its outputs class)."""
     op_def = wrapper.op_def
     lines: list[str] = []
-    if len(op_def.outputs) > 1:
+    if op_def.outputs and not single_output(op_def):
         lines += [f"class _{op_def.name}Outputs(OpResult):",
                   *_docstring(f"The outputs of one {op_def.name} node, by name.", "    "), ""]
-        lines += [f"    {arg.name}: Output" for arg in op_def.outputs]
+        lines += [f"    {arg.name}: {'list[Output]' if arg.number_attr else 'Output'}"
+                  for arg in op_def.outputs]
         lines.append("    operation: Operation")
         lines += ["", ""]
     lines += [f"class {name}:", *_docstring(wrapper.__doc__, "    "), "",

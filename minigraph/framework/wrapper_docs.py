@@ -172,7 +172,7 @@ def with_cls(signature: inspect.Signature) -> inspect.Signature:
 
 def returns_text(op_def: OpDef) -> str:
     """What the wrapper returns, by the number of outputs."""
-    if len(op_def.outputs) == 1:
+    if len(op_def.outputs) == 1 and not op_def.outputs[0].number_attr:
         return f"The Output '{op_def.outputs[0].name}'."
     if not op_def.outputs:
         return "The Operation (the op has no outputs)."

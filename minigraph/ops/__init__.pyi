@@ -78,6 +78,7 @@ __all__ = [
     "Reshape",
     "Rsqrt",
     "Shape",
+    "ShapeN",
     "Size",
     "Slice",
     "Softmax",
@@ -90,6 +91,7 @@ __all__ = [
     "Sum",
     "Tile",
     "Transpose",
+    "Unpack",
     "Variable",
     "ZerosLike",
 ]
@@ -3859,6 +3861,12 @@ class Shape:
     ) -> Output: ...
 
 
+def ShapeN(scope: Scope, input: list, out_type: Any = ...) -> OpResult:
+    """The shapes of N tensors, one int vector each, in one node (TF's gradients of
+    convolutions use it): ``.output`` is the list, also by index and in order.
+    """
+
+
 class Size:
     """Builds one 'Size' node.
 
@@ -4430,6 +4438,63 @@ class Transpose:
         perm: TensorLike,
         attrs: Transpose.Attrs | None = None,
     ) -> Output: ...
+
+
+class _UnpackOutputs(OpResult):
+    """The outputs of one Unpack node, by name."""
+
+    output: list[Output]
+    operation: Operation
+
+
+class Unpack:
+    """Builds one 'Unpack' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Unpack.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        value: T (any type).
+
+    Attrs:
+        num: int, required. The size of the input's dimension ``axis``.
+        axis: int, default 0.
+        T: type, inferred from input 'value'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        An object with the outputs as attributes (.output), also by index and in order when
+        iterated, and the node as .operation.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Unpack node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def Num(self, value: int) -> Unpack.Attrs:
+            """Set attr 'num' (int, required). The size of the input's dimension ``axis``."""
+
+        def Axis(self, value: int) -> Unpack.Attrs:
+            """Set attr 'axis' (int, default 0)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        value: TensorLike,
+        num: int,
+        attrs: Unpack.Attrs | None = None,
+        *,
+        axis: int = 0,
+    ) -> _UnpackOutputs: ...
 
 
 class Variable:

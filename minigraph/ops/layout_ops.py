@@ -15,13 +15,14 @@ import numpy as np
 
 from minigraph.framework import dtypes
 from minigraph.framework.dtypes import INTEGERS
-from minigraph.framework.gradient_registry import RegisterGradient
+from minigraph.framework.gradient_registry import NotDifferentiable, RegisterGradient
 from minigraph.framework.graph import Output
 from minigraph.framework.op_def import (
     ArgDef,
     AttrDef,
     InferenceContext,
     OpDef,
+    OpResult,
     build_variadic_operation,
     make_wrapper,
     register_op,
@@ -30,10 +31,10 @@ from minigraph.framework.op_def import (
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
 from minigraph.ops.array_ops import Const
-from minigraph.ops.math_ops import Reshape, Shape, Sub, Sum
+from minigraph.ops.math_ops import Reshape, Shape, Sub, Sum, ZerosLike
 
-__all__ = ["ExpandDims", "Pack", "Pad", "Slice", "Squeeze", "StridedSlice", "StridedSliceGrad",
-           "Tile"]
+__all__ = ["ExpandDims", "Pack", "Pad", "ShapeN", "Slice", "Squeeze", "StridedSlice",
+           "StridedSliceGrad", "Tile", "Unpack"]
 
 
 def _dims(shape: TensorShape) -> str:
@@ -164,6 +165,49 @@ def Pack(scope: Scope, values: list, axis: int = 0) -> Output:
     """The tensors of ``values`` (one shape) stacked along a new dimension ``axis``
     (tf.stack)."""
     return build_variadic_operation(scope, PACK, list(values), {"axis": axis}).outputs[0]
+
+
+def _unpack_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """``num`` tensors: the input's slices along ``axis``, that dimension removed."""
+    x, num, axis = ctx.input_shapes[0], ctx.attrs["num"], ctx.attrs["axis"]
+    if x.rank is None:
+        return [TensorShape(None)] * num
+    if not -x.rank <= axis < x.rank:
+        raise ctx.error(f"axis = {axis} not in [{-x.rank}, {x.rank}) (attr 'axis')")
+    axis %= x.rank
+    if x[axis] is not None and x[axis] != num:
+        raise ctx.error(f"Dimension must be {num} but is {x[axis]}: input 'value' has shape "
+                        f"{x}, attr 'num' is {num}")
+    return [TensorShape(d for i, d in enumerate(x.dims) if i != axis)] * num
+
+
+Unpack = make_wrapper(register_op(OpDef(
+    name="Unpack",
+    inputs=[ArgDef("value", type_attr="T")],
+    outputs=[ArgDef("output", type_attr="T", number_attr="num")],
+    attrs=[required("num", "int", check=lambda n: None if n >= 0 else f"must be >= 0, got {n}",
+                    doc="The size of the input's dimension ``axis``."),
+           required("T", "type"), AttrDef("axis", "int", default=0)],
+    shape_fn=_unpack_shape,
+)))
+
+
+SHAPE_N = register_op(OpDef(
+    name="ShapeN",
+    inputs=[ArgDef("input", type_attr="T", number_attr="N")],
+    outputs=[ArgDef("output", type_attr="out_type", number_attr="N")],
+    attrs=[required("N", "int", check=lambda n: None if n >= 1 else f"must be >= 1, got {n}"),
+           required("T", "type"), AttrDef("out_type", "type", default=dtypes.int32,
+                                          allowed=INTEGERS)],
+    shape_fn=lambda ctx: [TensorShape([s.rank]) for s in ctx.input_shapes],
+))
+
+
+def ShapeN(scope: Scope, input: list, out_type: Any = dtypes.int32) -> OpResult:
+    """The shapes of N tensors, one int vector each, in one node (TF's gradients of
+    convolutions use it): ``.output`` is the list, also by index and in order."""
+    return OpResult(build_variadic_operation(scope, SHAPE_N, list(input),
+                                             {"out_type": out_type}))
 
 
 # ----------------------------------------------------------------------------- ExpandDims
@@ -473,6 +517,17 @@ def _pack_grad(scope, op, grads):
         piece = Slice(scope, grads[0], np.array(begin, np.int32), np.array(size, np.int32))
         result.append(Reshape(scope, piece, Shape(scope, value)))
     return result
+
+
+@RegisterGradient("Unpack")
+def _unpack_grad(scope, op, grads):
+    """The outputs' gradients stacked back (zeros for those no loss reads)."""
+    parts = [g if g is not None else ZerosLike(scope, out)
+             for g, out in zip(grads, op.outputs)]
+    return [Pack(scope, parts, axis=op.attrs["axis"])]
+
+
+NotDifferentiable("ShapeN")
 
 
 @RegisterGradient("ExpandDims")

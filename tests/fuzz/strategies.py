@@ -255,6 +255,20 @@ def r_strided_slice(g: Draw):
             **{name: (value, "shape") for name, value in spec.items()}}, masks
 
 
+def r_unpack(g: Draw):
+    dtype, shape = g.dtype(), g.shape()
+    axis = g.int(-len(shape) - 1, len(shape)) if shape else 0
+    num = shape[axis] if shape and -len(shape) <= axis < len(shape) else 1
+    if g.chance(15):
+        num = g.pick([0, num + 1, 2 ** 20])
+    return {"value": (g.array(shape, dtype), "data")}, {"num": num, "axis": axis}
+
+
+def r_shape_n(g: Draw):
+    return {f"input_{i}": (g.array(g.shape(), g.dtype()), "data")
+            for i in range(g.int(1, 3))}, {"out_type": g.pick(INTS)}
+
+
 def r_expand_dims(g: Draw):
     dtype, shape = g.dtype(), g.shape()
     dim = g.scalar_lit(g.int(-len(shape) - 2, len(shape) + 1), g.pick(INTS))
@@ -589,6 +603,7 @@ RECIPES: dict[str, Callable] = {
     "Reshape": r_reshape, "BroadcastTo": r_broadcast_to, "Fill": r_fill,
     "Pad": r_pad, "Slice": r_slice, "Pack": r_pack, "ExpandDims": r_expand_dims,
     "Squeeze": r_squeeze, "Tile": r_tile, "StridedSlice": r_strided_slice,
+    "Unpack": r_unpack, "ShapeN": r_shape_n,
     "Transpose": r_transpose, "InvertPermutation": r_invert_permutation,
     "BroadcastGradientArgs": r_broadcast_gradient_args, "ReducedShape": r_reduced_shape,
     "RandomUniform": r_random_uniform, "MatMul": r_matmul, "BiasAdd": r_bias_add,
