@@ -37,6 +37,7 @@ FAMILIES = {
     "activations": (["activations.c", "activations_isa_scalar.c", "activations_isa_avx2.c",
                      "activations_isa_avx512.c"],
                     ["activations.h", "activations_internal.h", "activations_template.h"]),
+    "layout": (["layout.c"], ["layout.h"]),
     "optimizers": (["optimizers.c", "optimizers_isa_scalar.c", "optimizers_isa_avx2.c",
                     "optimizers_isa_avx512.c"],
                    ["optimizers.h", "optimizers_internal.h", "optimizers_template.h"]),

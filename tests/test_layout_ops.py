@@ -9,7 +9,7 @@ import os
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import BACKENDS
+from conftest import BACKENDS, NATIVE_AVAILABLE
 
 import minigraph as mg
 from minigraph import ops
@@ -271,3 +271,36 @@ def test_a_tensorflow_graph_with_the_layout_ops_imports():
         for a, b in zip(ours, graph.expected):
             assert a.dtype == b.dtype
             np.testing.assert_array_equal(a, b)
+
+
+
+@pytest.mark.skipif(not NATIVE_AVAILABLE, reason="the native kernels are not built")
+def test_native_pad_copies_bit_for_bit():
+    """Pad in C (kernels_c/layout.c) against np.pad: ranks 1-6, empty dimensions, strided,
+    Fortran-ordered and misaligned inputs, one and two threads."""
+    from minigraph.backends import native
+
+    rng = np.random.default_rng(3)
+    before = native.num_threads()
+    try:
+        for threads in (1, 2):
+            native.set_num_threads(threads)
+            for _ in range(150):
+                rank = int(rng.integers(1, 7))
+                shape = tuple(int(v) for v in rng.integers(0, 6, rank))
+                pads = rng.integers(0, 4, (rank, 2))
+                x = rng.standard_normal(shape).astype(F32)
+                x = [x, np.asfortranarray(x), x[..., ::-1]][int(rng.integers(0, 3))]
+                if rng.integers(0, 4) == 0:  # an input 4 bytes off its natural alignment
+                    raw = np.empty(x.size + 1, F32)[1:]
+                    raw[:] = x.reshape(-1)
+                    x = raw.reshape(x.shape)
+                root = mg.Scope.NewRootScope()
+                y = ops.Pad(root, x, pads.astype(np.int64))
+                metadata = mg.RunMetadata()
+                ours = mg.ClientSession(root, backend="native").Run(y, run_metadata=metadata)
+                assert metadata.kernel_of(y.op.name) == "native:layout_kernels.pad_native"
+                np.testing.assert_array_equal(ours.view(np.uint32),
+                                              np.pad(x, pads).view(np.uint32))
+    finally:
+        native.set_num_threads(before)

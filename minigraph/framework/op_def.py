@@ -531,13 +531,20 @@ def build_variadic_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[A
         attrs[arg.number_attr] = len(inputs)
     extra_attrs = extra_attrs or {}
     for attr in op_def.attrs:
-        if attr.name in extra_attrs:
+        if attr.name in attrs and attr.name in extra_attrs:  # given, but the list decides
+            given = _check_attr(op_def, name, attr, extra_attrs[attr.name])
+            if given != attrs[attr.name]:
+                raise InvalidArgumentError(f"{op_def.name} '{name}': attr '{attr.name}' is "
+                                           f"{given}, but the inputs make it "
+                                           f"{attrs[attr.name]}")
+        elif attr.name in extra_attrs:
             attrs[attr.name] = _check_attr(op_def, name, attr, extra_attrs[attr.name])
         elif attr.name not in attrs and attr.has_default:
             attrs[attr.name] = _check_attr(op_def, name, attr, attr.default)
-    unknown = set(extra_attrs) - {a.name for a in op_def.attrs} - set(attrs)
+    unknown = set(extra_attrs) - {a.name for a in op_def.attrs}
     if unknown:
-        raise InvalidArgumentError(f"{op_def.name}: unknown attr(s) {sorted(unknown)}")
+        raise InvalidArgumentError(f"{op_def.name}: unknown attr(s) {sorted(unknown)}; known: "
+                                   f"{[a.name for a in op_def.attrs]}")
     for i, value in enumerate(inputs):
         if value.dtype is not inputs[0].dtype:
             raise InvalidArgumentError(

@@ -138,7 +138,7 @@ class Add:
     ) -> Output: ...
 
 
-def AddN(scope: Scope, inputs: list) -> Output:
+def AddN(scope: Scope, inputs: list, **attrs: Any) -> Output:
     """Sum of a list of same-shaped tensors, one node (used to aggregate gradients)."""
 
 
@@ -3320,7 +3320,7 @@ class OnesLike:
     ) -> Output: ...
 
 
-def Pack(scope: Scope, values: list, axis: int = 0) -> Output:
+def Pack(scope: Scope, values: list, axis: int = 0, **attrs: Any) -> Output:
     """The tensors of ``values`` (one shape) stacked along a new dimension ``axis``
     (tf.stack).
     """
@@ -3861,7 +3861,7 @@ class Shape:
     ) -> Output: ...
 
 
-def ShapeN(scope: Scope, input: list, out_type: Any = ...) -> OpResult:
+def ShapeN(scope: Scope, input: list, out_type: Any = ..., **attrs: Any) -> OpResult:
     """The shapes of N tensors, one int vector each, in one node (TF's gradients of
     convolutions use it): ``.output`` is the list, also by index and in order.
     """

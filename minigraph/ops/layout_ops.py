@@ -161,10 +161,11 @@ PACK = register_op(OpDef(
 ))
 
 
-def Pack(scope: Scope, values: list, axis: int = 0) -> Output:
+def Pack(scope: Scope, values: list, axis: int = 0, **attrs: Any) -> Output:
     """The tensors of ``values`` (one shape) stacked along a new dimension ``axis``
     (tf.stack)."""
-    return build_variadic_operation(scope, PACK, list(values), {"axis": axis}).outputs[0]
+    return build_variadic_operation(scope, PACK, list(values),
+                                    {"axis": axis, **attrs}).outputs[0]
 
 
 def _unpack_shape(ctx: InferenceContext) -> list[TensorShape]:
@@ -203,11 +204,12 @@ SHAPE_N = register_op(OpDef(
 ))
 
 
-def ShapeN(scope: Scope, input: list, out_type: Any = dtypes.int32) -> OpResult:
+def ShapeN(scope: Scope, input: list, out_type: Any = dtypes.int32, **attrs: Any
+           ) -> OpResult:
     """The shapes of N tensors, one int vector each, in one node (TF's gradients of
     convolutions use it): ``.output`` is the list, also by index and in order."""
     return OpResult(build_variadic_operation(scope, SHAPE_N, list(input),
-                                             {"out_type": out_type}))
+                                             {"out_type": out_type, **attrs}))
 
 
 # ----------------------------------------------------------------------------- ExpandDims

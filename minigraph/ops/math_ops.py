@@ -9,6 +9,7 @@ reductions work when static shapes are unknown; they carry no gradient themselve
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -131,9 +132,9 @@ ADD_N = register_op(OpDef(
 ))
 
 
-def AddN(scope: Scope, inputs: list) -> Output:
+def AddN(scope: Scope, inputs: list, **attrs: Any) -> Output:
     """Sum of a list of same-shaped tensors, one node (used to aggregate gradients)."""
-    return build_variadic_operation(scope, ADD_N, list(inputs)).outputs[0]
+    return build_variadic_operation(scope, ADD_N, list(inputs), attrs).outputs[0]
 
 
 def _cast_shape(ctx: InferenceContext) -> list[TensorShape]:
