@@ -263,9 +263,9 @@ _CONV_ATTRS = ("strides", "padding", "explicit_paddings", "data_format", "dilati
                "use_cudnn_on_gpu")
 
 
-def _register_gradients(forward, backprop_input, backprop_filter) -> None:
-    """The gradients of a convolution family (TF's nn_grad.py; the same for Conv2D and
-    DepthwiseConv2dNative): the forward is bilinear in input and filter, each backprop
+def register_convolution_gradients(forward, backprop_input, backprop_filter) -> None:
+    """The gradients of a convolution family (TF's nn_grad.py; the same for Conv2D,
+    DepthwiseConv2dNative and Conv3D): the forward is bilinear in input and filter, each backprop
     bilinear in its two tensor inputs, so every gradient is one of the three ops with the
     same attrs (the sizes inputs get none)."""
     names = [wrapper.op_def.name for wrapper in (forward, backprop_input, backprop_filter)]
@@ -301,6 +301,6 @@ def _register_gradients(forward, backprop_input, backprop_filter) -> None:
                 forward(scope, x, grads[0], **attrs)]
 
 
-_register_gradients(Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter)
-_register_gradients(DepthwiseConv2dNative, DepthwiseConv2dNativeBackpropInput,
-                    DepthwiseConv2dNativeBackpropFilter)
+register_convolution_gradients(Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter)
+register_convolution_gradients(DepthwiseConv2dNative, DepthwiseConv2dNativeBackpropInput,
+                               DepthwiseConv2dNativeBackpropFilter)

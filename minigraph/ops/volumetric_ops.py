@@ -26,11 +26,11 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.tensor_shape import TensorShape, dims_text
-from minigraph.ops import math_ops as m
 from minigraph.ops.convolution_ops import (
     conv_backprop_filter_shape,
     conv_backprop_input_shape,
     conv_shape,
+    register_convolution_gradients,
 )
 from minigraph.ops.pooling_ops import max_pool_grad_shape, pool_shape
 from minigraph.ops.window import (
@@ -241,41 +241,10 @@ MaxPool3DGradGrad = make_wrapper(register_op(OpDef(
 
 # ----------------------------------------------------------------------------- gradients
 
-_CONV_ATTRS = ("strides", "padding", "data_format", "dilations")
 _POOL_ATTRS = ("ksize", "strides", "padding", "data_format")
 
 
-@RegisterGradient("Conv3D")
-def _conv3d_grad(scope, op, grads):
-    """d input = Conv3DBackpropInputV2(shape(input), filter, g);
-    d filter = Conv3DBackpropFilterV2(input, shape(filter), g)."""
-    x, f = op.inputs
-    attrs = copy_attrs(op, _CONV_ATTRS)
-    return [Conv3DBackpropInputV2(scope, m.Shape(scope, x), f, grads[0], **attrs),
-            Conv3DBackpropFilterV2(scope, x, m.Shape(scope, f), grads[0], **attrs)]
-
-
-@RegisterGradient("Conv3DBackpropInputV2")
-def _conv3d_backprop_input_grad(scope, op, grads):
-    """Linear in filter and out_backprop (a transposed convolution):
-    d filter = Conv3DBackpropFilterV2(g, shape(filter), out_backprop);
-    d out_backprop = Conv3D(g, filter)."""
-    _, f, dy = op.inputs
-    attrs = copy_attrs(op, _CONV_ATTRS)
-    return [None,
-            Conv3DBackpropFilterV2(scope, grads[0], m.Shape(scope, f), dy, **attrs),
-            Conv3D(scope, grads[0], f, **attrs)]
-
-
-@RegisterGradient("Conv3DBackpropFilterV2")
-def _conv3d_backprop_filter_grad(scope, op, grads):
-    """d input = Conv3DBackpropInputV2(shape(input), g, out_backprop);
-    d out_backprop = Conv3D(input, g)."""
-    x, _, dy = op.inputs
-    attrs = copy_attrs(op, _CONV_ATTRS)
-    return [Conv3DBackpropInputV2(scope, m.Shape(scope, x), grads[0], dy, **attrs),
-            None,
-            Conv3D(scope, x, grads[0], **attrs)]
+register_convolution_gradients(Conv3D, Conv3DBackpropInputV2, Conv3DBackpropFilterV2)
 
 
 @RegisterGradient("MaxPool3D")
