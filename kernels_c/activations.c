@@ -91,38 +91,43 @@ MG_BINARY_ACTIVATIONS(ACT_BINARY_ENTRY)
 enum { EPILOGUE_BLOCK_FLOATS = 4096 }; /* 16 KiB: a block stays in L1 through every stage */
 
 static void epilogue_rows(const act_kernel_table *t, int64_t lo, int64_t hi, int64_t channels,
-                          float *y, const float *bias, const float *mean, const float *k,
-                          const float *offset, const float *residual, int activation)
+                          float *y, const mg_epilogue *e)
 {
     const int64_t block = EPILOGUE_BLOCK_FLOATS / channels > 0 ? EPILOGUE_BLOCK_FLOATS / channels
                                                                 : 1;
     for (int64_t r = lo; r < hi; r += block) {
         const int64_t rows = hi - r < block ? hi - r : block, start = r * channels;
         float *yb = y + start;
-        if (bias)
-            t->channel_add(yb, bias, rows, channels);
-        if (mean)
-            t->channel_affine(yb, mean, k, offset, rows, channels);
-        if (residual)
-            t->add(yb, residual + start, rows * channels);
-        if (activation == 1)
+        if (e->bias)
+            t->channel_add(yb, e->bias, rows, channels);
+        if (e->mean)
+            t->channel_affine(yb, e->mean, e->k, e->offset, rows, channels);
+        if (e->residual)
+            t->add(yb, e->residual + start, rows * channels);
+        if (e->activation == 1)
             t->unary[ACT_relu](yb, yb, rows * channels);
-        else if (activation == 2)
+        else if (e->activation == 2)
             t->unary[ACT_relu6](yb, yb, rows * channels);
     }
 }
 
-int mg_channel_epilogue(int64_t rows, int64_t channels, float *y, const float *bias,
-                        const float *mean, const float *k, const float *offset,
-                        const float *residual, int activation, int num_threads)
+int mg_epilogue_check(const mg_epilogue *e)
 {
-    if (rows < 0 || channels <= 0 || (rows && !y) || (mean && (!k || !offset)) ||
-        activation < 0 || activation > 2)
+    if (!e || (e->mean && (!e->k || !e->offset)) || (!e->mean && (e->k || e->offset)) ||
+        e->activation < 0 || e->activation > 2)
+        return MG_EINVAL;
+    return MG_OK;
+}
+
+int mg_channel_epilogue(int64_t rows, int64_t channels, float *y, const mg_epilogue *e,
+                        int num_threads)
+{
+    if (rows < 0 || channels <= 0 || (rows && !y) || mg_epilogue_check(e) != MG_OK)
         return MG_EINVAL;
     const act_kernel_table *t = act_kernels();
     const int nt = mg_stream_threads(num_threads, rows * channels);
     if (nt <= 1) {
-        epilogue_rows(t, 0, rows, channels, y, bias, mean, k, offset, residual, activation);
+        epilogue_rows(t, 0, rows, channels, y, e);
         return MG_OK;
     }
 #ifdef _OPENMP
@@ -131,7 +136,7 @@ int mg_channel_epilogue(int64_t rows, int64_t channels, float *y, const float *b
         int64_t lo, hi;
         mg_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
         if (hi > lo)
-            epilogue_rows(t, lo, hi, channels, y, bias, mean, k, offset, residual, activation);
+            epilogue_rows(t, lo, hi, channels, y, e);
     }
 #endif
     return MG_OK;

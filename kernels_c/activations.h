@@ -28,18 +28,28 @@ int mg_relu_grad(int64_t count, const float *g, const float *features, float *dx
 int mg_relu6_grad(int64_t count, const float *g, const float *features, float *dx,
                   int num_threads);
 
-/* A convolution's (or matmul's) elementwise successors fused, in place on y [rows][channels]:
+/* A convolution's (or matmul's) elementwise successors, fused: what they do to y [rows]
+ * [channels], stage by stage in this order:
  *   y += bias[c]                               (BiasAdd; skipped when bias is NULL)
  *   y = (y - mean[c]) * k[c] + offset[c]       (batch-norm inference, k = scale * rsqrt(var +
  *                                               eps); skipped when mean is NULL)
  *   y += residual                              (an elementwise add; skipped when NULL)
  *   y = relu(y) / relu6(y)                     (activation 1 / 2; 0: none)
- * each stage rounded exactly as the separate kernel rounds it, so the result is bit for bit
- * what the ops compute one after the other; rows are done in cache-sized blocks, each block
- * through every stage before the next. */
-int mg_channel_epilogue(int64_t rows, int64_t channels, float *y, const float *bias,
-                        const float *mean, const float *k, const float *offset,
-                        const float *residual, int activation, int num_threads);
+ * each stage rounded exactly as the separate kernel rounds it (the affine stage: one fused
+ * multiply-add where the ISA has FMA, as the batch-norm kernels), so the result is bit for
+ * bit what the ops compute one after the other. The vectors hold one float per channel; the
+ * residual is laid out as y. mg_conv2d_forward applies one to its tiles in registers. */
+typedef struct {
+    const float *bias, *mean, *k, *offset;
+    const float *residual;
+    int activation;
+} mg_epilogue;
+
+/* The epilogue in place on y [rows][channels], in cache-sized blocks of rows, each block
+ * through every stage before the next. MG_EINVAL also when mean, k and offset are not all
+ * given or all NULL, or activation is not 0, 1 or 2. */
+int mg_channel_epilogue(int64_t rows, int64_t channels, float *y, const mg_epilogue *e,
+                        int num_threads);
 
 /* Sum (mean: divide != 0) of x [outer][rows][channels] over its middle axis into
  * y [outer][channels], each sum accumulated in float32 row after row from +0 (numpy's order
@@ -49,5 +59,10 @@ int mg_channel_epilogue(int64_t rows, int64_t channels, float *y, const float *b
 int mg_reduce_rows(int64_t outer, int64_t rows, int64_t channels, const float *x, float *y,
                    int divide, int num_threads);
 /* END CDEF */
+
+/* MG_OK when `e` is a valid epilogue (mean, k and offset all given or all NULL; activation 0,
+ * 1 or 2), else MG_EINVAL: the check of mg_channel_epilogue, for other kernels that take
+ * one. */
+int mg_epilogue_check(const mg_epilogue *e);
 
 #endif

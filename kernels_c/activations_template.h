@@ -24,14 +24,8 @@
 MG_UNARY_ACTIVATIONS(ACT_UNARY_LOOP)
 MG_BINARY_ACTIVATIONS(ACT_BINARY_LOOP)
 
-/* The epilogue stages (activations_internal.h). The affine stage rounds like the batch-norm
- * kernels of the same ISA: one fused multiply-add with FMA (AVX2, AVX-512), a product then a
- * sum without (the baseline). */
-#if defined(__FMA__) || defined(__AVX512F__)
-#define ACT_AFFINE(x, k, b) __builtin_fmaf((x), (k), (b))
-#else
-#define ACT_AFFINE(x, k, b) ((x) * (k) + (b))
-#endif
+/* The epilogue stages (activations_internal.h); the affine one rounds as mg_affine.h says. */
+#include "mg_affine.h"
 static void MG_ISA_FN(channel_add)(float *y, const float *restrict v, int64_t rows,
                                    int64_t channels)
 {
@@ -45,14 +39,13 @@ static void MG_ISA_FN(channel_affine)(float *y, const float *restrict mean,
 {
     for (int64_t r = 0; r < rows; ++r, y += channels)
         for (int64_t c = 0; c < channels; ++c)
-            y[c] = ACT_AFFINE(y[c] - mean[c], k[c], offset[c]);
+            y[c] = MG_AFFINE(y[c] - mean[c], k[c], offset[c]);
 }
 static void MG_ISA_FN(add)(float *y, const float *restrict z, int64_t n)
 {
     for (int64_t i = 0; i < n; ++i)
         y[i] += z[i];
 }
-#undef ACT_AFFINE
 static void MG_ISA_FN(rows_sum)(float *restrict acc, const float *restrict x, int64_t rows,
                                 int64_t channels, int64_t stride)
 {

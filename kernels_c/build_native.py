@@ -18,13 +18,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # The one list of the build, family by family: (sources, headers); a family's first header
 # is its public one, whose CDEF region cffi reads. setup.py, the sanitized build below and
 # kernels_c/Makefile (``python build_native.py --list sources|headers|cdef-headers``) all
-# use it.
+# use it. The CDEF regions are read in this order: a family's declarations may use the
+# types of the families before it (mg_conv2d_forward takes the activations' mg_epilogue).
 FAMILIES = {
     "runtime": (["mg_runtime.c"], ["mg_runtime.h"]),
     "batch norm": (["batch_norm.c", "bn_isa_scalar.c", "bn_isa_avx2.c", "bn_isa_avx512.c",
                     "bn_isa_avx512_bf16.c"],
                    ["batch_norm.h", "bn_internal.h", "bn_convert.h", "bn_runs_template.h",
                     "bn_instantiate_dtypes.h", "bn_avx512_ops.h"]),
+    "activations": (["activations.c", "activations_isa_scalar.c", "activations_isa_avx2.c",
+                     "activations_isa_avx512.c"],
+                    ["activations.h", "activations_internal.h", "activations_template.h"]),
     "convolution": (["convolution.c", "convolution_isa_scalar.c", "convolution_isa_avx2.c",
                      "convolution_isa_avx512.c"],
                     ["convolution.h", "convolution_internal.h", "convolution_template.h"]),
@@ -34,9 +38,6 @@ FAMILIES = {
     "pooling": (["pooling.c", "pooling_isa_scalar.c", "pooling_isa_avx2.c",
                  "pooling_isa_avx512.c"],
                 ["pooling.h", "pooling_internal.h", "pooling_template.h"]),
-    "activations": (["activations.c", "activations_isa_scalar.c", "activations_isa_avx2.c",
-                     "activations_isa_avx512.c"],
-                    ["activations.h", "activations_internal.h", "activations_template.h"]),
     "layout": (["layout.c"], ["layout.h"]),
     "optimizers": (["optimizers.c", "optimizers_isa_scalar.c", "optimizers_isa_avx2.c",
                     "optimizers_isa_avx512.c"],

@@ -12,8 +12,8 @@
  *      here);
  *   2. (after a barrier) tiles of output pixels x blocks of up to 64 output channels; each
  *      tile is one micro-kernel call that keeps its outputs in registers over all
- *      kh * kw * c taps. NHWC: tiles flat over images and rows, handed to threads in small
- *      groups; NCHW: one image per work item, its tiles written to a per-thread NHWC buffer
+ *      kh * kw * c taps (and applies a fused epilogue to them there, when given). NHWC:
+ *      tiles flat over images and rows, handed to threads in small groups; NCHW: one image per work item, its tiles written to a per-thread NHWC buffer
  *      that is transposed into the output while in cache.
  * The filter gradient sums x[pixel + tap] * dy[pixel] over all pixels: after the same
  * padding phase (dy transposed too for NCHW), tiles of filter rows x channel blocks in a few
@@ -195,6 +195,7 @@ typedef struct {
     int64_t nblk;            /* blocks of (up to) 64 output channels */
     int64_t ufull, ulast;    /* units (pixel tiles) of a full block, of the last block */
     int64_t group;           /* units per work item */
+    const mg_epilogue *ep;   /* applied by the tiles (NHWC), or NULL */
 } fwd_ctx;
 
 /* Work units are numbered block by block; all blocks but the last are full (4 vectors). */
@@ -229,6 +230,8 @@ static void tile_init(const fwd_ctx *k, nn_fwd_tile *t)
     t->K = k->kw * k->c;
     t->cop = k->cop;
     t->y_stride = k->co;
+    t->ep = k->ep;
+    t->res = NULL;
 }
 
 /* Channel block b: its micro-kernel (returned) and pixels per tile. */
@@ -238,6 +241,7 @@ static nn_fwd_fn block_init(const fwd_ctx *k, int64_t b, nn_fwd_tile *t, int *pi
     t->nvec = nvec;
     t->last_lanes = (b + 1) * 64 >= k->co ? (int)(k->co - b * 64 - (nvec - 1) * 16) : 16;
     t->f = k->fp + b * 64;
+    t->ch0 = b * 64;
     *pixels = k->tab->fwd_pixels[nvec];
     return k->tab->fwd[nvec];
 }
@@ -280,6 +284,8 @@ static void fwd_tiles(fwd_ctx *k, int64_t lo, int64_t hi)
             const int64_t q0 = (u - first) * P;
             tile_pixels(k, &t, 0, q0, npix, P);
             t.y = k->ybuf + q0 * k->co + b * 64;
+            if (k->ep && k->ep->residual)
+                t.res = k->ep->residual + q0 * k->co + b * 64;
             fn(&t);
         }
     }
@@ -338,10 +344,11 @@ static void fwd_tile_item(void *ctx, int64_t item)
 static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_t c,
                        int64_t kh, int64_t kw, int64_t co, int64_t pt, int64_t pl, int64_t oh,
                        int64_t ow, int channels_last, const float *f, int flip, float *out,
-                       int num_threads)
+                       const mg_epilogue *ep, int num_threads)
 {
     if (n < 0 || h < 0 || w < 0 || c <= 0 || kh <= 0 || kw <= 0 || co <= 0 || pt < 0 ||
-        pl < 0 || oh < 0 || ow < 0 || !src || !f || !out)
+        pl < 0 || oh < 0 || ow < 0 || !src || !f || !out ||
+        (ep && (!channels_last || mg_epilogue_check(ep) != MG_OK)))
         return MG_EINVAL;
     if (n * oh * ow == 0)
         return 0;
@@ -350,7 +357,7 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
     k.tab = conv_kernels();
     k.n = n, k.c = c, k.kh = kh, k.kw = kw, k.oh = oh, k.ow = ow, k.co = co;
     k.cop = round16(co);
-    k.f = f, k.flip = flip, k.out = out, k.channels_last = channels_last;
+    k.f = f, k.flip = flip, k.out = out, k.channels_last = channels_last, k.ep = ep;
     k.pad = (pad_geo){src, h, w, c, pt, pl, oh + kh - 1, ow + kw - 1, channels_last,
                       k.tab->transpose};
     k.nblk = (co + 63) / 64;
@@ -387,10 +394,10 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
 int mg_conv2d_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
                       int64_t co, int64_t pad_top, int64_t pad_left, int64_t out_h,
                       int64_t out_w, int channels_last, const float *x, const float *f,
-                      float *y, int num_threads)
+                      float *y, const mg_epilogue *epilogue, int num_threads)
 {
     return conv_engine(x, n, h, w, c, kh, kw, co, pad_top, pad_left, out_h, out_w,
-                       channels_last, f, 0, y, num_threads);
+                       channels_last, f, 0, y, epilogue, num_threads);
 }
 
 int mg_conv2d_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
@@ -403,7 +410,7 @@ int mg_conv2d_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, int64_t
     /* correlate dy [n, out_h, out_w, co] (padded by kh-1-pad_top, kw-1-pad_left) with the
        flipped, channel-swapped filter: output [n, h, w, c] */
     return conv_engine(dy, n, out_h, out_w, co, kh, kw, c, kh - 1 - pad_top,
-                       kw - 1 - pad_left, h, w, channels_last, f, 1, dx, num_threads);
+                       kw - 1 - pad_left, h, w, channels_last, f, 1, dx, NULL, num_threads);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -24,14 +24,18 @@
 
 #include <stdint.h>
 
+#include "activations.h"
 #include "mg_runtime.h"
 
 /* BEGIN CDEF */
-/* y = conv(x, f): x [n,h,w,c], f [kh,kw,c,co], y [n,out_h,out_w,co]. */
+/* y = conv(x, f): x [n,h,w,c], f [kh,kw,c,co], y [n,out_h,out_w,co]. With an `epilogue`
+ * (NULL: none; NHWC only, else MG_EINVAL), its stages (activations.h) are applied to each
+ * tile in registers before it is stored: y = epilogue(conv(x, f)), bit for bit what
+ * mg_channel_epilogue on the convolution's result gives, without another pass over y. */
 int mg_conv2d_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
                       int64_t co, int64_t pad_top, int64_t pad_left, int64_t out_h,
                       int64_t out_w, int channels_last, const float *x, const float *f,
-                      float *y, int num_threads);
+                      float *y, const mg_epilogue *epilogue, int num_threads);
 
 /* dx = d conv / d x given dy [n,out_h,out_w,co]; dx [n,h,w,c]. Needs pad_top < kh and
  * pad_left < kw (always true for SAME and VALID). */

@@ -6,6 +6,10 @@
  * input at `x + off[p]` (the top-left tap); tap row i adds i * row_stride, and a tap row is
  * K = kw * c contiguous floats, matched by K rows of the packed filter (row stride `cop`).
  *
+ * With an epilogue (`ep`, NULL: none), the tile applies its stages (activations.h) to the
+ * sums in registers before storing them: the tile's channel j reads the stage vectors at
+ * ch0 + j, and its pixel p the residual at res + p * y_stride + j.
+ *
  * A filter-gradient tile is `nrows` consecutive filter rows (t0 .. t0 + nrows - 1 of one tap
  * row i, K rows per tap row; the kernel's `rows` at most) times `nvec` vectors of output
  * channels; it sums x[pixel + r] * dy[pixel] over the pixels of `nimg` images, adding to
@@ -17,6 +21,7 @@
 
 #include <stdint.h>
 
+#include "activations.h"
 #include "mg_runtime.h"
 
 #define NN_MAX_TILE 12 /* pixels or rows of the widest tile */
@@ -32,6 +37,9 @@ typedef struct {
     float *y;          /* output of the tile's first pixel, first channel */
     int64_t y_stride;  /* floats between consecutive output pixels */
     int npix, nvec, last_lanes; /* valid pixels; vectors; valid lanes of the last vector */
+    const mg_epilogue *ep; /* stages applied before the store, or NULL */
+    int64_t ch0;           /* the tile's first output channel */
+    const float *res;      /* ep's residual at the tile's first pixel and channel */
 } nn_fwd_tile;
 
 typedef struct {

@@ -21,6 +21,45 @@ MG_TARGET_AVX512_BEGIN
 
 static inline __mmask16 lane_mask(int n) { return (__mmask16)((1u << n) - 1u); }
 
+/* The epilogue's stages (activations.h) on the tile's sums, one vector of channels at a
+ * time: an add, a fused multiply-add, an add, then the activation's select, each as the
+ * scalar formulas of activations_template.h / activations_internal.h round and choose (the
+ * rounding of the unfused ops). Pixels past npix read no residual (they are not stored). */
+static inline __attribute__((always_inline)) void
+fwd_epilogue(const nn_fwd_tile *t, __m512 acc[NN_MAX_TILE][4], const int P, const int V,
+             __mmask16 last)
+{
+    const mg_epilogue *e = t->ep;
+    const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+    UNROLL for (int v = 0; v < V; ++v)
+    {
+        const __mmask16 m = v == V - 1 ? last : (__mmask16)0xffff;
+        const int64_t ch = t->ch0 + 16 * v;
+        const __m512 bias = e->bias ? _mm512_maskz_loadu_ps(m, e->bias + ch) : zero;
+        const __m512 mean = e->mean ? _mm512_maskz_loadu_ps(m, e->mean + ch) : zero;
+        const __m512 k = e->mean ? _mm512_maskz_loadu_ps(m, e->k + ch) : zero;
+        const __m512 offset = e->mean ? _mm512_maskz_loadu_ps(m, e->offset + ch) : zero;
+        UNROLL for (int p = 0; p < P; ++p)
+        {
+            __m512 y = acc[p][v];
+            if (e->bias)
+                y = _mm512_add_ps(y, bias);
+            if (e->mean)
+                y = _mm512_fmadd_ps(_mm512_sub_ps(y, mean), k, offset);
+            if (e->residual && p < t->npix)
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, t->res + p * t->y_stride + 16 * v));
+            if (e->activation == 1) { /* x > 0 or NaN: x, else +0 */
+                y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, zero, _CMP_NLE_UQ), y);
+            } else if (e->activation == 2) { /* x > 0: min(x, 6); NaN: x; else +0 */
+                const __mmask16 positive = _mm512_cmp_ps_mask(y, zero, _CMP_GT_OQ);
+                const __m512 kept = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), y);
+                y = _mm512_mask_mov_ps(kept, positive, _mm512_min_ps(y, six));
+            }
+            acc[p][v] = y;
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void fwd_body(const nn_fwd_tile *t, const int P,
                                                            const int V)
 {
@@ -48,6 +87,8 @@ static inline __attribute__((always_inline)) void fwd_body(const nn_fwd_tile *t,
         UNROLL for (int p = 0; p < P; ++p) xp[p] += rs;
     }
     const __mmask16 last = lane_mask(t->last_lanes);
+    if (t->ep)
+        fwd_epilogue(t, acc, P, V, last);
     UNROLL for (int p = 0; p < P; ++p)
     {
         if (p < t->npix) {

@@ -40,6 +40,44 @@ static inline void FN(store16)(float *p, int lanes, const vecf v[NCH])
     memcpy(p, tmp, (size_t)lanes * sizeof(float));
 }
 
+#include "mg_affine.h"
+typedef int veci __attribute__((vector_size(VW * 4), aligned(4)));
+
+/* The epilogue's stages (activations.h) on one pixel's 16 channels from ch (res: its
+ * residual or NULL), rounded and chosen as the activations' scalar formulas: an add, the
+ * affine stage (MG_AFFINE, lane by lane), an add, then relu / relu6 as masks. */
+static void FN(epilogue16)(const mg_epilogue *e, int64_t ch, int lanes, const float *res,
+                           vecf v[NCH])
+{
+    vecf a[NCH];
+    if (e->bias) {
+        FN(load16)(e->bias + ch, lanes, a);
+        UNROLL_ALL for (int j = 0; j < NCH; ++j) v[j] += a[j];
+    }
+    if (e->mean) {
+        vecf m[NCH], k[NCH];
+        FN(load16)(e->mean + ch, lanes, m);
+        FN(load16)(e->k + ch, lanes, k);
+        FN(load16)(e->offset + ch, lanes, a);
+        UNROLL_ALL for (int j = 0; j < NCH; ++j) for (int l = 0; l < VW; ++l)
+            v[j][l] = MG_AFFINE(v[j][l] - m[j][l], k[j][l], a[j][l]);
+    }
+    if (res) {
+        FN(load16)(res, lanes, a);
+        UNROLL_ALL for (int j = 0; j < NCH; ++j) v[j] += a[j];
+    }
+    const vecf zero = {0}, six = zero + 6.0f;
+    UNROLL_ALL for (int j = 0; j < NCH; ++j)
+    {
+        const veci x = (veci)v[j], nan = v[j] != v[j], positive = v[j] > zero;
+        const veci below6 = v[j] < six;
+        if (e->activation == 1) /* x > 0 or NaN: x, else +0 */
+            v[j] = (vecf)(x & (positive | nan));
+        else if (e->activation == 2) /* x > 0: x < 6 ? x : 6; NaN: x; else +0 */
+            v[j] = (vecf)((positive & ((below6 & x) | (~below6 & (veci)six))) | (nan & x));
+    }
+}
+
 static void FN(fwd)(const nn_fwd_tile *t)
 {
     const int64_t K = t->K, cop = t->cop, rs = t->row_stride;
@@ -62,8 +100,12 @@ static void FN(fwd)(const nn_fwd_tile *t)
             }
         }
         const int lanes = v0 == t->nvec - 1 ? t->last_lanes : 16;
-        for (int p = 0; p < t->npix; ++p)
+        for (int p = 0; p < t->npix; ++p) {
+            if (t->ep)
+                FN(epilogue16)(t->ep, t->ch0 + 16 * v0, lanes,
+                               t->res ? t->res + p * t->y_stride + 16 * v0 : NULL, acc[p]);
             FN(store16)(t->y + p * t->y_stride + 16 * v0, lanes, acc[p]);
+        }
     }
 }
 

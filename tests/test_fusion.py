@@ -1,6 +1,6 @@
 """Plan-time fusion of a convolution's (or matmul's) elementwise successors
 (minigraph/client/fusion.py): BiasAdd -> FusedBatchNormV3 (inference) -> AddV2 -> Relu/Relu6
-run as one C pass after the head kernel. The fused plan must give bit for bit what the ops
+applied in the native Conv2D's tiles, or as one C pass after other heads. The fused plan must give bit for bit what the ops
 give one by one (the plan that fetches the intermediates, where nothing fuses), on every
 instruction set, and still check every op's inputs."""
 
@@ -122,3 +122,65 @@ def test_nothing_fuses_on_the_reference_backend_or_past_a_second_consumer():
                                                  run_metadata=metadata)
     assert metadata.kernel_of("bias").startswith("native:fused into head")
     assert "fused into" not in metadata.kernel_of(chain[2].op.name)
+
+
+def _special_values(rng, shape, fraction=0.02):
+    """Normal values with NaN, +-inf, +-0, 6 and values near 6 mixed in (what relu and relu6
+    tell apart)."""
+    values = (rng.standard_normal(shape) * 4).astype(F32)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 6.0, 5.9999995, 6.0000005, 1e30],
+                        F32)
+    mask = rng.random(shape) < fraction
+    values[mask] = rng.choice(specials, int(mask.sum()))
+    return values
+
+
+@pytest.mark.parametrize("isa", _isas())
+@pytest.mark.parametrize("co", [6, 16, 40, 70, 130])
+@pytest.mark.parametrize("stages", [
+    dict(bias=True, bn=True, residual=True, activation=1),
+    dict(bias=False, bn=True, residual=True, activation=2),
+    dict(bias=True, bn=False, residual=False, activation=2),
+    dict(bias=False, bn=False, residual=True, activation=0),
+])
+def test_epilogue_in_the_convolution_is_bit_identical_to_the_pass_after_it(isa, co, stages,
+                                                                           restore_isa):
+    """mg_conv2d_forward's in-register epilogue against the convolution followed by
+    mg_channel_epilogue: every channel block and partial vector (co), pixel counts that end
+    in a partial tile (5 * 7 * 3 = 105 pixels), special values in the residual and the
+    stage vectors, on every instruction set."""
+    from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
+    from minigraph.backends.convolution_kernels import c_conv2d
+
+    restore_isa.set_isa(isa)
+    rng = np.random.default_rng(co)
+    x = rng.standard_normal((5, 7, 3, 4)).astype(F32)
+    f = rng.standard_normal((3, 2, 4, co)).astype(F32)
+    y_shape = (5, 7, 3, co)
+    bias = _special_values(rng, co) if stages["bias"] else None
+    bn = ([_special_values(rng, co), rng.uniform(0.1, 3, co).astype(F32),
+           _special_values(rng, co)] if stages["bn"] else [None] * 3)
+    residual = _special_values(rng, y_shape) if stages["residual"] else None
+    epilogue = Epilogue(bias, *bn, residual, stages["activation"])
+    pads = ((1, 1), (0, 1))
+    fused = c_conv2d(x, f, pads, y_shape[1:3], True, epilogue)
+    after = c_conv2d(x, f, pads, y_shape[1:3], True)
+    c_channel_epilogue(after, epilogue)
+    np.testing.assert_array_equal(fused.view(np.uint32), after.view(np.uint32))
+    if stages["activation"]:  # the activation's own kernel agrees on what it was given
+        assert not np.any(np.signbit(fused) & ~np.isnan(fused))
+
+
+def test_the_convolution_refuses_an_epilogue_that_does_not_fit():
+    from minigraph.backends.activation_kernels import Epilogue
+    from minigraph.backends.convolution_kernels import c_conv2d
+
+    x, f = np.ones((1, 3, 3, 2), F32), np.ones((1, 1, 2, 4), F32)
+    for bad in (Epilogue(bias=np.ones(3, F32)), Epilogue(residual=np.ones((1, 3, 3, 3), F32)),
+                Epilogue(mean=np.ones(4, F32)), Epilogue(bias=np.ones(4, np.float64)),
+                Epilogue(activation=3)):
+        with pytest.raises(ValueError, match="epilogue"):
+            c_conv2d(x, f, ((0, 0), (0, 0)), (3, 3), True, bad)
+    with pytest.raises(ValueError, match="invalid arguments"):  # C: NCHW results take none
+        c_conv2d(np.ones((1, 2, 3, 3), F32), f, ((0, 0), (0, 0)), (3, 3), False,
+                 Epilogue(bias=np.ones(3, F32)))

@@ -7,6 +7,8 @@ activation) through the ``c_unary``/``c_binary`` wrappers at the bottom.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from minigraph.backends.compute import compute_dtype
@@ -120,30 +122,59 @@ def c_relu_grad(g, features) -> np.ndarray:
     return c_binary(lib.mg_relu_grad, g, features, "ReluGrad")
 
 
-def c_channel_epilogue(y: np.ndarray, bias, mean, k, offset, residual,
-                       activation: int) -> None:
-    """``mg_channel_epilogue`` in place on the float32 C-contiguous array ``y`` (rows of its
-    last dimension's channels): + bias, batch-norm affine (mean, k, offset), + residual,
-    then activation 0 (none), 1 (Relu) or 2 (Relu6). Every given vector must hold one float32
-    per channel and the residual y's shape: C reads exactly that much."""
-    channels = y.shape[-1]
-    if not (y.dtype == F32 and y.flags.c_contiguous and y.flags.aligned and y.flags.writeable):
+class Epilogue(NamedTuple):
+    """A convolution's (or matmul's) elementwise successors, fused (``mg_epilogue``,
+    kernels_c/activations.h): + bias, the batch-norm inference affine ``(y - mean) * k +
+    offset``, + residual, then activation 0 (none), 1 (Relu) or 2 (Relu6); a stage is
+    skipped where its values are None. Each vector holds one float32 per channel, the
+    residual is laid out as the result."""
+
+    bias: np.ndarray | None = None
+    mean: np.ndarray | None = None
+    k: np.ndarray | None = None
+    offset: np.ndarray | None = None
+    residual: np.ndarray | None = None
+    activation: int = 0
+
+    def fits(self, y_shape: tuple[int, ...]) -> bool:
+        """Whether C can apply it to a float32 result of ``y_shape``: every vector one
+        float32 per channel, the residual float32 of that shape, all C-contiguous and
+        aligned (C reads exactly that much); mean, k and offset all given or none."""
+        if not y_shape or 0 in y_shape or self.activation not in (0, 1, 2):
+            return False
+        vectors = (self.bias, self.mean, self.k, self.offset)
+        if any(v is not None and not _is_f32_array(v, y_shape[-1:]) for v in vectors):
+            return False
+        if (self.mean is None) != (self.k is None) or (self.mean is None) != (self.offset is None):
+            return False
+        return self.residual is None or _is_f32_array(self.residual, y_shape)
+
+    def c_struct(self, y_shape: tuple[int, ...]):
+        """The ``mg_epilogue *`` for a result of ``y_shape`` (ValueError unless it
+        :meth:`fits`); keep ``self`` alive while C uses it."""
+        if not self.fits(y_shape):
+            raise ValueError(f"epilogue: does not fit a float32 result of shape {y_shape}")
+        return ffi.new("mg_epilogue *", {
+            name: ffi.NULL if array is None else fbuf(array)
+            for name, array in zip(("bias", "mean", "k", "offset", "residual"), self[:5])}
+            | {"activation": self.activation})
+
+
+def _is_f32_array(array, shape: tuple[int, ...]) -> bool:
+    return (type(array) is np.ndarray and array.dtype == F32 and array.shape == shape
+            and array.flags.c_contiguous and array.flags.aligned)
+
+
+def c_channel_epilogue(y: np.ndarray, epilogue: Epilogue) -> None:
+    """``mg_channel_epilogue``: ``epilogue`` in place on the float32 C-contiguous array
+    ``y`` (rows of its last dimension's channels)."""
+    if not (_is_f32_array(y, y.shape) and y.flags.writeable):
         raise ValueError("channel_epilogue: y must be a writable aligned C-contiguous float32 "
                          "array")
-    for name, vector in (("bias", bias), ("mean", mean), ("k", k), ("offset", offset)):
-        if vector is not None and (vector.dtype != F32 or vector.shape != (channels,)):
-            raise ValueError(f"channel_epilogue: {name} must be float32 of shape ({channels},)")
-    if residual is not None and (residual.dtype != F32 or residual.shape != y.shape):
-        raise ValueError("channel_epilogue: residual must be float32 of y's shape")
-    if (mean is None) != (k is None) or (mean is None) != (offset is None):
-        raise ValueError("channel_epilogue: mean, k and offset come together")
-
-    def buffer(array):
-        return ffi.NULL if array is None else fbuf(as_f32(array))
-
-    check_code(lib.mg_channel_epilogue(y.size // channels, channels, fbuf(y), buffer(bias),
-                                       buffer(mean), buffer(k), buffer(offset),
-                                       buffer(residual), activation, num_threads()),
+    channels = y.shape[-1]  # c_struct: y has a dimension, none of them 0
+    c_epilogue = epilogue.c_struct(y.shape)
+    check_code(lib.mg_channel_epilogue(y.size // channels, channels, fbuf(y), c_epilogue,
+                                       num_threads()),
                "channel epilogue")
 
 

@@ -30,6 +30,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
 from minigraph.backends.compute import compute_dtype, fail_for, placed_rows
 from minigraph.backends.native import (
     as_f32,
@@ -37,6 +38,7 @@ from minigraph.backends.native import (
     check_rank4,
     checked_sizes,
     fbuf,
+    ffi,
     lib,
     nhwc_dims,
     num_threads,
@@ -215,6 +217,22 @@ def conv2d_native(op, inputs, ctx):
     if x.size == 0 or 0 in window.out:  # nothing for C to do: the numpy kernel's zeros
         return conv2d(op, inputs, ctx)
     return [c_conv2d(x, f, window.pads, window.out, op.attrs["data_format"] == "NHWC")]
+
+
+def conv2d_native_epilogue(op, inputs, ctx, epilogue: Epilogue) -> list:
+    """conv2d_native, then ``epilogue`` (the convolution's fused successors) where it fits
+    the result: in the convolution's tiles (NHWC), else in one pass after it. Where it does
+    not fit, the plain result (the caller runs the successors' own kernels)."""
+    x, f = inputs
+    window = conv_geometry(op.attrs, fail_for(op), x.shape, f.shape)
+    shape = (x.shape[0], *window.out, f.shape[-1])
+    if (op.attrs["data_format"] == "NHWC" and x.size and 0 not in window.out
+            and epilogue.fits(shape)):
+        return [c_conv2d(x, f, window.pads, window.out, True, epilogue)]
+    [y] = conv2d_native(op, inputs, ctx)
+    if epilogue.fits(y.shape):
+        c_channel_epilogue(y, epilogue)
+    return [y]
 
 
 @register_kernel("Conv2DBackpropInput", **NATIVE_CONV)
@@ -456,11 +474,12 @@ def _c_filter(what: str, f: np.ndarray, in_channels: int, out_channels: int | No
     return kh, kw, c, co
 
 
-def c_conv2d(x, f, pads, out_hw, channels_last):
+def c_conv2d(x, f, pads, out_hw, channels_last, epilogue: Epilogue | None = None):
     """Cross-correlation of x (NHWC or NCHW) with the HWIO filter f, stride 1, dilation 1;
     ``pads`` = ((top, bottom), (left, right)), ``out_hw`` the output's (height, width):
     ``y[n, p, q, o] = sum_{i, j, ci} x[n, p + i - top, q + j - left, ci] * f[i, j, ci, o]``
-    (zero outside x)."""
+    (zero outside x); then ``epilogue`` applied to each tile in registers (NHWC; it must
+    fit the result)."""
     x, f = as_f32(x), as_f32(f)
     check_rank4("Conv2D", x=x, filter=f)
     n, h, w, c = nhwc_dims(x.shape, channels_last)
@@ -468,9 +487,10 @@ def c_conv2d(x, f, pads, out_hw, channels_last):
     top, left, oh, ow = checked_sizes("Conv2D", pad_top=pads[0][0], pad_left=pads[1][0],
                                out_h=out_hw[0], out_w=out_hw[1])
     y = np.empty(shaped(n, oh, ow, co, channels_last), F32)
+    c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(y.shape)
     check_code(lib.mg_conv2d_forward(
         n, h, w, c, kh, kw, co, top, left, oh, ow, int(channels_last), fbuf(x), fbuf(f),
-        fbuf(y), num_threads()), "Conv2D")
+        fbuf(y), c_epilogue, num_threads()), "Conv2D")
     return y
 
 

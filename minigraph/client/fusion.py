@@ -5,8 +5,11 @@ In an inference network each convolution is followed by a chain such as ``BiasAd
 FusedBatchNormV3 (inference) -> AddV2 (residual) -> Relu``; run one by one, each reads and
 writes the whole activation, so the chain costs more memory traffic than the convolution
 itself. A :class:`FusedStep` runs the convolution (or matmul), checks every op of the chain
-exactly as its own step would (``validate``, the shape function on the values), then applies
-the chain in place in one C pass over cache-sized blocks (``mg_channel_epilogue``). Each stage
+exactly as its own step would (``validate``, the shape function on the values), and applies
+the chain (an :class:`~minigraph.backends.activation_kernels.Epilogue`) without another trip
+through memory: a native NHWC ``Conv2D`` applies it to each output tile in registers before
+storing it (``mg_conv2d_forward``'s epilogue), other heads in one C pass over cache-sized
+blocks of their result (``mg_channel_epilogue``). Each stage
 rounds exactly as the op's own kernel does (the batch-norm coefficients are formed as the
 native kernel forms them), so results are bit for bit those of the unfused plan; inputs the
 pass does not cover (a batch-norm channel the native kernel treats as exceptional, another
@@ -19,18 +22,23 @@ consumer in the plan and none is fetched; the ops run on the host with native ke
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from minigraph.backends import native
-from minigraph.backends.activation_kernels import c_channel_epilogue
+from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
+from minigraph.backends.convolution_kernels import conv2d_native, conv2d_native_epilogue
 
 # ops whose kernels (native or numpy) return a fresh array the epilogue may overwrite
 HEADS = ("Conv2D", "DepthwiseConv2dNative", "MatMul")
 # the chain's stages, in the only order they are fused
 STAGES = ("BiasAdd", "FusedBatchNormV3", "AddV2", "Relu")
 ACTIVATIONS = {"Relu": 1, "Relu6": 2}
+# heads whose kernel has a variant taking the epilogue: kernel -> variant(op, inputs, ctx,
+# epilogue), which applies it where it fits the result and returns the plain result elsewhere
+EPILOGUE_KERNELS = {conv2d_native: conv2d_native_epilogue}
 _BIG_OFFSET = 2.0 ** 60  # the native batch norm's exceptional-channel bound on |offset|
 
 
@@ -53,14 +61,20 @@ def _stage(op) -> int | None:
 class FusedStep:
     """A head step and the chain of steps fused after it; runs where the last one ran."""
 
-    __slots__ = ("head", "chain", "op", "device", "kernel_def")
+    __slots__ = ("head", "chain", "op", "device", "kernel_def", "in_kernel")
 
     def __init__(self, head: Any, chain: list[Any]) -> None:
         self.head, self.chain = head, chain
         self.op, self.device, self.kernel_def = head.op, head.device, head.kernel_def
+        # the head's kernel that applies the epilogue to its tiles in registers, if any
+        self.in_kernel = EPILOGUE_KERNELS.get(head.kernel)
 
     def run(self, env: dict, session: Any) -> None:
-        self.head.run(env, session)
+        epilogue = self._epilogue(env)
+        if epilogue is not None and self.in_kernel is not None:
+            self.head.run(env, session, kernel=partial(self.in_kernel, epilogue=epilogue))
+        else:
+            self.head.run(env, session)
         y = env[self.head.outputs[0]]
         for step in self.chain:  # every op checked as its own step checks it
             values = [env[key] for key in step.inputs]
@@ -68,31 +82,32 @@ class FusedStep:
                 step.validate(step.context, values)
             step.output_shapes(values, session.state)
             env[step.outputs[0]] = y
-        arguments = self._epilogue_arguments(env, y)
-        if arguments is None:  # what the pass does not cover: each op's own kernel
+        fits = (epilogue is not None and type(y) is np.ndarray and y.flags.writeable
+                and y.dtype == np.float32 and epilogue.fits(y.shape))
+        if not fits:  # what the pass does not cover: each op's own kernel
             env[self.head.outputs[0]] = y
             for step in self.chain:
                 step.run(env, session)
             return
-        c_channel_epilogue(y, *arguments)
+        if self.in_kernel is None:
+            c_channel_epilogue(y, epilogue)
         for step in self.chain[:-1]:
             del env[step.outputs[0]]
 
-    def _epilogue_arguments(self, env: dict, y: np.ndarray) -> tuple | None:
-        """(bias, mean, k, offset, residual, activation) for ``mg_channel_epilogue``, or
-        None when an input falls outside what it computes bit for bit."""
-        if (type(y) is not np.ndarray or y.dtype != np.float32 or y.ndim == 0
-                or not y.flags.c_contiguous or not y.flags.aligned or y.size == 0):
-            return None
-        channels = y.shape[-1]
+    def _epilogue(self, env: dict) -> Epilogue | None:
+        """The chain as an :class:`Epilogue` of its input values, or None when an input
+        falls outside what the pass computes bit for bit."""
         bias = mean = k = offset = residual = None
         activation = 0
         for step in self.chain:
-            values = [env[key] for key in step.inputs]
+            values = [env.get(key) for key in step.inputs]  # (the running value: not yet)
             if step.op.type == "BiasAdd":
                 bias = values[1]
             elif step.op.type == "FusedBatchNormV3":
                 scale, offset, mean, variance = values[1:]
+                if not all(type(v) is np.ndarray and v.dtype == np.float32
+                           and v.shape == scale.shape for v in values[1:]):
+                    return None  # (the op's own checks then say what is wrong)
                 epsilon = np.float32(step.op.attrs["epsilon"])
                 k = scale * (np.float32(1) / np.sqrt(variance + epsilon))  # as the C kernel
                 if not np.all(np.abs(offset) <= _BIG_OFFSET):
@@ -100,18 +115,9 @@ class FusedStep:
             elif step.op.type == "AddV2":
                 inputs = step.inputs
                 residual = values[1] if inputs[0] == self._fed_key(step) else values[0]
-                if residual.shape != y.shape:  # a broadcast add: not this pass
-                    return None
             else:
                 activation = ACTIVATIONS[step.op.type]
-        vectors = [v for v in (bias, mean, k, offset) if v is not None]
-        if any(type(v) is not np.ndarray or v.dtype != np.float32 or v.shape != (channels,)
-               for v in vectors):
-            return None
-        if residual is not None and (type(residual) is not np.ndarray
-                                     or residual.dtype != np.float32):
-            return None
-        return bias, mean, k, offset, residual, activation
+        return Epilogue(bias, mean, k, offset, residual, activation)
 
     def _fed_key(self, step: Any) -> Any:
         """The key through which the chain's running value reaches ``step``."""

@@ -135,13 +135,16 @@ class _Step:
                 self.verdicts[key] = shapes
         return shapes
 
-    def run(self, env: dict, session: ClientSession) -> None:
+    def run(self, env: dict, session: ClientSession, kernel: Kernel | None = None) -> None:
+        """Check the inputs, run the kernel (``kernel`` in place of the planned one: a fused
+        step's variant of it) and store its results in ``env``."""
         values = [env[key] for key in self.inputs]
         if self.validate is not None:
             self.validate(self.context, values)
         shapes = self.output_shapes(values, session.state)
         try:
-            results = self.device.run(self.kernel, self.op, values, self.kernel_context)
+            results = self.device.run(kernel or self.kernel, self.op, values,
+                                      self.kernel_context)
         except MemoryError as exc:
             if isinstance(exc, ResourceExhaustedError):
                 raise
