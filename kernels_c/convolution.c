@@ -117,19 +117,17 @@ static void pad_image_nchw(const pad_geo *g, int64_t img, float *dst)
     }
 }
 
-static void pad_image(const pad_geo *g, int64_t img, float *dst)
+/* Rows [r0, r1) of image img's zero-padded NHWC copy into dst (dst's row 0 is padded row
+ * r0) */
+static void pad_rows(const pad_geo *g, int64_t img, int64_t r0, int64_t r1, float *dst)
 {
-    if (!g->channels_last && g->h + g->pt <= g->hp && g->w + g->pl <= g->wp) {
-        pad_image_nchw(g, img, dst);
-        return;
-    }
     const int64_t c = g->c, rowlen = g->wp * c;
     const int64_t left = g->pl < g->wp ? g->pl : g->wp;
     int64_t ncols = g->wp - left < g->w ? g->wp - left : g->w;
     if (ncols < 0)
         ncols = 0;
-    for (int64_t r = 0; r < g->hp; ++r) {
-        float *row = dst + r * rowlen;
+    for (int64_t r = r0; r < r1; ++r) {
+        float *row = dst + (r - r0) * rowlen;
         const int64_t hh = r - g->pt;
         if (hh < 0 || hh >= g->h) {
             memset(row, 0, (size_t)rowlen * sizeof(float));
@@ -149,6 +147,15 @@ static void pad_image(const pad_geo *g, int64_t img, float *dst)
             }
         }
     }
+}
+
+/* Image img's whole zero-padded NHWC copy */
+static void pad_image(const pad_geo *g, int64_t img, float *dst)
+{
+    if (!g->channels_last && g->h + g->pt <= g->hp && g->w + g->pl <= g->wp)
+        pad_image_nchw(g, img, dst);
+    else
+        pad_rows(g, img, 0, g->hp, dst);
 }
 
 /* d[ch][p] = s[p][ch] for p < plane (NHWC -> NCHW, one image), or the reverse. */
@@ -188,17 +195,16 @@ typedef struct {
     int flip;           /* 0: f is HWIO [kh][kw][c][co]; 1: f is the forward filter
                            [kh][kw][co][c] of the input gradient (flip and swap) */
     float *fp;          /* packed filter (== f when usable as is) */
-    float *xp;          /* padded source */
-    float *ybuf;        /* NHWC result: out itself (NHWC) or one image per thread (NCHW) */
     float *out;
     int channels_last;
     int64_t nblk;            /* blocks of (up to) 64 output channels */
-    int64_t ufull, ulast;    /* units (pixel tiles) of a full block, of the last block */
-    int64_t group;           /* units per work item */
+    int64_t band, nbands;    /* output rows per work item; items per image */
+    int64_t scratch_floats;  /* per thread: the band's padded source (+ NCHW: its result) */
+    float *scratch;          /* one per thread */
     const mg_epilogue *ep;   /* applied by the tiles (NHWC), or NULL */
 } fwd_ctx;
 
-/* Work units are numbered block by block; all blocks but the last are full (4 vectors). */
+/* Channel blocks: all but the last are full (4 vectors). */
 static int64_t block_nvec(int64_t co, int64_t b)
 {
     const int64_t nvec_all = (co + 15) / 16;
@@ -222,18 +228,6 @@ static void pack_rows(fwd_ctx *k, int64_t lo, int64_t hi)
     }
 }
 
-static void tile_init(const fwd_ctx *k, nn_fwd_tile *t)
-{
-    t->x = k->xp;
-    t->row_stride = k->pad.wp * k->c;
-    t->kh = k->kh;
-    t->K = k->kw * k->c;
-    t->cop = k->cop;
-    t->y_stride = k->co;
-    t->ep = k->ep;
-    t->res = NULL;
-}
-
 /* Channel block b: its micro-kernel (returned) and pixels per tile. */
 static nn_fwd_fn block_init(const fwd_ctx *k, int64_t b, nn_fwd_tile *t, int *pixels)
 {
@@ -246,99 +240,91 @@ static nn_fwd_fn block_init(const fwd_ctx *k, int64_t b, nn_fwd_tile *t, int *pi
     return k->tab->fwd[nvec];
 }
 
-/* The tile of `P` output pixels from flat index q0 (of `count` pixels from `base`, images of
- * `plane` pixels): input offsets, the last pixel repeated past the end. */
-static void tile_pixels(const fwd_ctx *k, nn_fwd_tile *t, int64_t base, int64_t q0,
-                        int64_t count, int P)
+/* The tile of `P` output pixels from flat index q0 of a band's `count` (rows of ow): their
+ * offsets into the band's padded source, the last pixel repeated past the end. */
+static void tile_pixels(const fwd_ctx *k, nn_fwd_tile *t, int64_t q0, int64_t count, int P)
 {
-    const int64_t plane = k->oh * k->ow, cnt = count - q0 < P ? count - q0 : P;
-    const int64_t q = base + q0, r = q % plane; /* divide once, then step pixel by pixel */
-    int64_t img = q / plane, y = r / k->ow, x = r % k->ow;
+    const int64_t cnt = count - q0 < P ? count - q0 : P;
+    int64_t y = q0 / k->ow, x = q0 % k->ow; /* divide once, then step pixel by pixel */
     for (int p = 0; p < cnt; ++p) {
-        t->off[p] = ((img * k->pad.hp + y) * k->pad.wp + x) * k->c;
-        if (++x == k->ow) {
-            x = 0;
-            if (++y == k->oh)
-                y = 0, ++img;
-        }
+        t->off[p] = (y * k->pad.wp + x) * k->c;
+        if (++x == k->ow)
+            x = 0, ++y;
     }
     for (int p = (int)cnt; p < P; ++p)
         t->off[p] = t->off[cnt - 1];
     t->npix = (int)cnt;
 }
 
-/* NHWC output: work units [lo, hi) (block by block, tiles flat over all images) */
-static void fwd_tiles(fwd_ctx *k, int64_t lo, int64_t hi)
-{
-    const int64_t npix = k->n * k->oh * k->ow;
-    nn_fwd_tile t;
-    tile_init(k, &t);
-    for (int64_t b = 0; b < k->nblk; ++b) {
-        const int64_t first = b * k->ufull, end = first + (b + 1 < k->nblk ? k->ufull : k->ulast);
-        const int64_t u0 = lo > first ? lo : first, u1 = hi < end ? hi : end;
-        if (u0 >= u1)
-            continue;
-        int P;
-        const nn_fwd_fn fn = block_init(k, b, &t, &P);
-        for (int64_t u = u0; u < u1; ++u) {
-            const int64_t q0 = (u - first) * P;
-            tile_pixels(k, &t, 0, q0, npix, P);
-            t.y = k->ybuf + q0 * k->co + b * 64;
-            if (k->ep && k->ep->residual)
-                t.res = k->ep->residual + q0 * k->co + b * 64;
-            fn(&t);
-        }
-    }
-}
-
-/* NCHW output: one image per item, its tiles into the thread's NHWC buffer (in cache), then
- * transposed into the output */
-static void fwd_image_item(void *ctx, int64_t img)
+/* Work item: output rows [y0, y0 + band) of one image. The thread pads the source rows
+ * they read into its scratch (in cache from then on), then runs every channel block's
+ * tiles over them. NHWC: the tiles write the output (through the epilogue, if any); NCHW:
+ * they write an NHWC buffer after the padded rows, transposed into the output at the end
+ * (an NCHW band is a whole image). */
+static void fwd_band_item(void *ctx, int64_t item)
 {
     fwd_ctx *k = ctx;
     int tid = 0;
 #ifdef _OPENMP
     tid = omp_get_thread_num();
 #endif
-    const int64_t plane = k->oh * k->ow;
-    float *buf = k->ybuf + (int64_t)tid * plane * k->co;
+    const int64_t img = item / k->nbands, y0 = item % k->nbands * k->band;
+    const int64_t rows = k->oh - y0 < k->band ? k->oh - y0 : k->band;
+    const int64_t count = rows * k->ow, plane = k->oh * k->ow;
+    float *xp = k->scratch + (int64_t)tid * k->scratch_floats;
+    const int64_t xp_floats = (k->band + k->kh - 1) * k->pad.wp * k->c;
+    if (k->channels_last)
+        pad_rows(&k->pad, img, y0, y0 + rows + k->kh - 1, xp);
+    else
+        pad_image(&k->pad, img, xp);
+    float *y = k->channels_last ? k->out + (img * plane + y0 * k->ow) * k->co
+                                : xp + xp_floats;
     nn_fwd_tile t;
-    tile_init(k, &t);
+    t.x = xp;
+    t.row_stride = k->pad.wp * k->c;
+    t.kh = k->kh;
+    t.K = k->kw * k->c;
+    t.cop = k->cop;
+    t.y_stride = k->co;
+    t.ep = k->ep;
+    t.res = NULL;
     for (int64_t b = 0; b < k->nblk; ++b) {
         int P;
         const nn_fwd_fn fn = block_init(k, b, &t, &P);
-        for (int64_t q0 = 0; q0 < plane; q0 += P) {
-            tile_pixels(k, &t, img * plane, q0, plane, P);
-            t.y = buf + q0 * k->co + b * 64;
+        for (int64_t q0 = 0; q0 < count; q0 += P) {
+            tile_pixels(k, &t, q0, count, P);
+            t.y = y + q0 * k->co + b * 64;
+            if (k->ep && k->ep->residual)
+                t.res = k->ep->residual + (t.y - k->out);
             fn(&t);
         }
     }
-    transpose_plane(k->tab->transpose, buf, k->out + img * plane * k->co, plane, k->co, 1);
+    if (!k->channels_last)
+        transpose_plane(k->tab->transpose, y, k->out + img * plane * k->co, plane, k->co, 1);
 }
 
-enum { PACK_ROWS = 256, ITEMS_PER_THREAD = 32 };
+enum { PACK_ROWS = 256, ITEMS_PER_THREAD = 4, BAND_BYTES = 256 << 10 };
 
-static void fwd_prep_item(void *ctx, int64_t item)
+static void fwd_pack_item(void *ctx, int64_t item)
 {
     fwd_ctx *k = ctx;
-    const int64_t rows = k->kh * k->kw * k->c;
-    const int64_t npack = k->fp != k->f ? (rows + PACK_ROWS - 1) / PACK_ROWS : 0;
-    if (item < npack) {
-        const int64_t lo = item * PACK_ROWS;
-        pack_rows(k, lo, lo + PACK_ROWS < rows ? lo + PACK_ROWS : rows);
-        return;
-    }
-    const int64_t img = item - npack, img_floats = k->pad.hp * k->pad.wp * k->c;
-    pad_image(&k->pad, img, k->xp + img * img_floats);
-    if (img == k->n - 1)
-        memset(k->xp + k->n * img_floats, 0, NN_SLACK * sizeof(float));
+    const int64_t rows = k->kh * k->kw * k->c, lo = item * PACK_ROWS;
+    pack_rows(k, lo, lo + PACK_ROWS < rows ? lo + PACK_ROWS : rows);
 }
 
-static void fwd_tile_item(void *ctx, int64_t item)
+/* Output rows per work item: whole images while there are enough of them to share out
+ * (ITEMS_PER_THREAD each), else fewer rows (more items), and never more than fit a padded
+ * band of BAND_BYTES; NCHW: whole images. */
+static int64_t band_rows(const fwd_ctx *k, int nt)
 {
-    fwd_ctx *k = ctx;
-    const int64_t lo = item * k->group, total = (k->nblk - 1) * k->ufull + k->ulast;
-    fwd_tiles(k, lo, lo + k->group < total ? lo + k->group : total);
+    int64_t band = k->oh;
+    if (!k->channels_last)
+        return band;
+    const int64_t row_bytes = k->pad.wp * k->c * (int64_t)sizeof(float);
+    while (band > 1 && (k->n * ((k->oh + band - 1) / band) < (int64_t)nt * ITEMS_PER_THREAD ||
+                        (band + k->kh - 1) * row_bytes > BAND_BYTES))
+        band = (band + 1) / 2;
+    return band;
 }
 
 static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_t c,
@@ -361,33 +347,27 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
     k.pad = (pad_geo){src, h, w, c, pt, pl, oh + kh - 1, ow + kw - 1, channels_last,
                       k.tab->transpose};
     k.nblk = (co + 63) / 64;
-    const int64_t pfull = k.tab->fwd_pixels[4], plast = k.tab->fwd_pixels[block_nvec(co, k.nblk - 1)];
-    k.ufull = (n * oh * ow + pfull - 1) / pfull;
-    k.ulast = (n * oh * ow + plast - 1) / plast;
-    int err = 0;
-    k.fp = (!flip && k.cop == co) ? (float *)f : mg_alloc_floats(kh * kw * c * k.cop);
-    k.xp = mg_alloc_floats(n * k.pad.hp * k.pad.wp * c + NN_SLACK);
     const double work = (double)n * oh * ow * kh * kw * c * k.cop;
     const int nt = mg_work_threads(num_threads, work);
-    k.ybuf = channels_last ? out : mg_alloc_floats((int64_t)nt * oh * ow * co);
-    if (!k.fp || !k.xp || !k.ybuf) {
+    k.band = band_rows(&k, nt);
+    k.nbands = (oh + k.band - 1) / k.band;
+    /* a tile reads its pixels' kh rows of kw * c floats: all inside the padded band */
+    k.scratch_floats = (k.band + kh - 1) * k.pad.wp * c + (channels_last ? 0 : oh * ow * co);
+    int err = 0;
+    k.fp = (!flip && k.cop == co) ? (float *)f : mg_alloc_floats(kh * kw * c * k.cop);
+    k.scratch = mg_alloc_floats((int64_t)nt * k.scratch_floats);
+    if (!k.fp || !k.scratch) {
         err = MG_ENOMEM;
     } else {
-        const int64_t units = (k.nblk - 1) * k.ufull + k.ulast;
-        const int64_t items = (int64_t)nt * ITEMS_PER_THREAD;
-        k.group = nt > 1 ? (units + items - 1) / items : units;
         const int64_t rows = kh * kw * c;
         const phase phases[2] = {
-            {(k.fp != f ? (rows + PACK_ROWS - 1) / PACK_ROWS : 0) + n, fwd_prep_item},
-            channels_last ? (phase){(units + k.group - 1) / k.group, fwd_tile_item}
-                          : (phase){n, fwd_image_item}};
+            {k.fp != f ? (rows + PACK_ROWS - 1) / PACK_ROWS : 0, fwd_pack_item},
+            {n * k.nbands, fwd_band_item}};
         run_phases(&k, phases, 2, nt);
     }
     if (k.fp != f)
         free(k.fp);
-    free(k.xp);
-    if (k.ybuf != out)
-        free(k.ybuf);
+    free(k.scratch);
     return err;
 }
 

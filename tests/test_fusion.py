@@ -1,8 +1,9 @@
 """Plan-time fusion of a convolution's (or matmul's) elementwise successors
 (minigraph/client/fusion.py): BiasAdd -> FusedBatchNormV3 (inference) -> AddV2 -> Relu/Relu6
-applied in the native Conv2D's tiles, or as one C pass after other heads. The fused plan must give bit for bit what the ops
-give one by one (the plan that fetches the intermediates, where nothing fuses), on every
-instruction set, and still check every op's inputs."""
+applied in the native Conv2D's tiles, or as one C pass after other heads. The fused plan
+must give bit for bit what the ops give one by one (the plan that fetches the
+intermediates, where nothing fuses), on every instruction set, and still check every op's
+inputs."""
 
 from __future__ import annotations
 

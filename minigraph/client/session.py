@@ -189,21 +189,51 @@ class _Plan(list):
     step is atomic: Adam's update and its beta-power Assigns of one step are never
     interleaved with another thread's step, and no update is lost. Plans that only read
     variables run concurrently.
+
+    Constant steps run once: a ``Const`` on the host and the ``Identity`` steps that only
+    pass a constant on (a frozen TensorFlow graph reads every weight through ``Const ->
+    Identity``, two thirds of its nodes). The first run runs every step; later runs start
+    from the values those steps gave and run the others (``folded``).
     """
 
     def __init__(self, steps: list) -> None:
         super().__init__(steps)
         self.updates_state = any(isinstance(step, _Step) and step.refs for step in steps)
+        self.constant_steps = _constant_steps(steps)
+        self.folded: tuple[dict, list] | None = None  # (constant values, the other steps)
 
     def run(self, env: dict, session: ClientSession, metadata: RunMetadata | None) -> None:
+        folded = self.folded
+        steps = self if folded is None else folded[1]
+        if folded is not None:
+            env.update(folded[0])
         if metadata is None:
-            for step in self:
+            for step in steps:
                 step.run(env, session)
-            return
-        for step in self:
-            start = time.perf_counter()
-            step.run(env, session)
-            metadata.record(step, time.perf_counter() - start)
+        else:
+            for step in steps:
+                start = time.perf_counter()
+                step.run(env, session)
+                metadata.record(step, time.perf_counter() - start)
+        if folded is None and self.constant_steps:
+            values = {key: env[key] for step in self.constant_steps for key in step.outputs}
+            self.folded = (values, [step for step in self if step not in self.constant_steps])
+
+
+def _constant_steps(steps: list) -> list:
+    """The host's ``Const`` steps and the ``Identity`` steps reading only their values (or
+    another such Identity's): steps whose outputs are the same arrays on every run."""
+    constant_keys: set = set()
+    found = []
+    for step in steps:
+        if not (isinstance(step, _Step) and isinstance(step.device, _HostDevice)
+                and all(key is not None for key in step.outputs)):
+            continue
+        if step.op.type == "Const" or (step.op.type == "Identity"
+                                       and step.inputs[0] in constant_keys):
+            found.append(step)
+            constant_keys.update(step.outputs)
+    return found
 
 
 @dataclass(frozen=True)
