@@ -69,6 +69,8 @@ static void run_phases(void *ctx, const phase *phases, int nphases, int nt)
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
     for (int p = 0; p < nphases; ++p) {
+        if (phases[p].count == 0) /* (the same for every thread): no barrier for nothing */
+            continue;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t i = 0; i < phases[p].count; ++i)
             phases[p].fn(ctx, i);
