@@ -119,29 +119,33 @@ static void pad_image_nchw(const pad_geo *g, int64_t img, float *dst)
     }
 }
 
-/* Rows [r0, r1) of image img's zero-padded NHWC copy into dst (dst's row 0 is padded row
- * r0) */
-static void pad_rows(const pad_geo *g, int64_t img, int64_t r0, int64_t r1, float *dst)
+/* Columns [c0, c1) of rows [r0, r1) of image img's zero-padded NHWC copy into dst, a band
+ * of whole padded rows whose row 0 is padded row `base` */
+static void pad_rows(const pad_geo *g, int64_t img, int64_t base, int64_t r0, int64_t r1,
+                     int64_t c0, int64_t c1, float *dst)
 {
     const int64_t c = g->c, rowlen = g->wp * c;
-    const int64_t left = g->pl < g->wp ? g->pl : g->wp;
-    int64_t ncols = g->wp - left < g->w ? g->wp - left : g->w;
-    if (ncols < 0)
-        ncols = 0;
+    /* the padded columns holding source columns: [first, last) */
+    const int64_t first = g->pl > c0 ? (g->pl < c1 ? g->pl : c1) : c0;
+    const int64_t last = g->pl + g->w < c1 ? (g->pl + g->w > first ? g->pl + g->w : first) : c1;
     for (int64_t r = r0; r < r1; ++r) {
-        float *row = dst + (r - r0) * rowlen;
+        float *row = dst + (r - base) * rowlen;
         const int64_t hh = r - g->pt;
         if (hh < 0 || hh >= g->h) {
-            memset(row, 0, (size_t)rowlen * sizeof(float));
+            memset(row + c0 * c, 0, (size_t)((c1 - c0) * c) * sizeof(float));
             continue;
         }
-        memset(row, 0, (size_t)(left * c) * sizeof(float));
-        memset(row + (left + ncols) * c, 0, (size_t)((g->wp - left - ncols) * c) * sizeof(float));
-        float *out = row + left * c;
+        memset(row + c0 * c, 0, (size_t)((first - c0) * c) * sizeof(float));
+        memset(row + last * c, 0, (size_t)((c1 - last) * c) * sizeof(float));
+        float *out = row + first * c;
+        const int64_t ncols = last - first, x0 = first - g->pl;
+        if (ncols <= 0)
+            continue;
         if (g->channels_last) {
-            memcpy(out, g->src + ((img * g->h + hh) * g->w) * c, (size_t)(ncols * c) * sizeof(float));
+            memcpy(out, g->src + ((img * g->h + hh) * g->w + x0) * c,
+                   (size_t)(ncols * c) * sizeof(float));
         } else {
-            const float *plane = g->src + img * c * g->h * g->w + hh * g->w;
+            const float *plane = g->src + img * c * g->h * g->w + hh * g->w + x0;
             for (int64_t ci = 0; ci < c; ++ci) {
                 const float *s = plane + ci * g->h * g->w;
                 for (int64_t x = 0; x < ncols; ++x)
@@ -157,7 +161,7 @@ static void pad_image(const pad_geo *g, int64_t img, float *dst)
     if (!g->channels_last && g->h + g->pt <= g->hp && g->w + g->pl <= g->wp)
         pad_image_nchw(g, img, dst);
     else
-        pad_rows(g, img, 0, g->hp, dst);
+        pad_rows(g, img, 0, 0, g->hp, 0, g->wp, dst);
 }
 
 /* d[ch][p] = s[p][ch] for p < plane (NHWC -> NCHW, one image), or the reverse. */
@@ -242,27 +246,106 @@ static nn_fwd_fn block_init(const fwd_ctx *k, int64_t b, nn_fwd_tile *t, int *pi
     return k->tab->fwd[nvec];
 }
 
-/* The tile of `P` output pixels from flat index q0 of a band's `count` (rows of ow): their
- * offsets into the band's padded source, the last pixel repeated past the end. */
-static void tile_pixels(const fwd_ctx *k, nn_fwd_tile *t, int64_t q0, int64_t count, int P)
+/* Where a band's tiles read: the zero-padded band in the thread's scratch, or the source
+ * image itself (a pixel whose window lies inside it: no copy). Output pixel (y, x) reads
+ * at x + ((y - row0) * row_stride / c + x - col0) * c. */
+typedef struct {
+    const float *x;
+    int64_t row_stride, row0, col0;
+} tile_source;
+
+enum { ALL_PIXELS = -1, BORDER_PIXELS = 0, INTERIOR_PIXELS = 1 };
+
+/* Does output pixel (y, x)'s window lie inside the source? */
+static int interior(const fwd_ctx *k, int64_t y, int64_t x)
 {
-    const int64_t cnt = count - q0 < P ? count - q0 : P;
-    int64_t y = q0 / k->ow, x = q0 % k->ow; /* divide once, then step pixel by pixel */
-    for (int p = 0; p < cnt; ++p) {
-        t->off[p] = (y * k->pad.wp + x) * k->c;
-        if (++x == k->ow)
-            x = 0, ++y;
-    }
-    for (int p = (int)cnt; p < P; ++p)
-        t->off[p] = t->off[cnt - 1];
-    t->npix = (int)cnt;
+    return y >= k->pad.pt && y - k->pad.pt + k->kh <= k->pad.h && x >= k->pad.pl &&
+           x - k->pad.pl + k->kw <= k->pad.w;
 }
 
-/* Work item: output rows [y0, y0 + band) of one image. The thread pads the source rows
- * they read into its scratch (in cache from then on), then runs every channel block's
- * tiles over them. NHWC: the tiles write the output (through the epilogue, if any); NCHW:
- * they write an NHWC buffer after the padded rows, transposed into the output at the end
- * (an NCHW band is a whole image). */
+typedef struct {
+    const fwd_ctx *k;
+    nn_fwd_tile *t;
+    nn_fwd_fn fn;
+    int P, np;
+    const tile_source *src;
+    int64_t y0;
+} tile_filler;
+
+/* Adds output pixels [x0, x1) of row yy to the tile, running it whenever it is full. */
+static void add_pixels(tile_filler *f, int64_t yy, int64_t x0, int64_t x1)
+{
+    const int64_t c = f->k->c, ps = f->src->row_stride / c;
+    nn_fwd_tile *t = f->t;
+    int64_t off = ((yy - f->src->row0) * ps + x0 - f->src->col0) * c;
+    int64_t yoff = ((yy - f->y0) * f->k->ow + x0) * f->k->co;
+    for (int64_t x = x0; x < x1; ++x, off += c, yoff += f->k->co) {
+        t->off[f->np] = off;
+        t->yoff[f->np] = yoff;
+        if (++f->np == f->P) {
+            t->npix = f->np;
+            f->fn(t);
+            f->np = 0;
+        }
+    }
+}
+
+/* Runs a channel block's tiles (t set up for it, fn its micro-kernel) over the band's pixels
+ * (rows [y0, y0 + rows)) of one class (`which`), P at a time in row-major order. */
+static void band_tiles(const fwd_ctx *k, nn_fwd_tile *t, nn_fwd_fn fn, int P, int which,
+                       const tile_source *src, int64_t y0, int64_t rows)
+{
+    tile_filler f = {k, t, fn, P, 0, src, y0};
+    /* interior rows [ya, yb) and columns [xa, xb) */
+    const int64_t ya = k->pad.pt, yb = k->pad.h - k->kh + 1 + k->pad.pt;
+    const int64_t xa = k->pad.pl < k->ow ? k->pad.pl : k->ow;
+    const int64_t xb_ = k->pad.w - k->kw + 1 + k->pad.pl;
+    const int64_t xb = xb_ < xa ? xa : (xb_ > k->ow ? k->ow : xb_);
+    for (int64_t yy = y0; yy < y0 + rows; ++yy) {
+        const int inner_row = yy >= ya && yy < yb;
+        if (which == ALL_PIXELS || (which == BORDER_PIXELS && !inner_row)) {
+            add_pixels(&f, yy, 0, k->ow);
+        } else if (which == BORDER_PIXELS) {
+            add_pixels(&f, yy, 0, xa);
+            add_pixels(&f, yy, xb, k->ow);
+        } else if (inner_row) {
+            add_pixels(&f, yy, xa, xb);
+        }
+    }
+    if (f.np) {
+        t->npix = f.np;
+        for (int p = f.np; p < P; ++p) /* the last pixel again: read, never stored */
+            t->off[p] = t->off[f.np - 1], t->yoff[p] = t->yoff[f.np - 1];
+        fn(t);
+    }
+}
+
+/* The padded rows [y0, y0 + rows + kh - 1) a band reads, into xp: whole rows, except (when
+ * `split`) rows only interior output rows read, of which only the edge columns that border
+ * pixels read (interior pixels read the source). */
+static void pad_band(const fwd_ctx *k, int64_t img, int64_t y0, int64_t rows, int split,
+                     float *xp)
+{
+    const int64_t wp = k->pad.wp, ya = k->pad.pt, yb = k->pad.h - k->kh + 1 + k->pad.pt;
+    const int64_t left = k->pad.pl + k->kw - 1 < wp ? k->pad.pl + k->kw - 1 : wp;
+    const int64_t right = k->pad.w - k->kw + 1 + k->pad.pl > left
+                              ? k->pad.w - k->kw + 1 + k->pad.pl : left;
+    for (int64_t r = y0; r < y0 + rows + k->kh - 1; ++r) {
+        if (split && r >= ya + k->kh - 1 && r < yb) {
+            pad_rows(&k->pad, img, y0, r, r + 1, 0, left, xp);
+            if (right < wp)
+                pad_rows(&k->pad, img, y0, r, r + 1, right, wp, xp);
+        } else {
+            pad_rows(&k->pad, img, y0, r, r + 1, 0, wp, xp);
+        }
+    }
+}
+
+/* Work item: output rows [y0, y0 + band) of one image. NHWC: tiles of interior pixels read
+ * the source itself; the thread copies what border pixels read into its zero-padded
+ * scratch (pad_band). NCHW: the whole image is padded (transposed) into the scratch, and the
+ * tiles write an NHWC buffer after it, transposed into the output at the end (an NCHW band
+ * is a whole image). */
 static void fwd_band_item(void *ctx, int64_t item)
 {
     fwd_ctx *k = ctx;
@@ -271,34 +354,40 @@ static void fwd_band_item(void *ctx, int64_t item)
     tid = omp_get_thread_num();
 #endif
     const int64_t img = item / k->nbands, y0 = item % k->nbands * k->band;
-    const int64_t rows = k->oh - y0 < k->band ? k->oh - y0 : k->band;
-    const int64_t count = rows * k->ow, plane = k->oh * k->ow;
+    const int64_t rows = k->oh - y0 < k->band ? k->oh - y0 : k->band, plane = k->oh * k->ow;
+    const int64_t c = k->c, wp = k->pad.wp;
     float *xp = k->scratch + (int64_t)tid * k->scratch_floats;
-    const int64_t xp_floats = (k->band + k->kh - 1) * k->pad.wp * k->c;
+    /* split: some pixels are interior (then column pl of row pt is), and their tap rows
+     * are long enough (a vector) for the copy they save to outweigh a second set of tiles */
+    const int split = k->channels_last && k->kw * c >= 16 && k->pad.pl < k->ow &&
+                      k->pad.pt < k->oh && interior(k, k->pad.pt, k->pad.pl);
     if (k->channels_last)
-        pad_rows(&k->pad, img, y0, y0 + rows + k->kh - 1, xp);
+        pad_band(k, img, y0, rows, split, xp);
     else
         pad_image(&k->pad, img, xp);
+    const tile_source padded = {xp, wp * c, y0, 0};
+    const tile_source direct = {k->pad.src + img * k->pad.h * k->pad.w * c, k->pad.w * c,
+                                k->pad.pt, k->pad.pl};
     float *y = k->channels_last ? k->out + (img * plane + y0 * k->ow) * k->co
-                                : xp + xp_floats;
+                                : xp + (k->band + k->kh - 1) * wp * c;
     nn_fwd_tile t;
-    t.x = xp;
-    t.row_stride = k->pad.wp * k->c;
     t.kh = k->kh;
-    t.K = k->kw * k->c;
+    t.K = k->kw * c;
     t.cop = k->cop;
-    t.y_stride = k->co;
     t.ep = k->ep;
     t.res = NULL;
     for (int64_t b = 0; b < k->nblk; ++b) {
         int P;
         const nn_fwd_fn fn = block_init(k, b, &t, &P);
-        for (int64_t q0 = 0; q0 < count; q0 += P) {
-            tile_pixels(k, &t, q0, count, P);
-            t.y = y + q0 * k->co + b * 64;
-            if (k->ep && k->ep->residual)
-                t.res = k->ep->residual + (t.y - k->out);
-            fn(&t);
+        t.y = y + b * 64;
+        if (k->ep && k->ep->residual)
+            t.res = k->ep->residual + (t.y - k->out);
+        for (int which = split ? BORDER_PIXELS : ALL_PIXELS; which <= (split ? 1 : -1);
+             ++which) {
+            const tile_source *src = which == INTERIOR_PIXELS ? &direct : &padded;
+            t.x = src->x;
+            t.row_stride = src->row_stride;
+            band_tiles(k, &t, fn, P, which, src, y0, rows);
         }
     }
     if (!k->channels_last)

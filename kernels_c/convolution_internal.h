@@ -1,14 +1,16 @@
 /* Internals of the convolution kernels: the driver (convolution.c) and the per-ISA
  * micro-kernels (convolution_isa_*.c) meet here: the tiles and the table of one ISA.
  *
- * A forward tile is `npix` output pixels (flat indices into the output, up to the kernel's
- * `pixels`) times `nvec` vectors of 16 output channels. Its pixels read the zero-padded NHWC
- * input at `x + off[p]` (the top-left tap); tap row i adds i * row_stride, and a tap row is
- * K = kw * c contiguous floats, matched by K rows of the packed filter (row stride `cop`).
+ * A forward tile is `npix` output pixels (any of them, up to the kernel's `pixels`) times
+ * `nvec` vectors of 16 output channels. Its pixel p reads NHWC input at `x + off[p]` (its
+ * top-left tap: in the zero-padded band, or in the source itself for a pixel whose window
+ * lies inside it); tap row i adds i * row_stride, and a tap row is K = kw * c contiguous
+ * floats, matched by K rows of the packed filter (row stride `cop`). It writes pixel p at
+ * `y + yoff[p]`.
  *
  * With an epilogue (`ep`, NULL: none), the tile applies its stages (activations.h) to the
  * sums in registers before storing them: the tile's channel j reads the stage vectors at
- * ch0 + j, and its pixel p the residual at res + p * y_stride + j.
+ * ch0 + j, and its pixel p the residual at res + yoff[p] + j.
  *
  * A filter-gradient tile is `nrows` consecutive filter rows (t0 .. t0 + nrows - 1 of one tap
  * row i, K rows per tap row; the kernel's `rows` at most) times `nvec` vectors of output
@@ -35,7 +37,7 @@ typedef struct {
     const float *f;           /* packed filter [kh * K][cop], at this tile's first channel */
     int64_t cop;
     float *y;          /* output of the tile's first pixel, first channel */
-    int64_t y_stride;  /* floats between consecutive output pixels */
+    int64_t yoff[NN_MAX_TILE]; /* per pixel: its output (and residual) at y + yoff[p] */
     int npix, nvec, last_lanes; /* valid pixels; vectors; valid lanes of the last vector */
     const mg_epilogue *ep; /* stages applied before the store, or NULL */
     int64_t ch0;           /* the tile's first output channel */

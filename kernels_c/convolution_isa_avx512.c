@@ -50,7 +50,7 @@ fwd_epilogue(const nn_fwd_tile *t, __m512 acc[NN_MAX_TILE][4], const int P, cons
             if (e->mean)
                 y = _mm512_fmadd_ps(_mm512_sub_ps(y, mean), k, offset);
             if (e->residual && p < t->npix)
-                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, t->res + p * t->y_stride + 16 * v));
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, t->res + t->yoff[p] + 16 * v));
             if (e->activation == 1) { /* x > 0 or NaN: x, else +0 */
                 y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, zero, _CMP_NLE_UQ), y);
             } else if (e->activation == 2) { /* x > 0: min(x, 6); NaN: x; else +0 */
@@ -95,7 +95,7 @@ static inline __attribute__((always_inline)) void fwd_body(const nn_fwd_tile *t,
     UNROLL for (int p = 0; p < P; ++p)
     {
         if (p < t->npix) {
-            float *y = t->y + p * t->y_stride;
+            float *y = t->y + t->yoff[p];
             UNROLL for (int v = 0; v < V; ++v)
                 _mm512_mask_storeu_ps(y + 16 * v, v == V - 1 ? last : (__mmask16)0xffff, acc[p][v]);
         }

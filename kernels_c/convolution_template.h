@@ -103,8 +103,8 @@ static void FN(fwd)(const nn_fwd_tile *t)
         for (int p = 0; p < t->npix; ++p) {
             if (t->ep)
                 FN(epilogue16)(t->ep, t->ch0 + 16 * v0, lanes,
-                               t->res ? t->res + p * t->y_stride + 16 * v0 : NULL, acc[p]);
-            FN(store16)(t->y + p * t->y_stride + 16 * v0, lanes, acc[p]);
+                               t->res ? t->res + t->yoff[p] + 16 * v0 : NULL, acc[p]);
+            FN(store16)(t->y + t->yoff[p] + 16 * v0, lanes, acc[p]);
         }
     }
 }
