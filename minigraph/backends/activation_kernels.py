@@ -7,8 +7,6 @@ activation) through the ``c_unary``/``c_binary`` wrappers at the bottom.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from minigraph.backends.compute import compute_dtype
@@ -122,24 +120,32 @@ def c_relu_grad(g, features) -> np.ndarray:
     return c_binary(lib.mg_relu_grad, g, features, "ReluGrad")
 
 
-class Epilogue(NamedTuple):
+class Epilogue:
     """A convolution's (or matmul's) elementwise successors, fused (``mg_epilogue``,
     kernels_c/activations.h): + bias, the batch-norm inference affine ``(y - mean) * k +
     offset``, + residual, then activation 0 (none), 1 (Relu) or 2 (Relu6); a stage is
     skipped where its values are None. Each vector holds one float32 per channel, the
     residual is laid out as the result."""
 
-    bias: np.ndarray | None = None
-    mean: np.ndarray | None = None
-    k: np.ndarray | None = None
-    offset: np.ndarray | None = None
-    residual: np.ndarray | None = None
-    activation: int = 0
+    __slots__ = ("bias", "mean", "k", "offset", "residual", "activation", "_fits")
+
+    def __init__(self, bias: np.ndarray | None = None, mean: np.ndarray | None = None,
+                 k: np.ndarray | None = None, offset: np.ndarray | None = None,
+                 residual: np.ndarray | None = None, activation: int = 0) -> None:
+        self.bias, self.mean, self.k, self.offset = bias, mean, k, offset
+        self.residual, self.activation = residual, activation
+        self._fits: tuple | None = None  # (y_shape, verdict) of the last question
 
     def fits(self, y_shape: tuple[int, ...]) -> bool:
         """Whether C can apply it to a float32 result of ``y_shape``: every vector one
         float32 per channel, the residual float32 of that shape, all C-contiguous and
-        aligned (C reads exactly that much); mean, k and offset all given or none."""
+        aligned (C reads exactly that much); mean, k and offset all given or none. (The
+        arrays are never replaced: the verdict for a shape is kept.)"""
+        if self._fits is None or self._fits[0] != y_shape:
+            self._fits = (y_shape, self._check(y_shape))
+        return self._fits[1]
+
+    def _check(self, y_shape: tuple[int, ...]) -> bool:
         if not y_shape or 0 in y_shape or self.activation not in (0, 1, 2):
             return False
         vectors = (self.bias, self.mean, self.k, self.offset)
@@ -154,15 +160,23 @@ class Epilogue(NamedTuple):
         :meth:`fits`); keep ``self`` alive while C uses it."""
         if not self.fits(y_shape):
             raise ValueError(f"epilogue: does not fit a float32 result of shape {y_shape}")
-        return ffi.new("mg_epilogue *", {
-            name: ffi.NULL if array is None else fbuf(array)
-            for name, array in zip(("bias", "mean", "k", "offset", "residual"), self[:5])}
-            | {"activation": self.activation})
+        struct = ffi.new("mg_epilogue *")
+        for name in _VECTORS:
+            array = getattr(self, name)
+            if array is not None:
+                setattr(struct, name, fbuf(array))
+        struct.activation = self.activation
+        return struct
+
+
+_VECTORS = ("bias", "mean", "k", "offset", "residual")
 
 
 def _is_f32_array(array, shape: tuple[int, ...]) -> bool:
-    return (type(array) is np.ndarray and array.dtype == F32 and array.shape == shape
-            and array.flags.c_contiguous and array.flags.aligned)
+    if type(array) is not np.ndarray or array.shape != shape or array.dtype != F32:
+        return False
+    flags = array.flags
+    return flags.c_contiguous and flags.aligned
 
 
 def c_channel_epilogue(y: np.ndarray, epilogue: Epilogue) -> None:

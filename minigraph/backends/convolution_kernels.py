@@ -25,6 +25,7 @@ bit-identical results.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -213,7 +214,7 @@ def conv2d_backprop_filter(op, inputs, ctx):
 @register_kernel("Conv2D", **NATIVE_CONV)
 def conv2d_native(op, inputs, ctx):
     x, f = inputs
-    window = conv_geometry(op.attrs, fail_for(op), x.shape, f.shape)
+    window = _window(op, x.shape, f.shape)
     if x.size == 0 or 0 in window.out:  # nothing for C to do: the numpy kernel's zeros
         return conv2d(op, inputs, ctx)
     return [c_conv2d(x, f, window.pads, window.out, op.attrs["data_format"] == "NHWC")]
@@ -224,7 +225,7 @@ def conv2d_native_epilogue(op, inputs, ctx, epilogue: Epilogue) -> list:
     the result: in the convolution's tiles (NHWC), else in one pass after it. Where it does
     not fit, the plain result (the caller runs the successors' own kernels)."""
     x, f = inputs
-    window = conv_geometry(op.attrs, fail_for(op), x.shape, f.shape)
+    window = _window(op, x.shape, f.shape)
     shape = (x.shape[0], *window.out, f.shape[-1])
     if (op.attrs["data_format"] == "NHWC" and x.size and 0 not in window.out
             and epilogue.fits(shape)):
@@ -233,6 +234,13 @@ def conv2d_native_epilogue(op, inputs, ctx, epilogue: Epilogue) -> list:
     if epilogue.fits(y.shape):
         c_channel_epilogue(y, epilogue)
     return [y]
+
+
+@functools.lru_cache(maxsize=512)
+def _window(op, x_shape: tuple, f_shape: tuple):
+    """The convolution's window for these shapes (the step's checks passed), computed once
+    per op and shapes: a steady step reuses it."""
+    return conv_geometry(op.attrs, fail_for(op), x_shape, f_shape)
 
 
 @register_kernel("Conv2DBackpropInput", **NATIVE_CONV)

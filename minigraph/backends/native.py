@@ -365,6 +365,9 @@ def as_f32(array) -> np.ndarray:
     """``array`` as a C-contiguous, aligned float32 ndarray of exactly its shape (a 0-d
     array stays 0-d). Copies only when needed: another dtype or byte order, a strided view,
     or misaligned data (a buffer offset by a byte), which C must never see."""
+    if (type(array) is np.ndarray and array.dtype == F32 and array.flags.c_contiguous
+            and array.flags.aligned):  # the usual case, without np.require's cost
+        return array
     return np.require(array, F32, ("C", "A", "E"))
 
 
