@@ -46,11 +46,31 @@ static void MG_ISA_FN(add)(float *y, const float *restrict z, int64_t n)
     for (int64_t i = 0; i < n; ++i)
         y[i] += z[i];
 }
+/* rows_sum over `n` channels, n a constant after inlining: the sums stay in registers
+ * through all the rows (each still added row after row) */
+static inline __attribute__((always_inline)) void
+MG_ISA_FN(rows_sum_n)(float *restrict acc, const float *restrict x, int64_t rows,
+                      int64_t stride, const int n)
+{
+    float s[64];
+    for (int c = 0; c < n; ++c)
+        s[c] = acc[c];
+    for (int64_t r = 0; r < rows; ++r, x += stride)
+        for (int c = 0; c < n; ++c)
+            s[c] += x[c];
+    for (int c = 0; c < n; ++c)
+        acc[c] = s[c];
+}
 static void MG_ISA_FN(rows_sum)(float *restrict acc, const float *restrict x, int64_t rows,
                                 int64_t channels, int64_t stride)
 {
+    int64_t c0 = 0;
+    for (; c0 + 64 <= channels; c0 += 64)
+        MG_ISA_FN(rows_sum_n)(acc + c0, x + c0, rows, stride, 64);
+    for (; c0 + 16 <= channels; c0 += 16)
+        MG_ISA_FN(rows_sum_n)(acc + c0, x + c0, rows, stride, 16);
     for (int64_t r = 0; r < rows; ++r, x += stride)
-        for (int64_t c = 0; c < channels; ++c)
+        for (int64_t c = c0; c < channels; ++c)
             acc[c] += x[c];
 }
 
