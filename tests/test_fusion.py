@@ -185,3 +185,45 @@ def test_the_convolution_refuses_an_epilogue_that_does_not_fit():
     with pytest.raises(ValueError, match="invalid arguments"):  # C: NCHW results take none
         c_conv2d(np.ones((1, 2, 3, 3), F32), f, ((0, 0), (0, 0)), (3, 3), False,
                  Epilogue(bias=np.ones(3, F32)))
+
+
+def test_a_repeated_signature_skips_the_checks_and_gives_the_same_bits(monkeypatch):
+    """Without MINIGRAPH_CHECK_OUTPUTS, a fused step whose inputs repeat the types, dtypes and
+    shapes of a run whose checks passed runs its kernel directly: the same bits as the ops
+    one by one; new shapes are checked again; a residual C cannot read as is (strided)
+    runs the ops' own kernels."""
+    from minigraph.client import fusion
+
+    direct = []
+    run_checked = fusion.FusedStep._run_checked
+    monkeypatch.setattr(fusion.FusedStep, "_run_checked",
+                        lambda step, *args: direct.append(step) or run_checked(step, *args))
+    root, feed, chain = _network(np.random.default_rng(11))
+    session = mg.ClientSession(root, backend="native", check_outputs=False)
+    one_by_one = session.Run(feed, chain)[-1]
+    first = session.Run(feed, chain[-1])
+    again = session.Run(feed, chain[-1])  # the checked signature
+    for result in (first, again):
+        np.testing.assert_array_equal(result.view(np.uint32), one_by_one.view(np.uint32))
+    x, skip = list(feed)
+    strided = np.zeros((*feed[skip].shape[:-1], 2 * feed[skip].shape[-1]), F32)[..., ::2]
+    strided[...] = feed[skip]
+    out = session.Run({x: feed[x], skip: strided}, chain[-1])
+    np.testing.assert_array_equal(out.view(np.uint32), one_by_one.view(np.uint32))
+    assert len(direct) == 2  # the second run and the strided one skipped the checks
+
+
+def test_a_repeated_signature_still_refuses_a_new_bad_input():
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[2, 4, 4, 3])
+    bias = ops.Placeholder(root.WithOpName("b"), mg.float32)
+    conv = ops.Conv2D(root, x, np.ones((1, 1, 3, 2), F32), [1, 1, 1, 1], "VALID")
+    y = ops.Relu(root, ops.BiasAdd(root.WithOpName("bias_add"), conv, bias))
+    session = mg.ClientSession(root, backend="native", check_outputs=False)
+    good = {x: np.ones((2, 4, 4, 3), F32), bias: np.array([1, -9], F32)}
+    for _ in range(2):
+        np.testing.assert_array_equal(session.Run(good, y)[..., 0], 4.0)
+    with pytest.raises(mg.errors.InvalidArgumentError, match="bias_add"):
+        session.Run({x: good[x], bias: np.ones(5, F32)}, y)
+    with pytest.raises(mg.errors.InvalidArgumentError, match="bias_add"):
+        session.Run({x: good[x], bias: np.ones((1, 2), F32)}, y)

@@ -15,6 +15,12 @@ native kernel forms them), so results are bit for bit those of the unfused plan;
 pass does not cover (a batch-norm channel the native kernel treats as exceptional, another
 dtype or layout) run the ops' own kernels instead.
 
+Checks cost Python time between two kernels (and a kernel's worker thread falls asleep in
+it): a fused step whose inputs have the types, dtypes and shapes of a run whose checks all
+passed runs its kernel directly, since none of these ops' checks reads an input's values
+(``_signature``); anything new is checked in full again. Sessions that check every kernel's
+output (``MINIGRAPH_CHECK_OUTPUTS=1``, the test suite) always take the full path.
+
 A chain is fused only where nothing else sees its intermediates: each has exactly one
 consumer in the plan and none is fetched; the ops run on the host with native kernels.
 """
@@ -61,19 +67,27 @@ def _stage(op) -> int | None:
 class FusedStep:
     """A head step and the chain of steps fused after it; runs where the last one ran."""
 
-    __slots__ = ("head", "chain", "op", "device", "kernel_def", "in_kernel")
+    __slots__ = ("head", "chain", "op", "device", "kernel_def", "in_kernel", "checked",
+                 "coefficients")
 
     def __init__(self, head: Any, chain: list[Any]) -> None:
         self.head, self.chain = head, chain
         self.op, self.device, self.kernel_def = head.op, head.device, head.kernel_def
         # the head's kernel that applies the epilogue to its tiles in registers, if any
         self.in_kernel = EPILOGUE_KERNELS.get(head.kernel)
+        self.checked: tuple | None = None  # the inputs' signature every check last passed
+        self.coefficients: tuple | None = None  # (scale, variance, offset, k) last formed
 
     def run(self, env: dict, session: Any) -> None:
         epilogue = self._epilogue(env)
         if epilogue is not None and self.in_kernel is not None:
+            signature = None if session.check_outputs else self._signature(env)
+            if signature is not None and signature == self.checked and self._run_checked(
+                    env, session, epilogue):
+                return
             self.head.run(env, session, kernel=partial(self.in_kernel, epilogue=epilogue))
         else:
+            signature = None
             self.head.run(env, session)
         y = env[self.head.outputs[0]]
         for step in self.chain:  # every op checked as its own step checks it
@@ -93,6 +107,38 @@ class FusedStep:
             c_channel_epilogue(y, epilogue)
         for step in self.chain[:-1]:
             del env[step.outputs[0]]
+        self.checked = signature
+
+    def _signature(self, env: dict) -> tuple | None:
+        """The types, dtypes and shapes of every input of the head and the chain (None when
+        an op's checks read an input's values): checks that passed for one signature pass
+        for every input of it, so a step that repeats one skips them."""
+        steps = (self.head, *self.chain)
+        if any(step.value_inputs or step.refs for step in steps):
+            return None
+        values = [env.get(key) for step in steps for key in step.inputs]
+        if any(type(value) is not np.ndarray for value in values[:len(self.head.inputs)]):
+            return None
+        return tuple((type(v), getattr(v, "dtype", None), getattr(v, "shape", None))
+                     for v in values)
+
+    def _run_checked(self, env: dict, session: Any, epilogue: Epilogue) -> bool:
+        """The head's kernel with the epilogue, for inputs of a signature whose checks
+        passed; False, having changed nothing, when the kernel could not allocate (the full
+        path then reports it)."""
+        head = self.head
+        try:
+            [y] = self.in_kernel(head.op, [env[key] for key in head.inputs],
+                                 head.kernel_context, epilogue)
+        except MemoryError:
+            return False
+        if not epilogue.fits(y.shape):  # e.g. a strided residual: the ops' own kernels
+            env[head.outputs[0]] = y
+            for step in self.chain:
+                step.run(env, session)
+            return True
+        env[self.chain[-1].outputs[0]] = y
+        return True
 
     def _epilogue(self, env: dict) -> Epilogue | None:
         """The chain as an :class:`Epilogue` of its input values, or None when an input
@@ -108,9 +154,9 @@ class FusedStep:
                 if not all(type(v) is np.ndarray and v.dtype == np.float32
                            and v.shape == scale.shape for v in values[1:]):
                     return None  # (the op's own checks then say what is wrong)
-                epsilon = np.float32(step.op.attrs["epsilon"])
-                k = scale * (np.float32(1) / np.sqrt(variance + epsilon))  # as the C kernel
-                if not np.all(np.abs(offset) <= _BIG_OFFSET):
+                k = self._coefficients(scale, variance, offset,
+                                       np.float32(step.op.attrs["epsilon"]))
+                if k is None:
                     return None
             elif step.op.type == "AddV2":
                 inputs = step.inputs
@@ -118,6 +164,23 @@ class FusedStep:
             else:
                 activation = ACTIVATIONS[step.op.type]
         return Epilogue(bias, mean, k, offset, residual, activation)
+
+    def _coefficients(self, scale: np.ndarray, variance: np.ndarray, offset: np.ndarray,
+                      epsilon: np.float32) -> np.ndarray | None:
+        """k = scale * (1 / sqrt(variance + epsilon)), as the native batch norm forms it, or
+        None when an offset is beyond what the pass covers. Read-only arrays (a graph's
+        constants) do not change: for the same ones as last time, the k formed then."""
+        last = self.coefficients
+        if (last is not None and last[0] is scale and last[1] is variance
+                and last[2] is offset and not (scale.flags.writeable
+                                               or variance.flags.writeable
+                                               or offset.flags.writeable)):
+            return last[3]
+        if not np.all(np.abs(offset) <= _BIG_OFFSET):
+            return None
+        k = scale * (np.float32(1) / np.sqrt(variance + epsilon))
+        self.coefficients = (scale, variance, offset, k)
+        return k
 
     def _fed_key(self, step: Any) -> Any:
         """The key through which the chain's running value reaches ``step``."""
