@@ -36,9 +36,6 @@
 #include "mg_runtime.h"
 #include "convolution_internal.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* ------------------------------------------------------------------------------------------ */
 /* Instruction set: the micro-kernels of the ISA in use, picked once per call                 */
@@ -50,32 +47,19 @@ static const conv_kernel_table *conv_kernels(void)
     return mg_isa_pick(tables);
 }
 
-/* A phase is `count` independent items; run_phases runs the phases in order (a barrier
- * between them), handing items to threads dynamically (the machine may be shared: a thread
- * that starts late takes fewer items). Which thread runs an item never changes a result. */
+/* A phase is `count` independent items; run_phases runs the phases in order, each a job of
+ * the worker pool (mg_pool_run: items handed to threads one at a time, so a thread that
+ * starts late, on a shared machine, takes fewer). Which thread runs an item never changes a
+ * result. */
 typedef struct {
     int64_t count;
-    void (*fn)(void *ctx, int64_t item);
+    mg_pool_fn fn;
 } phase;
 
 static void run_phases(void *ctx, const phase *phases, int nphases, int nt)
 {
-    if (nt <= 1) {
-        for (int p = 0; p < nphases; ++p)
-            for (int64_t i = 0; i < phases[p].count; ++i)
-                phases[p].fn(ctx, i);
-        return;
-    }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt)
-    for (int p = 0; p < nphases; ++p) {
-        if (phases[p].count == 0) /* (the same for every thread): no barrier for nothing */
-            continue;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t i = 0; i < phases[p].count; ++i)
-            phases[p].fn(ctx, i);
-    }
-#endif
+    for (int p = 0; p < nphases; ++p)
+        mg_pool_run(nt, phases[p].count, phases[p].fn, ctx);
 }
 
 static int64_t round16(int64_t v) { return (v + 15) & ~(int64_t)15; }
@@ -346,13 +330,9 @@ static void pad_band(const fwd_ctx *k, int64_t img, int64_t y0, int64_t rows, in
  * scratch (pad_band). NCHW: the whole image is padded (transposed) into the scratch, and the
  * tiles write an NHWC buffer after it, transposed into the output at the end (an NCHW band
  * is a whole image). */
-static void fwd_band_item(void *ctx, int64_t item)
+static void fwd_band_item(void *ctx, int64_t item, int tid)
 {
     fwd_ctx *k = ctx;
-    int tid = 0;
-#ifdef _OPENMP
-    tid = omp_get_thread_num();
-#endif
     const int64_t img = item / k->nbands, y0 = item % k->nbands * k->band;
     const int64_t rows = k->oh - y0 < k->band ? k->oh - y0 : k->band, plane = k->oh * k->ow;
     const int64_t c = k->c, wp = k->pad.wp;
@@ -396,8 +376,9 @@ static void fwd_band_item(void *ctx, int64_t item)
 
 enum { PACK_ROWS = 256, ITEMS_PER_THREAD = 4, BAND_BYTES = 256 << 10 };
 
-static void fwd_pack_item(void *ctx, int64_t item)
+static void fwd_pack_item(void *ctx, int64_t item, int tid)
 {
+    (void)tid;
     fwd_ctx *k = ctx;
     const int64_t rows = k->kh * k->kw * k->c, lo = item * PACK_ROWS;
     pack_rows(k, lo, lo + PACK_ROWS < rows ? lo + PACK_ROWS : rows);
@@ -539,8 +520,9 @@ static void bwf_units(bwf_ctx *k, int64_t lo, int64_t hi)
     }
 }
 
-static void bwf_prep_item(void *ctx, int64_t img)
+static void bwf_prep_item(void *ctx, int64_t img, int tid)
 {
+    (void)tid;
     bwf_ctx *k = ctx;
     const int64_t img_floats = k->pad.hp * k->pad.wp * k->c;
     pad_image(&k->pad, img, k->xp + img * img_floats);
@@ -551,8 +533,9 @@ static void bwf_prep_item(void *ctx, int64_t img)
         memset(k->xp + k->n * img_floats, 0, NN_SLACK * sizeof(float));
 }
 
-static void bwf_tile_item(void *ctx, int64_t item)
+static void bwf_tile_item(void *ctx, int64_t item, int tid)
 {
+    (void)tid;
     bwf_ctx *k = ctx;
     const int64_t lo = item * k->group, total = k->kh * ((k->nblk - 1) * k->tfull + k->tlast);
     bwf_units(k, lo, lo + k->group < total ? lo + k->group : total);

@@ -2,6 +2,9 @@
 #include "mg_runtime.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <time.h>
 
 /* ------------------------------------------------------------------------------------------ */
 /* Threads and fork                                                                            */
@@ -33,6 +36,144 @@ int mg_native_threads(int requested)
     (void)requested;
     return 1;
 #endif
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The worker pool (mg_pool_run)                                                               */
+
+#define POOL_MAX 1024
+#define INDEX_BITS 40 /* cursor = generation << INDEX_BITS | next item */
+
+typedef struct {
+    mg_pool_fn fn;
+    void *ctx;
+    int64_t count;
+    int nt;
+} pool_job;
+
+static struct {
+    pthread_mutex_t run;   /* held by the thread whose job runs */
+    pthread_mutex_t lock;  /* guards sleeping and waking */
+    pthread_cond_t wake;
+    int started;           /* workers 1 .. started run (under `run`) */
+    int sleepers;          /* workers waiting on `wake` (under `lock`) */
+    uint64_t generation;   /* of the latest job (atomic) */
+    uint64_t cursor;       /* its generation and next item (atomic) */
+    int active;            /* workers inside a job (atomic) */
+    pool_job slot[2];      /* job g in slot[g & 1]: never rewritten while job g may run */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static uint64_t now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+
+/* Claims the next item of job g: its index, or -1 when g has none left (or is over). */
+static int64_t claim(uint64_t g, int64_t count)
+{
+    uint64_t c = __atomic_load_n(&pool.cursor, __ATOMIC_ACQUIRE);
+    for (;;) {
+        const int64_t item = (int64_t)(c & ((1ull << INDEX_BITS) - 1));
+        if (c >> INDEX_BITS != (g & ((1ull << (64 - INDEX_BITS)) - 1)) || item >= count)
+            return -1;
+        if (__atomic_compare_exchange_n(&pool.cursor, &c, c + 1, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return item;
+    }
+}
+
+/* Waits until the generation is not `seen`: polls (yielding) for MG_POOL_SPIN_US, then
+ * sleeps on `wake`. */
+static uint64_t await_job(uint64_t seen)
+{
+    const uint64_t start = now_us();
+    for (unsigned n = 1;; ++n) {
+        const uint64_t g = __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE);
+        if (g != seen)
+            return g;
+        if (n % 64 == 0 && now_us() - start > MG_POOL_SPIN_US)
+            break;
+        sched_yield();
+    }
+    pthread_mutex_lock(&pool.lock);
+    ++pool.sleepers;
+    uint64_t g;
+    while ((g = __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE)) == seen)
+        pthread_cond_wait(&pool.wake, &pool.lock);
+    --pool.sleepers;
+    pthread_mutex_unlock(&pool.lock);
+    return g;
+}
+
+static void *pool_worker(void *arg)
+{
+    const int tid = (int)(intptr_t)arg;
+    uint64_t seen = __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE);
+    for (;;) {
+        const uint64_t g = await_job(seen);
+        seen = g;
+        const pool_job job = pool.slot[g & 1];
+        if (__atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE) != g || tid >= job.nt)
+            continue; /* a newer job already (its own turn comes), or not one of its threads */
+        __atomic_add_fetch(&pool.active, 1, __ATOMIC_ACQ_REL);
+        for (int64_t item; (item = claim(g, job.count)) >= 0;)
+            job.fn(job.ctx, item, tid);
+        __atomic_sub_fetch(&pool.active, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+/* Workers 1 .. nt - 1 running (under `run`); returns how many threads the job can use. */
+static int start_workers(int nt)
+{
+    if (nt > POOL_MAX)
+        nt = POOL_MAX;
+    while (pool.started < nt - 1) {
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        const int failed = pthread_create(&thread, &attr, pool_worker,
+                                          (void *)(intptr_t)(pool.started + 1));
+        pthread_attr_destroy(&attr);
+        if (failed)
+            break;
+        ++pool.started;
+    }
+    return pool.started + 1 < nt ? pool.started + 1 : nt;
+}
+
+void mg_pool_run(int nt, int64_t count, mg_pool_fn fn, void *ctx)
+{
+    if (count <= 0)
+        return;
+    nt = nt > 1 && count > 1 ? mg_native_threads(nt) : 1;
+    if (nt > 1 && pthread_mutex_trylock(&pool.run) != 0)
+        nt = 1; /* another thread's job is running */
+    if (nt <= 1) {
+        for (int64_t i = 0; i < count; ++i)
+            fn(ctx, i, 0);
+        return;
+    }
+    nt = start_workers(nt);
+    const uint64_t g = __atomic_load_n(&pool.generation, __ATOMIC_RELAXED) + 1;
+    pool.slot[g & 1] = (pool_job){fn, ctx, count, nt};
+    __atomic_store_n(&pool.cursor, (g & ((1ull << (64 - INDEX_BITS)) - 1)) << INDEX_BITS,
+                     __ATOMIC_RELEASE);
+    pthread_mutex_lock(&pool.lock);
+    __atomic_store_n(&pool.generation, g, __ATOMIC_RELEASE);
+    if (pool.sleepers)
+        pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    for (int64_t item; (item = claim(g, count)) >= 0;)
+        fn(ctx, item, 0);
+    /* every item is claimed: wait for the workers still running theirs */
+    for (unsigned n = 1; __atomic_load_n(&pool.active, __ATOMIC_ACQUIRE) > 0; ++n)
+        if (n % 64 == 0)
+            sched_yield();
+    pthread_mutex_unlock(&pool.run);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -87,6 +87,19 @@ static inline const void *mg_isa_pick(const void *const tables[MG_NISA])
  * used when it returns more. */
 int mg_native_threads(int requested);
 
+/* The worker pool (the convolutions' threads): mg_pool_run(nt, count, fn, ctx) runs
+ * fn(ctx, item, tid) for every item < count on up to nt threads, the calling thread (tid 0)
+ * and pool workers (tids 1 .. nt - 1), handing items out one at a time, and returns when
+ * all are done. Unlike an OpenMP team, an idle worker keeps polling (yielding the core to
+ * any other runnable thread) for MG_POOL_SPIN_US before it sleeps: the Python between two
+ * kernels of a step does not put it to sleep, so the next kernel does not wait tens of
+ * microseconds for a halted vCPU to wake, and beside another busy process it gives its core
+ * away at once. One job at a time: a call made while another thread's job runs (or with
+ * nt <= 1, or in a child forked while a job ran) runs its items on the calling thread. */
+#define MG_POOL_SPIN_US 300
+typedef void (*mg_pool_fn)(void *ctx, int64_t item, int tid);
+void mg_pool_run(int nt, int64_t count, mg_pool_fn fn, void *ctx);
+
 /* Threads for streaming `elements` elements (pools, elementwise ops): small tensors stay on
  * the calling thread (a parallel region costs more than they do). */
 static inline int mg_stream_threads(int requested, int64_t elements)
