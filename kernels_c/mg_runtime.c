@@ -114,8 +114,16 @@ static void *pool_worker(void *arg)
     for (;;) {
         const uint64_t g = await_job(seen);
         seen = g;
-        const pool_job job = pool.slot[g & 1];
-        if (__atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE) != g || tid >= job.nt)
+        /* read as a seqlock reads: the master rewrites this slot only for job g + 2, after
+         * publishing job g + 1, so an unchanged generation after the reads means the copy
+         * is job g's */
+        const pool_job *slot = &pool.slot[g & 1];
+        const pool_job job = {__atomic_load_n(&slot->fn, __ATOMIC_RELAXED),
+                              __atomic_load_n(&slot->ctx, __ATOMIC_RELAXED),
+                              __atomic_load_n(&slot->count, __ATOMIC_RELAXED),
+                              __atomic_load_n(&slot->nt, __ATOMIC_RELAXED)};
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&pool.generation, __ATOMIC_RELAXED) != g || tid >= job.nt)
             continue; /* a newer job already (its own turn comes), or not one of its threads */
         __atomic_add_fetch(&pool.active, 1, __ATOMIC_ACQ_REL);
         for (int64_t item; (item = claim(g, job.count)) >= 0;)
@@ -159,7 +167,11 @@ void mg_pool_run(int nt, int64_t count, mg_pool_fn fn, void *ctx)
     }
     nt = start_workers(nt);
     const uint64_t g = __atomic_load_n(&pool.generation, __ATOMIC_RELAXED) + 1;
-    pool.slot[g & 1] = (pool_job){fn, ctx, count, nt};
+    pool_job *slot = &pool.slot[g & 1];
+    __atomic_store_n(&slot->fn, fn, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->ctx, ctx, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->count, count, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->nt, nt, __ATOMIC_RELAXED);
     __atomic_store_n(&pool.cursor, (g & ((1ull << (64 - INDEX_BITS)) - 1)) << INDEX_BITS,
                      __ATOMIC_RELEASE);
     pthread_mutex_lock(&pool.lock);

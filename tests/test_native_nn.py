@@ -486,6 +486,35 @@ def test_works_in_a_forked_child():
     assert got == expected
 
 
+def test_convolutions_from_many_threads_at_once_match_one_thread():
+    """The convolutions' worker pool runs one job at a time; a call made while another
+    thread's job runs does its items itself. Eight Python threads at once, each result
+    bit for bit the single-threaded one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(7)
+    cases = [(rng.standard_normal((4, 12, 12, 8)).astype(F32),
+              rng.standard_normal((3, 3, 8, 20)).astype(F32)) for _ in range(8)]
+
+    def all_three(x, f):
+        y = c_conv2d(x, f, ((1, 1), (1, 1)), (12, 12), True)
+        return (y, c_conv2d_backprop_input(y, f, (12, 12), ((1, 1), (1, 1)), True),
+                c_conv2d_backprop_filter(x, y, (3, 3), ((1, 1), (1, 1)), True))
+
+    native.set_num_threads(1)
+    try:
+        expected = [all_three(x, f) for x, f in cases]
+        native.set_num_threads(3)
+        with ThreadPoolExecutor(8) as threads:
+            for _ in range(5):
+                for got, want in zip(threads.map(lambda case: all_three(*case), cases),
+                                     expected):
+                    for a, b in zip(got, want):
+                        assert_bitwise(a, b, "concurrent convolution")
+    finally:
+        native.set_num_threads(None)
+
+
 def test_rejects_bad_geometry():
     x = np.ones((1, 4, 4, 2), F32)
     with pytest.raises(ValueError):  # input-gradient pads must be < the filter size
