@@ -1,17 +1,14 @@
 /* minigraph native activations (float32, elementwise); see activations.h.
  *
  * One entry point per line of the list in activations_internal.h, all alike: check the
- * arguments, pick the ISA's table once (mg_isa_pick), split the elements between threads in
- * chunks of whole cache lines and run the ISA's loop (activations_template.h) on each.
+ * arguments, pick the ISA's table once (mg_isa_pick), hand chunks of whole cache lines to the
+ * worker pool (mg_pool_rows) and run the ISA's loop (activations_template.h) on each.
  */
 #include "activations.h"
 
 #include "activations_internal.h"
 #include "mg_runtime.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 static const act_kernel_table *act_kernels(void)
 {
@@ -20,34 +17,30 @@ static const act_kernel_table *act_kernels(void)
     return mg_isa_pick(tables);
 }
 
-/* elements [lo, hi) of thread tid of nth: whole cache lines (16 floats) each */
-static void chunk(int64_t count, int tid, int nth, int64_t *lo, int64_t *hi)
+/* An elementwise call's arguments, for the pool's chunks (whole cache lines of 16 floats,
+ * so no two threads write one line) */
+typedef struct {
+    act_unary_fn unary;
+    act_binary_fn binary;
+    const float *g, *x;
+    float *y;
+} elementwise_call;
+
+static void elementwise_chunk(void *ctx, int64_t lo, int64_t hi)
 {
-    const int64_t lines = (count + 15) / 16;
-    mg_split(lines, tid, nth, lo, hi);
-    *lo *= 16;
-    *hi = *hi * 16 < count ? *hi * 16 : count;
+    const elementwise_call *c = ctx;
+    if (c->unary)
+        c->unary(c->x + lo, c->y + lo, hi - lo);
+    else
+        c->binary(c->g + lo, c->x + lo, c->y + lo, hi - lo);
 }
 
 static int run_unary(int op, int64_t count, const float *x, float *y, int num_threads)
 {
     if (count < 0 || (count && (!x || !y)))
         return MG_EINVAL;
-    const act_unary_fn fn = act_kernels()->unary[op];
-    const int nt = mg_stream_threads(num_threads, count);
-    if (nt <= 1) {
-        fn(x, y, count);
-        return MG_OK;
-    }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        chunk(count, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        if (hi > lo)
-            fn(x + lo, y + lo, hi - lo);
-    }
-#endif
+    elementwise_call c = {act_kernels()->unary[op], NULL, NULL, x, y};
+    mg_pool_rows(mg_stream_threads(num_threads, count), count, 16, elementwise_chunk, &c);
     return MG_OK;
 }
 
@@ -56,21 +49,8 @@ static int run_binary(int op, int64_t count, const float *g, const float *x, flo
 {
     if (count < 0 || (count && (!g || !x || !dx)))
         return MG_EINVAL;
-    const act_binary_fn fn = act_kernels()->binary[op];
-    const int nt = mg_stream_threads(num_threads, count);
-    if (nt <= 1) {
-        fn(g, x, dx, count);
-        return MG_OK;
-    }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        chunk(count, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        if (hi > lo)
-            fn(g + lo, x + lo, dx + lo, hi - lo);
-    }
-#endif
+    elementwise_call c = {NULL, act_kernels()->binary[op], g, x, dx};
+    mg_pool_rows(mg_stream_threads(num_threads, count), count, 16, elementwise_chunk, &c);
     return MG_OK;
 }
 
@@ -119,26 +99,26 @@ int mg_epilogue_check(const mg_epilogue *e)
     return MG_OK;
 }
 
+typedef struct {
+    const act_kernel_table *t;
+    int64_t channels;
+    float *y;
+    const mg_epilogue *e;
+} epilogue_call;
+
+static void epilogue_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const epilogue_call *c = ctx;
+    epilogue_rows(c->t, lo, hi, c->channels, c->y, c->e);
+}
+
 int mg_channel_epilogue(int64_t rows, int64_t channels, float *y, const mg_epilogue *e,
                         int num_threads)
 {
     if (rows < 0 || channels <= 0 || (rows && !y) || mg_epilogue_check(e) != MG_OK)
         return MG_EINVAL;
-    const act_kernel_table *t = act_kernels();
-    const int nt = mg_stream_threads(num_threads, rows * channels);
-    if (nt <= 1) {
-        epilogue_rows(t, 0, rows, channels, y, e);
-        return MG_OK;
-    }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mg_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        if (hi > lo)
-            epilogue_rows(t, lo, hi, channels, y, e);
-    }
-#endif
+    epilogue_call c = {act_kernels(), channels, y, e};
+    mg_pool_rows(mg_stream_threads(num_threads, rows * channels), rows, 1, epilogue_chunk, &c);
     return MG_OK;
 }
 
@@ -157,23 +137,33 @@ static void reduce_block(const act_kernel_table *t, int64_t o, int64_t c0, int64
         out[c] = divide ? (float)((double)acc[c] / (double)rows) : acc[c];
 }
 
+typedef struct {
+    const act_kernel_table *t;
+    int64_t blocks, rows, channels;
+    const float *x;
+    float *y;
+    int divide;
+} reduce_call;
+
+static void reduce_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const reduce_call *c = ctx;
+    for (int64_t item = lo; item < hi; ++item) {
+        const int64_t o = item / c->blocks, c0 = item % c->blocks * REDUCE_CHANNEL_BLOCK;
+        const int64_t n = c->channels - c0 < REDUCE_CHANNEL_BLOCK ? c->channels - c0
+                                                                 : REDUCE_CHANNEL_BLOCK;
+        reduce_block(c->t, o, c0, n, c->rows, c->channels, c->x, c->y, c->divide);
+    }
+}
+
 int mg_reduce_rows(int64_t outer, int64_t rows, int64_t channels, const float *x, float *y,
                    int divide, int num_threads)
 {
     if (outer < 0 || rows < 0 || channels <= 0 || (outer && (!y || (rows && !x))))
         return MG_EINVAL;
-    const act_kernel_table *t = act_kernels();
     const int64_t blocks = (channels + REDUCE_CHANNEL_BLOCK - 1) / REDUCE_CHANNEL_BLOCK;
-    const int64_t items = outer * blocks;
-    const int nt = mg_stream_threads(num_threads, outer * rows * channels);
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-#endif
-    for (int64_t item = 0; item < items; ++item) {
-        const int64_t o = item / blocks, c0 = item % blocks * REDUCE_CHANNEL_BLOCK;
-        const int64_t n = channels - c0 < REDUCE_CHANNEL_BLOCK ? channels - c0
-                                                              : REDUCE_CHANNEL_BLOCK;
-        reduce_block(t, o, c0, n, rows, channels, x, y, divide);
-    }
+    reduce_call c = {act_kernels(), blocks, rows, channels, x, y, divide};
+    mg_pool_rows(mg_stream_threads(num_threads, outer * rows * channels), outer * blocks, 1,
+                 reduce_chunk, &c);
     return MG_OK;
 }

@@ -51,21 +51,21 @@ typedef void (*range_fn)(dw_call *k, int64_t lo, int64_t hi);
 
 /* fn over [0, count) in chunks handed to threads dynamically (the machine may be shared: a
  * thread that starts late takes fewer); which thread runs a chunk never changes a result. */
+typedef struct {
+    dw_call *k;
+    range_fn fn;
+} ranges_call;
+
+static void range_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const ranges_call *c = ctx;
+    c->fn(c->k, lo, hi);
+}
+
 static void parallel_ranges(dw_call *k, int nt, int64_t count, range_fn fn)
 {
-    if (count <= 0)
-        return;
-    if (nt <= 1) {
-        fn(k, 0, count);
-        return;
-    }
-    const int64_t chunk = count / (8 * nt) > 0 ? count / (8 * nt) : 1;
-    const int64_t chunks = (count + chunk - 1) / chunk;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-#endif
-    for (int64_t b = 0; b < chunks; ++b)
-        fn(k, b * chunk, (b + 1) * chunk < count ? (b + 1) * chunk : count);
+    ranges_call c = {k, fn};
+    mg_pool_rows(nt, count, 1, range_chunk, &c);
 }
 
 /* a * b * c * d into *out, or 0 on int64 overflow */

@@ -2,17 +2,14 @@
  *
  * Pad writes the output row by row (a row: the innermost dimension): a row inside the input's
  * window is its padding zeros, one memcpy of the input row, zeros again; a row outside it is
- * all zeros. Rows are split between threads, so each thread writes a contiguous part of y
- * once (no zero-fill pass before the copy). */
+ * all zeros. Chunks of rows go to the worker pool, so each chunk writes a contiguous part of
+ * y once (no zero-fill pass before the copy). */
 #include "layout.h"
 
 #include <string.h>
 
 #include "mg_runtime.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 enum { PAD_MAX_RANK = 8 };
 
@@ -49,6 +46,11 @@ static void pad_rows(const pad_call *k, int64_t lo, int64_t hi)
     }
 }
 
+static void pad_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    pad_rows(ctx, lo, hi);
+}
+
 int mg_pad(int rank, const int64_t *dims, const int64_t *before, const int64_t *after,
            const float *x, float *y, int num_threads)
 {
@@ -74,16 +76,6 @@ int mg_pad(int rank, const int64_t *dims, const int64_t *before, const int64_t *
     const int64_t row_len = k.out_dims[rank - 1];
     const int64_t rows = row_len ? out_count / row_len : 0;
     const int nt = mg_stream_threads(num_threads, out_count);
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int64_t lo, hi;
-        mg_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        pad_rows(&k, lo, hi);
-    }
-#else
-    (void)nt;
-    pad_rows(&k, 0, rows);
-#endif
+    mg_pool_rows(nt, rows, 1, pad_chunk, &k);
     return MG_OK;
 }

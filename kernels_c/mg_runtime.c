@@ -188,6 +188,36 @@ void mg_pool_run(int nt, int64_t count, mg_pool_fn fn, void *ctx)
     pthread_mutex_unlock(&pool.run);
 }
 
+typedef struct {
+    mg_rows_fn fn;
+    void *ctx;
+    int64_t rows, chunk;
+} rows_job;
+
+static void rows_item(void *ctx, int64_t item, int tid)
+{
+    (void)tid;
+    const rows_job *j = ctx;
+    const int64_t lo = item * j->chunk, hi = lo + j->chunk < j->rows ? lo + j->chunk : j->rows;
+    j->fn(j->ctx, lo, hi);
+}
+
+void mg_pool_rows(int nt, int64_t rows, int64_t align, mg_rows_fn fn, void *ctx)
+{
+    if (rows <= 0)
+        return;
+    if (nt <= 1) {
+        fn(ctx, 0, rows);
+        return;
+    }
+    if (align < 1)
+        align = 1;
+    int64_t chunk = (rows + 4 * (int64_t)nt - 1) / (4 * (int64_t)nt);
+    chunk = (chunk + align - 1) / align * align;
+    rows_job job = {fn, ctx, rows, chunk};
+    mg_pool_run(nt, (rows + chunk - 1) / chunk, rows_item, &job);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Instruction set                                                                             */
 

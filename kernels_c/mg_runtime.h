@@ -100,6 +100,11 @@ int mg_native_threads(int requested);
 typedef void (*mg_pool_fn)(void *ctx, int64_t item, int tid);
 void mg_pool_run(int nt, int64_t count, mg_pool_fn fn, void *ctx);
 
+/* fn(ctx, lo, hi) over rows [0, rows) on the pool, in chunks of whole multiples of `align`
+ * rows (about 4 chunks per thread; chunks are independent: any thread may run any). */
+typedef void (*mg_rows_fn)(void *ctx, int64_t lo, int64_t hi);
+void mg_pool_rows(int nt, int64_t rows, int64_t align, mg_rows_fn fn, void *ctx);
+
 /* Threads for streaming `elements` elements (pools, elementwise ops): small tensors stay on
  * the calling thread (a parallel region costs more than they do). */
 static inline int mg_stream_threads(int requested, int64_t elements)
@@ -124,14 +129,6 @@ static inline float *mg_alloc_floats(int64_t count)
 {
     size_t bytes = ((size_t)count * sizeof(float) + 63) & ~(size_t)63;
     return aligned_alloc(64, bytes ? bytes : 64);
-}
-
-/* [lo, hi) of `total` items for thread `tid` of `nth`: contiguous, balanced. */
-static inline void mg_split(int64_t total, int tid, int nth, int64_t *lo, int64_t *hi)
-{
-    const int64_t base = total / nth, extra = total % nth;
-    *lo = tid * base + (tid < extra ? tid : extra);
-    *hi = *lo + base + (tid < extra);
 }
 
 #endif

@@ -1,6 +1,6 @@
 /* minigraph native max pooling (float32); see pooling.h.
  *
- * Pools run over output rows (image, y) split in contiguous ranges between threads. The
+ * Pools run over output rows (image, y), chunks of them on the worker pool. The
  * loops are per ISA, one table each (pool_kernel_table), picked once per call
  * (mg_isa_pick): pooling_template.h compiled for the baseline, AVX2 and AVX-512
  * (pooling_isa_*.c), AVX-512 with 2x2 windows in registers first. An NCHW tensor is pooled
@@ -13,9 +13,6 @@
 #include "mg_runtime.h"
 #include "pooling_internal.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 static const pool_kernel_table *pool_kernels(void)
 {
@@ -24,20 +21,22 @@ static const pool_kernel_table *pool_kernels(void)
     return mg_isa_pick(tables);
 }
 
+typedef struct {
+    pool_rows_fn fn;
+    const pool_geo *g;
+} rows_call;
+
+static void rows_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const rows_call *c = ctx;
+    c->fn(c->g, lo, hi);
+}
+
+/* fn over output rows [0, rows) in chunks on the worker pool (rows are independent) */
 static void run_rows(pool_rows_fn fn, const pool_geo *g, int64_t rows, int nt)
 {
-    if (nt <= 1) {
-        fn(g, 0, rows);
-        return;
-    }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        mg_split(rows, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        fn(g, lo, hi);
-    }
-#endif
+    rows_call c = {fn, g};
+    mg_pool_rows(nt, rows, 1, rows_chunk, &c);
 }
 
 static int pool_setup(pool_geo *g, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
