@@ -9,17 +9,15 @@ Graphs: the Keras CNN and residual stack of the interop tests (issue target: min
 TensorFlow's time over minigraph's: above 1 means minigraph is faster. Also prints the
 largest difference between the two outputs.
 
-minigraph's OpenMP threads spin only briefly before sleeping (``GOMP_SPINCOUNT=1000``, for
-fair sharing beside other busy processes: docs/performance.md); a dedicated inference
-machine may let them spin longer. ``--spin 30000`` runs everything again in a fresh process
-with ``GOMP_SPINCOUNT=30000`` and prints a second table.
+minigraph's kernels here run on its worker pool (kernels_c/mg_runtime.c: idle workers poll,
+yielding their core, for 300 us before they sleep), TensorFlow's on its own thread pool; the
+harness lets both settle for 5 ms before each sample (benchmarks/_common.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -57,8 +55,6 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--graphs", nargs="*", default=list(GRAPHS), choices=list(GRAPHS))
-    parser.add_argument("--spin", type=int, default=None, metavar="N",
-                        help="then run again with GOMP_SPINCOUNT=N (a fresh process)")
     args = parser.parse_args()
     tf = tf_graphs.tensorflow()
     native.set_num_threads(args.threads)
@@ -77,15 +73,8 @@ def main() -> None:
                                  repeats=args.repeats)
         rows.append([name, f"{times['minigraph'] * 1e3:.2f}", f"{times['tensorflow'] * 1e3:.2f}",
                      f"{times['tensorflow'] / times['minigraph']:.2f}x", f"{difference:.1e}"])
-    spin = os.environ.get("GOMP_SPINCOUNT", "1000 (minigraph's default)")
-    print(f"GOMP_SPINCOUNT={spin}")
     print(markdown_table(["graph", "minigraph ms", "TensorFlow ms", "TF / minigraph",
                           "max |diff|"], rows))
-    if args.spin is not None:
-        again = [sys.executable, __file__, "--batch", str(args.batch), "--threads",
-                 str(args.threads), "--repeats", str(args.repeats), "--graphs", *args.graphs]
-        subprocess.run(again, env={**os.environ, "GOMP_SPINCOUNT": str(args.spin)},
-                       check=True)
 
 
 if __name__ == "__main__":
