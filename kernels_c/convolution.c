@@ -5,18 +5,22 @@
  * Forward and input gradient are one engine: a stride-1 cross-correlation of a source
  * tensor (x, or dy for the input gradient) with a packed filter. The input gradient is the
  * correlation of dy, padded by (kh - 1 - pad_top, kw - 1 - pad_left), with the filter
- * flipped in H and W and its in/out channels swapped. One parallel region:
- *   1. pack the filter as [kh * kw * c][cop] (cop = co rounded up to 16, zero tail; skipped
- *      when the forward filter already is that) and copy the source, image by image, into a
- *      zero-padded NHWC scratch [n][out_h + kh - 1][out_w + kw - 1][c] (NCHW is transposed
- *      here);
- *   2. (after a barrier) tiles of output pixels x blocks of up to 64 output channels; each
- *      tile is one micro-kernel call that keeps its outputs in registers over all
- *      kh * kw * c taps (and applies a fused epilogue to them there, when given). NHWC:
- *      tiles flat over images and rows, handed to threads in small groups; NCHW: one image per work item, its tiles written to a per-thread NHWC buffer
- *      that is transposed into the output while in cache.
- * The filter gradient sums x[pixel + tap] * dy[pixel] over all pixels: after the same
- * padding phase (dy transposed too for NCHW), tiles of filter rows x channel blocks in a few
+ * flipped in H and W and its in/out channels swapped. Two jobs of the worker pool
+ * (mg_pool_run, mg_runtime.h):
+ *   1. pack the filter as [kh * kw * c][cop] (cop = co rounded up to 16, zero tail; skipped,
+ *      with no job, when the forward filter already is that);
+ *   2. work items of output rows (a band: a whole image while there are enough images to
+ *      share out, fewer rows otherwise). An item's thread copies what its border pixels read
+ *      (pixels whose window crosses the source's edges: the padded rows above and below,
+ *      the edge columns between) into its own zero-padded NHWC scratch, then runs tiles of
+ *      up to 10 (12, 8, 6) pixels x blocks of up to 64 output channels; each tile is one
+ *      micro-kernel call that keeps its outputs in registers over all kh * kw * c taps (and
+ *      applies a fused epilogue to them there, when given). NHWC: interior pixels' tiles
+ *      read the source itself (no copy), tiles write the output. NCHW: the item is one image,
+ *      padded (transposed) whole into the scratch, its tiles written to an NHWC buffer after
+ *      it that is transposed into the output while in cache.
+ * The filter gradient sums x[pixel + tap] * dy[pixel] over all pixels: after a job that
+ * copies x into a zero-padded NHWC scratch, image by image (dy transposed too for NCHW), tiles of filter rows x channel blocks in a few
  * groups per thread; a group walks the images in order, in chunks that fit in L1, calling
  * its tiles' micro-kernels (which carry the sums in registers through a chunk). Work items
  * go to threads dynamically (the machine may be shared); each output element is one tile's,

@@ -6,10 +6,11 @@
  * [n, h, w, c], filter [kh, kw, c, co], output [n, out_h, out_w, co] (NHWC terms), where
  * output pixel (y, x) reads input rows y - pad_top .. y - pad_top + kh - 1 (zero outside).
  *
- * Direct convolution: no im2col matrix. The input is copied once into a zero-padded NHWC
- * scratch; register-blocked micro-kernels (AVX-512: up to 64 output channels in 4 vectors,
- * 6-12 pixels or filter rows per tile; AVX2 and baseline versions too) run over tiles that
- * threads take in groups.
+ * Direct convolution: no im2col matrix. Register-blocked micro-kernels (AVX-512: up to 64
+ * output channels in 4 vectors, 6-12 pixels or filter rows per tile; AVX2 and baseline
+ * versions too) run over tiles that the worker pool's threads take in groups; the forward
+ * tiles read interior pixels' windows from the input itself and border pixels' from a small
+ * zero-padded copy (the filter gradient pads the whole input once).
  * Every output element is computed by one tile, summing in a fixed order (taps for the
  * forward and input gradient; pixels, image by image, for the filter gradient), so results
  * are bit-identical for any thread count.

@@ -18,8 +18,10 @@ default: ``os.cpu_count()``), looked up at every call; :func:`set_num_threads` o
 set than the best one the CPU has, at import; :func:`set_isa` does it later. An invalid value
 of either variable warns once, naming it, and the default is used.
 
-Unless ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME`` is set, the OpenMP runtime
-is loaded with ``GOMP_SPINCOUNT=1000`` (idle threads spin tens of microseconds, not
+Most kernels run on minigraph's own worker pool (kernels_c/mg_runtime.c: idle workers poll,
+yielding their core, for 300 us, then sleep). Batch norm uses OpenMP:
+unless ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME`` is set, its runtime is
+loaded with ``GOMP_SPINCOUNT=1000`` (idle threads spin tens of microseconds, not
 milliseconds, so training beside another busy process keeps its fair share; see
 :data:`DEFAULT_SPINCOUNT`).
 """
