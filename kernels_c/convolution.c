@@ -1,11 +1,11 @@
-/* minigraph native 2-D convolutions (float32, stride 1, dilation 1): the drivers.
+/* minigraph native 2-D convolutions (float32, dilation 1; strides in the forward): the drivers.
  *
  * How a call runs
  * ---------------
- * Forward and input gradient are one engine: a stride-1 cross-correlation of a source
+ * Forward and input gradient are one engine: a strided cross-correlation of a source
  * tensor (x, or dy for the input gradient) with a packed filter. The input gradient is the
  * correlation of dy, padded by (kh - 1 - pad_top, kw - 1 - pad_left), with the filter
- * flipped in H and W and its in/out channels swapped. Two jobs of the worker pool
+ * flipped in H and W and its in/out channels swapped (stride 1). Two jobs of the worker pool
  * (mg_pool_run, mg_runtime.h):
  *   1. pack the filter as [kh * kw * c][cop] (cop = co rounded up to 16, zero tail; skipped,
  *      with no job, when the forward filter already is that);
@@ -185,6 +185,7 @@ typedef struct {
     const conv_kernel_table *tab;
     pad_geo pad;
     int64_t n, c, kh, kw, oh, ow, co, cop;
+    int64_t sh, sw;     /* strides (the input gradient's engine: 1) */
     const float *f;     /* caller's filter */
     int flip;           /* 0: f is HWIO [kh][kw][c][co]; 1: f is the forward filter
                            [kh][kw][co][c] of the input gradient (flip and swap) */
@@ -236,7 +237,7 @@ static nn_fwd_fn block_init(const fwd_ctx *k, int64_t b, nn_fwd_tile *t, int *pi
 
 /* Where a band's tiles read: the zero-padded band in the thread's scratch, or the source
  * image itself (a pixel whose window lies inside it: no copy). Output pixel (y, x) reads
- * at x + ((y - row0) * row_stride / c + x - col0) * c. */
+ * at x + ((y * sh - row0) * row_stride / c + x * sw - col0) * c. */
 typedef struct {
     const float *x;
     int64_t row_stride, row0, col0;
@@ -244,7 +245,8 @@ typedef struct {
 
 enum { ALL_PIXELS = -1, BORDER_PIXELS = 0, INTERIOR_PIXELS = 1 };
 
-/* Does output pixel (y, x)'s window lie inside the source? */
+/* Does output pixel (y, x)'s window lie inside the source? (stride 1: the only case that
+ * reads the source directly) */
 static int interior(const fwd_ctx *k, int64_t y, int64_t x)
 {
     return y >= k->pad.pt && y - k->pad.pt + k->kh <= k->pad.h && x >= k->pad.pl &&
@@ -265,9 +267,10 @@ static void add_pixels(tile_filler *f, int64_t yy, int64_t x0, int64_t x1)
 {
     const int64_t c = f->k->c, ps = f->src->row_stride / c;
     nn_fwd_tile *t = f->t;
-    int64_t off = ((yy - f->src->row0) * ps + x0 - f->src->col0) * c;
+    int64_t off = ((yy * f->k->sh - f->src->row0) * ps + x0 * f->k->sw - f->src->col0) * c;
     int64_t yoff = ((yy - f->y0) * f->k->ow + x0) * f->k->co;
-    for (int64_t x = x0; x < x1; ++x, off += c, yoff += f->k->co) {
+    const int64_t step = f->k->sw * c;
+    for (int64_t x = x0; x < x1; ++x, off += step, yoff += f->k->co) {
         t->off[f->np] = off;
         t->yoff[f->np] = yoff;
         if (++f->np == f->P) {
@@ -308,9 +311,9 @@ static void band_tiles(const fwd_ctx *k, nn_fwd_tile *t, nn_fwd_fn fn, int P, in
     }
 }
 
-/* The padded rows [y0, y0 + rows + kh - 1) a band reads, into xp: whole rows, except (when
- * `split`) rows only interior output rows read, of which only the edge columns that border
- * pixels read (interior pixels read the source). */
+/* The padded rows [y0 * sh, (y0 + rows - 1) * sh + kh) a band reads, into xp: whole rows,
+ * except (when `split`, stride 1) rows only interior output rows read, of which only the
+ * edge columns that border pixels read (interior pixels read the source). */
 static void pad_band(const fwd_ctx *k, int64_t img, int64_t y0, int64_t rows, int split,
                      float *xp)
 {
@@ -318,8 +321,13 @@ static void pad_band(const fwd_ctx *k, int64_t img, int64_t y0, int64_t rows, in
     const int64_t left = k->pad.pl + k->kw - 1 < wp ? k->pad.pl + k->kw - 1 : wp;
     const int64_t right = k->pad.w - k->kw + 1 + k->pad.pl > left
                               ? k->pad.w - k->kw + 1 + k->pad.pl : left;
+    if (!split) {
+        pad_rows(&k->pad, img, y0 * k->sh, y0 * k->sh, (y0 + rows - 1) * k->sh + k->kh, 0, wp,
+                 xp);
+        return;
+    }
     for (int64_t r = y0; r < y0 + rows + k->kh - 1; ++r) {
-        if (split && r >= ya + k->kh - 1 && r < yb) {
+        if (r >= ya + k->kh - 1 && r < yb) {
             pad_rows(&k->pad, img, y0, r, r + 1, 0, left, xp);
             if (right < wp)
                 pad_rows(&k->pad, img, y0, r, r + 1, right, wp, xp);
@@ -343,17 +351,18 @@ static void fwd_band_item(void *ctx, int64_t item, int tid)
     float *xp = k->scratch + (int64_t)tid * k->scratch_floats;
     /* split: some pixels are interior (then column pl of row pt is), and their tap rows
      * are long enough (a vector) for the copy they save to outweigh a second set of tiles */
-    const int split = k->channels_last && k->kw * c >= 16 && k->pad.pl < k->ow &&
-                      k->pad.pt < k->oh && interior(k, k->pad.pt, k->pad.pl);
+    const int split = k->channels_last && k->sh == 1 && k->sw == 1 && k->kw * c >= 16 &&
+                      k->pad.pl < k->ow && k->pad.pt < k->oh &&
+                      interior(k, k->pad.pt, k->pad.pl);
     if (k->channels_last)
         pad_band(k, img, y0, rows, split, xp);
     else
         pad_image(&k->pad, img, xp);
-    const tile_source padded = {xp, wp * c, y0, 0};
+    const tile_source padded = {xp, wp * c, y0 * k->sh, 0};
     const tile_source direct = {k->pad.src + img * k->pad.h * k->pad.w * c, k->pad.w * c,
                                 k->pad.pt, k->pad.pl};
     float *y = k->channels_last ? k->out + (img * plane + y0 * k->ow) * k->co
-                                : xp + (k->band + k->kh - 1) * wp * c;
+                                : xp + ((k->band - 1) * k->sh + k->kh) * wp * c;
     nn_fwd_tile t;
     t.kh = k->kh;
     t.K = k->kw * c;
@@ -398,18 +407,18 @@ static int64_t band_rows(const fwd_ctx *k, int nt)
         return band;
     const int64_t row_bytes = k->pad.wp * k->c * (int64_t)sizeof(float);
     while (band > 1 && (k->n * ((k->oh + band - 1) / band) < (int64_t)nt * ITEMS_PER_THREAD ||
-                        (band + k->kh - 1) * row_bytes > BAND_BYTES))
+                        ((band - 1) * k->sh + k->kh) * row_bytes > BAND_BYTES))
         band = (band + 1) / 2;
     return band;
 }
 
 static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_t c,
-                       int64_t kh, int64_t kw, int64_t co, int64_t pt, int64_t pl, int64_t oh,
-                       int64_t ow, int channels_last, const float *f, int flip, float *out,
-                       const mg_epilogue *ep, int num_threads)
+                       int64_t kh, int64_t kw, int64_t co, int64_t sh, int64_t sw, int64_t pt,
+                       int64_t pl, int64_t oh, int64_t ow, int channels_last, const float *f,
+                       int flip, float *out, const mg_epilogue *ep, int num_threads)
 {
-    if (n < 0 || h < 0 || w < 0 || c <= 0 || kh <= 0 || kw <= 0 || co <= 0 || pt < 0 ||
-        pl < 0 || oh < 0 || ow < 0 || !src || !f || !out ||
+    if (n < 0 || h < 0 || w < 0 || c <= 0 || kh <= 0 || kw <= 0 || co <= 0 || sh <= 0 ||
+        sw <= 0 || pt < 0 || pl < 0 || oh < 0 || ow < 0 || !src || !f || !out ||
         (ep && (!channels_last || mg_epilogue_check(ep) != MG_OK)))
         return MG_EINVAL;
     if (n * oh * ow == 0)
@@ -417,18 +426,20 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
     fwd_ctx k;
     memset(&k, 0, sizeof k);
     k.tab = conv_kernels();
-    k.n = n, k.c = c, k.kh = kh, k.kw = kw, k.oh = oh, k.ow = ow, k.co = co;
+    k.n = n, k.c = c, k.kh = kh, k.kw = kw, k.oh = oh, k.ow = ow, k.co = co, k.sh = sh,
+    k.sw = sw;
     k.cop = round16(co);
     k.f = f, k.flip = flip, k.out = out, k.channels_last = channels_last, k.ep = ep;
-    k.pad = (pad_geo){src, h, w, c, pt, pl, oh + kh - 1, ow + kw - 1, channels_last,
-                      k.tab->transpose};
+    k.pad = (pad_geo){src, h, w, c, pt, pl, (oh - 1) * sh + kh, (ow - 1) * sw + kw,
+                      channels_last, k.tab->transpose};
     k.nblk = (co + 63) / 64;
     const double work = (double)n * oh * ow * kh * kw * c * k.cop;
     const int nt = mg_work_threads(num_threads, work);
     k.band = band_rows(&k, nt);
     k.nbands = (oh + k.band - 1) / k.band;
     /* a tile reads its pixels' kh rows of kw * c floats: all inside the padded band */
-    k.scratch_floats = (k.band + kh - 1) * k.pad.wp * c + (channels_last ? 0 : oh * ow * co);
+    k.scratch_floats = ((k.band - 1) * sh + kh) * k.pad.wp * c +
+                       (channels_last ? 0 : oh * ow * co);
     int err = 0;
     k.fp = (!flip && k.cop == co) ? (float *)f : mg_alloc_floats(kh * kw * c * k.cop);
     k.scratch = mg_alloc_floats((int64_t)nt * k.scratch_floats);
@@ -448,12 +459,13 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
 }
 
 int mg_conv2d_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
-                      int64_t co, int64_t pad_top, int64_t pad_left, int64_t out_h,
-                      int64_t out_w, int channels_last, const float *x, const float *f,
-                      float *y, const mg_epilogue *epilogue, int num_threads)
+                      int64_t co, int64_t stride_h, int64_t stride_w, int64_t pad_top,
+                      int64_t pad_left, int64_t out_h, int64_t out_w, int channels_last,
+                      const float *x, const float *f, float *y, const mg_epilogue *epilogue,
+                      int num_threads)
 {
-    return conv_engine(x, n, h, w, c, kh, kw, co, pad_top, pad_left, out_h, out_w,
-                       channels_last, f, 0, y, epilogue, num_threads);
+    return conv_engine(x, n, h, w, c, kh, kw, co, stride_h, stride_w, pad_top, pad_left, out_h,
+                       out_w, channels_last, f, 0, y, epilogue, num_threads);
 }
 
 int mg_conv2d_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
@@ -465,7 +477,7 @@ int mg_conv2d_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, int64_t
         return MG_EINVAL;
     /* correlate dy [n, out_h, out_w, co] (padded by kh-1-pad_top, kw-1-pad_left) with the
        flipped, channel-swapped filter: output [n, h, w, c] */
-    return conv_engine(dy, n, out_h, out_w, co, kh, kw, c, kh - 1 - pad_top,
+    return conv_engine(dy, n, out_h, out_w, co, kh, kw, c, 1, 1, kh - 1 - pad_top,
                        kw - 1 - pad_left, h, w, channels_last, f, 1, dx, NULL, num_threads);
 }
 

@@ -1,10 +1,11 @@
 /* minigraph native 2-D convolution kernels (float32): public C API.
  *
- * Stride 1, dilation 1, any kernel size, non-negative top/left pads (SAME or VALID as TF
- * computes them). Tensors are C-contiguous float32: the input and output in NHWC
- * (`channels_last` != 0) or NCHW, the filter (and its gradient) in HWIO. Sizes: input
- * [n, h, w, c], filter [kh, kw, c, co], output [n, out_h, out_w, co] (NHWC terms), where
- * output pixel (y, x) reads input rows y - pad_top .. y - pad_top + kh - 1 (zero outside).
+ * Dilation 1, strides in the forward (1 for the gradients), any kernel size, non-negative
+ * top/left pads (SAME or VALID as TF computes them). Tensors are C-contiguous float32: the
+ * input and output in NHWC (`channels_last` != 0) or NCHW, the filter (and its gradient) in
+ * HWIO. Sizes: input [n, h, w, c], filter [kh, kw, c, co], output [n, out_h, out_w, co] (NHWC
+ * terms), where output pixel (y, x) reads input rows y * stride - pad_top .. y * stride -
+ * pad_top + kh - 1 (zero outside).
  *
  * Direct convolution: no im2col matrix. Register-blocked micro-kernels (AVX-512: up to 64
  * output channels in 4 vectors, 6-12 pixels or filter rows per tile; AVX2 and baseline
@@ -29,14 +30,17 @@
 #include "mg_runtime.h"
 
 /* BEGIN CDEF */
-/* y = conv(x, f): x [n,h,w,c], f [kh,kw,c,co], y [n,out_h,out_w,co]. With an `epilogue`
+/* y = conv(x, f): x [n,h,w,c], f [kh,kw,c,co], y [n,out_h,out_w,co]; output pixel (p, q)
+ * reads input rows p * stride_h - pad_top + i, columns q * stride_w - pad_left + j. With an
+ * `epilogue`
  * (NULL: none; NHWC only, else MG_EINVAL), its stages (activations.h) are applied to each
  * tile in registers before it is stored: y = epilogue(conv(x, f)), bit for bit what
  * mg_channel_epilogue on the convolution's result gives, without another pass over y. */
 int mg_conv2d_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
-                      int64_t co, int64_t pad_top, int64_t pad_left, int64_t out_h,
-                      int64_t out_w, int channels_last, const float *x, const float *f,
-                      float *y, const mg_epilogue *epilogue, int num_threads);
+                      int64_t co, int64_t stride_h, int64_t stride_w, int64_t pad_top,
+                      int64_t pad_left, int64_t out_h, int64_t out_w, int channels_last,
+                      const float *x, const float *f, float *y, const mg_epilogue *epilogue,
+                      int num_threads);
 
 /* dx = d conv / d x given dy [n,out_h,out_w,co]; dx [n,h,w,c]. Needs pad_top < kh and
  * pad_left < kw (always true for SAME and VALID). */

@@ -118,7 +118,8 @@ static void conv_case(int64_t n, int64_t h, int64_t w, int64_t c, int64_t co, in
     float *out[3];
     for (int k = 0; k < 3; ++k)
         out[k] = output(sizes[k], shift, &blk[k]);
-    int rc = mg_conv2d_forward(n, h, w, c, kh, kw, co, pt, pl, oh, ow, cl, x, f, out[0], NULL, threads);
+    int rc = mg_conv2d_forward(n, h, w, c, kh, kw, co, 1, 1, pt, pl, oh, ow, cl, x, f, out[0], NULL,
+                               threads);
     CHECK(rc == 0, "forward rc %d", rc);
     rc = mg_conv2d_backprop_input(n, h, w, c, kh, kw, co, pt, pl, oh, ow, cl, f, dy, out[1],
                                   threads);
@@ -367,7 +368,7 @@ int main(void)
     }
     /* bad arguments */
     float one = 1.0f;
-    CHECK(mg_conv2d_forward(1, 1, 1, 0, 1, 1, 1, 0, 0, 1, 1, 1, &one, &one, &one, NULL, 1) ==
+    CHECK(mg_conv2d_forward(1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, &one, &one, &one, NULL, 1) ==
               MG_EINVAL, "c = 0 accepted");
     CHECK(mg_conv2d_backprop_input(1, 3, 3, 1, 3, 3, 1, 3, 0, 1, 1, 1, &one, &one, &one, 1) ==
               MG_EINVAL, "pad_top >= kh accepted");

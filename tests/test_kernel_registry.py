@@ -30,11 +30,12 @@ def _kernels(root, fetch, feeds, backend):
     return metadata
 
 
-def _conv_graph(dtype, strides):
+def _conv_graph(dtype, dilations):
     root = mg.Scope.NewRootScope()
     x = ops.Placeholder(root.WithOpName("x"), dtype)
     f = ops.Const(root.WithOpName("f"), np.ones((3, 3, 2, 4), dtype.np_dtype))
-    y = ops.Conv2D(root.WithOpName("conv"), x, f, strides=strides, padding="SAME")
+    y = ops.Conv2D(root.WithOpName("conv"), x, f, strides=[1, 1, 1, 1], padding="SAME",
+                   dilations=dilations)
     r = ops.Relu(root.WithOpName("relu"), y)
     # the convolution's output fetched too, so the Relu keeps its own kernel (not fused
     # after the convolution: tests/test_fusion.py)
@@ -42,7 +43,7 @@ def _conv_graph(dtype, strides):
 
 
 @needs_native
-@pytest.mark.parametrize("dtype, strides, conv, relu", [
+@pytest.mark.parametrize("dtype, dilations, conv, relu", [
     (mg.float32, [1, 1, 1, 1], "native:convolution_kernels.conv2d_native",
      "native:activation_kernels.relu_native"),
     (mg.float32, [1, 2, 2, 1], "reference:convolution_kernels.conv2d",
@@ -50,8 +51,8 @@ def _conv_graph(dtype, strides):
     (mg.float64, [1, 1, 1, 1], "reference:convolution_kernels.conv2d",
      "reference:activation_kernels.relu"),
 ])
-def test_the_plan_picks_one_kernel_per_step(dtype, strides, conv, relu):
-    root, fetch, feeds = _conv_graph(dtype, strides)
+def test_the_plan_picks_one_kernel_per_step(dtype, dilations, conv, relu):
+    root, fetch, feeds = _conv_graph(dtype, dilations)
     metadata = _kernels(root, fetch, feeds, "native")
     assert metadata.kernel_of("conv") == conv
     assert metadata.kernel_of("relu") == relu

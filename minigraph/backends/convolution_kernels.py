@@ -165,13 +165,20 @@ def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tup
 
 
 def _c_convolution(op) -> bool:
-    """The cases the C convolutions handle (besides float32): stride 1, dilation 1,
+    """The cases the C convolution gradients handle (besides float32): stride 1, dilation 1,
     SAME/VALID padding."""
     return (op.attrs["padding"] != "EXPLICIT" and set(op.attrs["strides"]) == {1}
             and set(op.attrs["dilations"]) == {1})
 
 
+def _c_forward_convolution(op) -> bool:
+    """The cases the C forward convolution handles (besides float32): any strides,
+    dilation 1, SAME/VALID padding."""
+    return op.attrs["padding"] != "EXPLICIT" and set(op.attrs["dilations"]) == {1}
+
+
 NATIVE_CONV = {"backend": "native", "dtypes": (dtypes.float32,), "when": _c_convolution}
+NATIVE_FORWARD_CONV = {**NATIVE_CONV, "when": _c_forward_convolution}
 
 
 @register_kernel("Conv2D")
@@ -211,13 +218,14 @@ def conv2d_backprop_filter(op, inputs, ctx):
     return [df.astype(x.dtype, copy=False)]
 
 
-@register_kernel("Conv2D", **NATIVE_CONV)
+@register_kernel("Conv2D", **NATIVE_FORWARD_CONV)
 def conv2d_native(op, inputs, ctx):
     x, f = inputs
     window = _window(op, x.shape, f.shape)
     if x.size == 0 or 0 in window.out:  # nothing for C to do: the numpy kernel's zeros
         return conv2d(op, inputs, ctx)
-    return [c_conv2d(x, f, window.pads, window.out, op.attrs["data_format"] == "NHWC")]
+    return [c_conv2d(x, f, window.pads, window.out, op.attrs["data_format"] == "NHWC",
+                     strides=window.strides)]
 
 
 def conv2d_native_epilogue(op, inputs, ctx, epilogue: Epilogue) -> list:
@@ -229,7 +237,7 @@ def conv2d_native_epilogue(op, inputs, ctx, epilogue: Epilogue) -> list:
     shape = (x.shape[0], *window.out, f.shape[-1])
     if (op.attrs["data_format"] == "NHWC" and x.size and 0 not in window.out
             and epilogue.fits(shape)):
-        return [c_conv2d(x, f, window.pads, window.out, True, epilogue)]
+        return [c_conv2d(x, f, window.pads, window.out, True, epilogue, window.strides)]
     [y] = conv2d_native(op, inputs, ctx)
     if epilogue.fits(y.shape):
         c_channel_epilogue(y, epilogue)
@@ -482,23 +490,25 @@ def _c_filter(what: str, f: np.ndarray, in_channels: int, out_channels: int | No
     return kh, kw, c, co
 
 
-def c_conv2d(x, f, pads, out_hw, channels_last, epilogue: Epilogue | None = None):
-    """Cross-correlation of x (NHWC or NCHW) with the HWIO filter f, stride 1, dilation 1;
-    ``pads`` = ((top, bottom), (left, right)), ``out_hw`` the output's (height, width):
-    ``y[n, p, q, o] = sum_{i, j, ci} x[n, p + i - top, q + j - left, ci] * f[i, j, ci, o]``
-    (zero outside x); then ``epilogue`` applied to each tile in registers (NHWC; it must
-    fit the result)."""
+def c_conv2d(x, f, pads, out_hw, channels_last, epilogue: Epilogue | None = None,
+             strides=(1, 1)):
+    """Cross-correlation of x (NHWC or NCHW) with the HWIO filter f, dilation 1; ``strides``
+    (height, width), ``pads`` = ((top, bottom), (left, right)), ``out_hw`` the output's
+    (height, width): ``y[n, p, q, o] = sum_{i, j, ci} x[n, p * sh + i - top,
+    q * sw + j - left, ci] * f[i, j, ci, o]`` (zero outside x); then ``epilogue`` applied to
+    each tile in registers (NHWC; it must fit the result)."""
     x, f = as_f32(x), as_f32(f)
     check_rank4("Conv2D", x=x, filter=f)
     n, h, w, c = nhwc_dims(x.shape, channels_last)
     kh, kw, _, co = _c_filter("Conv2D", f, c, None)
-    top, left, oh, ow = checked_sizes("Conv2D", pad_top=pads[0][0], pad_left=pads[1][0],
-                               out_h=out_hw[0], out_w=out_hw[1])
+    sh, sw, top, left, oh, ow = checked_sizes(
+        "Conv2D", stride_h=strides[0], stride_w=strides[1], pad_top=pads[0][0],
+        pad_left=pads[1][0], out_h=out_hw[0], out_w=out_hw[1])
     y = np.empty(shaped(n, oh, ow, co, channels_last), F32)
     c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(y.shape)
     check_code(lib.mg_conv2d_forward(
-        n, h, w, c, kh, kw, co, top, left, oh, ow, int(channels_last), fbuf(x), fbuf(f),
-        fbuf(y), c_epilogue, num_threads()), "Conv2D")
+        n, h, w, c, kh, kw, co, sh, sw, top, left, oh, ow, int(channels_last), fbuf(x),
+        fbuf(f), fbuf(y), c_epilogue, num_threads()), "Conv2D")
     return y
 
 
