@@ -99,9 +99,7 @@ class FusedStep:
         fits = (epilogue is not None and type(y) is np.ndarray and y.flags.writeable
                 and y.dtype == np.float32 and epilogue.fits(y.shape))
         if not fits:  # what the pass does not cover: each op's own kernel
-            env[self.head.outputs[0]] = y
-            for step in self.chain:
-                step.run(env, session)
+            self._run_ops_after(y, env, session)
             return
         if self.in_kernel is None:
             c_channel_epilogue(y, epilogue)
@@ -133,12 +131,17 @@ class FusedStep:
         except MemoryError:
             return False
         if not epilogue.fits(y.shape):  # e.g. a strided residual: the ops' own kernels
-            env[head.outputs[0]] = y
-            for step in self.chain:
-                step.run(env, session)
+            self._run_ops_after(y, env, session)
             return True
         env[self.chain[-1].outputs[0]] = y
         return True
+
+    def _run_ops_after(self, y: np.ndarray, env: dict, session: Any) -> None:
+        """The chain's ops one by one, each with its own kernel, after the head's plain
+        result ``y``."""
+        env[self.head.outputs[0]] = y
+        for step in self.chain:
+            step.run(env, session)
 
     def _epilogue(self, env: dict) -> Epilogue | None:
         """The chain as an :class:`Epilogue` of its input values, or None when an input
