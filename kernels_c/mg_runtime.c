@@ -61,7 +61,8 @@ static struct {
     uint64_t cursor;       /* its generation and next item (atomic) */
     int active;            /* workers inside a job (atomic) */
     pool_job slot[2];      /* job g in slot[g & 1]: never rewritten while job g may run */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+} pool = {.run = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
+            .wake = PTHREAD_COND_INITIALIZER};
 
 static uint64_t now_us(void)
 {
