@@ -22,10 +22,8 @@ from minigraph.framework.dtypes import DType, as_dtype
 from minigraph.framework.errors import InvalidArgumentError, NotFoundError
 from minigraph.framework.graph import Graph, Output
 from minigraph.framework.op_def import (
-    ArgDef,
     OpDef,
     build_operation,
-    build_variadic_operation,
     get_op_def,
 )
 from minigraph.framework.scope import Scope
@@ -145,30 +143,21 @@ def _node_attrs(node: Any, op_def: OpDef) -> dict[str, Any]:
     return values
 
 
-def _list_arg(op_def: OpDef) -> ArgDef | None:
-    """The op's one input that is a list of tensors (AddN's ``inputs``), if it has one."""
-    if len(op_def.inputs) == 1 and op_def.inputs[0].number_attr:
-        return op_def.inputs[0]
-    return None
-
-
-def _expected_dtypes(op_def: OpDef, node_attrs: dict[str, Any]) -> list[DType | None]:
-    """The dtype each data input must have, from fixed dtypes and the NodeDef's type attrs
-    (a list input holds the NodeDef's ``N`` of them)."""
-    args = list(op_def.inputs)
-    listed = _list_arg(op_def)
-    if listed is not None:
-        args = args * node_attrs[listed.number_attr]
-    return [arg.dtype or node_attrs.get(arg.type_attr) for arg in args]
-
-
-def _data_inputs(node: Any, op_def: OpDef, node_attrs: dict[str, Any],
-                 sources: list[Output]) -> list[Any]:
-    """The op's input arguments (a list for a variadic argument), checked against the
-    NodeDef's types with TF's messages."""
-    expected = _expected_dtypes(op_def, node_attrs)
-    if len(expected) != len(sources):
-        names = ", ".join(tf_type_name(d) if d else "?" for d in expected)
+def _arguments(node: Any, op_def: OpDef, node_attrs: dict[str, Any],
+               sources: list[Output]) -> list[Any]:
+    """The op's input arguments (a list for a list argument: ConcatV2's ``values``, as long
+    as the NodeDef's ``N`` or ``T`` says), checked against the NodeDef's types with TF's
+    messages."""
+    lengths = [arg.length(node_attrs) for arg in op_def.inputs]
+    expected: list[DType | None] = []
+    if all(0 <= length <= len(sources) for length in lengths):  # else no list is built
+        for arg, length in zip(op_def.inputs, lengths):
+            expected += ([arg.dtype_at(node_attrs, i) for i in range(length)]
+                         if arg.type_list_attr
+                         else [arg.dtype or node_attrs.get(arg.type_attr)] * length)
+    if sum(lengths) != len(sources):
+        names = (", ".join(tf_type_name(d) if d else "?" for d in expected) if expected
+                 else f"{sum(lengths)} tensors")
         raise InvalidArgumentError(f"NodeDef expected inputs '{names}' do not match "
                                    f"{len(sources)} inputs specified; "
                                    f"{attrs.op_signature(op_def)}; NodeDef: "
@@ -178,7 +167,11 @@ def _data_inputs(node: Any, op_def: OpDef, node_attrs: dict[str, Any],
             raise InvalidArgumentError(
                 f"Input {index} of node {node.name} was passed {tf_type_name(source.dtype)} "
                 f"from {source.name} incompatible with expected {tf_type_name(dtype)}.")
-    return list(sources)
+    arguments, start = [], 0
+    for arg, length in zip(op_def.inputs, lengths):
+        arguments.append(sources[start:start + length] if arg.is_list else sources[start])
+        start += length
+    return arguments
 
 
 def _check_const(node: Any, node_attrs: dict[str, Any]) -> None:
@@ -238,15 +231,9 @@ def _import_node(root: Scope, node: Any, entries: list[tuple[str, int]], prefix:
     node_attrs = _node_attrs(node, op_def)
     if node.op == "Const":
         _check_const(node, node_attrs)
-    arguments = _data_inputs(node, op_def, node_attrs, sources)
+    arguments = _arguments(node, op_def, node_attrs, sources)
     scope = (root.WithOpName(prefix + node.name).WithDevice(node.device)
              .WithControlDependencies(controls))
-    listed = _list_arg(op_def)
-    if listed is not None:  # T and N follow from the inputs, checked above
-        others = {k: v for k, v in node_attrs.items()
-                  if k not in (listed.type_attr, listed.number_attr)}
-        op = build_variadic_operation(scope, op_def, arguments, others)
-    else:
-        op = build_operation(scope, op_def, arguments, node_attrs)
+    op = build_operation(scope, op_def, arguments, node_attrs)
     if op.name != prefix + node.name:  # a name an earlier node's made-up name took
         raise InvalidArgumentError(f"Node '{node.name}' is not unique")
