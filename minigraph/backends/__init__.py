@@ -20,6 +20,7 @@ from minigraph.backends import (  # noqa: F401  (importing registers the kernels
     activation_kernels,
     array_kernels,
     batch_norm_kernels,
+    concat_kernels,
     convolution_kernels,
     layout_kernels,
     math_kernels,

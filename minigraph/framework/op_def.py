@@ -199,7 +199,12 @@ class InferenceContext:
         Known means: the input is a Const, or the Shape of a tensor whose static shape is
         fully defined. Used to infer static shapes through Reshape, Sum axes, Fill...
         """
-        source = self.inputs[self.op_def.input_index(name, self.attrs)]
+        return self.value_at(self.op_def.input_index(name, self.attrs))
+
+    def value_at(self, index: int) -> Any:
+        """``constant_value`` of the node's input ``index`` (a tensor of a list argument:
+        ConcatOffset's ``shape[i]``)."""
+        source = self.inputs[index]
         if source.op.type == "Const":
             return source.op.attrs["value"].tolist()
         if source.op.type == "Shape" and source.op.inputs[0].shape.is_fully_defined():
@@ -296,8 +301,7 @@ class RunShapeContext(InferenceContext):
         self.values = values
         self.value_inputs: set[int] = set()
 
-    def constant_value(self, name: str) -> Any:
-        index = self.op_def.input_index(name, self.attrs)
+    def value_at(self, index: int) -> Any:
         self.value_inputs.add(index)
         value = self.values[index]
         if not isinstance(value, np.ndarray):  # a device array
