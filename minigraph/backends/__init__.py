@@ -22,6 +22,7 @@ from minigraph.backends import (  # noqa: F401  (importing registers the kernels
     batch_norm_kernels,
     concat_kernels,
     convolution_kernels,
+    index_kernels,
     layout_kernels,
     math_kernels,
     native,

@@ -10,6 +10,7 @@ from minigraph.ops import (
     batch_norm,
     concat_ops,
     convolution_ops,
+    index_ops,
     layout_ops,
     math_ops,
     nn_ops,
@@ -23,6 +24,7 @@ from minigraph.ops.array_ops import *  # noqa: F403
 from minigraph.ops.batch_norm import *  # noqa: F403
 from minigraph.ops.concat_ops import *  # noqa: F403
 from minigraph.ops.convolution_ops import *  # noqa: F403
+from minigraph.ops.index_ops import *  # noqa: F403
 from minigraph.ops.layout_ops import *  # noqa: F403
 from minigraph.ops.math_ops import *  # noqa: F403
 from minigraph.ops.nn_ops import *  # noqa: F403
@@ -31,6 +33,7 @@ from minigraph.ops.state_ops import *  # noqa: F403
 from minigraph.ops.training_ops import *  # noqa: F403
 from minigraph.ops.volumetric_ops import *  # noqa: F403
 
-_FAMILIES = (activation_ops, array_ops, batch_norm, concat_ops, convolution_ops, layout_ops,
-             math_ops, nn_ops, pooling_ops, state_ops, training_ops, volumetric_ops)
+_FAMILIES = (activation_ops, array_ops, batch_norm, concat_ops, convolution_ops, index_ops,
+             layout_ops, math_ops, nn_ops, pooling_ops, state_ops, training_ops,
+             volumetric_ops)
 __all__ = sorted(name for family in _FAMILIES for name in family.__all__)
