@@ -29,6 +29,7 @@ from minigraph.backends import (  # noqa: F401  (importing registers the kernels
     nn_kernels,
     pooling_kernels,
     reference,
+    spatial_kernels,
     state_kernels,
     training_kernels,
     volumetric_kernels,

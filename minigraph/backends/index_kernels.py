@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from minigraph.backends.compute import compute_dtype
 from minigraph.backends.registry import register_kernel
 from minigraph.framework.tensor_shape import TensorShape
 from minigraph.ops.index_ops import GatherSpec, range_size
@@ -36,21 +37,16 @@ def gather_v2(op, inputs, ctx):
     return [out.reshape(batch + out.shape[1:])]
 
 
-def _accumulator(dtype: np.dtype) -> np.dtype:
-    """Half-precision sums run in float32 and are rounded once."""
-    return np.dtype(np.float32) if dtype.itemsize == 2 and dtype.kind != "i" else dtype
-
-
 @register_kernel("UnsortedSegmentSum")
 def unsorted_segment_sum(op, inputs, ctx):
     """output[j] = the sum of data[i] over the i with segment_ids[i] == j (negative ids
-    dropped), in the order of i."""
+    dropped), in the order of i; half precision sums in float32, rounded once."""
     data, ids, count = inputs
     inner = data.shape[ids.ndim:]
     flat_ids = ids.reshape(-1)
     kept = flat_ids >= 0
     rows = data.reshape((flat_ids.size,) + inner)[kept]
-    out = np.zeros((int(count),) + inner, _accumulator(data.dtype))
+    out = np.zeros((int(count),) + inner, compute_dtype(data.dtype))
     np.add.at(out, flat_ids[kept], rows.astype(out.dtype))
     return [out.astype(data.dtype)]
 

@@ -15,6 +15,7 @@ from minigraph.ops import (
     math_ops,
     nn_ops,
     pooling_ops,
+    spatial_ops,
     state_ops,
     training_ops,
     volumetric_ops,
@@ -29,11 +30,12 @@ from minigraph.ops.layout_ops import *  # noqa: F403
 from minigraph.ops.math_ops import *  # noqa: F403
 from minigraph.ops.nn_ops import *  # noqa: F403
 from minigraph.ops.pooling_ops import *  # noqa: F403
+from minigraph.ops.spatial_ops import *  # noqa: F403
 from minigraph.ops.state_ops import *  # noqa: F403
 from minigraph.ops.training_ops import *  # noqa: F403
 from minigraph.ops.volumetric_ops import *  # noqa: F403
 
 _FAMILIES = (activation_ops, array_ops, batch_norm, concat_ops, convolution_ops, index_ops,
-             layout_ops, math_ops, nn_ops, pooling_ops, state_ops, training_ops,
+             layout_ops, math_ops, nn_ops, pooling_ops, spatial_ops, state_ops, training_ops,
              volumetric_ops)
 __all__ = sorted(name for family in _FAMILIES for name in family.__all__)
