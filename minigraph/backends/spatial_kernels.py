@@ -39,7 +39,7 @@ def mirror_pad_grad(op, inputs, ctx):
         center[edge:edge + before] += moved[:before][::-1]
         center[size - edge - after:size - edge] += moved[before + size:][::-1]
         out = np.moveaxis(center, 0, axis)
-    return [np.ascontiguousarray(out.astype(grad.dtype))]
+    return [np.asarray(out.astype(grad.dtype), order="C")]  # 0-d stays 0-d
 
 
 @register_kernel("SpaceToBatchND")

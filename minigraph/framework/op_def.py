@@ -361,6 +361,10 @@ def register_constant_op(make_constant: Callable[[Scope, np.ndarray], Output]) -
 
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+# The longest list output a node may have (Split's num_split...): TF sets no bound, but a
+# Python object per output tensor makes 2**31 of them a MemoryError, and no graph needs
+# more than a few hundred.
+MAX_LIST_OUTPUTS = 1 << 16
 
 
 def _short_repr(value: Any, limit: int = 60) -> str:
@@ -585,6 +589,12 @@ def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
     missing = [a.name for a in op_def.attrs if a.name not in full_attrs]
     if missing:
         raise InvalidArgumentError(f"{op_def.name} '{name}': missing required attr(s) {missing}")
+    for arg in op_def.outputs:
+        if arg.is_list and arg.length(full_attrs) > MAX_LIST_OUTPUTS:
+            raise InvalidArgumentError(
+                f"{op_def.name} '{name}': output '{arg.name}' would be a list of "
+                f"{arg.length(full_attrs)} tensors; at most {MAX_LIST_OUTPUTS} are supported "
+                f"(attr '{arg.number_attr or arg.type_list_attr}')")
     shapes = run_shape_fn(op_def, InferenceContext(op_def, name, inputs, full_attrs))
     op = Operation(scope.graph(), name, op_def, inputs, scope.control_dependencies, full_attrs,
                    scope.device, output_specs(op_def, full_attrs, shapes))

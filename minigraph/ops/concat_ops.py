@@ -47,7 +47,8 @@ def scalar_value(ctx: InferenceContext, name: str, what: str) -> int | None:
 
 
 def check_axis(ctx: InferenceContext, axis: int, rank: int, words: str) -> int:
-    """``axis`` in [-rank, rank), returned in [0, rank); else TF's ``words`` with the range."""
+    """``axis`` in [-rank, rank), returned in [0, rank); else TF's ``words`` (a format with
+    ``{low}``, ``{high}``, ``{axis}``)."""
     if not -rank <= axis < rank:
         raise ctx.error(words.format(low=-rank, high=rank, axis=axis))
     return axis % rank
@@ -69,14 +70,16 @@ def concat_shape(ctx: InferenceContext, shapes: list[TensorShape], axis_input: s
         if shape.rank is not None and shape.rank != shapes[first].rank:
             raise ctx.error(f"ConcatOp : Ranks of all input tensors should match: "
                             f"shape[{first}] = {dims_text(shapes[first])} vs. shape[{i}] = "
-                            f"{dims_text(shape)}")
+                            f"{dims_text(shape)} (input 'values')")
     rank = shapes[first].rank
     if rank == 0:
-        raise ctx.error("ConcatOp : Can't concatenate scalars (use tf.stack instead)")
+        raise ctx.error("ConcatOp : Can't concatenate scalars (use tf.stack instead) (input "
+                        "'values')")
     if axis is None:
         return TensorShape.unknown(rank)
     axis = check_axis(ctx, axis, rank, "ConcatOp : Expected concatenating dimensions in the "
-                                       "range [{low}, {high}), but got {axis}")
+                                       "range [{low}, {high}), but got {axis} (input "
+                                       f"'{axis_input}')")
     dims = list(shapes[first].dims)
     total: int | None = 0
     for i, shape in enumerate(shapes):
@@ -143,7 +146,8 @@ def _concat_offset_shape(ctx: InferenceContext) -> list[TensorShape]:
                             f"(input 'shape')")
     values = [ctx.value_at(i) for i in _shape_positions(ctx)]
     if axis is not None and rank is not None:
-        axis = check_axis(ctx, axis, rank, "Concat dim is out of range: {axis} vs. {high}")
+        axis = check_axis(ctx, axis, rank, "Concat dim is out of range: {axis} vs. {high} "
+                                           "(input 'concat_dim')")
         if all(v is not None for v in values):
             for i, value in enumerate(values):
                 if any(a != b for d, (a, b) in enumerate(zip(values[0], value)) if d != axis):
@@ -200,7 +204,7 @@ def _split_dim(ctx: InferenceContext, value: TensorShape) -> int | None:
     axis = ctx.constant_value("split_dim")
     if axis is None or value.rank is None:
         return None
-    return check_axis(ctx, int(axis), value.rank, SPLIT_RANGE)
+    return check_axis(ctx, int(axis), value.rank, SPLIT_RANGE + " (input 'split_dim')")
 
 
 def _split_shape(ctx: InferenceContext) -> list[TensorShape]:

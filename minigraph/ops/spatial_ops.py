@@ -191,10 +191,9 @@ def _space_to_batch_shape(ctx: InferenceContext) -> list[TensorShape]:
     spec = BlockSpec(ctx, "paddings")
     if spec.m is None or spec.x.rank is None:
         return [TensorShape(None)]
-    batch = spec.x[0]
-    spatial: list[int | None] = [None] * spec.m
+    batch, spatial = None, [None] * spec.m  # both depend on block_shape
     if spec.block is not None:
-        batch = None if batch is None else batch * math.prod(spec.block)
+        batch = None if spec.x[0] is None else spec.x[0] * math.prod(spec.block)
         if spec.pairs is not None:
             for i, (d, b, (before, after)) in enumerate(zip(spec.x.dims[1:], spec.block,
                                                             spec.pairs)):
@@ -227,14 +226,13 @@ def _batch_to_space_shape(ctx: InferenceContext) -> list[TensorShape]:
     spec = BlockSpec(ctx, "crops")
     if spec.m is None or spec.x.rank is None:
         return [TensorShape(None)]
-    batch = spec.x[0]
-    spatial: list[int | None] = [None] * spec.m
+    batch, spatial = None, [None] * spec.m  # both depend on block_shape
     if spec.block is not None:
         product = math.prod(spec.block)
-        if batch is not None and batch % product:
-            raise ctx.error(f"Input batch dimension ({batch}) is not divisible by product of "
-                            f"block sizes ({product}) (inputs 'input', 'block_shape')")
-        batch = None if batch is None else batch // product
+        if spec.x[0] is not None and spec.x[0] % product:
+            raise ctx.error(f"Input batch dimension ({spec.x[0]}) is not divisible by product "
+                            f"of block sizes ({product}) (inputs 'input', 'block_shape')")
+        batch = None if spec.x[0] is None else spec.x[0] // product
         if spec.pairs is not None:
             for i, (d, b, (before, after)) in enumerate(zip(spec.x.dims[1:], spec.block,
                                                             spec.pairs)):
