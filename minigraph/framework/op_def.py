@@ -458,10 +458,11 @@ def _resolve_types(op_def: OpDef, name: str, inputs: list[tuple[ArgDef, str, Out
     no input binds it. A ``list(type)`` attr is the list of its argument's dtypes."""
     bound_by = {a.name: "the explicit attr" for a in op_def.attrs
                 if a.kind == "type" and a.name in explicit}
-    type_lists: dict[str, list[DType]] = {}
+    type_lists: dict[str, list[DType]] = {arg.type_list_attr: [] for arg in op_def.inputs
+                                          if arg.type_list_attr}
     for arg, label, value in inputs:
         if arg.type_list_attr:
-            type_lists.setdefault(arg.type_list_attr, []).append(value.dtype)
+            type_lists[arg.type_list_attr].append(value.dtype)
         elif arg.dtype is not None:
             if value.dtype is not arg.dtype:
                 raise InvalidArgumentError(
