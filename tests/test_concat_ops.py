@@ -198,6 +198,18 @@ def _random_concat(rng):
     return [rng.standard_normal(s).astype(F32) for s in shapes], axis
 
 
+def _random_case(rng, trial: int, tf):
+    """(TF's call, minigraph's call) of a random ConcatV2 (odd trials) or SplitV."""
+    values, axis = _random_concat(rng)
+    if trial % 2:
+        return (lambda: tf.raw_ops.ConcatV2(values=values, axis=axis),
+                lambda root: ops.ConcatV2(root, values, axis))
+    x, sizes = values[0], [int(v) for v in rng.integers(-1, 3, int(rng.integers(1, 4)))]
+    return (lambda: tf.raw_ops.SplitV(value=x, size_splits=sizes, axis=axis,
+                                      num_split=len(sizes)),
+            lambda root: ops.SplitV(root, x, sizes, axis, num_split=len(sizes)))
+
+
 @pytest.mark.oracle
 def test_concat_and_split_refuse_what_tensorflow_refuses():
     """300 random concatenations and splits: TF and minigraph refuse the same ones and give
@@ -207,16 +219,7 @@ def test_concat_and_split_refuse_what_tensorflow_refuses():
     rng = np.random.default_rng(5)
     refused = 0
     for trial in range(300):
-        values, axis = _random_concat(rng)
-        if trial % 2:
-            tf_op = lambda: tf.raw_ops.ConcatV2(values=values, axis=axis)  # noqa: E731
-            mg_op = lambda r: ops.ConcatV2(r, values, axis)  # noqa: E731
-        else:
-            x = values[0]
-            sizes = [int(v) for v in rng.integers(-1, 3, int(rng.integers(1, 4)))]
-            tf_op = lambda: tf.raw_ops.SplitV(value=x, size_splits=sizes,  # noqa: E731
-                                              axis=axis, num_split=len(sizes))
-            mg_op = lambda r: ops.SplitV(r, x, sizes, axis, num_split=len(sizes))  # noqa: E731
+        tf_op, mg_op = _random_case(rng, trial, tf)
         try:
             theirs = tf_op()
             theirs = [t.numpy() for t in (theirs if isinstance(theirs, list) else [theirs])]
@@ -226,10 +229,10 @@ def test_concat_and_split_refuse_what_tensorflow_refuses():
         try:
             node = mg_op(root)
         except mg.errors.InvalidArgumentError:
-            assert theirs is None, (values, axis)
+            assert theirs is None, trial
             refused += 1
             continue
-        assert theirs is not None, ([v.shape for v in values], axis)
+        assert theirs is not None, trial
         ours = run(root, list(node) if hasattr(node, "outputs") else [node])
         for a, b in zip(ours, theirs):
             np.testing.assert_array_equal(a, b)

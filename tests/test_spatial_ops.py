@@ -232,6 +232,28 @@ def test_values_known_only_at_run_time_are_checked_then():
     assert session.Run({block: np.array([2, 4], np.int32)}, batched).shape == (8, 2, 1, 1)
 
 
+def _random_spec(rng, kind: int):
+    """(op name, minigraph's inputs, attrs, TF's keyword arguments) of a random MirrorPad,
+    MirrorPadGrad, SpaceToBatchND, BatchToSpaceND or ReverseV2 (``kind`` 0-4)."""
+    if kind < 2:
+        x = rng.standard_normal(rng.integers(1, 5, int(rng.integers(1, 4)))).astype(F32)
+        pairs = rng.integers(0, 4, (x.ndim, 2))
+        mode = ("REFLECT", "SYMMETRIC")[int(rng.integers(0, 2))]
+        return (("MirrorPad", "MirrorPadGrad")[kind], (x, pairs), {"mode": mode},
+                {"input": x, "paddings": pairs, "mode": mode})
+    if kind < 4:
+        block = rng.integers(1, 4, int(rng.integers(1, 3)))
+        x = rng.standard_normal((int(rng.integers(1, 4)) * int(np.prod(block)),
+                                 *rng.integers(1, 7, block.size), 2)).astype(F32)
+        pairs = rng.integers(0, 3, (block.size, 2))
+        key = "paddings" if kind == 2 else "crops"
+        return (("SpaceToBatchND", "BatchToSpaceND")[kind - 2], (x, block, pairs), {},
+                {"input": x, "block_shape": block, key: pairs})
+    x = rng.standard_normal(rng.integers(1, 4, int(rng.integers(1, 4)))).astype(F32)
+    axes = rng.integers(-x.ndim - 1, x.ndim + 1, int(rng.integers(0, 3)))
+    return "ReverseV2", (x, axes), {}, {"tensor": x, "axis": axes}
+
+
 @pytest.mark.oracle
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_random_specs_agree_with_tensorflow(backend):
@@ -243,31 +265,10 @@ def test_random_specs_agree_with_tensorflow(backend):
     rng = np.random.default_rng(9)
     refused = 0
     for trial in range(300):
-        kind = trial % 5
-        if kind < 2:  # MirrorPad(Grad)
-            x = rng.standard_normal(rng.integers(1, 5, int(rng.integers(1, 4)))).astype(F32)
-            pairs = rng.integers(0, 4, (x.ndim, 2))
-            mode = ("REFLECT", "SYMMETRIC")[int(rng.integers(0, 2))]
-            name = ("MirrorPad", "MirrorPadGrad")[kind]
-            args, attrs = (x, pairs), {"mode": mode}
-            theirs = lambda: getattr(raw, name)(input=x, paddings=pairs, mode=mode)  # noqa: E731
-        elif kind < 4:  # SpaceToBatchND / BatchToSpaceND
-            block = rng.integers(1, 4, int(rng.integers(1, 3)))
-            x = rng.standard_normal((int(rng.integers(1, 4)) * int(np.prod(block)),
-                                     *rng.integers(1, 7, block.size), 2)).astype(F32)
-            pairs = rng.integers(0, 3, (block.size, 2))
-            name = ("SpaceToBatchND", "BatchToSpaceND")[kind - 2]
-            args, attrs = (x, block, pairs), {}
-            key = "paddings" if kind == 2 else "crops"
-            theirs = lambda: getattr(raw, name)(input=x, block_shape=block,  # noqa: E731
-                                                **{key: pairs})
-        else:  # ReverseV2
-            x = rng.standard_normal(rng.integers(1, 4, int(rng.integers(1, 4)))).astype(F32)
-            axes = rng.integers(-x.ndim - 1, x.ndim + 1, int(rng.integers(0, 3)))
-            name, args, attrs = "ReverseV2", (x, axes), {}
-            theirs = lambda: raw.ReverseV2(tensor=x, axis=axes)  # noqa: E731
+        name, args, attrs, keywords = _random_spec(rng, trial % 5)
+        theirs = getattr(raw, name)
         try:
-            expected = theirs().numpy()
+            expected = theirs(**keywords).numpy()
         except (tf.errors.InvalidArgumentError, ValueError):
             expected = None
         root = mg.Scope.NewRootScope()
