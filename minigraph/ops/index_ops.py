@@ -62,14 +62,14 @@ class GatherSpec:
                 raise error(f"Expected axis in the range [{-params.rank}, {params.rank}), but "
                             f"got {axis} (input 'axis')")
             axis %= params.rank
-        if batch_dims < 0 or batch_dims > 0 and indices.rank is not None:
-            if indices.rank is None:
-                batch_dims = None
-            elif not -indices.rank <= batch_dims <= indices.rank:
+        if batch_dims and indices.rank is not None:
+            if not -indices.rank <= batch_dims <= indices.rank:
                 raise error(f"Expected batch_dims in the range [{-indices.rank}, "
                             f"{indices.rank}], but got {batch_dims} (attr 'batch_dims')")
-            else:
-                batch_dims %= indices.rank + 1 if batch_dims >= 0 else indices.rank
+            if batch_dims < 0:
+                batch_dims += indices.rank
+        elif batch_dims < 0:  # counted from the end of indices, whose rank is unknown
+            batch_dims = None
         if batch_dims:
             if params.rank is not None and batch_dims >= params.rank:
                 raise error(f"batch_dims ({batch_dims}) must be less than rank(params) "
@@ -175,7 +175,7 @@ def _segment_sum_shape(ctx: InferenceContext) -> list[TensorShape]:
 def _validate_segment_sum(ctx: RunContext, inputs: list) -> None:
     """Ids below num_segments (negative ones are dropped, as TF's CPU kernel drops them)."""
     _, ids, count = inputs
-    if not np.ndim(count):
+    if not np.ndim(count) and count >= 0:  # else the shape function says what is wrong
         check_indices(ctx, ids, int(count), "segment_ids", "is out of range",
                       lowest=np.iinfo(ids.dtype).min)
 
