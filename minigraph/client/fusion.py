@@ -215,6 +215,7 @@ def fuse_epilogues(steps: list, fetch_keys: list, host: Any, step_class: type) -
             nxt = consumer[key]
             stage = _stage(nxt.op)
             if (stage is None or stage <= last_stage or nxt.device is not host
+                    or id(nxt) in absorbed  # an AddV2 an earlier chain took
                     or nxt.op.inputs[0 if stage != 2 else nxt.inputs.index(key)] is not key[0]
                     or any(uses[out] for out in nxt.outputs[1:] if out is not None)
                     or nxt.outputs[0] is None):
