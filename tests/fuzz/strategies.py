@@ -627,6 +627,7 @@ RECIPES: dict[str, Callable] = {
     "Conv3D": r_conv2d, "Conv3DBackpropInputV2": r_conv2d_backprop_input,
     "Conv3DBackpropFilterV2": r_conv2d_backprop_filter, "MaxPool3D": r_pool,
     "MaxPool3DGrad": r_max_pool_grad, "MaxPool3DGradGrad": r_max_pool_grad,
+    "AvgPool3D": r_pool, "AvgPool3DGrad": r_avg_pool_grad,
     "SparseSoftmaxCrossEntropyWithLogits": r_sparse_xent,
     **dict.fromkeys(["FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"], r_fused_bn),
     **dict.fromkeys(["FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
