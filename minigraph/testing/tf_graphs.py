@@ -149,6 +149,76 @@ def conv3d_net() -> TFGraph:
     return frozen_keras("conv3d_net", model, (8, 8, 8, 2))
 
 
+def keras_grouped_convs() -> TFGraph:
+    """Keras Conv2D and Conv1D layers with ``groups`` (TF 2.21 runs each as a jit-compiled
+    function: a PartitionedCall of the GraphDef's library), a depthwise-like one (a group per
+    channel) among them."""
+    k = keras()
+    layers = k.layers
+    inputs = layers.Input((8, 8, 4))
+    h = layers.Conv2D(6, 3, groups=2, padding="same")(inputs)
+    h = layers.ReLU()(layers.BatchNormalization()(h))
+    h = layers.Conv2D(6, 3, groups=6, strides=2)(h)
+    h = layers.Conv2D(12, 1, groups=3, use_bias=False)(h)
+    h = layers.Reshape((9, 12))(h)
+    h = layers.Conv1D(8, 3, groups=4, padding="same")(h)
+    outputs = layers.Dense(5)(layers.GlobalAveragePooling1D()(h))
+    return frozen_keras("keras_grouped_convs", k.Model(inputs, outputs), (8, 8, 4), batch=2)
+
+
+def keras_transposed_convs() -> TFGraph:
+    """Conv2DTranspose (Conv2DBackpropInput of a computed output shape), Conv3DTranspose
+    (Conv3DBackpropInputV2) and AveragePooling3D (AvgPool3D)."""
+    k = keras()
+    layers = k.layers
+    inputs = layers.Input((5, 5, 3))
+    h = layers.Conv2DTranspose(4, 3, strides=2, padding="same")(inputs)
+    h = layers.Conv2DTranspose(2, 2, padding="valid")(h)  # 11 x 11 x 2
+    h = layers.Reshape((11, 11, 2, 1))(h)
+    h = layers.Conv3DTranspose(3, 3, strides=(1, 1, 2), padding="same")(h)
+    outputs = layers.AveragePooling3D((2, 2, 2), padding="same")(h)
+    return frozen_keras("keras_transposed_convs", k.Model(inputs, outputs), (5, 5, 3), batch=2)
+
+
+def regnet_x002(batch: int = 2) -> TFGraph:
+    """RegNetX002 at 64x64 (random weights): grouped 3x3 convolutions in library
+    functions."""
+    k = keras()
+    model = k.applications.RegNetX002(input_shape=(64, 64, 3), weights=None)
+    return frozen_keras("regnet_x002", model, (64, 64, 3), batch=batch)
+
+
+def convnext_tiny(batch: int = 2) -> TFGraph:
+    """ConvNeXtTiny at 32x32 (random weights): 7x7 convolutions grouped per channel in
+    library functions, layer norms, GELU (Erfc), layer scale."""
+    k = keras()
+    model = k.applications.ConvNeXtTiny(input_shape=(32, 32, 3), weights=None)
+    return frozen_keras("convnext_tiny", model, (32, 32, 3), batch=batch)
+
+
+def nested_functions() -> TFGraph:
+    """tf.functions calling tf.functions: a two-result function called at two depths, its
+    second result read by the caller's consumers and returned."""
+    tf = tensorflow()
+    x = np.random.default_rng(6).standard_normal((2, 3)).astype(np.float32)
+
+    @tf.function
+    def inner(a, b):
+        return a * b, a - b
+
+    @tf.function
+    def middle(a):
+        product, difference = inner(a, 2.0 * a)
+        return tf.nn.relu(product + difference)
+
+    def outer(x):
+        y = middle(x)
+        product, difference = inner(y, x)
+        return product + difference, difference
+
+    return _concrete("nested_functions", outer, [tf.TensorSpec(x.shape, tf.float32)], [x])
+
+
 def _concrete(name: str, body: Callable, specs: list, values: list[np.ndarray]) -> TFGraph:
     """The graph of ``tf.function(body)`` for ``specs`` (placeholders), run on ``values``."""
     tf = tensorflow()
