@@ -1,6 +1,7 @@
 """Volumetric (3-D) ops: ``Conv3D`` with its backprops ``Conv3DBackpropInputV2`` and
 ``Conv3DBackpropFilterV2``, ``MaxPool3D`` with ``MaxPool3DGrad`` and ``MaxPool3DGradGrad``,
-``AvgPool3D`` with ``AvgPool3DGrad`` (TF's ``core/ops/nn_ops.cc`` names, inputs, attrs and defaults).
+``AvgPool3D`` with ``AvgPool3DGrad`` (TF's ``core/ops/nn_ops.cc`` names, inputs, attrs and
+defaults).
 
 Tensors are NDHWC (default) or NCDHW; filters are DHWIO (``[filter_planes, filter_height,
 filter_width, in_channels, out_channels]``) in both formats, as in TF. The window geometry
@@ -26,13 +27,13 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.tensor_shape import TensorShape, dims_text
+from minigraph.ops import math_ops as m
 from minigraph.ops.convolution_ops import (
     conv_backprop_filter_shape,
     conv_backprop_input_shape,
     conv_shape,
     register_convolution_gradients,
 )
-from minigraph.ops import math_ops as m
 from minigraph.ops.pooling_ops import avg_pool_grad_shape, max_pool_grad_shape, pool_shape
 from minigraph.ops.window import (
     FORMATS_3D,
