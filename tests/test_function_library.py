@@ -8,8 +8,10 @@ import with TensorFlow's semantics.
   node and the function. Values against numpy formulas.
 * ``oracle``: the same hand-built graphs run by TensorFlow give what minigraph gives; graphs
   TensorFlow writes (nested tf.functions with two results; frozen Keras models whose grouped
-  convolutions are jit-compiled functions: RegNetX002, ConvNeXtTiny) import, run on every
-  backend and match TensorFlow; the imported graph exports back and runs in TensorFlow.
+  convolutions are jit-compiled functions: RegNetX002, ConvNeXtTiny and a ConvNeXt-like
+  model of convolutions only) import, run on every backend and match TensorFlow; the
+  imported graph exports back and runs in TensorFlow. (``test_tf_interop`` runs Keras'
+  grouped Conv2D/Conv1D layers through every form TF writes a graph in.)
 """
 
 from __future__ import annotations
@@ -476,7 +478,7 @@ def test_nested_tf_functions_with_two_results(tf_graphs):
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("builder", ["keras_grouped_convs", "regnet_x002", "convnext_tiny"])
+@pytest.mark.parametrize("builder", ["regnet_x002", "convnext_like", "convnext_tiny"])
 def test_frozen_keras_models_with_jit_compiled_functions(tf_graphs, builder):
     """Frozen by TF 2.21, their grouped convolutions are PartitionedCalls of jit-compiled
     library functions: imported, run on every backend, they match TF; the graph exported

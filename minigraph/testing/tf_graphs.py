@@ -196,6 +196,41 @@ def convnext_tiny(batch: int = 2) -> TFGraph:
     return frozen_keras("convnext_tiny", model, (32, 32, 3), batch=batch)
 
 
+def convnext_like(width: int = 16, size: int = 32, batch: int = 2) -> TFGraph:
+    """ConvNeXt's structure from layers whose ops need no more than convolutions: a 4x4
+    stride-4 stem, blocks of a 7x7 convolution grouped per channel (a jit-compiled library
+    function, as in ConvNeXtTiny), a normalization, a 1x1 expansion, an activation, a 1x1
+    projection, a per-channel layer scale and the residual; a 2x2 stride-2 downsampling;
+    global pooling and a classifier. (ConvNeXtTiny itself also needs layer normalization's
+    and GELU's ops.)"""
+    k = keras()
+    layers = k.layers
+
+    class LayerScale(layers.Layer):
+        """ConvNeXt's learned per-channel scale of a block's output."""
+
+        def build(self, input_shape):
+            self.gamma = self.add_weight(name="gamma", shape=(input_shape[-1],))
+
+        def call(self, x):
+            return x * self.gamma
+
+    def block(h, channels):
+        r = layers.Conv2D(channels, 7, padding="same", groups=channels)(h)
+        r = layers.BatchNormalization()(r)
+        r = layers.ReLU()(layers.Conv2D(4 * channels, 1)(r))
+        r = LayerScale()(layers.Conv2D(channels, 1)(r))
+        return layers.Add()([h, r])
+
+    inputs = layers.Input((size, size, 3))
+    h = block(layers.Conv2D(width, 4, strides=4)(inputs), width)
+    h = layers.Conv2D(2 * width, 2, strides=2)(layers.BatchNormalization()(h))
+    h = block(block(h, 2 * width), 2 * width)
+    outputs = layers.Dense(10)(layers.GlobalAveragePooling2D()(h))
+    return frozen_keras("convnext_like", k.Model(inputs, outputs), (size, size, 3),
+                        batch=batch)
+
+
 def nested_functions() -> TFGraph:
     """tf.functions calling tf.functions: a two-result function called at two depths, its
     second result read by the caller's consumers and returned."""
