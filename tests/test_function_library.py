@@ -190,6 +190,21 @@ def test_stateful_and_direct_calls_with_placeholder_attrs():
     np.testing.assert_array_equal(default, X[1] ** 2)
 
 
+def test_a_result_that_is_an_argument():
+    """``ret`` may name an argument (a body without nodes): the call's consumers read the
+    call's input."""
+    graph = protos.GraphDef()
+    placeholder(graph, "a")
+    placeholder(graph, "b")
+    function(graph, "second", [("x", FLOAT), ("y", FLOAT)], [("p", FLOAT)], {"p": "y"})
+    call(graph.node, "call", "second", ["a", "b"], [FLOAT, FLOAT], [FLOAT])
+    add(graph.node, "out", "Sub", ["call", "a"], T=("type", FLOAT))
+    root = mg.import_graph_def(graph)
+    assert [i.name for i in root.graph().get_operation("out").inputs] == ["b:0", "a:0"]
+    np.testing.assert_array_equal(run(root, ["out:0", "call:0"], {"a:0": X, "b:0": Y}),
+                                  [Y - X, Y])
+
+
 def control_graph() -> Any:
     """A call with a control input (``^gate``) and a control output, read by ``^call``."""
     graph = protos.GraphDef()
@@ -391,7 +406,7 @@ REFUSALS = [
                                            r"function's arguments are \[float, float\]"),
     (_argument_dtype_not_tin, InvalidArgumentError,
      r"Input 1 of node call was passed int32 from i:0 incompatible with expected float. "
-     r"\(Node 'call' \(a mul_add of function 'mul_add'\): argument 'y'\)"),
+     r"\(Node 'call' \(a direct call of function 'mul_add'\): argument 'y'\)"),
     (_tout, InvalidArgumentError, r"attr 'Tout' is \[double\] but the function's results are "
                                   r"\[float\]"),
     (_missing_op, NotFoundError, r"Op type not registered 'DecodeJpeg' in minigraph: Node "

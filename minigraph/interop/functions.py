@@ -60,7 +60,8 @@ class Call:
 
     def where(self) -> str:
         """The call, as messages name it."""
-        return f"Node '{self.node.name}' (a {self.node.op} of function '{self.name}')"
+        kind = self.node.op if self.node.op in CALL_OPS else "direct call"
+        return f"Node '{self.node.name}' (a {kind} of function '{self.name}')"
 
     def attr(self, name: str) -> Any | None:
         """The instantiation attr ``name``, else the default of the signature's attr."""
@@ -309,7 +310,7 @@ class _Translator:
         if text.startswith("^"):
             name = text[1:]
             if name in self.args:
-                return "^" + self.args[name].lstrip("^").split(":")[0]
+                return "^" + self.args[name].split(":")[0]
             if name in self.positions:
                 return f"^{self.prefix}{name}"
             return self._unknown(text, user)

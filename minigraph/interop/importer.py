@@ -138,7 +138,7 @@ def _node_attrs(node: Any, op_def: OpDef) -> dict[str, Any]:
                           f"definition: {attrs.op_signature(op_def)} This may be expected if "
                           f"your graph generating binary is newer than this binary. Unknown "
                           f"attributes will be ignored. NodeDef: {{{{node {node.name}}}}}",
-                          stacklevel=4)
+                          stacklevel=5)
             continue
         values[name] = attrs.attr_from_proto(value, known[name], where)
     for attr in op_def.attrs:
