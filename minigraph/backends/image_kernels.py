@@ -11,7 +11,8 @@ top) * yl``, float32, no FMA) is the same in both: results are bit for bit TF's.
 
 The gradients scatter-add in TF's order (output rows, then columns, then the four corners),
 so float32 sums are TF's too; float16/bfloat16 sum in float32 and round once (TF sums in
-the half type). A float64 session (gradient checking) computes in float64.
+the half type). A float64 session (gradient checking) computes in float64 (its promoted tensors are
+float64 where the graph says another type).
 """
 
 from __future__ import annotations
@@ -75,9 +76,12 @@ def _tables(op, in_hw, out_hw, table):
     return tuple(table(o, i, *_mode(op)) for o, i in zip(out_hw, in_hw))
 
 
-def _work_dtype(ctx) -> np.dtype:
-    """float64 in a float64 session, float32 otherwise (TF's bilinear math)."""
-    return np.dtype(np.float64) if ctx.backend == "float64" else np.dtype(F32)
+def _work_dtype(tensor: np.ndarray, declared) -> np.dtype:
+    """float64 where a float64 session promoted ``tensor`` (float64 data for a tensor the
+    graph declares ``declared``, another type), float32 otherwise: TF's bilinear math is
+    float32 whatever the image type."""
+    promoted = tensor.dtype == np.float64 and declared != dtypes.float64
+    return np.dtype(np.float64) if promoted else np.dtype(F32)
 
 
 # ----------------------------------------------------------------------------- forward
@@ -111,7 +115,7 @@ def bilinear(images: np.ndarray, rows: LinearTable, cols: LinearTable,
 def resize_bilinear(op, inputs, ctx):
     images, size = inputs
     rows, cols = _tables(op, images.shape[1:3], size.tolist(), linear_table)
-    return [bilinear(images, rows, cols, _work_dtype(ctx))]
+    return [bilinear(images, rows, cols, _work_dtype(images, op.attrs["T"]))]
 
 
 # ----------------------------------------------------------------------------- gradients
@@ -148,7 +152,7 @@ def resize_bilinear_grad(op, inputs, ctx):
     grads, original = inputs
     out_hw = original.shape[1:3]
     rows, cols = _tables(op, out_hw, grads.shape[1:3], linear_table)
-    work = _work_dtype(ctx)
+    work = _work_dtype(grads, dtypes.float32)
     dtype = np.dtype(np.float64) if work == np.float64 else compute_dtype(original.dtype)
     n, oh, ow, c = grads.shape
     g = grads.astype(work, copy=False).transpose(1, 2, 0, 3)[:, :, None]  # [oh, ow, 1, n, c]
