@@ -354,7 +354,8 @@ def _log_softmax_grad(scope, op, grads):
 @RegisterGradient("SoftmaxCrossEntropyWithLogits")
 def _xent_grad(scope, op, grads):
     """d features = g_loss[:, None] * backprop (+ the softmax Jacobian applied to the
-    cotangent of 'backprop', if any); d labels = -g_loss[:, None] * log_softmax(features).
+    cotangent g_bp of 'backprop', if any); d labels = -g_loss[:, None] *
+    log_softmax(features) (- g_bp).
     Each is summed back to its input's shape where the kernel broadcast it (TF's
     _SoftmaxCrossEntropyWithLogitsGrad, for unbroadcast inputs)."""
     features, labels = op.inputs
@@ -362,10 +363,11 @@ def _xent_grad(scope, op, grads):
     d_features = m.Mul(scope, column, op.outputs[1])
     logits = m.Add(scope, features, m.ZerosLike(scope, op.outputs[1]))  # broadcast
     log_probs = LogSoftmax(scope, logits)
-    if grads[1] is not None:
+    d_labels = m.Neg(scope, m.Mul(scope, column, log_probs))
+    if grads[1] is not None:  # backprop = softmax(features) - labels
         d_features = m.Add(scope, d_features,
                            _softmax_vjp(scope, grads[1], Softmax(scope, logits)))
-    d_labels = m.Neg(scope, m.Mul(scope, column, log_probs))
+        d_labels = m.Sub(scope, d_labels, grads[1])
     return [m.reduce_to_shape_of(scope, d_features, features),
             m.reduce_to_shape_of(scope, d_labels, labels)]
 
