@@ -77,16 +77,16 @@ def batch_matmul_shapes(ctx: InferenceContext, broadcast: bool) -> list[TensorSh
             batch = m.broadcast_shapes(x_batch, y_batch)
         except ShapeMismatch:
             raise ctx.error(f"In[0] and In[1] must have compatible batch dimensions: "
-                            f"{dims_text(x)} vs. {dims_text(y)}") from None
+                            f"{dims_text(x)} vs. {dims_text(y)} (inputs 'x' and 'y')") from None
     else:
         if x.rank != y.rank:
             raise ctx.error(f"In[0] and In[1] has different ndims: {dims_text(x)} vs. "
-                            f"{dims_text(y)}")
+                            f"{dims_text(y)} (inputs 'x' and 'y')")
         dims = []
         for i, (a, b) in enumerate(zip(x_batch.dims, y_batch.dims)):
             if mismatch(a, b):
                 raise ctx.error(f"In[0].dim({i}) and In[1].dim({i}) must be the same: "
-                                f"{dims_text(x)} vs {dims_text(y)}")
+                                f"{dims_text(x)} vs {dims_text(y)} (inputs 'x' and 'y')")
             dims.append(a if a is not None else b)
         batch = TensorShape(dims)
     return [TensorShape([*batch.dims, m_, n])]
@@ -198,15 +198,16 @@ def label_sizes(plan: EinsumPlan, shapes, fail) -> dict[str, int | None]:
             continue
         if shape.rank != len(subscripts):
             raise fail(f"Expected input {index} to have rank {len(subscripts)} but got: "
-                       f"{shape.rank} (subscripts '{subscripts}', shape {shape})")
+                       f"{shape.rank} (inputs[{index}] has shape {shape}, subscripts "
+                       f"'{subscripts}')")
         for axis, (label, dim) in enumerate(zip(subscripts, shape.dims)):
             known = sizes.get(label)
             if mismatch(known, dim):
                 first_index, first_shape = where[label]
                 raise fail(f"Expected dimension {known} at axis {axis} of the input shaped "
                            f"{dims_text(shape)} but got dimension {dim} (label '{label}' is "
-                           f"{known} in input {first_index} {dims_text(first_shape)} and {dim} "
-                           f"in input {index})")
+                           f"{known} in inputs[{first_index}] {dims_text(first_shape)} and "
+                           f"{dim} in inputs[{index}])")
             if known is None:
                 sizes[label] = dim
                 where[label] = (index, shape)
