@@ -150,6 +150,26 @@ def test_native_kernels_run_for_float32():
 
 
 @pytest.mark.skipif("native" not in BACKENDS, reason="the native backend is not built")
+def test_native_bilinear_is_the_numpy_kernel_bit_for_bit_on_every_isa():
+    """Wide channel counts (the vectorized loop) and 3 channels, every ISA the CPU has."""
+    from minigraph.backends import native
+    best = native.isa()
+    rng = np.random.default_rng(15)
+    try:
+        for isa in ("scalar", "avx2", "avx512"):
+            if native.set_isa(isa) != isa:
+                continue
+            for c in (3, 37):
+                x = rng.standard_normal((2, 5, 6, c)).astype(F32)
+                root = mg.Scope.NewRootScope()
+                y = ops.ResizeBilinear(root, x, [9, 4], half_pixel_centers=True)
+                np.testing.assert_array_equal(run(y, "native").view(np.uint32),
+                                              run(y).view(np.uint32), err_msg=isa)
+    finally:
+        native.set_isa(best)
+
+
+@pytest.mark.skipif("native" not in BACKENDS, reason="the native backend is not built")
 def test_c_wrappers_check_tables():
     from minigraph.backends import image_kernels as ik
     x = np.ones((1, 3, 4, 2), F32)
