@@ -349,6 +349,12 @@ def _bad_output_index(graph):
     call(graph.node, "call", "f", ["a"], [FLOAT], [FLOAT])
 
 
+def _missing_length_attr(graph):
+    fdef = function(graph, "f", [("x", FLOAT)], [("y", FLOAT)], {"y": "rows:output:0"})
+    add(fdef.node_def, "rows", "Unpack", ["x"], T=("type", FLOAT))
+    call(graph.node, "call", "f", ["a"], [FLOAT], [FLOAT])
+
+
 def _missing_ret(graph):
     fdef = function(graph, "f", [("x", FLOAT)], [("y", FLOAT)], {})
     add(fdef.node_def, "n", "Neg", ["x"], T=("type", FLOAT))
@@ -418,6 +424,8 @@ REFUSALS = [
                                              r"\['y'\]"),
     (_bad_output_index, InvalidArgumentError, r"'ret y' reads 'n:y:1'.*output 'y' of 'n' has "
                                               r"1 tensor"),
+    (_missing_length_attr, InvalidArgumentError, r"body node 'rows' lacks attr 'num', which "
+                                                 r"says how many outputs it has"),
     (_missing_ret, InvalidArgumentError, r"the function has no ret for its result 'y'"),
     (_wrong_result_type, InvalidArgumentError, r"result 'y' is float \('call/n:0'\) but the "
                                                r"signature says double"),

@@ -38,7 +38,8 @@ from typing import Any
 from minigraph.framework.dtypes import DType
 from minigraph.framework.errors import InvalidArgumentError, NotFoundError
 from minigraph.framework.graph import Output
-from minigraph.framework.op_def import get_op_def, registered_ops
+from minigraph.framework.op_def import get_op_def, output_args, registered_ops
+from minigraph.interop import attrs
 from minigraph.interop.tensors import dtype_to_enum, enum_to_dtype, tf_type_name
 
 CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
@@ -136,10 +137,10 @@ class Library:
             if "f" not in node.attr or node.attr["f"].WhichOneof("value") != "func":
                 raise InvalidArgumentError(f"Node '{node.name}': a {node.op} needs attr 'f' "
                                            f"naming the function it calls")
-            name, attrs = node.attr["f"].func.name, dict(node.attr["f"].func.attr)
+            name, given = node.attr["f"].func.name, dict(node.attr["f"].func.attr)
         elif node.op in self.functions:
             name = node.op
-            attrs = {k: v for k, v in node.attr.items() if not k.startswith("_")}
+            given = {k: v for k, v in node.attr.items() if not k.startswith("_")}
         else:
             return None
         function = self.functions.get(name)
@@ -147,7 +148,7 @@ class Library:
             raise NotFoundError(f"Function {name} is not defined: node '{node.name}' (a "
                                 f"{node.op}) calls it, but the GraphDef's library has no "
                                 f"such function")
-        call = Call(node, function, attrs)
+        call = Call(node, function, given)
         if name in self.gradients:
             raise InvalidArgumentError(
                 f"{call.where()}: the library gives the function a gradient function "
@@ -227,8 +228,8 @@ class Library:
     def _output_positions(self, call: Call, node: Any, body: Any
                           ) -> dict[str, tuple[int, int]]:
         """(first output index, length) of each output argument of a body node: its OpDef's
-        (a list output counts its length attr), a PartitionedCall's ``output`` (``Tout``), or
-        a called function's results."""
+        (``output_args``: a list output counts its length attr), a PartitionedCall's
+        ``output`` (``Tout``), or a called function's results."""
         if node.op in CALL_OPS:
             return {"output": (0, len(node.attr["Tout"].list.type))}
         if node.op in self.functions:
@@ -240,11 +241,22 @@ class Library:
             raise NotFoundError(f"Op type not registered '{node.op}' in minigraph: {call.where()}"
                                 f" has body node '{body.name}' of that type (minigraph.ops."
                                 f"__all__ lists the ops it implements)") from None
-        positions, start = {}, 0
-        for arg in op_def.outputs:
-            length = node.attr[arg.number_attr].i if arg.number_attr else 1
-            positions[arg.name] = (start, length)
-            start += length
+        # a list output's length is an int attr (N) or a list(type) attr's length (T)
+        where = f"{call.where()}: body node '{body.name}'"
+        lengths = {attr.name: attrs.attr_from_proto(node.attr[attr.name], attr, where)
+                   for attr in op_def.attrs
+                   if attr.kind in ("int", "list(type)") and attr.name in node.attr}
+        try:
+            per_tensor = output_args(op_def, lengths)
+        except KeyError as missing:
+            raise InvalidArgumentError(f"{where} lacks attr {missing}, which says how many "
+                                       f"outputs it has") from None
+        positions: dict[str, tuple[int, int]] = {}
+        for index, arg in enumerate(per_tensor):
+            start, length = positions.get(arg.name, (index, 0))
+            positions[arg.name] = (start, length + 1)
+        for arg in op_def.outputs:  # an empty list output
+            positions.setdefault(arg.name, (len(per_tensor), 0))
         return positions
 
 
