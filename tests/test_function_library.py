@@ -301,6 +301,17 @@ def _mutual_recursion(graph):
     add(graph.node, "call", "ping", ["a"])
 
 
+def _deep_nesting(graph):
+    """f0 calls f1 ... calls f70 (no recursion, but deeper than minigraph inlines)."""
+    for level in range(71):
+        fdef = function(graph, f"f{level}", [("x", FLOAT)], [("y", FLOAT)], {"y": "n:y:0"})
+        if level < 70:
+            add(fdef.node_def, "n", f"f{level + 1}", ["x"])
+        else:
+            add(fdef.node_def, "n", "Neg", ["x"], T=("type", FLOAT))
+    add(graph.node, "call", "f0", ["a"])
+
+
 def _gradient(graph):
     mul_add_function(graph)
     mul_add_function(graph, "mul_add_grad")
@@ -402,6 +413,9 @@ REFUSALS = [
     (_recursion, InvalidArgumentError, r"Node 'call/again' \(a PartitionedCall of function "
                                        r"'loop'\): the function calls itself \(loop -> loop\)"),
     (_mutual_recursion, InvalidArgumentError, r"calls itself \(ping -> pong -> ping\)"),
+    (_deep_nesting, InvalidArgumentError, r"Node 'call(/n){64}' \(a direct call of function "
+                                          r"'f64'\): calls nested 65 deep; minigraph inlines "
+                                          r"at most 64 levels"),
     (_gradient, InvalidArgumentError, r"Node 'call' \(a PartitionedCall of function "
                                       r"'mul_add'\): the library gives the function a gradient "
                                       r"function \('mul_add_grad'\)"),

@@ -34,6 +34,9 @@ from minigraph.interop import attrs, functions, protos, versions
 from minigraph.interop.tensors import tf_type_name
 
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
+# Nested function calls are inlined recursively: a bound far beyond real graphs (a Keras
+# model nests two or three) that keeps Python's stack safe.
+MAX_CALL_DEPTH = 64
 
 
 def load_graph_def(source: Any) -> Any:
@@ -245,10 +248,10 @@ class _Importer:
                 self._inline(call, inputs[node.name], calls)
 
     def _output(self, node: Any, source: str, index: int) -> Output:
-        """Output ``index`` of GraphDef node ``source`` (a call's: its body's tensor)."""
-        if (source, index) in self.results:
-            body_source, body_index = _parse_input(node, self.results[(source, index)])
-            return self._output(node, body_source, body_index)
+        """Output ``index`` of GraphDef node ``source`` (a call's: its body's tensor, which
+        may be another call's result in turn)."""
+        while (source, index) in self.results:
+            source, index = _parse_input(node, self.results[(source, index)])
         op = self.root.graph().get_operation(self.prefix + source)
         if index >= len(op.outputs):
             raise InvalidArgumentError(f"Node '{node.name}': Connecting to invalid output "
@@ -274,6 +277,9 @@ class _Importer:
             chain = " -> ".join((*calls, call.name))
             raise InvalidArgumentError(f"{call.where()}: the function calls itself ({chain}); "
                                        f"minigraph cannot inline recursion")
+        if len(calls) >= MAX_CALL_DEPTH:
+            raise InvalidArgumentError(f"{call.where()}: calls nested {len(calls) + 1} deep; "
+                                       f"minigraph inlines at most {MAX_CALL_DEPTH} levels")
         sources, _ = self._sources(call.node, entries)
         self.library.check_arguments(call, sources)
         body = self.library.inline(call, lambda name: name in self.names)
