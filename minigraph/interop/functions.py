@@ -272,11 +272,9 @@ def _check_names(call: Call, args: list[str], names: list[str]) -> None:
 
 def _free_prefix(call_name: str, names: Sequence[str], taken: Callable[[str], bool]) -> str:
     """``<call>/``, or ``<call>_1/``... when a body name under it is already in use."""
-    for k in itertools.count():
-        prefix = f"{call_name}/" if k == 0 else f"{call_name}_{k}/"
-        if not any(taken(prefix + name) for name in names):
-            return prefix
-    raise AssertionError("unreachable")
+    candidates = (f"{call_name}/" if k == 0 else f"{call_name}_{k}/" for k in itertools.count())
+    return next(prefix for prefix in candidates
+                if not any(taken(prefix + name) for name in names))
 
 
 def _instantiated(call: Call, body: Any, prefix: str) -> Any:
