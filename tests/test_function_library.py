@@ -499,16 +499,10 @@ def test_hand_built_libraries_run_as_tensorflow_runs_them(tf_graphs, build, fetc
                       f"{build.__name__} {backend}")
 
 
-def _skip_until_registered(graph_def: bytes, *extra: str) -> None:
-    """Skip, naming them, while ops of the graph (its nodes', its functions' bodies', and
-    ``extra``) are not registered: other families add them."""
-    from minigraph.framework.op_def import registered_ops
-
-    parsed = protos.GraphDef().FromString(graph_def)
-    used = {n.op for n in parsed.node} | {n.op for f in parsed.library.function
-                                          for n in f.node_def}
-    calls = {"PartitionedCall", "StatefulPartitionedCall"}
-    missing = sorted((used | set(extra)) - calls - set(registered_ops()))
+def _skip_until_registered(tf_graphs, graph_def: bytes, *extra: str) -> None:
+    """Skip, naming them, while ops of the graph are not registered: other families add
+    them."""
+    missing = tf_graphs.missing_ops(graph_def, *extra)
     if missing:
         pytest.skip(f"needs ops minigraph does not have yet: {missing}")
 
@@ -519,7 +513,7 @@ def test_nested_tf_functions_with_two_results(tf_graphs):
     a call feeds the graph's outputs and is fetchable by the call's name (an ``IdentityN``
     keeps the name of a call with two results)."""
     graph = tf_graphs.nested_functions()
-    _skip_until_registered(graph.graph_def, "IdentityN")
+    _skip_until_registered(tf_graphs, graph.graph_def, "IdentityN")
     root = mg.import_graph_def(graph.graph_def)
     g = root.graph()
     assert "PartitionedCall/PartitionedCall/mul" in {op.name for op in g.get_operations()}
@@ -538,7 +532,7 @@ def test_frozen_keras_models_with_jit_compiled_functions(tf_graphs, builder):
     from minigraph (inlined: no library) runs in TensorFlow too."""
     graph = getattr(tf_graphs, builder)()
     assert protos.GraphDef().FromString(graph.graph_def).library.function
-    _skip_until_registered(graph.graph_def)
+    _skip_until_registered(tf_graphs, graph.graph_def)
     root = mg.import_graph_def(graph.graph_def)
     assert "PartitionedCall" not in {op.type for op in root.graph().get_operations()}
     for backend in BACKENDS:

@@ -254,3 +254,19 @@ def test_grouped_conv_against_tensorflow(tf, backend, case):
                                             **attrs).numpy()
     np.testing.assert_allclose(dx, tf_dx, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(df, tf_df, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.oracle
+def test_frozen_keras_dilated_convolutions(tf):
+    """Keras' dilated Conv1D (causal, SAME) and Conv2D layers, and a dilated grouped Conv2D,
+    frozen by TF 2.21: imported, run on every backend, they match TF."""
+    from minigraph.testing import tf_graphs
+
+    graph = tf_graphs.keras_dilated_convs()
+    missing = tf_graphs.missing_ops(graph.graph_def)
+    if missing:  # TF writes dilations as SpaceToBatchND/BatchToSpaceND around a Conv2D
+        pytest.skip(f"needs ops minigraph does not have yet: {missing}")
+    root = mg.import_graph_def(graph.graph_def)
+    for backend in BACKENDS:
+        [y] = mg.ClientSession(root, backend=backend).Run(graph.feeds, graph.fetches)
+        np.testing.assert_allclose(y, graph.expected[0], rtol=1e-5, atol=1e-5)

@@ -231,6 +231,34 @@ def convnext_like(width: int = 16, size: int = 32, batch: int = 2) -> TFGraph:
                         batch=batch)
 
 
+def keras_dilated_convs() -> TFGraph:
+    """Dilated Keras convolutions: Conv1D causal and SAME, Conv2D (TF writes them as
+    SpaceToBatchND -> Conv2D -> BatchToSpaceND) and a dilated grouped Conv2D (a library
+    function)."""
+    k = keras()
+    layers = k.layers
+    inputs = layers.Input((16, 4))
+    h = layers.Conv1D(4, 3, padding="causal", dilation_rate=2)(inputs)
+    h = layers.Conv1D(4, 3, padding="same", dilation_rate=3)(h)
+    h = layers.Reshape((4, 4, 4))(h)
+    h = layers.Conv2D(6, 3, padding="same", dilation_rate=2)(h)
+    outputs = layers.Conv2D(4, 2, padding="same", dilation_rate=2, groups=2)(h)
+    return frozen_keras("keras_dilated_convs", k.Model(inputs, outputs), (16, 4), batch=2)
+
+
+def missing_ops(graph_def: bytes, *extra: str) -> list[str]:
+    """The op types of a GraphDef (its nodes', its library functions' bodies', and
+    ``extra``) that minigraph does not register (calls are inlined, not ops)."""
+    from minigraph.framework.op_def import registered_ops
+    from minigraph.interop import functions, protos
+
+    parsed = protos.GraphDef().FromString(graph_def)
+    used = {n.op for n in parsed.node} | {n.op for f in parsed.library.function
+                                          for n in f.node_def}
+    called = set(functions.CALL_OPS) | {f.signature.name for f in parsed.library.function}
+    return sorted((used | set(extra)) - called - set(registered_ops()))
+
+
 def nested_functions() -> TFGraph:
     """tf.functions calling tf.functions: a two-result function called at two depths, its
     second result read by the caller's consumers and returned."""
