@@ -207,6 +207,20 @@ def test_select_and_select_v2(backend):
         mg.TensorShape([2, 2])]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_maximum_and_minimum_gradients_route_ties_to_x(backend):
+    """TF's masks: Maximum's cotangent goes to x where x >= y, Minimum's where x <= y."""
+    x = np.array([1.0, 2.0, 3.0, 4.0], F32)
+    y = np.array([1.0, 0.0, 3.0, 5.0], F32)
+    root = mg.Scope.NewRootScope()
+    a, b = ops.Const(root, x), ops.Const(root, y)
+    grads = [mg.AddSymbolicGradients(root, [op(root, a, b)], [a, b])
+             for op in (ops.Maximum, ops.Minimum)]
+    values = run(root, grads[0] + grads[1], backend)
+    assert [v.tolist() for v in values] == [[1, 1, 1, 0], [0, 0, 0, 1], [1, 0, 1, 1],
+                                            [0, 1, 0, 0]]
+
+
 def test_shapes_known_only_partly():
     root = mg.Scope.NewRootScope()
     x = ops.Placeholder(root, mg.float32, shape=[None, 3])

@@ -1,20 +1,20 @@
 """numpy kernels of the elementwise ops (``ops.elementwise_ops``); every backend runs them.
 
-Three ways to compute, by what matches TensorFlow best:
+Two ways to compute, by what matches TensorFlow best:
 
 * **float64, rounded once** (``Exp``, ``Log``, ``Log1p``, ``Expm1``, ``Sqrt``, ``Erf``,
   ``Erfc``, ``Sin``, ``Cos``, ``Pow``, ``SqrtGrad``): floating inputs are promoted to float64
   and the result rounded once to ``T``, so float32 results are within one rounding of the
   exact value (TF's own float32 approximations are a few ulps off: the tests bound the
   distance). Integer ``Pow`` wraps around in ``T`` as TF's does.
-* **in T** where the result is exact (``Abs``, ``Floor``, ``Ceil``, ``Round``, ``Sign``,
-  ``Maximum``, ``Minimum``, comparisons, ``Select``) or where TF's result depends on ``T``'s
-  own rounding: ``SquaredDifference`` is ``(x - y) * (x - y)`` with the difference rounded
+* **in T** (float16 and bfloat16 in float32, rounded once: minigraph's rule) where the result
+  is exact (``Abs``, ``Floor``, ``Ceil``, ``Round``, ``Sign``, ``Maximum``, ``Minimum``,
+  comparisons, ``Select``) or where TF's float32 result depends on float32's own rounding:
+  ``SquaredDifference`` is ``(x - y) * (x - y)`` with the difference rounded
   (TF's two roundings; integers wrap), ``FloorDiv`` is ``floor(x / y)`` of the quotient
   rounded to ``T`` (so ``floor(1 / 0.1) = 10``, not numpy's 9), ``FloorMod`` is
   ``fmod(x, y)`` moved into ``y``'s sign (``+ y``, rounded in ``T``), ``DivNoNan`` is
-  ``x / y`` or 0 where ``y = 0``.
-  numpy computes float16 and bfloat16 arithmetic in float32 and rounds once, as Eigen does.
+  ``x / y`` or 0 where ``y = 0``. (TF rounds each step to float16/bfloat16 in those types.)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from minigraph.backends.compute import compute_dtype
 from minigraph.backends.error_function import erf, erfc
 from minigraph.backends.registry import register_kernel
 
@@ -32,20 +33,25 @@ def _is_floating(x: np.ndarray) -> bool:
     return x.dtype.kind in "fV"
 
 
-def _promoted(x: np.ndarray) -> np.ndarray:
+def _float64(x: np.ndarray) -> np.ndarray:
     """Floating arrays promoted to float64; integer and bool arrays as they are."""
     return x.astype(np.float64, copy=False) if _is_floating(x) else x
 
 
-def _kernel(function: Callable, float64: bool = False, out_dtype: Callable | None = None):
-    """A kernel applying ``function`` to the inputs (promoted to float64 when ``float64``),
-    the result given the output's dtype (``out_dtype(op)``, default the first input's)."""
+def _computed(x: np.ndarray) -> np.ndarray:
+    """float16/bfloat16 arrays in float32 (the compute type), others as they are."""
+    return x.astype(compute_dtype(x.dtype), copy=False)
+
+
+def _kernel(function: Callable, promote: Callable = _computed,
+            out_dtype: Callable | None = None):
+    """A kernel applying ``function`` to the inputs in their ``promote``d type, the result
+    rounded once to the output's dtype (``out_dtype(op)``, default the first input's)."""
     def kernel(op, inputs, ctx):
-        values = [_promoted(v) for v in inputs] if float64 else inputs
-        with np.errstate(all="ignore"):
-            result = function(*values)
+        values = [promote(v) for v in inputs]
         dtype = out_dtype(op) if out_dtype else inputs[0].dtype
-        return [np.asarray(result).astype(dtype, copy=False)]
+        with np.errstate(all="ignore"):  # IEEE results (inf, NaN), also when rounding to T
+            return [np.asarray(function(*values)).astype(dtype, copy=False)]
 
     return kernel
 
@@ -108,7 +114,7 @@ def _div_no_nan(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 _register({"Exp": np.exp, "Log": np.log, "Log1p": np.log1p, "Expm1": np.expm1,
            "Sqrt": np.sqrt, "Erf": erf, "Erfc": erfc, "Sin": np.sin, "Cos": np.cos,
-           "Pow": np.power, "SqrtGrad": lambda y, dy: 0.5 * dy / y}, float64=True)
+           "Pow": np.power, "SqrtGrad": lambda y, dy: 0.5 * dy / y}, promote=_float64)
 _register({"Abs": np.abs, "Floor": np.floor, "Ceil": np.ceil, "Round": _round, "Sign": _sign,
            "Maximum": _maximum, "Minimum": _minimum, "FloorDiv": _floor_div,
            "FloorMod": _floor_mod, "DivNoNan": _div_no_nan,

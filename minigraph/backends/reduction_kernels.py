@@ -49,10 +49,10 @@ def _accumulation_dtype(x: np.ndarray) -> np.dtype:
 @register_kernel("Prod")
 def reduce_prod(op, inputs, ctx):
     x, axes = inputs
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # overflow to inf, also when rounding to T
         value = np.prod(x, axis=_axes(x, axes), keepdims=op.attrs["keep_dims"],
                         dtype=_accumulation_dtype(x))
-    return [np.asarray(value).astype(x.dtype, copy=False)]
+        return [np.asarray(value).astype(x.dtype, copy=False)]
 
 
 @register_kernel("All")
@@ -92,14 +92,14 @@ def _scan(ufunc, identity: int):
         values = x.astype(_accumulation_dtype(x), copy=False)
         if op.attrs["reverse"]:
             values = np.flip(values, axis)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"):  # overflow to inf, also when rounding to T
             result = ufunc.accumulate(values, axis=axis, dtype=values.dtype)
-        if op.attrs["exclusive"] and x.shape[axis]:
-            first = np.full_like(np.take(result, [0], axis=axis), identity)
-            result = np.concatenate([first, np.delete(result, -1, axis=axis)], axis=axis)
-        if op.attrs["reverse"]:
-            result = np.flip(result, axis)
-        return [np.ascontiguousarray(result).astype(x.dtype, copy=False)]
+            if op.attrs["exclusive"] and x.shape[axis]:
+                first = np.full_like(np.take(result, [0], axis=axis), identity)
+                result = np.concatenate([first, np.delete(result, -1, axis=axis)], axis=axis)
+            if op.attrs["reverse"]:
+                result = np.flip(result, axis)
+            return [np.ascontiguousarray(result).astype(x.dtype, copy=False)]
 
     return kernel
 
