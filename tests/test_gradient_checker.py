@@ -8,6 +8,10 @@ the two agree to ~1e-9 when the gradient is right; the tolerance is ``TOL = 1e-6
   axes, unknown static shapes (the dynamic ``Shape``/``BroadcastGradientArgs``/
   ``ReducedShape`` path), AddN, Identity, Cast, Reshape, BroadcastTo, Fill, and the
   non-differentiable ops (their true derivative is 0).
+* Elementwise and reduction families: every unary op (the piecewise-constant Floor, Ceil,
+  Round and Sign seen through ``x * op(x)``), the broadcasting binary ops, Select's row
+  condition and SelectV2's broadcasting, SqrtGrad (Sqrt's second order), Max/Min, Prod over
+  one to three axes (a zero in the group included), Cumsum/Cumprod with exclusive/reverse.
 * Batch norm: FusedBatchNormV3 at orders 1, 2 and 3 (order k checks the Jacobian of an
   order-(k-1) gradient tensor) in NHWC/NCHW/NDHWC/NCDHW, training and inference;
   FusedBatchNorm/V2 at order 1; the raw FusedBatchNormGrad/V2/V3 ops (whose gradient is
