@@ -40,6 +40,8 @@ __all__ = [
     "DepthwiseConv2dNativeBackpropFilter",
     "DepthwiseConv2dNativeBackpropInput",
     "Div",
+    "Elu",
+    "EluGrad",
     "Equal",
     "ExpandDims",
     "Fill",
@@ -52,6 +54,8 @@ __all__ = [
     "FusedBatchNormV3",
     "Identity",
     "InvertPermutation",
+    "LeakyRelu",
+    "LeakyReluGrad",
     "MatMul",
     "MaxPool",
     "MaxPool3D",
@@ -77,11 +81,19 @@ __all__ = [
     "ReluGrad",
     "Reshape",
     "Rsqrt",
+    "Selu",
+    "SeluGrad",
     "Shape",
     "ShapeN",
+    "Sigmoid",
+    "SigmoidGrad",
     "Size",
     "Slice",
     "Softmax",
+    "Softplus",
+    "SoftplusGrad",
+    "Softsign",
+    "SoftsignGrad",
     "SparseSoftmaxCrossEntropyWithLogits",
     "Square",
     "Squeeze",
@@ -89,6 +101,8 @@ __all__ = [
     "StridedSliceGrad",
     "Sub",
     "Sum",
+    "Tanh",
+    "TanhGrad",
     "Tile",
     "Transpose",
     "Unpack",
@@ -1706,6 +1720,85 @@ class Div:
     ) -> Output: ...
 
 
+class Elu:
+    """Builds one 'Elu' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Elu.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Elu node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: Elu.Attrs | None = None,
+    ) -> Output: ...
+
+
+class EluGrad:
+    """Builds one 'EluGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    EluGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        outputs: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one EluGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        outputs: TensorLike,
+        attrs: EluGrad.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Equal:
     """Builds one 'Equal' node.
 
@@ -2633,6 +2726,103 @@ class InvertPermutation:
         scope: Scope,
         x: TensorLike,
         attrs: InvertPermutation.Attrs | None = None,
+    ) -> Output: ...
+
+
+class LeakyRelu:
+    """Builds one 'LeakyRelu' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LeakyRelu.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        alpha: float, default 0.2. The slope for negative features (stored as float32, as
+            TF's attr).
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LeakyRelu node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def Alpha(self, value: float) -> LeakyRelu.Attrs:
+            """Set attr 'alpha' (float, default 0.2). The slope for negative features (stored
+            as float32, as TF's attr).
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: LeakyRelu.Attrs | None = None,
+        *,
+        alpha: float = 0.2,
+    ) -> Output: ...
+
+
+class LeakyReluGrad:
+    """Builds one 'LeakyReluGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LeakyReluGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        alpha: float, default 0.2. The slope for negative features (stored as float32, as
+            TF's attr).
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LeakyReluGrad node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def Alpha(self, value: float) -> LeakyReluGrad.Attrs:
+            """Set attr 'alpha' (float, default 0.2). The slope for negative features (stored
+            as float32, as TF's attr).
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        features: TensorLike,
+        attrs: LeakyReluGrad.Attrs | None = None,
+        *,
+        alpha: float = 0.2,
     ) -> Output: ...
 
 
@@ -3815,6 +4005,85 @@ class Rsqrt:
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Rsqrt.Attrs | None = None) -> Output: ...
 
 
+class Selu:
+    """Builds one 'Selu' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Selu.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Selu node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: Selu.Attrs | None = None,
+    ) -> Output: ...
+
+
+class SeluGrad:
+    """Builds one 'SeluGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SeluGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        outputs: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SeluGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        outputs: TensorLike,
+        attrs: SeluGrad.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Shape:
     """Builds one 'Shape' node.
 
@@ -3865,6 +4134,79 @@ def ShapeN(scope: Scope, input: list, out_type: Any = ..., **attrs: Any) -> OpRe
     """The shapes of N tensors, one int vector each, in one node (TF's gradients of
     convolutions use it): ``.output`` is the list, also by index and in order.
     """
+
+
+class Sigmoid:
+    """Builds one 'Sigmoid' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Sigmoid.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Sigmoid node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Sigmoid.Attrs | None = None) -> Output: ...
+
+
+class SigmoidGrad:
+    """Builds one 'SigmoidGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SigmoidGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        y: T (float16, bfloat16, float32, float64).
+        dy: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'y', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SigmoidGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        y: TensorLike,
+        dy: TensorLike,
+        attrs: SigmoidGrad.Attrs | None = None,
+    ) -> Output: ...
 
 
 class Size:
@@ -3991,6 +4333,164 @@ class Softmax:
         scope: Scope,
         logits: TensorLike,
         attrs: Softmax.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Softplus:
+    """Builds one 'Softplus' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Softplus.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Softplus node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: Softplus.Attrs | None = None,
+    ) -> Output: ...
+
+
+class SoftplusGrad:
+    """Builds one 'SoftplusGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SoftplusGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SoftplusGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        features: TensorLike,
+        attrs: SoftplusGrad.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Softsign:
+    """Builds one 'Softsign' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Softsign.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Softsign node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: Softsign.Attrs | None = None,
+    ) -> Output: ...
+
+
+class SoftsignGrad:
+    """Builds one 'SoftsignGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SoftsignGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SoftsignGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        features: TensorLike,
+        attrs: SoftsignGrad.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -4355,6 +4855,79 @@ class Sum:
         attrs: Sum.Attrs | None = None,
         *,
         keep_dims: bool = False,
+    ) -> Output: ...
+
+
+class Tanh:
+    """Builds one 'Tanh' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Tanh.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Tanh node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Tanh.Attrs | None = None) -> Output: ...
+
+
+class TanhGrad:
+    """Builds one 'TanhGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    TanhGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        y: T (float16, bfloat16, float32, float64).
+        dy: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'y', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one TanhGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        y: TensorLike,
+        dy: TensorLike,
+        attrs: TanhGrad.Attrs | None = None,
     ) -> Output: ...
 
 
