@@ -90,7 +90,7 @@ int mg_broadcast(int op, int rank, const int64_t *dims, const int64_t *x_dims,
     int64_t count = 1;
     for (int d = 0; d < rank; ++d) {
         const int64_t n = dims[d], a = x_dims[d], b = y_dims[d];
-        if (n < 0 || (a != n && a != 1) || (b != n && b != 1) || (a > b ? a : b) != n)
+        if (n < 0 || (a != n && a != 1) || (b != n && b != 1) || (a != n && b != n))
             return MG_EINVAL;
         if (n && count > INT64_MAX / n)
             return MG_EINVAL;
@@ -107,7 +107,7 @@ int mg_broadcast(int op, int rank, const int64_t *dims, const int64_t *x_dims,
     bc_strides(rank, dims, y_dims, c.ys);
     const bc_kernel_table *t = bc_kernels();
     const int last = rank - 1;
-    /* both strides 0 only where the dimension is 1 (dims[d] is the larger operand's) */
+    /* both strides 0 only where the dimension is 1 (dims[d] is one operand's) */
     c.fn = c.xs[last] == 0 ? t->sv[op] : c.ys[last] == 0 ? t->vs[op] : t->vv[op];
     mg_pool_rows(mg_stream_threads(num_threads, count), count, 16, bc_chunk, &c);
     return MG_OK;

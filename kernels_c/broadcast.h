@@ -9,8 +9,8 @@
  * for bit numpy's float32 result, whatever the ISA, the thread count or the broadcast.
  *
  * Shapes: `rank` dimensions (1 <= rank <= MG_BROADCAST_MAX_RANK), `dims` the shape of z;
- * x_dims[d] and y_dims[d] are dims[d] or 1 (broadcast along d), and dims[d] is the larger of
- * the two. x, y and z are C-contiguous (x holds prod(x_dims) floats, y prod(y_dims), z
+ * x_dims[d] and y_dims[d] are dims[d] or 1 (broadcast along d), at least one of them dims[d]
+ * (numpy's rule: a 0 meets a 0 or a 1). x, y and z are C-contiguous (x holds prod(x_dims) floats, y prod(y_dims), z
  * prod(dims)). Callers merge neighbouring dimensions that broadcast alike first (Python:
  * minigraph/backends/math_kernels.py), so [N,H,W,C] * [1,1,1,C] arrives as [NHW, C] * [1, C]
  * and a same-shape or scalar operation as rank 1. The innermost dimension runs as one

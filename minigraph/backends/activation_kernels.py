@@ -1,10 +1,11 @@
 """numpy and native kernels of the activation ops (``ops.activation_ops``).
 
 numpy: float16/bfloat16 computed in float32 and rounded once; float64 stays float64. The
-exponential ones (Sigmoid, Tanh, Elu, Selu, Softplus, SoftplusGrad) are computed in float64
-and rounded once to float32 (then to a half type): the reference is the float32 value
-nearest the exact one. The rational ones follow TensorFlow's order of operations in the
-compute type.
+exponential activations (Sigmoid, Tanh, Elu, Selu, Softplus) are computed in float64 and
+rounded once to float32 (then to a half type): the reference is the float32 value nearest
+the exact one. The gradient ops and the rational activations follow TensorFlow's order of
+operations in the compute type (SoftplusGrad's 1 + e^-x from float64, rounded to it), so
+they overflow where TF's do.
 native (``backend="native"``, float32): kernels_c/activations* (one expression per
 activation) through the ``c_unary``/``c_binary`` wrappers at the bottom: bit for bit the
 numpy kernels for the rational ones, within the ulp bounds of kernels_c/activations.h for
@@ -64,7 +65,6 @@ for _name, _function in {
     "Elu": lambda x: np.where(x < 0, np.expm1(x), x),
     "Selu": lambda x: np.where(x < 0, SELU_SCALE_ALPHA * np.expm1(x), SELU_SCALE * x),
     "Softplus": lambda x: np.logaddexp(0.0, x),
-    "SoftplusGrad": lambda g, x: g / (np.exp(-x) + 1.0),
 }.items():
     register_kernel(_name)(_exact(_function))
 
@@ -86,13 +86,16 @@ def _const(value: float, like: np.ndarray):
 for _name, _function in {
     "Softsign": lambda x, op: x / (np.abs(x) + 1),
     "LeakyRelu": lambda x, op: np.where(x > 0, x, x * _const(op.attrs["alpha"], x)),
-    "SigmoidGrad": lambda y, dy, op: dy.reshape(y.shape) * y * (1 - y),
+    "SigmoidGrad": lambda y, dy, op: dy.reshape(y.shape) * (y * (1 - y)),  # TF's packet order
     "TanhGrad": lambda y, dy, op: dy.reshape(y.shape) * (1 - y * y),
     "EluGrad": lambda g, y, op: np.where(y < 0, g * (y + 1), g),
     "SeluGrad": lambda g, y, op: np.where(y < 0, g * (y + _const(SELU_SCALE_ALPHA, y)),
                                           g * _const(SELU_SCALE, y)),
     "LeakyReluGrad": lambda g, x, op: np.where(x > 0, g, g * _const(op.attrs["alpha"], g)),
     "SoftsignGrad": lambda g, x, op: g / np.square(np.abs(x) + 1),
+    # 1 + e^-x from float64, rounded to the compute type: inf past e^88.7 in float32, as
+    # TF's float32 exp (so an infinite gradient there gives NaN, as TF's)
+    "SoftplusGrad": lambda g, x, op: g / (np.exp(-x.astype(np.float64)) + 1).astype(x.dtype),
 }.items():
     register_kernel(_name)(_rational(_function))
 
