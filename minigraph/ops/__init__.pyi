@@ -22,6 +22,9 @@ __all__ = [
     "Assign",
     "AvgPool",
     "AvgPoolGrad",
+    "BatchMatMul",
+    "BatchMatMulV2",
+    "BatchMatMulV3",
     "BatchNormWithGlobalNormalization",
     "BatchNormWithGlobalNormalizationGrad",
     "BiasAdd",
@@ -40,6 +43,7 @@ __all__ = [
     "DepthwiseConv2dNativeBackpropFilter",
     "DepthwiseConv2dNativeBackpropInput",
     "Div",
+    "Einsum",
     "Elu",
     "EluGrad",
     "Equal",
@@ -54,8 +58,10 @@ __all__ = [
     "FusedBatchNormV3",
     "Identity",
     "InvertPermutation",
+    "L2Loss",
     "LeakyRelu",
     "LeakyReluGrad",
+    "LogSoftmax",
     "MatMul",
     "MaxPool",
     "MaxPool3D",
@@ -80,6 +86,10 @@ __all__ = [
     "Relu6Grad",
     "ReluGrad",
     "Reshape",
+    "ResizeBilinear",
+    "ResizeBilinearGrad",
+    "ResizeNearestNeighbor",
+    "ResizeNearestNeighborGrad",
     "Rsqrt",
     "Selu",
     "SeluGrad",
@@ -90,6 +100,7 @@ __all__ = [
     "Size",
     "Slice",
     "Softmax",
+    "SoftmaxCrossEntropyWithLogits",
     "Softplus",
     "SoftplusGrad",
     "Softsign",
@@ -587,6 +598,208 @@ class AvgPoolGrad:
         attrs: AvgPoolGrad.Attrs | None = None,
         *,
         data_format: Literal["NHWC", "NCHW"] = "NHWC",
+    ) -> Output: ...
+
+
+class BatchMatMul:
+    """Builds one 'BatchMatMul' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    BatchMatMul.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64). [..., m, k] (or [..., k,
+            m] with adj_x).
+        y: T (float16, bfloat16, float32, float64, int32, int64). [..., k, n] (or [..., n,
+            k] with adj_y).
+
+    Attrs:
+        adj_x: bool, default False. Use the adjoint (transpose) of x.
+        adj_y: bool, default False. Use the adjoint (transpose) of y.
+        grad_x: bool, default False. A hint TF's gradient sets; unused.
+        grad_y: bool, default False. A hint TF's gradient sets; unused.
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one BatchMatMul node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def AdjX(self, value: bool) -> BatchMatMul.Attrs:
+            """Set attr 'adj_x' (bool, default False). Use the adjoint (transpose) of x."""
+
+        def AdjY(self, value: bool) -> BatchMatMul.Attrs:
+            """Set attr 'adj_y' (bool, default False). Use the adjoint (transpose) of y."""
+
+        def GradX(self, value: bool) -> BatchMatMul.Attrs:
+            """Set attr 'grad_x' (bool, default False). A hint TF's gradient sets; unused."""
+
+        def GradY(self, value: bool) -> BatchMatMul.Attrs:
+            """Set attr 'grad_y' (bool, default False). A hint TF's gradient sets; unused."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: BatchMatMul.Attrs | None = None,
+        *,
+        adj_x: bool = False,
+        adj_y: bool = False,
+        grad_x: bool = False,
+        grad_y: bool = False,
+    ) -> Output: ...
+
+
+class BatchMatMulV2:
+    """Builds one 'BatchMatMulV2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    BatchMatMulV2.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64). [..., m, k] (or [..., k,
+            m] with adj_x).
+        y: T (float16, bfloat16, float32, float64, int32, int64). [..., k, n] (or [..., n,
+            k] with adj_y).
+
+    Attrs:
+        adj_x: bool, default False. Use the adjoint (transpose) of x.
+        adj_y: bool, default False. Use the adjoint (transpose) of y.
+        grad_x: bool, default False. A hint TF's gradient sets; unused.
+        grad_y: bool, default False. A hint TF's gradient sets; unused.
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one BatchMatMulV2 node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def AdjX(self, value: bool) -> BatchMatMulV2.Attrs:
+            """Set attr 'adj_x' (bool, default False). Use the adjoint (transpose) of x."""
+
+        def AdjY(self, value: bool) -> BatchMatMulV2.Attrs:
+            """Set attr 'adj_y' (bool, default False). Use the adjoint (transpose) of y."""
+
+        def GradX(self, value: bool) -> BatchMatMulV2.Attrs:
+            """Set attr 'grad_x' (bool, default False). A hint TF's gradient sets; unused."""
+
+        def GradY(self, value: bool) -> BatchMatMulV2.Attrs:
+            """Set attr 'grad_y' (bool, default False). A hint TF's gradient sets; unused."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: BatchMatMulV2.Attrs | None = None,
+        *,
+        adj_x: bool = False,
+        adj_y: bool = False,
+        grad_x: bool = False,
+        grad_y: bool = False,
+    ) -> Output: ...
+
+
+class BatchMatMulV3:
+    """Builds one 'BatchMatMulV3' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    BatchMatMulV3.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: Ta (float16, bfloat16, float32, float64, int32, int64). [..., m, k] (or [..., k,
+            m] with adj_x).
+        y: Tb (float16, bfloat16, float32, float64, int32, int64). [..., k, n] (or [..., n,
+            k] with adj_y).
+
+    Attrs:
+        Tout: type, required, one of float16, bfloat16, float32, float64, int32, int64. The
+            output type (= Ta = Tb).
+        adj_x: bool, default False. Use the adjoint (transpose) of x.
+        adj_y: bool, default False. Use the adjoint (transpose) of y.
+        grad_x: bool, default False. A hint TF's gradient sets; unused.
+        grad_y: bool, default False. A hint TF's gradient sets; unused.
+        Ta: type, inferred from input 'x', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tb: type, inferred from input 'y', one of float16, bfloat16, float32, float64,
+            int32, int64.
+
+    Outputs:
+        output: Tout (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one BatchMatMulV3 node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def Tout(self, value: DTypeLike) -> BatchMatMulV3.Attrs:
+            """Set attr 'Tout' (type, required, one of float16, bfloat16, float32, float64,
+            int32, int64). The output type (= Ta = Tb).
+            """
+
+        def AdjX(self, value: bool) -> BatchMatMulV3.Attrs:
+            """Set attr 'adj_x' (bool, default False). Use the adjoint (transpose) of x."""
+
+        def AdjY(self, value: bool) -> BatchMatMulV3.Attrs:
+            """Set attr 'adj_y' (bool, default False). Use the adjoint (transpose) of y."""
+
+        def GradX(self, value: bool) -> BatchMatMulV3.Attrs:
+            """Set attr 'grad_x' (bool, default False). A hint TF's gradient sets; unused."""
+
+        def GradY(self, value: bool) -> BatchMatMulV3.Attrs:
+            """Set attr 'grad_y' (bool, default False). A hint TF's gradient sets; unused."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        Tout: DTypeLike,
+        attrs: BatchMatMulV3.Attrs | None = None,
+        *,
+        adj_x: bool = False,
+        adj_y: bool = False,
+        grad_x: bool = False,
+        grad_y: bool = False,
     ) -> Output: ...
 
 
@@ -1720,6 +1933,10 @@ class Div:
     ) -> Output: ...
 
 
+def Einsum(scope: Scope, inputs: list, equation: str, **attrs: Any) -> Output:
+    """The tensor contraction ``equation`` names (tf.einsum), e.g. ``"abc,cd->abd"``."""
+
+
 class Elu:
     """Builds one 'Elu' node.
 
@@ -2729,6 +2946,39 @@ class InvertPermutation:
     ) -> Output: ...
 
 
+class L2Loss:
+    """Builds one 'L2Loss' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a L2Loss.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        t: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 't', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one L2Loss node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(cls, scope: Scope, t: TensorLike, attrs: L2Loss.Attrs | None = None) -> Output: ...
+
+
 class LeakyRelu:
     """Builds one 'LeakyRelu' node.
 
@@ -2823,6 +3073,44 @@ class LeakyReluGrad:
         attrs: LeakyReluGrad.Attrs | None = None,
         *,
         alpha: float = 0.2,
+    ) -> Output: ...
+
+
+class LogSoftmax:
+    """Builds one 'LogSoftmax' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LogSoftmax.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        logits: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'logits', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        logsoftmax: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'logsoftmax'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LogSoftmax node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        logits: TensorLike,
+        attrs: LogSoftmax.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -3972,6 +4260,244 @@ class Reshape:
     ) -> Output: ...
 
 
+class ResizeBilinear:
+    """Builds one 'ResizeBilinear' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ResizeBilinear.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        images: T (int32, int64, float16, float32, float64, bfloat16). NHWC images.
+        size: int32. [new_height, new_width], each > 0.
+
+    Attrs:
+        align_corners: bool, default False. Map the corner pixels' centres of input and
+            output onto each other.
+        half_pixel_centers: bool, default False. Pixel centres at i + 0.5 (Keras,
+            tf.image.resize); both False: the legacy asymmetric mapping.
+        T: type, inferred from input 'images', one of int32, int64, float16, float32,
+            float64, bfloat16.
+
+    Outputs:
+        resized_images: float32.
+
+    Returns:
+        The Output 'resized_images'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ResizeBilinear node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def AlignCorners(self, value: bool) -> ResizeBilinear.Attrs:
+            """Set attr 'align_corners' (bool, default False). Map the corner pixels' centres
+            of input and output onto each other.
+            """
+
+        def HalfPixelCenters(self, value: bool) -> ResizeBilinear.Attrs:
+            """Set attr 'half_pixel_centers' (bool, default False). Pixel centres at i + 0.5
+            (Keras, tf.image.resize); both False: the legacy asymmetric mapping.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        images: TensorLike,
+        size: TensorLike,
+        attrs: ResizeBilinear.Attrs | None = None,
+        *,
+        align_corners: bool = False,
+        half_pixel_centers: bool = False,
+    ) -> Output: ...
+
+
+class ResizeBilinearGrad:
+    """Builds one 'ResizeBilinearGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ResizeBilinearGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        grads: float32. The gradient of the resized images.
+        original_image: T (float16, bfloat16, float32, float64). The images that were
+            resized (only their shape is read).
+
+    Attrs:
+        align_corners: bool, default False. Map the corner pixels' centres of input and
+            output onto each other.
+        half_pixel_centers: bool, default False. Pixel centres at i + 0.5 (Keras,
+            tf.image.resize); both False: the legacy asymmetric mapping.
+        T: type, inferred from input 'original_image', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ResizeBilinearGrad node, set with C++-style chained setters
+        that each return a new builder; pass it after the positional arguments or as
+        attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def AlignCorners(self, value: bool) -> ResizeBilinearGrad.Attrs:
+            """Set attr 'align_corners' (bool, default False). Map the corner pixels' centres
+            of input and output onto each other.
+            """
+
+        def HalfPixelCenters(self, value: bool) -> ResizeBilinearGrad.Attrs:
+            """Set attr 'half_pixel_centers' (bool, default False). Pixel centres at i + 0.5
+            (Keras, tf.image.resize); both False: the legacy asymmetric mapping.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        grads: TensorLike,
+        original_image: TensorLike,
+        attrs: ResizeBilinearGrad.Attrs | None = None,
+        *,
+        align_corners: bool = False,
+        half_pixel_centers: bool = False,
+    ) -> Output: ...
+
+
+class ResizeNearestNeighbor:
+    """Builds one 'ResizeNearestNeighbor' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ResizeNearestNeighbor.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        images: T (int32, int64, float16, float32, float64, bfloat16). NHWC images.
+        size: int32. [new_height, new_width], each > 0.
+
+    Attrs:
+        align_corners: bool, default False. Map the corner pixels' centres of input and
+            output onto each other.
+        half_pixel_centers: bool, default False. Pixel centres at i + 0.5 (Keras,
+            tf.image.resize); both False: the legacy asymmetric mapping.
+        T: type, inferred from input 'images', one of int32, int64, float16, float32,
+            float64, bfloat16.
+
+    Outputs:
+        resized_images: T (int32, int64, float16, float32, float64, bfloat16).
+
+    Returns:
+        The Output 'resized_images'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ResizeNearestNeighbor node, set with C++-style chained setters
+        that each return a new builder; pass it after the positional arguments or as
+        attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def AlignCorners(self, value: bool) -> ResizeNearestNeighbor.Attrs:
+            """Set attr 'align_corners' (bool, default False). Map the corner pixels' centres
+            of input and output onto each other.
+            """
+
+        def HalfPixelCenters(self, value: bool) -> ResizeNearestNeighbor.Attrs:
+            """Set attr 'half_pixel_centers' (bool, default False). Pixel centres at i + 0.5
+            (Keras, tf.image.resize); both False: the legacy asymmetric mapping.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        images: TensorLike,
+        size: TensorLike,
+        attrs: ResizeNearestNeighbor.Attrs | None = None,
+        *,
+        align_corners: bool = False,
+        half_pixel_centers: bool = False,
+    ) -> Output: ...
+
+
+class ResizeNearestNeighborGrad:
+    """Builds one 'ResizeNearestNeighborGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ResizeNearestNeighborGrad.Attrs() builder (after the positional arguments) or as
+    keywords.
+
+    Inputs:
+        grads: T (int32, float16, float32, float64, bfloat16). The gradient of the resized
+            images.
+        size: int32. [height, width] of the original images, each > 0.
+
+    Attrs:
+        align_corners: bool, default False. Map the corner pixels' centres of input and
+            output onto each other.
+        half_pixel_centers: bool, default False. Pixel centres at i + 0.5 (Keras,
+            tf.image.resize); both False: the legacy asymmetric mapping.
+        T: type, inferred from input 'grads', one of int32, float16, float32, float64,
+            bfloat16.
+
+    Outputs:
+        output: T (int32, float16, float32, float64, bfloat16).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ResizeNearestNeighborGrad node, set with C++-style chained
+        setters that each return a new builder; pass it after the positional arguments
+        or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+        def AlignCorners(self, value: bool) -> ResizeNearestNeighborGrad.Attrs:
+            """Set attr 'align_corners' (bool, default False). Map the corner pixels' centres
+            of input and output onto each other.
+            """
+
+        def HalfPixelCenters(self, value: bool) -> ResizeNearestNeighborGrad.Attrs:
+            """Set attr 'half_pixel_centers' (bool, default False). Pixel centres at i + 0.5
+            (Keras, tf.image.resize); both False: the legacy asymmetric mapping.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        grads: TensorLike,
+        size: TensorLike,
+        attrs: ResizeNearestNeighborGrad.Attrs | None = None,
+        *,
+        align_corners: bool = False,
+        half_pixel_centers: bool = False,
+    ) -> Output: ...
+
+
 class Rsqrt:
     """Builds one 'Rsqrt' node.
 
@@ -4334,6 +4860,59 @@ class Softmax:
         logits: TensorLike,
         attrs: Softmax.Attrs | None = None,
     ) -> Output: ...
+
+
+class _SoftmaxCrossEntropyWithLogitsOutputs(OpResult):
+    """The outputs of one SoftmaxCrossEntropyWithLogits node, by name."""
+
+    loss: Output
+    backprop: Output
+    operation: Operation
+
+
+class SoftmaxCrossEntropyWithLogits:
+    """Builds one 'SoftmaxCrossEntropyWithLogits' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SoftmaxCrossEntropyWithLogits.Attrs() builder (after the positional arguments) or as
+    keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64). Logits, [batch, classes].
+        labels: T (float16, bfloat16, float32, float64). Probabilities, broadcastable to the
+            features' shape.
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        loss: T (float16, bfloat16, float32, float64).
+        backprop: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        An object with the outputs as attributes (.loss, .backprop), also by index and in
+        order when iterated, and the node as .operation.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SoftmaxCrossEntropyWithLogits node, set with C++-style chained
+        setters that each return a new builder; pass it after the positional arguments
+        or as attrs=.
+        """
+
+        values: dict[str, Any]
+
+        def __init__(self, **values: Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        labels: TensorLike,
+        attrs: SoftmaxCrossEntropyWithLogits.Attrs | None = None,
+    ) -> _SoftmaxCrossEntropyWithLogitsOutputs: ...
 
 
 class Softplus:

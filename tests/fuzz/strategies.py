@@ -118,7 +118,7 @@ def _out_size(size: int, k: int, s: int, d: int, padding: str, pads=(0, 0)) -> i
 
 def r_unary(g: Draw):
     dtype = g.dtype("T") if "T" in [a.name for a in g.op_def.attrs] else g.dtype("SrcT")
-    rank_lo = {"Softmax": 1, "BiasAddGrad": 2}.get(g.op_def.name, 0)
+    rank_lo = {"Softmax": 1, "LogSoftmax": 1, "BiasAddGrad": 2}.get(g.op_def.name, 0)
     shape = g.shape(g.int(rank_lo, 5))
     name = g.op_def.inputs[0].name
     attrs = {}
@@ -490,6 +490,88 @@ def r_sparse_xent(g: Draw):
             "labels": (g.lit(labels, ltype) if labels else ArraySpec((0,), ltype), "shape")}, {}
 
 
+def r_xent(g: Draw):
+    """SoftmaxCrossEntropyWithLogits: features [b, k]; labels the same, a [1, k] or [k] row
+    (broadcast), or something that does not broadcast."""
+    dtype = g.dtype()
+    b, k = g.dim(), g.dim()
+    labels = g.pick([(b, k), (b, k), (1, k), (k,), (b,), g.shape()])
+    return {"features": (g.array((b, k) if not g.chance(10) else g.shape(), dtype), "data"),
+            "labels": (g.array(labels, dtype, ("positive", "zeros", "normal")), "data")}, {}
+
+
+def _resize_attrs(g: Draw) -> dict:
+    align, half = g.pick([(False, False), (True, False), (False, True), (True, True)])
+    return {"align_corners": align, "half_pixel_centers": half}
+
+
+def _size_lit(g: Draw) -> ArraySpec:
+    size = [g.int(1, 6), g.int(1, 6)]
+    if g.chance(10):
+        size = g.pick([[0, 3], [3, -1], [2, 2, 2], [4]])
+    return g.lit(size, "int32")
+
+
+def r_resize(g: Draw):
+    """ResizeNearestNeighbor / ResizeBilinear: NHWC images and a [height, width] size."""
+    shape = (g.dim(), g.dim(1), g.dim(1), g.dim(1)) if not g.chance(10) else g.shape()
+    return {"images": (g.array(shape, g.dtype()), "data"), "size": (_size_lit(g), "shape")}, \
+        _resize_attrs(g)
+
+
+def r_resize_nearest_grad(g: Draw):
+    shape = (g.dim(), g.dim(), g.dim(), g.dim()) if not g.chance(10) else g.shape()
+    return {"grads": (g.array(shape, g.dtype()), "data"), "size": (_size_lit(g), "shape")}, \
+        _resize_attrs(g)
+
+
+def r_resize_bilinear_grad(g: Draw):
+    n, c = g.dim(), g.dim(1)
+    grads = (n, g.dim(1), g.dim(1), c) if not g.chance(10) else g.shape()
+    original = (n, g.dim(1), g.dim(1), c) if not g.chance(10) else g.shape()
+    return {"grads": (g.array(grads, "float32"), "data"),
+            "original_image": (g.array(original, g.dtype()), "data")}, _resize_attrs(g)
+
+
+def r_batch_matmul(g: Draw):
+    """x [..., m, k] and y [..., k, n] (transposed where adj says), batch dims that are equal
+    (V1) or broadcast (V2, V3), sometimes mismatched."""
+    dtype = g.dtype("Ta" if g.op_def.name == "BatchMatMulV3" else "T")
+    m, k, n = g.dim(), g.dim(), g.dim()
+    batch = g.shape(g.int(0, 2))
+    y_batch = batch if g.op_def.name == "BatchMatMul" or g.chance(50) else \
+        tuple(1 if g.chance(30) else d for d in batch)[g.int(0, len(batch)):]
+    adj_x, adj_y = g.chance(30), g.chance(30)
+    x = (*batch, *((k, m) if adj_x else (m, k)))
+    y = (*y_batch, *((n, k) if adj_y else (k, n)))
+    if g.chance(10):
+        y = (*y[:-2], y[-2] + 1, y[-1])
+    attrs = {"adj_x": adj_x, "adj_y": adj_y}
+    if g.op_def.name == "BatchMatMulV3":
+        attrs.update(Ta=dtype, Tb=dtype, Tout=dtype if not g.chance(10) else g.pick(DTYPES))
+    return {"x": (g.array(x, dtype), "data"), "y": (g.array(y, dtype), "data")}, attrs
+
+
+EINSUM_EQUATIONS = ("abc,cd->abd", "abc,cde->abde", "aecd,abcd->acbe", "acbe,aecd->abcd",
+                    "abcd,cde->abe", "ab,bc->ac", "ij->ji", "abc->b", "ab->", "ab,cd->abcd",
+                    "aab,bc->ac", "...b,bc->...c", "ab,bc", "ab,bc->aa", "a,b,c->abc")
+
+
+def r_einsum(g: Draw):
+    """An equation (Keras', others, and refused ones) with operands shaped by its labels
+    (one label's size sometimes changed in one operand)."""
+    equation = g.pick(EINSUM_EQUATIONS)
+    sizes = {c: g.dim() for c in "abcdeij"}
+    subscripts = equation.split("->")[0].split(",")
+    shapes = [tuple(sizes.get(c, 2) for c in s if c != ".") for s in subscripts]
+    if g.chance(15):
+        which = g.int(0, len(shapes) - 1)
+        shapes[which] = g.shape()
+    dtype = g.dtype()
+    return {f"inputs_{i}": (g.array(shape, dtype), "data") for i, shape in enumerate(shapes)}, \
+        {"equation": equation}
+
+
 def _bn_geometry(g: Draw):
     try:
         formats = g.op_def.attr_def("data_format").allowed
@@ -596,7 +678,8 @@ def r_assign(g: Draw):
 
 RECIPES: dict[str, Callable] = {
     **dict.fromkeys(["Neg", "Square", "Rsqrt", "Reciprocal", "Relu", "Softmax", "Identity",
-                     "OnesLike", "ZerosLike", "Shape", "Size", "Cast", "BiasAddGrad"], r_unary),
+                     "OnesLike", "ZerosLike", "Shape", "Size", "Cast", "BiasAddGrad",
+                     "LogSoftmax", "L2Loss"], r_unary),
     **dict.fromkeys(["Add", "AddV2", "Sub", "Mul", "Div", "RealDiv", "Equal", "ReluGrad"],
                     r_binary),
     "AddN": r_addn, "Sum": r_reduce, "Mean": r_reduce, "ArgMax": r_argmax,
@@ -620,6 +703,12 @@ RECIPES: dict[str, Callable] = {
     "Conv3DBackpropFilterV2": r_conv2d_backprop_filter, "MaxPool3D": r_pool,
     "MaxPool3DGrad": r_max_pool_grad, "MaxPool3DGradGrad": r_max_pool_grad,
     "SparseSoftmaxCrossEntropyWithLogits": r_sparse_xent,
+    "SoftmaxCrossEntropyWithLogits": r_xent,
+    **dict.fromkeys(["ResizeNearestNeighbor", "ResizeBilinear"], r_resize),
+    "ResizeNearestNeighborGrad": r_resize_nearest_grad,
+    "ResizeBilinearGrad": r_resize_bilinear_grad,
+    **dict.fromkeys(["BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"], r_batch_matmul),
+    "Einsum": r_einsum,
     **dict.fromkeys(["FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"], r_fused_bn),
     **dict.fromkeys(["FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
                      "FusedBatchNormGradGrad"], r_fused_bn_grad),
