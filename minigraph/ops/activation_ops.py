@@ -17,8 +17,8 @@
 * ``Softsign``: ``features / (1 + |features|)``; ``SoftsignGrad``:
   ``gradients / (1 + |features|)^2``.
 
-The Relu family and LeakyRelu also take integers (Relu) or only floats (the rest), as TF.
-NaN features propagate; gradients are multiplied by their masks or factors as in TensorFlow,
+Relu and Relu6 (and their gradients) take integers too; the others only the float types,
+as TF. NaN features propagate; gradients are multiplied by their masks or factors as in TensorFlow,
 so an infinite or NaN gradient where the factor is 0 gives NaN. The gradients (TF's
 ``nn_grad.py`` and ``math_grad.py`` formulas, each differentiable again) are at the bottom.
 """
@@ -82,20 +82,21 @@ def _same_size(ctx: InferenceContext) -> list[TensorShape]:
 
 
 def _type_attr(allowed: tuple, default_float32: bool) -> AttrDef:
-    if default_float32:  # LeakyRelu(Grad): TF gives T a default
+    """The ``T`` attr; LeakyRelu(Grad)'s has a default in TF (float32), the others none."""
+    if default_float32:
         return AttrDef("T", "type", default=dtypes.float32, allowed=allowed)
     return required("T", "type", allowed=allowed)
 
 
-def _activation(name: str, allowed: tuple = FLOATS, arg: tuple[str, str] = ("features",
-                "activations"), attrs: tuple[AttrDef, ...] = (), default_float32: bool = False
-                ) -> OpDef:
-    """An elementwise activation: ``features`` (``x``) -> ``activations`` (``y``) of the
-    same shape."""
+def _activation(name: str, allowed: tuple = FLOATS, names: tuple[str, str] = (
+        "features", "activations"), attrs: tuple[AttrDef, ...] = (),
+        default_float32: bool = False) -> OpDef:
+    """An elementwise activation: input -> output of the same shape, named ``names``
+    (``features`` -> ``activations``, or Sigmoid's and Tanh's ``x`` -> ``y``)."""
     return register_op(OpDef(
         name=name,
-        inputs=[ArgDef(arg[0], type_attr="T")],
-        outputs=[ArgDef(arg[1], type_attr="T")],
+        inputs=[ArgDef(names[0], type_attr="T")],
+        outputs=[ArgDef(names[1], type_attr="T")],
         attrs=[*attrs, _type_attr(allowed, default_float32)],
         shape_fn=lambda ctx: [ctx.input_shapes[0]],
     ))
@@ -131,9 +132,9 @@ Relu = make_wrapper(_activation("Relu", NUMBERS))
 ReluGrad = make_wrapper(_activation_grad("ReluGrad", NUMBERS))
 Relu6 = make_wrapper(_activation("Relu6", NUMBERS))
 Relu6Grad = make_wrapper(_activation_grad("Relu6Grad", NUMBERS))
-Sigmoid = make_wrapper(_activation("Sigmoid", arg=("x", "y")))
+Sigmoid = make_wrapper(_activation("Sigmoid", names=("x", "y")))
 SigmoidGrad = make_wrapper(_output_grad("SigmoidGrad"))
-Tanh = make_wrapper(_activation("Tanh", arg=("x", "y")))
+Tanh = make_wrapper(_activation("Tanh", names=("x", "y")))
 TanhGrad = make_wrapper(_output_grad("TanhGrad"))
 Elu = make_wrapper(_activation("Elu"))
 EluGrad = make_wrapper(_activation_grad("EluGrad", second="outputs"))
