@@ -13,6 +13,7 @@ import numpy as np
 
 from minigraph.backends.compute import compute_dtype
 from minigraph.backends.linalg_kernels import blas_matmul
+from minigraph.backends.reduction_kernels import arg_extreme
 from minigraph.backends.registry import register_kernel
 from minigraph.ops.nn_ops import bias_channel_axis
 
@@ -120,10 +121,10 @@ def sparse_softmax_cross_entropy_with_logits(op, inputs, ctx):
 
 @register_kernel("ArgMax")
 def arg_max(op, inputs, ctx):
-    """Index of the first largest value along 'dimension'."""
+    """Index of the first largest value along 'dimension', NaN skipped as in TF."""
     x, dimension = inputs
     axis = int(dimension) % x.ndim  # the shape function checked rank, range and emptiness
-    return [np.argmax(_in(x), axis=axis).astype(op.attrs["output_type"].np_dtype)]
+    return [arg_extreme(x, axis, True, op.attrs["output_type"].np_dtype)]
 
 
 @register_kernel("Equal")

@@ -2,8 +2,9 @@
 --write`` from the op definitions, do not edit (tests/test_framework.py checks it is current).
 """
 
+import typing
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from minigraph.framework.dtypes import DType
 from minigraph.framework.graph import Operation, Output
@@ -12,13 +13,17 @@ from minigraph.framework.scope import Scope
 from minigraph.framework.wrapper_docs import DTypeLike, ShapeLike, TensorLike
 
 __all__ = [
+    "Abs",
     "Add",
     "AddN",
     "AddV2",
+    "All",
+    "Any",
     "ApplyAdam",
     "ApplyGradientDescent",
     "ApplyMomentum",
     "ArgMax",
+    "ArgMin",
     "Assign",
     "AvgPool",
     "AvgPoolGrad",
@@ -32,6 +37,7 @@ __all__ = [
     "BroadcastGradientArgs",
     "BroadcastTo",
     "Cast",
+    "Ceil",
     "Const",
     "Conv2D",
     "Conv2DBackpropFilter",
@@ -39,16 +45,27 @@ __all__ = [
     "Conv3D",
     "Conv3DBackpropFilterV2",
     "Conv3DBackpropInputV2",
+    "Cos",
+    "Cumprod",
+    "Cumsum",
     "DepthwiseConv2dNative",
     "DepthwiseConv2dNativeBackpropFilter",
     "DepthwiseConv2dNativeBackpropInput",
     "Div",
+    "DivNoNan",
     "Einsum",
     "Elu",
     "EluGrad",
     "Equal",
+    "Erf",
+    "Erfc",
+    "Exp",
     "ExpandDims",
+    "Expm1",
     "Fill",
+    "Floor",
+    "FloorDiv",
+    "FloorMod",
     "FusedBatchNorm",
     "FusedBatchNormGrad",
     "FusedBatchNormGradGrad",
@@ -56,27 +73,43 @@ __all__ = [
     "FusedBatchNormGradV3",
     "FusedBatchNormV2",
     "FusedBatchNormV3",
+    "Greater",
+    "GreaterEqual",
     "Identity",
     "InvertPermutation",
     "L2Loss",
     "LeakyRelu",
     "LeakyReluGrad",
+    "Less",
+    "LessEqual",
+    "Log",
+    "Log1p",
     "LogSoftmax",
+    "LogicalAnd",
+    "LogicalNot",
+    "LogicalOr",
     "MatMul",
+    "Max",
     "MaxPool",
     "MaxPool3D",
     "MaxPool3DGrad",
     "MaxPool3DGradGrad",
     "MaxPoolGrad",
     "MaxPoolGradGrad",
+    "Maximum",
     "Mean",
+    "Min",
+    "Minimum",
     "Mul",
     "Neg",
     "NoOp",
+    "NotEqual",
     "OnesLike",
     "Pack",
     "Pad",
     "Placeholder",
+    "Pow",
+    "Prod",
     "RandomUniform",
     "RealDiv",
     "Reciprocal",
@@ -90,13 +123,18 @@ __all__ = [
     "ResizeBilinearGrad",
     "ResizeNearestNeighbor",
     "ResizeNearestNeighborGrad",
+    "Round",
     "Rsqrt",
+    "Select",
+    "SelectV2",
     "Selu",
     "SeluGrad",
     "Shape",
     "ShapeN",
     "Sigmoid",
     "SigmoidGrad",
+    "Sign",
+    "Sin",
     "Size",
     "Slice",
     "Softmax",
@@ -106,7 +144,10 @@ __all__ = [
     "Softsign",
     "SoftsignGrad",
     "SparseSoftmaxCrossEntropyWithLogits",
+    "Sqrt",
+    "SqrtGrad",
     "Square",
+    "SquaredDifference",
     "Squeeze",
     "StridedSlice",
     "StridedSliceGrad",
@@ -120,6 +161,40 @@ __all__ = [
     "Variable",
     "ZerosLike",
 ]
+
+
+class Abs:
+    """Builds one 'Abs' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Abs.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Abs node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Abs.Attrs | None = None) -> Output: ...
 
 
 class Add:
@@ -150,9 +225,9 @@ class Add:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -163,7 +238,7 @@ class Add:
     ) -> Output: ...
 
 
-def AddN(scope: Scope, inputs: list, **attrs: Any) -> Output:
+def AddN(scope: Scope, inputs: list, **attrs: typing.Any) -> Output:
     """Sum of a list of same-shaped tensors, one node (used to aggregate gradients)."""
 
 
@@ -195,9 +270,9 @@ class AddV2:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -205,6 +280,98 @@ class AddV2:
         x: TensorLike,
         y: TensorLike,
         attrs: AddV2.Attrs | None = None,
+    ) -> Output: ...
+
+
+class All:
+    """Builds one 'All' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a All.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: bool.
+        reduction_indices: Tidx (int32, int64).
+
+    Attrs:
+        keep_dims: bool, default False.
+        Tidx: type, inferred from input 'reduction_indices', one of int32, int64.
+
+    Outputs:
+        output: bool.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one All node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def KeepDims(self, value: bool) -> All.Attrs:
+            """Set attr 'keep_dims' (bool, default False)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        reduction_indices: TensorLike,
+        attrs: All.Attrs | None = None,
+        *,
+        keep_dims: bool = False,
+    ) -> Output: ...
+
+
+class Any:
+    """Builds one 'Any' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Any.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: bool.
+        reduction_indices: Tidx (int32, int64).
+
+    Attrs:
+        keep_dims: bool, default False.
+        Tidx: type, inferred from input 'reduction_indices', one of int32, int64.
+
+    Outputs:
+        output: bool.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Any node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def KeepDims(self, value: bool) -> Any.Attrs:
+            """Set attr 'keep_dims' (bool, default False)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        reduction_indices: TensorLike,
+        attrs: Any.Attrs | None = None,
+        *,
+        keep_dims: bool = False,
     ) -> Output: ...
 
 
@@ -245,9 +412,9 @@ class ApplyAdam:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def UseLocking(self, value: bool) -> ApplyAdam.Attrs:
             """Set attr 'use_locking' (bool, default False)."""
@@ -305,9 +472,9 @@ class ApplyGradientDescent:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def UseLocking(self, value: bool) -> ApplyGradientDescent.Attrs:
             """Set attr 'use_locking' (bool, default False)."""
@@ -357,9 +524,9 @@ class ApplyMomentum:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def UseLocking(self, value: bool) -> ApplyMomentum.Attrs:
             """Set attr 'use_locking' (bool, default False)."""
@@ -412,9 +579,9 @@ class ArgMax:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def OutputType(self, value: DTypeLike) -> ArgMax.Attrs:
             """Set attr 'output_type' (type, default int64, one of int32, int64)."""
@@ -425,6 +592,54 @@ class ArgMax:
         input: TensorLike,
         dimension: TensorLike,
         attrs: ArgMax.Attrs | None = None,
+        *,
+        output_type: DTypeLike = ...,
+    ) -> Output: ...
+
+
+class ArgMin:
+    """Builds one 'ArgMin' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a ArgMin.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64, int32, int64, bool).
+        dimension: Tidx (int32, int64).
+
+    Attrs:
+        output_type: type, default int64, one of int32, int64.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64,
+            int32, int64, bool.
+        Tidx: type, inferred from input 'dimension', one of int32, int64.
+
+    Outputs:
+        output: output_type (int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ArgMin node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def OutputType(self, value: DTypeLike) -> ArgMin.Attrs:
+            """Set attr 'output_type' (type, default int64, one of int32, int64)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        dimension: TensorLike,
+        attrs: ArgMin.Attrs | None = None,
         *,
         output_type: DTypeLike = ...,
     ) -> Output: ...
@@ -459,9 +674,9 @@ class Assign:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def ValidateShape(self, value: bool) -> Assign.Attrs:
             """Set attr 'validate_shape' (bool, default True)."""
@@ -511,9 +726,9 @@ class AvgPool:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> AvgPool.Attrs:
             """Set attr 'ksize' (list(int), required)."""
@@ -571,9 +786,9 @@ class AvgPoolGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> AvgPoolGrad.Attrs:
             """Set attr 'ksize' (list(int), required)."""
@@ -635,9 +850,9 @@ class BatchMatMul:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def AdjX(self, value: bool) -> BatchMatMul.Attrs:
             """Set attr 'adj_x' (bool, default False). Use the adjoint (transpose) of x."""
@@ -699,9 +914,9 @@ class BatchMatMulV2:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def AdjX(self, value: bool) -> BatchMatMulV2.Attrs:
             """Set attr 'adj_x' (bool, default False). Use the adjoint (transpose) of x."""
@@ -767,9 +982,9 @@ class BatchMatMulV3:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Tout(self, value: DTypeLike) -> BatchMatMulV3.Attrs:
             """Set attr 'Tout' (type, required, one of float16, bfloat16, float32, float64,
@@ -843,9 +1058,9 @@ class BatchNormWithGlobalNormalization:
         arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def VarianceEpsilon(self, value: float) -> BatchNormWithGlobalNormalization.Attrs:
             """Set attr 'variance_epsilon' (float, required). Added to v before its reciprocal
@@ -928,9 +1143,9 @@ class BatchNormWithGlobalNormalizationGrad:
         arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def VarianceEpsilon(self, value: float) -> BatchNormWithGlobalNormalizationGrad.Attrs:
             """Set attr 'variance_epsilon' (float, required). Added to v before its reciprocal
@@ -988,9 +1203,9 @@ class BiasAdd:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def DataFormat(self, value: Literal["NHWC", "NCHW"]) -> BiasAdd.Attrs:
             """Set attr 'data_format' (string, default "NHWC", one of "NHWC", "NCHW")."""
@@ -1034,9 +1249,9 @@ class BiasAddGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def DataFormat(self, value: Literal["NHWC", "NCHW"]) -> BiasAddGrad.Attrs:
             """Set attr 'data_format' (string, default "NHWC", one of "NHWC", "NCHW")."""
@@ -1089,9 +1304,9 @@ class BroadcastGradientArgs:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -1130,9 +1345,9 @@ class BroadcastTo:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -1171,9 +1386,9 @@ class Cast:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Dstt(self, value: DTypeLike) -> Cast.Attrs:
             """Set attr 'DstT' (type, required)."""
@@ -1192,7 +1407,40 @@ class Cast:
     ) -> Output: ...
 
 
-def Const(scope: Scope, value: Any, dtype: DType | None = None) -> Output:
+class Ceil:
+    """Builds one 'Ceil' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Ceil.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Ceil node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Ceil.Attrs | None = None) -> Output: ...
+
+
+def Const(scope: Scope, value: typing.Any, dtype: DType | None = None) -> Output:
     """A constant tensor from a numpy array, scalar or (nested) list.
 
     Without ``dtype``, numpy arrays keep their dtype and Python floats/ints become float32/int32
@@ -1234,9 +1482,9 @@ class Conv2D:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> Conv2D.Attrs:
             """Set attr 'strides' (list(int), required)."""
@@ -1307,9 +1555,9 @@ class Conv2DBackpropFilter:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> Conv2DBackpropFilter.Attrs:
             """Set attr 'strides' (list(int), required)."""
@@ -1385,9 +1633,9 @@ class Conv2DBackpropInput:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> Conv2DBackpropInput.Attrs:
             """Set attr 'strides' (list(int), required)."""
@@ -1462,9 +1710,9 @@ class Conv3D:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> Conv3D.Attrs:
             """Set attr 'strides' (list(int), required). The window's step per dimension of
@@ -1541,9 +1789,9 @@ class Conv3DBackpropFilterV2:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> Conv3DBackpropFilterV2.Attrs:
             """Set attr 'strides' (list(int), required). The window's step per dimension of
@@ -1624,9 +1872,9 @@ class Conv3DBackpropInputV2:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> Conv3DBackpropInputV2.Attrs:
             """Set attr 'strides' (list(int), required). The window's step per dimension of
@@ -1665,6 +1913,151 @@ class Conv3DBackpropInputV2:
     ) -> Output: ...
 
 
+class Cos:
+    """Builds one 'Cos' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Cos.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Cos node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Cos.Attrs | None = None) -> Output: ...
+
+
+class Cumprod:
+    """Builds one 'Cumprod' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Cumprod.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        axis: Tidx (int32, int64).
+
+    Attrs:
+        exclusive: bool, default False. Leave each element out of its own result (the first
+            is the identity).
+        reverse: bool, default False. Scan from the last element.
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+        Tidx: type, inferred from input 'axis', one of int32, int64.
+
+    Outputs:
+        out: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'out'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Cumprod node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Exclusive(self, value: bool) -> Cumprod.Attrs:
+            """Set attr 'exclusive' (bool, default False). Leave each element out of its own
+            result (the first is the identity).
+            """
+
+        def Reverse(self, value: bool) -> Cumprod.Attrs:
+            """Set attr 'reverse' (bool, default False). Scan from the last element."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        axis: TensorLike,
+        attrs: Cumprod.Attrs | None = None,
+        *,
+        exclusive: bool = False,
+        reverse: bool = False,
+    ) -> Output: ...
+
+
+class Cumsum:
+    """Builds one 'Cumsum' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Cumsum.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        axis: Tidx (int32, int64).
+
+    Attrs:
+        exclusive: bool, default False. Leave each element out of its own result (the first
+            is the identity).
+        reverse: bool, default False. Scan from the last element.
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+        Tidx: type, inferred from input 'axis', one of int32, int64.
+
+    Outputs:
+        out: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'out'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Cumsum node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Exclusive(self, value: bool) -> Cumsum.Attrs:
+            """Set attr 'exclusive' (bool, default False). Leave each element out of its own
+            result (the first is the identity).
+            """
+
+        def Reverse(self, value: bool) -> Cumsum.Attrs:
+            """Set attr 'reverse' (bool, default False). Scan from the last element."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        axis: TensorLike,
+        attrs: Cumsum.Attrs | None = None,
+        *,
+        exclusive: bool = False,
+        reverse: bool = False,
+    ) -> Output: ...
+
+
 class DepthwiseConv2dNative:
     """Builds one 'DepthwiseConv2dNative' node.
 
@@ -1698,9 +2091,9 @@ class DepthwiseConv2dNative:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> DepthwiseConv2dNative.Attrs:
             """Set attr 'strides' (list(int), required)."""
@@ -1770,9 +2163,9 @@ class DepthwiseConv2dNativeBackpropFilter:
         arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> DepthwiseConv2dNativeBackpropFilter.Attrs:
             """Set attr 'strides' (list(int), required)."""
@@ -1849,9 +2242,9 @@ class DepthwiseConv2dNativeBackpropInput:
         arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> DepthwiseConv2dNativeBackpropInput.Attrs:
             """Set attr 'strides' (list(int), required)."""
@@ -1920,9 +2313,9 @@ class Div:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -1933,7 +2326,47 @@ class Div:
     ) -> Output: ...
 
 
-def Einsum(scope: Scope, inputs: list, equation: str, **attrs: Any) -> Output:
+class DivNoNan:
+    """Builds one 'DivNoNan' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    DivNoNan.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+        y: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one DivNoNan node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: DivNoNan.Attrs | None = None,
+    ) -> Output: ...
+
+
+def Einsum(scope: Scope, inputs: list, equation: str, **attrs: typing.Any) -> Output:
     """The tensor contraction ``equation`` names (tf.einsum), e.g. ``"abc,cd->abd"``."""
 
 
@@ -1963,9 +2396,9 @@ class Elu:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -2003,9 +2436,9 @@ class EluGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -2044,9 +2477,9 @@ class Equal:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def IncompatibleShapeError(self, value: bool) -> Equal.Attrs:
             """Set attr 'incompatible_shape_error' (bool, default True)."""
@@ -2060,6 +2493,105 @@ class Equal:
         *,
         incompatible_shape_error: bool = True,
     ) -> Output: ...
+
+
+class Erf:
+    """Builds one 'Erf' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Erf.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Erf node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Erf.Attrs | None = None) -> Output: ...
+
+
+class Erfc:
+    """Builds one 'Erfc' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Erfc.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Erfc node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Erfc.Attrs | None = None) -> Output: ...
+
+
+class Exp:
+    """Builds one 'Exp' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Exp.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Exp node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Exp.Attrs | None = None) -> Output: ...
 
 
 class ExpandDims:
@@ -2090,9 +2622,9 @@ class ExpandDims:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -2101,6 +2633,39 @@ class ExpandDims:
         dim: TensorLike,
         attrs: ExpandDims.Attrs | None = None,
     ) -> Output: ...
+
+
+class Expm1:
+    """Builds one 'Expm1' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Expm1.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Expm1 node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Expm1.Attrs | None = None) -> Output: ...
 
 
 class Fill:
@@ -2131,9 +2696,9 @@ class Fill:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -2141,6 +2706,121 @@ class Fill:
         dims: TensorLike,
         value: TensorLike,
         attrs: Fill.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Floor:
+    """Builds one 'Floor' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Floor.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Floor node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Floor.Attrs | None = None) -> Output: ...
+
+
+class FloorDiv:
+    """Builds one 'FloorDiv' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    FloorDiv.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one FloorDiv node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: FloorDiv.Attrs | None = None,
+    ) -> Output: ...
+
+
+class FloorMod:
+    """Builds one 'FloorMod' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    FloorMod.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one FloorMod node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: FloorMod.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -2206,9 +2886,9 @@ class FusedBatchNorm:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNorm.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -2308,9 +2988,9 @@ class FusedBatchNormGrad:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNormGrad.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -2404,9 +3084,9 @@ class FusedBatchNormGradGrad:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNormGradGrad.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -2508,9 +3188,9 @@ class FusedBatchNormGradV2:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNormGradV2.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -2607,9 +3287,9 @@ class FusedBatchNormGradV3:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNormGradV3.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -2713,9 +3393,9 @@ class FusedBatchNormV2:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNormV2.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -2824,9 +3504,9 @@ class FusedBatchNormV3:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNormV3.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -2870,6 +3550,88 @@ class FusedBatchNormV3:
     ) -> _FusedBatchNormV3Outputs: ...
 
 
+class Greater:
+    """Builds one 'Greater' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Greater.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Greater node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: Greater.Attrs | None = None,
+    ) -> Output: ...
+
+
+class GreaterEqual:
+    """Builds one 'GreaterEqual' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    GreaterEqual.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one GreaterEqual node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: GreaterEqual.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Identity:
     """Builds one 'Identity' node.
 
@@ -2896,9 +3658,9 @@ class Identity:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -2934,9 +3696,9 @@ class InvertPermutation:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -2972,9 +3734,9 @@ class L2Loss:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, t: TensorLike, attrs: L2Loss.Attrs | None = None) -> Output: ...
 
@@ -3007,9 +3769,9 @@ class LeakyRelu:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Alpha(self, value: float) -> LeakyRelu.Attrs:
             """Set attr 'alpha' (float, default 0.2). The slope for negative features (stored
@@ -3056,9 +3818,9 @@ class LeakyReluGrad:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Alpha(self, value: float) -> LeakyReluGrad.Attrs:
             """Set attr 'alpha' (float, default 0.2). The slope for negative features (stored
@@ -3074,6 +3836,154 @@ class LeakyReluGrad:
         *,
         alpha: float = 0.2,
     ) -> Output: ...
+
+
+class Less:
+    """Builds one 'Less' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Less.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Less node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: Less.Attrs | None = None,
+    ) -> Output: ...
+
+
+class LessEqual:
+    """Builds one 'LessEqual' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LessEqual.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LessEqual node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: LessEqual.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Log:
+    """Builds one 'Log' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Log.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Log node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Log.Attrs | None = None) -> Output: ...
+
+
+class Log1p:
+    """Builds one 'Log1p' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Log1p.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Log1p node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Log1p.Attrs | None = None) -> Output: ...
 
 
 class LogSoftmax:
@@ -3102,15 +4012,124 @@ class LogSoftmax:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
         scope: Scope,
         logits: TensorLike,
         attrs: LogSoftmax.Attrs | None = None,
+    ) -> Output: ...
+
+
+class LogicalAnd:
+    """Builds one 'LogicalAnd' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LogicalAnd.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: bool.
+        y: bool.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LogicalAnd node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: LogicalAnd.Attrs | None = None,
+    ) -> Output: ...
+
+
+class LogicalNot:
+    """Builds one 'LogicalNot' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LogicalNot.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: bool.
+
+    Outputs:
+        y: bool.
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LogicalNot node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        attrs: LogicalNot.Attrs | None = None,
+    ) -> Output: ...
+
+
+class LogicalOr:
+    """Builds one 'LogicalOr' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LogicalOr.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: bool.
+        y: bool.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LogicalOr node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: LogicalOr.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -3146,9 +4165,9 @@ class MatMul:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def TransposeA(self, value: bool) -> MatMul.Attrs:
             """Set attr 'transpose_a' (bool, default False)."""
@@ -3173,6 +4192,54 @@ class MatMul:
         transpose_b: bool = False,
         grad_a: bool = False,
         grad_b: bool = False,
+    ) -> Output: ...
+
+
+class Max:
+    """Builds one 'Max' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Max.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64, int32, int64).
+        reduction_indices: Tidx (int32, int64).
+
+    Attrs:
+        keep_dims: bool, default False.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tidx: type, inferred from input 'reduction_indices', one of int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Max node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def KeepDims(self, value: bool) -> Max.Attrs:
+            """Set attr 'keep_dims' (bool, default False)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        reduction_indices: TensorLike,
+        attrs: Max.Attrs | None = None,
+        *,
+        keep_dims: bool = False,
     ) -> Output: ...
 
 
@@ -3208,9 +4275,9 @@ class MaxPool:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> MaxPool.Attrs:
             """Set attr 'ksize' (list(int), required)."""
@@ -3276,9 +4343,9 @@ class MaxPool3D:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> MaxPool3D.Attrs:
             """Set attr 'ksize' (list(int), required). The window's size per dimension of
@@ -3355,9 +4422,9 @@ class MaxPool3DGrad:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> MaxPool3DGrad.Attrs:
             """Set attr 'ksize' (list(int), required). The window's size per dimension of
@@ -3438,9 +4505,9 @@ class MaxPool3DGradGrad:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> MaxPool3DGradGrad.Attrs:
             """Set attr 'ksize' (list(int), required). The window's size per dimension of
@@ -3513,9 +4580,9 @@ class MaxPoolGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> MaxPoolGrad.Attrs:
             """Set attr 'ksize' (list(int), required)."""
@@ -3581,9 +4648,9 @@ class MaxPoolGradGrad:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> MaxPoolGradGrad.Attrs:
             """Set attr 'ksize' (list(int), required)."""
@@ -3609,6 +4676,47 @@ class MaxPoolGradGrad:
         attrs: MaxPoolGradGrad.Attrs | None = None,
         *,
         data_format: Literal["NHWC", "NCHW"] = "NHWC",
+    ) -> Output: ...
+
+
+class Maximum:
+    """Builds one 'Maximum' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Maximum.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Maximum node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: Maximum.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -3642,9 +4750,9 @@ class Mean:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def KeepDims(self, value: bool) -> Mean.Attrs:
             """Set attr 'keep_dims' (bool, default False)."""
@@ -3657,6 +4765,95 @@ class Mean:
         attrs: Mean.Attrs | None = None,
         *,
         keep_dims: bool = False,
+    ) -> Output: ...
+
+
+class Min:
+    """Builds one 'Min' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Min.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64, int32, int64).
+        reduction_indices: Tidx (int32, int64).
+
+    Attrs:
+        keep_dims: bool, default False.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tidx: type, inferred from input 'reduction_indices', one of int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Min node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def KeepDims(self, value: bool) -> Min.Attrs:
+            """Set attr 'keep_dims' (bool, default False)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        reduction_indices: TensorLike,
+        attrs: Min.Attrs | None = None,
+        *,
+        keep_dims: bool = False,
+    ) -> Output: ...
+
+
+class Minimum:
+    """Builds one 'Minimum' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Minimum.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Minimum node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: Minimum.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -3688,9 +4885,9 @@ class Mul:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3728,9 +4925,9 @@ class Neg:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Neg.Attrs | None = None) -> Output: ...
 
@@ -3752,11 +4949,57 @@ class NoOp:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, attrs: NoOp.Attrs | None = None) -> Operation: ...
+
+
+class NotEqual:
+    """Builds one 'NotEqual' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    NotEqual.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (any type).
+        y: T (any type).
+
+    Attrs:
+        incompatible_shape_error: bool, default True.
+        T: type, inferred from input 'x'.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one NotEqual node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def IncompatibleShapeError(self, value: bool) -> NotEqual.Attrs:
+            """Set attr 'incompatible_shape_error' (bool, default True)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: NotEqual.Attrs | None = None,
+        *,
+        incompatible_shape_error: bool = True,
+    ) -> Output: ...
 
 
 class OnesLike:
@@ -3786,9 +5029,9 @@ class OnesLike:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3798,7 +5041,7 @@ class OnesLike:
     ) -> Output: ...
 
 
-def Pack(scope: Scope, values: list, axis: int = 0, **attrs: Any) -> Output:
+def Pack(scope: Scope, values: list, axis: int = 0, **attrs: typing.Any) -> Output:
     """The tensors of ``values`` (one shape) stacked along a new dimension ``axis``
     (tf.stack).
     """
@@ -3833,9 +5076,9 @@ class Pad:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3870,9 +5113,9 @@ class Placeholder:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Dtype(self, value: DTypeLike) -> Placeholder.Attrs:
             """Set attr 'dtype' (type, required)."""
@@ -3887,6 +5130,95 @@ class Placeholder:
         attrs: Placeholder.Attrs | None = None,
         *,
         shape: ShapeLike = None,
+    ) -> Output: ...
+
+
+class Pow:
+    """Builds one 'Pow' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Pow.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Pow node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: Pow.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Prod:
+    """Builds one 'Prod' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Prod.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64, int32, int64).
+        reduction_indices: Tidx (int32, int64).
+
+    Attrs:
+        keep_dims: bool, default False.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tidx: type, inferred from input 'reduction_indices', one of int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Prod node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def KeepDims(self, value: bool) -> Prod.Attrs:
+            """Set attr 'keep_dims' (bool, default False)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        reduction_indices: TensorLike,
+        attrs: Prod.Attrs | None = None,
+        *,
+        keep_dims: bool = False,
     ) -> Output: ...
 
 
@@ -3919,9 +5251,9 @@ class RandomUniform:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Seed(self, value: int) -> RandomUniform.Attrs:
             """Set attr 'seed' (int, default 0)."""
@@ -3971,9 +5303,9 @@ class RealDiv:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4010,9 +5342,9 @@ class Reciprocal:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4046,9 +5378,9 @@ class ReducedShape:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4086,9 +5418,9 @@ class Relu:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4125,9 +5457,9 @@ class Relu6:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4165,9 +5497,9 @@ class Relu6Grad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4206,9 +5538,9 @@ class ReluGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4247,9 +5579,9 @@ class Reshape:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4292,9 +5624,9 @@ class ResizeBilinear:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def AlignCorners(self, value: bool) -> ResizeBilinear.Attrs:
             """Set attr 'align_corners' (bool, default False). Map the corner pixels' centres
@@ -4352,9 +5684,9 @@ class ResizeBilinearGrad:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def AlignCorners(self, value: bool) -> ResizeBilinearGrad.Attrs:
             """Set attr 'align_corners' (bool, default False). Map the corner pixels' centres
@@ -4411,9 +5743,9 @@ class ResizeNearestNeighbor:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def AlignCorners(self, value: bool) -> ResizeNearestNeighbor.Attrs:
             """Set attr 'align_corners' (bool, default False). Map the corner pixels' centres
@@ -4472,9 +5804,9 @@ class ResizeNearestNeighborGrad:
         or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def AlignCorners(self, value: bool) -> ResizeNearestNeighborGrad.Attrs:
             """Set attr 'align_corners' (bool, default False). Map the corner pixels' centres
@@ -4496,6 +5828,40 @@ class ResizeNearestNeighborGrad:
         align_corners: bool = False,
         half_pixel_centers: bool = False,
     ) -> Output: ...
+
+
+class Round:
+    """Builds one 'Round' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Round.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Round node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Round.Attrs | None = None) -> Output: ...
 
 
 class Rsqrt:
@@ -4524,11 +5890,95 @@ class Rsqrt:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Rsqrt.Attrs | None = None) -> Output: ...
+
+
+class Select:
+    """Builds one 'Select' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Select.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        condition: bool.
+        t: T (any type).
+        e: T (any type).
+
+    Attrs:
+        T: type, inferred from input 't'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Select node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        condition: TensorLike,
+        t: TensorLike,
+        e: TensorLike,
+        attrs: Select.Attrs | None = None,
+    ) -> Output: ...
+
+
+class SelectV2:
+    """Builds one 'SelectV2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SelectV2.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        condition: bool.
+        t: T (any type).
+        e: T (any type).
+
+    Attrs:
+        T: type, inferred from input 't'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SelectV2 node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        condition: TensorLike,
+        t: TensorLike,
+        e: TensorLike,
+        attrs: SelectV2.Attrs | None = None,
+    ) -> Output: ...
 
 
 class Selu:
@@ -4557,9 +6007,9 @@ class Selu:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4597,9 +6047,9 @@ class SeluGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4637,9 +6087,9 @@ class Shape:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def OutType(self, value: DTypeLike) -> Shape.Attrs:
             """Set attr 'out_type' (type, default int32, one of int32, int64). The integer type
@@ -4656,7 +6106,7 @@ class Shape:
     ) -> Output: ...
 
 
-def ShapeN(scope: Scope, input: list, out_type: Any = ..., **attrs: Any) -> OpResult:
+def ShapeN(scope: Scope, input: list, out_type: typing.Any = ..., **attrs: typing.Any) -> OpResult:
     """The shapes of N tensors, one int vector each, in one node (TF's gradients of
     convolutions use it): ``.output`` is the list, also by index and in order.
     """
@@ -4688,9 +6138,9 @@ class Sigmoid:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Sigmoid.Attrs | None = None) -> Output: ...
 
@@ -4722,9 +6172,9 @@ class SigmoidGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4733,6 +6183,73 @@ class SigmoidGrad:
         dy: TensorLike,
         attrs: SigmoidGrad.Attrs | None = None,
     ) -> Output: ...
+
+
+class Sign:
+    """Builds one 'Sign' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Sign.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Sign node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Sign.Attrs | None = None) -> Output: ...
+
+
+class Sin:
+    """Builds one 'Sin' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Sin.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Sin node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Sin.Attrs | None = None) -> Output: ...
 
 
 class Size:
@@ -4762,9 +6279,9 @@ class Size:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def OutType(self, value: DTypeLike) -> Size.Attrs:
             """Set attr 'out_type' (type, default int32, one of int32, int64). The integer type
@@ -4810,9 +6327,9 @@ class Slice:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4850,9 +6367,9 @@ class Softmax:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4902,9 +6419,9 @@ class SoftmaxCrossEntropyWithLogits:
         or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4941,9 +6458,9 @@ class Softplus:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4981,9 +6498,9 @@ class SoftplusGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -5020,9 +6537,9 @@ class Softsign:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -5060,9 +6577,9 @@ class SoftsignGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -5113,9 +6630,9 @@ class SparseSoftmaxCrossEntropyWithLogits:
         arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -5124,6 +6641,79 @@ class SparseSoftmaxCrossEntropyWithLogits:
         labels: TensorLike,
         attrs: SparseSoftmaxCrossEntropyWithLogits.Attrs | None = None,
     ) -> _SparseSoftmaxCrossEntropyWithLogitsOutputs: ...
+
+
+class Sqrt:
+    """Builds one 'Sqrt' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Sqrt.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Sqrt node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Sqrt.Attrs | None = None) -> Output: ...
+
+
+class SqrtGrad:
+    """Builds one 'SqrtGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SqrtGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        y: T (float16, bfloat16, float32, float64).
+        dy: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'y', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SqrtGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        y: TensorLike,
+        dy: TensorLike,
+        attrs: SqrtGrad.Attrs | None = None,
+    ) -> Output: ...
 
 
 class Square:
@@ -5153,11 +6743,52 @@ class Square:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Square.Attrs | None = None) -> Output: ...
+
+
+class SquaredDifference:
+    """Builds one 'SquaredDifference' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SquaredDifference.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SquaredDifference node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: SquaredDifference.Attrs | None = None,
+    ) -> Output: ...
 
 
 class Squeeze:
@@ -5187,9 +6818,9 @@ class Squeeze:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def SqueezeDims(self, value: Sequence[int]) -> Squeeze.Attrs:
             """Set attr 'squeeze_dims' (list(int), default [])."""
@@ -5239,9 +6870,9 @@ class StridedSlice:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def BeginMask(self, value: int) -> StridedSlice.Attrs:
             """Set attr 'begin_mask' (int, default 0)."""
@@ -5311,9 +6942,9 @@ class StridedSliceGrad:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def BeginMask(self, value: int) -> StridedSliceGrad.Attrs:
             """Set attr 'begin_mask' (int, default 0)."""
@@ -5376,9 +7007,9 @@ class Sub:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -5419,9 +7050,9 @@ class Sum:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def KeepDims(self, value: bool) -> Sum.Attrs:
             """Set attr 'keep_dims' (bool, default False)."""
@@ -5463,9 +7094,9 @@ class Tanh:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Tanh.Attrs | None = None) -> Output: ...
 
@@ -5497,9 +7128,9 @@ class TanhGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -5538,9 +7169,9 @@ class Tile:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -5579,9 +7210,9 @@ class Transpose:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -5628,9 +7259,9 @@ class Unpack:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Num(self, value: int) -> Unpack.Attrs:
             """Set attr 'num' (int, required). The size of the input's dimension ``axis``."""
@@ -5677,9 +7308,9 @@ class Variable:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Shape(self, value: ShapeLike) -> Variable.Attrs:
             """Set attr 'shape' (shape, required)."""
@@ -5736,9 +7367,9 @@ class ZerosLike:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,

@@ -69,6 +69,13 @@ class Draw:
             names = list(DTYPES)
         return self.pick(names)
 
+    def arg_dtype(self, arg) -> str:
+        """An input's dtype: its fixed one (bool for the logical ops; another one now and
+        then), else one its type attr allows."""
+        if arg.dtype is not None:
+            return self.pick(list(DTYPES)) if self.chance(8) else arg.dtype.name
+        return self.dtype(arg.type_attr)
+
     def dim(self, lo: int = 0, hi: int = 4) -> int:
         if lo == 0 and self.chance(10):
             return 0
@@ -144,7 +151,7 @@ def _broadcast_partner(g: Draw, shape: tuple) -> tuple:
 
 
 def r_binary(g: Draw):
-    dtype = g.dtype()
+    dtype = g.arg_dtype(g.op_def.inputs[0])
     shape = g.shape()
     other = _broadcast_partner(g, shape)
     names = [a.name for a in g.op_def.inputs]
@@ -153,7 +160,7 @@ def r_binary(g: Draw):
     if g.op_def.name == "ReluGrad" and not g.chance(30):
         other = shape
     attrs = {}
-    if g.op_def.name == "Equal" and g.chance(30):
+    if g.op_def.name in ("Equal", "NotEqual") and g.chance(30):
         attrs["incompatible_shape_error"] = False
     return {names[0]: (g.array(shape, dtype), "data"),
             names[1]: (g.array(other, dtype), "data")}, attrs
@@ -167,7 +174,7 @@ def r_addn(g: Draw):
 
 
 def r_reduce(g: Draw):
-    dtype, shape = g.dtype(), g.shape()
+    dtype, shape = g.arg_dtype(g.op_def.inputs[0]), g.shape()
     rank = len(shape)
     tidx = g.pick(INTS)
     if g.chance(40):
@@ -187,6 +194,32 @@ def r_argmax(g: Draw):
         attrs["output_type"] = g.pick(["int32", "int64"])
     return {"input": (g.array(shape, dtype), "data"),
             "dimension": (g.scalar_lit(g.int(-rank - 1, rank), g.pick(INTS)), "shape")}, attrs
+
+
+def r_scan(g: Draw):
+    """Cumsum/Cumprod: a scalar axis, now and then out of range or a vector."""
+    dtype, shape = g.dtype(), g.shape(g.int(0, 4))
+    rank = len(shape)
+    tidx = g.pick(INTS)
+    axis = g.scalar_lit(g.int(-rank - 1, rank), tidx)
+    if g.chance(10):
+        axis = g.lit([g.int(-rank, max(rank - 1, 0))], tidx)
+    attrs = {name: True for name in ("exclusive", "reverse") if g.chance(40)}
+    return {"x": (g.array(shape, dtype), "data"), "axis": (axis, "shape")}, attrs
+
+
+def r_select(g: Draw):
+    """Select: 't' and 'e' of one shape, the condition a scalar, of their shape, or a vector
+    of their first dimension; SelectV2: three shapes that broadcast."""
+    dtype, shape = g.dtype(), g.shape()
+    if g.op_def.name == "SelectV2":
+        condition, other = _broadcast_partner(g, shape), _broadcast_partner(g, shape)
+    else:
+        mode = g.int(0, 2)
+        condition = () if mode == 0 else shape[:1] if mode == 1 and shape else shape
+        other = shape if not g.chance(10) else g.shape()
+    return {"condition": (g.array(condition, g.arg_dtype(g.op_def.inputs[0])), "data"),
+            "t": (g.array(shape, dtype), "data"), "e": (g.array(other, dtype), "data")}, {}
 
 
 def _factor_shape(g: Draw, total: int) -> list:
@@ -680,9 +713,13 @@ RECIPES: dict[str, Callable] = {
     **dict.fromkeys(["Neg", "Square", "Rsqrt", "Reciprocal", "Relu", "Softmax", "Identity",
                      "OnesLike", "ZerosLike", "Shape", "Size", "Cast", "BiasAddGrad",
                      "LogSoftmax", "L2Loss"], r_unary),
-    **dict.fromkeys(["Add", "AddV2", "Sub", "Mul", "Div", "RealDiv", "Equal", "ReluGrad"],
-                    r_binary),
-    "AddN": r_addn, "Sum": r_reduce, "Mean": r_reduce, "ArgMax": r_argmax,
+    **dict.fromkeys(["Add", "AddV2", "Sub", "Mul", "Div", "RealDiv", "Equal", "ReluGrad",
+                     "Maximum", "Minimum", "Pow", "SquaredDifference", "FloorDiv", "FloorMod",
+                     "DivNoNan", "Less", "LessEqual", "Greater", "GreaterEqual", "NotEqual",
+                     "LogicalAnd", "LogicalOr"], r_binary),
+    "AddN": r_addn, "ArgMax": r_argmax, "ArgMin": r_argmax,
+    **dict.fromkeys(["Sum", "Mean", "Max", "Min", "Prod", "All", "Any"], r_reduce),
+    "Cumsum": r_scan, "Cumprod": r_scan, "Select": r_select, "SelectV2": r_select,
     "Reshape": r_reshape, "BroadcastTo": r_broadcast_to, "Fill": r_fill,
     "Pad": r_pad, "Slice": r_slice, "Pack": r_pack, "ExpandDims": r_expand_dims,
     "Squeeze": r_squeeze, "Tile": r_tile, "StridedSlice": r_strided_slice,
@@ -722,7 +759,7 @@ RECIPES: dict[str, Callable] = {
 def r_same_shape(g: Draw):
     """The default recipe (ops without one of their own, e.g. a new activation): every
     input an array of one shape and dtype, as elementwise ops take them."""
-    dtype, shape = g.dtype(), g.shape()
+    dtype, shape = g.arg_dtype(g.op_def.inputs[0]), g.shape()
     return {a.name: (g.array(shape, dtype), "data") for a in g.op_def.inputs}, {}
 
 
