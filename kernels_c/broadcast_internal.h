@@ -20,7 +20,10 @@
     X(add, a + b)                                                                           \
     X(sub, a - b)                                                                           \
     X(mul, a * b)                                                                           \
-    X(div, a / b)
+    X(div, a / b)                                                                           \
+    X(maximum, ((a < b) | (b != b)) ? b : a)                                                \
+    X(minimum, ((b < a) | (b != b)) ? b : a)                                                \
+    X(squared_difference, (a - b) * (a - b))
 
 #define BC_ID(name, expr) BC_##name,
 enum { MG_BROADCAST_OPS(BC_ID) BC_NOPS };

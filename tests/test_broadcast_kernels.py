@@ -1,6 +1,6 @@
 """The native broadcasting binary ops (kernels_c/broadcast*, registered in
-minigraph/backends/math_kernels.py): Add, AddV2, Sub, Mul, Div and RealDiv in float32 are
-numpy's float32 results bit for bit (IEEE single operations, one rounding each), for
+minigraph/backends/math_kernels.py): Add, AddV2, Sub, Mul, Div, RealDiv, Maximum, Minimum and
+SquaredDifference in float32 are the numpy kernels' float32 results bit for bit (IEEE single operations, one rounding each), for
 hypothesis-drawn broadcast shapes and values (infinities, NaN, zeros of both signs and
 subnormals included), for the per-channel broadcasts real models have on every ISA and
 thread count, and through the numpy fallback for layouts C does not take. The C entry
@@ -23,7 +23,11 @@ pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="the native kernels
 
 F32 = np.float32
 OPS = {"Add": np.add, "AddV2": np.add, "Sub": np.subtract, "Mul": np.multiply,
-       "Div": np.divide, "RealDiv": np.divide}
+       "Div": np.divide, "RealDiv": np.divide,
+       # the reference kernels' own rules (NaN from either side, ties to x; two roundings)
+       "Maximum": lambda x, y: np.where((x < y) | np.isnan(y), y, x),
+       "Minimum": lambda x, y: np.where((y < x) | np.isnan(y), y, x),
+       "SquaredDifference": lambda x, y: np.subtract(x, y) * np.subtract(x, y)}
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
 

@@ -242,5 +242,6 @@ def register_native_binary(op_type: str, c_name: str) -> None:
 
 
 for _name, _c_name in {"Add": "add", "AddV2": "add", "Sub": "sub", "Mul": "mul",
-                       "Div": "div", "RealDiv": "div"}.items():
+                       "Div": "div", "RealDiv": "div", "Maximum": "maximum",
+                       "Minimum": "minimum", "SquaredDifference": "squared_difference"}.items():
     register_native_binary(_name, _c_name)
