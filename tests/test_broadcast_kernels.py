@@ -1,10 +1,10 @@
 """The native broadcasting binary ops (kernels_c/broadcast*, registered in
 minigraph/backends/math_kernels.py): Add, AddV2, Sub, Mul, Div, RealDiv, Maximum, Minimum and
 SquaredDifference in float32 are the numpy kernels' float32 results bit for bit (IEEE single
-operations, one rounding each), for hypothesis-drawn broadcast shapes and values (infinities,
-NaN, zeros of both signs and subnormals included), for the per-channel broadcasts real models have on every ISA and
-thread count, and through the numpy fallback for layouts C does not take. The C entry
-point refuses shapes that are not a broadcast.
+operations, one rounding each), for hypothesis-drawn broadcast shapes and values
+(infinities, NaN, zeros of both signs and subnormals included), for the per-channel
+broadcasts real models have on every ISA and thread count, and through the numpy fallback
+for layouts C does not take. The C entry point refuses shapes that are not a broadcast.
 """
 
 from __future__ import annotations
