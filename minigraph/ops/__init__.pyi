@@ -56,6 +56,8 @@ __all__ = [
     "Div",
     "DivNoNan",
     "Einsum",
+    "Elu",
+    "EluGrad",
     "Equal",
     "Erf",
     "Erfc",
@@ -78,6 +80,8 @@ __all__ = [
     "Identity",
     "InvertPermutation",
     "L2Loss",
+    "LeakyRelu",
+    "LeakyReluGrad",
     "Less",
     "LessEqual",
     "Log",
@@ -125,14 +129,22 @@ __all__ = [
     "Rsqrt",
     "Select",
     "SelectV2",
+    "Selu",
+    "SeluGrad",
     "Shape",
     "ShapeN",
+    "Sigmoid",
+    "SigmoidGrad",
     "Sign",
     "Sin",
     "Size",
     "Slice",
     "Softmax",
     "SoftmaxCrossEntropyWithLogits",
+    "Softplus",
+    "SoftplusGrad",
+    "Softsign",
+    "SoftsignGrad",
     "SparseSoftmaxCrossEntropyWithLogits",
     "Sqrt",
     "SqrtGrad",
@@ -143,6 +155,8 @@ __all__ = [
     "StridedSliceGrad",
     "Sub",
     "Sum",
+    "Tanh",
+    "TanhGrad",
     "Tile",
     "Transpose",
     "Unpack",
@@ -2512,6 +2526,85 @@ def Einsum(scope: Scope, inputs: list, equation: str, **attrs: typing.Any) -> Ou
     """The tensor contraction ``equation`` names (tf.einsum), e.g. ``"abc,cd->abd"``."""
 
 
+class Elu:
+    """Builds one 'Elu' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Elu.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Elu node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: Elu.Attrs | None = None,
+    ) -> Output: ...
+
+
+class EluGrad:
+    """Builds one 'EluGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    EluGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        outputs: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one EluGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        outputs: TensorLike,
+        attrs: EluGrad.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Equal:
     """Builds one 'Equal' node.
 
@@ -3802,6 +3895,103 @@ class L2Loss:
         def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, t: TensorLike, attrs: L2Loss.Attrs | None = None) -> Output: ...
+
+
+class LeakyRelu:
+    """Builds one 'LeakyRelu' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LeakyRelu.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        alpha: float, default 0.2. The slope for negative features (stored as float32, as
+            TF's attr).
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LeakyRelu node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Alpha(self, value: float) -> LeakyRelu.Attrs:
+            """Set attr 'alpha' (float, default 0.2). The slope for negative features (stored
+            as float32, as TF's attr).
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: LeakyRelu.Attrs | None = None,
+        *,
+        alpha: float = 0.2,
+    ) -> Output: ...
+
+
+class LeakyReluGrad:
+    """Builds one 'LeakyReluGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LeakyReluGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        alpha: float, default 0.2. The slope for negative features (stored as float32, as
+            TF's attr).
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LeakyReluGrad node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Alpha(self, value: float) -> LeakyReluGrad.Attrs:
+            """Set attr 'alpha' (float, default 0.2). The slope for negative features (stored
+            as float32, as TF's attr).
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        features: TensorLike,
+        attrs: LeakyReluGrad.Attrs | None = None,
+        *,
+        alpha: float = 0.2,
+    ) -> Output: ...
 
 
 class Less:
@@ -5947,6 +6137,85 @@ class SelectV2:
     ) -> Output: ...
 
 
+class Selu:
+    """Builds one 'Selu' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Selu.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Selu node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: Selu.Attrs | None = None,
+    ) -> Output: ...
+
+
+class SeluGrad:
+    """Builds one 'SeluGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SeluGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        outputs: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SeluGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        outputs: TensorLike,
+        attrs: SeluGrad.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Shape:
     """Builds one 'Shape' node.
 
@@ -5997,6 +6266,79 @@ def ShapeN(scope: Scope, input: list, out_type: typing.Any = ..., **attrs: typin
     """The shapes of N tensors, one int vector each, in one node (TF's gradients of
     convolutions use it): ``.output`` is the list, also by index and in order.
     """
+
+
+class Sigmoid:
+    """Builds one 'Sigmoid' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Sigmoid.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Sigmoid node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Sigmoid.Attrs | None = None) -> Output: ...
+
+
+class SigmoidGrad:
+    """Builds one 'SigmoidGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SigmoidGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        y: T (float16, bfloat16, float32, float64).
+        dy: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'y', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SigmoidGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        y: TensorLike,
+        dy: TensorLike,
+        attrs: SigmoidGrad.Attrs | None = None,
+    ) -> Output: ...
 
 
 class Sign:
@@ -6244,6 +6586,164 @@ class SoftmaxCrossEntropyWithLogits:
         labels: TensorLike,
         attrs: SoftmaxCrossEntropyWithLogits.Attrs | None = None,
     ) -> _SoftmaxCrossEntropyWithLogitsOutputs: ...
+
+
+class Softplus:
+    """Builds one 'Softplus' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Softplus.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Softplus node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: Softplus.Attrs | None = None,
+    ) -> Output: ...
+
+
+class SoftplusGrad:
+    """Builds one 'SoftplusGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SoftplusGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SoftplusGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        features: TensorLike,
+        attrs: SoftplusGrad.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Softsign:
+    """Builds one 'Softsign' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Softsign.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Softsign node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: Softsign.Attrs | None = None,
+    ) -> Output: ...
+
+
+class SoftsignGrad:
+    """Builds one 'SoftsignGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SoftsignGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SoftsignGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        features: TensorLike,
+        attrs: SoftsignGrad.Attrs | None = None,
+    ) -> Output: ...
 
 
 class _SparseSoftmaxCrossEntropyWithLogitsOutputs(OpResult):
@@ -6721,6 +7221,79 @@ class Sum:
         attrs: Sum.Attrs | None = None,
         *,
         keep_dims: bool = False,
+    ) -> Output: ...
+
+
+class Tanh:
+    """Builds one 'Tanh' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Tanh.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Tanh node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Tanh.Attrs | None = None) -> Output: ...
+
+
+class TanhGrad:
+    """Builds one 'TanhGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    TanhGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        y: T (float16, bfloat16, float32, float64).
+        dy: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'y', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one TanhGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        y: TensorLike,
+        dy: TensorLike,
+        attrs: TanhGrad.Attrs | None = None,
     ) -> Output: ...
 
 
