@@ -146,10 +146,13 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None],
 
 
 def _atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> str:
-    directory, base = os.path.split(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    if os.path.isdir(path):  # os.replace would say only "Is a directory" about the rename
+    # the path as given, not normalized: "d/x/../f" resolves through x as open() would,
+    # and "f/" names a directory, never the file "f"
+    directory, base = os.path.split(path)
+    if not base or os.path.isdir(path):  # os.replace would only say so about the rename
         raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+    directory = directory or os.curdir
+    os.makedirs(directory, exist_ok=True)
     _remove_stale_temporaries(directory, base)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(
         os, "O_BINARY", 0)

@@ -99,6 +99,8 @@ class FileWriter:
             raise InvalidArgumentError(f"add_scalar '{shown(tag)}': the tag is not valid "
                                        f"text ({exc.reason} at character {exc.start})") from None
         try:
+            if isinstance(value, (str, bytes)):  # float("1.5") would read it
+                raise TypeError("a string is not a number")
             value = float(value)
         except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidArgumentError(f"add_scalar '{shown(tag)}': value must be a number, got "

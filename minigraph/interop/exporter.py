@@ -157,5 +157,5 @@ def export_graph_def(scope_or_graph: Scope | Graph, path: str | os.PathLike | No
         if as_text is None:
             as_text = Path(path).suffix.lower() in TEXT_SUFFIXES
         data = protos.to_text(graph_def).encode() if as_text else graph_def.SerializeToString()
-        atomic_write(path, lambda file: file.write(data))
+        atomic_write(path, lambda file: file.write(data), "export_graph_def")
     return graph_def

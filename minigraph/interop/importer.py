@@ -20,7 +20,12 @@ from typing import Any
 
 from minigraph.framework import files
 from minigraph.framework.dtypes import DType, as_dtype
-from minigraph.framework.errors import InvalidArgumentError, NotFoundError
+from minigraph.framework.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    UnimplementedError,
+)
 from minigraph.framework.graph import Graph, Output
 from minigraph.framework.names import is_valid_node_name, shown
 from minigraph.framework.op_def import (
@@ -264,9 +269,20 @@ def import_graph_def(source: Any, name: str = "") -> Scope:
     ``source`` is a path (``.pb`` binary; ``.pbtxt`` text), the file's bytes, or a GraphDef
     message (minigraph's, or TensorFlow's own ``tf.compat.v1.GraphDef``). Nodes keep their
     TF names, under ``name/`` when ``name`` is given, so ``root.graph().get_tensor_by_name(
-    "Identity:0")`` finds what TF called ``Identity:0``.
+    "Identity:0")`` finds what TF called ``Identity:0``. An error about a node of a file
+    ends by naming the file: ``... (in 'model.pb')``.
     """
     graph_def = load_graph_def(source)
+    try:
+        return _build_graph(graph_def, name)
+    except (InvalidArgumentError, NotFoundError, UnimplementedError,
+            ResourceExhaustedError) as exc:
+        if not isinstance(source, (str, bytes, os.PathLike)) or isinstance(source, bytes):
+            raise
+        raise type(exc)(f"{exc} (in '{shown(os.fsdecode(source))}')") from None
+
+
+def _build_graph(graph_def: Any, name: str) -> Scope:
     versions.check_versions(graph_def.versions)
     nodes = list(graph_def.node)
     seen: set[str] = set()

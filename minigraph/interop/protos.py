@@ -143,8 +143,11 @@ def _restore_entry(parent: Any, field: Any, data: Any, where: str) -> None:
                                    f"{parent.DESCRIPTOR.name} cannot be parsed: {exc}") from None
     target = getattr(parent, field.name)
     if entry.key in target:
+        owner = parent.DESCRIPTOR.name
+        if "name" in parent.DESCRIPTOR.fields_by_name:  # a NodeDef: which one
+            owner += f" '{shown(parent.name)}'"
         raise InvalidArgumentError(
-            f"{where}: {parent.DESCRIPTOR.name} sets '{field.name}' entry "
+            f"{where}: {owner} sets '{field.name}' entry "
             f"'{shown(str(entry.key))}' twice, once with a field its entry does not declare; "
             f"which one TensorFlow keeps depends on their order")
     if field.message_type.fields_by_name["value"].message_type is not None:
