@@ -9,6 +9,9 @@ and names with NUL are not (``:`` and ``^`` would make inputs ambiguous). minigr
 graph files (:mod:`minigraph.io`) also refuse empty, ``.`` and ``..`` pieces between
 slashes, so a name never reads as a path that climbs out of a directory.
 
+A NodeDef's device must also parse as TensorFlow's ``DeviceSpec`` does
+(:func:`device_problem`).
+
 A name or value read from a file can be megabytes long and hold control characters: every
 message shows it through :func:`shown`, which clips it to a few hundred characters.
 """
@@ -37,6 +40,45 @@ def path_problem(name: str) -> str | None:
                 "'.' first, then also '-', '/', '_'; pieces joined by '>')")
     if any(part in ("", ".", "..") for part in name.split("/")):
         return "it has an empty, '.' or '..' component between slashes"
+    return None
+
+
+# The device types TF's DeviceSpec knows in a legacy "/cpu:0" piece
+_DEVICE_TYPES = ("CPU", "GPU", "TPU", "CUSTOM", "EPU")
+
+
+def _index_problem(text: str, spec: str) -> str | None:
+    try:
+        int(text)  # TF parses these with Python's int()
+    except ValueError as exc:
+        return f"{shown(str(exc))} (in the device spec '{shown(spec)}')"
+    return None
+
+
+def device_problem(spec: str) -> str | None:
+    """Why TensorFlow's ``DeviceSpec.from_string`` refuses a NodeDef's device (TF's words),
+    or None: ``/``-separated pieces ``job:NAME``, ``replica:N``, ``task:N``,
+    ``device:TYPE:N`` (or ``*``), or a legacy ``cpu:N``/``GPU`` piece; one device type."""
+    device_type = None
+    for piece in spec.split("/"):
+        parts = piece.split(":")
+        if parts[0] in ("job", "replica", "task") and len(parts) == 2:
+            problem = _index_problem(parts[1], spec) if parts[0] != "job" else None
+        elif len(parts) in (1, 2) and parts[0].upper() in _DEVICE_TYPES or (
+                len(parts) == 3 and parts[0] == "device"):
+            if device_type is not None:
+                return (f"Multiple device types are not allowed while parsing the device "
+                        f"spec: {shown(spec)}.")
+            device_type = parts[0] if len(parts) != 3 else parts[1]
+            index = parts[-1] if len(parts) > 1 else "*"
+            problem = _index_problem(index, spec) if index != "*" else None
+        elif parts[0]:
+            return (f"Unknown attribute '{shown(parts[0])}' is encountered while parsing the "
+                    f"device spec: '{shown(spec)}'.")
+        else:
+            problem = None
+        if problem:
+            return problem
     return None
 
 

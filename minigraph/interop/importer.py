@@ -27,7 +27,7 @@ from minigraph.framework.errors import (
     UnimplementedError,
 )
 from minigraph.framework.graph import Graph, Output
-from minigraph.framework.names import is_valid_node_name, shown
+from minigraph.framework.names import device_problem, is_valid_node_name, shown
 from minigraph.framework.op_def import (
     ArgDef,
     OpDef,
@@ -293,6 +293,9 @@ def _build_graph(graph_def: Any, name: str) -> Scope:
         if node.name in seen:
             raise InvalidArgumentError(f"Node '{shown(node.name)}' is not unique")
         seen.add(node.name)
+        problem = device_problem(node.device) if node.device else None
+        if problem:
+            raise InvalidArgumentError(f"Node '{shown(node.name)}': {problem}")
     inputs = _inputs_by_node(nodes)
     root = Scope(Graph())
     prefix = f"{name}/" if name else ""

@@ -93,6 +93,13 @@ def _may_hold_maps(descriptor: Any) -> bool:
     return False
 
 
+@functools.cache
+def _map_fields(descriptor: Any) -> dict[int, Any]:
+    """The map fields of a message type, by field number."""
+    return {f.number: f for f in descriptor.fields
+            if f.message_type is not None and f.message_type.GetOptions().map_entry}
+
+
 def restore_map_entries(message: Any, where: str) -> None:
     """Put back the map entries the upb backend set aside, throughout ``message``.
 
@@ -107,8 +114,7 @@ def restore_map_entries(message: Any, where: str) -> None:
     stack = [message]
     while stack:
         current = stack.pop()
-        maps = {f.number: f for f in current.DESCRIPTOR.fields
-                if f.message_type is not None and f.message_type.GetOptions().map_entry}
+        maps = _map_fields(current.DESCRIPTOR)
         if maps:
             for unknown in unknown_fields.UnknownFieldSet(current):
                 field = maps.get(unknown.field_number)
@@ -117,9 +123,8 @@ def restore_map_entries(message: Any, where: str) -> None:
         for field, value in current.ListFields():
             if field.message_type is None or not _may_hold_maps(field.message_type):
                 continue
-            if field.message_type.GetOptions().map_entry:
-                entry_value = field.message_type.fields_by_name["value"]
-                if entry_value.message_type is not None:
+            if field.number in maps:
+                if field.message_type.fields_by_name["value"].message_type is not None:
                     stack.extend(value.values())
             elif hasattr(value, "ListFields"):  # one message
                 stack.append(value)
