@@ -355,8 +355,9 @@ def global_norm_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
     try:
         merged = t.merge_with(backprop)
     except ShapeMismatch as exc:
-        raise ctx.error(f"{exc}: inputs 't' and 'backprop' must have the same shape, got {t} "
-                        f"and {backprop}") from None
+        raise ctx.error(f"{exc}: inputs 't' and 'backprop' must have the same shape (input "
+                        f"'backprop' has rank {backprop.rank}, shape {backprop}; 't' {t})"
+                        ) from None
     channel = merged[3]
     for name in ("m", "v", "gamma"):
         channel = _merge_vector(ctx, name, channel, of="t")
