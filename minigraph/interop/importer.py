@@ -59,7 +59,7 @@ def load_graph_def(source: Any) -> Any:
         source = source.SerializeToString()
     if isinstance(source, (bytes, bytearray, memoryview)):
         data, text, where = bytes(source), False, "the given bytes"
-    elif isinstance(source, (str, bytes, os.PathLike)):
+    elif isinstance(source, (str, os.PathLike)):
         path = files.check_path(source, "import_graph_def")
         data, where = _read_file(path), path
         text = Path(path).suffix.lower() in TEXT_SUFFIXES
@@ -277,7 +277,7 @@ def import_graph_def(source: Any, name: str = "") -> Scope:
         return _build_graph(graph_def, name)
     except (InvalidArgumentError, NotFoundError, UnimplementedError,
             ResourceExhaustedError) as exc:
-        if not isinstance(source, (str, bytes, os.PathLike)) or isinstance(source, bytes):
+        if not isinstance(source, (str, os.PathLike)):
             raise
         raise type(exc)(f"{exc} (in '{shown(os.fsdecode(source))}')") from None
 

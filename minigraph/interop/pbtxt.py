@@ -32,10 +32,12 @@ MAX_DEPTH = 100  # protobuf's default recursion limit (upb and C++ decoders)
 SHORT_LINE = 4096  # a line this short is handed over as it is (if it nests shallowly)
 CHUNK_BYTES = 1024  # bytes per re-written string literal
 
-# One token of a long line: whitespace, a comment, a quote, a brace, or a run of anything
-# else (names, numbers, ':'); every alternative is a single character-class repetition,
-# which the regex engine matches without a per-character backtracking record.
-_TOKEN = re.compile(r"""[^\S\n]+|#[^\n]*|["']|[{<]|[}>]|[^\s"'#{}<>]+""")
+# Where a string literal or a comment starts, runs of whitespace, and braces: every pattern
+# is a single character class (repeated), which the regex engine matches without a
+# per-character backtracking record.
+_SPECIAL = re.compile(r"[\"'#]")
+_SPACES = re.compile(r"[^\S\n]{2,}")
+_BRACES = re.compile(r"[{}<>]")
 _OPEN, _CLOSE = "{<", "}>"
 
 
@@ -89,36 +91,39 @@ def _rewritten_string(literal: str, where: str, line_number: int) -> str:
     return " ".join(pieces) or '""'
 
 
+def _plain(segment: str, line_number: int, nesting: _Nesting) -> str:
+    """Text outside strings and comments: its nesting tracked, whitespace runs collapsed."""
+    opens = segment.count("{") + segment.count("<")
+    if nesting.depth + opens <= MAX_DEPTH:
+        nesting.depth += opens - segment.count("}") - segment.count(">")
+    else:  # it may go too deep: brace by brace
+        for brace in _BRACES.finditer(segment):
+            if brace.group(0) in _OPEN:
+                nesting.open(line_number)
+            else:
+                nesting.close()
+    return _SPACES.sub(" ", segment)
+
+
 def _retokenized(line: str, line_number: int, nesting: _Nesting, where: str) -> str:
-    """``line`` with whitespace runs collapsed, comments dropped and long strings split;
+    """``line`` with whitespace runs collapsed, its comment dropped and long strings split;
     tracks the nesting."""
     out: list[str] = []
     position = 0
-    while position < len(line):
-        token = _TOKEN.match(line, position)
-        if token is None:  # pragma: no cover - the alternatives cover every character
-            raise InvalidArgumentError(f"{where}: line {line_number}: cannot tokenize")
-        text = token.group(0)
-        if text[0] in "\"'":
-            end = _string_end(line, position)
-            if end < 0:
-                raise InvalidArgumentError(f"{where}: line {line_number}: a string literal "
-                                           f"has no closing quote")
-            literal = line[position:end + 1]
-            out.append(literal if len(literal) <= SHORT_LINE
-                       else _rewritten_string(literal, where, line_number))
-            position = end + 1
-            continue
-        if text[0].isspace() or text[0] == "#":
-            out.append(" ")
-        else:
-            if text in _OPEN:
-                nesting.open(line_number)
-            elif text in _CLOSE:
-                nesting.close()
-            out.append(text)
-        position = token.end()
-    return "".join(out)
+    while True:
+        special = _SPECIAL.search(line, position)
+        end = len(line) if special is None else special.start()
+        out.append(_plain(line[position:end], line_number, nesting))
+        if special is None or line[end] == "#":  # a comment runs to the end of the line
+            return "".join(out)
+        close = _string_end(line, end)
+        if close < 0:
+            raise InvalidArgumentError(f"{where}: line {line_number}: a string literal has "
+                                       f"no closing quote")
+        literal = line[end:close + 1]
+        out.append(literal if len(literal) <= SHORT_LINE
+                   else _rewritten_string(literal, where, line_number))
+        position = close + 1
 
 
 def _bounded_lines(text: str, where: str) -> Iterator[str]:
