@@ -4,8 +4,12 @@
 A TensorProto holds its elements either as raw little-endian bytes (``tensor_content``) or in
 the typed list of its dtype (``float_val``, ``int_val``...). In a typed list, fewer values
 than the shape holds means the last value repeats to fill the rest (TF's compact form for
-splats: ``tf.zeros`` writes one value), and none at all means zeros. float16 and bfloat16
-elements sit in ``half_val`` as their 16-bit patterns widened to int32.
+splats: ``tf.zeros`` writes one value), none at all means zeros, and values beyond the
+shape's elements are ignored (as TF's ``Tensor::FromProto``). float16 and bfloat16 elements
+sit in ``half_val`` as their 16-bit patterns widened to int32 (TF keeps the low 16 bits).
+A file is hostile by default: shapes are checked as TF checks them (and against numpy's
+limits and this machine's memory) before anything is allocated, and one repeated value is
+held as a read-only broadcast rather than expanded.
 """
 
 from __future__ import annotations
@@ -166,6 +170,6 @@ def array_to_proto(array: np.ndarray, proto: Any) -> None:
             array, dtype.np_dtype.newbyteorder("<")).tobytes()
     elif array.size >= 1:  # one value, or one repeated (a broadcast): TF's compact form
         field = _TF_TYPES[dtype][2]
-        flat = np.asarray(array).reshape(-1)[:1]
+        flat = np.array(np.asarray(array)[(0,) * array.ndim]).reshape(1)  # never expands
         value = flat.view(np.uint16)[0].item() if field == "half_val" else flat[0].item()
         getattr(proto, field).append(value)
