@@ -31,6 +31,8 @@ GRAPH_SPECS = {
     "mobilenet_v2": ("mobilenet_v2",),
     "projection_shortcut": ("projection_shortcut",),
     "conv3d_net": ("conv3d_net",),
+    "keras_grouped_convs": ("keras_grouped_convs",),
+    "keras_transposed_convs": ("keras_transposed_convs",),
     "bn_training_nhwc_f32": ("batch_norm_training", "NHWC", "float32"),
     "bn_training_nchw_f16": ("batch_norm_training", "NCHW", "float16"),
     "bn_training_nchw_bf16": ("batch_norm_training", "NCHW", "bfloat16"),

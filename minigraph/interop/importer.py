@@ -6,7 +6,8 @@ every attr without a default must be present, each of the kind its OpDef declare
 attrs starting with ``_`` (``_class``, ``_output_shapes``) are TF's bookkeeping and skipped,
 and attrs the OpDef does not know are ignored with a warning, as TF ignores them. Errors use
 TensorFlow's words; minigraph's own checks (shape functions, attr values) then run on every
-node, so a graph that imports is one minigraph can run.
+node, so a graph that imports is one minigraph can run. Calls of the GraphDef's function
+library (``PartitionedCall``...) are inlined as they are reached (``interop.functions``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from minigraph.framework.errors import (
     ResourceExhaustedError,
     UnimplementedError,
 )
-from minigraph.framework.graph import Graph, Output
+from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.names import device_problem, is_valid_node_name, shown
 from minigraph.framework.op_def import (
     ArgDef,
@@ -36,12 +37,15 @@ from minigraph.framework.op_def import (
     get_op_def,
 )
 from minigraph.framework.scope import Scope
-from minigraph.interop import attrs, protos, versions
+from minigraph.interop import attrs, functions, protos, versions
 from minigraph.interop.tensors import tf_type_name
 
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
 # protobuf refuses messages over 2 GiB; TF's GraphDefs never are larger
 MAX_GRAPH_DEF_BYTES = (2 << 30) - 1
+# Nested function calls are inlined recursively: a bound far beyond real graphs (a Keras
+# model nests two or three) that keeps Python's stack safe.
+MAX_CALL_DEPTH = 64
 
 
 def load_graph_def(source: Any) -> Any:
@@ -148,12 +152,15 @@ def _a_cycle(left: set[str], inputs: dict[str, list[tuple[str, int]]]) -> list[s
 def _topological_order(nodes: Sequence[Any], inputs: dict[str, list[tuple[str, int]]]
                        ) -> list[Any]:
     """Nodes with every input before its consumers; among the nodes that are ready, the one
-    first in the file goes first, so a file already in order keeps its order (Kahn)."""
+    first in the file goes first, so a file already in order keeps its order (Kahn). Inputs
+    from outside ``nodes`` (a function body's reads of the graph) are already there."""
     position = {node.name: i for i, node in enumerate(nodes)}
-    waiting = {node.name: len({source for source, _ in inputs[node.name]}) for node in nodes}
+    sources = {node.name: {source for source, _ in inputs[node.name] if source in position}
+               for node in nodes}
+    waiting = {name: len(found) for name, found in sources.items()}
     consumers: dict[str, list[str]] = {}
     for node in nodes:
-        for source in {source for source, _ in inputs[node.name]}:
+        for source in sources[node.name]:
             consumers.setdefault(source, []).append(node.name)
     ready = [position[name] for name, count in waiting.items() if count == 0]
     heapq.heapify(ready)
@@ -189,7 +196,7 @@ def _node_attrs(node: Any, op_def: OpDef) -> dict[str, Any]:
                           f"definition: {attrs.op_signature(op_def)} This may be expected if "
                           f"your graph generating binary is newer than this binary. Unknown "
                           f"attributes will be ignored. NodeDef: {{{{node {shown(node.name)}}}}}",
-                          stacklevel=4)
+                          stacklevel=5)
             continue
         values[name] = attrs.attr_from_proto(value, known[name], where)
     for attr in op_def.attrs:
@@ -269,8 +276,10 @@ def import_graph_def(source: Any, name: str = "") -> Scope:
     ``source`` is a path (``.pb`` binary; ``.pbtxt`` text), the file's bytes, or a GraphDef
     message (minigraph's, or TensorFlow's own ``tf.compat.v1.GraphDef``). Nodes keep their
     TF names, under ``name/`` when ``name`` is given, so ``root.graph().get_tensor_by_name(
-    "Identity:0")`` finds what TF called ``Identity:0``. An error about a node of a file
-    ends by naming the file: ``... (in 'model.pb')``.
+    "Identity:0")`` finds what TF called ``Identity:0``. Calls of library functions are
+    inlined: the body's nodes are ``<call>/<node>``, and ``<call>:i`` is still the call's
+    i-th result. An error about a node of a file ends by naming the file:
+    ``... (in 'model.pb')``.
     """
     graph_def = load_graph_def(source)
     try:
@@ -298,15 +307,93 @@ def _build_graph(graph_def: Any, name: str) -> Scope:
             raise InvalidArgumentError(f"Node '{shown(node.name)}': {problem}")
     inputs = _inputs_by_node(nodes)
     root = Scope(Graph())
-    prefix = f"{name}/" if name else ""
-    producer = graph_def.versions.producer
-    for node in _topological_order(nodes, inputs):
-        _import_node(root, node, inputs[node.name], prefix, producer)
+    importer = _Importer(root, f"{name}/" if name else "", graph_def.versions.producer,
+                         functions.Library(graph_def.library), seen)
+    importer.import_nodes(nodes, inputs, ())
     return root
 
 
-def _import_node(root: Scope, node: Any, entries: list[tuple[str, int]], prefix: str,
-                 producer: int) -> None:
+class _Importer:
+    """One import: builds nodes in the graph, inlining function calls.
+
+    ``names`` holds every GraphDef-level node name in use (the file's, and the inlined
+    bodies'); ``results`` maps a call's ``(name, i)`` to the body tensor (GraphDef form) its
+    consumers read instead of the call's own output."""
+
+    def __init__(self, root: Scope, prefix: str, producer: int, library: functions.Library,
+                 names: set[str]) -> None:
+        self.root, self.prefix, self.producer, self.library = root, prefix, producer, library
+        self.names = set(names)
+        self.results: dict[tuple[str, int], str] = {}
+
+    def import_nodes(self, nodes: Sequence[Any], inputs: dict[str, list[tuple[str, int]]],
+                     calls: tuple[str, ...]) -> None:
+        """Build ``nodes`` in dependency order; ``calls``: the functions whose bodies they
+        are in (outermost first), for recursion."""
+        for node in _topological_order(nodes, inputs):
+            call = self.library.call(node)
+            if call is None:
+                sources, controls = self._sources(node, inputs[node.name])
+                _import_node(self.root, node, sources, controls, self.prefix, self.producer)
+            else:
+                self._inline(call, inputs[node.name], calls)
+
+    def _output(self, node: Any, source: str, index: int) -> Output:
+        """Output ``index`` of GraphDef node ``source`` (a call's: its body's tensor, which
+        may be another call's result in turn)."""
+        while (source, index) in self.results:
+            source, index = _parse_input(self.results[(source, index)])
+        op = self.root.graph().get_operation(self.prefix + source)
+        if index >= len(op.outputs):
+            raise InvalidArgumentError(f"Node '{shown(node.name)}': Connecting to invalid "
+                                       f"output {shown(str(index))} of source node "
+                                       f"{shown(source)} which has {len(op.outputs)} outputs.")
+        return op.outputs[index]
+
+    def _sources(self, node: Any, entries: list[tuple[str, int]]
+                 ) -> tuple[list[Output], list[Operation]]:
+        """The node's data inputs and control inputs."""
+        sources, controls = [], []
+        for source, index in entries:
+            if index < 0:
+                controls.append(self.root.graph().get_operation(self.prefix + source))
+            else:
+                sources.append(self._output(node, source, index))
+        return sources, controls
+
+    def _inline(self, call: functions.Call, entries: list[tuple[str, int]],
+                calls: tuple[str, ...]) -> None:
+        """Replace a call by its function's body (``functions.Library.inline``)."""
+        if call.name in calls:
+            chain = " -> ".join((*calls, call.name))
+            raise InvalidArgumentError(f"{call.where()}: the function calls itself ({chain}); "
+                                       f"minigraph cannot inline recursion")
+        if len(calls) >= MAX_CALL_DEPTH:
+            raise InvalidArgumentError(f"{call.where()}: calls nested {len(calls) + 1} deep; "
+                                       f"minigraph inlines at most {MAX_CALL_DEPTH} levels")
+        sources, _ = self._sources(call.node, entries)
+        self.library.check_arguments(call, sources)
+        body = self.library.inline(call, lambda name: name in self.names)
+        self.names.update(node.name for node in body.nodes)
+        inputs = {node.name: [_parse_input(text) for text in node.input]
+                  for node in body.nodes}
+        try:
+            self.import_nodes(body.nodes, inputs, (*calls, call.name))
+            results = [self._output(call.node, *_parse_input(text)) for text in body.outputs]
+        except (InvalidArgumentError, NotFoundError, UnimplementedError) as exc:
+            raise type(exc)(f"{exc} (in function '{call.name}', inlined at node "
+                            f"'{call.node.name}')") from None
+        self.library.check_results(call, results)
+        caller = body.caller
+        _import_node(self.root, caller,
+                     *self._sources(caller, [_parse_input(t) for t in caller.input]),
+                     self.prefix, self.producer)
+        for index, text in enumerate(body.outputs):
+            self.results[(call.node.name, index)] = text
+
+
+def _import_node(root: Scope, node: Any, sources: list[Output], controls: list[Operation],
+                 prefix: str, producer: int) -> None:
     try:
         op_def = get_op_def(node.op)
     except NotFoundError:
@@ -314,18 +401,6 @@ def _import_node(root: Scope, node: Any, entries: list[tuple[str, int]], prefix:
                             f"'{shown(node.name)}'): minigraph.ops.__all__ lists the ops it "
                             f"implements") from None
     versions.check_op_available(op_def, producer)
-    graph = root.graph()
-    sources, controls = [], []
-    for source, index in entries:
-        op = graph.get_operation(prefix + source)
-        if index < 0:
-            controls.append(op)
-        elif index >= len(op.outputs):
-            raise InvalidArgumentError(f"Node '{shown(node.name)}': Connecting to invalid "
-                                       f"output {shown(str(index))} of source node "
-                                       f"{shown(source)} which has {len(op.outputs)} outputs.")
-        else:
-            sources.append(op.outputs[index])
     node_attrs = _node_attrs(node, op_def)
     if node.op == "Const":
         _check_const(node, node_attrs)

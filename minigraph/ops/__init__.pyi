@@ -26,6 +26,8 @@ __all__ = [
     "ArgMin",
     "Assign",
     "AvgPool",
+    "AvgPool3D",
+    "AvgPool3DGrad",
     "AvgPoolGrad",
     "BatchMatMul",
     "BatchMatMulV2",
@@ -752,6 +754,160 @@ class AvgPool:
         attrs: AvgPool.Attrs | None = None,
         *,
         data_format: Literal["NHWC", "NCHW"] = "NHWC",
+    ) -> Output: ...
+
+
+class AvgPool3D:
+    """Builds one 'AvgPool3D' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    AvgPool3D.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64). A 5-D tensor in data_format.
+
+    Attrs:
+        ksize: list(int), required. The window's size per dimension of data_format; batch
+            and channel entries must be 1.
+        strides: list(int), required. The window's step per dimension of data_format; batch
+            and channel entries must be 1.
+        padding: string, required, one of "SAME", "VALID". SAME (ceil(size / stride)
+            outputs; the padding, odd element after, reads zeros in convolutions and is
+            ignored by pools) or VALID (windows inside the input only).
+        data_format: string, default "NDHWC", one of "NDHWC", "NCDHW". NDHWC (channels last)
+            or NCDHW (channels first); D, H, W are the planes, height and width.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64). The mean of each window's in-bounds
+            elements (padding not counted).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one AvgPool3D node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Ksize(self, value: Sequence[int]) -> AvgPool3D.Attrs:
+            """Set attr 'ksize' (list(int), required). The window's size per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Strides(self, value: Sequence[int]) -> AvgPool3D.Attrs:
+            """Set attr 'strides' (list(int), required). The window's step per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Padding(self, value: Literal["SAME", "VALID"]) -> AvgPool3D.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID"). SAME (ceil(size /
+            stride) outputs; the padding, odd element after, reads zeros in convolutions and
+            is ignored by pools) or VALID (windows inside the input only).
+            """
+
+        def DataFormat(self, value: Literal["NDHWC", "NCDHW"]) -> AvgPool3D.Attrs:
+            """Set attr 'data_format' (string, default "NDHWC", one of "NDHWC", "NCDHW"). NDHWC
+            (channels last) or NCDHW (channels first); D, H, W are the planes, height and
+            width.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        ksize: Sequence[int],
+        strides: Sequence[int],
+        padding: Literal["SAME", "VALID"],
+        attrs: AvgPool3D.Attrs | None = None,
+        *,
+        data_format: Literal["NDHWC", "NCDHW"] = "NDHWC",
+    ) -> Output: ...
+
+
+class AvgPool3DGrad:
+    """Builds one 'AvgPool3DGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    AvgPool3DGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        orig_input_shape: int32. The forward pool's input shape, 5 entries in data_format
+            order.
+        grad: T (float16, bfloat16, float32, float64). The gradient of the forward pool's
+            output.
+
+    Attrs:
+        ksize: list(int), required. The window's size per dimension of data_format; batch
+            and channel entries must be 1.
+        strides: list(int), required. The window's step per dimension of data_format; batch
+            and channel entries must be 1.
+        padding: string, required, one of "SAME", "VALID". SAME (ceil(size / stride)
+            outputs; the padding, odd element after, reads zeros in convolutions and is
+            ignored by pools) or VALID (windows inside the input only).
+        data_format: string, default "NDHWC", one of "NDHWC", "NCDHW". NDHWC (channels last)
+            or NCDHW (channels first); D, H, W are the planes, height and width.
+        T: type, inferred from input 'grad', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64). Each window's grad over its
+            in-bounds count, added to every in-bounds element of the window.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one AvgPool3DGrad node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Ksize(self, value: Sequence[int]) -> AvgPool3DGrad.Attrs:
+            """Set attr 'ksize' (list(int), required). The window's size per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Strides(self, value: Sequence[int]) -> AvgPool3DGrad.Attrs:
+            """Set attr 'strides' (list(int), required). The window's step per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Padding(self, value: Literal["SAME", "VALID"]) -> AvgPool3DGrad.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID"). SAME (ceil(size /
+            stride) outputs; the padding, odd element after, reads zeros in convolutions and
+            is ignored by pools) or VALID (windows inside the input only).
+            """
+
+        def DataFormat(self, value: Literal["NDHWC", "NCDHW"]) -> AvgPool3DGrad.Attrs:
+            """Set attr 'data_format' (string, default "NDHWC", one of "NDHWC", "NCDHW"). NDHWC
+            (channels last) or NCDHW (channels first); D, H, W are the planes, height and
+            width.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        orig_input_shape: TensorLike,
+        grad: TensorLike,
+        ksize: Sequence[int],
+        strides: Sequence[int],
+        padding: Literal["SAME", "VALID"],
+        attrs: AvgPool3DGrad.Attrs | None = None,
+        *,
+        data_format: Literal["NDHWC", "NCDHW"] = "NDHWC",
     ) -> Output: ...
 
 
