@@ -137,7 +137,7 @@ def test_unknown_values_give_partial_shapes():
      r"If there is only one output, it must have the same size as the input. Input size: 3 "
      r"output size: -1"),
     (lambda r: ops.Split(r, 0, A, num_split=2 ** 31),
-     r"output 'output' would be a list of 2147483648 tensors"),
+     r"attr 'num_split': Number of outputs is too big"),
 ])
 def test_bad_arguments_are_refused_with_tensorflows_words(build, match):
     with pytest.raises(mg.errors.InvalidArgumentError, match=match):

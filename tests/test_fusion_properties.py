@@ -1,12 +1,12 @@
 """The plan-time fusion cannot change a result: random graphs over the fusable ops give the
 same bits with ``OptimizerOptions(remapper=True)`` as with it off.
 
-Hypothesis draws DAGs of Conv2D (grouped too), DepthwiseConv2dNative and MatMul heads, BiasAdd, inference
-FusedBatchNormV3, AddV2 (of two chains' ends, of a chain and anything, of a vector), Relu and
-Relu6, in NHWC or NCHW with odd channel counts, with fan-out, shared weights, fetched
-intermediates and control edges; projection-shortcut blocks (both inputs of an AddV2 end a
-convolution -> batch-norm chain) are drawn on purpose. Written against the session's public
-behaviour only, so it holds whatever the fusion is made of.
+Hypothesis draws DAGs of Conv2D (grouped too), DepthwiseConv2dNative and MatMul heads,
+BiasAdd, inference FusedBatchNormV3, AddV2 (of two chains' ends, of a chain and anything, of
+a vector), Relu and Relu6, in NHWC or NCHW with odd channel counts, with fan-out, shared
+weights, fetched intermediates and control edges; projection-shortcut blocks (both inputs of
+an AddV2 end a convolution -> batch-norm chain) are drawn on purpose. Written against the
+session's public behaviour only, so it holds whatever the fusion is made of.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from minigraph import ops
 pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="fusion runs on native kernels")
 F32 = np.float32
 # drawn uniformly: heads and chain stages come often, so chains form
-ACTIONS = ("conv", "conv", "grouped", "depthwise", "matmul", "bias", "bias", "bn", "bn", "add", "add",
-           "relu", "relu", "relu6", "control", "fetch", "block", "block")
+ACTIONS = ("conv", "conv", "grouped", "depthwise", "matmul", "bias", "bias", "bn", "bn", "add",
+           "add", "relu", "relu", "relu6", "control", "fetch", "block", "block")
 
 
 class _Builder:

@@ -35,6 +35,7 @@ from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
 from minigraph.backends.compute import compute_dtype, fail_for, placed_rows
 from minigraph.backends.native import (
     as_f32,
+    attrs_fit_int32,
     check_code,
     check_rank4,
     checked_sizes,
@@ -211,7 +212,8 @@ def _c_convolution(op) -> bool:
 def _c_forward_convolution(op) -> bool:
     """The cases the C forward convolution handles (besides float32): any strides,
     dilation 1, SAME/VALID padding."""
-    return op.attrs["padding"] != "EXPLICIT" and set(op.attrs["dilations"]) == {1}
+    return (op.attrs["padding"] != "EXPLICIT" and set(op.attrs["dilations"]) == {1}
+            and attrs_fit_int32(op, "strides"))
 
 
 NATIVE_CONV = {"backend": "native", "dtypes": (dtypes.float32,), "when": _c_convolution}
@@ -481,8 +483,10 @@ def depthwise_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: 
 
 
 def _depthwise_native(op) -> bool:
-    """The cases the C depthwise kernels handle (besides float32): NHWC, any window."""
-    return op.attrs["data_format"] == "NHWC"
+    """The cases the C depthwise kernels handle (besides float32): NHWC, any window whose
+    geometry fits int32."""
+    return op.attrs["data_format"] == "NHWC" and attrs_fit_int32(
+        op, "strides", "dilations", "explicit_paddings")
 
 
 NATIVE_DEPTHWISE = {"backend": "native", "dtypes": (dtypes.float32,),

@@ -19,6 +19,7 @@ import numpy as np
 from minigraph.backends.compute import compute_dtype, fail_for, placed_rows
 from minigraph.backends.native import (
     as_f32,
+    attrs_fit_int32,
     check_code,
     check_rank4,
     checked_sizes,
@@ -218,8 +219,7 @@ def _lowest(dtype: np.dtype):
 def _c_pool(op) -> bool:
     """The pools the C kernels handle (besides float32): a geometry that fits int32 (any
     real one does; padding never exceeds the window)."""
-    return max(*op.attrs["ksize"], *op.attrs["strides"],
-               *op.attrs.get("explicit_paddings", ())) < 2**31
+    return attrs_fit_int32(op, "ksize", "strides", "explicit_paddings")
 
 
 def _c_pool_grad(op) -> bool:

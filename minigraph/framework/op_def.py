@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from minigraph.framework import dtypes, wrapper_docs
+from minigraph.framework import dtypes, limits, wrapper_docs
 from minigraph.framework.dtypes import DType
 from minigraph.framework.errors import InvalidArgumentError, NotFoundError
 from minigraph.framework.graph import Operation, Output
@@ -337,6 +337,7 @@ def _convert_input(scope: Scope, op_type: str, arg: ArgDef, value: Any,
     what = f"{op_type}: input '{arg.name}'"
     if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
+        limits.check_feed_size(array, what)  # a 0-stride view may claim any size
     else:
         array = dtypes.python_to_array(value, dtype_hint or arg.dtype, what)
     try:
@@ -361,10 +362,6 @@ def register_constant_op(make_constant: Callable[[Scope, np.ndarray], Output]) -
 
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
-# The longest list output a node may have (Split's num_split...): TF sets no bound, but a
-# Python object per output tensor makes 2**31 of them a MemoryError, and no graph needs
-# more than a few hundred.
-MAX_LIST_OUTPUTS = 1 << 16
 
 
 def _short_repr(value: Any, limit: int = 60) -> str:
@@ -591,11 +588,10 @@ def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
     if missing:
         raise InvalidArgumentError(f"{op_def.name} '{name}': missing required attr(s) {missing}")
     for arg in op_def.outputs:
-        if arg.is_list and arg.length(full_attrs) > MAX_LIST_OUTPUTS:
-            raise InvalidArgumentError(
-                f"{op_def.name} '{name}': output '{arg.name}' would be a list of "
-                f"{arg.length(full_attrs)} tensors; at most {MAX_LIST_OUTPUTS} are supported "
-                f"(attr '{arg.number_attr or arg.type_list_attr}')")
+        if arg.is_list:  # a list output: its length attr says how many tensors to build
+            limits.check_output_count(
+                arg.length(full_attrs),
+                f"{op_def.name} '{name}': attr '{arg.number_attr or arg.type_list_attr}'")
     shapes = run_shape_fn(op_def, InferenceContext(op_def, name, inputs, full_attrs))
     op = Operation(scope.graph(), name, op_def, inputs, scope.control_dependencies, full_attrs,
                    scope.device, output_specs(op_def, full_attrs, shapes))
