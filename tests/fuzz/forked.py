@@ -4,8 +4,8 @@ pinned to the case that caused them.
 ``run_each(items, work, ...)`` forks one child per item (up to ``workers`` at once) from
 this pre-imported process. The child limits its address space (``RLIMIT_AS``: what it
 already maps plus ``memory_limit`` bytes), runs ``work(item)``, and sends back its result
-with the growth of its peak resident memory since the fork (``VmHWM``, reset at the fork:
-a forked child inherits its parent's high-water mark, which may be far above what it uses). The parent
+with the growth of its peak resident memory since the fork (``VmHWM``, reset at the
+fork: a forked child inherits its parent's high-water mark, far above what it uses). The parent
 records, per item:
 
 * ``("done", result, peak_growth_bytes)``;
