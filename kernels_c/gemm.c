@@ -1,0 +1,161 @@
+/* minigraph native GEMM: the driver (packing, blocking, threads); see gemm.h.
+ *
+ * A call is one job of the worker pool (mg_pool_run): items of (M block of GEMM_MC rows,
+ * N block of whole panels). An item walks K in blocks of GEMM_KC: it packs its A block
+ * ([rows][kc] -> groups of the micro-kernel's mr rows, [kc][mr] each, zero-padded) into its
+ * thread's scratch, then runs the micro-kernel over every (panel, row group) of the block,
+ * the panel's kc x 32 floats staying in L1 while the A block (<= 96 KiB) sits in L2. An
+ * element is written by one item only and its chain of FMAs runs k = 0 .. K - 1 in order,
+ * whatever the blocks and threads (gemm.h). The epilogue is one mg_channel_epilogue pass
+ * after the product. */
+#include <string.h>
+
+#include "gemm.h"
+#include "gemm_internal.h"
+
+enum { GEMM_MC = 96, GEMM_KC = 256, GEMM_NC_PANELS = 8 };
+
+static const gemm_kernel_table *gemm_kernels(void)
+{
+    static const void *const tables[MG_NISA] =
+        MG_ISA_TABLES(&gemm_kernels_scalar, &gemm_kernels_avx2, &gemm_kernels_avx512);
+    return mg_isa_pick(tables);
+}
+
+static int64_t panels_of(int64_t n) { return (n + MG_GEMM_NR - 1) / MG_GEMM_NR; }
+
+int64_t mg_gemm_packed_floats(int64_t k, int64_t n)
+{
+    if (k < 0 || n < 0)
+        return -1;
+    const int64_t width = panels_of(n) * MG_GEMM_NR;
+    if (width && k > (INT64_MAX / 4) / width) /* the byte count must fit too */
+        return -1;
+    return k * width;
+}
+
+typedef struct {
+    int64_t k, n;
+    int trans_b;
+    const float *b;
+    float *packed;
+} pack_call;
+
+static void pack_panels(void *ctx, int64_t lo, int64_t hi)
+{
+    const pack_call *p = ctx;
+    const int64_t k = p->k, n = p->n;
+    for (int64_t panel = lo; panel < hi; ++panel) {
+        float *dst = p->packed + panel * k * MG_GEMM_NR;
+        const int64_t j0 = panel * MG_GEMM_NR;
+        const int64_t w = n - j0 < MG_GEMM_NR ? n - j0 : MG_GEMM_NR;
+        if (w < MG_GEMM_NR)
+            memset(dst, 0, (size_t)(k * MG_GEMM_NR) * sizeof(float));
+        if (p->trans_b) { /* B^T stored [n][k]: column j of B is row j of it */
+            for (int64_t j = 0; j < w; ++j) {
+                const float *src = p->b + (j0 + j) * k;
+                for (int64_t r = 0; r < k; ++r)
+                    dst[r * MG_GEMM_NR + j] = src[r];
+            }
+        } else {
+            for (int64_t r = 0; r < k; ++r)
+                memcpy(dst + r * MG_GEMM_NR, p->b + r * n + j0, (size_t)w * sizeof(float));
+        }
+    }
+}
+
+int mg_gemm_pack_b(int64_t k, int64_t n, int trans_b, const float *b, float *packed,
+                   int num_threads)
+{
+    const int64_t floats = mg_gemm_packed_floats(k, n);
+    if (floats < 0 || (floats && !packed) || (k && n && !b))
+        return MG_EINVAL;
+    pack_call p = {k, n, trans_b, b, packed};
+    mg_pool_rows(mg_stream_threads(num_threads, floats), panels_of(n), 1, pack_panels, &p);
+    return MG_OK;
+}
+
+typedef struct {
+    const gemm_kernel_table *t;
+    int64_t m, n, k;
+    int trans_a;
+    const float *a, *bp;
+    float *c;
+    int64_t nblocks, nc_panels;
+    float *scratch; /* GEMM_MC * GEMM_KC floats per thread */
+} gemm_call;
+
+/* rows m0 .. m0 + rows - 1, k0 .. k0 + kc - 1 of op(A) as groups of mr rows, [kc][mr] each */
+static void pack_a(const gemm_call *g, int64_t m0, int64_t rows, int64_t k0, int64_t kc,
+                   float *ap)
+{
+    const int mr = g->t->mr;
+    for (int64_t g0 = 0; g0 < rows; g0 += mr, ap += mr * kc) {
+        const int valid = rows - g0 < mr ? (int)(rows - g0) : mr;
+        if (g->trans_a) { /* A^T stored [k][m] */
+            for (int64_t r = 0; r < kc; ++r) {
+                const float *src = g->a + (k0 + r) * g->m + m0 + g0;
+                for (int i = 0; i < mr; ++i)
+                    ap[r * mr + i] = i < valid ? src[i] : 0.0f;
+            }
+        } else {
+            for (int i = 0; i < mr; ++i) {
+                const float *src = g->a + (m0 + g0 + i) * g->k + k0;
+                for (int64_t r = 0; r < kc; ++r)
+                    ap[r * mr + i] = i < valid ? src[r] : 0.0f;
+            }
+        }
+    }
+}
+
+static void gemm_item(void *ctx, int64_t item, int tid)
+{
+    const gemm_call *g = ctx;
+    const int mr = g->t->mr;
+    const int64_t m0 = item / g->nblocks * GEMM_MC, p0 = item % g->nblocks * g->nc_panels;
+    const int64_t rows = g->m - m0 < GEMM_MC ? g->m - m0 : GEMM_MC;
+    const int64_t np = panels_of(g->n), p1 = p0 + g->nc_panels < np ? p0 + g->nc_panels : np;
+    float *ap = g->scratch + (int64_t)tid * GEMM_MC * GEMM_KC;
+    for (int64_t k0 = 0; k0 < g->k; k0 += GEMM_KC) {
+        const int64_t kc = g->k - k0 < GEMM_KC ? g->k - k0 : GEMM_KC;
+        pack_a(g, m0, rows, k0, kc, ap);
+        for (int64_t p = p0; p < p1; ++p) {
+            const int64_t j0 = p * MG_GEMM_NR;
+            const int nr = g->n - j0 < MG_GEMM_NR ? (int)(g->n - j0) : MG_GEMM_NR;
+            const float *bp = g->bp + p * g->k * MG_GEMM_NR + k0 * MG_GEMM_NR;
+            for (int64_t g0 = 0; g0 < rows; g0 += mr) {
+                const int valid = rows - g0 < mr ? (int)(rows - g0) : mr;
+                g->t->micro(kc, ap + g0 * kc, bp, g->c + (m0 + g0) * g->n + j0, g->n, valid,
+                            nr, k0 > 0);
+            }
+        }
+    }
+}
+
+int mg_gemm(int64_t m, int64_t n, int64_t k, int trans_a, const float *a,
+            const float *packed_b, float *c, const mg_epilogue *epilogue, int num_threads)
+{
+    if (m < 0 || mg_gemm_packed_floats(k, n) < 0 || (m && n && !c) || (m && k && !a) ||
+        (k && n && !packed_b) || (epilogue && mg_epilogue_check(epilogue) != MG_OK))
+        return MG_EINVAL;
+    if (!m || !n)
+        return MG_OK;
+    if (!k) {
+        memset(c, 0, (size_t)(m * n) * sizeof(float));
+    } else {
+        const int nt = mg_work_threads(num_threads, (double)m * (double)n * (double)k);
+        const int64_t mblocks = (m + GEMM_MC - 1) / GEMM_MC, np = panels_of(n);
+        /* N blocks of up to GEMM_NC_PANELS panels, fewer while the items would not give
+         * every thread about 4 (the split changes no result: gemm.h) */
+        int64_t ncp = np < GEMM_NC_PANELS ? np : GEMM_NC_PANELS;
+        while (ncp > 1 && mblocks * ((np + ncp - 1) / ncp) < 4 * (int64_t)nt)
+            --ncp;
+        gemm_call g = {gemm_kernels(), m, n, k, trans_a, a, packed_b, c, (np + ncp - 1) / ncp,
+                       ncp, mg_alloc_floats((int64_t)nt * GEMM_MC * GEMM_KC)};
+        if (!g.scratch)
+            return MG_ENOMEM;
+        mg_pool_run(nt, mblocks * g.nblocks, gemm_item, &g);
+        free(g.scratch);
+    }
+    return epilogue ? mg_channel_epilogue(m, n, c, epilogue, num_threads) : MG_OK;
+}

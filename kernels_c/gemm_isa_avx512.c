@@ -1,0 +1,65 @@
+/* AVX-512 GEMM micro-kernel: 12 rows x 32 columns in 24 zmm accumulators; per k, two B
+ * vectors are loaded and each row's A value broadcast into two FMAs. The full tile (12 rows,
+ * 32 columns) is its own instantiation, so its loads and stores have no masks or row tests.
+ * Compiled for these extensions and used only when the runtime's ISA is AVX-512 (mg_isa_pick
+ * in gemm.c). */
+#include "gemm_internal.h"
+
+#if MG_X86
+#include <immintrin.h>
+
+MG_TARGET_AVX512_BEGIN
+
+enum { MR = 12 };
+#define UNROLL _Pragma("GCC unroll 16")
+
+static inline __mmask16 lanes16(int n)
+{
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u);
+}
+
+static inline __attribute__((always_inline)) void
+micro_body(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, const int mr,
+           const int nr, const int load)
+{
+    const __mmask16 m0 = lanes16(nr), m1 = lanes16(nr - 16);
+    __m512 acc[MR][2];
+    UNROLL for (int i = 0; i < MR; ++i)
+    {
+        const int on = load && i < mr;
+        acc[i][0] = on ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
+        acc[i][1] = on ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; ++k, ap += MR, bp += MG_GEMM_NR) {
+        const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+        UNROLL for (int i = 0; i < MR; ++i)
+        {
+            const __m512 x = _mm512_set1_ps(ap[i]);
+            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+        }
+    }
+    UNROLL for (int i = 0; i < MR; ++i) if (i < mr)
+    {
+        _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
+        _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
+    }
+}
+
+static void gemm_micro_avx512(int64_t kc, const float *ap, const float *bp, float *c,
+                              int64_t ldc, int mr, int nr, int load)
+{
+    if (mr == MR && nr == MG_GEMM_NR) {
+        if (load)
+            micro_body(kc, ap, bp, c, ldc, MR, MG_GEMM_NR, 1);
+        else
+            micro_body(kc, ap, bp, c, ldc, MR, MG_GEMM_NR, 0);
+    } else {
+        micro_body(kc, ap, bp, c, ldc, mr, nr, load);
+    }
+}
+
+const gemm_kernel_table gemm_kernels_avx512 = {MR, gemm_micro_avx512};
+
+MG_TARGET_END
+#endif
