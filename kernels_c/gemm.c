@@ -1,13 +1,15 @@
-/* minigraph native GEMM: the driver (packing, blocking, threads); see gemm.h.
+/* minigraph native GEMM: the driver (B packing, blocking, threads); see gemm.h.
  *
  * A call is one job of the worker pool (mg_pool_run): items of (M block of GEMM_MC rows,
- * N block of whole panels). An item walks K in blocks of GEMM_KC: it packs its A block
- * ([rows][kc] -> groups of the micro-kernel's mr rows, [kc][mr] each, zero-padded) into its
- * thread's scratch, then runs the micro-kernel over every (panel, row group) of the block,
- * the panel's kc x 32 floats staying in L1 while the A block (<= 96 KiB) sits in L2. An
- * element is written by one item only and its chain of FMAs runs k = 0 .. K - 1 in order,
- * whatever the blocks and threads (gemm.h). The epilogue is one mg_channel_epilogue pass
- * after the product. */
+ * N block of whole panels). An item walks K in blocks of GEMM_KC and, per block, runs the
+ * micro-kernel over every (panel, row group) of its tile: the panel's kc x 32 floats stay in
+ * L1 while the block's rows of A (<= 96 KiB) sit in L2. A is read where it lies (no packing:
+ * packing it cost as much as the product when N is small, as in a 1x1 convolution with 64
+ * output channels): a row group is mr row pointers, walked with step 1 (row-major A) or m
+ * (transposed A, whose k-th row holds the group's values side by side). An element is
+ * written by one item only and its chain of FMAs runs k = 0 .. K - 1 in order, whatever the
+ * blocks and threads (gemm.h). The epilogue is one mg_channel_epilogue pass after the
+ * product. */
 #include <string.h>
 
 #include "gemm.h"
@@ -82,51 +84,31 @@ typedef struct {
     const float *a, *bp;
     float *c;
     int64_t nblocks, nc_panels;
-    float *scratch; /* GEMM_MC * GEMM_KC floats per thread */
 } gemm_call;
-
-/* rows m0 .. m0 + rows - 1, k0 .. k0 + kc - 1 of op(A) as groups of mr rows, [kc][mr] each */
-static void pack_a(const gemm_call *g, int64_t m0, int64_t rows, int64_t k0, int64_t kc,
-                   float *ap)
-{
-    const int mr = g->t->mr;
-    for (int64_t g0 = 0; g0 < rows; g0 += mr, ap += mr * kc) {
-        const int valid = rows - g0 < mr ? (int)(rows - g0) : mr;
-        if (g->trans_a) { /* A^T stored [k][m] */
-            for (int64_t r = 0; r < kc; ++r) {
-                const float *src = g->a + (k0 + r) * g->m + m0 + g0;
-                for (int i = 0; i < mr; ++i)
-                    ap[r * mr + i] = i < valid ? src[i] : 0.0f;
-            }
-        } else {
-            for (int i = 0; i < mr; ++i) {
-                const float *src = g->a + (m0 + g0 + i) * g->k + k0;
-                for (int64_t r = 0; r < kc; ++r)
-                    ap[r * mr + i] = i < valid ? src[r] : 0.0f;
-            }
-        }
-    }
-}
 
 static void gemm_item(void *ctx, int64_t item, int tid)
 {
+    (void)tid;
     const gemm_call *g = ctx;
     const int mr = g->t->mr;
     const int64_t m0 = item / g->nblocks * GEMM_MC, p0 = item % g->nblocks * g->nc_panels;
     const int64_t rows = g->m - m0 < GEMM_MC ? g->m - m0 : GEMM_MC;
     const int64_t np = panels_of(g->n), p1 = p0 + g->nc_panels < np ? p0 + g->nc_panels : np;
-    float *ap = g->scratch + (int64_t)tid * GEMM_MC * GEMM_KC;
     for (int64_t k0 = 0; k0 < g->k; k0 += GEMM_KC) {
         const int64_t kc = g->k - k0 < GEMM_KC ? g->k - k0 : GEMM_KC;
-        pack_a(g, m0, rows, k0, kc, ap);
         for (int64_t p = p0; p < p1; ++p) {
             const int64_t j0 = p * MG_GEMM_NR;
             const int nr = g->n - j0 < MG_GEMM_NR ? (int)(g->n - j0) : MG_GEMM_NR;
             const float *bp = g->bp + p * g->k * MG_GEMM_NR + k0 * MG_GEMM_NR;
             for (int64_t g0 = 0; g0 < rows; g0 += mr) {
                 const int valid = rows - g0 < mr ? (int)(rows - g0) : mr;
-                g->t->micro(kc, ap + g0 * kc, bp, g->c + (m0 + g0) * g->n + j0, g->n, valid,
-                            nr, k0 > 0);
+                const float *a_rows[GEMM_MR_MAX];
+                for (int i = 0; i < mr; ++i) {
+                    const int64_t row = m0 + g0 + (i < valid ? i : valid - 1);
+                    a_rows[i] = g->trans_a ? g->a + k0 * g->m + row : g->a + row * g->k + k0;
+                }
+                g->t->micro(kc, a_rows, g->trans_a ? g->m : 1, bp,
+                            g->c + (m0 + g0) * g->n + j0, g->n, valid, nr, k0 > 0);
             }
         }
     }
@@ -151,11 +133,8 @@ int mg_gemm(int64_t m, int64_t n, int64_t k, int trans_a, const float *a,
         while (ncp > 1 && mblocks * ((np + ncp - 1) / ncp) < 4 * (int64_t)nt)
             --ncp;
         gemm_call g = {gemm_kernels(), m, n, k, trans_a, a, packed_b, c, (np + ncp - 1) / ncp,
-                       ncp, mg_alloc_floats((int64_t)nt * GEMM_MC * GEMM_KC)};
-        if (!g.scratch)
-            return MG_ENOMEM;
+                       ncp};
         mg_pool_run(nt, mblocks * g.nblocks, gemm_item, &g);
-        free(g.scratch);
     }
     return epilogue ? mg_channel_epilogue(m, n, c, epilogue, num_threads) : MG_OK;
 }

@@ -18,7 +18,7 @@ static inline __m256i lanes8(int n)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
 }
 
-static void gemm_micro_avx2(int64_t kc, const float *ap, const float *bp, float *c,
+static void gemm_micro_avx2(int64_t kc, const float *const *rows, int64_t ks, const float *bp, float *c,
                             int64_t ldc, int mr, int nr, int load)
 {
     for (int h = 0; h < 2 && 16 * h < nr; ++h) {
@@ -32,12 +32,12 @@ static void gemm_micro_avx2(int64_t kc, const float *ap, const float *bp, float 
             acc[i][1] = on ? _mm256_maskload_ps(c + i * ldc + 16 * h + 8, m1)
                            : _mm256_setzero_ps();
         }
-        const float *a = ap, *b = bp + 16 * h;
-        for (int64_t k = 0; k < kc; ++k, a += MR, b += MG_GEMM_NR) {
+        const float *b = bp + 16 * h;
+        for (int64_t k = 0, o = 0; k < kc; ++k, o += ks, b += MG_GEMM_NR) {
             const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
             UNROLL for (int i = 0; i < MR; ++i)
             {
-                const __m256 x = _mm256_broadcast_ss(a + i);
+                const __m256 x = _mm256_broadcast_ss(rows[i] + o);
                 acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
                 acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
             }

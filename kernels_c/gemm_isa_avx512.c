@@ -1,6 +1,7 @@
 /* AVX-512 GEMM micro-kernel: 12 rows x 32 columns in 24 zmm accumulators; per k, two B
  * vectors are loaded and each row's A value broadcast into two FMAs. The full tile (12 rows,
- * 32 columns) is its own instantiation, so its loads and stores have no masks or row tests.
+ * 32 columns) is its own instantiation, so its loads and stores have no masks or row tests; a
+ * tile of at most 4 rows computes only 4.
  * Compiled for these extensions and used only when the runtime's ISA is AVX-512 (mg_isa_pick
  * in gemm.c). */
 #include "gemm_internal.h"
@@ -19,43 +20,47 @@ static inline __mmask16 lanes16(int n)
 }
 
 static inline __attribute__((always_inline)) void
-micro_body(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, const int mr,
-           const int nr, const int load)
+micro_body(int64_t kc, const float *const *rows, int64_t ks, const float *bp, float *c, int64_t ldc, const int mr,
+           const int nr, const int load, const int R)
 {
     const __mmask16 m0 = lanes16(nr), m1 = lanes16(nr - 16);
     __m512 acc[MR][2];
-    UNROLL for (int i = 0; i < MR; ++i)
+    UNROLL for (int i = 0; i < R; ++i)
     {
         const int on = load && i < mr;
         acc[i][0] = on ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
         acc[i][1] = on ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
     }
-    for (int64_t k = 0; k < kc; ++k, ap += MR, bp += MG_GEMM_NR) {
+    const float *r[MR];
+    UNROLL for (int i = 0; i < R; ++i) r[i] = rows[i];
+    for (int64_t k = 0, o = 0; k < kc; ++k, o += ks, bp += MG_GEMM_NR) {
         const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
-        UNROLL for (int i = 0; i < MR; ++i)
+        UNROLL for (int i = 0; i < R; ++i)
         {
-            const __m512 x = _mm512_set1_ps(ap[i]);
+            const __m512 x = _mm512_set1_ps(r[i][o]);
             acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
             acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
         }
     }
-    UNROLL for (int i = 0; i < MR; ++i) if (i < mr)
+    UNROLL for (int i = 0; i < R; ++i) if (i < mr)
     {
         _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
         _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
     }
 }
 
-static void gemm_micro_avx512(int64_t kc, const float *ap, const float *bp, float *c,
+static void gemm_micro_avx512(int64_t kc, const float *const *rows, int64_t ks, const float *bp, float *c,
                               int64_t ldc, int mr, int nr, int load)
 {
     if (mr == MR && nr == MG_GEMM_NR) {
         if (load)
-            micro_body(kc, ap, bp, c, ldc, MR, MG_GEMM_NR, 1);
+            micro_body(kc, rows, ks, bp, c, ldc, MR, MG_GEMM_NR, 1, MR);
         else
-            micro_body(kc, ap, bp, c, ldc, MR, MG_GEMM_NR, 0);
+            micro_body(kc, rows, ks, bp, c, ldc, MR, MG_GEMM_NR, 0, MR);
+    } else if (mr <= 4) { /* a few rows (a dense layer's batch): only theirs computed */
+        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 4);
     } else {
-        micro_body(kc, ap, bp, c, ldc, mr, nr, load);
+        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, MR);
     }
 }
 

@@ -6,7 +6,7 @@
 
 enum { MR = 4 };
 
-static void gemm_micro_scalar(int64_t kc, const float *ap, const float *bp, float *c,
+static void gemm_micro_scalar(int64_t kc, const float *const *rows, int64_t ks, const float *bp, float *c,
                               int64_t ldc, int mr, int nr, int load)
 {
     float acc[MR][MG_GEMM_NR] = {{0}};
@@ -14,10 +14,10 @@ static void gemm_micro_scalar(int64_t kc, const float *ap, const float *bp, floa
         for (int i = 0; i < mr; ++i)
             for (int j = 0; j < nr; ++j)
                 acc[i][j] = c[i * ldc + j];
-    for (int64_t k = 0; k < kc; ++k, ap += MR, bp += MG_GEMM_NR)
+    for (int64_t k = 0, o = 0; k < kc; ++k, o += ks, bp += MG_GEMM_NR)
         for (int i = 0; i < MR; ++i)
             for (int j = 0; j < MG_GEMM_NR; ++j)
-                acc[i][j] = fmaf(ap[i], bp[j], acc[i][j]);
+                acc[i][j] = fmaf(rows[i][o], bp[j], acc[i][j]);
     for (int i = 0; i < mr; ++i)
         for (int j = 0; j < nr; ++j)
             c[i * ldc + j] = acc[i][j];
