@@ -1,7 +1,8 @@
 /* AVX-512 GEMM micro-kernel: 12 rows x 32 columns in 24 zmm accumulators; per k, two B
  * vectors are loaded and each row's A value broadcast into two FMAs. The full tile (12 rows,
  * 32 columns) is its own instantiation, so its loads and stores have no masks or row tests; a
- * tile of at most 4 rows computes only 4.
+ * tile of at most 4, 6 or 8 rows computes only that many (few-pixel 1x1 convolutions, dense
+ * layers).
  * Compiled for these extensions and used only when the runtime's ISA is AVX-512 (mg_isa_pick
  * in gemm.c). */
 #include "gemm_internal.h"
@@ -59,6 +60,10 @@ static void gemm_micro_avx512(int64_t kc, const float *const *rows, int64_t ks, 
             micro_body(kc, rows, ks, bp, c, ldc, MR, MG_GEMM_NR, 0, MR);
     } else if (mr <= 4) { /* a few rows (a dense layer's batch): only theirs computed */
         micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 4);
+    } else if (mr <= 6) {
+        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 6);
+    } else if (mr <= 8) {
+        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 8);
     } else {
         micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, MR);
     }

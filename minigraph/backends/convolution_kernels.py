@@ -33,6 +33,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
 from minigraph.backends.compute import compute_dtype, fail_for, placed_rows
+from minigraph.backends.gemm import c_gemm, packed_b
 from minigraph.backends.native import (
     as_f32,
     attrs_fit_int32,
@@ -284,6 +285,46 @@ def _as_depthwise(f: np.ndarray, channels: int) -> np.ndarray:
     return f.reshape(f.shape[0], f.shape[1], channels, f.shape[3] // channels)
 
 
+# 1x1 convolutions on the GEMM (backends.gemm): an NHWC input is a [pixels, C_in] matrix (a
+# strided one's pixels gathered first) times the filter seen as [C_in, C_out], packed once
+# when it is a constant. Where the direct kernel (kernels_c/convolution*.c) tiles 6-12 pixels
+# it is as fast as the GEMM on this machine (AMD Zen 4, one thread: 90-110 GFLOP/s both from
+# 16 pixels up, docs/performance.md), so the GEMM takes only what it wins: a few pixels (a
+# 1x1 layer after global pooling, a dense head written as a convolution), where the direct
+# tiles run mostly empty (measured up to 8 pixels: 70-90 vs 50-70 GFLOP/s; with 1000 output
+# channels, which the direct kernel repacks at every call, 50 vs 15).
+GEMM_CONV_MAX_PIXELS = 8  # output pixels (batch * out_h * out_w) at most
+GEMM_CONV_MIN_CHANNELS = 16  # input and output channels at least
+
+
+def gemm_conv_wins(pixels: int, in_channels: int, out_channels: int) -> bool:
+    """Whether a 1x1 NHWC convolution of these sizes runs on the GEMM (the one rule; see
+    above)."""
+    return (0 < pixels <= GEMM_CONV_MAX_PIXELS and in_channels >= GEMM_CONV_MIN_CHANNELS
+            and out_channels >= GEMM_CONV_MIN_CHANNELS)
+
+
+def _gemm_conv(x: np.ndarray, f: np.ndarray, window: Window, channels_last: bool) -> bool:
+    """Whether conv(x, f) goes to the GEMM: NHWC, a 1x1 filter of x's channels (groups 1),
+    no padding, and :func:`gemm_conv_wins`."""
+    return (channels_last and f.shape[:2] == (1, 1) and f.shape[2] == x.shape[-1]
+            and not any(any(p) for p in window.pads)
+            and gemm_conv_wins(x.shape[0] * window.out[0] * window.out[1], f.shape[2],
+                               f.shape[3]))
+
+
+def c_conv2d_1x1(x, f, window: Window, epilogue: Epilogue | None = None) -> np.ndarray:
+    """The 1x1 NHWC convolution (no padding) as one GEMM: ``y[n, p, q] = x[n, p * sh,
+    q * sw] @ f[0, 0]``; then ``epilogue`` (which must fit y)."""
+    (sh, sw), (oh, ow) = window.strides, window.out
+    if (sh, sw) != (1, 1):
+        x = x[:, ::sh, ::sw][:, :oh, :ow]
+    c, co = f.shape[2:]
+    rows = as_f32(x).reshape(-1, c)
+    return c_gemm(rows, packed_b(f.reshape(c, co), owner=f), epilogue=epilogue,
+                  out_shape=(x.shape[0], oh, ow, co))
+
+
 @register_kernel("Conv2D", **NATIVE_FORWARD_CONV)
 def conv2d_native(op, inputs, ctx):
     x, f = inputs
@@ -291,6 +332,8 @@ def conv2d_native(op, inputs, ctx):
     if x.size == 0 or 0 in window.out:  # nothing for C to do: the numpy kernel's zeros
         return conv2d(op, inputs, ctx)
     channels_last = op.attrs["data_format"] == "NHWC"
+    if _gemm_conv(x, f, window, channels_last):
+        return [c_conv2d_1x1(x, f, window)]
     axis = _channel_axis(channels_last)
     groups = groups_of(x.shape[axis], f)
     if groups == 1:
@@ -314,6 +357,8 @@ def conv2d_native_epilogue(op, inputs, ctx, epilogue: Epilogue) -> list:
     shape = (x.shape[0], *window.out, f.shape[-1])
     if (op.attrs["data_format"] == "NHWC" and x.size and 0 not in window.out
             and x.shape[-1] == f.shape[2] and epilogue.fits(shape)):
+        if _gemm_conv(x, f, window, True):
+            return [c_conv2d_1x1(x, f, window, epilogue)]
         return [c_conv2d(x, f, window.pads, window.out, True, epilogue, window.strides)]
     [y] = conv2d_native(op, inputs, ctx)
     if epilogue.fits(y.shape):

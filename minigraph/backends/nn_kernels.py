@@ -1,7 +1,8 @@
 """numpy CPU kernels of the dense-layer, loss and metric ops (``ops.nn_ops``): BiasAdd,
 MatMul, Softmax, LogSoftmax, the softmax cross-entropies (dense and sparse labels), L2Loss,
 ArgMax and Equal. MatMul's BLAS threads are limited like the batched matmuls'
-(``linalg_kernels.blas_matmul``).
+(``linalg_kernels.blas_matmul``); the native backend runs float32 MatMul on minigraph's own
+GEMM (``backends.gemm``: no BLAS thread pool, a constant weight matrix packed once).
 
 float16/bfloat16 are computed in float32 and rounded once to the storage type; float64 (the
 gradient checker's evaluation) stays float64; integer ops stay in their own type.
@@ -11,10 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from minigraph.backends.activation_kernels import Epilogue
 from minigraph.backends.compute import compute_dtype
+from minigraph.backends.gemm import c_gemm, packed_b
 from minigraph.backends.linalg_kernels import blas_matmul
 from minigraph.backends.reduction_kernels import arg_extreme
 from minigraph.backends.registry import register_kernel
+from minigraph.framework import dtypes
 from minigraph.ops.nn_ops import bias_channel_axis
 
 
@@ -46,6 +50,23 @@ def matmul(op, inputs, ctx):
     left = a.T if op.attrs["transpose_a"] else a
     right = b.T if op.attrs["transpose_b"] else b
     return [blas_matmul(_in(left), _in(right)).astype(a.dtype, copy=False)]
+
+
+@register_kernel("MatMul", backend="native", dtypes=(dtypes.float32,))
+def matmul_native(op, inputs, ctx):
+    """``op(a) @ op(b)`` on the native GEMM (b's packing cached when it is a constant)."""
+    return matmul_native_epilogue(op, inputs, ctx, None)
+
+
+def matmul_native_epilogue(op, inputs, ctx, epilogue: Epilogue | None) -> list:
+    """matmul_native, then ``epilogue`` (the fused successors, ``client.fusion``) where it
+    fits the result, as ``mg_channel_epilogue`` applies it; else the plain product (the
+    caller runs the successors' own kernels)."""
+    a, b = inputs
+    packing = packed_b(b, op.attrs["transpose_b"])
+    m = a.shape[1] if op.attrs["transpose_a"] else a.shape[0]
+    fits = epilogue is not None and epilogue.fits((m, packing.n))
+    return [c_gemm(a, packing, op.attrs["transpose_a"], epilogue if fits else None)]
 
 
 def _log_softmax_parts(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

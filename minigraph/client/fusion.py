@@ -36,6 +36,7 @@ import numpy as np
 from minigraph.backends import native
 from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
 from minigraph.backends.convolution_kernels import conv2d_native, conv2d_native_epilogue
+from minigraph.backends.nn_kernels import matmul_native, matmul_native_epilogue
 
 # ops whose kernels (native or numpy) return a fresh array the epilogue may overwrite
 HEADS = ("Conv2D", "DepthwiseConv2dNative", "MatMul")
@@ -44,7 +45,8 @@ STAGES = ("BiasAdd", "FusedBatchNormV3", "AddV2", "Relu")
 ACTIVATIONS = {"Relu": 1, "Relu6": 2}
 # heads whose kernel has a variant taking the epilogue: kernel -> variant(op, inputs, ctx,
 # epilogue), which applies it where it fits the result and returns the plain result elsewhere
-EPILOGUE_KERNELS = {conv2d_native: conv2d_native_epilogue}
+EPILOGUE_KERNELS = {conv2d_native: conv2d_native_epilogue,
+                    matmul_native: matmul_native_epilogue}
 _BIG_OFFSET = 2.0 ** 60  # the native batch norm's exceptional-channel bound on |offset|
 
 

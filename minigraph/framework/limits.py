@@ -122,7 +122,20 @@ def compact_copy(array: np.ndarray, what: str, dtype: np.dtype | None = None) ->
     core = array[tuple(slice(0, 1) if i in repeated else slice(None)
                        for i in range(array.ndim))]
     copy = np.array(core, dtype)
+    copy.setflags(write=False)  # before the broadcast view: the data itself is read-only
     if repeated:
         copy = np.broadcast_to(copy, array.shape)
-    copy.setflags(write=False)
+        copy.setflags(write=False)
     return copy
+
+
+def freeze(array: np.ndarray) -> np.ndarray:
+    """``array`` and every array it views (a private chain: a constant's reshape of its own
+    decoded buffer) made read-only, so its values can never change: what a cache keyed by
+    its identity needs (``backends.gemm.packed_b``). Never call it on a view of an array
+    someone else holds."""
+    node = array
+    while type(node) is np.ndarray:
+        node.setflags(write=False)
+        node = node.base
+    return array

@@ -128,8 +128,7 @@ def array_from_proto(proto: Any, where: str) -> np.ndarray:
         array = array.reshape(shape.dims)
     else:
         array = _typed_values(proto, dtype, shape, where)
-    array.setflags(write=False)
-    return array
+    return limits.freeze(array)  # its base (the decoded buffer) is private
 
 
 def _typed_values(proto: Any, dtype: DType, shape: TensorShape, where: str) -> np.ndarray:
