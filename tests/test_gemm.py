@@ -211,12 +211,13 @@ def test_1x1_conv_on_the_gemm_matches_reference(case, restore_native):
     exact, mags = conv_exact(x, f, s)
     assert_within_gamma(out["native"], exact, mags, c)
     assert_within_gamma(out["reference"].astype(F32), exact, mags, c)  # a fair bound
-    # the direct kernel sums each output in the same FMA chain: the same bits on FMA ISAs
+    # the direct AVX-512 kernel sums each output in the same FMA chain (intrinsics): the
+    # same bits (the AVX2 template's `acc += x * f` is fused only where the compiler
+    # contracts it, at -O2 and up: not compared)
     _, native = _native()
-    for isa in ("avx2", "avx512"):
-        if native.set_isa(isa) == isa:
-            direct = ck.c_conv2d(x, f, window.pads, window.out, True, strides=window.strides)
-            assert direct.tobytes() == ck.c_conv2d_1x1(x, f, window).tobytes(), isa
+    if native.set_isa("avx512") == "avx512":
+        direct = ck.c_conv2d(x, f, window.pads, window.out, True, strides=window.strides)
+        assert direct.tobytes() == ck.c_conv2d_1x1(x, f, window).tobytes()
 
 
 def test_gemm_epilogue_is_the_unfused_pass():
