@@ -184,8 +184,19 @@ def test_matmul_native_runs_the_gemm(m, k, n, ta, tb):
 
 
 # (batch, h, w, c, co, stride, padding): few output pixels, so the GEMM route
-CONV_CASES = [(2, 1, 1, 64, 40, 1, "SAME"), (1, 3, 3, 17, 33, 2, "VALID"),
-              (2, 4, 3, 20, 16, 2, "SAME"), (8, 1, 1, 128, 1000, 1, "VALID")]
+CONV_CASES = [(2, 1, 1, 64, 70, 1, "SAME"), (1, 3, 3, 67, 64, 2, "VALID"),
+              (2, 9, 7, 80, 65, 2, "SAME"), (8, 1, 1, 128, 1000, 1, "VALID"),
+              (2, 7, 7, 64, 64, 1, "VALID")]
+
+
+def test_gemm_conv_rule():
+    from minigraph.backends.convolution_kernels import GEMM_CONV_RULE, gemm_conv_wins
+    pixels, channels = GEMM_CONV_RULE
+    assert gemm_conv_wins(pixels, channels, channels)
+    assert not gemm_conv_wins(pixels + 1, channels, channels)
+    assert not gemm_conv_wins(pixels, channels - 1, channels)
+    assert not gemm_conv_wins(pixels, channels, channels - 1)
+    assert not gemm_conv_wins(0, channels, channels)
 
 
 def conv_exact(x, f, stride):
@@ -251,3 +262,48 @@ def test_imported_and_api_constants_are_frozen():
     const = ops.Const(root, weights)
     assert gemm._frozen(const.op.attrs["value"])
     assert not gemm._frozen(weights)  # the caller's own array is left writable
+
+
+@pytest.mark.parametrize("head", ["Conv2D", "MatMul"])
+@pytest.mark.parametrize("activation", ["Relu", "Relu6"])
+def test_fused_gemm_heads_are_bit_identical_to_the_unfused_ops(head, activation,
+                                                               restore_native):
+    """A GEMM-route head (a few-pixel 1x1 Conv2D, a MatMul) -> BiasAdd -> [FusedBatchNormV3
+    (inference), after the Conv2D] -> AddV2 -> activation, fused into one step, gives the
+    bits of the ops run one by one (every ISA)."""
+    _, native = _native()
+    rng = np.random.default_rng(11)
+    c, co = 64, 72
+    root = mg.Scope.NewRootScope()
+    if head == "Conv2D":
+        x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[2, 3, 3, c])
+        h = ops.Conv2D(root.WithOpName("head"), x, rng.standard_normal((1, 1, c, co), F32),
+                       [1, 1, 1, 1], "VALID")
+        x_value = rng.standard_normal((2, 3, 3, c)).astype(F32)
+    else:
+        x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[5, c])
+        h = ops.MatMul(root.WithOpName("head"), x, rng.standard_normal((co, c), F32),
+                       transpose_b=True)
+        x_value = rng.standard_normal((5, c)).astype(F32)
+    b = ops.BiasAdd(root.WithOpName("bias"), h, rng.standard_normal(co).astype(F32))
+    bn = b  # FusedBatchNormV3 takes rank 4 only: after the Conv2D
+    if head == "Conv2D":
+        stats = [rng.uniform(0.5, 1.5, co).astype(F32) for _ in range(4)]
+        bn = ops.FusedBatchNormV3(root.WithOpName("bn"), b, *stats, epsilon=1e-3,
+                                  is_training=False).y
+    skip = ops.Placeholder(root.WithOpName("skip"), mg.float32, shape=h.shape)
+    add = ops.AddV2(root.WithOpName("add"), bn, skip)
+    act = getattr(ops, activation)(root.WithOpName("act"), add)
+    feed = {x: x_value, skip: rng.standard_normal(h.shape.as_list()).astype(F32)}
+    for isa in ("scalar", "avx2", "avx512"):
+        if native.set_isa(isa) != isa:
+            continue
+        session = mg.ClientSession(root, backend="native")
+        metadata = mg.RunMetadata()
+        fused = session.Run(feed, act, run_metadata=metadata)
+        one_by_one = session.Run(feed, [h, b, bn, add, act])[-1]  # nothing fuses
+        assert metadata.kernel_of("act") == "native:fused into head"
+        assert metadata.kernel_of("head") == ("native:convolution_kernels.conv2d_native"
+                                              if head == "Conv2D" else
+                                              "native:nn_kernels.matmul_native")
+        assert fused.tobytes() == one_by_one.tobytes(), isa

@@ -287,21 +287,22 @@ def _as_depthwise(f: np.ndarray, channels: int) -> np.ndarray:
 
 # 1x1 convolutions on the GEMM (backends.gemm): an NHWC input is a [pixels, C_in] matrix (a
 # strided one's pixels gathered first) times the filter seen as [C_in, C_out], packed once
-# when it is a constant. Where the direct kernel (kernels_c/convolution*.c) tiles 6-12 pixels
-# it is as fast as the GEMM on this machine (AMD Zen 4, one thread: 90-110 GFLOP/s both from
-# 16 pixels up, docs/performance.md), so the GEMM takes only what it wins: a few pixels (a
-# 1x1 layer after global pooling, a dense head written as a convolution), where the direct
-# tiles run mostly empty (measured up to 8 pixels: 70-90 vs 50-70 GFLOP/s; with 1000 output
-# channels, which the direct kernel repacks at every call, 50 vs 15).
-GEMM_CONV_MAX_PIXELS = 8  # output pixels (batch * out_h * out_w) at most
-GEMM_CONV_MIN_CHANNELS = 16  # input and output channels at least
+# when it is a constant. The direct kernel (kernels_c/convolution*.c) bands output rows over
+# the threads and tiles pixels within a row, so at small spatial extents it runs few, mostly
+# empty tiles; from about 128 pixels up it is as fast as the GEMM (benchmarks/gemm.py, AMD
+# Zen 4, 2 threads, GFLOP/s GEMM vs direct: 2x16x16 px 256->64 180 vs 184; 2x8x8 px
+# 256->256 170 vs 170; 2x7x7 px 256->256 168 vs 138; 2x4x4 px 256->1024 180 vs 129; 2x2x2
+# px 512->2048 183 vs 67; 8x1x1 px 512->512 154 vs 35). Below 64 channels the products are
+# small and both tie. The rule, (most output pixels, fewest input and output channels):
+GEMM_CONV_RULE = (100, 64)
 
 
 def gemm_conv_wins(pixels: int, in_channels: int, out_channels: int) -> bool:
-    """Whether a 1x1 NHWC convolution of these sizes runs on the GEMM (the one rule; see
-    above)."""
-    return (0 < pixels <= GEMM_CONV_MAX_PIXELS and in_channels >= GEMM_CONV_MIN_CHANNELS
-            and out_channels >= GEMM_CONV_MIN_CHANNELS)
+    """Whether a 1x1 NHWC convolution with ``pixels`` output pixels (batch * out_h * out_w)
+    runs on the GEMM (the one rule, GEMM_CONV_RULE; see above)."""
+    most_pixels, fewest_channels = GEMM_CONV_RULE
+    return (0 < pixels <= most_pixels
+            and min(in_channels, out_channels) >= fewest_channels)
 
 
 def _gemm_conv(x: np.ndarray, f: np.ndarray, window: Window, channels_last: bool) -> bool:
