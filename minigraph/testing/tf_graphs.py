@@ -47,10 +47,13 @@ def keras():
 
 
 def _randomize(model, rng: np.random.Generator) -> None:
-    """Random weights; moving variances in [0.5, 1.5] so they stay variances."""
+    """Random weights; variances (batch norm's moving ones, a Normalization layer's) in
+    [0.5, 1.5] so they stay variances; integer weights (a Normalization's count) are kept."""
     for weight in model.weights:
+        if not weight.dtype.is_floating:
+            continue
         shape = tuple(weight.shape)
-        if "moving_variance" in weight.name:
+        if "variance" in weight.name:
             value = rng.uniform(0.5, 1.5, shape)
         else:
             fan_in = max(1, int(np.prod(shape[:-1])))
@@ -60,8 +63,10 @@ def _randomize(model, rng: np.random.Generator) -> None:
 
 
 def frozen_keras(name: str, model, input_shape: tuple[int, ...], batch: int = 4,
-                 seed: int = 0) -> TFGraph:
-    """Freeze ``model`` for inference (batch dimension left unknown) and run it once."""
+                 seed: int = 0, x: np.ndarray | None = None) -> TFGraph:
+    """Freeze ``model`` for inference (batch dimension left unknown) and run it once on
+    ``x`` (default: standard normal float32 of shape ``(batch, *input_shape)``; token ids
+    for an Embedding, say, are given here, and set the input's dtype)."""
     tf = tensorflow()
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
@@ -69,10 +74,11 @@ def frozen_keras(name: str, model, input_shape: tuple[int, ...], batch: int = 4,
 
     rng = np.random.default_rng(seed)
     _randomize(model, rng)
+    if x is None:
+        x = rng.standard_normal((batch, *input_shape)).astype(np.float32)
     function = tf.function(lambda x: model(x, training=False)).get_concrete_function(
-        tf.TensorSpec([None, *input_shape], tf.float32))
+        tf.TensorSpec([None, *input_shape], tf.as_dtype(x.dtype)))
     frozen = convert_variables_to_constants_v2(function)
-    x = rng.standard_normal((batch, *input_shape)).astype(np.float32)
     outputs = frozen(tf.constant(x))
     outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
     return TFGraph(name, frozen.graph.as_graph_def().SerializeToString(),
