@@ -7,6 +7,7 @@ Build a graph with :class:`Scope` and the wrappers in :mod:`minigraph.ops`, run 
 import importlib
 
 from minigraph import errors, io, ops, train, viz
+from minigraph.client.options import OptimizerOptions
 from minigraph.client.session import ClientSession, RunMetadata
 from minigraph.framework.dtypes import (
     DType,
@@ -49,7 +50,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AddSymbolicGradients", "ClientSession", "DType", "Graph", "NotDifferentiable", "Operation",
-    "RunMetadata",
+    "OptimizerOptions", "RunMetadata",
     "Output", "RegisterGradient", "Scope", "TensorShape", "as_dtype", "bfloat16", "bool",
     "errors", "export_graph_def", "float16", "float32", "float64", "gradient_checker", "half",
     "import_graph_def", "int32", "int64", "io", "ops", "train", "viz",

@@ -185,3 +185,13 @@ def test_opted_out_blocks_are_counted_and_give_a_reason():
     print(f"{total} python blocks run, {len(opted_out)} opted out: {opted_out}")
     assert all(reason for _, _, reason in opted_out), opted_out
     assert total >= 15
+
+
+def test_supported_ops_table_is_current():
+    """docs/tf-interop.md's table of supported ops is what the registries hold now
+    (regenerate it with ``python -m minigraph.interop.supported --write``)."""
+    from minigraph.interop import supported
+
+    page = supported.PAGE.read_text(encoding="utf-8")
+    assert supported.render(page) == page, "run python -m minigraph.interop.supported --write"
+    assert "| `FusedBatchNormGradV3` | batch_norm |" in page

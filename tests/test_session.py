@@ -301,3 +301,15 @@ def test_concurrent_runs_from_8_threads(backend):
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         assert sorted(pool.map(work, range(8))) == list(range(8))
+
+
+def test_control_edge_from_a_fed_placeholder_is_satisfied_by_the_feed():
+    """TF moves a fed node's control edges onto the feed: the placeholder never runs."""
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[2])
+    y = ops.Identity(root.WithControlDependencies([x.op]), ops.Mul(root, x, x))
+    np.testing.assert_array_equal(mg.ClientSession(root).Run({x: np.array([1, 3], np.float32)},
+                                                             y), [1, 9])
+    with pytest.raises(mg.errors.InvalidArgumentError, match="must feed a value for "
+                                                             "placeholder tensor 'x'"):
+        mg.ClientSession(root).Run(y)

@@ -29,6 +29,7 @@ GRAPH_SPECS = {
     "keras_cnn": ("keras_cnn",),
     "residual_stack": ("residual_stack",),
     "mobilenet_v2": ("mobilenet_v2",),
+    "projection_shortcut": ("projection_shortcut",),
     "conv3d_net": ("conv3d_net",),
     "bn_training_nhwc_f32": ("batch_norm_training", "NHWC", "float32"),
     "bn_training_nchw_f16": ("batch_norm_training", "NCHW", "float16"),
@@ -98,6 +99,20 @@ def test_imported_graph_computes_what_tensorflow_computed(key):
     root = mg.import_graph_def(graph.graph_def)
     for backend in BACKENDS:
         assert_matches(run_imported(root, graph, backend), graph.expected, f"{key} {backend}")
+
+
+@pytest.mark.skipif("native" not in BACKENDS, reason="fusion runs on the native backend")
+@pytest.mark.parametrize("key", sorted(GRAPH_SPECS))
+def test_fused_plan_is_bit_for_bit_the_plain_one(key):
+    """Every TF-made graph gives the same bits with the plan-time fusion on and off."""
+    graph = tf_graph(key)
+    root = mg.import_graph_def(graph.graph_def)
+    results = [mg.ClientSession(root, backend="native",
+                                optimizer=mg.OptimizerOptions(remapper=remapper))
+               .Run(graph.feeds, graph.fetches) for remapper in (True, False)]
+    for fused, plain in zip(*results):
+        assert fused.dtype == plain.dtype and fused.shape == plain.shape
+        assert fused.tobytes() == plain.tobytes(), key
 
 
 @pytest.mark.parametrize("variant", ["pb_file", "pbtxt_file", "tf_message", "stripped_defaults",

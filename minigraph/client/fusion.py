@@ -191,21 +191,31 @@ class FusedStep:
         return (self.head if index == 0 else self.chain[index - 1]).outputs[0]
 
 
-def fuse_epilogues(steps: list, fetch_keys: list, host: Any, step_class: type) -> list:
-    """``steps`` with each fusable head-and-chain replaced by one :class:`FusedStep`, placed
-    where the chain's last op was (its other inputs are all computed by then)."""
-    if host.backend != "native" or not native.available():
-        return steps
+def fusion_groups(steps: list, fetch_keys: list, host: Any, step_class: type
+                  ) -> list[tuple[Any, list]]:
+    """The (head, chain) groups of ``steps``, formed from the plan's def-use edges before
+    anything is rewritten, each step in at most one group.
+
+    A chain grows from its head along the only use of the running value while the next op
+    is the next stage (``STAGES``), runs on the host's native kernels and is not already in
+    another group: an ``AddV2`` whose two inputs both end fusable chains (a projection
+    shortcut) joins the first of them, and the other chain ends before it. A step that is a
+    control input of another planned op is never fused (the group runs where its last op
+    was, later than that step ran unfused), and no group ends where a value another step or
+    a fetch sees is produced in its middle.
+    """
     uses = Counter(key for step in steps if isinstance(step, step_class)
                    for key in step.inputs if key is not None)
     uses.update(key for key in fetch_keys)
     consumer = {key: step for step in steps if isinstance(step, step_class)
                 for key in step.inputs if key is not None}
-    fused_at: dict[int, FusedStep] = {}
-    absorbed: set[int] = set()
+    controlling = {id(control) for step in steps if isinstance(step, step_class)
+                   for control in step.op.control_inputs}
+    claimed: set[int] = set()
+    groups = []
     for step in steps:
         if not (isinstance(step, step_class) and step.op.type in HEADS
-                and step.device is host
+                and step.device is host and id(step.op) not in controlling
                 and step.outputs and step.outputs[0] is not None
                 and step.op.outputs[0].dtype.name == "float32"):
             continue
@@ -214,7 +224,8 @@ def fuse_epilogues(steps: list, fetch_keys: list, host: Any, step_class: type) -
         while uses[key] == 1 and key in consumer:
             nxt = consumer[key]
             stage = _stage(nxt.op)
-            if (stage is None or stage <= last_stage or nxt.device is not host
+            if (stage is None or stage <= last_stage or id(nxt) in claimed
+                    or id(nxt.op) in controlling or nxt.device is not host
                     or nxt.op.inputs[0 if stage != 2 else nxt.inputs.index(key)] is not key[0]
                     or any(uses[out] for out in nxt.outputs[1:] if out is not None)
                     or nxt.outputs[0] is None):
@@ -224,9 +235,21 @@ def fuse_epilogues(steps: list, fetch_keys: list, host: Any, step_class: type) -
             chain.append(nxt)
             key, last_stage = nxt.outputs[0], stage
         if chain:
-            fused_at[id(chain[-1])] = FusedStep(step, chain)
-            absorbed.update(id(s) for s in (step, *chain))
-    if not fused_at:
+            claimed.update(id(s) for s in (step, *chain))
+            groups.append((step, chain))
+    return groups
+
+
+def fuse_epilogues(steps: list, fetch_keys: list, host: Any, step_class: type) -> list:
+    """``steps`` with each group of :func:`fusion_groups` replaced by one
+    :class:`FusedStep`, placed where the chain's last op was (its other inputs are all
+    computed by then)."""
+    if host.backend != "native" or not native.available():
         return steps
+    groups = fusion_groups(steps, fetch_keys, host, step_class)
+    if not groups:
+        return steps
+    fused_at = {id(chain[-1]): FusedStep(head, chain) for head, chain in groups}
+    absorbed = {id(s) for head, chain in groups for s in (head, *chain)}
     return [fused_at.get(id(step), step) for step in steps if id(step) not in absorbed
             or id(step) in fused_at]

@@ -34,6 +34,7 @@ from minigraph import backends
 from minigraph.backends import opencl  # pyopencl itself is imported when a device is used
 from minigraph.backends.registry import Kernel, KernelContext, KernelDef, get_kernel
 from minigraph.client import fusion, memory
+from minigraph.client.options import OptimizerOptions
 from minigraph.client.state import SessionState
 from minigraph.framework import dtypes
 from minigraph.framework.errors import (
@@ -366,8 +367,8 @@ def _as_operation(value: Any, graph: Graph) -> Operation:
 
 
 def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[Operation],
-          place: Callable[[Operation], Any], host: _HostDevice, state: SessionState
-          ) -> tuple[_Plan, list[_Key]]:
+          place: Callable[[Operation], Any], host: _HostDevice, state: SessionState,
+          optimizer: OptimizerOptions) -> tuple[_Plan, list[_Key]]:
     """The steps computing ``fetches``/``targets`` (ops in a topological order, each placed
     by ``place``, with transfers where edges cross devices) and the fetches' host keys."""
     needed: dict[int, Operation] = {}
@@ -378,7 +379,8 @@ def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[O
             continue
         needed[op._id] = op
         stack.extend(inp.op for inp in value_inputs(op) if inp is not None and inp not in fed)
-        stack.extend(op.control_inputs)
+        # a control edge from a fed op is satisfied by the feed (TF moves it onto the feed)
+        stack.extend(c for c in op.control_inputs if not any(o in fed for o in c.outputs))
     ops = [needed[k] for k in sorted(needed)]
     unfed = [op for op in ops if op.type == "Placeholder"]
     if unfed:
@@ -412,7 +414,9 @@ def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[O
                 home[out] = device
                 present.add((out, device))
     fetch_keys = [key_on(f, host) for f in fetches]
-    return _Plan(fusion.fuse_epilogues(steps, fetch_keys, host, _Step)), fetch_keys
+    if optimizer.remapper:
+        steps = fusion.fuse_epilogues(steps, fetch_keys, host, _Step)
+    return _Plan(steps), fetch_keys
 
 
 def _check_feed(output: Output, value: Any, promote_float64: bool = False) -> np.ndarray:
@@ -449,11 +453,18 @@ class ClientSession:
     """Runs graphs built in ``scope``'s graph; mirrors ``tensorflow::ClientSession``.
 
     ``backend`` picks the CPU math: ``"native"`` (C kernels), ``"reference"`` (numpy), or
-    ``None`` for ``$MINIGRAPH_BACKEND`` / native-when-built.
+    ``None`` for ``$MINIGRAPH_BACKEND`` / native-when-built. ``optimizer`` switches the
+    plan-time rewrites (:class:`OptimizerOptions`; default: all on, unless
+    ``$MINIGRAPH_OPTIMIZER=off``).
     """
 
     def __init__(self, scope: Scope | Graph, backend: str | None = None,
-                 check_outputs: bool | None = None) -> None:
+                 check_outputs: bool | None = None,
+                 optimizer: OptimizerOptions | None = None) -> None:
+        if optimizer is not None and not isinstance(optimizer, OptimizerOptions):
+            raise InvalidArgumentError(f"ClientSession: optimizer must be an "
+                                       f"OptimizerOptions, got {type(optimizer).__name__}")
+        self.optimizer = optimizer or OptimizerOptions.from_environment()
         self.graph = scope.graph() if isinstance(scope, Scope) else scope
         self.backend = backends.select(backend)
         memory.keep_freed_memory()
@@ -512,7 +523,8 @@ class ClientSession:
         key = (tuple(fetches), fed, tuple(targets))
         plan = self._plans.get(key)
         if plan is None:
-            plan = _plan(fetches, fed, targets, self._place, self.host, self.state)
+            plan = _plan(fetches, fed, targets, self._place, self.host, self.state,
+                         self.optimizer)
             with self._lock:
                 self._plans[key] = plan
         return plan

@@ -115,6 +115,28 @@ def residual_stack(blocks: int = 3, width: int = 16, size: int = 32) -> TFGraph:
     return frozen_keras("residual_stack", k.Model(inputs, outputs), (size, size, 3))
 
 
+def projection_shortcut(size: int = 12, width: int = 8) -> TFGraph:
+    """ResNet blocks whose shortcut is a strided 1x1 convolution with its own batch norm, so
+    both inputs of the ``Add`` end a convolution -> batch-norm chain (then ReLU), as in
+    ResNet50, ResNetV2 and RegNet."""
+    k = keras()
+    layers = k.layers
+    inputs = layers.Input((size, size, 3))
+    h = inputs
+    for filters, stride in ((width, 1), (2 * width + 1, 2)):
+        r = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False)(h)
+        r = layers.BatchNormalization()(r)
+        r = layers.ReLU()(r)
+        r = layers.Conv2D(filters, 3, padding="same")(r)
+        r = layers.BatchNormalization()(r)
+        s = layers.Conv2D(filters, 1, strides=stride)(h)
+        s = layers.BatchNormalization()(s)
+        h = layers.ReLU()(layers.Add()([s, r]))
+    outputs = layers.Dense(5)(layers.GlobalAveragePooling2D()(h))
+    return frozen_keras("projection_shortcut", k.Model(inputs, outputs), (size, size, 3),
+                        batch=2)
+
+
 def mobilenet_v2(batch: int = 2) -> TFGraph:
     """MobileNetV2, alpha 0.35 at 96x96 (random weights; nothing is downloaded)."""
     k = keras()

@@ -1,0 +1,234 @@
+"""The plan-time fusion cannot change a result: random graphs over the fusable ops give the
+same bits with ``OptimizerOptions(remapper=True)`` as with it off.
+
+Hypothesis draws DAGs of Conv2D, DepthwiseConv2dNative and MatMul heads, BiasAdd, inference
+FusedBatchNormV3, AddV2 (of two chains' ends, of a chain and anything, of a vector), Relu and
+Relu6, in NHWC or NCHW with odd channel counts, with fan-out, shared weights, fetched
+intermediates and control edges; projection-shortcut blocks (both inputs of an AddV2 end a
+convolution -> batch-norm chain) are drawn on purpose. Written against the session's public
+behaviour only, so it holds whatever the fusion is made of.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import NATIVE_AVAILABLE
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import minigraph as mg
+from minigraph import ops
+
+pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="fusion runs on native kernels")
+F32 = np.float32
+# drawn uniformly: heads and chain stages come often, so chains form
+ACTIONS = ("conv", "conv", "depthwise", "matmul", "bias", "bias", "bn", "bn", "add", "add",
+           "relu", "relu", "relu6", "control", "fetch", "block", "block")
+
+
+class _Builder:
+    """Builds one random graph from the draws of one hypothesis example."""
+
+    def __init__(self, draw, layout: str) -> None:
+        self.draw, self.layout = draw, layout
+        self.root = mg.Scope.NewRootScope()
+        self.rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+        self.tensors: list[mg.Output] = []
+        self.fetches: list[mg.Output] = []
+        self.weights: dict[tuple, np.ndarray] = {}  # shared between ops of one shape
+        self.feeds: dict[mg.Output, np.ndarray] = {}
+
+    # ------------------------------------------------------------------ helpers
+    def pick(self, items):
+        return self.draw(st.sampled_from(list(items)))
+
+    def channels(self, t: mg.Output) -> int:
+        return t.shape[1 if t.shape.rank == 4 and self.layout == "NCHW" else -1]
+
+    def spatial(self, t: mg.Output) -> tuple[int, int]:
+        dims = t.shape.as_list()
+        return tuple(dims[2:]) if self.layout == "NCHW" else tuple(dims[1:3])
+
+    def weight(self, shape: tuple, positive: bool = False) -> np.ndarray:
+        """A constant of ``shape``; sometimes the one an earlier op of that shape used."""
+        key = (shape, positive)
+        if key in self.weights and self.draw(st.booleans()):
+            return self.weights[key]
+        value = (self.rng.uniform(0.5, 1.5, shape) if positive
+                 else self.rng.standard_normal(shape) * 0.5).astype(F32)
+        self.weights[key] = value
+        return value
+
+    def four_d(self) -> list[mg.Output]:
+        return [t for t in self.tensors if t.shape.rank == 4]
+
+    def add(self, t: mg.Output) -> mg.Output:
+        self.tensors.append(t)
+        return t
+
+    def strides(self, stride: int) -> list[int]:
+        return [1, 1, stride, stride] if self.layout == "NCHW" else [1, stride, stride, 1]
+
+    # ------------------------------------------------------------------ ops
+    def conv(self, t: mg.Output, out: int | None = None, size: int | None = None,
+             stride: int | None = None, padding: str | None = None) -> mg.Output:
+        size = size or self.pick([1, 3])
+        stride = stride or self.pick([1, 2])
+        if padding is None:
+            padding = "SAME" if min(self.spatial(t)) < size else self.pick(["SAME", "VALID"])
+        out = out or self.draw(st.integers(1, 9))
+        w = self.weight((size, size, self.channels(t), out))
+        return self.add(ops.Conv2D(self.root, t, w, self.strides(stride), padding,
+                                   data_format=self.layout))
+
+    def depthwise(self, t: mg.Output) -> mg.Output:
+        w = self.weight((3, 3, self.channels(t), self.pick([1, 2])))
+        return self.add(ops.DepthwiseConv2dNative(self.root, t, w, self.strides(self.pick([1, 2])),
+                                                  "SAME", data_format=self.layout))
+
+    def matmul(self, t: mg.Output) -> mg.Output:
+        if t.shape.rank != 2:
+            t = ops.Reshape(self.root, t, [t.shape[0], -1])
+        w = self.weight((t.shape[1], self.draw(st.integers(1, 9))))
+        return self.add(ops.MatMul(self.root, t, w, transpose_a=False, transpose_b=False))
+
+    def bias(self, t: mg.Output) -> mg.Output:
+        fmt = self.layout if t.shape.rank == 4 else "NHWC"
+        channels = self.channels(t) if t.shape.rank == 4 else t.shape[-1]
+        return self.add(ops.BiasAdd(self.root, t, self.weight((channels,)), data_format=fmt))
+
+    def bn(self, t: mg.Output) -> mg.Output:
+        c = self.channels(t)
+        scale, offset, mean = (self.weight((c,)) for _ in range(3))
+        variance = self.weight((c,), positive=True)
+        return self.add(ops.FusedBatchNormV3(self.root, t, scale, offset, mean, variance,
+                                             epsilon=1e-3, is_training=False,
+                                             data_format=self.layout).y)
+
+    def add_op(self, t: mg.Output) -> mg.Output:
+        same = [u for u in self.tensors if u.shape == t.shape and u is not t]
+        kind = self.pick(["pair", "vector", "fed"] if same else ["vector", "fed"])
+        if kind == "pair":
+            other = self.pick(same)
+        elif kind == "vector":
+            other = ops.Const(self.root, self.weight((t.shape[-1],)))
+        else:  # a fed skip connection
+            other = ops.Placeholder(self.root, mg.float32, shape=t.shape.as_list())
+            self.feeds[other] = self.rng.standard_normal(t.shape.as_list()).astype(F32)
+        pair = (t, other) if self.draw(st.booleans()) else (other, t)
+        return self.add(ops.AddV2(self.root, *pair))
+
+    def control(self, t: mg.Output) -> mg.Output:
+        """An Identity of ``t`` that must run after some earlier op (maybe in a chain)."""
+        after = self.pick(self.tensors).op
+        return self.add(ops.Identity(self.root.WithControlDependencies([after]), t))
+
+    def block(self, t: mg.Output) -> mg.Output:
+        """A projection-shortcut block: conv->BN on both inputs of the AddV2, then Relu."""
+        out, stride = self.draw(st.integers(1, 9)), self.pick([1, 2])
+        branch = self.bn(self.conv(t, out, 3, stride, "SAME"))
+        shortcut = self.bn(self.conv(t, out, 1, stride, "SAME"))
+        pair = (shortcut, branch) if self.draw(st.booleans()) else (branch, shortcut)
+        return self.add(ops.Relu(self.root, ops.AddV2(self.root, *pair)))
+
+    def operand(self, candidates: list[mg.Output]) -> mg.Output:
+        """Mostly the newest candidate (chains grow), else any (fan-out)."""
+        return candidates[-1] if self.draw(st.integers(0, 2)) else self.pick(candidates)
+
+    def step(self, action: str) -> None:
+        four_d = self.four_d()
+        t = self.operand(self.tensors)
+        if action in ("conv", "depthwise", "bn", "block"):
+            if not four_d:
+                return
+            t = self.operand(four_d)
+        if action == "fetch":
+            self.fetches.append(t)
+        elif action == "relu":
+            self.add(ops.Relu(self.root, t))
+        elif action == "relu6":
+            self.add(ops.Relu6(self.root, t))
+        elif action == "add":
+            self.add_op(t)
+        else:
+            getattr(self, action)(t)
+
+
+@st.composite
+def random_graphs(draw):
+    layout = draw(st.sampled_from(["NHWC", "NHWC", "NCHW"]))
+    builder = _Builder(draw, layout)
+    n, h, w, c = (draw(st.integers(1, 3)), draw(st.integers(1, 7)), draw(st.integers(1, 7)),
+                  draw(st.integers(1, 9)))
+    shape = [n, c, h, w] if layout == "NCHW" else [n, h, w, c]
+    x = ops.Placeholder(builder.root.WithOpName("x"), mg.float32, shape=shape)
+    builder.feeds[x] = (builder.rng.standard_normal(shape) * 2).astype(F32)
+    builder.tensors.append(x)
+    for action in draw(st.lists(st.sampled_from(ACTIONS), min_size=1, max_size=20)):
+        builder.step(action)
+    fetches = [builder.tensors[-1], *builder.fetches]
+    return builder.root, builder.feeds, list(dict.fromkeys(fetches))
+
+
+def _run(root, feeds, fetches, remapper: bool, check_outputs: bool, runs: int = 1):
+    session = mg.ClientSession(root, backend="native", check_outputs=check_outputs,
+                               optimizer=mg.OptimizerOptions(remapper=remapper))
+    return [session.Run(feeds, fetches) for _ in range(runs)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_graphs())
+def test_fused_and_unfused_plans_agree_bit_for_bit(graph):
+    root, feeds, fetches = graph
+    [plain] = _run(root, feeds, fetches, remapper=False, check_outputs=True)
+    metadata = mg.RunMetadata()
+    mg.ClientSession(root, backend="native").Run(feeds, fetches, run_metadata=metadata)
+    fused_ops = sum(s.kernel.startswith("fused into") for s in metadata.step_stats)
+    event(f"ops fused: {min(fused_ops, 4)}{'+' if fused_ops >= 4 else ''}")
+    # checked in full, then (same signature, outputs unchecked) the kernels called directly
+    for check_outputs in (True, False):
+        for fused in _run(root, feeds, fetches, True, check_outputs, runs=2):
+            for a, b, fetch in zip(fused, plain, fetches):
+                assert a.dtype == b.dtype and a.shape == b.shape, fetch.name
+                assert a.tobytes() == b.tobytes(), fetch.name
+
+
+def test_both_chains_of_a_projection_shortcut_fuse_and_each_op_runs_once():
+    """conv->BN on both inputs of the AddV2: the AddV2 and Relu join one chain, the other
+    chain ends at its batch norm; nothing is dropped or run twice."""
+    rng = np.random.default_rng(0)
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[2, 6, 6, 3])
+
+    def conv_bn(name, size):
+        h = ops.Conv2D(root.WithOpName(f"{name}_conv"), x,
+                       rng.standard_normal((size, size, 3, 5)).astype(F32), [1, 1, 1, 1], "SAME")
+        stats = [rng.uniform(0.5, 1.5, 5).astype(F32) for _ in range(4)]
+        return ops.FusedBatchNormV3(root.WithOpName(f"{name}_bn"), h, *stats,
+                                    is_training=False).y
+
+    y = ops.Relu(root.WithOpName("relu"), ops.AddV2(root.WithOpName("add"), conv_bn("a", 3),
+                                                     conv_bn("b", 1)))
+    feeds = {x: rng.standard_normal((2, 6, 6, 3)).astype(F32)}
+    metadata = mg.RunMetadata()
+    fused = mg.ClientSession(root, backend="native").Run(feeds, y, run_metadata=metadata)
+    plain = mg.ClientSession(root, backend="native",
+                             optimizer=mg.OptimizerOptions(remapper=False)).Run(feeds, y)
+    assert fused.tobytes() == plain.tobytes()
+    names = [s.node_name for s in metadata.step_stats if s.op_type != "Const"]
+    assert sorted(names) == sorted(set(names))  # each op once
+    kernels = {s.node_name: s.kernel for s in metadata.step_stats}
+    assert kernels["add"] == kernels["relu"] == kernels["a_bn"] == "fused into a_conv"
+    assert kernels["b_bn"] == "fused into b_conv"
+
+
+def test_optimizer_options_are_checked(monkeypatch):
+    root = mg.Scope.NewRootScope()
+    with pytest.raises(mg.errors.InvalidArgumentError, match="OptimizerOptions"):
+        mg.ClientSession(root, optimizer={"remapper": False})
+    monkeypatch.setenv("MINIGRAPH_OPTIMIZER", "off")
+    assert mg.ClientSession(root).optimizer == mg.OptimizerOptions(remapper=False)
+    monkeypatch.setenv("MINIGRAPH_OPTIMIZER", "maybe")
+    with pytest.raises(mg.errors.InvalidArgumentError, match="MINIGRAPH_OPTIMIZER"):
+        mg.ClientSession(root)
