@@ -528,3 +528,86 @@ def volumetric(k, x):
     x = k.layers.Conv3D(3, 3, padding="same")(x)
     x = k.layers.Conv3DTranspose(2, 3, strides=2, padding="same")(x)
     return k.layers.AveragePooling3D(2)(x)
+
+
+@block((6, 4), kind="vocabulary")
+def simple_rnn(k, x):
+    """SimpleRNN (a While loop)."""
+    return k.layers.SimpleRNN(5)(x)
+
+
+@block((3, 6, 6, 2), kind="vocabulary")
+def conv_lstm2d(k, x):
+    """ConvLSTM2D (a While loop over convolutions)."""
+    return k.layers.ConvLSTM2D(3, 3, padding="same")(x)
+
+
+@block((6, 8), kind="vocabulary")
+def merging(k, x):
+    """Subtract, Average, Maximum, Minimum and Dot (normalized: cosine) layers."""
+    a, b = k.layers.Dense(8)(x), k.layers.Dense(8)(x)
+    merged = [k.layers.Subtract()([a, b]), k.layers.Average()([a, b]),
+              k.layers.Maximum()([a, b]), k.layers.Minimum()([a, b])]
+    dot = k.layers.Dot(axes=2, normalize=True)([a, b])
+    return k.layers.Concatenate()([*merged, dot])
+
+
+@block((6, 4), kind="vocabulary")
+def reshaping(k, x):
+    """Permute, Reshape, Flatten, RepeatVector, UpSampling1D, ZeroPadding1D, Cropping1D,
+    TimeDistributed(Dense)."""
+    x = k.layers.Permute((2, 1))(x)
+    x = k.layers.Reshape((6, 4))(x)
+    x = k.layers.UpSampling1D(2)(k.layers.ZeroPadding1D((1, 2))(x))
+    x = k.layers.TimeDistributed(k.layers.Dense(3))(k.layers.Cropping1D((2, 1))(x))
+    return k.layers.RepeatVector(2)(k.layers.Flatten()(x))
+
+
+@block((6, 8), kind="vocabulary")
+def activations(k, x):
+    """The activations by name (swish, hard_sigmoid, softplus, softsign, selu, mish,
+    exponential, relu6) and ReLU's max_value / negative_slope / threshold."""
+    names = ["swish", "hard_sigmoid", "softplus", "softsign", "selu", "mish", "exponential",
+             "relu6", "sigmoid", "tanh"]
+    outputs = [k.layers.Activation(name)(x) for name in names]
+    outputs.append(k.layers.ReLU(max_value=2.0, negative_slope=0.1, threshold=0.5)(x))
+    return k.layers.Concatenate()(outputs)
+
+
+@block((6, 8), kind="vocabulary")
+def masking_unit_norm(k, x):
+    """Masking (timesteps equal to 0 masked), UnitNormalization."""
+    return k.layers.UnitNormalization()(k.layers.Masking(0.0)(x))
+
+
+@block((4, 4, 4, 2), kind="vocabulary")
+def volumetric_reshaping(k, x):
+    """UpSampling3D, ZeroPadding3D, Cropping3D, MaxPooling3D, GlobalAveragePooling3D,
+    GlobalMaxPooling3D."""
+    x = k.layers.Cropping3D(1)(k.layers.ZeroPadding3D(2)(k.layers.UpSampling3D(2)(x)))
+    x = k.layers.MaxPooling3D(2)(x)
+    return k.layers.Concatenate()([k.layers.GlobalAveragePooling3D()(x),
+                                   k.layers.GlobalMaxPooling3D()(x)])
+
+
+@block((12, 4), kind="vocabulary")
+def conv1d_transpose_depthwise(k, x):
+    """Conv1DTranspose (stride 2) and DepthwiseConv1D."""
+    x = k.layers.Conv1DTranspose(6, 3, strides=2, padding="same")(x)
+    return k.layers.DepthwiseConv1D(3, depth_multiplier=2)(x)
+
+
+@block((6,), kind="vocabulary", tokens=10)
+def category_encoding(k, x):
+    """CategoryEncoding (multi-hot, and counts) of token ids."""
+    return k.layers.Concatenate()([
+        k.layers.CategoryEncoding(10, output_mode="multi_hot")(x),
+        k.layers.CategoryEncoding(10, output_mode="count")(x)])
+
+
+@block((6, 8), kind="vocabulary")
+def noise_and_regularization(k, x):
+    """GaussianNoise, GaussianDropout, AlphaDropout, ActivityRegularization (inference:
+    identities)."""
+    x = k.layers.GaussianDropout(0.2)(k.layers.GaussianNoise(0.5)(x))
+    return k.layers.ActivityRegularization(0.1)(k.layers.AlphaDropout(0.1)(x))
