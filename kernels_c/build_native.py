@@ -39,6 +39,8 @@ FAMILIES = {
                  "pooling_isa_avx512.c"],
                 ["pooling.h", "pooling_internal.h", "pooling_template.h"]),
     "layout": (["layout.c"], ["layout.h"]),
+    "image": (["image.c", "image_isa_scalar.c", "image_isa_avx2.c", "image_isa_avx512.c"],
+              ["image.h", "image_internal.h", "image_template.h"]),
     "optimizers": (["optimizers.c", "optimizers_isa_scalar.c", "optimizers_isa_avx2.c",
                     "optimizers_isa_avx512.c"],
                    ["optimizers.h", "optimizers_internal.h", "optimizers_template.h"]),

@@ -8,6 +8,10 @@ the two agree to ~1e-9 when the gradient is right; the tolerance is ``TOL = 1e-6
   axes, unknown static shapes (the dynamic ``Shape``/``BroadcastGradientArgs``/
   ``ReducedShape`` path), AddN, Identity, Cast, Reshape, BroadcastTo, Fill, and the
   non-differentiable ops (their true derivative is 0).
+* Elementwise and reduction families: every unary op (the piecewise-constant Floor, Ceil,
+  Round and Sign seen through ``x * op(x)``), the broadcasting binary ops, Select's row
+  condition and SelectV2's broadcasting, SqrtGrad (Sqrt's second order), Max/Min, Prod over
+  one to three axes (a zero in the group included), Cumsum/Cumprod with exclusive/reverse.
 * Batch norm: FusedBatchNormV3 at orders 1, 2 and 3 (order k checks the Jacobian of an
   order-(k-1) gradient tensor) in NHWC/NCHW/NDHWC/NCDHW, training and inference;
   FusedBatchNorm/V2 at order 1; the raw FusedBatchNormGrad/V2/V3 ops (whose gradient is
@@ -270,7 +274,115 @@ MATH_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", MATH_CASES, ids=[c.name for c in MATH_CASES])
+def _values(op, *draws):
+    """``op(scope, *placeholders)`` at the values ``draws[i](rng)`` (shapes from them)."""
+    def build(s, rng):
+        values = [draw(rng) for draw in draws]
+        xs = [ph(s, f"x{i}", np.shape(v)) for i, v in enumerate(values)]
+        return xs, values, op(s, *xs)
+    return build
+
+
+def _normal(*shape):
+    return lambda rng: rng.normal(size=shape)
+
+
+def _away_from_zero(*shape, low=0.5):
+    """|values| in [low, 2], random signs (divisors, cumulative products)."""
+    return lambda rng: rng.uniform(low, 2.0, shape) * rng.choice([-1, 1], shape)
+
+
+def _positive(*shape):
+    return lambda rng: rng.uniform(0.5, 2.0, shape)
+
+
+def _off_integers(*shape):
+    """Values at least 0.1 from any integer or half-integer (Floor, Ceil, Round jump there)."""
+    return lambda rng: rng.integers(-3, 4, shape) + rng.uniform(0.1, 0.4, shape)
+
+
+def _times_input(op):
+    """x * op(x): the piecewise-constant op's (zero) gradient seen through a nonzero one."""
+    return lambda s, x: ops.Mul(s, op(s, x), x)
+
+
+def _scan_case(op, axis, exclusive, reverse, draw):
+    return _values(lambda s, x: op(s, x, np.int32(axis), exclusive=exclusive, reverse=reverse),
+                   draw)
+
+
+def _prod_with_a_zero(s, rng):
+    """A zero in the reduced group: the other elements' product, no division by it."""
+    x = ph(s, "x", (2, 3, 2))
+    value = rng.uniform(0.5, 1.5, (2, 3, 2))
+    value[1, 1, 0] = 0.0
+    return [x], [value], ops.Prod(s, x, np.array([1, 2], np.int32))
+
+
+ELEMENTWISE_CASES = [
+    Case("exp", ("Exp",), _values(ops.Exp, _normal(2, 3))),
+    Case("log", ("Log",), _values(ops.Log, _positive(2, 3))),
+    Case("log1p", ("Log1p",), _values(ops.Log1p, _positive(2, 3))),
+    Case("expm1", ("Expm1",), _values(ops.Expm1, _normal(2, 3))),
+    Case("sqrt", ("Sqrt", "SqrtGrad"), _values(ops.Sqrt, _positive(2, 3))),
+    Case("sqrt_grad", ("SqrtGrad",), _values(ops.SqrtGrad, _positive(2, 3), _normal(2, 3))),
+    Case("erf", ("Erf",), _values(ops.Erf, _normal(2, 3))),
+    Case("erfc", ("Erfc",), _values(ops.Erfc, _normal(2, 3))),
+    Case("abs", ("Abs",), _values(ops.Abs, _away_from_zero(2, 3, low=0.1))),
+    Case("sin_cos", ("Sin", "Cos"),
+         _values(lambda s, x, y: ops.Mul(s, ops.Sin(s, x), ops.Cos(s, y)), _normal(2, 3),
+                 _normal(3))),
+    Case("floor", ("Floor",), _values(_times_input(ops.Floor), _off_integers(2, 3))),
+    Case("ceil", ("Ceil",), _values(_times_input(ops.Ceil), _off_integers(2, 3))),
+    Case("round", ("Round",), _values(_times_input(ops.Round), _off_integers(2, 3))),
+    Case("sign", ("Sign",), _values(_times_input(ops.Sign), _away_from_zero(2, 3, low=0.1))),
+    Case("maximum_broadcast", ("Maximum", "SelectV2"),
+         _values(ops.Maximum, _normal(2, 3), _normal(3))),
+    Case("minimum_outer", ("Minimum", "SelectV2"),
+         _values(ops.Minimum, _normal(2, 1), _normal(1, 3))),
+    Case("pow_broadcast", ("Pow",), _values(ops.Pow, _positive(2, 3), _normal(3))),
+    Case("pow_negative_base", ("Pow",),
+         _values(lambda s, x: ops.Pow(s, x, np.float32(3.0)), _normal(2, 3))),
+    Case("squared_difference", ("SquaredDifference",),
+         _values(ops.SquaredDifference, _normal(2, 3), _normal(2, 1))),
+    Case("floor_mod", ("FloorMod",),
+         _values(ops.FloorMod, _normal(2, 3), _away_from_zero(3))),
+    Case("div_no_nan", ("DivNoNan",),
+         _values(ops.DivNoNan, _normal(2, 3), _away_from_zero(3))),
+    Case("select_rows", ("Select",),
+         _values(lambda s, t, e: ops.Select(s, np.array([True, False]), ops.Square(s, t), e),
+                 _normal(2, 3), _normal(2, 3))),
+    Case("select_v2_broadcast", ("SelectV2",),
+         _values(lambda s, t, e: ops.SelectV2(s, np.array([True, False, True]),
+                                              ops.Square(s, t), e), _normal(2, 3), _normal())),
+]
+
+REDUCTION_CASES = [
+    Case("max_axes", ("Max",), _reduction(ops.Max, (2, 3, 4), [0, 2], False)),
+    Case("max_keep_dims_int64", ("Max",), _reduction(ops.Max, (2, 3, 4), [1], True, np.int64)),
+    Case("min_scalar_axis", ("Min",), _reduction(ops.Min, (2, 3, 4), -1, False)),
+    Case("prod_axes", ("Prod",), _reduction(ops.Prod, (2, 3, 4), [0, 2], False)),
+    Case("prod_three_axes_keep_dims", ("Prod",),
+         _values(lambda s, x: ops.Prod(s, x, np.array([2, 0, 1], np.int32), keep_dims=True),
+                 _away_from_zero(2, 3, 2, low=0.8))),
+    Case("prod_scalar_axis", ("Prod",), _reduction(ops.Prod, (2, 3), -1, False, np.int64)),
+    Case("prod_no_axes", ("Prod",), _reduction(ops.Prod, (2, 3), np.zeros(0, np.int32), False)),
+    Case("prod_with_a_zero", ("Prod",), _prod_with_a_zero),
+    Case("cumsum", ("Cumsum",), _scan_case(ops.Cumsum, 1, False, False, _normal(2, 3, 2))),
+    Case("cumsum_exclusive_reverse", ("Cumsum",),
+         _scan_case(ops.Cumsum, -1, True, True, _normal(2, 3))),
+    Case("cumprod", ("Cumprod",),
+         _scan_case(ops.Cumprod, 0, False, False, _away_from_zero(3, 2))),
+    Case("cumprod_exclusive", ("Cumprod",),
+         _scan_case(ops.Cumprod, 1, True, False, _away_from_zero(2, 3))),
+    Case("cumprod_reverse", ("Cumprod",),
+         _scan_case(ops.Cumprod, -1, False, True, _away_from_zero(2, 3))),
+]
+
+ALL_CASES = MATH_CASES + ELEMENTWISE_CASES + REDUCTION_CASES
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=[c.name for c in ALL_CASES])
 def test_math_gradient(case):
     scope = mg.Scope.NewRootScope()
     xs, values, y, *feeds = case.build(scope, np.random.default_rng(len(case.name)))
@@ -489,7 +601,7 @@ def test_batch_norm_with_global_normalization(scale_after_normalization):
 # ============================================================================ coverage
 
 COVERED = (
-    {op for case in MATH_CASES for op in case.covers}
+    {op for case in ALL_CASES for op in case.covers}
     | set(FORWARD_OPS) | set(GRAD_OPS)
     | {"FusedBatchNormGradGrad", "BatchNormWithGlobalNormalization"}
 )
@@ -498,6 +610,7 @@ COVERED = (
 # the modules whose gradients this file is responsible for (the autodiff core); gradients
 # registered elsewhere (minigraph.ops.nn_ops, ...) are checked by their own test files
 CHECKED_MODULES = ("minigraph.ops.math_ops", "minigraph.ops.array_ops",
+                   "minigraph.ops.elementwise_ops", "minigraph.ops.reduction_ops",
                    "minigraph.ops.layout_ops",
                    "minigraph.ops.batch_norm", "minigraph.gradients.higher_order")
 

@@ -459,6 +459,47 @@ def test_sparse_softmax_cross_entropy_values(label_dtype):
     assert np.all(np.isfinite(loss))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_log_softmax_dense_xent_and_l2_loss_values(backend):
+    """float64 formulas: log_softmax = x - logsumexp(x); the dense cross-entropy with labels
+    broadcast ([1, classes] and [classes] rows) and extreme logits; L2Loss = sum(t^2) / 2."""
+    rng = np.random.default_rng(22)
+    logits = np.array([[1000.0, 0.0, -1000.0, 1.0], [1.0, 2.0, 3.0, 4.0],
+                       [0.0, 0.0, 0.0, 0.0]], F32)
+    labels = rng.dirichlet(np.ones(4), size=3).astype(F32)
+    t = rng.standard_normal((2, 3, 4)).astype(F32)
+    root = mg.Scope.NewRootScope()
+    fetches = [ops.LogSoftmax(root, logits), ops.LogSoftmax(root, t), ops.L2Loss(root, t)]
+    for label in (labels, labels[:1], labels[0]):
+        out = ops.SoftmaxCrossEntropyWithLogits(root, logits, label)
+        assert out.loss.shape == (3,) and out.backprop.shape == (3, 4)
+        fetches += [out.loss, out.backprop]
+    got = mg.ClientSession(root, backend=backend).Run({}, fetches)
+    f = logits.astype(F64)
+    log_probs = f - (f.max(1, keepdims=True)
+                     + np.log(np.exp(f - f.max(1, keepdims=True)).sum(1, keepdims=True)))
+    t64 = t.astype(F64)
+    np.testing.assert_allclose(got[0], log_probs, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[1], t64 - np.log(np.exp(t64).sum(-1, keepdims=True)),
+                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[2], (t64 ** 2).sum() / 2, rtol=1e-6)
+    for i, label in enumerate((labels, labels[:1], labels[0])):
+        y = np.broadcast_to(label.astype(F64), f.shape)
+        np.testing.assert_allclose(got[3 + 2 * i], -(y * log_probs).sum(1), rtol=1e-5)
+        np.testing.assert_allclose(got[4 + 2 * i], np.exp(log_probs) - y, atol=1e-6)
+
+
+def test_dense_xent_shape_errors():
+    root = mg.Scope.NewRootScope()
+    with pytest.raises(InvalidArgumentError, match="logits and labels must be broadcastable: "
+                                                   "logits_size=\\[3,4\\] labels_size=\\[2,4\\]"):
+        ops.SoftmaxCrossEntropyWithLogits(root, np.ones((3, 4), F32), np.ones((2, 4), F32))
+    with pytest.raises(InvalidArgumentError, match="either 2-dimensional, or broadcasted"):
+        ops.SoftmaxCrossEntropyWithLogits(root, np.ones(4, F32), np.ones(4, F32))
+    with pytest.raises(InvalidArgumentError, match="logits must have >= 1 dimension"):
+        ops.LogSoftmax(root, np.float32(1))
+
+
 def test_arg_max_and_equal():
     x = np.array([[1, 5, 5], [7, 2, 7]], F32)
     root = mg.Scope.NewRootScope()
@@ -676,6 +717,30 @@ def test_sparse_softmax_cross_entropy_gradients_first_and_second_order():
     assert_gradients_match([fp], [features], grad)
 
 
+def test_log_softmax_dense_xent_and_l2_loss_gradients():
+    """LogSoftmax (and its gradient again), both inputs of the dense cross-entropy (labels
+    broadcast: their gradient is summed back), its second derivative, and L2Loss."""
+    rng = np.random.default_rng(23)
+    root = mg.Scope.NewRootScope()
+    xp = ph(root, "x", (2, 2, 3))
+    x = rng.standard_normal((2, 2, 3))
+    log_softmax = ops.LogSoftmax(root, xp)
+    assert_gradients_match([xp], [x], log_softmax)
+    grad, = mg.AddSymbolicGradients(root, [ops.Square(root, log_softmax)], [xp])
+    assert_gradients_match([xp], [x], grad)
+    fp, lp = ph(root, "features", (3, 4)), ph(root, "labels", (1, 4))
+    features, labels = rng.standard_normal((3, 4)), rng.dirichlet(np.ones(4), size=1)
+    out = ops.SoftmaxCrossEntropyWithLogits(root, fp, lp)
+    assert_gradients_match([fp, lp], [features, labels], out.loss)
+    assert_gradients_match([fp, lp], [features, labels], out.backprop)
+    weights = rng.standard_normal(3).astype(F32)
+    loss = ops.Sum(root, ops.Mul(root, out.loss, weights), [0])
+    grad, = mg.AddSymbolicGradients(root, [loss], [fp])
+    assert_gradients_match([fp], [features], grad, feeds={lp: labels})
+    tp = ph(root, "t", (2, 3))
+    assert_gradients_match([tp], [rng.standard_normal((2, 3))], ops.L2Loss(root, tp))
+
+
 def test_arg_max_and_equal_are_not_differentiable():
     root = mg.Scope.NewRootScope()
     xp = ph(root, "x", (2, 3))
@@ -702,6 +767,8 @@ NN_GRADIENT_TESTS = {
     "MatMul": "test_matmul_gradients", "Softmax": "test_softmax_gradients",
     "SparseSoftmaxCrossEntropyWithLogits":
         "test_sparse_softmax_cross_entropy_gradients_first_and_second_order",
+    **dict.fromkeys(["LogSoftmax", "SoftmaxCrossEntropyWithLogits", "L2Loss"],
+                    "test_log_softmax_dense_xent_and_l2_loss_gradients"),
 }
 
 
@@ -1119,3 +1186,23 @@ def test_dense_softmax_loss_bias_argmax_against_tensorflow(tf):
         want = want.numpy()
         assert mine.dtype == want.dtype and mine.shape == want.shape
         np.testing.assert_allclose(mine, want, rtol=2e-5, atol=1e-5)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_log_softmax_dense_xent_l2_loss_against_tensorflow(tf, backend):
+    rng = np.random.default_rng(24)
+    logits = (rng.standard_normal((4, 5)) * 10).astype(F32)
+    labels = rng.dirichlet(np.ones(5), size=4).astype(F32)
+    root = mg.Scope.NewRootScope()
+    ours = mg.ClientSession(root, backend=backend).Run({}, [
+        ops.LogSoftmax(root, logits), ops.L2Loss(root, logits),
+        *ops.SoftmaxCrossEntropyWithLogits(root, logits, labels),
+        *ops.SoftmaxCrossEntropyWithLogits(root, logits, labels[:1])])
+    theirs = [tf.raw_ops.LogSoftmax(logits=logits), tf.raw_ops.L2Loss(t=logits),
+              *tf.raw_ops.SoftmaxCrossEntropyWithLogits(features=logits, labels=labels),
+              *tf.raw_ops.SoftmaxCrossEntropyWithLogits(features=logits, labels=labels[:1])]
+    for mine, want in zip(ours, theirs):
+        want = want.numpy()
+        assert mine.dtype == want.dtype and mine.shape == want.shape
+        np.testing.assert_allclose(mine, want, rtol=2e-6, atol=2e-6)

@@ -1,5 +1,7 @@
 """numpy CPU kernels of the dense-layer, loss and metric ops (``ops.nn_ops``): BiasAdd,
-MatMul, Softmax, SparseSoftmaxCrossEntropyWithLogits, ArgMax and Equal.
+MatMul, Softmax, LogSoftmax, the softmax cross-entropies (dense and sparse labels), L2Loss,
+ArgMax and Equal. MatMul's BLAS threads are limited like the batched matmuls'
+(``linalg_kernels.blas_matmul``).
 
 float16/bfloat16 are computed in float32 and rounded once to the storage type; float64 (the
 gradient checker's evaluation) stays float64; integer ops stay in their own type.
@@ -10,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from minigraph.backends.compute import compute_dtype
+from minigraph.backends.linalg_kernels import blas_matmul
+from minigraph.backends.reduction_kernels import arg_extreme
 from minigraph.backends.registry import register_kernel
 from minigraph.ops.nn_ops import bias_channel_axis
 
@@ -41,7 +45,7 @@ def matmul(op, inputs, ctx):
     a, b = inputs
     left = a.T if op.attrs["transpose_a"] else a
     right = b.T if op.attrs["transpose_b"] else b
-    return [np.matmul(_in(left), _in(right)).astype(a.dtype, copy=False)]
+    return [blas_matmul(_in(left), _in(right)).astype(a.dtype, copy=False)]
 
 
 def _log_softmax_parts(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -60,6 +64,42 @@ def softmax(op, inputs, ctx):
         shifted = _in(logits) - _in(logits).max(axis=-1, keepdims=True)
         e = np.exp(shifted)
         return [(e / e.sum(axis=-1, keepdims=True)).astype(logits.dtype, copy=False)]
+
+
+@register_kernel("LogSoftmax")
+def log_softmax(op, inputs, ctx):
+    """(logits - max) - log(sum(exp(logits - max))) along the last axis."""
+    logits = inputs[0]
+    if logits.size == 0:
+        return [np.zeros(logits.shape, logits.dtype)]
+    with np.errstate(invalid="ignore", over="ignore"):
+        shifted, lse = _log_softmax_parts(_in(logits))
+        return [(shifted - lse).astype(logits.dtype, copy=False)]
+
+
+@register_kernel("SoftmaxCrossEntropyWithLogits")
+def softmax_cross_entropy_with_logits(op, inputs, ctx):
+    """TF's xent: with s = features - max, loss = sum(labels * (log(sum(exp(s))) - s)),
+    backprop = exp(s) / sum(exp(s)) - labels; features and labels broadcast to one matrix."""
+    features, labels = inputs
+    shape = np.broadcast_shapes(features.shape, labels.shape)
+    f = np.broadcast_to(_in(features), shape)
+    y = np.broadcast_to(_in(labels), shape)
+    if f.size == 0:
+        return [np.zeros(shape[0], features.dtype), np.zeros(shape, features.dtype)]
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        shifted, lse = _log_softmax_parts(f)
+        loss = (y * (lse - shifted)).sum(axis=-1)
+        backprop = np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True) - y
+    return [loss.astype(features.dtype, copy=False),
+            backprop.astype(features.dtype, copy=False)]
+
+
+@register_kernel("L2Loss")
+def l2_loss(op, inputs, ctx):
+    """sum(t ** 2) / 2."""
+    t = _in(inputs[0])
+    return [np.asarray((t * t).sum() / 2, inputs[0].dtype)]
 
 
 @register_kernel("SparseSoftmaxCrossEntropyWithLogits")
@@ -81,10 +121,10 @@ def sparse_softmax_cross_entropy_with_logits(op, inputs, ctx):
 
 @register_kernel("ArgMax")
 def arg_max(op, inputs, ctx):
-    """Index of the first largest value along 'dimension'."""
+    """Index of the first largest value along 'dimension', NaN skipped as in TF."""
     x, dimension = inputs
     axis = int(dimension) % x.ndim  # the shape function checked rank, range and emptiness
-    return [np.argmax(_in(x), axis=axis).astype(op.attrs["output_type"].np_dtype)]
+    return [arg_extreme(x, axis, True, op.attrs["output_type"].np_dtype)]
 
 
 @register_kernel("Equal")

@@ -34,14 +34,18 @@ def _families() -> dict[str, str]:
 
 
 def _type_constraint(op_type: str) -> str:
-    """The dtypes of the op's first type attr (``T`` usually), or ``-`` when it has none."""
+    """The dtypes of the first type attr that types the op's first input or output (``T``
+    usually); when neither is typed by an attr, the first input's fixed dtype (the bool of
+    ``LogicalAnd`` or ``All``, whose only type attr types the axes); ``-`` for none."""
     from minigraph.framework.op_def import get_op_def
 
-    for attr in get_op_def(op_type).attrs:
-        if attr.kind == "type":
-            if attr.allowed is None:
-                return "any"
-            return ", ".join(dtype.name for dtype in attr.allowed)
+    op_def = get_op_def(op_type)
+    ends = [args[0] for args in (op_def.inputs, op_def.outputs) if args]
+    for attr in op_def.attrs:
+        if attr.kind == "type" and any(arg.type_attr == attr.name for arg in ends):
+            return "any" if attr.allowed is None else ", ".join(d.name for d in attr.allowed)
+    if op_def.inputs and op_def.inputs[0].dtype is not None:
+        return op_def.inputs[0].dtype.name
     return "-"
 
 

@@ -9,10 +9,14 @@ from minigraph.ops import (
     array_ops,
     batch_norm,
     convolution_ops,
+    elementwise_ops,
+    image_ops,
     layout_ops,
+    linalg_ops,
     math_ops,
     nn_ops,
     pooling_ops,
+    reduction_ops,
     state_ops,
     training_ops,
     volumetric_ops,
@@ -21,14 +25,19 @@ from minigraph.ops.activation_ops import *  # noqa: F403
 from minigraph.ops.array_ops import *  # noqa: F403
 from minigraph.ops.batch_norm import *  # noqa: F403
 from minigraph.ops.convolution_ops import *  # noqa: F403
+from minigraph.ops.elementwise_ops import *  # noqa: F403
+from minigraph.ops.image_ops import *  # noqa: F403
 from minigraph.ops.layout_ops import *  # noqa: F403
+from minigraph.ops.linalg_ops import *  # noqa: F403
 from minigraph.ops.math_ops import *  # noqa: F403
 from minigraph.ops.nn_ops import *  # noqa: F403
 from minigraph.ops.pooling_ops import *  # noqa: F403
+from minigraph.ops.reduction_ops import *  # noqa: F403
 from minigraph.ops.state_ops import *  # noqa: F403
 from minigraph.ops.training_ops import *  # noqa: F403
 from minigraph.ops.volumetric_ops import *  # noqa: F403
 
-_FAMILIES = (activation_ops, array_ops, batch_norm, convolution_ops, layout_ops, math_ops, nn_ops,
-             pooling_ops, state_ops, training_ops, volumetric_ops)
+_FAMILIES = (activation_ops, array_ops, batch_norm, convolution_ops, elementwise_ops,
+             image_ops, layout_ops, linalg_ops, math_ops, nn_ops, pooling_ops, reduction_ops,
+             state_ops, training_ops, volumetric_ops)
 __all__ = sorted(name for family in _FAMILIES for name in family.__all__)

@@ -2,8 +2,9 @@
 --write`` from the op definitions, do not edit (tests/test_framework.py checks it is current).
 """
 
+import typing
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from minigraph.framework.dtypes import DType
 from minigraph.framework.graph import Operation, Output
@@ -12,16 +13,23 @@ from minigraph.framework.scope import Scope
 from minigraph.framework.wrapper_docs import DTypeLike, ShapeLike, TensorLike
 
 __all__ = [
+    "Abs",
     "Add",
     "AddN",
     "AddV2",
+    "All",
+    "Any",
     "ApplyAdam",
     "ApplyGradientDescent",
     "ApplyMomentum",
     "ArgMax",
+    "ArgMin",
     "Assign",
     "AvgPool",
     "AvgPoolGrad",
+    "BatchMatMul",
+    "BatchMatMulV2",
+    "BatchMatMulV3",
     "BatchNormWithGlobalNormalization",
     "BatchNormWithGlobalNormalizationGrad",
     "BiasAdd",
@@ -29,6 +37,7 @@ __all__ = [
     "BroadcastGradientArgs",
     "BroadcastTo",
     "Cast",
+    "Ceil",
     "Const",
     "Conv2D",
     "Conv2DBackpropFilter",
@@ -36,13 +45,25 @@ __all__ = [
     "Conv3D",
     "Conv3DBackpropFilterV2",
     "Conv3DBackpropInputV2",
+    "Cos",
+    "Cumprod",
+    "Cumsum",
     "DepthwiseConv2dNative",
     "DepthwiseConv2dNativeBackpropFilter",
     "DepthwiseConv2dNativeBackpropInput",
     "Div",
+    "DivNoNan",
+    "Einsum",
     "Equal",
+    "Erf",
+    "Erfc",
+    "Exp",
     "ExpandDims",
+    "Expm1",
     "Fill",
+    "Floor",
+    "FloorDiv",
+    "FloorMod",
     "FusedBatchNorm",
     "FusedBatchNormGrad",
     "FusedBatchNormGradGrad",
@@ -50,23 +71,41 @@ __all__ = [
     "FusedBatchNormGradV3",
     "FusedBatchNormV2",
     "FusedBatchNormV3",
+    "Greater",
+    "GreaterEqual",
     "Identity",
     "InvertPermutation",
+    "L2Loss",
+    "Less",
+    "LessEqual",
+    "Log",
+    "Log1p",
+    "LogSoftmax",
+    "LogicalAnd",
+    "LogicalNot",
+    "LogicalOr",
     "MatMul",
+    "Max",
     "MaxPool",
     "MaxPool3D",
     "MaxPool3DGrad",
     "MaxPool3DGradGrad",
     "MaxPoolGrad",
     "MaxPoolGradGrad",
+    "Maximum",
     "Mean",
+    "Min",
+    "Minimum",
     "Mul",
     "Neg",
     "NoOp",
+    "NotEqual",
     "OnesLike",
     "Pack",
     "Pad",
     "Placeholder",
+    "Pow",
+    "Prod",
     "RandomUniform",
     "RealDiv",
     "Reciprocal",
@@ -76,14 +115,27 @@ __all__ = [
     "Relu6Grad",
     "ReluGrad",
     "Reshape",
+    "ResizeBilinear",
+    "ResizeBilinearGrad",
+    "ResizeNearestNeighbor",
+    "ResizeNearestNeighborGrad",
+    "Round",
     "Rsqrt",
+    "Select",
+    "SelectV2",
     "Shape",
     "ShapeN",
+    "Sign",
+    "Sin",
     "Size",
     "Slice",
     "Softmax",
+    "SoftmaxCrossEntropyWithLogits",
     "SparseSoftmaxCrossEntropyWithLogits",
+    "Sqrt",
+    "SqrtGrad",
     "Square",
+    "SquaredDifference",
     "Squeeze",
     "StridedSlice",
     "StridedSliceGrad",
@@ -95,6 +147,40 @@ __all__ = [
     "Variable",
     "ZerosLike",
 ]
+
+
+class Abs:
+    """Builds one 'Abs' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Abs.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Abs node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Abs.Attrs | None = None) -> Output: ...
 
 
 class Add:
@@ -125,9 +211,9 @@ class Add:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -138,7 +224,7 @@ class Add:
     ) -> Output: ...
 
 
-def AddN(scope: Scope, inputs: list, **attrs: Any) -> Output:
+def AddN(scope: Scope, inputs: list, **attrs: typing.Any) -> Output:
     """Sum of a list of same-shaped tensors, one node (used to aggregate gradients)."""
 
 
@@ -170,9 +256,9 @@ class AddV2:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -180,6 +266,98 @@ class AddV2:
         x: TensorLike,
         y: TensorLike,
         attrs: AddV2.Attrs | None = None,
+    ) -> Output: ...
+
+
+class All:
+    """Builds one 'All' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a All.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: bool.
+        reduction_indices: Tidx (int32, int64).
+
+    Attrs:
+        keep_dims: bool, default False.
+        Tidx: type, inferred from input 'reduction_indices', one of int32, int64.
+
+    Outputs:
+        output: bool.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one All node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def KeepDims(self, value: bool) -> All.Attrs:
+            """Set attr 'keep_dims' (bool, default False)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        reduction_indices: TensorLike,
+        attrs: All.Attrs | None = None,
+        *,
+        keep_dims: bool = False,
+    ) -> Output: ...
+
+
+class Any:
+    """Builds one 'Any' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Any.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: bool.
+        reduction_indices: Tidx (int32, int64).
+
+    Attrs:
+        keep_dims: bool, default False.
+        Tidx: type, inferred from input 'reduction_indices', one of int32, int64.
+
+    Outputs:
+        output: bool.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Any node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def KeepDims(self, value: bool) -> Any.Attrs:
+            """Set attr 'keep_dims' (bool, default False)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        reduction_indices: TensorLike,
+        attrs: Any.Attrs | None = None,
+        *,
+        keep_dims: bool = False,
     ) -> Output: ...
 
 
@@ -220,9 +398,9 @@ class ApplyAdam:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def UseLocking(self, value: bool) -> ApplyAdam.Attrs:
             """Set attr 'use_locking' (bool, default False)."""
@@ -280,9 +458,9 @@ class ApplyGradientDescent:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def UseLocking(self, value: bool) -> ApplyGradientDescent.Attrs:
             """Set attr 'use_locking' (bool, default False)."""
@@ -332,9 +510,9 @@ class ApplyMomentum:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def UseLocking(self, value: bool) -> ApplyMomentum.Attrs:
             """Set attr 'use_locking' (bool, default False)."""
@@ -387,9 +565,9 @@ class ArgMax:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def OutputType(self, value: DTypeLike) -> ArgMax.Attrs:
             """Set attr 'output_type' (type, default int64, one of int32, int64)."""
@@ -400,6 +578,54 @@ class ArgMax:
         input: TensorLike,
         dimension: TensorLike,
         attrs: ArgMax.Attrs | None = None,
+        *,
+        output_type: DTypeLike = ...,
+    ) -> Output: ...
+
+
+class ArgMin:
+    """Builds one 'ArgMin' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a ArgMin.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64, int32, int64, bool).
+        dimension: Tidx (int32, int64).
+
+    Attrs:
+        output_type: type, default int64, one of int32, int64.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64,
+            int32, int64, bool.
+        Tidx: type, inferred from input 'dimension', one of int32, int64.
+
+    Outputs:
+        output: output_type (int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ArgMin node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def OutputType(self, value: DTypeLike) -> ArgMin.Attrs:
+            """Set attr 'output_type' (type, default int64, one of int32, int64)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        dimension: TensorLike,
+        attrs: ArgMin.Attrs | None = None,
         *,
         output_type: DTypeLike = ...,
     ) -> Output: ...
@@ -434,9 +660,9 @@ class Assign:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def ValidateShape(self, value: bool) -> Assign.Attrs:
             """Set attr 'validate_shape' (bool, default True)."""
@@ -486,9 +712,9 @@ class AvgPool:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> AvgPool.Attrs:
             """Set attr 'ksize' (list(int), required)."""
@@ -546,9 +772,9 @@ class AvgPoolGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> AvgPoolGrad.Attrs:
             """Set attr 'ksize' (list(int), required)."""
@@ -573,6 +799,208 @@ class AvgPoolGrad:
         attrs: AvgPoolGrad.Attrs | None = None,
         *,
         data_format: Literal["NHWC", "NCHW"] = "NHWC",
+    ) -> Output: ...
+
+
+class BatchMatMul:
+    """Builds one 'BatchMatMul' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    BatchMatMul.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64). [..., m, k] (or [..., k,
+            m] with adj_x).
+        y: T (float16, bfloat16, float32, float64, int32, int64). [..., k, n] (or [..., n,
+            k] with adj_y).
+
+    Attrs:
+        adj_x: bool, default False. Use the adjoint (transpose) of x.
+        adj_y: bool, default False. Use the adjoint (transpose) of y.
+        grad_x: bool, default False. A hint TF's gradient sets; unused.
+        grad_y: bool, default False. A hint TF's gradient sets; unused.
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one BatchMatMul node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def AdjX(self, value: bool) -> BatchMatMul.Attrs:
+            """Set attr 'adj_x' (bool, default False). Use the adjoint (transpose) of x."""
+
+        def AdjY(self, value: bool) -> BatchMatMul.Attrs:
+            """Set attr 'adj_y' (bool, default False). Use the adjoint (transpose) of y."""
+
+        def GradX(self, value: bool) -> BatchMatMul.Attrs:
+            """Set attr 'grad_x' (bool, default False). A hint TF's gradient sets; unused."""
+
+        def GradY(self, value: bool) -> BatchMatMul.Attrs:
+            """Set attr 'grad_y' (bool, default False). A hint TF's gradient sets; unused."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: BatchMatMul.Attrs | None = None,
+        *,
+        adj_x: bool = False,
+        adj_y: bool = False,
+        grad_x: bool = False,
+        grad_y: bool = False,
+    ) -> Output: ...
+
+
+class BatchMatMulV2:
+    """Builds one 'BatchMatMulV2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    BatchMatMulV2.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64). [..., m, k] (or [..., k,
+            m] with adj_x).
+        y: T (float16, bfloat16, float32, float64, int32, int64). [..., k, n] (or [..., n,
+            k] with adj_y).
+
+    Attrs:
+        adj_x: bool, default False. Use the adjoint (transpose) of x.
+        adj_y: bool, default False. Use the adjoint (transpose) of y.
+        grad_x: bool, default False. A hint TF's gradient sets; unused.
+        grad_y: bool, default False. A hint TF's gradient sets; unused.
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one BatchMatMulV2 node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def AdjX(self, value: bool) -> BatchMatMulV2.Attrs:
+            """Set attr 'adj_x' (bool, default False). Use the adjoint (transpose) of x."""
+
+        def AdjY(self, value: bool) -> BatchMatMulV2.Attrs:
+            """Set attr 'adj_y' (bool, default False). Use the adjoint (transpose) of y."""
+
+        def GradX(self, value: bool) -> BatchMatMulV2.Attrs:
+            """Set attr 'grad_x' (bool, default False). A hint TF's gradient sets; unused."""
+
+        def GradY(self, value: bool) -> BatchMatMulV2.Attrs:
+            """Set attr 'grad_y' (bool, default False). A hint TF's gradient sets; unused."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: BatchMatMulV2.Attrs | None = None,
+        *,
+        adj_x: bool = False,
+        adj_y: bool = False,
+        grad_x: bool = False,
+        grad_y: bool = False,
+    ) -> Output: ...
+
+
+class BatchMatMulV3:
+    """Builds one 'BatchMatMulV3' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    BatchMatMulV3.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: Ta (float16, bfloat16, float32, float64, int32, int64). [..., m, k] (or [..., k,
+            m] with adj_x).
+        y: Tb (float16, bfloat16, float32, float64, int32, int64). [..., k, n] (or [..., n,
+            k] with adj_y).
+
+    Attrs:
+        Tout: type, required, one of float16, bfloat16, float32, float64, int32, int64. The
+            output type (= Ta = Tb).
+        adj_x: bool, default False. Use the adjoint (transpose) of x.
+        adj_y: bool, default False. Use the adjoint (transpose) of y.
+        grad_x: bool, default False. A hint TF's gradient sets; unused.
+        grad_y: bool, default False. A hint TF's gradient sets; unused.
+        Ta: type, inferred from input 'x', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tb: type, inferred from input 'y', one of float16, bfloat16, float32, float64,
+            int32, int64.
+
+    Outputs:
+        output: Tout (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one BatchMatMulV3 node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Tout(self, value: DTypeLike) -> BatchMatMulV3.Attrs:
+            """Set attr 'Tout' (type, required, one of float16, bfloat16, float32, float64,
+            int32, int64). The output type (= Ta = Tb).
+            """
+
+        def AdjX(self, value: bool) -> BatchMatMulV3.Attrs:
+            """Set attr 'adj_x' (bool, default False). Use the adjoint (transpose) of x."""
+
+        def AdjY(self, value: bool) -> BatchMatMulV3.Attrs:
+            """Set attr 'adj_y' (bool, default False). Use the adjoint (transpose) of y."""
+
+        def GradX(self, value: bool) -> BatchMatMulV3.Attrs:
+            """Set attr 'grad_x' (bool, default False). A hint TF's gradient sets; unused."""
+
+        def GradY(self, value: bool) -> BatchMatMulV3.Attrs:
+            """Set attr 'grad_y' (bool, default False). A hint TF's gradient sets; unused."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        Tout: DTypeLike,
+        attrs: BatchMatMulV3.Attrs | None = None,
+        *,
+        adj_x: bool = False,
+        adj_y: bool = False,
+        grad_x: bool = False,
+        grad_y: bool = False,
     ) -> Output: ...
 
 
@@ -616,9 +1044,9 @@ class BatchNormWithGlobalNormalization:
         arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def VarianceEpsilon(self, value: float) -> BatchNormWithGlobalNormalization.Attrs:
             """Set attr 'variance_epsilon' (float, required). Added to v before its reciprocal
@@ -701,9 +1129,9 @@ class BatchNormWithGlobalNormalizationGrad:
         arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def VarianceEpsilon(self, value: float) -> BatchNormWithGlobalNormalizationGrad.Attrs:
             """Set attr 'variance_epsilon' (float, required). Added to v before its reciprocal
@@ -761,9 +1189,9 @@ class BiasAdd:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def DataFormat(self, value: Literal["NHWC", "NCHW"]) -> BiasAdd.Attrs:
             """Set attr 'data_format' (string, default "NHWC", one of "NHWC", "NCHW")."""
@@ -807,9 +1235,9 @@ class BiasAddGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def DataFormat(self, value: Literal["NHWC", "NCHW"]) -> BiasAddGrad.Attrs:
             """Set attr 'data_format' (string, default "NHWC", one of "NHWC", "NCHW")."""
@@ -862,9 +1290,9 @@ class BroadcastGradientArgs:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -903,9 +1331,9 @@ class BroadcastTo:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -944,9 +1372,9 @@ class Cast:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Dstt(self, value: DTypeLike) -> Cast.Attrs:
             """Set attr 'DstT' (type, required)."""
@@ -965,7 +1393,40 @@ class Cast:
     ) -> Output: ...
 
 
-def Const(scope: Scope, value: Any, dtype: DType | None = None) -> Output:
+class Ceil:
+    """Builds one 'Ceil' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Ceil.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Ceil node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Ceil.Attrs | None = None) -> Output: ...
+
+
+def Const(scope: Scope, value: typing.Any, dtype: DType | None = None) -> Output:
     """A constant tensor from a numpy array, scalar or (nested) list.
 
     Without ``dtype``, numpy arrays keep their dtype and Python floats/ints become float32/int32
@@ -1007,9 +1468,9 @@ class Conv2D:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> Conv2D.Attrs:
             """Set attr 'strides' (list(int), required)."""
@@ -1080,9 +1541,9 @@ class Conv2DBackpropFilter:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> Conv2DBackpropFilter.Attrs:
             """Set attr 'strides' (list(int), required)."""
@@ -1158,9 +1619,9 @@ class Conv2DBackpropInput:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> Conv2DBackpropInput.Attrs:
             """Set attr 'strides' (list(int), required)."""
@@ -1235,9 +1696,9 @@ class Conv3D:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> Conv3D.Attrs:
             """Set attr 'strides' (list(int), required). The window's step per dimension of
@@ -1314,9 +1775,9 @@ class Conv3DBackpropFilterV2:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> Conv3DBackpropFilterV2.Attrs:
             """Set attr 'strides' (list(int), required). The window's step per dimension of
@@ -1397,9 +1858,9 @@ class Conv3DBackpropInputV2:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> Conv3DBackpropInputV2.Attrs:
             """Set attr 'strides' (list(int), required). The window's step per dimension of
@@ -1438,6 +1899,151 @@ class Conv3DBackpropInputV2:
     ) -> Output: ...
 
 
+class Cos:
+    """Builds one 'Cos' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Cos.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Cos node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Cos.Attrs | None = None) -> Output: ...
+
+
+class Cumprod:
+    """Builds one 'Cumprod' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Cumprod.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        axis: Tidx (int32, int64).
+
+    Attrs:
+        exclusive: bool, default False. Leave each element out of its own result (the first
+            is the identity).
+        reverse: bool, default False. Scan from the last element.
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+        Tidx: type, inferred from input 'axis', one of int32, int64.
+
+    Outputs:
+        out: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'out'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Cumprod node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Exclusive(self, value: bool) -> Cumprod.Attrs:
+            """Set attr 'exclusive' (bool, default False). Leave each element out of its own
+            result (the first is the identity).
+            """
+
+        def Reverse(self, value: bool) -> Cumprod.Attrs:
+            """Set attr 'reverse' (bool, default False). Scan from the last element."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        axis: TensorLike,
+        attrs: Cumprod.Attrs | None = None,
+        *,
+        exclusive: bool = False,
+        reverse: bool = False,
+    ) -> Output: ...
+
+
+class Cumsum:
+    """Builds one 'Cumsum' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Cumsum.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        axis: Tidx (int32, int64).
+
+    Attrs:
+        exclusive: bool, default False. Leave each element out of its own result (the first
+            is the identity).
+        reverse: bool, default False. Scan from the last element.
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+        Tidx: type, inferred from input 'axis', one of int32, int64.
+
+    Outputs:
+        out: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'out'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Cumsum node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Exclusive(self, value: bool) -> Cumsum.Attrs:
+            """Set attr 'exclusive' (bool, default False). Leave each element out of its own
+            result (the first is the identity).
+            """
+
+        def Reverse(self, value: bool) -> Cumsum.Attrs:
+            """Set attr 'reverse' (bool, default False). Scan from the last element."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        axis: TensorLike,
+        attrs: Cumsum.Attrs | None = None,
+        *,
+        exclusive: bool = False,
+        reverse: bool = False,
+    ) -> Output: ...
+
+
 class DepthwiseConv2dNative:
     """Builds one 'DepthwiseConv2dNative' node.
 
@@ -1471,9 +2077,9 @@ class DepthwiseConv2dNative:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> DepthwiseConv2dNative.Attrs:
             """Set attr 'strides' (list(int), required)."""
@@ -1543,9 +2149,9 @@ class DepthwiseConv2dNativeBackpropFilter:
         arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> DepthwiseConv2dNativeBackpropFilter.Attrs:
             """Set attr 'strides' (list(int), required)."""
@@ -1622,9 +2228,9 @@ class DepthwiseConv2dNativeBackpropInput:
         arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Strides(self, value: Sequence[int]) -> DepthwiseConv2dNativeBackpropInput.Attrs:
             """Set attr 'strides' (list(int), required)."""
@@ -1693,9 +2299,9 @@ class Div:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -1704,6 +2310,50 @@ class Div:
         y: TensorLike,
         attrs: Div.Attrs | None = None,
     ) -> Output: ...
+
+
+class DivNoNan:
+    """Builds one 'DivNoNan' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    DivNoNan.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+        y: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one DivNoNan node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: DivNoNan.Attrs | None = None,
+    ) -> Output: ...
+
+
+def Einsum(scope: Scope, inputs: list, equation: str, **attrs: typing.Any) -> Output:
+    """The tensor contraction ``equation`` names (tf.einsum), e.g. ``"abc,cd->abd"``."""
 
 
 class Equal:
@@ -1734,9 +2384,9 @@ class Equal:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def IncompatibleShapeError(self, value: bool) -> Equal.Attrs:
             """Set attr 'incompatible_shape_error' (bool, default True)."""
@@ -1750,6 +2400,105 @@ class Equal:
         *,
         incompatible_shape_error: bool = True,
     ) -> Output: ...
+
+
+class Erf:
+    """Builds one 'Erf' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Erf.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Erf node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Erf.Attrs | None = None) -> Output: ...
+
+
+class Erfc:
+    """Builds one 'Erfc' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Erfc.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Erfc node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Erfc.Attrs | None = None) -> Output: ...
+
+
+class Exp:
+    """Builds one 'Exp' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Exp.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Exp node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Exp.Attrs | None = None) -> Output: ...
 
 
 class ExpandDims:
@@ -1780,9 +2529,9 @@ class ExpandDims:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -1791,6 +2540,39 @@ class ExpandDims:
         dim: TensorLike,
         attrs: ExpandDims.Attrs | None = None,
     ) -> Output: ...
+
+
+class Expm1:
+    """Builds one 'Expm1' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Expm1.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Expm1 node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Expm1.Attrs | None = None) -> Output: ...
 
 
 class Fill:
@@ -1821,9 +2603,9 @@ class Fill:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -1831,6 +2613,121 @@ class Fill:
         dims: TensorLike,
         value: TensorLike,
         attrs: Fill.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Floor:
+    """Builds one 'Floor' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Floor.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Floor node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Floor.Attrs | None = None) -> Output: ...
+
+
+class FloorDiv:
+    """Builds one 'FloorDiv' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    FloorDiv.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one FloorDiv node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: FloorDiv.Attrs | None = None,
+    ) -> Output: ...
+
+
+class FloorMod:
+    """Builds one 'FloorMod' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    FloorMod.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one FloorMod node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: FloorMod.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -1896,9 +2793,9 @@ class FusedBatchNorm:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNorm.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -1998,9 +2895,9 @@ class FusedBatchNormGrad:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNormGrad.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -2094,9 +2991,9 @@ class FusedBatchNormGradGrad:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNormGradGrad.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -2198,9 +3095,9 @@ class FusedBatchNormGradV2:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNormGradV2.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -2297,9 +3194,9 @@ class FusedBatchNormGradV3:
         attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNormGradV3.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -2403,9 +3300,9 @@ class FusedBatchNormV2:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNormV2.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -2514,9 +3411,9 @@ class FusedBatchNormV3:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Epsilon(self, value: float) -> FusedBatchNormV3.Attrs:
             """Set attr 'epsilon' (float, default 0.0001). Added to the variance before its
@@ -2560,6 +3457,88 @@ class FusedBatchNormV3:
     ) -> _FusedBatchNormV3Outputs: ...
 
 
+class Greater:
+    """Builds one 'Greater' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Greater.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Greater node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: Greater.Attrs | None = None,
+    ) -> Output: ...
+
+
+class GreaterEqual:
+    """Builds one 'GreaterEqual' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    GreaterEqual.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one GreaterEqual node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: GreaterEqual.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Identity:
     """Builds one 'Identity' node.
 
@@ -2586,9 +3565,9 @@ class Identity:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -2624,15 +3603,343 @@ class InvertPermutation:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
         scope: Scope,
         x: TensorLike,
         attrs: InvertPermutation.Attrs | None = None,
+    ) -> Output: ...
+
+
+class L2Loss:
+    """Builds one 'L2Loss' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a L2Loss.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        t: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 't', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one L2Loss node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, t: TensorLike, attrs: L2Loss.Attrs | None = None) -> Output: ...
+
+
+class Less:
+    """Builds one 'Less' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Less.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Less node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: Less.Attrs | None = None,
+    ) -> Output: ...
+
+
+class LessEqual:
+    """Builds one 'LessEqual' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LessEqual.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LessEqual node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: LessEqual.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Log:
+    """Builds one 'Log' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Log.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Log node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Log.Attrs | None = None) -> Output: ...
+
+
+class Log1p:
+    """Builds one 'Log1p' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Log1p.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Log1p node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Log1p.Attrs | None = None) -> Output: ...
+
+
+class LogSoftmax:
+    """Builds one 'LogSoftmax' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LogSoftmax.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        logits: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'logits', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        logsoftmax: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'logsoftmax'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LogSoftmax node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        logits: TensorLike,
+        attrs: LogSoftmax.Attrs | None = None,
+    ) -> Output: ...
+
+
+class LogicalAnd:
+    """Builds one 'LogicalAnd' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LogicalAnd.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: bool.
+        y: bool.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LogicalAnd node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: LogicalAnd.Attrs | None = None,
+    ) -> Output: ...
+
+
+class LogicalNot:
+    """Builds one 'LogicalNot' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LogicalNot.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: bool.
+
+    Outputs:
+        y: bool.
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LogicalNot node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        attrs: LogicalNot.Attrs | None = None,
+    ) -> Output: ...
+
+
+class LogicalOr:
+    """Builds one 'LogicalOr' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LogicalOr.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: bool.
+        y: bool.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LogicalOr node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: LogicalOr.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -2668,9 +3975,9 @@ class MatMul:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def TransposeA(self, value: bool) -> MatMul.Attrs:
             """Set attr 'transpose_a' (bool, default False)."""
@@ -2695,6 +4002,54 @@ class MatMul:
         transpose_b: bool = False,
         grad_a: bool = False,
         grad_b: bool = False,
+    ) -> Output: ...
+
+
+class Max:
+    """Builds one 'Max' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Max.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64, int32, int64).
+        reduction_indices: Tidx (int32, int64).
+
+    Attrs:
+        keep_dims: bool, default False.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tidx: type, inferred from input 'reduction_indices', one of int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Max node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def KeepDims(self, value: bool) -> Max.Attrs:
+            """Set attr 'keep_dims' (bool, default False)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        reduction_indices: TensorLike,
+        attrs: Max.Attrs | None = None,
+        *,
+        keep_dims: bool = False,
     ) -> Output: ...
 
 
@@ -2730,9 +4085,9 @@ class MaxPool:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> MaxPool.Attrs:
             """Set attr 'ksize' (list(int), required)."""
@@ -2798,9 +4153,9 @@ class MaxPool3D:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> MaxPool3D.Attrs:
             """Set attr 'ksize' (list(int), required). The window's size per dimension of
@@ -2877,9 +4232,9 @@ class MaxPool3DGrad:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> MaxPool3DGrad.Attrs:
             """Set attr 'ksize' (list(int), required). The window's size per dimension of
@@ -2960,9 +4315,9 @@ class MaxPool3DGradGrad:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> MaxPool3DGradGrad.Attrs:
             """Set attr 'ksize' (list(int), required). The window's size per dimension of
@@ -3035,9 +4390,9 @@ class MaxPoolGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> MaxPoolGrad.Attrs:
             """Set attr 'ksize' (list(int), required)."""
@@ -3103,9 +4458,9 @@ class MaxPoolGradGrad:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Ksize(self, value: Sequence[int]) -> MaxPoolGradGrad.Attrs:
             """Set attr 'ksize' (list(int), required)."""
@@ -3131,6 +4486,47 @@ class MaxPoolGradGrad:
         attrs: MaxPoolGradGrad.Attrs | None = None,
         *,
         data_format: Literal["NHWC", "NCHW"] = "NHWC",
+    ) -> Output: ...
+
+
+class Maximum:
+    """Builds one 'Maximum' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Maximum.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Maximum node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: Maximum.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -3164,9 +4560,9 @@ class Mean:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def KeepDims(self, value: bool) -> Mean.Attrs:
             """Set attr 'keep_dims' (bool, default False)."""
@@ -3179,6 +4575,95 @@ class Mean:
         attrs: Mean.Attrs | None = None,
         *,
         keep_dims: bool = False,
+    ) -> Output: ...
+
+
+class Min:
+    """Builds one 'Min' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Min.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64, int32, int64).
+        reduction_indices: Tidx (int32, int64).
+
+    Attrs:
+        keep_dims: bool, default False.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tidx: type, inferred from input 'reduction_indices', one of int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Min node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def KeepDims(self, value: bool) -> Min.Attrs:
+            """Set attr 'keep_dims' (bool, default False)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        reduction_indices: TensorLike,
+        attrs: Min.Attrs | None = None,
+        *,
+        keep_dims: bool = False,
+    ) -> Output: ...
+
+
+class Minimum:
+    """Builds one 'Minimum' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Minimum.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Minimum node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: Minimum.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -3210,9 +4695,9 @@ class Mul:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3250,9 +4735,9 @@ class Neg:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Neg.Attrs | None = None) -> Output: ...
 
@@ -3274,11 +4759,57 @@ class NoOp:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, attrs: NoOp.Attrs | None = None) -> Operation: ...
+
+
+class NotEqual:
+    """Builds one 'NotEqual' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    NotEqual.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (any type).
+        y: T (any type).
+
+    Attrs:
+        incompatible_shape_error: bool, default True.
+        T: type, inferred from input 'x'.
+
+    Outputs:
+        z: bool.
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one NotEqual node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def IncompatibleShapeError(self, value: bool) -> NotEqual.Attrs:
+            """Set attr 'incompatible_shape_error' (bool, default True)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: NotEqual.Attrs | None = None,
+        *,
+        incompatible_shape_error: bool = True,
+    ) -> Output: ...
 
 
 class OnesLike:
@@ -3308,9 +4839,9 @@ class OnesLike:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3320,7 +4851,7 @@ class OnesLike:
     ) -> Output: ...
 
 
-def Pack(scope: Scope, values: list, axis: int = 0, **attrs: Any) -> Output:
+def Pack(scope: Scope, values: list, axis: int = 0, **attrs: typing.Any) -> Output:
     """The tensors of ``values`` (one shape) stacked along a new dimension ``axis``
     (tf.stack).
     """
@@ -3355,9 +4886,9 @@ class Pad:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3392,9 +4923,9 @@ class Placeholder:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Dtype(self, value: DTypeLike) -> Placeholder.Attrs:
             """Set attr 'dtype' (type, required)."""
@@ -3409,6 +4940,95 @@ class Placeholder:
         attrs: Placeholder.Attrs | None = None,
         *,
         shape: ShapeLike = None,
+    ) -> Output: ...
+
+
+class Pow:
+    """Builds one 'Pow' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Pow.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Pow node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: Pow.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Prod:
+    """Builds one 'Prod' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Prod.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64, int32, int64).
+        reduction_indices: Tidx (int32, int64).
+
+    Attrs:
+        keep_dims: bool, default False.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tidx: type, inferred from input 'reduction_indices', one of int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Prod node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def KeepDims(self, value: bool) -> Prod.Attrs:
+            """Set attr 'keep_dims' (bool, default False)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        reduction_indices: TensorLike,
+        attrs: Prod.Attrs | None = None,
+        *,
+        keep_dims: bool = False,
     ) -> Output: ...
 
 
@@ -3441,9 +5061,9 @@ class RandomUniform:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Seed(self, value: int) -> RandomUniform.Attrs:
             """Set attr 'seed' (int, default 0)."""
@@ -3493,9 +5113,9 @@ class RealDiv:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3532,9 +5152,9 @@ class Reciprocal:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3568,9 +5188,9 @@ class ReducedShape:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3608,9 +5228,9 @@ class Relu:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3647,9 +5267,9 @@ class Relu6:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3687,9 +5307,9 @@ class Relu6Grad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3728,9 +5348,9 @@ class ReluGrad:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3769,9 +5389,9 @@ class Reshape:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3780,6 +5400,278 @@ class Reshape:
         shape: TensorLike,
         attrs: Reshape.Attrs | None = None,
     ) -> Output: ...
+
+
+class ResizeBilinear:
+    """Builds one 'ResizeBilinear' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ResizeBilinear.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        images: T (int32, int64, float16, float32, float64, bfloat16). NHWC images.
+        size: int32. [new_height, new_width], each > 0.
+
+    Attrs:
+        align_corners: bool, default False. Map the corner pixels' centres of input and
+            output onto each other.
+        half_pixel_centers: bool, default False. Pixel centres at i + 0.5 (Keras,
+            tf.image.resize); both False: the legacy asymmetric mapping.
+        T: type, inferred from input 'images', one of int32, int64, float16, float32,
+            float64, bfloat16.
+
+    Outputs:
+        resized_images: float32.
+
+    Returns:
+        The Output 'resized_images'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ResizeBilinear node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def AlignCorners(self, value: bool) -> ResizeBilinear.Attrs:
+            """Set attr 'align_corners' (bool, default False). Map the corner pixels' centres
+            of input and output onto each other.
+            """
+
+        def HalfPixelCenters(self, value: bool) -> ResizeBilinear.Attrs:
+            """Set attr 'half_pixel_centers' (bool, default False). Pixel centres at i + 0.5
+            (Keras, tf.image.resize); both False: the legacy asymmetric mapping.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        images: TensorLike,
+        size: TensorLike,
+        attrs: ResizeBilinear.Attrs | None = None,
+        *,
+        align_corners: bool = False,
+        half_pixel_centers: bool = False,
+    ) -> Output: ...
+
+
+class ResizeBilinearGrad:
+    """Builds one 'ResizeBilinearGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ResizeBilinearGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        grads: float32. The gradient of the resized images.
+        original_image: T (float16, bfloat16, float32, float64). The images that were
+            resized (only their shape is read).
+
+    Attrs:
+        align_corners: bool, default False. Map the corner pixels' centres of input and
+            output onto each other.
+        half_pixel_centers: bool, default False. Pixel centres at i + 0.5 (Keras,
+            tf.image.resize); both False: the legacy asymmetric mapping.
+        T: type, inferred from input 'original_image', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ResizeBilinearGrad node, set with C++-style chained setters
+        that each return a new builder; pass it after the positional arguments or as
+        attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def AlignCorners(self, value: bool) -> ResizeBilinearGrad.Attrs:
+            """Set attr 'align_corners' (bool, default False). Map the corner pixels' centres
+            of input and output onto each other.
+            """
+
+        def HalfPixelCenters(self, value: bool) -> ResizeBilinearGrad.Attrs:
+            """Set attr 'half_pixel_centers' (bool, default False). Pixel centres at i + 0.5
+            (Keras, tf.image.resize); both False: the legacy asymmetric mapping.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        grads: TensorLike,
+        original_image: TensorLike,
+        attrs: ResizeBilinearGrad.Attrs | None = None,
+        *,
+        align_corners: bool = False,
+        half_pixel_centers: bool = False,
+    ) -> Output: ...
+
+
+class ResizeNearestNeighbor:
+    """Builds one 'ResizeNearestNeighbor' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ResizeNearestNeighbor.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        images: T (int32, int64, float16, float32, float64, bfloat16). NHWC images.
+        size: int32. [new_height, new_width], each > 0.
+
+    Attrs:
+        align_corners: bool, default False. Map the corner pixels' centres of input and
+            output onto each other.
+        half_pixel_centers: bool, default False. Pixel centres at i + 0.5 (Keras,
+            tf.image.resize); both False: the legacy asymmetric mapping.
+        T: type, inferred from input 'images', one of int32, int64, float16, float32,
+            float64, bfloat16.
+
+    Outputs:
+        resized_images: T (int32, int64, float16, float32, float64, bfloat16).
+
+    Returns:
+        The Output 'resized_images'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ResizeNearestNeighbor node, set with C++-style chained setters
+        that each return a new builder; pass it after the positional arguments or as
+        attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def AlignCorners(self, value: bool) -> ResizeNearestNeighbor.Attrs:
+            """Set attr 'align_corners' (bool, default False). Map the corner pixels' centres
+            of input and output onto each other.
+            """
+
+        def HalfPixelCenters(self, value: bool) -> ResizeNearestNeighbor.Attrs:
+            """Set attr 'half_pixel_centers' (bool, default False). Pixel centres at i + 0.5
+            (Keras, tf.image.resize); both False: the legacy asymmetric mapping.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        images: TensorLike,
+        size: TensorLike,
+        attrs: ResizeNearestNeighbor.Attrs | None = None,
+        *,
+        align_corners: bool = False,
+        half_pixel_centers: bool = False,
+    ) -> Output: ...
+
+
+class ResizeNearestNeighborGrad:
+    """Builds one 'ResizeNearestNeighborGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ResizeNearestNeighborGrad.Attrs() builder (after the positional arguments) or as
+    keywords.
+
+    Inputs:
+        grads: T (int32, float16, float32, float64, bfloat16). The gradient of the resized
+            images.
+        size: int32. [height, width] of the original images, each > 0.
+
+    Attrs:
+        align_corners: bool, default False. Map the corner pixels' centres of input and
+            output onto each other.
+        half_pixel_centers: bool, default False. Pixel centres at i + 0.5 (Keras,
+            tf.image.resize); both False: the legacy asymmetric mapping.
+        T: type, inferred from input 'grads', one of int32, float16, float32, float64,
+            bfloat16.
+
+    Outputs:
+        output: T (int32, float16, float32, float64, bfloat16).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ResizeNearestNeighborGrad node, set with C++-style chained
+        setters that each return a new builder; pass it after the positional arguments
+        or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def AlignCorners(self, value: bool) -> ResizeNearestNeighborGrad.Attrs:
+            """Set attr 'align_corners' (bool, default False). Map the corner pixels' centres
+            of input and output onto each other.
+            """
+
+        def HalfPixelCenters(self, value: bool) -> ResizeNearestNeighborGrad.Attrs:
+            """Set attr 'half_pixel_centers' (bool, default False). Pixel centres at i + 0.5
+            (Keras, tf.image.resize); both False: the legacy asymmetric mapping.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        grads: TensorLike,
+        size: TensorLike,
+        attrs: ResizeNearestNeighborGrad.Attrs | None = None,
+        *,
+        align_corners: bool = False,
+        half_pixel_centers: bool = False,
+    ) -> Output: ...
+
+
+class Round:
+    """Builds one 'Round' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Round.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Round node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Round.Attrs | None = None) -> Output: ...
 
 
 class Rsqrt:
@@ -3808,11 +5700,95 @@ class Rsqrt:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Rsqrt.Attrs | None = None) -> Output: ...
+
+
+class Select:
+    """Builds one 'Select' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Select.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        condition: bool.
+        t: T (any type).
+        e: T (any type).
+
+    Attrs:
+        T: type, inferred from input 't'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Select node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        condition: TensorLike,
+        t: TensorLike,
+        e: TensorLike,
+        attrs: Select.Attrs | None = None,
+    ) -> Output: ...
+
+
+class SelectV2:
+    """Builds one 'SelectV2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SelectV2.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        condition: bool.
+        t: T (any type).
+        e: T (any type).
+
+    Attrs:
+        T: type, inferred from input 't'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SelectV2 node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        condition: TensorLike,
+        t: TensorLike,
+        e: TensorLike,
+        attrs: SelectV2.Attrs | None = None,
+    ) -> Output: ...
 
 
 class Shape:
@@ -3842,9 +5818,9 @@ class Shape:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def OutType(self, value: DTypeLike) -> Shape.Attrs:
             """Set attr 'out_type' (type, default int32, one of int32, int64). The integer type
@@ -3861,10 +5837,77 @@ class Shape:
     ) -> Output: ...
 
 
-def ShapeN(scope: Scope, input: list, out_type: Any = ..., **attrs: Any) -> OpResult:
+def ShapeN(scope: Scope, input: list, out_type: typing.Any = ..., **attrs: typing.Any) -> OpResult:
     """The shapes of N tensors, one int vector each, in one node (TF's gradients of
     convolutions use it): ``.output`` is the list, also by index and in order.
     """
+
+
+class Sign:
+    """Builds one 'Sign' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Sign.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Sign node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Sign.Attrs | None = None) -> Output: ...
+
+
+class Sin:
+    """Builds one 'Sin' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Sin.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Sin node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Sin.Attrs | None = None) -> Output: ...
 
 
 class Size:
@@ -3894,9 +5937,9 @@ class Size:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def OutType(self, value: DTypeLike) -> Size.Attrs:
             """Set attr 'out_type' (type, default int32, one of int32, int64). The integer type
@@ -3942,9 +5985,9 @@ class Slice:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3982,9 +6025,9 @@ class Softmax:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -3992,6 +6035,59 @@ class Softmax:
         logits: TensorLike,
         attrs: Softmax.Attrs | None = None,
     ) -> Output: ...
+
+
+class _SoftmaxCrossEntropyWithLogitsOutputs(OpResult):
+    """The outputs of one SoftmaxCrossEntropyWithLogits node, by name."""
+
+    loss: Output
+    backprop: Output
+    operation: Operation
+
+
+class SoftmaxCrossEntropyWithLogits:
+    """Builds one 'SoftmaxCrossEntropyWithLogits' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SoftmaxCrossEntropyWithLogits.Attrs() builder (after the positional arguments) or as
+    keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64). Logits, [batch, classes].
+        labels: T (float16, bfloat16, float32, float64). Probabilities, broadcastable to the
+            features' shape.
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        loss: T (float16, bfloat16, float32, float64).
+        backprop: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        An object with the outputs as attributes (.loss, .backprop), also by index and in
+        order when iterated, and the node as .operation.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SoftmaxCrossEntropyWithLogits node, set with C++-style chained
+        setters that each return a new builder; pass it after the positional arguments
+        or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        labels: TensorLike,
+        attrs: SoftmaxCrossEntropyWithLogits.Attrs | None = None,
+    ) -> _SoftmaxCrossEntropyWithLogitsOutputs: ...
 
 
 class _SparseSoftmaxCrossEntropyWithLogitsOutputs(OpResult):
@@ -4034,9 +6130,9 @@ class SparseSoftmaxCrossEntropyWithLogits:
         arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4045,6 +6141,79 @@ class SparseSoftmaxCrossEntropyWithLogits:
         labels: TensorLike,
         attrs: SparseSoftmaxCrossEntropyWithLogits.Attrs | None = None,
     ) -> _SparseSoftmaxCrossEntropyWithLogitsOutputs: ...
+
+
+class Sqrt:
+    """Builds one 'Sqrt' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Sqrt.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Sqrt node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Sqrt.Attrs | None = None) -> Output: ...
+
+
+class SqrtGrad:
+    """Builds one 'SqrtGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SqrtGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        y: T (float16, bfloat16, float32, float64).
+        dy: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'y', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SqrtGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        y: TensorLike,
+        dy: TensorLike,
+        attrs: SqrtGrad.Attrs | None = None,
+    ) -> Output: ...
 
 
 class Square:
@@ -4074,11 +6243,52 @@ class Square:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Square.Attrs | None = None) -> Output: ...
+
+
+class SquaredDifference:
+    """Builds one 'SquaredDifference' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SquaredDifference.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SquaredDifference node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: SquaredDifference.Attrs | None = None,
+    ) -> Output: ...
 
 
 class Squeeze:
@@ -4108,9 +6318,9 @@ class Squeeze:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def SqueezeDims(self, value: Sequence[int]) -> Squeeze.Attrs:
             """Set attr 'squeeze_dims' (list(int), default [])."""
@@ -4160,9 +6370,9 @@ class StridedSlice:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def BeginMask(self, value: int) -> StridedSlice.Attrs:
             """Set attr 'begin_mask' (int, default 0)."""
@@ -4232,9 +6442,9 @@ class StridedSliceGrad:
         each return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def BeginMask(self, value: int) -> StridedSliceGrad.Attrs:
             """Set attr 'begin_mask' (int, default 0)."""
@@ -4297,9 +6507,9 @@ class Sub:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4340,9 +6550,9 @@ class Sum:
         new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def KeepDims(self, value: bool) -> Sum.Attrs:
             """Set attr 'keep_dims' (bool, default False)."""
@@ -4386,9 +6596,9 @@ class Tile:
         a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4427,9 +6637,9 @@ class Transpose:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,
@@ -4476,9 +6686,9 @@ class Unpack:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Num(self, value: int) -> Unpack.Attrs:
             """Set attr 'num' (int, required). The size of the input's dimension ``axis``."""
@@ -4525,9 +6735,9 @@ class Variable:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
         def Shape(self, value: ShapeLike) -> Variable.Attrs:
             """Set attr 'shape' (shape, required)."""
@@ -4584,9 +6794,9 @@ class ZerosLike:
         return a new builder; pass it after the positional arguments or as attrs=.
         """
 
-        values: dict[str, Any]
+        values: dict[str, typing.Any]
 
-        def __init__(self, **values: Any) -> None: ...
+        def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(
         cls,

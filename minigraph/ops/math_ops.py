@@ -151,7 +151,9 @@ Cast = make_wrapper(register_op(OpDef(
 )))
 
 
-def _reduction_shape(ctx: InferenceContext) -> list[TensorShape]:
+def reduction_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """A reduction's result: input 'input' without (or, keep_dims, with 1 at) the axes in
+    input 'reduction_indices' (shared by the reduction family, ``ops.reduction_ops``)."""
     x = ctx.input_shapes[0]
     keep = ctx.attrs["keep_dims"]
     axes = ctx.axes_input("reduction_indices", x.rank)
@@ -169,7 +171,7 @@ def _reduction(name: str) -> OpDef:
         outputs=[ArgDef("output", type_attr="T")],
         attrs=[required("T", "type", allowed=NUMBERS), AttrDef("keep_dims", "bool", default=False),
                AttrDef("Tidx", "type", default=dtypes.int32, allowed=INDEX)],
-        shape_fn=_reduction_shape,
+        shape_fn=reduction_shape,
     ))
 
 
@@ -473,8 +475,9 @@ def _reshape_grad(scope, op, grads):
     return [Reshape(scope, grads[0], Shape(scope, op.inputs[0])), None]
 
 
-def _sum_grad_of(scope: Scope, op: Operation, grad: Output) -> Output:
-    """Broadcast a reduction's cotangent back over the reduced axes of its input."""
+def sum_grad_of(scope: Scope, op: Operation, grad: Output) -> Output:
+    """Broadcast a reduction's cotangent (or any tensor of its output's shape) back over the
+    reduced axes of its input."""
     x, axes = op.inputs
     input_shape = Shape(scope, x)
     if axes.dtype is not dtypes.int32:
@@ -486,7 +489,7 @@ def _sum_grad_of(scope: Scope, op: Operation, grad: Output) -> Output:
 
 @RegisterGradient("Sum")
 def _sum_grad(scope, op, grads):
-    return [_sum_grad_of(scope, op, grads[0]), None]
+    return [sum_grad_of(scope, op, grads[0]), None]
 
 
 @RegisterGradient("Mean")
@@ -495,7 +498,7 @@ def _mean_grad(scope, op, grads):
     x, y = op.inputs[0], op.outputs[0]
     count = Div(scope, Cast(scope, Size(scope, x), DstT=x.dtype),
                 Cast(scope, Size(scope, y), DstT=x.dtype))
-    return [Div(scope, _sum_grad_of(scope, op, grads[0]), count), None]
+    return [Div(scope, sum_grad_of(scope, op, grads[0]), count), None]
 
 
 @RegisterGradient("BroadcastTo")

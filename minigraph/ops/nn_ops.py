@@ -21,13 +21,20 @@ from minigraph.framework.op_def import (
 from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape, dims_text
 from minigraph.ops import math_ops as m
 from minigraph.ops.array_ops import Const
-from minigraph.ops.math_ops import FLOATS, INDEX, NUMBERS, binary_shape, broadcast_shapes
+from minigraph.ops.math_ops import (
+    FLOATS,
+    INDEX,
+    NUMBERS,
+    binary_shape,
+    broadcast_shapes,
+    cotangent_or_zeros,
+)
 from minigraph.ops.window import FORMATS, mismatch
 
 # The wrappers minigraph.ops exports.
 __all__ = [
-    "ArgMax", "BiasAdd", "BiasAddGrad", "Equal", "MatMul", "Softmax",
-    "SparseSoftmaxCrossEntropyWithLogits",
+    "ArgMax", "BiasAdd", "BiasAddGrad", "Equal", "L2Loss", "LogSoftmax", "MatMul", "Softmax",
+    "SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits",
 ]
 
 
@@ -125,8 +132,27 @@ MatMul = make_wrapper(register_op(OpDef(
 def _softmax_shape(ctx: InferenceContext) -> list[TensorShape]:
     logits = ctx.input_shape("logits")
     if logits.rank == 0:
-        raise ctx.error("input 'logits' must have at least one dimension, got a scalar")
+        raise ctx.error("logits must have >= 1 dimension, got []: input 'logits' must have at "
+                        "least one dimension, got a scalar")
     return [logits]
+
+
+def xent_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """loss: [batch]; backprop: [batch, classes]: 'features' and 'labels' broadcast to one
+    matrix (TF's kernel broadcasts them)."""
+    features, labels = ctx.input_shape("features"), ctx.input_shape("labels")
+    try:
+        shape = broadcast_shapes(features, labels)
+    except ShapeMismatch:
+        raise ctx.error(f"logits and labels must be broadcastable: logits_size="
+                        f"{dims_text(features)} labels_size={dims_text(labels)} (inputs "
+                        f"'features' and 'labels')") from None
+    if shape.rank is not None and shape.rank != 2:
+        raise ctx.error(f"logits and labels must be either 2-dimensional, or broadcasted to be "
+                        f"2-dimensional: inputs 'features' {features} and 'labels' {labels} "
+                        f"give rank {shape.rank}")
+    shape = shape.with_rank(2)
+    return [TensorShape([shape[0]]), shape]
 
 
 def sparse_xent_shape(ctx: InferenceContext) -> list[TensorShape]:
@@ -155,6 +181,29 @@ Softmax = make_wrapper(register_op(OpDef(
     outputs=[ArgDef("softmax", type_attr="T")],
     attrs=[required("T", "type", allowed=FLOATS)],
     shape_fn=_softmax_shape,
+)))
+LogSoftmax = make_wrapper(register_op(OpDef(
+    name="LogSoftmax",
+    inputs=[ArgDef("logits", type_attr="T")],
+    outputs=[ArgDef("logsoftmax", type_attr="T")],
+    attrs=[required("T", "type", allowed=FLOATS)],
+    shape_fn=_softmax_shape,
+)))
+SoftmaxCrossEntropyWithLogits = make_wrapper(register_op(OpDef(
+    name="SoftmaxCrossEntropyWithLogits",
+    inputs=[ArgDef("features", type_attr="T", doc="Logits, [batch, classes]."),
+            ArgDef("labels", type_attr="T",
+                   doc="Probabilities, broadcastable to the features' shape.")],
+    outputs=[ArgDef("loss", type_attr="T"), ArgDef("backprop", type_attr="T")],
+    attrs=[required("T", "type", allowed=FLOATS)],
+    shape_fn=xent_shape,
+)))
+L2Loss = make_wrapper(register_op(OpDef(
+    name="L2Loss",
+    inputs=[ArgDef("t", type_attr="T")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type", allowed=FLOATS)],
+    shape_fn=lambda ctx: [TensorShape([])],
 )))
 SparseSoftmaxCrossEntropyWithLogits = make_wrapper(register_op(OpDef(
     name="SparseSoftmaxCrossEntropyWithLogits",
@@ -291,3 +340,39 @@ def _sparse_xent_grad(scope, op, grads):
         extra = _softmax_vjp(scope, grads[1], Softmax(scope, features))
         total = extra if total is None else m.Add(scope, total, extra)
     return [total, None]
+
+
+@RegisterGradient("LogSoftmax")
+def _log_softmax_grad(scope, op, grads):
+    """g - sum(g, -1, keepdims) * softmax(logits) (TF's _LogSoftmaxGrad, whose
+    exp(logsoftmax) is the softmax)."""
+    g = grads[0]
+    total = m.Sum(scope, g, Const(scope, [-1]), keep_dims=True)
+    return [m.Sub(scope, g, m.Mul(scope, total, Softmax(scope, op.inputs[0])))]
+
+
+@RegisterGradient("SoftmaxCrossEntropyWithLogits")
+def _xent_grad(scope, op, grads):
+    """d features = g_loss[:, None] * backprop (+ the softmax Jacobian applied to the
+    cotangent g_bp of 'backprop', if any); d labels = -g_loss[:, None] *
+    log_softmax(features) (- g_bp).
+    Each is summed back to its input's shape where the kernel broadcast it (TF's
+    _SoftmaxCrossEntropyWithLogitsGrad, for unbroadcast inputs)."""
+    features, labels = op.inputs
+    column = m.Reshape(scope, cotangent_or_zeros(scope, op, grads, 0), Const(scope, [-1, 1]))
+    d_features = m.Mul(scope, column, op.outputs[1])
+    logits = m.Add(scope, features, m.ZerosLike(scope, op.outputs[1]))  # broadcast
+    log_probs = LogSoftmax(scope, logits)
+    d_labels = m.Neg(scope, m.Mul(scope, column, log_probs))
+    if grads[1] is not None:  # backprop = softmax(features) - labels
+        d_features = m.Add(scope, d_features,
+                           _softmax_vjp(scope, grads[1], Softmax(scope, logits)))
+        d_labels = m.Sub(scope, d_labels, grads[1])
+    return [m.reduce_to_shape_of(scope, d_features, features),
+            m.reduce_to_shape_of(scope, d_labels, labels)]
+
+
+@RegisterGradient("L2Loss")
+def _l2_loss_grad(scope, op, grads):
+    """d/dt sum(t^2) / 2 = t, times the scalar cotangent."""
+    return [m.Mul(scope, op.inputs[0], grads[0])]

@@ -79,7 +79,7 @@ def message_problems(case: Case, outcome: Outcome) -> list[tuple[str, str]]:
     if INPUT_ERROR.search(about) and "attr" not in about and not re.search(
             r"output \d", about) and outcome.exc_type != "ResourceExhaustedError":
         inputs = [a.name for a in op_def.inputs]
-        if case.op_type == "AddN" and re.search(r"input \d", text):
+        if op_def.inputs and op_def.inputs[0].number_attr and re.search(r"input \d", text):
             inputs = inputs + ["input"]
         attrs = [a.name for a in op_def.attrs]
         if not _names(text, inputs) and not _names(text, attrs):

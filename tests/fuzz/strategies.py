@@ -69,6 +69,13 @@ class Draw:
             names = list(DTYPES)
         return self.pick(names)
 
+    def arg_dtype(self, arg) -> str:
+        """An input's dtype: its fixed one (bool for the logical ops; another one now and
+        then), else one its type attr allows."""
+        if arg.dtype is not None:
+            return self.pick(list(DTYPES)) if self.chance(8) else arg.dtype.name
+        return self.dtype(arg.type_attr)
+
     def dim(self, lo: int = 0, hi: int = 4) -> int:
         if lo == 0 and self.chance(10):
             return 0
@@ -118,7 +125,7 @@ def _out_size(size: int, k: int, s: int, d: int, padding: str, pads=(0, 0)) -> i
 
 def r_unary(g: Draw):
     dtype = g.dtype("T") if "T" in [a.name for a in g.op_def.attrs] else g.dtype("SrcT")
-    rank_lo = {"Softmax": 1, "BiasAddGrad": 2}.get(g.op_def.name, 0)
+    rank_lo = {"Softmax": 1, "LogSoftmax": 1, "BiasAddGrad": 2}.get(g.op_def.name, 0)
     shape = g.shape(g.int(rank_lo, 5))
     name = g.op_def.inputs[0].name
     attrs = {}
@@ -144,7 +151,7 @@ def _broadcast_partner(g: Draw, shape: tuple) -> tuple:
 
 
 def r_binary(g: Draw):
-    dtype = g.dtype()
+    dtype = g.arg_dtype(g.op_def.inputs[0])
     shape = g.shape()
     other = _broadcast_partner(g, shape)
     names = [a.name for a in g.op_def.inputs]
@@ -153,7 +160,7 @@ def r_binary(g: Draw):
     if g.op_def.name == "ReluGrad" and not g.chance(30):
         other = shape
     attrs = {}
-    if g.op_def.name == "Equal" and g.chance(30):
+    if g.op_def.name in ("Equal", "NotEqual") and g.chance(30):
         attrs["incompatible_shape_error"] = False
     return {names[0]: (g.array(shape, dtype), "data"),
             names[1]: (g.array(other, dtype), "data")}, attrs
@@ -167,7 +174,7 @@ def r_addn(g: Draw):
 
 
 def r_reduce(g: Draw):
-    dtype, shape = g.dtype(), g.shape()
+    dtype, shape = g.arg_dtype(g.op_def.inputs[0]), g.shape()
     rank = len(shape)
     tidx = g.pick(INTS)
     if g.chance(40):
@@ -187,6 +194,32 @@ def r_argmax(g: Draw):
         attrs["output_type"] = g.pick(["int32", "int64"])
     return {"input": (g.array(shape, dtype), "data"),
             "dimension": (g.scalar_lit(g.int(-rank - 1, rank), g.pick(INTS)), "shape")}, attrs
+
+
+def r_scan(g: Draw):
+    """Cumsum/Cumprod: a scalar axis, now and then out of range or a vector."""
+    dtype, shape = g.dtype(), g.shape(g.int(0, 4))
+    rank = len(shape)
+    tidx = g.pick(INTS)
+    axis = g.scalar_lit(g.int(-rank - 1, rank), tidx)
+    if g.chance(10):
+        axis = g.lit([g.int(-rank, max(rank - 1, 0))], tidx)
+    attrs = {name: True for name in ("exclusive", "reverse") if g.chance(40)}
+    return {"x": (g.array(shape, dtype), "data"), "axis": (axis, "shape")}, attrs
+
+
+def r_select(g: Draw):
+    """Select: 't' and 'e' of one shape, the condition a scalar, of their shape, or a vector
+    of their first dimension; SelectV2: three shapes that broadcast."""
+    dtype, shape = g.dtype(), g.shape()
+    if g.op_def.name == "SelectV2":
+        condition, other = _broadcast_partner(g, shape), _broadcast_partner(g, shape)
+    else:
+        mode = g.int(0, 2)
+        condition = () if mode == 0 else shape[:1] if mode == 1 and shape else shape
+        other = shape if not g.chance(10) else g.shape()
+    return {"condition": (g.array(condition, g.arg_dtype(g.op_def.inputs[0])), "data"),
+            "t": (g.array(shape, dtype), "data"), "e": (g.array(other, dtype), "data")}, {}
 
 
 def _factor_shape(g: Draw, total: int) -> list:
@@ -490,6 +523,88 @@ def r_sparse_xent(g: Draw):
             "labels": (g.lit(labels, ltype) if labels else ArraySpec((0,), ltype), "shape")}, {}
 
 
+def r_xent(g: Draw):
+    """SoftmaxCrossEntropyWithLogits: features [b, k]; labels the same, a [1, k] or [k] row
+    (broadcast), or something that does not broadcast."""
+    dtype = g.dtype()
+    b, k = g.dim(), g.dim()
+    labels = g.pick([(b, k), (b, k), (1, k), (k,), (b,), g.shape()])
+    return {"features": (g.array((b, k) if not g.chance(10) else g.shape(), dtype), "data"),
+            "labels": (g.array(labels, dtype, ("positive", "zeros", "normal")), "data")}, {}
+
+
+def _resize_attrs(g: Draw) -> dict:
+    align, half = g.pick([(False, False), (True, False), (False, True), (True, True)])
+    return {"align_corners": align, "half_pixel_centers": half}
+
+
+def _size_lit(g: Draw) -> ArraySpec:
+    size = [g.int(1, 6), g.int(1, 6)]
+    if g.chance(10):
+        size = g.pick([[0, 3], [3, -1], [2, 2, 2], [4]])
+    return g.lit(size, "int32")
+
+
+def r_resize(g: Draw):
+    """ResizeNearestNeighbor / ResizeBilinear: NHWC images and a [height, width] size."""
+    shape = (g.dim(), g.dim(1), g.dim(1), g.dim(1)) if not g.chance(10) else g.shape()
+    return {"images": (g.array(shape, g.dtype()), "data"), "size": (_size_lit(g), "shape")}, \
+        _resize_attrs(g)
+
+
+def r_resize_nearest_grad(g: Draw):
+    shape = (g.dim(), g.dim(), g.dim(), g.dim()) if not g.chance(10) else g.shape()
+    return {"grads": (g.array(shape, g.dtype()), "data"), "size": (_size_lit(g), "shape")}, \
+        _resize_attrs(g)
+
+
+def r_resize_bilinear_grad(g: Draw):
+    n, c = g.dim(), g.dim(1)
+    grads = (n, g.dim(1), g.dim(1), c) if not g.chance(10) else g.shape()
+    original = (n, g.dim(1), g.dim(1), c) if not g.chance(10) else g.shape()
+    return {"grads": (g.array(grads, "float32"), "data"),
+            "original_image": (g.array(original, g.dtype()), "data")}, _resize_attrs(g)
+
+
+def r_batch_matmul(g: Draw):
+    """x [..., m, k] and y [..., k, n] (transposed where adj says), batch dims that are equal
+    (V1) or broadcast (V2, V3), sometimes mismatched."""
+    dtype = g.dtype("Ta" if g.op_def.name == "BatchMatMulV3" else "T")
+    m, k, n = g.dim(), g.dim(), g.dim()
+    batch = g.shape(g.int(0, 2))
+    y_batch = batch if g.op_def.name == "BatchMatMul" or g.chance(50) else \
+        tuple(1 if g.chance(30) else d for d in batch)[g.int(0, len(batch)):]
+    adj_x, adj_y = g.chance(30), g.chance(30)
+    x = (*batch, *((k, m) if adj_x else (m, k)))
+    y = (*y_batch, *((n, k) if adj_y else (k, n)))
+    if g.chance(10):
+        y = (*y[:-2], y[-2] + 1, y[-1])
+    attrs = {"adj_x": adj_x, "adj_y": adj_y}
+    if g.op_def.name == "BatchMatMulV3":
+        attrs.update(Ta=dtype, Tb=dtype, Tout=dtype if not g.chance(10) else g.pick(DTYPES))
+    return {"x": (g.array(x, dtype), "data"), "y": (g.array(y, dtype), "data")}, attrs
+
+
+EINSUM_EQUATIONS = ("abc,cd->abd", "abc,cde->abde", "aecd,abcd->acbe", "acbe,aecd->abcd",
+                    "abcd,cde->abe", "ab,bc->ac", "ij->ji", "abc->b", "ab->", "ab,cd->abcd",
+                    "aab,bc->ac", "...b,bc->...c", "ab,bc", "ab,bc->aa", "a,b,c->abc")
+
+
+def r_einsum(g: Draw):
+    """An equation (Keras', others, and refused ones) with operands shaped by its labels
+    (one label's size sometimes changed in one operand)."""
+    equation = g.pick(EINSUM_EQUATIONS)
+    sizes = {c: g.dim() for c in "abcdeij"}
+    subscripts = equation.split("->")[0].split(",")
+    shapes = [tuple(sizes.get(c, 2) for c in s if c != ".") for s in subscripts]
+    if g.chance(15):
+        which = g.int(0, len(shapes) - 1)
+        shapes[which] = g.shape()
+    dtype = g.dtype()
+    return {f"inputs_{i}": (g.array(shape, dtype), "data") for i, shape in enumerate(shapes)}, \
+        {"equation": equation}
+
+
 def _bn_geometry(g: Draw):
     try:
         formats = g.op_def.attr_def("data_format").allowed
@@ -596,10 +711,15 @@ def r_assign(g: Draw):
 
 RECIPES: dict[str, Callable] = {
     **dict.fromkeys(["Neg", "Square", "Rsqrt", "Reciprocal", "Relu", "Softmax", "Identity",
-                     "OnesLike", "ZerosLike", "Shape", "Size", "Cast", "BiasAddGrad"], r_unary),
-    **dict.fromkeys(["Add", "AddV2", "Sub", "Mul", "Div", "RealDiv", "Equal", "ReluGrad"],
-                    r_binary),
-    "AddN": r_addn, "Sum": r_reduce, "Mean": r_reduce, "ArgMax": r_argmax,
+                     "OnesLike", "ZerosLike", "Shape", "Size", "Cast", "BiasAddGrad",
+                     "LogSoftmax", "L2Loss"], r_unary),
+    **dict.fromkeys(["Add", "AddV2", "Sub", "Mul", "Div", "RealDiv", "Equal", "ReluGrad",
+                     "Maximum", "Minimum", "Pow", "SquaredDifference", "FloorDiv", "FloorMod",
+                     "DivNoNan", "Less", "LessEqual", "Greater", "GreaterEqual", "NotEqual",
+                     "LogicalAnd", "LogicalOr"], r_binary),
+    "AddN": r_addn, "ArgMax": r_argmax, "ArgMin": r_argmax,
+    **dict.fromkeys(["Sum", "Mean", "Max", "Min", "Prod", "All", "Any"], r_reduce),
+    "Cumsum": r_scan, "Cumprod": r_scan, "Select": r_select, "SelectV2": r_select,
     "Reshape": r_reshape, "BroadcastTo": r_broadcast_to, "Fill": r_fill,
     "Pad": r_pad, "Slice": r_slice, "Pack": r_pack, "ExpandDims": r_expand_dims,
     "Squeeze": r_squeeze, "Tile": r_tile, "StridedSlice": r_strided_slice,
@@ -620,6 +740,12 @@ RECIPES: dict[str, Callable] = {
     "Conv3DBackpropFilterV2": r_conv2d_backprop_filter, "MaxPool3D": r_pool,
     "MaxPool3DGrad": r_max_pool_grad, "MaxPool3DGradGrad": r_max_pool_grad,
     "SparseSoftmaxCrossEntropyWithLogits": r_sparse_xent,
+    "SoftmaxCrossEntropyWithLogits": r_xent,
+    **dict.fromkeys(["ResizeNearestNeighbor", "ResizeBilinear"], r_resize),
+    "ResizeNearestNeighborGrad": r_resize_nearest_grad,
+    "ResizeBilinearGrad": r_resize_bilinear_grad,
+    **dict.fromkeys(["BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"], r_batch_matmul),
+    "Einsum": r_einsum,
     **dict.fromkeys(["FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"], r_fused_bn),
     **dict.fromkeys(["FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
                      "FusedBatchNormGradGrad"], r_fused_bn_grad),
@@ -633,7 +759,7 @@ RECIPES: dict[str, Callable] = {
 def r_same_shape(g: Draw):
     """The default recipe (ops without one of their own, e.g. a new activation): every
     input an array of one shape and dtype, as elementwise ops take them."""
-    dtype, shape = g.dtype(), g.shape()
+    dtype, shape = g.arg_dtype(g.op_def.inputs[0]), g.shape()
     return {a.name: (g.array(shape, dtype), "data") for a in g.op_def.inputs}, {}
 
 

@@ -1,0 +1,12 @@
+/* AVX2 image kernels: image_template.h's loops compiled for AVX2 (no FMA contraction). Used
+ * only when the runtime's ISA is AVX2 (mg_isa_pick in image.c). */
+#include "image_internal.h"
+
+#if MG_X86
+MG_TARGET_AVX2_BEGIN
+
+#define MG_ISA_NAME avx2
+#include "image_template.h"
+
+MG_TARGET_END
+#endif

@@ -1,0 +1,152 @@
+"""numpy kernels of the elementwise ops (``ops.elementwise_ops``); every backend runs them.
+
+Two ways to compute, by what matches TensorFlow best:
+
+* **float64, rounded once** (``Exp``, ``Log``, ``Log1p``, ``Expm1``, ``Sqrt``, ``Erf``,
+  ``Erfc``, ``Sin``, ``Cos``, ``Pow``, ``SqrtGrad``): floating inputs are promoted to float64
+  and the result rounded once to ``T``, so float32 results are within one rounding of the
+  exact value (TF's own float32 approximations are a few ulps off: the tests bound the
+  distance). Integer ``Pow`` wraps around in ``T`` as TF's does.
+* **in T** (float16 and bfloat16 in float32, rounded once: minigraph's rule) where the result
+  is exact (``Abs``, ``Floor``, ``Ceil``, ``Round``, ``Sign``, ``Maximum``, ``Minimum``,
+  comparisons, ``Select``) or where TF's float32 result depends on float32's own rounding:
+  ``SquaredDifference`` is ``(x - y) * (x - y)`` with the difference rounded
+  (TF's two roundings; integers wrap), ``FloorDiv`` is ``floor(x / y)`` of the quotient
+  rounded to ``T`` (so ``floor(1 / 0.1) = 10``, not numpy's 9), ``FloorMod`` is
+  ``fmod(x, y)`` moved into ``y``'s sign (``+ y``, rounded in ``T``), ``DivNoNan`` is
+  ``x / y`` or 0 where ``y = 0``. (TF rounds each step to float16/bfloat16 in those types.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from minigraph.backends.compute import compute_dtype
+from minigraph.backends.error_function import erf, erfc
+from minigraph.backends.registry import register_kernel
+
+
+def _is_floating(x: np.ndarray) -> bool:
+    """float16/32/64 or bfloat16 (an ml_dtypes type, numpy kind 'V')."""
+    return x.dtype.kind in "fV"
+
+
+def _float64(x: np.ndarray) -> np.ndarray:
+    """Floating arrays promoted to float64; integer and bool arrays as they are."""
+    return x.astype(np.float64, copy=False) if _is_floating(x) else x
+
+
+def _computed(x: np.ndarray) -> np.ndarray:
+    """float16/bfloat16 arrays in float32 (the compute type), others as they are."""
+    return x.astype(compute_dtype(x.dtype), copy=False)
+
+
+def _kernel(function: Callable, promote: Callable = _computed,
+            out_dtype: Callable | None = None):
+    """A kernel applying ``function`` to the inputs in their ``promote``d type, the result
+    rounded once to the output's dtype (``out_dtype(op)``, default the first input's)."""
+    def kernel(op, inputs, ctx):
+        values = [promote(v) for v in inputs]
+        dtype = out_dtype(op) if out_dtype else inputs[0].dtype
+        with np.errstate(all="ignore"):  # IEEE results (inf, NaN), also when rounding to T
+            return [np.asarray(function(*values)).astype(dtype, copy=False)]
+
+    return kernel
+
+
+def _bool(op) -> np.dtype:
+    return np.dtype(np.bool_)
+
+
+def _register(table: dict[str, Callable], **options) -> None:
+    for name, function in table.items():
+        register_kernel(name)(_kernel(function, **options))
+
+
+def _round(x: np.ndarray) -> np.ndarray:
+    """Half to even for floats; integers are already whole (TF 2.21's CPU kernel returns 0
+    for them, a bug: minigraph returns x, as ``tf.math.round`` does)."""
+    return np.rint(x) if _is_floating(x) else x.copy()
+
+
+def _sign(x: np.ndarray) -> np.ndarray:
+    """-1, 0 or 1 (+0 for -0, as TF), NaN for NaN."""
+    return np.sign(x) + np.zeros((), x.dtype)
+
+
+def _maximum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """y where x < y or y is NaN, else x: ties (-0 vs +0 included) and a NaN x give x."""
+    return np.where((x < y) | np.isnan(y), y, x)
+
+
+def _minimum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.where((y < x) | np.isnan(y), y, x)
+
+
+def _floor_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Integers: numpy's floor division (``INT_MIN // -1`` wraps to ``INT_MIN``, as TF);
+    floats: ``floor(x / y)`` of the quotient rounded to T."""
+    return np.floor(x / y) if _is_floating(x) else np.floor_divide(x, y)
+
+
+def _floor_mod(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The remainder with the divisor's sign: integers by numpy; floats as TF,
+    ``fmod(x, y)``, plus ``y`` when it is nonzero and its sign differs from ``y``'s."""
+    if not _is_floating(x):
+        return np.remainder(x, y)
+    truncated = np.fmod(x, y)
+    shift = (truncated != 0) & ((y < 0) != (truncated < 0))
+    return np.where(shift, truncated + y, truncated)
+
+
+def _squared_difference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(x - y) * (x - y), the difference rounded to T first (TF's two roundings)."""
+    difference = x - y
+    return difference * difference
+
+
+def _div_no_nan(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x / y, and 0 wherever y == 0 (even for x NaN or infinite)."""
+    return np.where(y == 0, np.zeros((), x.dtype), x / y)
+
+
+_register({"Exp": np.exp, "Log": np.log, "Log1p": np.log1p, "Expm1": np.expm1,
+           "Sqrt": np.sqrt, "Erf": erf, "Erfc": erfc, "Sin": np.sin, "Cos": np.cos,
+           "Pow": np.power, "SqrtGrad": lambda y, dy: 0.5 * dy / y}, promote=_float64)
+_register({"Abs": np.abs, "Floor": np.floor, "Ceil": np.ceil, "Round": _round, "Sign": _sign,
+           "Maximum": _maximum, "Minimum": _minimum, "FloorDiv": _floor_div,
+           "FloorMod": _floor_mod, "DivNoNan": _div_no_nan,
+           "SquaredDifference": _squared_difference})
+_register({"Less": np.less, "LessEqual": np.less_equal, "Greater": np.greater,
+           "GreaterEqual": np.greater_equal, "LogicalAnd": np.logical_and,
+           "LogicalOr": np.logical_or, "LogicalNot": np.logical_not}, out_dtype=_bool)
+
+
+@register_kernel("NotEqual")
+def not_equal(op, inputs, ctx):
+    """x != y; shapes that do not broadcast (allowed by ``incompatible_shape_error=False``)
+    give a scalar True, as in TF."""
+    x, y = inputs
+    try:
+        shape = np.broadcast_shapes(x.shape, y.shape)
+    except ValueError:
+        return [np.array(True)]
+    return [np.asarray(np.not_equal(x, y), np.bool_).reshape(shape)]
+
+
+@register_kernel("Select")
+def select(op, inputs, ctx):
+    """A scalar condition picks 't' or 'e' whole; a vector one picks rows of a 't' of higher
+    rank; otherwise elementwise (the shape function checked which case applies)."""
+    condition, t, e = inputs
+    if condition.ndim == 1 and t.ndim > 1:
+        condition = condition.reshape(condition.shape + (1,) * (t.ndim - 1))
+    return [np.where(condition, t, e)]
+
+
+@register_kernel("SelectV2")
+def select_v2(op, inputs, ctx):
+    """'t' where the condition holds, else 'e', all three broadcast together."""
+    return [np.where(*inputs)]

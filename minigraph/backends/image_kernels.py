@@ -1,0 +1,235 @@
+"""Kernels of the image resize ops (``ops.image_ops``): numpy on every backend, and the two
+forward resizes in C for float32 (kernels_c/image.c, rows on the worker pool).
+
+Where each output pixel reads is TF 2.21's CPU rule, computed once per call as per-row and
+per-column tables in float32 exactly as TF does (``scale`` a float32 quotient; legacy
+``in = i * scale``, half-pixel ``in = (i + 0.5) * scale - 0.5``, nearest's half-pixel
+``in = (i + 0.5) * scale``; nearest rounds with ``roundf`` under ``align_corners``, else
+floors). The C kernels take these tables, so numpy and C read the same pixels, and the
+bilinear arithmetic (``top = tl + (tr - tl) * xl``, ``bottom`` likewise, ``top + (bottom -
+top) * yl``, float32, no FMA) is the same in both: results are bit for bit TF's.
+
+The gradients scatter-add in TF's order (output rows, then columns, then the four corners),
+so float32 sums are TF's too; float16/bfloat16 sum in float32 and round once (TF sums in
+the half type). A float64 session (gradient checking) computes in float64 (its promoted tensors are
+float64 where the graph says another type).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from minigraph.backends.compute import compute_dtype
+from minigraph.backends.native import as_f32, check_code, checked_sizes, fbuf, ffi, lib, num_threads
+from minigraph.backends.registry import register_kernel
+from minigraph.framework import dtypes
+
+F32 = np.float32
+
+
+def resize_scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
+    """TF's ``CalculateResizeScale``: a float32 quotient."""
+    if align_corners and out_size > 1:
+        return F32(in_size - 1) / F32(out_size - 1)
+    return F32(in_size) / F32(out_size)
+
+
+def nearest_indices(out_size: int, in_size: int, align_corners: bool,
+                    half_pixel_centers: bool) -> np.ndarray:
+    """The input index each of ``out_size`` output indices copies (int64)."""
+    scale = resize_scale(in_size, out_size, align_corners)
+    i = np.arange(out_size, dtype=F32)
+    source = (i + F32(0.5)) * scale if half_pixel_centers else i * scale
+    # roundf (half away from zero) of a float32 >= 0: floor(x + 0.5) in float64 is exact
+    rounded = np.floor(source.astype(np.float64) + 0.5) if align_corners else np.floor(source)
+    return np.clip(rounded.astype(np.int64), 0, in_size - 1)
+
+
+class LinearTable(NamedTuple):
+    """Per output index: the two input indices read and the float32 weight of the upper."""
+
+    lower: np.ndarray
+    upper: np.ndarray
+    lerp: np.ndarray
+
+
+def linear_table(out_size: int, in_size: int, align_corners: bool,
+                 half_pixel_centers: bool) -> LinearTable:
+    """TF's ``compute_interpolation_weights`` for one axis."""
+    scale = resize_scale(in_size, out_size, align_corners)
+    i = np.arange(out_size, dtype=F32)
+    source = (i + F32(0.5)) * scale - F32(0.5) if half_pixel_centers else i * scale
+    floor = np.floor(source)
+    lower = np.clip(floor.astype(np.int64), 0, in_size - 1)
+    upper = np.minimum(np.ceil(source).astype(np.int64), in_size - 1)
+    return LinearTable(lower, upper, (source - floor).astype(F32))
+
+
+def _mode(op) -> tuple[bool, bool]:
+    return op.attrs["align_corners"], op.attrs["half_pixel_centers"]
+
+
+def _tables(op, in_hw, out_hw, table):
+    """(rows, columns): ``table`` (nearest_indices or linear_table) for both axes."""
+    return tuple(table(o, i, *_mode(op)) for o, i in zip(out_hw, in_hw))
+
+
+def _work_dtype(tensor: np.ndarray, declared) -> np.dtype:
+    """float64 where a float64 session promoted ``tensor`` (float64 data for a tensor the
+    graph declares ``declared``, another type), float32 otherwise: TF's bilinear math is
+    float32 whatever the image type."""
+    promoted = tensor.dtype == np.float64 and declared != dtypes.float64
+    return np.dtype(np.float64) if promoted else np.dtype(F32)
+
+
+# ----------------------------------------------------------------------------- forward
+
+
+@register_kernel("ResizeNearestNeighbor")
+def resize_nearest_neighbor(op, inputs, ctx):
+    images, size = inputs
+    rows, cols = _tables(op, images.shape[1:3], size.tolist(), nearest_indices)
+    return [np.ascontiguousarray(images[:, rows][:, :, cols])]
+
+
+def bilinear(images: np.ndarray, rows: LinearTable, cols: LinearTable,
+             dtype: np.dtype) -> np.ndarray:
+    """Bilinear interpolation from the tables, computed in ``dtype`` in TF's order; a resize
+    to the same size is a plain copy (as TF: infinities stay, no inf - inf)."""
+    x = images.astype(dtype, copy=False)
+    if (len(rows.lower), len(cols.lower)) == images.shape[1:3]:
+        return x.copy() if x is images else x
+    xl = cols.lerp.astype(dtype)[:, None]
+    yl = rows.lerp.astype(dtype)[:, None, None]
+    top_rows, bottom_rows = x[:, rows.lower], x[:, rows.upper]
+    top = top_rows[:, :, cols.lower] + (top_rows[:, :, cols.upper]
+                                        - top_rows[:, :, cols.lower]) * xl
+    bottom = bottom_rows[:, :, cols.lower] + (bottom_rows[:, :, cols.upper]
+                                              - bottom_rows[:, :, cols.lower]) * xl
+    return top + (bottom - top) * yl
+
+
+@register_kernel("ResizeBilinear")
+def resize_bilinear(op, inputs, ctx):
+    images, size = inputs
+    rows, cols = _tables(op, images.shape[1:3], size.tolist(), linear_table)
+    return [bilinear(images, rows, cols, _work_dtype(images, op.attrs["T"]))]
+
+
+# ----------------------------------------------------------------------------- gradients
+
+
+def _scatter_add(grads: np.ndarray, out_hw, rows: np.ndarray, cols: np.ndarray,
+                 values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Zeros [batch, *out_hw, channels] plus each of ``values`` ([K, batch, channels], in
+    order) at (rows[k], cols[k]): one element after the other, as TF's loops add them."""
+    n, c = grads.shape[0], grads.shape[3]
+    out = np.zeros((*out_hw, n, c), dtype)
+    np.add.at(out, (rows, cols), values)
+    return out.transpose(2, 0, 1, 3)
+
+
+@register_kernel("ResizeNearestNeighborGrad")
+def resize_nearest_neighbor_grad(op, inputs, ctx):
+    """Each gradient pixel added to the input pixel the forward resize copied it from."""
+    grads, size = inputs
+    out_hw = tuple(size.tolist())
+    rows, cols = _tables(op, out_hw, grads.shape[1:3], nearest_indices)
+    dtype = compute_dtype(grads.dtype)
+    n, oh, ow, c = grads.shape
+    values = grads.astype(dtype, copy=False).transpose(1, 2, 0, 3).reshape(oh * ow, n, c)
+    out = _scatter_add(grads, out_hw, np.repeat(rows, ow), np.tile(cols, oh), values, dtype)
+    return [np.ascontiguousarray(out).astype(grads.dtype, copy=False)]
+
+
+@register_kernel("ResizeBilinearGrad")
+def resize_bilinear_grad(op, inputs, ctx):
+    """Each gradient pixel spread over its four input pixels with the forward weights:
+    ``g * (1 - yl) * (1 - xl)`` to the top left, then top right, bottom left, bottom right
+    (products in float32, as TF, then summed in the output type)."""
+    grads, original = inputs
+    out_hw = original.shape[1:3]
+    rows, cols = _tables(op, out_hw, grads.shape[1:3], linear_table)
+    work = _work_dtype(grads, dtypes.float32)
+    dtype = np.dtype(np.float64) if work == np.float64 else compute_dtype(original.dtype)
+    n, oh, ow, c = grads.shape
+    g = grads.astype(work, copy=False).transpose(1, 2, 0, 3)[:, :, None]  # [oh, ow, 1, n, c]
+    yl, xl = rows.lerp.astype(work), cols.lerp.astype(work)
+    wy = np.stack([1 - yl, 1 - yl, yl, yl], axis=1)[:, None, :, None, None]  # [oh, 1, 4, 1, 1]
+    wx = np.stack([1 - xl, xl, 1 - xl, xl], axis=1)[None, :, :, None, None]  # [1, ow, 4, 1, 1]
+    values = ((g * wy) * wx).astype(dtype, copy=False).reshape(oh * ow * 4, n, c)
+    y_at = np.stack([rows.lower, rows.lower, rows.upper, rows.upper], axis=1)  # [oh, 4]
+    x_at = np.stack([cols.lower, cols.upper, cols.lower, cols.upper], axis=1)  # [ow, 4]
+    out = _scatter_add(grads, out_hw, np.broadcast_to(y_at[:, None], (oh, ow, 4)).ravel(),
+                       np.broadcast_to(x_at[None], (oh, ow, 4)).ravel(), values, dtype)
+    result = np.ascontiguousarray(out)
+    return [result if work == np.float64 else result.astype(original.dtype, copy=False)]
+
+
+# ----------------------------------------------------------------------------- native
+
+
+@register_kernel("ResizeNearestNeighbor", backend="native", dtypes=(dtypes.float32,))
+def resize_nearest_neighbor_native(op, inputs, ctx):
+    images, size = inputs
+    rows, cols = _tables(op, images.shape[1:3], size.tolist(), nearest_indices)
+    return [c_resize_nearest(images, rows, cols)]
+
+
+@register_kernel("ResizeBilinear", backend="native", dtypes=(dtypes.float32,))
+def resize_bilinear_native(op, inputs, ctx):
+    images, size = inputs
+    if tuple(size.tolist()) == images.shape[1:3]:  # TF's no-op resize: a copy
+        return [images.copy()]
+    rows, cols = _tables(op, images.shape[1:3], size.tolist(), linear_table)
+    return [c_resize_bilinear(images, rows, cols)]
+
+
+def _indices(what: str, values: np.ndarray, limit: int):
+    """An int64 index table for C, each entry checked to lie in [0, limit)."""
+    values = np.ascontiguousarray(values, np.int64)
+    if values.size and (values.min() < 0 or values.max() >= limit):
+        raise ValueError(f"{what}: index table outside [0, {limit})")
+    return values
+
+
+def _geometry(what: str, images: np.ndarray, oh: int, ow: int) -> tuple[np.ndarray, list[int]]:
+    images = as_f32(images)
+    if images.ndim != 4:
+        raise ValueError(f"{what}: images must be 4-D, got shape {images.shape}")
+    return images, checked_sizes(what, n=images.shape[0], h=images.shape[1],
+                                 w=images.shape[2], c=images.shape[3], oh=oh, ow=ow)
+
+
+def c_resize_nearest(images: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """``mg_resize_nearest``: y[b, i, j] = x[b, rows[i], cols[j]] (float32 NHWC)."""
+    images, (n, h, w, c, oh, ow) = _geometry("c_resize_nearest", images, len(rows), len(cols))
+    rows, cols = _indices("c_resize_nearest rows", rows, h), _indices("c_resize_nearest cols",
+                                                                      cols, w)
+    y = np.empty((n, oh, ow, c), F32)
+    check_code(lib.mg_resize_nearest(n, h, w, c, oh, ow, _i64(rows), _i64(cols), fbuf(images),
+                                     fbuf(y), num_threads()), "ResizeNearestNeighbor")
+    return y
+
+
+def c_resize_bilinear(images: np.ndarray, rows: LinearTable, cols: LinearTable) -> np.ndarray:
+    """``mg_resize_bilinear`` from the tables: :func:`bilinear` in float32, in C."""
+    images, (n, h, w, c, oh, ow) = _geometry("c_resize_bilinear", images, len(rows.lower),
+                                             len(cols.lower))
+    tables = [_indices("c_resize_bilinear rows", t, h) for t in (rows.lower, rows.upper)]
+    tables += [_indices("c_resize_bilinear cols", t, w) for t in (cols.lower, cols.upper)]
+    y_lerp, x_lerp = as_f32(rows.lerp), as_f32(cols.lerp)
+    if y_lerp.shape != (oh,) or x_lerp.shape != (ow,) or any(
+            t.shape != (s,) for t, s in zip(tables, (oh, oh, ow, ow))):
+        raise ValueError("c_resize_bilinear: tables do not match the output size")
+    y = np.empty((n, oh, ow, c), F32)
+    check_code(lib.mg_resize_bilinear(n, h, w, c, oh, ow, *map(_i64, tables), fbuf(y_lerp),
+                                      fbuf(x_lerp), fbuf(images), fbuf(y), num_threads()),
+               "ResizeBilinear")
+    return y
+
+
+def _i64(array: np.ndarray):
+    return ffi.cast("const int64_t *", ffi.from_buffer(array))

@@ -1,0 +1,96 @@
+"""numpy kernels of the batched matrix products (``ops.linalg_ops``): BatchMatMul(V2, V3) and
+Einsum, the same on every CPU backend.
+
+Einsum runs as its plan says (``linalg_ops.parse_einsum``): each operand's own labels summed,
+then transposed and reshaped to [batch, rows, contracted] and [batch, contracted, cols], one
+``np.matmul``, reshaped and transposed to the output's order. No ``np.einsum`` (whose
+``optimize`` may pick another contraction order): the same equation always runs the same
+products.
+
+float32 and float64 products go to numpy's BLAS, which starts its own threads: each call
+limits them to minigraph's thread count (``native.num_threads()``) with threadpoolctl when
+it is installed (the ``examples`` extra), so a matmul never oversubscribes the machine;
+without it the BLAS keeps its own setting. float16/bfloat16 are computed in float32 and
+rounded once; integers stay in their type (wrapping on overflow, as TF).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from minigraph.backends.compute import compute_dtype
+from minigraph.backends.native import num_threads
+from minigraph.backends.registry import register_kernel
+from minigraph.ops.linalg_ops import EinsumPlan, parse_einsum
+
+
+@functools.cache
+def _blas_controller():
+    """threadpoolctl's controller of the loaded BLAS libraries, or None without it."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    return ThreadpoolController()
+
+
+def blas_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b)`` with the BLAS's threads limited to minigraph's thread count."""
+    controller = _blas_controller() if a.dtype.kind == "f" else None
+    if controller is None:
+        return np.matmul(a, b)
+    with controller.limit(limits=num_threads(), user_api="blas"):
+        return np.matmul(a, b)
+
+
+def _in(x: np.ndarray) -> np.ndarray:
+    return x.astype(compute_dtype(x.dtype), copy=False)
+
+
+@register_kernel("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
+def batch_matmul(op, inputs, ctx):
+    """x @ y over the (broadcast) batch dims, each operand's last two dims swapped first
+    where its adj attr says (the adjoint of a real matrix is its transpose)."""
+    x, y = inputs
+    left = np.swapaxes(x, -1, -2) if op.attrs["adj_x"] else x
+    right = np.swapaxes(y, -1, -2) if op.attrs["adj_y"] else y
+    return [blas_matmul(_in(left), _in(right)).astype(x.dtype, copy=False)]
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(equation: str, count: int) -> EinsumPlan:
+    return parse_einsum(equation, count)
+
+
+def _prepare(x: np.ndarray, subscripts: str, summed: str, order: str) -> np.ndarray:
+    """x with the ``summed`` labels' axes summed away, its axes then in ``order``."""
+    if summed:
+        x = x.sum(axis=tuple(subscripts.index(c) for c in summed))
+        subscripts = "".join(c for c in subscripts if c not in summed)
+    return x.transpose([subscripts.index(c) for c in order])
+
+
+def _size(sizes: dict[str, int], labels: str) -> int:
+    return int(np.prod([sizes[c] for c in labels], dtype=np.int64))
+
+
+@register_kernel("Einsum")
+def einsum(op, inputs, ctx):
+    """Lowered to transposes and one batched matmul (see the module docstring)."""
+    plan = _plan(op.attrs["equation"], len(inputs))
+    arrays = [_in(a) for a in inputs]
+    sizes = {c: d for s, a in zip(plan.inputs, arrays) for c, d in zip(s, a.shape)}
+    if len(arrays) == 1:
+        out = _prepare(arrays[0], plan.inputs[0], plan.summed[0], plan.output)
+    else:
+        b, (fx, fy), k = plan.batch, plan.free, plan.contract
+        x = _prepare(arrays[0], plan.inputs[0], plan.summed[0], b + fx + k)
+        y = _prepare(arrays[1], plan.inputs[1], plan.summed[1], b + k + fy)
+        product = blas_matmul(x.reshape(_size(sizes, b), _size(sizes, fx), _size(sizes, k)),
+                              y.reshape(_size(sizes, b), _size(sizes, k), _size(sizes, fy)))
+        labels = b + fx + fy
+        out = product.reshape([sizes[c] for c in labels]).transpose(
+            [labels.index(c) for c in plan.output])
+    return [np.asarray(out, order="C").astype(inputs[0].dtype, copy=False)]

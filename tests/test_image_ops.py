@@ -1,0 +1,365 @@
+"""The image resize ops (``minigraph.ops.image_ops``): ResizeNearestNeighbor, ResizeBilinear
+and their gradients ResizeNearestNeighborGrad, ResizeBilinearGrad.
+
+* Against ``tf.raw_ops`` (``oracle``), on every backend, for the three coordinate modes
+  (legacy, align_corners, half_pixel_centers), up- and down-sampling and non-integer ratios:
+  bit for bit, except ResizeBilinearGrad where an input height of 1 meets align_corners
+  (TF's float32 sums there differ from its own loop's order by a few ulps; checked to
+  2e-7 of the summed magnitude).
+* Independent float64 references written here from the coordinate rules (docs/ops/image.md).
+* Every gradient against float64 central differences, the second-order ones included.
+* Errors with TF's words, at construction and at run time; the native kernel is the one
+  that runs for float32; frozen tf_keras UpSampling2D / Resizing graphs import and match.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from conftest import BACKENDS
+
+import minigraph as mg
+from minigraph import ops
+from minigraph.framework.gradient_registry import registered_gradients
+from minigraph.testing.gradient_checker import compute_gradient, max_error
+
+F32, F64 = np.float32, np.float64
+MODES = [(False, False), (True, False), (False, True)]
+MODE_IDS = ["legacy", "align_corners", "half_pixel"]
+SIZES = [((4, 5), (9, 11)), ((9, 11), (4, 5)), ((5, 7), (5, 7)), ((3, 8), (7, 3)),
+         ((1, 1), (3, 2)), ((6, 6), (1, 1)), ((13, 17), (29, 6)), ((2, 3), (17, 5))]
+InvalidArgumentError = mg.errors.InvalidArgumentError
+
+
+def run(fetches, backend="reference", feeds=None):
+    graph = (fetches[0] if isinstance(fetches, list) else fetches).graph
+    return mg.ClientSession(graph, backend=backend).Run(feeds or {}, fetches)
+
+
+# ----------------------------------------------------------------------------- references
+
+
+def source_f64(out_size, in_size, align_corners, half_pixel, nearest):
+    """Where each output index reads, in float64 (the scale rounded to float32 as TF)."""
+    if align_corners and out_size > 1:
+        scale = float(F32(in_size - 1) / F32(out_size - 1))
+    else:
+        scale = float(F32(in_size) / F32(out_size))
+    i = np.arange(out_size, dtype=F64)
+    if half_pixel:
+        return (i + 0.5) * scale - (0.0 if nearest else 0.5)
+    return i * scale
+
+
+def nearest_ref(x, out_hw, align_corners, half_pixel):
+    index = []
+    for axis, out in enumerate(out_hw):
+        s = source_f64(out, x.shape[1 + axis], align_corners, half_pixel, nearest=True)
+        s = np.floor(s + 0.5) if align_corners else np.floor(s)
+        index.append(np.clip(s.astype(int), 0, x.shape[1 + axis] - 1))
+    return x[:, index[0]][:, :, index[1]]
+
+
+def bilinear_ref(x, out_hw, align_corners, half_pixel):
+    """sum over the four neighbours of weight * pixel, float64."""
+    x = x.astype(F64)
+    parts = []
+    for axis, out in enumerate(out_hw):
+        s = source_f64(out, x.shape[1 + axis], align_corners, half_pixel, nearest=False)
+        lo = np.clip(np.floor(s).astype(int), 0, x.shape[1 + axis] - 1)
+        hi = np.minimum(np.ceil(s).astype(int), x.shape[1 + axis] - 1)
+        parts.append((lo, hi, s - np.floor(s)))
+    (ylo, yhi, yl), (xlo, xhi, xl) = parts
+    yl, xl = yl[:, None, None], xl[None, :, None]
+    return ((x[:, ylo][:, :, xlo] * (1 - xl) + x[:, ylo][:, :, xhi] * xl) * (1 - yl)
+            + (x[:, yhi][:, :, xlo] * (1 - xl) + x[:, yhi][:, :, xhi] * xl) * yl)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("sizes", SIZES, ids=str)
+def test_forward_matches_float64_reference(backend, mode, sizes):
+    (h, w), (oh, ow) = sizes
+    x = np.random.default_rng(h * 100 + oh).standard_normal((2, h, w, 3)).astype(F32)
+    root = mg.Scope.NewRootScope()
+    kw = dict(align_corners=mode[0], half_pixel_centers=mode[1])
+    nearest, bilinear = run([ops.ResizeNearestNeighbor(root, x, [oh, ow], **kw),
+                             ops.ResizeBilinear(root, x, [oh, ow], **kw)], backend)
+    np.testing.assert_array_equal(nearest, nearest_ref(x, (oh, ow), *mode))
+    # TF's source coordinates are float32 (one rounding of i * scale): the weights differ
+    # from float64 ones by ~1e-6, times pixel differences of a few units
+    np.testing.assert_allclose(bilinear, bilinear_ref(x, (oh, ow), *mode), rtol=1e-6,
+                               atol=2e-5)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_gradients_are_the_adjoints(mode):
+    """<resize(x), g> = <x, resize_grad(g)> in float64 (the float64 session)."""
+    rng = np.random.default_rng(3)
+    x, g = rng.standard_normal((2, 5, 7, 2)), rng.standard_normal((2, 8, 3, 2))
+    kw = dict(align_corners=mode[0], half_pixel_centers=mode[1])
+    root = mg.Scope.NewRootScope()
+    xp = ops.Placeholder(root, mg.float32, shape=x.shape)
+    gp = ops.Placeholder(root, mg.float32, shape=g.shape)
+    fetches = [ops.ResizeNearestNeighbor(root, xp, [8, 3], **kw),
+               ops.ResizeNearestNeighborGrad(root, gp, [5, 7], **kw),
+               ops.ResizeBilinear(root, xp, [8, 3], **kw), ops.ResizeBilinearGrad(root, gp, xp,
+                                                                                   **kw)]
+    nn, nn_grad, bl, bl_grad = run(fetches, "float64", {xp: x, gp: g})
+    assert nn.dtype == bl_grad.dtype == F64
+    np.testing.assert_allclose((nn * g).sum(), (x * nn_grad).sum(), rtol=1e-12)
+    np.testing.assert_allclose((bl * g).sum(), (x * bl_grad).sum(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dtypes(backend):
+    """Nearest keeps T (exact copies); bilinear gives float32 whatever T (TF); halves' and
+    ints' gradients sum in float32 and round once."""
+    rng = np.random.default_rng(4)
+    x = rng.integers(-50, 50, (1, 3, 4, 2))
+    root = mg.Scope.NewRootScope()
+    outs = run([ops.ResizeNearestNeighbor(root, x.astype(np.int32), [5, 7]),
+                ops.ResizeNearestNeighbor(root, x.astype(np.int64), [5, 7]),
+                ops.ResizeBilinear(root, x.astype(np.int32), [5, 7], half_pixel_centers=True),
+                ops.ResizeBilinear(root, x.astype(np.float16), [5, 7], half_pixel_centers=True),
+                ops.ResizeBilinear(root, x.astype(F64), [5, 7], half_pixel_centers=True),
+                ops.ResizeNearestNeighborGrad(root, x.astype(np.int32), [2, 2])], backend)
+    assert [o.dtype for o in outs] == [np.int32, np.int64, F32, F32, F32, np.int32]
+    np.testing.assert_array_equal(outs[0], nearest_ref(x, (5, 7), False, False))
+    expected = bilinear_ref(x, (5, 7), False, True)
+    for out in outs[2:5]:
+        np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-5)
+    assert outs[5].sum() == x.sum()
+
+
+@pytest.mark.skipif("native" not in BACKENDS, reason="the native backend is not built")
+def test_native_kernels_run_for_float32():
+    root = mg.Scope.NewRootScope()
+    x = np.ones((1, 3, 4, 2), F32)
+    ops.ResizeBilinear(root.WithOpName("bl"), x, [5, 6])
+    ops.ResizeNearestNeighbor(root.WithOpName("nn"), x, [5, 6])
+    ops.ResizeNearestNeighbor(root.WithOpName("nn64"), x.astype(F64), [5, 6])
+    metadata = mg.RunMetadata()
+    mg.ClientSession(root, backend="native").Run({}, ["bl:0", "nn:0", "nn64:0"],
+                                                 run_metadata=metadata)
+    assert metadata.kernel_of("bl") == "native:image_kernels.resize_bilinear_native"
+    assert metadata.kernel_of("nn") == "native:image_kernels.resize_nearest_neighbor_native"
+    assert metadata.kernel_of("nn64") == "reference:image_kernels.resize_nearest_neighbor"
+
+
+@pytest.mark.skipif("native" not in BACKENDS, reason="the native backend is not built")
+def test_native_bilinear_is_the_numpy_kernel_bit_for_bit_on_every_isa():
+    """Wide channel counts (the vectorized loop) and 3 channels, every ISA the CPU has."""
+    from minigraph.backends import native
+    best = native.isa()
+    rng = np.random.default_rng(15)
+    try:
+        for isa in ("scalar", "avx2", "avx512"):
+            if native.set_isa(isa) != isa:
+                continue
+            for c in (3, 37):
+                x = rng.standard_normal((2, 5, 6, c)).astype(F32)
+                root = mg.Scope.NewRootScope()
+                y = ops.ResizeBilinear(root, x, [9, 4], half_pixel_centers=True)
+                np.testing.assert_array_equal(run(y, "native").view(np.uint32),
+                                              run(y).view(np.uint32), err_msg=isa)
+    finally:
+        native.set_isa(best)
+
+
+@pytest.mark.skipif("native" not in BACKENDS, reason="the native backend is not built")
+def test_c_wrappers_check_tables():
+    from minigraph.backends import image_kernels as ik
+    x = np.ones((1, 3, 4, 2), F32)
+    rows, cols = ik.linear_table(5, 3, False, True), ik.linear_table(6, 4, False, True)
+    with pytest.raises(ValueError, match="outside"):
+        ik.c_resize_nearest(x, np.array([0, 3]), np.array([0, 1]))
+    with pytest.raises(ValueError, match="tables"):
+        ik.c_resize_bilinear(x, rows, cols._replace(lerp=cols.lerp[:2]))
+    with pytest.raises(ValueError, match="4-D"):
+        ik.c_resize_nearest(x[0], np.array([0]), np.array([0]))
+    np.testing.assert_array_equal(ik.c_resize_bilinear(x, rows, cols), np.ones((1, 5, 6, 2)))
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_construction_and_run_time_errors():
+    root = mg.Scope.NewRootScope()
+    x = np.ones((1, 3, 4, 2), F32)
+    cases = [
+        (lambda: ops.ResizeBilinear(root, x, [5, 5], align_corners=True,
+                                    half_pixel_centers=True),
+         "If half_pixel_centers is True, align_corners must be False"),
+        (lambda: ops.ResizeNearestNeighbor(root, x[0], [5, 5]), "input must be 4-dimensional"),
+        (lambda: ops.ResizeBilinear(root, x, [5, 5, 5]), "shape_t must have two elements"),
+        (lambda: ops.ResizeBilinear(root, x, [[5, 5]]), "shape_t must be 1-dimensional"),
+        (lambda: ops.ResizeBilinear(root, x, [0, 5]), "output dimensions must be positive"),
+        (lambda: ops.ResizeBilinear(root, np.ones((1, 3, 4, 0), F32), [5, 5]),
+         "image must have at least one channel"),
+        (lambda: ops.ResizeNearestNeighbor(root, np.ones((1, 0, 4, 1), F32), [5, 5]),
+         "input image must be of non-zero size"),
+        (lambda: ops.ResizeNearestNeighborGrad(root, x, [-1, 2]),
+         "shape_t's elements must be positive"),
+        (lambda: ops.ResizeBilinearGrad(root, np.ones((1, 0, 4, 2), F32), x),
+         "resized dimensions must be positive"),
+        (lambda: ops.ResizeBilinearGrad(root, x, np.ones((1, 3, 0, 2), F32)),
+         "original dimensions must be positive"),
+        (lambda: ops.ResizeBilinearGrad(root, x, np.ones((2, 3, 4, 2), F32)),
+         "same batch"),
+        (lambda: ops.ResizeBilinearGrad(root, x.astype(F64), x), "grads"),
+    ]
+    for build, words in cases:
+        with pytest.raises(InvalidArgumentError, match=words):
+            build()
+    sp = ops.Placeholder(root, mg.int32, shape=[None])
+    y = ops.ResizeBilinear(root.WithOpName("r"), x, sp)
+    assert y.shape == (1, None, None, 2)
+    with pytest.raises(InvalidArgumentError, match="ResizeBilinear 'r'.*output dimensions"):
+        run(y, feeds={sp: np.array([3, 0], np.int32)})
+    with pytest.raises(InvalidArgumentError, match="shape_t must have two elements"):
+        run(y, feeds={sp: np.array([3], np.int32)})
+
+
+# ----------------------------------------------------------------------------- gradients
+
+
+def assert_gradients_match(xs, values, y, feeds=None):
+    theoretical, numerical = compute_gradient(xs, values, y, feeds=feeds)
+    assert max_error(theoretical, numerical) < 1e-6
+    assert max(float(np.abs(n).max()) for n in numerical) > 1e-3
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("sizes", [((3, 4), (5, 7)), ((5, 7), (2, 3))], ids=str)
+def test_resize_gradients_first_and_second_order(mode, sizes):
+    (h, w), (oh, ow) = sizes
+    rng = np.random.default_rng(11)
+    kw = dict(align_corners=mode[0], half_pixel_centers=mode[1])
+    root = mg.Scope.NewRootScope()
+    xp = ops.Placeholder(root, mg.float32, shape=(2, h, w, 2))
+    gp = ops.Placeholder(root, mg.float32, shape=(2, oh, ow, 2))
+    x, g = rng.standard_normal((2, h, w, 2)), rng.standard_normal((2, oh, ow, 2))
+    assert_gradients_match([xp], [x], ops.ResizeNearestNeighbor(root, xp, [oh, ow], **kw))
+    assert_gradients_match([xp], [x], ops.ResizeBilinear(root, xp, [oh, ow], **kw))
+    assert_gradients_match([gp], [g], ops.ResizeNearestNeighborGrad(root, gp, [h, w], **kw))
+    assert_gradients_match([gp], [g], ops.ResizeBilinearGrad(root, gp, xp, **kw),
+                           feeds={xp: x})
+
+
+IMAGE_GRADIENT_TESTS = dict.fromkeys(
+    ["ResizeNearestNeighbor", "ResizeBilinear", "ResizeNearestNeighborGrad",
+     "ResizeBilinearGrad"], "test_resize_gradients_first_and_second_order")
+
+
+def test_every_image_gradient_is_checked():
+    from minigraph.ops import image_ops
+    ours = {getattr(image_ops, name).op_def.name for name in image_ops.__all__}
+    registered = {op for op, fn in registered_gradients().items() if fn is not None
+                  and op in ours}
+    assert registered == set(IMAGE_GRADIENT_TESTS)
+    assert all(name in globals() for name in IMAGE_GRADIENT_TESTS.values())
+
+
+# ----------------------------------------------------------------------------- TensorFlow
+
+
+@pytest.fixture(scope="module")
+def tf():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return pytest.importorskip("tensorflow")
+
+
+def degenerate(sizes, mode) -> bool:
+    """An input height of 1 with align_corners: TF's ResizeBilinearGrad sums differ from its
+    loop order by a few ulps there (see the module docstring)."""
+    return mode[0] and sizes[0][0] == 1
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_against_tensorflow_bit_for_bit(tf, backend, mode):
+    rng = np.random.default_rng(12)
+    kw = dict(align_corners=mode[0], half_pixel_centers=mode[1])
+    for sizes in SIZES + [((1, 4), (3, 4)), ((1, 1), (5, 4))]:
+        (h, w), (oh, ow) = sizes
+        x = rng.standard_normal((2, h, w, 3)).astype(F32)
+        x[0, 0, 0, 0] = np.inf if (h, w) == (oh, ow) else x[0, 0, 0, 0]  # a copy keeps inf
+        g = rng.standard_normal((2, oh, ow, 3)).astype(F32)
+        theirs = [tf.raw_ops.ResizeNearestNeighbor(images=x, size=[oh, ow], **kw),
+                  tf.raw_ops.ResizeBilinear(images=x, size=[oh, ow], **kw),
+                  tf.raw_ops.ResizeNearestNeighborGrad(grads=g, size=[h, w], **kw),
+                  tf.raw_ops.ResizeBilinearGrad(grads=g, original_image=x, **kw)]
+        root = mg.Scope.NewRootScope()
+        mine = run([ops.ResizeNearestNeighbor(root, x, [oh, ow], **kw),
+                    ops.ResizeBilinear(root, x, [oh, ow], **kw),
+                    ops.ResizeNearestNeighborGrad(root, g, [h, w], **kw),
+                    ops.ResizeBilinearGrad(root, g, x, **kw)], backend)
+        for index, (a, b) in enumerate(zip(mine, theirs)):
+            b = b.numpy()
+            assert a.dtype == b.dtype and a.shape == b.shape, (sizes, index)
+            if index == 3 and degenerate(sizes, mode):
+                np.testing.assert_allclose(a, b, rtol=0, atol=2e-7 * np.abs(g).sum())
+            else:
+                np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32),
+                                              err_msg=str((sizes, index)))
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_other_dtypes_against_tensorflow(tf, backend):
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 4, 5, 2))
+    g = rng.standard_normal((1, 7, 3, 2)).astype(F32)
+    kw = dict(half_pixel_centers=True)
+    for dtype in (np.float16, F64, np.int32):
+        xd = (x * 10).astype(dtype)
+        root = mg.Scope.NewRootScope()
+        mine = run([ops.ResizeNearestNeighbor(root, xd, [7, 3], **kw),
+                    ops.ResizeBilinear(root, xd, [7, 3], **kw)], backend)
+        theirs = [tf.raw_ops.ResizeNearestNeighbor(images=xd, size=[7, 3], **kw).numpy(),
+                  tf.raw_ops.ResizeBilinear(images=xd, size=[7, 3], **kw).numpy()]
+        for a, b in zip(mine, theirs):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+    for dtype in (np.float16, F64):
+        root = mg.Scope.NewRootScope()
+        mine = run(ops.ResizeBilinearGrad(root, g, x.astype(dtype), **kw), backend)
+        theirs = tf.raw_ops.ResizeBilinearGrad(grads=g, original_image=x.astype(dtype),
+                                               **kw).numpy()
+        assert mine.dtype == theirs.dtype
+        np.testing.assert_allclose(mine.astype(F64), theirs.astype(F64), rtol=1e-3)
+
+
+def freeze(tf, model, shape):
+    """A tf_keras model frozen as TF 2.21 does: (GraphDef, input name, output name)."""
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+    function = tf.function(lambda x: model(x, training=False)).get_concrete_function(
+        tf.TensorSpec(shape, tf.float32))
+    frozen = convert_variables_to_constants_v2(function)
+    return frozen.graph.as_graph_def(), frozen.inputs[0].name, frozen.outputs[0].name
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_frozen_keras_resizes_import_and_match(tf, backend):
+    keras = pytest.importorskip("tf_keras")
+    layers = keras.layers
+    x = np.random.default_rng(14).standard_normal((2, 4, 5, 3)).astype(F32)
+    models = [layers.UpSampling2D((2, 3), interpolation="nearest"),
+              layers.UpSampling2D(2, interpolation="bilinear"),
+              layers.Resizing(9, 11), layers.Resizing(3, 2, interpolation="nearest")]
+    for layer in models:
+        model = keras.Sequential([layer])
+        graph_def, x_name, y_name = freeze(tf, model, [None, 4, 5, 3])
+        assert any(n.op.startswith("Resize") for n in graph_def.node)
+        root = mg.import_graph_def(graph_def.SerializeToString())
+        graph = root.graph()
+        ours = mg.ClientSession(root, backend=backend).Run(
+            {graph.get_tensor_by_name(x_name): x}, [graph.get_tensor_by_name(y_name)])[0]
+        np.testing.assert_array_equal(ours, model(x).numpy())
