@@ -3,12 +3,13 @@ common Keras layer, frozen by TensorFlow (needs the ``oracle`` extra on a cold c
 
 Every entry is frozen the way :func:`minigraph.testing.tf_graphs.frozen_keras` freezes
 Keras models (random weights, ``training=False``, batch dimension unknown) and run by
-TensorFlow once, on a batch of :data:`BATCH`. Applications are built with
+TensorFlow once, on a batch of :data:`BATCH`, with grappler's remapper off
+(:func:`remapper_off` says why). Applications are built with
 ``weights=None`` (nothing is downloaded) and ``classifier_activation=None``: their logits
 are compared, since a softmax of random-weight logits is close to one-hot and would hide
 errors in everything before it.
 
-Freezing takes TensorFlow 1-20 s a model, so :func:`load` keeps what it made in a disk
+Freezing takes TensorFlow 0.1-50 s an entry (2 busy cores), so :func:`load` keeps what it made in a disk
 cache (``$MINIGRAPH_TF_CACHE``, default ``~/.cache/minigraph/keras_zoo``): one ``.npz`` per
 entry holding the GraphDef bytes, the feeds, the fetch names and TensorFlow's outputs,
 named by the entry, the TensorFlow and tf_keras versions and a digest of the source that
