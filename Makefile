@@ -42,9 +42,11 @@ test: $(VENV)/.test
 	$(PY) -m pytest -q -rs
 	$(PY) -m pytest -q -rs tests/test_opencl.py
 
-# A longer bad-input fuzz campaign than the one in `make test` (tests/test_fuzz.py).
+# A longer bad-input fuzz campaign than the one in `make test` (tests/test_fuzz.py): every op,
+# then the hostile-file families with megabyte inputs (tests/fuzz/hostile.py).
 fuzz: $(VENV)/.test
 	$(PY) -m tests.fuzz.run --cases 200
+	$(PY) -m tests.fuzz.hostile --cases 100 --scale 4
 
 # The same campaign on the native kernels built with ASan + UBSan (into build/asan/, never over
 # minigraph/_native*.so; tests/fuzz/sanitized.py). `make test` runs a short one

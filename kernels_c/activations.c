@@ -24,22 +24,24 @@ typedef struct {
     act_binary_fn binary;
     const float *g, *x;
     float *y;
+    float a;
 } elementwise_call;
 
 static void elementwise_chunk(void *ctx, int64_t lo, int64_t hi)
 {
     const elementwise_call *c = ctx;
     if (c->unary)
-        c->unary(c->x + lo, c->y + lo, hi - lo);
+        c->unary(c->x + lo, c->y + lo, hi - lo, c->a);
     else
         c->binary(c->g + lo, c->x + lo, c->y + lo, hi - lo);
 }
 
-static int run_unary(int op, int64_t count, const float *x, float *y, int num_threads)
+static int run_unary(int op, int64_t count, const float *x, float *y, float a,
+                     int num_threads)
 {
     if (count < 0 || (count && (!x || !y)))
         return MG_EINVAL;
-    elementwise_call c = {act_kernels()->unary[op], NULL, NULL, x, y};
+    elementwise_call c = {act_kernels()->unary[op], NULL, NULL, x, y, a};
     mg_pool_rows(mg_stream_threads(num_threads, count), count, 16, elementwise_chunk, &c);
     return MG_OK;
 }
@@ -49,7 +51,7 @@ static int run_binary(int op, int64_t count, const float *g, const float *x, flo
 {
     if (count < 0 || (count && (!g || !x || !dx)))
         return MG_EINVAL;
-    elementwise_call c = {NULL, act_kernels()->binary[op], g, x, dx};
+    elementwise_call c = {NULL, act_kernels()->binary[op], g, x, dx, 0.0f};
     mg_pool_rows(mg_stream_threads(num_threads, count), count, 16, elementwise_chunk, &c);
     return MG_OK;
 }
@@ -57,7 +59,12 @@ static int run_binary(int op, int64_t count, const float *g, const float *x, flo
 #define ACT_UNARY_ENTRY(name, expr)                                                         \
     int mg_##name(int64_t count, const float *x, float *y, int num_threads)                \
     {                                                                                       \
-        return run_unary(ACT_##name, count, x, y, num_threads);                             \
+        return run_unary(ACT_##name, count, x, y, 0.0f, num_threads);                       \
+    }
+#define ACT_SCALED_ENTRY(name, expr)                                                        \
+    int mg_##name(int64_t count, const float *x, float *y, float a, int num_threads)       \
+    {                                                                                       \
+        return run_unary(ACT_##name, count, x, y, a, num_threads);                          \
     }
 #define ACT_BINARY_ENTRY(name, expr)                                                        \
     int mg_##name(int64_t count, const float *g, const float *features, float *dx,         \
@@ -66,6 +73,7 @@ static int run_binary(int op, int64_t count, const float *g, const float *x, flo
         return run_binary(ACT_##name, count, g, features, dx, num_threads);                 \
     }
 MG_UNARY_ACTIVATIONS(ACT_UNARY_ENTRY)
+MG_SCALED_ACTIVATIONS(ACT_SCALED_ENTRY)
 MG_BINARY_ACTIVATIONS(ACT_BINARY_ENTRY)
 
 enum { EPILOGUE_BLOCK_FLOATS = 4096 }; /* 16 KiB: a block stays in L1 through every stage */
@@ -85,9 +93,9 @@ static void epilogue_rows(const act_kernel_table *t, int64_t lo, int64_t hi, int
         if (e->residual)
             t->add(yb, e->residual + start, rows * channels);
         if (e->activation == 1)
-            t->unary[ACT_relu](yb, yb, rows * channels);
+            t->unary[ACT_relu](yb, yb, rows * channels, 0.0f);
         else if (e->activation == 2)
-            t->unary[ACT_relu6](yb, yb, rows * channels);
+            t->unary[ACT_relu6](yb, yb, rows * channels, 0.0f);
     }
 }
 

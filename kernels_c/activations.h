@@ -2,10 +2,25 @@
  *
  *   Relu:       y = x > 0 ? x : +0, and NaN stays NaN (as numpy.maximum(x, 0))
  *   Relu6:      y = min(max(x, 0), 6): x > 0 ? min(x, 6) : +0, and NaN stays NaN
+ *   LeakyRelu:  y = x > 0 ? x : x * alpha (TensorFlow's select: NaN stays NaN)
+ *   Softsign:   y = x / (1 + |x|) (+-inf gives NaN, as TensorFlow's)
  *   ReluGrad:   dx = g where features > 0, else a zero
  *   Relu6Grad:  dx = g where 0 < features < 6, else a zero
- * (the exact expressions, signs of zeros included: activations_internal.h). Each is one line of activations_internal.h (its scalar formula); activations_template.h
- * makes the per-ISA loops of it and activations.c the entry point (threads, checks).
+ * (the exact expressions, signs of zeros included: activations_internal.h): bit for bit the
+ * numpy kernels. The exponential ones (mg_mathf.h), each within the stated bound of the
+ * exact value (ulps of the float32 result, measured over float32 inputs sampled across the
+ * whole line, tests/test_activation_ops.py):
+ *   Sigmoid:    1 / (1 + e^-x)                                     <= 3 ulp
+ *   Tanh:       tanh x                                             <= 3 ulp
+ *   Elu:        x < 0 ? e^x - 1 : x                                <= 1 ulp
+ *   Selu:       x < 0 ? scale * alpha * (e^x - 1) : scale * x       <= 2 ulp
+ *               (TensorFlow's float constants, activations_internal.h)
+ *   Softplus:   log(1 + e^x)                                       <= 3 ulp
+ * with TensorFlow's values at +-inf (0/1, -1/1, -1, -scale * alpha, 0/inf) and NaN staying
+ * NaN; results that are subnormal stay subnormal (TensorFlow flushes them to zero).
+ * Each is one line of activations_internal.h (its scalar formula); activations_template.h
+ * makes the per-ISA loops of it and activations.c the entry point (threads, checks). Every
+ * ISA computes the same bits (no FMA contraction), whatever the thread count.
  *
  * Return value (mg_runtime.h): MG_OK, or MG_EINVAL (count < 0, or a NULL buffer with
  * count > 0). `num_threads` <= 1: the calling thread.
@@ -22,6 +37,13 @@
 /* BEGIN CDEF */
 int mg_relu(int64_t count, const float *x, float *y, int num_threads);
 int mg_relu6(int64_t count, const float *x, float *y, int num_threads);
+int mg_sigmoid(int64_t count, const float *x, float *y, int num_threads);
+int mg_tanh(int64_t count, const float *x, float *y, int num_threads);
+int mg_elu(int64_t count, const float *x, float *y, int num_threads);
+int mg_selu(int64_t count, const float *x, float *y, int num_threads);
+int mg_softplus(int64_t count, const float *x, float *y, int num_threads);
+int mg_softsign(int64_t count, const float *x, float *y, int num_threads);
+int mg_leaky_relu(int64_t count, const float *x, float *y, float alpha, int num_threads);
 
 int mg_relu_grad(int64_t count, const float *g, const float *features, float *dx,
                  int num_threads);

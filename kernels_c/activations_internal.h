@@ -3,13 +3,19 @@
  * points (declared in activations.h's CDEF region, one line there too).
  *
  *   unary:  X(name, expression of float x)               -> int mg_<name>(count, x, y, nt)
+ *   scaled: X(name, expression of float x and float a)   -> int mg_<name>(count, x, y, a, nt)
+ *           (a: the op's float attr, LeakyRelu's alpha)
  *   binary: X(name, expression of float g and float x)   -> int mg_<name>(count, g, features,
  *           (gradients: g the incoming gradient,                           dx, nt)
  *            x the forward input, "features")
  * The compiler vectorizes each expression for the ISA the template is compiled for (compare
- * and select: keep it branch-free, no calls but builtins). Gradients are TensorFlow's
+ * and select: keep it branch-free, no calls but builtins and the inline exponentials of
+ * mg_mathf.h). Gradients are TensorFlow's
  * g * mask, written as a select between g (g * 1 is g) and g * 0 so that GCC vectorizes it
  * on every ISA: an infinite or NaN gradient where the mask is 0 gives NaN, a negative one -0.
+ * The loops are compiled without FMA contraction, so every ISA computes the same bits:
+ * relu, relu6, leaky_relu and softsign (single roundings) are bit for bit the numpy kernels;
+ * the exponential ones are within the ulp bounds activations.h states.
  */
 #ifndef MINIGRAPH_ACTIVATIONS_INTERNAL_H
 #define MINIGRAPH_ACTIVATIONS_INTERNAL_H
@@ -20,19 +26,33 @@
 
 #define MG_UNARY_ACTIVATIONS(X)                                                             \
     X(relu, (x > 0.0f || x != x) ? x : 0.0f)                                                \
-    X(relu6, x > 0.0f ? (x < 6.0f ? x : 6.0f) : (x != x ? x : 0.0f))
+    X(relu6, x > 0.0f ? (x < 6.0f ? x : 6.0f) : (x != x ? x : 0.0f))                      \
+    X(sigmoid, mgf_sigmoid(x))                                                              \
+    X(tanh, mgf_tanh(x))                                                                    \
+    X(elu, x < 0.0f ? mgf_expm1_neg(x) : x)                                                 \
+    X(selu, x < 0.0f ? MG_SELU_SCALE_ALPHA * mgf_expm1_neg(x) : MG_SELU_SCALE * x)          \
+    X(softplus, mgf_softplus(x))                                                            \
+    X(softsign, x / (1.0f + __builtin_fabsf(x)))
+
+#define MG_SCALED_ACTIVATIONS(X) X(leaky_relu, x > 0.0f ? x : x * a)
+
+/* SELU's constants (Klambauer et al., 2017) as TensorFlow rounds them to float:
+ * scale = 1.0507009873554804934..., scale * alpha = 1.7580993408473768599... */
+#define MG_SELU_SCALE 1.05070102214813232421875f
+#define MG_SELU_SCALE_ALPHA 1.7580993175506591796875f
 
 #define MG_BINARY_ACTIVATIONS(X)                                                            \
     X(relu_grad, x > 0.0f ? g : g * 0.0f)                                                   \
     X(relu6_grad, (x > 0.0f && x < 6.0f) ? g : g * 0.0f)
 
 #define ACT_ID(name, expr) ACT_##name,
-enum { MG_UNARY_ACTIVATIONS(ACT_ID) ACT_NUNARY };
+enum { MG_UNARY_ACTIVATIONS(ACT_ID) MG_SCALED_ACTIVATIONS(ACT_ID) ACT_NUNARY };
 enum { MG_BINARY_ACTIVATIONS(ACT_ID) ACT_NBINARY };
 #undef ACT_ID
 
-/* y[i] = f(x[i]) / dx[i] = f(g[i], x[i]) for i < n */
-typedef void (*act_unary_fn)(const float *x, float *y, int64_t n);
+/* y[i] = f(x[i]) (a: a scaled activation's parameter, unused by the others) / dx[i] =
+ * f(g[i], x[i]) for i < n */
+typedef void (*act_unary_fn)(const float *x, float *y, int64_t n, float a);
 typedef void (*act_binary_fn)(const float *g, const float *x, float *dx, int64_t n);
 
 /* The stages of a per-channel epilogue (mg_channel_epilogue), in place on rows of

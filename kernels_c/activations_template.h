@@ -1,12 +1,22 @@
 /* The activation loops, generated from the list in activations_internal.h and instantiated
  * per ISA by activations_isa_<isa>.c: each expression becomes a loop the compiler
- * vectorizes for the ISA's target (AVX-512, AVX2 or the baseline), tails included.
+ * vectorizes for the ISA's target (AVX-512, AVX2 or the baseline), tails included, without
+ * FMA contraction (every ISA rounds each operation alike: the same bits everywhere).
  *
  * Needs: MG_ISA_NAME (the ISA's name token: defines act_kernels_<isa>).
  */
+#pragma GCC push_options
+/* fp-contract=off: no fused multiply-adds (the same bits on every ISA); no-trapping-math: a
+ * select may evaluate both sides (as a vector select does), so the loops with selects around
+ * arithmetic vectorize on AVX2 and the baseline too. Values are unchanged by either. */
+#pragma GCC optimize("fp-contract=off", "no-trapping-math") /* to the pop below */
+#include "mg_mathf.h"
+
 #define ACT_UNARY_LOOP(name, expr)                                                          \
-    static void MG_ISA_FN(name)(const float *restrict xs, float *restrict ys, int64_t n)   \
+    static void MG_ISA_FN(name)(const float *restrict xs, float *restrict ys, int64_t n,   \
+                                const float a)                                              \
     {                                                                                       \
+        (void)a;                                                                            \
         for (int64_t i = 0; i < n; ++i) {                                                   \
             const float x = xs[i];                                                          \
             ys[i] = (expr);                                                                 \
@@ -22,7 +32,9 @@
         }                                                                                   \
     }
 MG_UNARY_ACTIVATIONS(ACT_UNARY_LOOP)
+MG_SCALED_ACTIVATIONS(ACT_UNARY_LOOP)
 MG_BINARY_ACTIVATIONS(ACT_BINARY_LOOP)
+#pragma GCC pop_options
 
 /* The epilogue stages (activations_internal.h); the affine one rounds as mg_affine.h says. */
 #include "mg_affine.h"
@@ -76,7 +88,7 @@ static void MG_ISA_FN(rows_sum)(float *restrict acc, const float *restrict x, in
 
 #define ACT_ENTRY(name, expr) MG_ISA_FN(name),
 const act_kernel_table MG_ISA_FN(act_kernels) = {
-    .unary = {MG_UNARY_ACTIVATIONS(ACT_ENTRY)},
+    .unary = {MG_UNARY_ACTIVATIONS(ACT_ENTRY) MG_SCALED_ACTIVATIONS(ACT_ENTRY)},
     .binary = {MG_BINARY_ACTIVATIONS(ACT_ENTRY)},
     .channel_add = MG_ISA_FN(channel_add),
     .channel_affine = MG_ISA_FN(channel_affine),

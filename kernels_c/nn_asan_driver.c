@@ -1,11 +1,13 @@
 /* Test driver for `make asan` (convolution.h, depthwise.h, pooling.h, activations.h,
- * optimizers.h):
+ * broadcast.h, optimizers.h):
  * every entry point over awkward sizes, both layouts, SAME/VALID-like pads, every
  * instruction set this CPU has and 1 or 3 threads, under AddressSanitizer +
  * UndefinedBehaviorSanitizer. Inputs are allocated at their exact size (scalar over-reads
  * are seen); outputs sit between guard bytes that must survive (ASan does not see masked
- * vector stores). Results are checked against naive loops in double precision, Relu6 and
- * Relu6Grad against their scalar formulas bit for bit. */
+ * vector stores). Results are checked against naive loops in double precision, Relu6,
+ * Relu6Grad, LeakyRelu, Softsign and the broadcasting binary ops against their scalar
+ * formulas bit for bit, the exponential activations against libm's double within their ulp
+ * bounds (activations.h). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include "depthwise.h"
 #include "activations.h"
 #include "activations_internal.h"
+#include "broadcast.h"
 #include "optimizers.h"
 #include "pooling.h"
 
@@ -315,6 +318,114 @@ static void elementwise_case(int64_t count, int threads, int shift)
     free(var);
 }
 
+/* |y - exact| in ulps of the float32 result (the subnormals' spacing below 2^-126) */
+static double ulp_error(float y, double exact)
+{
+    if (isnan(exact) || isinf(exact))
+        return (isnan(exact) ? isnan(y) : y == exact) ? 0.0 : INFINITY;
+    int e;
+    frexp(exact, &e);
+    return fabs((double)y - exact) / ldexp(1.0, e - 24 < -149 ? -149 : e - 24);
+}
+
+static double sigmoid_ref(double x) { return 1.0 / (1.0 + exp(-x)); }
+static double elu_ref(double x) { return x < 0 ? expm1(x) : x; }
+static double selu_ref(double x)
+{
+    return x < 0 ? 1.7580993408473768599 * expm1(x) : 1.0507009873554804934 * x;
+}
+static double softplus_ref(double x) { return (x > 0 ? x : 0) + log1p(exp(-fabs(x))); }
+
+/* The exponential activations within their bounds, LeakyRelu and Softsign exactly, over
+ * [-30, 30) with the edges (0, -0, inf, NaN, subnormals, the ends of exp's range) in */
+static void exponential_case(int64_t count, int threads, int shift)
+{
+    typedef int (*unary)(int64_t, const float *, float *, int);
+    static const struct {
+        const char *name;
+        unary run;
+        double (*exact)(double);
+        double bound;
+    } acts[] = {{"sigmoid", mg_sigmoid, sigmoid_ref, 3}, {"tanh", mg_tanh, tanh, 3},
+                {"elu", mg_elu, elu_ref, 1}, {"selu", mg_selu, selu_ref, 2},
+                {"softplus", mg_softplus, softplus_ref, 3}};
+    static const float edges[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1e-40f, -1e-40f,
+                                  -88.8f, -103.9f, -104.5f, 88.7f, 89.5f, 0.55f, -0.55f};
+    float *x = input((size_t)count);
+    for (int64_t i = 0; i < count; ++i)
+        x[i] = i < (int64_t)(sizeof edges / sizeof edges[0]) ? edges[i] : 30.0f * x[i];
+    unsigned char *blk;
+    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; ++k) {
+        float *y = output((size_t)count, shift, &blk);
+        CHECK(acts[k].run(count, x, y, threads) == 0, "%s", acts[k].name);
+        for (int64_t i = 0; i < count; ++i) {
+            const double err = ulp_error(y[i], acts[k].exact((double)x[i]));
+            CHECK(err <= acts[k].bound, "%s(%a) = %a: %g ulp", acts[k].name, (double)x[i],
+                  (double)y[i], err);
+        }
+        check_guards(blk, (size_t)count, shift, acts[k].name);
+        free(blk);
+    }
+    float *y = output((size_t)count, shift, &blk);
+    CHECK(mg_leaky_relu(count, x, y, 0.3f, threads) == 0, "leaky_relu");
+    for (int64_t i = 0; i < count; ++i) {
+        const float want = x[i] > 0.0f ? x[i] : x[i] * 0.3f;
+        CHECK(memcmp(&y[i], &want, sizeof want) == 0 || (isnan(want) && isnan(y[i])),
+              "leaky_relu at %ld", (long)i);
+    }
+    check_guards(blk, (size_t)count, shift, "leaky_relu");
+    free(blk);
+    y = output((size_t)count, shift, &blk);
+    CHECK(mg_softsign(count, x, y, threads) == 0, "softsign");
+    for (int64_t i = 0; i < count; ++i) {
+        const float want = x[i] / (1.0f + fabsf(x[i]));
+        CHECK(memcmp(&y[i], &want, sizeof want) == 0 || (isnan(want) && isnan(y[i])),
+              "softsign at %ld", (long)i);
+    }
+    check_guards(blk, (size_t)count, shift, "softsign");
+    free(blk);
+    free(x);
+}
+
+/* z = x OP y broadcast, for every op of the list: exactly the scalar operation, element by
+ * element (naive index arithmetic), z between guard bytes, inputs at their exact sizes */
+static void broadcast_case(int rank, const int64_t *dims, const int64_t *x_dims,
+                           const int64_t *y_dims, int threads, int shift)
+{
+    int64_t count = 1, x_count = 1, y_count = 1;
+    for (int d = 0; d < rank; ++d) {
+        count *= dims[d];
+        x_count *= x_dims[d];
+        y_count *= y_dims[d];
+    }
+    float *x = input((size_t)x_count), *y = input((size_t)y_count);
+    for (int op = 0; op < mg_broadcast_op_count(); ++op) {
+        unsigned char *blk;
+        float *z = output((size_t)count, shift, &blk);
+        CHECK(mg_broadcast(op, rank, dims, x_dims, y_dims, x, y, z, threads) == 0, "%s",
+              mg_broadcast_op_name(op));
+        for (int64_t i = 0; i < count; ++i) {
+            int64_t rest = i, xi = 0, yi = 0, xs = 1, ys = 1;
+            for (int d = rank - 1; d >= 0; --d) {
+                const int64_t k = rest % dims[d];
+                rest /= dims[d];
+                xi += (x_dims[d] == 1 ? 0 : k) * xs;
+                yi += (y_dims[d] == 1 ? 0 : k) * ys;
+                xs *= x_dims[d];
+                ys *= y_dims[d];
+            }
+            const float a = x[xi], b = y[yi];
+            const float want = op == 0 ? a + b : op == 1 ? a - b : op == 2 ? a * b : a / b;
+            CHECK(memcmp(&z[i], &want, sizeof want) == 0, "%s at %ld",
+                  mg_broadcast_op_name(op), (long)i);
+        }
+        check_guards(blk, (size_t)count, shift, mg_broadcast_op_name(op));
+        free(blk);
+    }
+    free(x);
+    free(y);
+}
+
 int main(void)
 {
     static const int64_t convs[][7] = {
@@ -362,9 +473,22 @@ int main(void)
                 depthwise_case(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9],
                                g[10], threads, shift);
             }
-        for (int64_t count = 0; count < 70; count += 7)
+        for (int64_t count = 0; count < 70; count += 7) {
             elementwise_case(count, 1, (int)(count % 16));
+            exponential_case(count, 1, (int)(count % 16));
+        }
         elementwise_case(100003, 3, 5);
+        exponential_case(100003, 3, 5);
+        static const int64_t shapes[][3][3] = {
+            /* dims, x_dims, y_dims (rank 3; merged shapes as Python passes them) */
+            {{5, 7, 3}, {5, 7, 3}, {5, 7, 3}}, {{5, 7, 3}, {1, 7, 3}, {5, 7, 1}},
+            {{1, 33, 17}, {1, 33, 17}, {1, 1, 17}}, {{4, 5, 19}, {4, 1, 19}, {4, 5, 19}},
+            {{3, 1, 1}, {3, 1, 1}, {1, 1, 1}}, {{2, 6, 1}, {1, 1, 1}, {2, 6, 1}},
+            {{41, 64, 17}, {41, 64, 17}, {1, 64, 1}}, /* 44608: three threads */
+        };
+        for (int threads = 1; threads <= 3; threads += 2)
+            for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i, shift = (shift + 1) % 16)
+                broadcast_case(3, shapes[i][0], shapes[i][1], shapes[i][2], threads, shift);
     }
     /* bad arguments */
     float one = 1.0f;
@@ -392,6 +516,12 @@ int main(void)
                                1) == MG_EINVAL, "depthwise NULL input accepted");
     CHECK(mg_relu6(-1, &one, &one, 1) == MG_EINVAL, "relu6 count < 0 accepted");
     CHECK(mg_relu6_grad(3, &one, NULL, &one, 1) == MG_EINVAL, "relu6_grad NULL accepted");
+    CHECK(mg_leaky_relu(-1, &one, &one, 0.2f, 1) == MG_EINVAL, "leaky_relu count < 0 accepted");
+    const int64_t two = 2, three = 3;
+    CHECK(mg_broadcast(0, 1, &three, &two, &three, &one, &one, &one, 1) == MG_EINVAL,
+          "broadcast of 2 against 3 accepted");
+    CHECK(mg_broadcast(0, 1, &two, &two, &two, NULL, &one, &one, 1) == MG_EINVAL,
+          "broadcast NULL accepted");
     CHECK(mg_apply_adam(2, &one, &one, &one, NULL, 0.1f, 0.9f, 0.999f, 1e-7f, 0, &one, &one,
                         &one) == MG_EINVAL, "adam NULL accepted");
     CHECK(mg_max_pool(1, 4, 4, 1, (int64_t)1 << 40, 2, 1, 2, 0, 0, 4, 2, 1, &one, &one, 1) ==

@@ -1,13 +1,17 @@
 """Public error classes (``mg.errors.InvalidArgumentError``)."""
 
 from minigraph.framework.errors import (
+    AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     ResourceExhaustedError,
     UnavailableError,
     UnimplementedError,
+    UnknownError,
 )
 
-__all__ = ["FailedPreconditionError", "InvalidArgumentError", "NotFoundError",
-           "ResourceExhaustedError", "UnavailableError", "UnimplementedError"]
+__all__ = ["AlreadyExistsError", "FailedPreconditionError", "InvalidArgumentError",
+           "NotFoundError", "PermissionDeniedError", "ResourceExhaustedError",
+           "UnavailableError", "UnimplementedError", "UnknownError"]

@@ -36,6 +36,7 @@ directory) before reading its data, so a member claiming terabytes is refused, n
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -49,9 +50,10 @@ from typing import IO, Any
 
 import numpy as np
 
-from minigraph.framework import dtypes
+from minigraph.framework import dtypes, files
 from minigraph.framework.errors import InvalidArgumentError, NotFoundError
 from minigraph.framework.graph import Graph
+from minigraph.framework.names import path_problem, shown
 from minigraph.framework.op_def import build_operation, build_variadic_operation, get_op_def
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import TensorShape
@@ -127,17 +129,29 @@ def _remove_stale_temporaries(directory: str, base: str) -> None:
             pass
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> str:
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None],
+                 what: str = "write") -> str:
     """Write ``path`` atomically: ``write(file)`` fills a new temporary file in the same
     directory, which is flushed to disk and renamed over ``path`` (``os.replace``).
 
     The temporary is ``<name>.<host>.<pid>.<random>.tmp``, created exclusively with mode
     ``0o666`` less the umask (like ``open(path, "w")``); it is removed if anything fails, and
     one left by a killed writer (a process of this host that no longer exists) is removed by
-    the next write of the same file. Returns ``path``.
+    the next write of the same file. Returns ``path``. A path no file can have and every
+    OS error are ``mg.errors`` exceptions naming the file (:mod:`minigraph.framework.files`).
     """
-    path = os.fspath(path)
-    directory, base = os.path.split(os.path.abspath(path))
+    path = files.check_path(path, what)
+    with files.os_errors(f"{what}: cannot write '{shown(path)}'"):
+        return _atomic_write(path, write)
+
+
+def _atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> str:
+    # the path as given, not normalized: "d/x/../f" resolves through x as open() would,
+    # and "f/" names a directory, never the file "f"
+    directory, base = os.path.split(path)
+    if not base or os.path.isdir(path):  # os.replace would only say so about the rename
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+    directory = directory or os.curdir
     os.makedirs(directory, exist_ok=True)
     _remove_stale_temporaries(directory, base)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(
@@ -192,8 +206,9 @@ class NpzReader:
     """
 
     def __init__(self, path: str | os.PathLike, what: str) -> None:
-        self.path = os.fspath(path)
+        self.path = files.check_path(path, what)
         self.what = what
+        files.require_regular_file(self.path, f"{what} '{shown(self.path)}'")
         try:
             with open(self.path, "rb") as file:
                 magic = file.read(6)
@@ -362,7 +377,12 @@ def write_graph(graph: Graph | Scope, path: str | os.PathLike) -> str:
     already exists and is not a minigraph constants file: it is someone else's.
     """
     graph = graph.graph() if isinstance(graph, Scope) else graph
-    path = os.fspath(path)
+    path = files.check_path(path, "write_graph")
+    for op in graph.operations():
+        problem = path_problem(op.name)
+        if problem:
+            raise InvalidArgumentError(f"write_graph: op '{shown(op.name)}' cannot be written: "
+                                       f"{problem}, so read_graph would refuse it")
     sidecar = constants_path(path)
     if os.path.lexists(sidecar) and not _is_constants_file(sidecar):
         raise InvalidArgumentError(
@@ -377,8 +397,8 @@ def write_graph(graph: Graph | Scope, path: str | os.PathLike) -> str:
         "attrs": {k: _encode(k, v, arrays, op.name) for k, v in sorted(op.attrs.items())},
     } for op in graph.operations()]
     text = json.dumps({"format": FORMAT, "version": VERSION, "ops": ops}, indent=1)
-    atomic_write(sidecar, lambda file: write_npz(file, arrays))
-    atomic_write(path, lambda file: file.write(text.encode("utf-8")))
+    atomic_write(sidecar, lambda file: write_npz(file, arrays), "write_graph")
+    atomic_write(path, lambda file: file.write(text.encode("utf-8")), "write_graph")
     return path
 
 
@@ -395,17 +415,14 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
 
 
 def _load_document(path: str) -> Any:
-    try:
-        with open(path, "rb") as file:  # in chunks: read(n) would allocate n bytes first
-            chunks, size = [], 0
-            while size <= MAX_GRAPH_FILE_BYTES and (chunk := file.read(1 << 20)):
-                chunks.append(chunk)
-                size += len(chunk)
-        data = b"".join(chunks)
-    except FileNotFoundError:
-        raise NotFoundError(f"graph file '{path}' does not exist") from None
-    except OSError as exc:
-        raise InvalidArgumentError(f"cannot read graph file '{path}': {exc}") from None
+    what = f"read_graph: graph file '{shown(path)}'"
+    files.require_regular_file(path, what)
+    with files.os_errors(what), open(path, "rb") as file:
+        chunks, size = [], 0  # in chunks: read(n) would allocate n bytes first
+        while size <= MAX_GRAPH_FILE_BYTES and (chunk := file.read(1 << 20)):
+            chunks.append(chunk)
+            size += len(chunk)
+    data = b"".join(chunks)
     if len(data) > MAX_GRAPH_FILE_BYTES:
         raise InvalidArgumentError(f"'{path}' is larger than {MAX_GRAPH_FILE_BYTES} bytes, the "
                                    "most a graph file may have")
@@ -481,7 +498,10 @@ class _Checker:
             raise self.fail(f"must be an object, got {_json_type(entry)}")
         name = entry.get("name")
         name = self.string(name, "\"name\"", allow_empty=False)
-        self.where = f"'{self.path}': op '{name}'"
+        self.where = f"'{self.path}': op '{shown(name)}'"
+        problem = path_problem(name)
+        if problem:
+            raise self.fail(f"has a name minigraph refuses: {problem}")
         missing = [k for k in _OP_FIELDS if k not in entry]
         if missing:
             raise self.fail(f"is missing field(s) {missing}")
@@ -641,7 +661,7 @@ def read_graph(path: str | os.PathLike) -> Graph:
     is one :class:`InvalidArgumentError` naming the file, the op and the problem (a missing
     file is :class:`NotFoundError`).
     """
-    path = os.fspath(path)
+    path = files.check_path(path, "read_graph")
     checker = _Checker(path)
     entries = checker.document(_load_document(path))
     outputs_of: dict[str, int] = {}
@@ -664,7 +684,7 @@ def read_graph(path: str | os.PathLike) -> Graph:
 def _rebuild(checker: _Checker, graph: Graph, root: Scope, entry: dict, op_def: Any,
              inputs: list[tuple[str, int]], archive: NpzReader | None) -> None:
     name = entry["name"]
-    checker.where = f"'{checker.path}': op '{name}'"
+    checker.where = f"'{checker.path}': op '{shown(name)}'"
     tensors = [graph.get_operation(op_name).outputs[index] for op_name, index in inputs]
     scope = root.WithOpName(name).WithDevice(entry["device"])
     if entry["control_inputs"]:

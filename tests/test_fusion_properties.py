@@ -1,12 +1,12 @@
 """The plan-time fusion cannot change a result: random graphs over the fusable ops give the
 same bits with ``OptimizerOptions(remapper=True)`` as with it off.
 
-Hypothesis draws DAGs of Conv2D, DepthwiseConv2dNative and MatMul heads, BiasAdd, inference
-FusedBatchNormV3, AddV2 (of two chains' ends, of a chain and anything, of a vector), Relu and
-Relu6, in NHWC or NCHW with odd channel counts, with fan-out, shared weights, fetched
-intermediates and control edges; projection-shortcut blocks (both inputs of an AddV2 end a
-convolution -> batch-norm chain) are drawn on purpose. Written against the session's public
-behaviour only, so it holds whatever the fusion is made of.
+Hypothesis draws DAGs of Conv2D (grouped too), DepthwiseConv2dNative and MatMul heads,
+BiasAdd, inference FusedBatchNormV3, AddV2 (of two chains' ends, of a chain and anything, of
+a vector), Relu and Relu6, in NHWC or NCHW with odd channel counts, with fan-out, shared
+weights, fetched intermediates and control edges; projection-shortcut blocks (both inputs of
+an AddV2 end a convolution -> batch-norm chain) are drawn on purpose. Written against the
+session's public behaviour only, so it holds whatever the fusion is made of.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from minigraph import ops
 pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="fusion runs on native kernels")
 F32 = np.float32
 # drawn uniformly: heads and chain stages come often, so chains form
-ACTIONS = ("conv", "conv", "depthwise", "matmul", "bias", "bias", "bn", "bn", "add", "add",
-           "relu", "relu", "relu6", "control", "fetch", "block", "block")
+ACTIONS = ("conv", "conv", "grouped", "depthwise", "matmul", "bias", "bias", "bn", "bn", "add",
+           "add", "relu", "relu", "relu6", "control", "fetch", "block", "block")
 
 
 class _Builder:
@@ -80,6 +80,14 @@ class _Builder:
         out = out or self.draw(st.integers(1, 9))
         w = self.weight((size, size, self.channels(t), out))
         return self.add(ops.Conv2D(self.root, t, w, self.strides(stride), padding,
+                                   data_format=self.layout))
+
+    def grouped(self, t: mg.Output) -> mg.Output:
+        """A grouped Conv2D: the filter takes channels / groups inputs per group."""
+        c = self.channels(t)
+        groups = self.pick([g for g in range(1, c + 1) if c % g == 0])
+        w = self.weight((self.pick([1, 3]), 3, c // groups, groups * self.draw(st.integers(1, 3))))
+        return self.add(ops.Conv2D(self.root, t, w, self.strides(self.pick([1, 2])), "SAME",
                                    data_format=self.layout))
 
     def depthwise(self, t: mg.Output) -> mg.Output:
@@ -139,7 +147,7 @@ class _Builder:
     def step(self, action: str) -> None:
         four_d = self.four_d()
         t = self.operand(self.tensors)
-        if action in ("conv", "depthwise", "bn", "block"):
+        if action in ("conv", "grouped", "depthwise", "bn", "block"):
             if not four_d:
                 return
             t = self.operand(four_d)

@@ -11,6 +11,12 @@ backend, for the ops it has kernels for, in its own interpreter.
 
 A long campaign: ``python -m tests.fuzz.run --cases 500 [--seed N] [-v]``; the summary goes to
 ``$FUZZ_REPORT`` too when it is set.
+
+Hostile files (GraphDef import/export, ``.pbtxt``, ``summary.FileWriter``, ``io.read_graph``,
+the op-level cases of the same issue) are fuzzed by family (tests/fuzz/hostile.py, one forked
+child per case under a memory limit): ``FUZZ_HOSTILE_CASES`` per family (default 20); each
+finding (unclear, raw, crash, hang, memory, wrong) fails its family's test below. A long one:
+``python -m tests.fuzz.hostile --cases 200 --scale 4``.
 """
 
 from __future__ import annotations
@@ -24,11 +30,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import NATIVE_AVAILABLE
+from tests.fuzz.hostile_cases import FAMILIES
 from tests.fuzz.strategies import OPENCL_OPS, fuzzed_ops
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = int(os.environ.get("FUZZ_CASES", "25"))
 OPENCL_CASES = int(os.environ.get("FUZZ_OPENCL_CASES", "15"))
+HOSTILE_CASES = int(os.environ.get("FUZZ_HOSTILE_CASES", "20"))
 
 
 def _campaign(tmp_path: Path, targets: str, cases: int, extra=()) -> tuple[dict, str]:
@@ -147,3 +155,86 @@ def test_runner_attributes_crashes_and_hangs(monkeypatch):
     assert kinds[(7, "reference")] == "crash" and "after cases" in got[(7, "reference")].message
     others = {k: v for k, v in kinds.items() if k[0] not in (3, 5, 7)}
     assert set(others.values()) == {"ok"} and len(others) == 14
+
+
+# ----------------------------------------------------------------------------- hostile files
+
+
+@pytest.fixture(scope="module")
+def hostile_campaign(tmp_path_factory, summary_printer) -> dict:
+    report = tmp_path_factory.mktemp("hostile") / "hostile.json"
+    done = subprocess.run([sys.executable, "-m", "tests.fuzz.hostile", "--cases",
+                           str(HOSTILE_CASES), "--json", str(report)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    if not report.exists():
+        pytest.fail(f"the hostile-file campaign died (status {done.returncode}):\n"
+                    f"{done.stdout}\n{done.stderr[-4000:]}")
+    summary_printer.texts.append(done.stdout.split("\n  ")[0].rstrip())
+    return json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_hostile_files(hostile_campaign, family):
+    counts = hostile_campaign["table"][family]
+    assert counts["cases"] == HOSTILE_CASES
+    findings = [f for f in hostile_campaign["findings"] if f["family"] == family]
+    assert not findings, "\n".join(f"{f['column']}: {f['case']}\n    {f['why']}"
+                                    for f in findings)
+
+
+def _hostile_work(item):
+    """Item 1 segfaults, item 2 hangs, item 3 allocates past the child's memory limit,
+    item 4 grows its memory by 64 MiB and answers; the rest answer at once."""
+    import signal
+    import time
+
+    if item == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if item == 2:
+        time.sleep(60)
+    if item == 3:
+        try:
+            bytearray(1 << 31)
+        except MemoryError:
+            return "MemoryError"
+    if item == 4:
+        block = bytearray(64 << 20)
+        return len(block)
+    return item
+
+
+def test_forked_runner_attributes_crash_hang_and_memory():
+    from tests.fuzz import forked
+
+    records = forked.run_each(list(range(6)), _hostile_work, workers=2, timeout=3,
+                              memory_limit=1 << 30)
+    assert records[0] == ("done", 0, records[0][2]) and records[5][:2] == ("done", 5)
+    assert records[1][0] == "crash" and "SIGSEGV" in records[1][1]
+    assert records[2][0] == "hang"
+    assert records[3][:2] == ("done", "MemoryError")
+    assert records[4][1] == 64 << 20 and records[4][2] >= 60 << 20 > records[0][2]
+
+
+def test_hostile_outcomes_land_in_their_columns():
+    from tests.fuzz.hostile import classify
+    from tests.fuzz.hostile_cases import Case
+
+    refuse = Case("f", "x", "import_bytes", b"", "refuse", names=("'a'",))
+    accept = Case("f", "x", "import_bytes", b"", "accept", names=("'a'",))
+
+    def error(name, message, module="minigraph.framework.errors"):
+        return ("done", ("error", name, module, message, len(message)), 0)
+
+    assert classify(refuse, error("InvalidArgumentError", "Node 'a': bad"))[0] == "clean"
+    assert classify(refuse, error("InvalidArgumentError", "a bad node"))[0] == "unclear"
+    assert classify(refuse, error("InvalidArgumentError", "'a'" * 1000))[0] == "unclear"
+    assert classify(refuse, error("ValueError", "Node 'a'", "builtins"))[0] == "raw"
+    assert classify(refuse, error("MemoryError", "", "builtins"))[0] == "memory"
+    assert classify(refuse, ("done", ("ok", None), 0))[0] == "wrong"
+    assert classify(accept, ("done", ("ok", "other values"), 0))[0] == "wrong"
+    assert classify(accept, ("done", ("ok", None), 0))[0] == "ok"
+    assert classify(accept, ("done", ("ok", None), 1 << 30))[0] == "memory"
+    assert classify(accept, error("InvalidArgumentError", "Node 'a': no"))[0] == "unclear"
+    assert classify(accept, error("UnimplementedError", "Node 'a': numpy"))[0] == "clean"
+    assert classify(accept, ("crash", "killed by signal SIGSEGV"))[0] == "crash"
+    assert classify(accept, ("hang", "no answer"))[0] == "hang"

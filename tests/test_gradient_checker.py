@@ -8,6 +8,8 @@ the two agree to ~1e-9 when the gradient is right; the tolerance is ``TOL = 1e-6
   axes, unknown static shapes (the dynamic ``Shape``/``BroadcastGradientArgs``/
   ``ReducedShape`` path), AddN, Identity, Cast, Reshape, BroadcastTo, Fill, and the
   non-differentiable ops (their true derivative is 0).
+* Activations: every op of the family (Relu ... Softsign) at first order, each gradient op
+  in both of its inputs, and the exponential ones' gradients differentiated again.
 * Elementwise and reduction families: every unary op (the piecewise-constant Floor, Ceil,
   Round and Sign seen through ``x * op(x)``), the broadcasting binary ops, Select's row
   condition and SelectV2's broadcasting, SqrtGrad (Sqrt's second order), Max/Min, Prod over
@@ -19,7 +21,7 @@ the two agree to ~1e-9 when the gradient is right; the tolerance is ``TOL = 1e-6
   order); BatchNormWithGlobalNormalization with and without scale_after_normalization.
 
 ``test_every_registered_gradient_is_checked`` fails when a gradient registered in
-math_ops/array_ops/batch_norm is for an op type that no case here covers.
+math_ops/array_ops/layout_ops/activation_ops/batch_norm is for an op type that no case here covers.
 """
 
 from __future__ import annotations
@@ -390,6 +392,89 @@ def test_math_gradient(case):
                            nonzero=case.nonzero)
 
 
+# ============================================================================ activations
+
+
+def _away(rng, shape, low, high, kinks=()):
+    """Uniform values in [low, high), moved off the ``kinks`` (where one-sided derivatives
+    differ and central differences straddle them)."""
+    value = rng.uniform(low, high, shape)
+    for kink in kinks:
+        value[np.abs(value - kink) < 0.15] += 0.3
+    return value
+
+
+def _activation(op, low, high, kinks=(), **attrs):
+    def build(s, rng):
+        x = ph(s, "x", (2, 3))
+        return [x], [_away(rng, (2, 3), low, high, kinks)], op(s, x, **attrs)
+    return build
+
+
+def _activation_grad(op, second, kinks=(), **attrs):
+    """op(first, second) with both inputs varied: ``second`` = (low, high) of its values."""
+    def build(s, rng):
+        a, b = ph(s, "a", (2, 3)), ph(s, "b", (2, 3))
+        values = [rng.normal(size=(2, 3)), _away(rng, (2, 3), *second, kinks)]
+        if op in (ops.SigmoidGrad, ops.TanhGrad):  # (y, dy): the output comes first
+            values.reverse()
+        return [a, b], values, op(s, a, b, **attrs)
+    return build
+
+
+def _second_order(op, low, high, kinks=()):
+    """d/dx and d/dw of the gradient w . d op(x)/dx: the registered gradient's gradient."""
+    def build(s, rng):
+        x, w = ph(s, "x", (2, 3)), ph(s, "w", (2, 3))
+        (dx,) = mg.AddSymbolicGradients(s, [op(s, x)], [x], [w])
+        return [x, w], [_away(rng, (2, 3), low, high, kinks), rng.normal(size=(2, 3))], dx
+    return build
+
+
+ACTIVATION_CASES = [
+    Case("relu", ("Relu",), _activation(ops.Relu, -2, 2, (0,))),
+    Case("relu6", ("Relu6",), _activation(ops.Relu6, -2, 8, (0, 6))),
+    Case("sigmoid", ("Sigmoid",), _activation(ops.Sigmoid, -4, 4)),
+    Case("tanh", ("Tanh",), _activation(ops.Tanh, -3, 3)),
+    Case("elu", ("Elu",), _activation(ops.Elu, -3, 2, (0,))),
+    Case("selu", ("Selu",), _activation(ops.Selu, -3, 2, (0,))),
+    Case("leaky_relu", ("LeakyRelu",), _activation(ops.LeakyRelu, -2, 2, (0,))),
+    Case("leaky_relu_alpha", ("LeakyRelu",), _activation(ops.LeakyRelu, -2, 2, (0,),
+                                                         alpha=1.5)),
+    Case("softplus", ("Softplus",), _activation(ops.Softplus, -5, 5)),
+    Case("softsign", ("Softsign",), _activation(ops.Softsign, -3, 3, (0,))),
+    Case("relu_grad", ("ReluGrad",), _activation_grad(ops.ReluGrad, (-2, 2), (0,))),
+    Case("relu6_grad", ("Relu6Grad",), _activation_grad(ops.Relu6Grad, (-2, 8), (0, 6))),
+    Case("sigmoid_grad", ("SigmoidGrad",), _activation_grad(ops.SigmoidGrad, (0.05, 0.95))),
+    Case("tanh_grad", ("TanhGrad",), _activation_grad(ops.TanhGrad, (-0.95, 0.95))),
+    Case("elu_grad", ("EluGrad",), _activation_grad(ops.EluGrad, (-0.95, 2), (0,))),
+    Case("selu_grad", ("SeluGrad",), _activation_grad(ops.SeluGrad, (-1.7, 2), (0,))),
+    Case("leaky_relu_grad", ("LeakyReluGrad",),
+         _activation_grad(ops.LeakyReluGrad, (-2, 2), (0,), alpha=0.3)),
+    Case("softplus_grad", ("SoftplusGrad",), _activation_grad(ops.SoftplusGrad, (-5, 5))),
+    Case("softsign_grad", ("SoftsignGrad",),
+         _activation_grad(ops.SoftsignGrad, (-3, 3), (0,))),
+    Case("sigmoid_second_order", ("Sigmoid", "SigmoidGrad"),
+         _second_order(ops.Sigmoid, -4, 4)),
+    Case("tanh_second_order", ("Tanh", "TanhGrad"), _second_order(ops.Tanh, -3, 3)),
+    Case("elu_second_order", ("Elu", "EluGrad"), _second_order(ops.Elu, -3, 2, (0,))),
+    Case("selu_second_order", ("Selu", "SeluGrad"), _second_order(ops.Selu, -3, 2, (0,))),
+    Case("softplus_second_order", ("Softplus", "SoftplusGrad"),
+         _second_order(ops.Softplus, -5, 5)),
+    Case("softsign_second_order", ("Softsign", "SoftsignGrad"),
+         _second_order(ops.Softsign, -3, 3, (0,))),
+]
+
+
+@pytest.mark.parametrize("case", ACTIVATION_CASES, ids=[c.name for c in ACTIVATION_CASES])
+def test_activation_gradient(case):
+    """First order for every activation, second order through each gradient op (both of its
+    inputs) and through AddSymbolicGradients of the exponential ones."""
+    scope = mg.Scope.NewRootScope()
+    xs, values, y = case.build(scope, np.random.default_rng(len(case.name)))
+    assert_gradients_match(xs, values, y)
+
+
 # ============================================================================ batch norm
 
 FORMATS = ("NHWC", "NCHW", "NDHWC", "NCDHW")
@@ -601,7 +686,7 @@ def test_batch_norm_with_global_normalization(scale_after_normalization):
 # ============================================================================ coverage
 
 COVERED = (
-    {op for case in ALL_CASES for op in case.covers}
+    {op for case in ALL_CASES + ACTIVATION_CASES for op in case.covers}
     | set(FORWARD_OPS) | set(GRAD_OPS)
     | {"FusedBatchNormGradGrad", "BatchNormWithGlobalNormalization"}
 )
@@ -611,7 +696,7 @@ COVERED = (
 # registered elsewhere (minigraph.ops.nn_ops, ...) are checked by their own test files
 CHECKED_MODULES = ("minigraph.ops.math_ops", "minigraph.ops.array_ops",
                    "minigraph.ops.elementwise_ops", "minigraph.ops.reduction_ops",
-                   "minigraph.ops.layout_ops",
+                   "minigraph.ops.layout_ops", "minigraph.ops.activation_ops",
                    "minigraph.ops.batch_norm", "minigraph.gradients.higher_order")
 
 

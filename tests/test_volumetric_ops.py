@@ -1,5 +1,6 @@
 """The volumetric ops (``minigraph.ops.volumetric_ops``): Conv3D, Conv3DBackpropInputV2,
-Conv3DBackpropFilterV2, MaxPool3D, MaxPool3DGrad and MaxPool3DGradGrad.
+Conv3DBackpropFilterV2, MaxPool3D, MaxPool3DGrad, MaxPool3DGradGrad, AvgPool3D and
+AvgPool3DGrad.
 
 * Values against independent float64 loops over every output and window offset (below,
   written from TF's definitions): SAME/VALID, strides, dilations, NDHWC/NCDHW, every dtype
@@ -175,6 +176,25 @@ def max_pool_grad_grad_ref(x, y, g, ksize, strides, padding):
     return out_g
 
 
+def avg_pool_ref(x, ksize, strides, padding):
+    """The mean of each window's in-bounds elements, float64."""
+    y = np.zeros((x.shape[0], *out_dhw(x.shape[1:4], ksize, strides, (1, 1, 1), padding),
+                  x.shape[4]))
+    for out, positions in windows(x.shape[1:4], ksize, strides, padding).items():
+        y[(slice(None), *out)] = np.mean([x[(slice(None), *p)].astype(F64) for p in positions],
+                                         axis=0)
+    return y
+
+
+def avg_pool_grad_ref(x_shape, g, ksize, strides, padding):
+    """Each output's grad over its window's count, added to the window's elements."""
+    dx = np.zeros(x_shape)
+    for out, positions in windows(x_shape[1:4], ksize, strides, padding).items():
+        for p in positions:
+            dx[(slice(None), *p)] += g[(slice(None), *out)].astype(F64) / len(positions)
+    return dx
+
+
 # ----------------------------------------------------------------------------- values
 
 CONV_CASES = [  # (x NDHWC, filter DHWIO, strides, dilations, padding)
@@ -291,6 +311,41 @@ def test_max_pool3d_and_its_gradients_match_the_loops(fmt, case, backend):
                      "MaxPool3DGradGrad")
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", POOL_CASES, ids=POOL_IDS)
+def test_avg_pool3d_and_its_gradient_match_the_loops(fmt, case, backend):
+    x_shape, ksize, strides, padding = case
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(x_shape).astype(F32)
+    y = avg_pool_ref(x, ksize, strides, padding)
+    g = rng.standard_normal(y.shape).astype(F32)
+    attrs = _pool_attrs(fmt, ksize, strides, padding)
+    root = mg.Scope.NewRootScope()
+    outs = [ops.AvgPool3D(root, to_fmt(x, fmt), **attrs),
+            ops.AvgPool3DGrad(root, list(to_fmt(x, fmt).shape), to_fmt(g, fmt), **attrs)]
+    assert [o.shape for o in outs] == [to_fmt(y, fmt).shape, to_fmt(x, fmt).shape]
+    got = [from_fmt(a, fmt) for a in run(outs, root=root, backend=backend)]
+    assert_close(got[0], y, dtype=F32)
+    assert_close(got[1], avg_pool_grad_ref(x_shape, g, ksize, strides, padding), dtype=F32)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16, F64], ids=str)
+def test_avg_pool3d_dtypes(dtype):
+    """float16/bfloat16 computed in float32 and rounded once; float64 in float64."""
+    x_shape, ksize, strides, padding = POOL_CASES[1]
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    g = rng.standard_normal(out_dhw(x_shape[1:4], ksize, strides, (1, 1, 1), padding))
+    g = np.broadcast_to(g[None, ..., None], (x_shape[0], *g.shape, x_shape[4])).astype(dtype)
+    attrs = _pool_attrs("NDHWC", ksize, strides, padding)
+    root = mg.Scope.NewRootScope()
+    y, dx = run([ops.AvgPool3D(root, x, **attrs),
+                 ops.AvgPool3DGrad(root, list(x_shape), g, **attrs)], root=root)
+    assert y.dtype == dx.dtype == np.dtype(dtype)
+    assert_close(y, avg_pool_ref(x, ksize, strides, padding), dtype=dtype)
+    assert_close(dx, avg_pool_grad_ref(x_shape, g, ksize, strides, padding), dtype=dtype)
+
+
 @pytest.mark.parametrize("dtype", [np.float16, BF16], ids=str)
 def test_max_pool3d_half_types_and_grad_rounding_in_t(dtype):
     """MaxPool3D is exact in any type; MaxPool3DGrad adds in T (a bfloat16 sum of three
@@ -367,12 +422,14 @@ def test_static_shapes_known_and_unknown():
                       padding="VALID", data_format="NCDHW").shape.as_list() == [2, 4, 3, 5, 2]
     dy = ph(root, "dy", (2, 4, 6, 3, 4))
     sizes = ops.Placeholder(root.WithOpName("sizes"), mg.int32, shape=[5])
+    # unknown sizes leave the depths unknown (the convolution family's rule, where a grouped
+    # convolution's depth is a multiple of the filter's in_channels); TF leaves all unknown
     assert ops.Conv3DBackpropInputV2(root, sizes, f, dy, strides=strides,
                                      padding="SAME").shape.as_list() == [2, None, None,
-                                                                         None, 3]
+                                                                         None, None]
     assert ops.Conv3DBackpropFilterV2(root, x, ops.Placeholder(root, mg.int32, shape=[5]),
                                       dy, strides=strides, padding="SAME"
-                                      ).shape.as_list() == [None, None, None, 3, 4]
+                                      ).shape.as_list() == [None, None, None, None, 4]
     pool = ops.MaxPool3D(root, x, ksize=[1, 2, 2, 2, 1], strides=strides, padding="SAME")
     assert pool.shape.as_list() == [None, 4, None, 3, 3]
     assert ops.MaxPool3DGrad(root, x, pool, pool, ksize=[1, 2, 2, 2, 1], strides=strides,
@@ -540,6 +597,30 @@ def test_max_pool3d_construction_errors():
                               strides=k, padding="VALID")
 
 
+def test_avg_pool3d_construction_errors():
+    root = mg.Scope.NewRootScope()
+    x = ph(root, "x", (1, 4, 5, 6, 2))
+    k = [1, 2, 2, 2, 1]
+    with raises(r"AvgPool3D '\w+': attr 'ksize' passed list of length 4 less than minimum 5"):
+        ops.AvgPool3D(root, x, ksize=[1, 2, 2, 1], strides=k, padding="VALID")
+    with raises(r"Pooling is not yet supported on the depth dimension: attr 'ksize'"):
+        ops.AvgPool3D(root, x, ksize=[1, 2, 2, 2, 2], strides=k, padding="VALID")
+    with raises(r"input 'input' has dtype int32, not in the allowed values"):
+        ops.AvgPool3D(root, np.ones((1, 2, 2, 2, 1), np.int32), ksize=k, strides=k,
+                      padding="VALID")
+    with raises(r"AvgPool3DGrad '\w+': .*input 'grad' must have shape \[1,2,2,3,2\] \(the "
+                r"pool of an input of shape \[1,4,5,6,2\]\)"):
+        ops.AvgPool3DGrad(root, [1, 4, 5, 6, 2], ph(root, "g", (1, 2, 2, 2, 2)), ksize=k,
+                          strides=k, padding="VALID")
+    with raises(r"input 'orig_input_shape' must have 5 elements, got 4"):
+        ops.AvgPool3DGrad(root, [1, 4, 5, 6], ph(root, "g2", (1, 2, 2, 3, 2)), ksize=k,
+                          strides=k, padding="VALID")
+    unknown = ops.AvgPool3DGrad(root, ops.Placeholder(root, mg.int32, shape=[5]),
+                                ph(root, "g3", (1, 2, 2, 3, 2)), ksize=k, strides=k,
+                                padding="VALID", data_format="NCDHW")
+    assert unknown.shape.as_list() == [1, 2, None, None, None]
+
+
 def test_run_time_errors_name_op_and_input():
     """Shapes only the data shows are checked with the construction messages."""
     root = mg.Scope.NewRootScope()
@@ -608,7 +689,27 @@ def test_max_pool3d_gradients(fmt, case):
     assert_gradients_match([ggp], [rng.standard_normal(x.shape)], ddy, {xp: x})
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", POOL_CASES[:3], ids=POOL_IDS[:3])
+def test_avg_pool3d_gradients(fmt, case):
+    """AvgPool3D -> AvgPool3DGrad -> AvgPool3D: both linear, each the other's adjoint."""
+    x_shape, ksize, strides, padding = case
+    x_shape = (1, *x_shape[1:4], 2)
+    rng = np.random.default_rng(14)
+    x = to_fmt(rng.standard_normal(x_shape), fmt)
+    attrs = _pool_attrs(fmt, ksize, strides, padding)
+    root = mg.Scope.NewRootScope()
+    xp = ph(root, "x", x.shape)
+    y = ops.AvgPool3D(root, xp, **attrs)
+    assert_gradients_match([xp], [x], y)
+    gp = ph(root, "g", y.shape)
+    dx = ops.AvgPool3DGrad(root, list(x.shape), gp, **attrs)
+    assert_gradients_match([gp], [rng.standard_normal(y.shape.dims)], dx)
+
+
 VOLUMETRIC_GRADIENT_TESTS = {
+    "AvgPool3D": "test_avg_pool3d_gradients",
+    "AvgPool3DGrad": "test_avg_pool3d_gradients",
     "Conv3D": "test_conv3d_gradients",
     "Conv3DBackpropInputV2": "test_conv3d_backprop_gradients",
     "Conv3DBackpropFilterV2": "test_conv3d_backprop_gradients",
@@ -721,3 +822,23 @@ def test_pools_against_tensorflow_bit_for_bit(tf, backend, dtype, case):
                 ops.MaxPool3DGradGrad(root, x, y, gg, **attrs)], root=root, backend=backend)
     for a, b, what in zip(ours, theirs, ("MaxPool3D", "MaxPool3DGrad", "MaxPool3DGradGrad")):
         assert_identical(a, b, what)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", POOL_CASES, ids=POOL_IDS)
+def test_avg_pools_against_tensorflow(tf, backend, case):
+    """AvgPool3D and AvgPool3DGrad (TF's CPU kernels, NDHWC) to float32 rounding."""
+    x_shape, ksize, strides, padding = case
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal(x_shape).astype(F32)
+    attrs = _pool_attrs("NDHWC", ksize, strides, padding)
+    y = tf.raw_ops.AvgPool3D(input=x, **attrs).numpy()
+    g = rng.standard_normal(y.shape).astype(F32)
+    dx = tf.raw_ops.AvgPool3DGrad(orig_input_shape=list(x_shape), grad=g, **attrs).numpy()
+    root = mg.Scope.NewRootScope()
+    ours = run([ops.AvgPool3D(root, x, **attrs),
+                ops.AvgPool3DGrad(root, list(x_shape), g, **attrs)], root=root,
+               backend=backend)
+    _close_to_tf(ours[0], y, "AvgPool3D")
+    _close_to_tf(ours[1], dx, "AvgPool3DGrad")

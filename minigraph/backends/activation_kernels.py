@@ -1,8 +1,15 @@
 """numpy and native kernels of the activation ops (``ops.activation_ops``).
 
-numpy: float16/bfloat16 computed in float32 and rounded once; float64 stays float64.
+numpy: float16/bfloat16 computed in float32 and rounded once; float64 stays float64. The
+exponential activations (Sigmoid, Tanh, Elu, Selu, Softplus) are computed in float64 and
+rounded once to float32 (then to a half type): the reference is the float32 value nearest
+the exact one. The gradient ops and the rational activations follow TensorFlow's order of
+operations in the compute type (SoftplusGrad's 1 + e^-x from float64, rounded to it), so
+they overflow where TF's do.
 native (``backend="native"``, float32): kernels_c/activations* (one expression per
-activation) through the ``c_unary``/``c_binary`` wrappers at the bottom.
+activation) through the ``c_unary``/``c_binary`` wrappers at the bottom: bit for bit the
+numpy kernels for the rational ones, within the ulp bounds of kernels_c/activations.h for
+the exponential ones.
 """
 
 from __future__ import annotations
@@ -21,12 +28,76 @@ from minigraph.backends.native import (
 )
 from minigraph.backends.registry import register_kernel
 from minigraph.framework import dtypes
+from minigraph.ops.activation_ops import SELU_SCALE, SELU_SCALE_ALPHA
 
 F32 = np.float32
 
 
 def _in(x: np.ndarray) -> np.ndarray:
     return x.astype(compute_dtype(x.dtype), copy=False)
+
+
+def _out(value: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """A result computed in the compute type of ``like`` (or in float64), in like's dtype:
+    float64 -> float32 -> a half type rounds like the float32 kernel, then once more."""
+    if like.dtype != np.float64:
+        value = value.astype(F32, copy=False)
+    return value.astype(like.dtype, copy=False)
+
+
+def _exact(function):
+    """A kernel computing ``function`` of float64 values (NaN/inf arithmetic silent)."""
+    def kernel(op, inputs, ctx):
+        with np.errstate(all="ignore"):
+            return [_out(function(*(v.astype(np.float64) for v in inputs)), inputs[0])]
+    return kernel
+
+
+def _sigmoid64(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + e^-x), as e^x / (1 + e^x) for x < 0 (no overflow, tiny results exact)."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0, e) / (1.0 + e)
+
+
+for _name, _function in {
+    "Sigmoid": _sigmoid64,
+    "Tanh": np.tanh,
+    "Elu": lambda x: np.where(x < 0, np.expm1(x), x),
+    "Selu": lambda x: np.where(x < 0, SELU_SCALE_ALPHA * np.expm1(x), SELU_SCALE * x),
+    "Softplus": lambda x: np.logaddexp(0.0, x),
+}.items():
+    register_kernel(_name)(_exact(_function))
+
+
+def _rational(function):
+    """A kernel computing ``function(*inputs, op)`` in the compute type, as TF orders it."""
+    def kernel(op, inputs, ctx):
+        with np.errstate(all="ignore"):
+            return [function(*(_in(v) for v in inputs), op).astype(inputs[0].dtype,
+                                                                    copy=False)]
+    return kernel
+
+
+def _const(value: float, like: np.ndarray):
+    """A float constant in like's (compute) type, rounded as TF's static_cast<T>."""
+    return like.dtype.type(value)
+
+
+for _name, _function in {
+    "Softsign": lambda x, op: x / (np.abs(x) + 1),
+    "LeakyRelu": lambda x, op: np.where(x > 0, x, x * _const(op.attrs["alpha"], x)),
+    "SigmoidGrad": lambda y, dy, op: dy.reshape(y.shape) * (y * (1 - y)),  # TF's packet order
+    "TanhGrad": lambda y, dy, op: dy.reshape(y.shape) * (1 - y * y),
+    "EluGrad": lambda g, y, op: np.where(y < 0, g * (y + 1), g),
+    "SeluGrad": lambda g, y, op: np.where(y < 0, g * (y + _const(SELU_SCALE_ALPHA, y)),
+                                          g * _const(SELU_SCALE, y)),
+    "LeakyReluGrad": lambda g, x, op: np.where(x > 0, g, g * _const(op.attrs["alpha"], g)),
+    "SoftsignGrad": lambda g, x, op: g / np.square(np.abs(x) + 1),
+    # 1 + e^-x from float64, rounded to the compute type: inf past e^88.7 in float32, as
+    # TF's float32 exp (so an infinite gradient there gives NaN, as TF's)
+    "SoftplusGrad": lambda g, x, op: g / (np.exp(-x.astype(np.float64)) + 1).astype(x.dtype),
+}.items():
+    register_kernel(_name)(_rational(_function))
 
 
 @register_kernel("Relu")
@@ -88,15 +159,35 @@ def relu6_grad_native(op, inputs, ctx):
     return [c_binary(lib.mg_relu6_grad, *inputs, "Relu6Grad")]
 
 
+def _native_unary(op_type: str, c_name: str):
+    """The float32 kernel of ``op_type``: the C activation ``mg_<c_name>``."""
+    def kernel(op, inputs, ctx):
+        return [c_unary(getattr(lib, c_name), inputs[0], op_type)]
+    kernel.__name__ = f"{c_name}_native"
+    return kernel
+
+
+for _name, _c_name in {"Sigmoid": "mg_sigmoid", "Tanh": "mg_tanh", "Elu": "mg_elu",
+                       "Selu": "mg_selu", "Softplus": "mg_softplus",
+                       "Softsign": "mg_softsign"}.items():
+    register_kernel(_name, **NATIVE)(_native_unary(_name, _c_name))
+
+
+@register_kernel("LeakyRelu", **NATIVE)
+def leaky_relu_native(op, inputs, ctx):
+    return [c_unary(lib.mg_leaky_relu, inputs[0], "LeakyRelu", op.attrs["alpha"])]
+
+
 # ----------------------------------------------------------------------------- C wrappers
 
 
-def c_unary(function, x, what: str) -> np.ndarray:
-    """``function`` (an ``mg_<activation>`` of kernels_c/activations.h) over a float32 copy
-    of x; the result has x's shape (0-d included)."""
+def c_unary(function, x, what: str, *params: float) -> np.ndarray:
+    """``function`` (an ``mg_<activation>`` of kernels_c/activations.h, with its float
+    ``params`` such as LeakyRelu's alpha) over a float32 copy of x; the result has x's shape
+    (0-d included)."""
     x = as_f32(x)
     y = np.empty(x.shape, F32)
-    check_code(function(x.size, fbuf(x), fbuf(y), num_threads()), what)
+    check_code(function(x.size, fbuf(x), fbuf(y), *params, num_threads()), what)
     return y
 
 

@@ -35,6 +35,7 @@ from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
 from minigraph.backends.compute import compute_dtype, fail_for, placed_rows
 from minigraph.backends.native import (
     as_f32,
+    attrs_fit_int32,
     check_code,
     check_rank4,
     checked_sizes,
@@ -110,15 +111,38 @@ def _patches(xp: np.ndarray, k_sizes: tuple, window: Window) -> np.ndarray:
     return view.reshape(n * int(np.prod(window.out)), int(np.prod(k_sizes)) * c)
 
 
+def groups_of(x_channels: int, f: np.ndarray | tuple) -> int:
+    """A convolution's groups: the input's channels over the filter's in_channels (the
+    shape function checked that they divide)."""
+    shape = f.shape if isinstance(f, np.ndarray) else f
+    return x_channels // shape[-2]
+
+
+def _grouped_matmul(cols: np.ndarray, weights: np.ndarray, groups: int) -> np.ndarray:
+    """``cols [rows, k..., groups * ci] @ weights [k..., ci, groups * cog]`` group by group
+    (group g's columns times group g's weights: ``[rows, groups * cog]``), one batched
+    matmul; one plain matmul when ``groups`` is 1."""
+    rows, co = cols.shape[0], weights.shape[-1]
+    if groups == 1:
+        return np.matmul(cols.reshape(rows, -1), weights.reshape(-1, co))
+    ci, cog = weights.shape[-2], co // groups
+    per_group = cols.reshape(rows, -1, groups, ci).transpose(2, 0, 1, 3).reshape(groups, rows, -1)
+    w = weights.reshape(-1, ci, groups, cog).transpose(2, 0, 1, 3).reshape(groups, -1, cog)
+    return np.matmul(per_group, w).transpose(1, 0, 2).reshape(rows, co)
+
+
 def conv2d_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     """Cross-correlation of channels-last ``x`` with the HWIO (DHWIO) filter ``f``: im2col
-    then one matmul. Any number of spatial dims (Conv3D uses it too)."""
+    then one matmul (a batched one per group when x has ``groups`` times the filter's
+    in_channels: output channel ``g * cog + o`` reads input channels ``g * ci`` to
+    ``(g + 1) * ci``). Any number of spatial dims (Conv3D uses it too)."""
     n = x.shape[0]
     *k_sizes, ci, co = f.shape
     if n * int(np.prod(window.out)) == 0 or ci == 0:
         return np.zeros((n, *window.out, co), x.dtype)
     cols = _patches(_pad_nhwc(x, window.pads), tuple(k_sizes), window)
-    return np.matmul(cols, f.reshape(-1, co)).reshape(n, *window.out, co)
+    y = _grouped_matmul(cols, f, groups_of(x.shape[-1], f))
+    return y.reshape(n, *window.out, co)
 
 
 def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple,
@@ -127,12 +151,13 @@ def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple
 
     With out_backprop spread onto a grid of step ``stride`` (zeros between) and padded so
     that output row h sees the rows h + pad_before - i*dilation for every filter row i,
-    correlating with the filter flipped in every spatial dim (in/out channels swapped) gives
-    d input[h] = sum_i dy[(h + pad_before - i*d) / s] f[i]. Out-of-range rows are cropped.
-    Any number of spatial dims; ``input_shape`` is channels-last.
+    correlating with the filter flipped in every spatial dim (in/out channels swapped within
+    each group) gives d input[h] = sum_i dy[(h + pad_before - i*d) / s] f[i]. Out-of-range
+    rows are cropped. Any number of spatial dims; ``input_shape`` is channels-last.
     """
-    n, *sizes, _ = input_shape
-    *k_sizes, _, co = f.shape
+    n, *sizes, c = input_shape
+    *k_sizes, ci, co = f.shape
+    groups = groups_of(c, f)
     lengths = [size + (k - 1) * d for size, k, d in zip(sizes, k_sizes, window.dilations)]
     offsets = [(k - 1) * d - before
                for k, d, (before, _) in zip(k_sizes, window.dilations, window.pads)]
@@ -144,8 +169,12 @@ def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple
                        for off, (p0, p1), s in zip(offsets, rows, window.strides))
         spread[(slice(None), *target)] = dy[(slice(None), *(slice(p0, p1) for p0, p1 in rows))]
     flip = tuple(slice(None, None, -1) for _ in k_sizes)
-    rank = f.ndim
-    flipped = np.ascontiguousarray(f[flip].transpose(*range(rank - 2), rank - 1, rank - 2))
+    # group g's [k..., ci, cog] block becomes [k..., cog, ci], the groups side by side
+    rank = len(k_sizes)
+    flipped = np.ascontiguousarray(
+        f[flip].reshape(*k_sizes, ci, groups, co // groups)
+        .transpose(*range(rank), rank + 2, rank + 1, rank)
+        .reshape(*k_sizes, co // groups, groups * ci))
     unit = Window(tuple(k_sizes), (1,) * len(sizes), window.dilations,
                   ((0, 0),) * len(sizes), tuple(sizes))
     return conv2d_nhwc(spread, flipped, unit)
@@ -153,12 +182,21 @@ def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple
 
 def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tuple,
                                 window: Window) -> np.ndarray:
-    """d filter = patches^T @ out_backprop, one matmul (any number of spatial dims)."""
+    """d filter = patches^T @ out_backprop, one matmul (one per group, batched), any number
+    of spatial dims."""
     *k_sizes, ci, co = filter_shape
     if x.shape[0] * int(np.prod(window.out)) == 0:
         return np.zeros(filter_shape, x.dtype)
     cols = _patches(_pad_nhwc(x, window.pads), tuple(k_sizes), window)
-    return np.matmul(cols.T, dy.reshape(-1, co)).reshape(filter_shape)
+    groups = groups_of(x.shape[-1], filter_shape)
+    dy = dy.reshape(-1, co)
+    if groups == 1:
+        return np.matmul(cols.T, dy).reshape(filter_shape)
+    rows, cog = cols.shape[0], co // groups
+    per_group = cols.reshape(rows, -1, groups, ci).transpose(2, 1, 3, 0)  # [g, k, ci, rows]
+    dyg = dy.reshape(rows, groups, cog).transpose(1, 0, 2)  # [g, rows, cog]
+    df = np.matmul(per_group.reshape(groups, -1, rows), dyg)  # [g, k * ci, cog]
+    return df.reshape(groups, -1, ci, cog).transpose(1, 2, 0, 3).reshape(filter_shape)
 
 
 # ----------------------------------------------------------------------------- conv kernels
@@ -174,7 +212,8 @@ def _c_convolution(op) -> bool:
 def _c_forward_convolution(op) -> bool:
     """The cases the C forward convolution handles (besides float32): any strides,
     dilation 1, SAME/VALID padding."""
-    return op.attrs["padding"] != "EXPLICIT" and set(op.attrs["dilations"]) == {1}
+    return (op.attrs["padding"] != "EXPLICIT" and set(op.attrs["dilations"]) == {1}
+            and attrs_fit_int32(op, "strides"))
 
 
 NATIVE_CONV = {"backend": "native", "dtypes": (dtypes.float32,), "when": _c_convolution}
@@ -218,25 +257,63 @@ def conv2d_backprop_filter(op, inputs, ctx):
     return [df.astype(x.dtype, copy=False)]
 
 
+# Grouped convolutions on the C kernels: a filter of one in_channel per group with
+# ``groups`` equal to the channels (Keras' Conv2D(groups=C): ConvNeXt's 7x7) is a depthwise
+# convolution whose filter is the same array seen as ``[kh, kw, C, out / C]`` (output
+# channel ``c * mult + m`` is input channel c through filter column ``c * mult + m``); any
+# other grouping runs the plain C kernel once per group on that group's channels.
+
+
+def _channel_axis(channels_last: bool) -> int:
+    return -1 if channels_last else 1
+
+
+def _split(a: np.ndarray, groups: int, axis: int) -> list[np.ndarray]:
+    """``a`` cut into ``groups`` equal channel blocks along ``axis``."""
+    return np.split(a, groups, axis=axis)
+
+
+def _depthwise_route(groups: int, f_shape: tuple, channels_last: bool) -> bool:
+    """Whether a grouped convolution is a depthwise one the C depthwise kernels run (NHWC,
+    one in_channel per group)."""
+    return groups > 1 and f_shape[2] == 1 and channels_last
+
+
+def _as_depthwise(f: np.ndarray, channels: int) -> np.ndarray:
+    """A one-in_channel-per-group HWIO filter seen as a depthwise ``[kh, kw, C, mult]``."""
+    return f.reshape(f.shape[0], f.shape[1], channels, f.shape[3] // channels)
+
+
 @register_kernel("Conv2D", **NATIVE_FORWARD_CONV)
 def conv2d_native(op, inputs, ctx):
     x, f = inputs
     window = _window(op, x.shape, f.shape)
     if x.size == 0 or 0 in window.out:  # nothing for C to do: the numpy kernel's zeros
         return conv2d(op, inputs, ctx)
-    return [c_conv2d(x, f, window.pads, window.out, op.attrs["data_format"] == "NHWC",
-                     strides=window.strides)]
+    channels_last = op.attrs["data_format"] == "NHWC"
+    axis = _channel_axis(channels_last)
+    groups = groups_of(x.shape[axis], f)
+    if groups == 1:
+        return [c_conv2d(x, f, window.pads, window.out, channels_last,
+                         strides=window.strides)]
+    if _depthwise_route(groups, f.shape, channels_last):
+        return [c_depthwise(x, _as_depthwise(f, groups), window)]
+    return [np.concatenate([c_conv2d(xg, fg, window.pads, window.out, channels_last,
+                                     strides=window.strides)
+                            for xg, fg in zip(_split(x, groups, axis), _split(f, groups, -1))],
+                           axis=axis)]
 
 
 def conv2d_native_epilogue(op, inputs, ctx, epilogue: Epilogue) -> list:
     """conv2d_native, then ``epilogue`` (the convolution's fused successors) where it fits
-    the result: in the convolution's tiles (NHWC), else in one pass after it. Where it does
-    not fit, the plain result (the caller runs the successors' own kernels)."""
+    the result: in the convolution's tiles (NHWC, not grouped), else in one pass after it.
+    Where it does not fit, the plain result (the caller runs the successors' own
+    kernels)."""
     x, f = inputs
     window = _window(op, x.shape, f.shape)
     shape = (x.shape[0], *window.out, f.shape[-1])
     if (op.attrs["data_format"] == "NHWC" and x.size and 0 not in window.out
-            and epilogue.fits(shape)):
+            and x.shape[-1] == f.shape[2] and epilogue.fits(shape)):
         return [c_conv2d(x, f, window.pads, window.out, True, epilogue, window.strides)]
     [y] = conv2d_native(op, inputs, ctx)
     if epilogue.fits(y.shape):
@@ -260,8 +337,16 @@ def conv2d_backprop_input_native(op, inputs, ctx):
     if dy.size == 0 or 0 in x_shape:
         return conv2d_backprop_input(op, inputs, ctx)
     window = conv_geometry(op.attrs, fail_for(op), x_shape, f.shape)
-    return [c_conv2d_backprop_input(dy, f, to_nhwc(x_shape, fmt)[1:3], window.pads,
-                                         fmt == "NHWC")]
+    channels_last = fmt == "NHWC"
+    axis = _channel_axis(channels_last)
+    input_hw = to_nhwc(x_shape, fmt)[1:3]
+    groups = groups_of(x_shape[axis], f)
+    if _depthwise_route(groups, f.shape, channels_last):
+        return [c_depthwise_backprop_input(dy, _as_depthwise(f, groups), input_hw, window)]
+    return [np.concatenate([c_conv2d_backprop_input(dyg, fg, input_hw, window.pads,
+                                                    channels_last)
+                            for dyg, fg in zip(_split(dy, groups, axis),
+                                               _split(f, groups, -1))], axis=axis)]
 
 
 @register_kernel("Conv2DBackpropFilter", **NATIVE_CONV)
@@ -271,8 +356,17 @@ def conv2d_backprop_filter_native(op, inputs, ctx):
     if x.size == 0 or dy.size == 0:
         return conv2d_backprop_filter(op, inputs, ctx)
     window = conv_geometry(op.attrs, fail_for(op), x.shape, f_shape)
-    return [c_conv2d_backprop_filter(x, dy, f_shape[:2], window.pads,
-                                          op.attrs["data_format"] == "NHWC")]
+    channels_last = op.attrs["data_format"] == "NHWC"
+    axis = _channel_axis(channels_last)
+    groups = groups_of(x.shape[axis], f_shape)
+    if _depthwise_route(groups, f_shape, channels_last):
+        df = c_depthwise_backprop_filter(x, dy, (*f_shape[:2], groups, f_shape[3] // groups),
+                                         window)
+        return [df.reshape(f_shape)]
+    return [np.concatenate([c_conv2d_backprop_filter(xg, dyg, f_shape[:2], window.pads,
+                                                     channels_last)
+                            for xg, dyg in zip(_split(x, groups, axis),
+                                               _split(dy, groups, axis))], axis=-1)]
 
 
 # ----------------------------------------------------------------------------- depthwise core
@@ -389,8 +483,10 @@ def depthwise_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: 
 
 
 def _depthwise_native(op) -> bool:
-    """The cases the C depthwise kernels handle (besides float32): NHWC, any window."""
-    return op.attrs["data_format"] == "NHWC"
+    """The cases the C depthwise kernels handle (besides float32): NHWC, any window whose
+    geometry fits int32."""
+    return op.attrs["data_format"] == "NHWC" and attrs_fit_int32(
+        op, "strides", "dilations", "explicit_paddings")
 
 
 NATIVE_DEPTHWISE = {"backend": "native", "dtypes": (dtypes.float32,),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from minigraph.backends.activation_kernels import c_reduce_rows
-from minigraph.backends.registry import register_kernel
+from minigraph.backends.native import check_code, fbuf, ffi, lib, num_threads
+from minigraph.backends.registry import find_kernel, register_kernel
 from minigraph.framework import dtypes
 
 
@@ -155,3 +157,91 @@ def broadcast_gradient_args(op, inputs, ctx):
     out = np.broadcast_shapes(tuple(padded[0]), tuple(padded[1]))
     return [np.array([i for i in range(rank) if p[i] == 1 and out[i] != 1],
                      op.attrs["T"].np_dtype) for p in padded]
+
+
+# ----------------------------------------------------------------------------- native broadcasting
+# Binary float32 ops in C (kernels_c/broadcast*): one IEEE single operation per element, so
+# bit for bit the numpy kernels above, on the worker pool. Another binary op joins with one
+# line in kernels_c/broadcast_internal.h's list and one register_native_binary call.
+
+
+@functools.lru_cache(maxsize=1024)
+def broadcast_plan(x_shape: tuple[int, ...], y_shape: tuple[int, ...]):
+    """What ``mg_broadcast`` needs for x of ``x_shape`` OP y of ``y_shape`` (shapes that
+    broadcast): ``(z_shape, rank, dims, x_dims, y_dims)``, the three as cffi ``int64_t``
+    arrays, with size-1 dimensions of z dropped and neighbouring dimensions that x and y
+    broadcast alike merged ([N,H,W,C] * [1,1,1,C] -> [NHW, C] * [1, C]; same shapes and
+    scalars -> rank 1). Every size follows from the shapes, so C reads exactly x.size,
+    y.size and writes z.size floats. None when more than ``MG_BROADCAST_MAX_RANK``
+    dimensions remain or z is empty."""
+    z_shape = np.broadcast_shapes(x_shape, y_shape)
+    rank = len(z_shape)
+    x_full = (1,) * (rank - len(x_shape)) + tuple(x_shape)
+    y_full = (1,) * (rank - len(y_shape)) + tuple(y_shape)
+    dims: list[int] = []
+    x_dims: list[int] = []
+    y_dims: list[int] = []
+    previous = None
+    for n, a, b in zip(z_shape, x_full, y_full):
+        if n == 1:
+            continue
+        kind = (a == 1, b == 1)
+        if kind == previous:
+            dims[-1], x_dims[-1], y_dims[-1] = dims[-1] * n, x_dims[-1] * a, y_dims[-1] * b
+        else:
+            dims.append(n)
+            x_dims.append(a)
+            y_dims.append(b)
+            previous = kind
+    if 0 in dims or len(dims) > lib.MG_BROADCAST_MAX_RANK:
+        return None
+    dims, x_dims, y_dims = (dims, x_dims, y_dims) if dims else ([1], [1], [1])
+    return (z_shape, len(dims), *(ffi.new("int64_t[]", d) for d in (dims, x_dims, y_dims)))
+
+
+@functools.cache
+def _broadcast_ops() -> dict[str, int]:
+    """kernels_c/broadcast_internal.h's ops: name -> index."""
+    return {ffi.string(lib.mg_broadcast_op_name(i)).decode(): i
+            for i in range(lib.mg_broadcast_op_count())}
+
+
+def _plain_f32(array) -> bool:
+    flags = array.flags
+    return array.dtype == np.float32 and flags.c_contiguous and flags.aligned
+
+
+def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """``x OP y`` with numpy broadcasting, OP the op ``c_name`` of kernels_c/broadcast's
+    list, for C-contiguous aligned float32 arrays; None for anything else (other dtypes or
+    layouts, empty results, more merged dimensions than C takes)."""
+    if not (_plain_f32(x) and _plain_f32(y)):
+        return None
+    plan = broadcast_plan(x.shape, y.shape)
+    if plan is None:
+        return None
+    z_shape, rank, dims, x_dims, y_dims = plan
+    z = np.empty(z_shape, np.float32)
+    check_code(lib.mg_broadcast(_broadcast_ops()[c_name], rank, dims, x_dims, y_dims,
+                                fbuf(x), fbuf(y), fbuf(z), num_threads()), c_name)
+    return z
+
+
+def register_native_binary(op_type: str, c_name: str) -> None:
+    """Register ``op_type``'s float32 kernel on the native backend: ``c_broadcast(c_name,
+    x, y)``, and the op's reference kernel where C takes no such arrays (one line per op:
+    ``register_native_binary("Maximum", "maximum")`` once the list has a maximum)."""
+    def kernel(op, inputs, ctx):
+        z = c_broadcast(c_name, *inputs)
+        if z is None:
+            return find_kernel(op, "reference").kernel(op, inputs, ctx)
+        return [z]
+
+    kernel.__name__ = f"{c_name}_native"
+    register_kernel(op_type, backend="native", dtypes=(dtypes.float32,))(kernel)
+
+
+for _name, _c_name in {"Add": "add", "AddV2": "add", "Sub": "sub", "Mul": "mul",
+                       "Div": "div", "RealDiv": "div", "Maximum": "maximum",
+                       "Minimum": "minimum", "SquaredDifference": "squared_difference"}.items():
+    register_native_binary(_name, _c_name)

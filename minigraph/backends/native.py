@@ -376,6 +376,18 @@ def as_f32(array) -> np.ndarray:
 _INT32_MAX = 2**31 - 1
 
 
+def attrs_fit_int32(op, *names: str) -> bool:
+    """Whether the op's int and list(int) attrs ``names`` (strides, dilations, ksize,
+    explicit_paddings) all lie in [0, 2**31), as the C kernels' geometry must; a kernel's
+    ``when`` that asks this sends other windows (a stride of 2**62) to the numpy kernel,
+    which handles any size."""
+    values = []
+    for name in names:
+        value = op.attrs.get(name, ())
+        values.extend(value if isinstance(value, (list, tuple)) else [value])
+    return all(0 <= v <= _INT32_MAX for v in values)
+
+
 def checked_sizes(what: str, **values) -> list[int]:
     """The integer geometry arguments, each checked to lie in [0, 2**31): C computes offsets
     like ``row * stride + ksize`` in int64, which such values can never overflow."""

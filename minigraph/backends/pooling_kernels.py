@@ -19,6 +19,7 @@ import numpy as np
 from minigraph.backends.compute import compute_dtype, fail_for, placed_rows
 from minigraph.backends.native import (
     as_f32,
+    attrs_fit_int32,
     check_code,
     check_rank4,
     checked_sizes,
@@ -218,8 +219,7 @@ def _lowest(dtype: np.dtype):
 def _c_pool(op) -> bool:
     """The pools the C kernels handle (besides float32): a geometry that fits int32 (any
     real one does; padding never exceeds the window)."""
-    return max(*op.attrs["ksize"], *op.attrs["strides"],
-               *op.attrs.get("explicit_paddings", ())) < 2**31
+    return attrs_fit_int32(op, "ksize", "strides", "explicit_paddings")
 
 
 def _c_pool_grad(op) -> bool:
@@ -301,29 +301,35 @@ def max_pool_grad_grad(op, inputs, ctx):
 
 @register_kernel("AvgPool")
 def avg_pool(op, inputs, ctx):
-    """Window sums over the in-bounds elements (height, then width) divided by the
-    in-bounds element count (TF: padding is not counted)."""
+    """Window sums over the in-bounds elements (one spatial axis after the other: height,
+    then width; planes first in 3-D) divided by the in-bounds element count (TF: padding
+    is not counted). AvgPool3D runs it too."""
     x = inputs[0]
     out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
     if 0 in out_shape:
         return [np.zeros(out_shape, x.dtype)]
     ct = compute_dtype(x.dtype)
-    total = pool.reduce(pool.reduce(x.astype(ct, copy=False), 0, np.add, 0), 1, np.add, 0)
+    total = x.astype(ct, copy=False)
+    for d in range(len(pool.axes)):
+        total = pool.reduce(total, d, np.add, 0)
     return [(total / pool.counts().astype(ct)).astype(x.dtype, copy=False)]
 
 
 @register_kernel("AvgPoolGrad")
 def avg_pool_grad(op, inputs, ctx):
     """Each output's gradient, divided by its window's count, spread over the window's
-    in-bounds elements (width, then height: the adjoint of AvgPool's passes)."""
+    in-bounds elements (the last spatial axis first: the adjoint of AvgPool's passes).
+    AvgPool3DGrad runs it too."""
     sizes, g = inputs
     x_shape = tuple(sizes.tolist())
     out_shape, pool = pool_setup(op, x_shape, op.attrs["data_format"])
     ct = compute_dtype(g.dtype)
     if 0 in out_shape:
         return [np.zeros(x_shape, g.dtype)]
-    share = g.astype(ct, copy=False) / pool.counts().astype(ct)
-    return [pool.spread(pool.spread(share, 1), 0).astype(g.dtype)]
+    dx = g.astype(ct, copy=False) / pool.counts().astype(ct)
+    for d in reversed(range(len(pool.axes))):
+        dx = pool.spread(dx, d)
+    return [dx.astype(g.dtype)]
 
 
 # ----------------------------------------------------------------------------- C wrappers

@@ -1,8 +1,9 @@
 """numpy kernels of the volumetric ops (``ops.volumetric_ops``).
 
-Conv3D and its backprops run the convolution family's im2col kernels, and MaxPool3D the
-pooling family's max pool (one clipped 1-D pass per spatial axis): both take any number of
-spatial dims, so they are registered here for the 3-D ops as they are.
+Conv3D and its backprops run the convolution family's im2col kernels, and MaxPool3D,
+AvgPool3D and AvgPool3DGrad the pooling family's pools (one clipped 1-D pass per spatial
+axis): they take any number of spatial dims, so they are registered here for the 3-D ops as
+they are.
 
 MaxPool3DGrad and MaxPool3DGradGrad have TF's own 3-D rules (its CPU kernels,
 ``pooling_ops_3d.cc``), not the 2-D ops' argmax. Both loop over the combinations of window
@@ -34,6 +35,8 @@ register_kernel("Conv3D")(convolution_kernels.conv2d)
 register_kernel("Conv3DBackpropInputV2")(convolution_kernels.conv2d_backprop_input)
 register_kernel("Conv3DBackpropFilterV2")(convolution_kernels.conv2d_backprop_filter)
 register_kernel("MaxPool3D")(pooling_kernels.max_pool)
+register_kernel("AvgPool3D")(pooling_kernels.avg_pool)
+register_kernel("AvgPool3DGrad")(pooling_kernels.avg_pool_grad)
 
 # TF's tie tolerance of MaxPool3DGrad, converted to the inputs' type as Eigen does.
 TIE_TOLERANCE = 1e-5

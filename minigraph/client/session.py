@@ -44,6 +44,7 @@ from minigraph.framework.errors import (
 )
 from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.limits import check_allocation, check_feed_size
+from minigraph.framework.names import shown
 from minigraph.framework.op_def import RunContext, RunShapeContext, run_shape_fn
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import TensorShape
@@ -312,7 +313,7 @@ def parse_device(spec: str) -> tuple[str, int]:
     match = _DEVICE_SPEC.fullmatch(spec.strip())
     kind = match.group(1).upper() if match else None
     if kind not in ("CPU", "GPU", "OPENCL"):
-        raise InvalidArgumentError(f"unknown device '{spec}'; expected '/device:CPU:0', "
+        raise InvalidArgumentError(f"unknown device '{shown(spec)}'; expected '/device:CPU:0', "
                                    f"'/device:GPU:N' or '/device:OPENCL:N'")
     return kind, int(match.group(2))
 

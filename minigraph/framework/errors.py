@@ -18,8 +18,9 @@ class NotFoundError(LookupError):
 
 
 class UnimplementedError(NotImplementedError):
-    """An operation TensorFlow no longer supports in this context (an op removed from the
-    GraphDef version a graph was made at)."""
+    """An operation not supported in this context: an op removed from the GraphDef version a
+    graph was made at, or a tensor TensorFlow can hold and numpy cannot (more than 64
+    dimensions)."""
 
 
 class UnavailableError(RuntimeError):
@@ -33,3 +34,19 @@ class FailedPreconditionError(InvalidArgumentError):
 class ResourceExhaustedError(MemoryError):
     """A tensor would need more memory than this machine has (a claimed shape of terabytes):
     refused before anything is allocated."""
+
+
+# The OS's file errors, as TensorFlow names them (``tsl::errors`` maps errno the same way);
+# each is also the matching OSError, so code that catches OSError still catches it.
+
+
+class PermissionDeniedError(PermissionError):
+    """The OS refuses the access: a read-only directory, a file without read permission."""
+
+
+class AlreadyExistsError(FileExistsError):
+    """Something that must be created already exists (a file where a directory must go)."""
+
+
+class UnknownError(OSError):
+    """An OS error no other class describes (an I/O error, a full disk's "disk full")."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from minigraph.framework import dtypes, wrapper_docs
+from minigraph.framework import dtypes, limits, wrapper_docs
 from minigraph.framework.dtypes import DType
 from minigraph.framework.errors import InvalidArgumentError, NotFoundError
 from minigraph.framework.graph import Operation, Output
@@ -299,6 +299,7 @@ def _convert_input(scope: Scope, op_type: str, arg: ArgDef, value: Any,
     what = f"{op_type}: input '{arg.name}'"
     if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
+        limits.check_feed_size(array, what)  # a 0-stride view may claim any size
     else:
         array = dtypes.python_to_array(value, dtype_hint or arg.dtype, what)
     try:
@@ -489,6 +490,10 @@ def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
     missing = [a.name for a in op_def.attrs if a.name not in full_attrs]
     if missing:
         raise InvalidArgumentError(f"{op_def.name} '{name}': missing required attr(s) {missing}")
+    for arg in op_def.outputs:
+        if arg.number_attr:  # a list output: its length attr says how many tensors to build
+            limits.check_output_count(full_attrs[arg.number_attr],
+                                      f"{op_def.name} '{name}': attr '{arg.number_attr}'")
     shapes = run_shape_fn(op_def, InferenceContext(op_def, name, inputs, full_attrs))
     op = Operation(scope.graph(), name, op_def, inputs, scope.control_dependencies, full_attrs,
                    scope.device, output_specs(op_def, full_attrs, shapes))

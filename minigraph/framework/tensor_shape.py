@@ -129,11 +129,24 @@ class TensorShape:
     def __str__(self) -> str:
         if self._dims is None:
             return "<unknown>"
-        inner = ", ".join(str(d) for d in self._dims)
-        return f"({inner},)" if len(self._dims) == 1 else f"({inner})"
+        if len(self._dims) == 1:
+            return f"({self._dims[0]},)"
+        return f"({_joined([str(d) for d in self._dims], ', ')})"
 
     def __repr__(self) -> str:
         return "TensorShape(None)" if self._dims is None else f"TensorShape({list(self._dims)})"
+
+
+SHOWN_DIMS = 16  # a message shows at most this many dimensions of a shape
+
+
+def _joined(texts: list[str], separator: str) -> str:
+    """The dims' texts joined; more than SHOWN_DIMS of them (a file may claim rank 250) show
+    the first and last few and the rank, so no message grows with the rank."""
+    if len(texts) <= SHOWN_DIMS:
+        return separator.join(texts)
+    return (separator.join(texts[:SHOWN_DIMS - 4]) + f"{separator}...{separator}"
+            + separator.join(texts[-2:]) + f" (rank {len(texts)})")
 
 
 def as_shape(value: TensorShape | Iterable[int | None] | None) -> TensorShape:
@@ -147,4 +160,4 @@ def dims_text(dims: Iterable[int | None] | TensorShape | None) -> str:
         dims = dims.dims
     if dims is None:
         return "[*]"
-    return "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
+    return "[" + _joined(["?" if d is None else str(d) for d in dims], ",") + "]"

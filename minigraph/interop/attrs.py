@@ -17,23 +17,28 @@ from minigraph.interop import tensors
 _SCALAR_FIELDS = {"string": "s", "int": "i", "float": "f", "bool": "b", "type": "type",
                   "shape": "shape", "tensor": "tensor"}
 _KIND_OF_FIELD = {field: kind for kind, field in _SCALAR_FIELDS.items()}
+# ListValue's fields in the order TF's AttrValueHasType checks them
+_LIST_FIELDS = ("s", "i", "f", "b", "type", "shape", "tensor", "func")
 
 
-def value_kind(value: Any) -> str:
+def value_kind(value: Any, expected: str | None = None) -> str:
     """TF's name for the kind an AttrValue holds (``'int'``, ``'list(int)'``), as TF's
-    "AttrValue had value with type 'int' when 'type' expected" names it."""
+    "AttrValue had value with type 'int' when 'type' expected" names it. A list holding
+    several kinds is named by its first field (in TF's order) that is not ``expected``."""
     field = value.WhichOneof("value")
     if field == "list":
-        held = [f for f in _KIND_OF_FIELD if len(getattr(value.list, f))]
-        return f"list({_KIND_OF_FIELD[held[0]]})" if len(held) == 1 else "list"
+        held = [f"list({_KIND_OF_FIELD.get(f, f)})" for f in _LIST_FIELDS
+                if len(getattr(value.list, f))]
+        others = [kind for kind in held if kind != expected]
+        return (others or held or ["list"])[0]
     return _KIND_OF_FIELD.get(field, field or "<unset>")
 
 
 def _kind_matches(value: Any, kind: str) -> bool:
     field = value.WhichOneof("value")
     if kind.startswith("list("):
-        held = value_kind(value)
-        return field == "list" and held in (kind, "list")  # an empty list fits any list kind
+        # every field the list holds must be of that kind; an empty list fits any list kind
+        return field == "list" and value_kind(value, kind) in (kind, "list")
     return field == _SCALAR_FIELDS[kind]
 
 
@@ -41,7 +46,8 @@ def attr_from_proto(value: Any, attr: AttrDef, where: str) -> Any:
     """The minigraph value of an AttrValue for ``attr``; raises TF's message when the
     AttrValue holds another kind. Values are then checked by the op's own attr rules."""
     if not _kind_matches(value, attr.kind):
-        raise InvalidArgumentError(f"AttrValue had value with type '{value_kind(value)}' when "
+        raise InvalidArgumentError(f"AttrValue had value with type "
+                                   f"'{value_kind(value, attr.kind)}' when "
                                    f"'{attr.kind}' expected\n\t for attr '{attr.name}'\n\t; "
                                    f"{where}")
     if attr.kind == "list(int)":
@@ -71,6 +77,7 @@ def attr_to_proto(value: Any, kind: str, proto: Any) -> None:
     elif kind == "type":
         proto.type = tensors.dtype_to_enum(value)
     elif kind == "shape":
+        proto.shape.SetInParent()  # a scalar shape has no dims: still a shape
         tensors.shape_to_proto(value, proto.shape)
     elif kind == "tensor":
         tensors.array_to_proto(np.asarray(value), proto.tensor)

@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 
 from minigraph.client.session import ClientSession
+from minigraph.framework import files
 from minigraph.framework.errors import InvalidArgumentError
 from minigraph.framework.graph import Graph, Operation, Output
+from minigraph.framework.names import is_valid_node_name, shown
 from minigraph.framework.op_def import build_operation
 from minigraph.framework.scope import Scope
 from minigraph.interop import attrs, protos, tensors, versions
@@ -122,6 +124,11 @@ def graph_to_graph_def(graph: Graph, for_display: bool = False) -> Any:
     graph_def.versions.producer = versions.producer_for([op.op_def for op in operations])
     renamed: dict[str, str] = {}
     for op in operations:
+        if not for_display and not is_valid_node_name(op.name):
+            raise InvalidArgumentError(
+                f"export_graph_def: node '{shown(op.name)}' has a name TensorFlow refuses "
+                f"(Node name contains invalid characters: ASCII letters, digits and '.' "
+                f"first, then also '-', '/', '_'); rename it with Scope.WithOpName")
         if op.type in MINIGRAPH_ONLY_OPS and not for_display:
             _add_folded(graph_def, op, renamed)
         else:
@@ -135,16 +142,20 @@ def export_graph_def(scope_or_graph: Scope | Graph, path: str | os.PathLike | No
 
     The file is protobuf text when ``as_text`` is true, or when it is None and the path ends
     in ``.pbtxt``/``.txt``; binary otherwise (``.pb``). TensorFlow reads either with
-    ``tf.compat.v1.GraphDef`` and ``tf.graph_util.import_graph_def``.
+    ``tf.compat.v1.GraphDef`` and ``tf.graph_util.import_graph_def``. It is written
+    atomically (:func:`minigraph.io.atomic_write`); a path no file can have and every OS
+    error are ``mg.errors`` exceptions naming the file (:mod:`minigraph.framework.files`).
     """
     graph = scope_or_graph.graph() if isinstance(scope_or_graph, Scope) else scope_or_graph
     if not isinstance(graph, Graph):
         raise InvalidArgumentError(f"export_graph_def: expected a Scope or a Graph, got "
                                    f"{type(scope_or_graph).__name__}")
+    if path is not None:
+        path = files.check_path(path, "export_graph_def")
     graph_def = graph_to_graph_def(graph)
     if path is not None:
         if as_text is None:
             as_text = Path(path).suffix.lower() in TEXT_SUFFIXES
         data = protos.to_text(graph_def).encode() if as_text else graph_def.SerializeToString()
-        atomic_write(path, lambda file: file.write(data))
+        atomic_write(path, lambda file: file.write(data), "export_graph_def")
     return graph_def

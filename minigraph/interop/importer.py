@@ -6,7 +6,8 @@ every attr without a default must be present, each of the kind its OpDef declare
 attrs starting with ``_`` (``_class``, ``_output_shapes``) are TF's bookkeeping and skipped,
 and attrs the OpDef does not know are ignored with a warning, as TF ignores them. Errors use
 TensorFlow's words; minigraph's own checks (shape functions, attr values) then run on every
-node, so a graph that imports is one minigraph can run.
+node, so a graph that imports is one minigraph can run. Calls of the GraphDef's function
+library (``PartitionedCall``...) are inlined as they are reached (``interop.functions``).
 """
 
 from __future__ import annotations
@@ -18,9 +19,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from minigraph.framework import files
 from minigraph.framework.dtypes import DType, as_dtype
-from minigraph.framework.errors import InvalidArgumentError, NotFoundError
-from minigraph.framework.graph import Graph, Output
+from minigraph.framework.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    UnimplementedError,
+)
+from minigraph.framework.graph import Graph, Operation, Output
+from minigraph.framework.names import device_problem, is_valid_node_name, shown
 from minigraph.framework.op_def import (
     ArgDef,
     OpDef,
@@ -29,49 +37,81 @@ from minigraph.framework.op_def import (
     get_op_def,
 )
 from minigraph.framework.scope import Scope
-from minigraph.interop import attrs, protos, versions
+from minigraph.interop import attrs, functions, protos, versions
 from minigraph.interop.tensors import tf_type_name
 
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
+# protobuf refuses messages over 2 GiB; TF's GraphDefs never are larger
+MAX_GRAPH_DEF_BYTES = (2 << 30) - 1
+# Nested function calls are inlined recursively: a bound far beyond real graphs (a Keras
+# model nests two or three) that keeps Python's stack safe.
+MAX_CALL_DEPTH = 64
 
 
 def load_graph_def(source: Any) -> Any:
     """A GraphDef message from a path (``.pbtxt`` text, else binary), bytes, or a message
-    (minigraph's or TensorFlow's own class)."""
-    from google.protobuf import message, text_format
+    (minigraph's or TensorFlow's own class).
+
+    The input is hostile by default: a path must name a regular file of at most 2 GiB,
+    text is parsed with bounded memory and nesting (:mod:`minigraph.interop.pbtxt`), and map
+    entries the protobuf backend set aside are restored (:func:`protos.restore_map_entries`).
+    Every problem is an ``mg.errors`` exception naming the file.
+    """
+    from google.protobuf import message
 
     if protos.is_graph_def(source):
-        return protos.GraphDef().FromString(source.SerializeToString())
+        source = source.SerializeToString()
     if isinstance(source, (bytes, bytearray, memoryview)):
         data, text, where = bytes(source), False, "the given bytes"
     elif isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if not path.is_file():
-            raise NotFoundError(f"import_graph_def: no such file: {path}")
-        data, where = path.read_bytes(), str(path)
-        text = path.suffix.lower() in TEXT_SUFFIXES
+        path = files.check_path(source, "import_graph_def")
+        data, where = _read_file(path), path
+        text = Path(path).suffix.lower() in TEXT_SUFFIXES
     else:
         raise InvalidArgumentError(f"import_graph_def: expected a path, bytes or a GraphDef, "
                                    f"got {type(source).__name__}")
-    try:
-        if text:
-            return protos.parse_text(data.decode("utf-8"))
-        return protos.GraphDef().FromString(data)
-    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as exc:
-        form = "text" if text else "binary"
-        raise InvalidArgumentError(f"import_graph_def: {where} is not a {form} GraphDef: "
-                                   f"{exc}") from None
+    if len(data) > MAX_GRAPH_DEF_BYTES:
+        raise InvalidArgumentError(f"import_graph_def: {where} holds {len(data):,} bytes; a "
+                                   f"GraphDef is at most 2 GiB")
+    if text:
+        try:
+            decoded = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidArgumentError(f"import_graph_def: {where} is not a text GraphDef: "
+                                       f"not UTF-8 at byte {exc.start}") from None
+        graph_def = protos.parse_text(decoded, f"import_graph_def: {where}")
+    else:
+        try:
+            graph_def = protos.GraphDef().FromString(data)
+        except message.DecodeError as exc:
+            raise InvalidArgumentError(f"import_graph_def: {where} is not a binary GraphDef: "
+                                       f"{exc}") from None
+    protos.restore_map_entries(graph_def, f"import_graph_def: {where}")
+    graph_def.DiscardUnknownFields()  # TF ignores them; the restored entries replace theirs
+    return graph_def
 
 
-def _parse_input(node: Any, text: str) -> tuple[str, int]:
-    """``"name"``/``"name:N"``/``"^name"`` -> (node name, output index; -1 for control)."""
+def _read_file(path: str) -> bytes:
+    """The bytes of the regular file ``path``, refused when larger than a GraphDef may be."""
+    what = f"import_graph_def: cannot read '{shown(path)}'"
+    files.require_regular_file(path, what)
+    with files.os_errors(what), open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > MAX_GRAPH_DEF_BYTES:
+            raise InvalidArgumentError(f"import_graph_def: '{shown(path)}' holds {size:,} "
+                                       f"bytes; a GraphDef is at most 2 GiB")
+        return file.read(MAX_GRAPH_DEF_BYTES + 1)
+
+
+def _parse_input(text: str) -> tuple[str, int]:
+    """``"name"``/``"name:N"``/``"^name"`` -> (node name, output index; -1 for control), as
+    TF's ``ParseTensorName`` reads them: N is ASCII digits only, anything else after a ``:``
+    (``x:٣``, ``x:-1``, ``x:``) leaves the whole text a node name, which no node has."""
     if text.startswith("^"):
         return text[1:], -1
     name, sep, index = text.rpartition(":")
-    if sep and index.isdigit():
-        return name, int(index)
-    if sep and not index.isdigit():
-        raise InvalidArgumentError(f"Node '{node.name}': Malformed input '{text}'")
+    if sep and index.isascii() and index.isdigit():
+        return name, int(index) if len(index) <= 18 else 2**63  # past any output count
     return text, 0
 
 
@@ -80,30 +120,47 @@ def _inputs_by_node(nodes: Sequence[Any]) -> dict[str, list[tuple[str, int]]]:
     names = {node.name for node in nodes}
     parsed = {}
     for node in nodes:
-        entries = [_parse_input(node, text) for text in node.input]
+        entries = []
         seen_control = False
-        for source, index in entries:
+        for text in node.input:
+            source, index = _parse_input(text)
             if source not in names:
-                raise InvalidArgumentError(f"Node '{node.name}': Unknown input node "
-                                           f"'{node.input[entries.index((source, index))]}'")
+                raise InvalidArgumentError(f"Node '{shown(node.name)}': Unknown input node "
+                                           f"'{shown(text)}'")
             if index < 0:
                 seen_control = True
             elif seen_control:
-                raise InvalidArgumentError(f"Node '{node.name}': Control dependencies must come "
-                                           f"after regular dependencies")
+                raise InvalidArgumentError(f"Node '{shown(node.name)}': Control dependencies "
+                                           f"must come after regular dependencies")
+            entries.append((source, index))
         parsed[node.name] = entries
     return parsed
+
+
+def _a_cycle(left: set[str], inputs: dict[str, list[tuple[str, int]]]) -> list[str]:
+    """One cycle among the nodes ``left`` over (each waits on another of them): follow
+    inputs within ``left`` until a node repeats."""
+    path, position = [], {}
+    current = min(left)
+    while current not in position:
+        position[current] = len(path)
+        path.append(current)
+        current = next(source for source, _ in inputs[current] if source in left)
+    return path[position[current]:] + [current]
 
 
 def _topological_order(nodes: Sequence[Any], inputs: dict[str, list[tuple[str, int]]]
                        ) -> list[Any]:
     """Nodes with every input before its consumers; among the nodes that are ready, the one
-    first in the file goes first, so a file already in order keeps its order (Kahn)."""
+    first in the file goes first, so a file already in order keeps its order (Kahn). Inputs
+    from outside ``nodes`` (a function body's reads of the graph) are already there."""
     position = {node.name: i for i, node in enumerate(nodes)}
-    waiting = {node.name: len({source for source, _ in inputs[node.name]}) for node in nodes}
+    sources = {node.name: {source for source, _ in inputs[node.name] if source in position}
+               for node in nodes}
+    waiting = {name: len(found) for name, found in sources.items()}
     consumers: dict[str, list[str]] = {}
     for node in nodes:
-        for source in {source for source, _ in inputs[node.name]}:
+        for source in sources[node.name]:
             consumers.setdefault(source, []).append(node.name)
     ready = [position[name] for name, count in waiting.items() if count == 0]
     heapq.heapify(ready)
@@ -116,32 +173,37 @@ def _topological_order(nodes: Sequence[Any], inputs: dict[str, list[tuple[str, i
             if waiting[consumer] == 0:
                 heapq.heappush(ready, position[consumer])
     if len(order) != len(nodes):
-        raise InvalidArgumentError(f"{len(nodes) - len(order)} nodes in a cycle")
+        cycle = _a_cycle({name for name, count in waiting.items() if count > 0}, inputs)
+        shown_cycle = " -> ".join(f"'{shown(name)}'" for name in cycle[:8])
+        if len(cycle) > 8:
+            shown_cycle += f" -> ... ({len(cycle) - 1} nodes)"
+        raise InvalidArgumentError(f"{len(nodes) - len(order)} nodes in a cycle; one cycle: "
+                                   f"{shown_cycle}")
     return order
 
 
 def _node_attrs(node: Any, op_def: OpDef) -> dict[str, Any]:
     """The NodeDef's attrs as minigraph values; missing required ones and wrong kinds are
     refused with TF's messages."""
-    where = f"NodeDef: {{{{node {node.name}}}}}; {attrs.op_signature(op_def)}"
+    where = f"NodeDef: {{{{node {shown(node.name)}}}}}; {attrs.op_signature(op_def)}"
     known = {a.name: a for a in op_def.attrs}
     values = {}
     for name, value in node.attr.items():
         if name.startswith("_"):
             continue
         if name not in known:
-            warnings.warn(f"NodeDef mentions attribute {name} which is not in the op "
+            warnings.warn(f"NodeDef mentions attribute {shown(name)} which is not in the op "
                           f"definition: {attrs.op_signature(op_def)} This may be expected if "
                           f"your graph generating binary is newer than this binary. Unknown "
-                          f"attributes will be ignored. NodeDef: {{{{node {node.name}}}}}",
-                          stacklevel=4)
+                          f"attributes will be ignored. NodeDef: {{{{node {shown(node.name)}}}}}",
+                          stacklevel=5)
             continue
         values[name] = attrs.attr_from_proto(value, known[name], where)
     for attr in op_def.attrs:
         if not attr.has_default and attr.name not in values:
             raise InvalidArgumentError(f"NodeDef missing attr '{attr.name}' from "
                                        f"{attrs.op_signature(op_def)}; NodeDef: "
-                                       f"{{{{node {node.name}}}}}")
+                                       f"{{{{node {shown(node.name)}}}}}")
     return values
 
 
@@ -152,39 +214,58 @@ def _list_arg(op_def: OpDef) -> ArgDef | None:
     return None
 
 
-def _expected_dtypes(op_def: OpDef, node_attrs: dict[str, Any]) -> list[DType | None]:
+def _expected_dtypes(op_def: OpDef, node_attrs: dict[str, Any], given: int
+                     ) -> list[DType | None] | None:
     """The dtype each data input must have, from fixed dtypes and the NodeDef's type attrs
-    (a list input holds the NodeDef's ``N`` of them)."""
+    (a list input holds the NodeDef's ``N`` of them); None when their number is not
+    ``given`` (checked before building a list of the NodeDef's claimed length)."""
     args = list(op_def.inputs)
     listed = _list_arg(op_def)
     if listed is not None:
-        args = args * node_attrs[listed.number_attr]
+        if node_attrs[listed.number_attr] != given:
+            return None
+        args = args * given
+    if len(args) != given:
+        return None
     return [arg.dtype or node_attrs.get(arg.type_attr) for arg in args]
+
+
+def _expected_text(op_def: OpDef, node_attrs: dict[str, Any]) -> str:
+    """TF's ``'float, float'`` list of the expected input types (a claimed list of 2**31
+    shows its first few and its length)."""
+    listed = _list_arg(op_def)
+    args, count = list(op_def.inputs), len(op_def.inputs)
+    if listed is not None:
+        count = node_attrs[listed.number_attr]
+        args = args * max(0, min(count, 8))
+    names = ", ".join(tf_type_name(d) if d else "?"
+                      for d in (a.dtype or node_attrs.get(a.type_attr) for a in args))
+    return names + (f", ... ({count:,} inputs)" if count > 8 else "")
 
 
 def _data_inputs(node: Any, op_def: OpDef, node_attrs: dict[str, Any],
                  sources: list[Output]) -> list[Any]:
     """The op's input arguments (a list for a variadic argument), checked against the
     NodeDef's types with TF's messages."""
-    expected = _expected_dtypes(op_def, node_attrs)
-    if len(expected) != len(sources):
-        names = ", ".join(tf_type_name(d) if d else "?" for d in expected)
-        raise InvalidArgumentError(f"NodeDef expected inputs '{names}' do not match "
-                                   f"{len(sources)} inputs specified; "
+    expected = _expected_dtypes(op_def, node_attrs, len(sources))
+    if expected is None:
+        raise InvalidArgumentError(f"NodeDef expected inputs '{_expected_text(op_def, node_attrs)}'"
+                                   f" do not match {len(sources)} inputs specified; "
                                    f"{attrs.op_signature(op_def)}; NodeDef: "
-                                   f"{{{{node {node.name}}}}}")
+                                   f"{{{{node {shown(node.name)}}}}}")
     for index, (source, dtype) in enumerate(zip(sources, expected)):
         if dtype is not None and source.dtype is not dtype:
             raise InvalidArgumentError(
-                f"Input {index} of node {node.name} was passed {tf_type_name(source.dtype)} "
-                f"from {source.name} incompatible with expected {tf_type_name(dtype)}.")
+                f"Input {index} of node {shown(node.name)} was passed "
+                f"{tf_type_name(source.dtype)} from {shown(source.name)} incompatible with "
+                f"expected {tf_type_name(dtype)}.")
     return list(sources)
 
 
 def _check_const(node: Any, node_attrs: dict[str, Any]) -> None:
     value, dtype = node_attrs.get("value"), node_attrs.get("dtype")
     if value is not None and dtype is not None and value.dtype != dtype.np_dtype:
-        raise InvalidArgumentError(f"Const '{node.name}': its value is a "
+        raise InvalidArgumentError(f"Const '{shown(node.name)}': its value is a "
                                    f"{tf_type_name(as_dtype(value.dtype))} tensor, but attr dtype "
                                    f"is {tf_type_name(dtype)}")
 
@@ -195,46 +276,131 @@ def import_graph_def(source: Any, name: str = "") -> Scope:
     ``source`` is a path (``.pb`` binary; ``.pbtxt`` text), the file's bytes, or a GraphDef
     message (minigraph's, or TensorFlow's own ``tf.compat.v1.GraphDef``). Nodes keep their
     TF names, under ``name/`` when ``name`` is given, so ``root.graph().get_tensor_by_name(
-    "Identity:0")`` finds what TF called ``Identity:0``.
+    "Identity:0")`` finds what TF called ``Identity:0``. Calls of library functions are
+    inlined: the body's nodes are ``<call>/<node>``, and ``<call>:i`` is still the call's
+    i-th result. An error about a node of a file ends by naming the file:
+    ``... (in 'model.pb')``.
     """
     graph_def = load_graph_def(source)
+    try:
+        return _build_graph(graph_def, name)
+    except (InvalidArgumentError, NotFoundError, UnimplementedError,
+            ResourceExhaustedError) as exc:
+        if not isinstance(source, (str, os.PathLike)):
+            raise
+        raise type(exc)(f"{exc} (in '{shown(os.fsdecode(source))}')") from None
+
+
+def _build_graph(graph_def: Any, name: str) -> Scope:
     versions.check_versions(graph_def.versions)
     nodes = list(graph_def.node)
     seen: set[str] = set()
     for node in nodes:
+        if not is_valid_node_name(node.name):
+            raise InvalidArgumentError(f"Node '{shown(node.name)}': Node name contains "
+                                       f"invalid characters")
         if node.name in seen:
-            raise InvalidArgumentError(f"Node '{node.name}' is not unique")
+            raise InvalidArgumentError(f"Node '{shown(node.name)}' is not unique")
         seen.add(node.name)
+        problem = device_problem(node.device) if node.device else None
+        if problem:
+            raise InvalidArgumentError(f"Node '{shown(node.name)}': {problem}")
     inputs = _inputs_by_node(nodes)
     root = Scope(Graph())
-    prefix = f"{name}/" if name else ""
-    producer = graph_def.versions.producer
-    for node in _topological_order(nodes, inputs):
-        _import_node(root, node, inputs[node.name], prefix, producer)
+    importer = _Importer(root, f"{name}/" if name else "", graph_def.versions.producer,
+                         functions.Library(graph_def.library), seen)
+    importer.import_nodes(nodes, inputs, ())
     return root
 
 
-def _import_node(root: Scope, node: Any, entries: list[tuple[str, int]], prefix: str,
-                 producer: int) -> None:
+class _Importer:
+    """One import: builds nodes in the graph, inlining function calls.
+
+    ``names`` holds every GraphDef-level node name in use (the file's, and the inlined
+    bodies'); ``results`` maps a call's ``(name, i)`` to the body tensor (GraphDef form) its
+    consumers read instead of the call's own output."""
+
+    def __init__(self, root: Scope, prefix: str, producer: int, library: functions.Library,
+                 names: set[str]) -> None:
+        self.root, self.prefix, self.producer, self.library = root, prefix, producer, library
+        self.names = set(names)
+        self.results: dict[tuple[str, int], str] = {}
+
+    def import_nodes(self, nodes: Sequence[Any], inputs: dict[str, list[tuple[str, int]]],
+                     calls: tuple[str, ...]) -> None:
+        """Build ``nodes`` in dependency order; ``calls``: the functions whose bodies they
+        are in (outermost first), for recursion."""
+        for node in _topological_order(nodes, inputs):
+            call = self.library.call(node)
+            if call is None:
+                sources, controls = self._sources(node, inputs[node.name])
+                _import_node(self.root, node, sources, controls, self.prefix, self.producer)
+            else:
+                self._inline(call, inputs[node.name], calls)
+
+    def _output(self, node: Any, source: str, index: int) -> Output:
+        """Output ``index`` of GraphDef node ``source`` (a call's: its body's tensor, which
+        may be another call's result in turn)."""
+        while (source, index) in self.results:
+            source, index = _parse_input(self.results[(source, index)])
+        op = self.root.graph().get_operation(self.prefix + source)
+        if index >= len(op.outputs):
+            raise InvalidArgumentError(f"Node '{shown(node.name)}': Connecting to invalid "
+                                       f"output {shown(str(index))} of source node "
+                                       f"{shown(source)} which has {len(op.outputs)} outputs.")
+        return op.outputs[index]
+
+    def _sources(self, node: Any, entries: list[tuple[str, int]]
+                 ) -> tuple[list[Output], list[Operation]]:
+        """The node's data inputs and control inputs."""
+        sources, controls = [], []
+        for source, index in entries:
+            if index < 0:
+                controls.append(self.root.graph().get_operation(self.prefix + source))
+            else:
+                sources.append(self._output(node, source, index))
+        return sources, controls
+
+    def _inline(self, call: functions.Call, entries: list[tuple[str, int]],
+                calls: tuple[str, ...]) -> None:
+        """Replace a call by its function's body (``functions.Library.inline``)."""
+        if call.name in calls:
+            chain = " -> ".join((*calls, call.name))
+            raise InvalidArgumentError(f"{call.where()}: the function calls itself ({chain}); "
+                                       f"minigraph cannot inline recursion")
+        if len(calls) >= MAX_CALL_DEPTH:
+            raise InvalidArgumentError(f"{call.where()}: calls nested {len(calls) + 1} deep; "
+                                       f"minigraph inlines at most {MAX_CALL_DEPTH} levels")
+        sources, _ = self._sources(call.node, entries)
+        self.library.check_arguments(call, sources)
+        body = self.library.inline(call, lambda name: name in self.names)
+        self.names.update(node.name for node in body.nodes)
+        inputs = {node.name: [_parse_input(text) for text in node.input]
+                  for node in body.nodes}
+        try:
+            self.import_nodes(body.nodes, inputs, (*calls, call.name))
+            results = [self._output(call.node, *_parse_input(text)) for text in body.outputs]
+        except (InvalidArgumentError, NotFoundError, UnimplementedError) as exc:
+            raise type(exc)(f"{exc} (in function '{call.name}', inlined at node "
+                            f"'{call.node.name}')") from None
+        self.library.check_results(call, results)
+        caller = body.caller
+        _import_node(self.root, caller,
+                     *self._sources(caller, [_parse_input(t) for t in caller.input]),
+                     self.prefix, self.producer)
+        for index, text in enumerate(body.outputs):
+            self.results[(call.node.name, index)] = text
+
+
+def _import_node(root: Scope, node: Any, sources: list[Output], controls: list[Operation],
+                 prefix: str, producer: int) -> None:
     try:
         op_def = get_op_def(node.op)
     except NotFoundError:
-        raise NotFoundError(f"Op type not registered '{node.op}' in minigraph (node "
-                            f"'{node.name}'): minigraph.ops.__all__ lists the ops it "
+        raise NotFoundError(f"Op type not registered '{shown(node.op)}' in minigraph (node "
+                            f"'{shown(node.name)}'): minigraph.ops.__all__ lists the ops it "
                             f"implements") from None
     versions.check_op_available(op_def, producer)
-    graph = root.graph()
-    sources, controls = [], []
-    for source, index in entries:
-        op = graph.get_operation(prefix + source)
-        if index < 0:
-            controls.append(op)
-        elif index >= len(op.outputs):
-            raise InvalidArgumentError(f"Node '{node.name}': Connecting to invalid output "
-                                       f"{index} of source node {source} which has "
-                                       f"{len(op.outputs)} outputs.")
-        else:
-            sources.append(op.outputs[index])
     node_attrs = _node_attrs(node, op_def)
     if node.op == "Const":
         _check_const(node, node_attrs)
@@ -249,4 +415,4 @@ def _import_node(root: Scope, node: Any, entries: list[tuple[str, int]], prefix:
     else:
         op = build_operation(scope, op_def, arguments, node_attrs)
     if op.name != prefix + node.name:  # a name an earlier node's made-up name took
-        raise InvalidArgumentError(f"Node '{node.name}' is not unique")
+        raise InvalidArgumentError(f"Node '{shown(node.name)}' is not unique")

@@ -66,11 +66,99 @@ def data_type_numbers() -> dict[str, int]:
     return {value.name: value.number for value in enum.values}
 
 
-def parse_text(text: str) -> Any:
-    """A GraphDef from protobuf text format (a ``.pbtxt`` file)."""
-    from google.protobuf import text_format
+def parse_text(text: str, where: str = "the text") -> Any:
+    """A GraphDef from protobuf text format (a ``.pbtxt`` file), parsed with bounded memory
+    and nesting (:mod:`minigraph.interop.pbtxt`); InvalidArgumentError naming ``where``."""
+    from minigraph.interop import pbtxt
 
-    return text_format.Parse(text, GraphDef())
+    return pbtxt.parse(text, GraphDef(), where)
+
+
+@functools.cache
+def _may_hold_maps(descriptor: Any) -> bool:
+    """Whether messages of this type can hold a map field, themselves or nested."""
+    seen: set[str] = set()
+    stack = [descriptor]
+    while stack:
+        current = stack.pop()
+        if current.full_name in seen:
+            continue
+        seen.add(current.full_name)
+        for field in current.fields:
+            if field.message_type is None:
+                continue
+            if field.message_type.GetOptions().map_entry:
+                return True
+            stack.append(field.message_type)
+    return False
+
+
+@functools.cache
+def _map_fields(descriptor: Any) -> dict[int, Any]:
+    """The map fields of a message type, by field number."""
+    return {f.number: f for f in descriptor.fields
+            if f.message_type is not None and f.message_type.GetOptions().map_entry}
+
+
+def restore_map_entries(message: Any, where: str) -> None:
+    """Put back the map entries the upb backend set aside, throughout ``message``.
+
+    upb drops a map entry holding a field its entry message does not declare (an attr
+    entry with a stray field 3) into the parent's unknown fields, so the attr would
+    silently take its default; TensorFlow's C++ parser keeps such an entry and ignores the
+    stray field. Each set-aside entry is parsed and restored; one whose key another entry
+    also sets (which one wins depends on their order, which is lost) is refused.
+    """
+    from google.protobuf import unknown_fields
+
+    stack = [message]
+    while stack:
+        current = stack.pop()
+        maps = _map_fields(current.DESCRIPTOR)
+        if maps:
+            for unknown in unknown_fields.UnknownFieldSet(current):
+                field = maps.get(unknown.field_number)
+                if field is not None:
+                    _restore_entry(current, field, unknown.data, where)
+        for field, value in current.ListFields():
+            if field.message_type is None or not _may_hold_maps(field.message_type):
+                continue
+            if field.number in maps:
+                if field.message_type.fields_by_name["value"].message_type is not None:
+                    stack.extend(value.values())
+            elif hasattr(value, "ListFields"):  # one message
+                stack.append(value)
+            else:  # a repeated message field
+                stack.extend(value)
+
+
+def _restore_entry(parent: Any, field: Any, data: Any, where: str) -> None:
+    from google.protobuf import message as protobuf_message
+
+    from minigraph.framework.errors import InvalidArgumentError
+    from minigraph.framework.names import shown
+
+    if not isinstance(data, bytes):
+        raise InvalidArgumentError(f"{where}: a '{field.name}' map entry of a "
+                                   f"{parent.DESCRIPTOR.name} is not a message")
+    try:
+        entry = message_class(field.message_type.full_name).FromString(data)
+    except protobuf_message.DecodeError as exc:
+        raise InvalidArgumentError(f"{where}: a '{field.name}' map entry of a "
+                                   f"{parent.DESCRIPTOR.name} cannot be parsed: {exc}") from None
+    target = getattr(parent, field.name)
+    if entry.key in target:
+        owner = parent.DESCRIPTOR.name
+        if "name" in parent.DESCRIPTOR.fields_by_name:  # a NodeDef: which one
+            owner += f" '{shown(parent.name)}'"
+        raise InvalidArgumentError(
+            f"{where}: {owner} sets '{field.name}' entry "
+            f"'{shown(str(entry.key))}' twice, once with a field its entry does not declare; "
+            f"which one TensorFlow keeps depends on their order")
+    if field.message_type.fields_by_name["value"].message_type is not None:
+        target[entry.key].CopyFrom(entry.value)
+    else:
+        target[entry.key] = entry.value
 
 
 def to_text(message: Any) -> str:

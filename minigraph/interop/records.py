@@ -43,11 +43,16 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
+def framed(data: bytes) -> bytes:
+    """One record: ``data`` with its length, the length's CRC and the data's CRC."""
+    header = struct.pack("<Q", len(data))
+    return (header + struct.pack("<I", masked_crc32c(header)) + data
+            + struct.pack("<I", masked_crc32c(data)))
+
+
 def write_record(file: IO[bytes], data: bytes) -> None:
     """Append one framed record."""
-    header = struct.pack("<Q", len(data))
-    file.write(header + struct.pack("<I", masked_crc32c(header)) + data
-               + struct.pack("<I", masked_crc32c(data)))
+    file.write(framed(data))
 
 
 def read_records(file: IO[bytes]) -> list[bytes]:

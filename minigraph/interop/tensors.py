@@ -4,8 +4,12 @@
 A TensorProto holds its elements either as raw little-endian bytes (``tensor_content``) or in
 the typed list of its dtype (``float_val``, ``int_val``...). In a typed list, fewer values
 than the shape holds means the last value repeats to fill the rest (TF's compact form for
-splats: ``tf.zeros`` writes one value), and none at all means zeros. float16 and bfloat16
-elements sit in ``half_val`` as their 16-bit patterns widened to int32.
+splats: ``tf.zeros`` writes one value), none at all means zeros, and values beyond the
+shape's elements are ignored (as TF's ``Tensor::FromProto``). float16 and bfloat16 elements
+sit in ``half_val`` as their 16-bit patterns widened to int32 (TF keeps the low 16 bits).
+A file is hostile by default: shapes are checked as TF checks them (and against numpy's
+limits and this machine's memory) before anything is allocated, and one repeated value is
+held as a read-only broadcast rather than expanded.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ import numpy as np
 
 from minigraph.framework import dtypes, limits
 from minigraph.framework.dtypes import DType
-from minigraph.framework.errors import InvalidArgumentError
-from minigraph.framework.tensor_shape import TensorShape
+from minigraph.framework.errors import InvalidArgumentError, ResourceExhaustedError
+from minigraph.framework.tensor_shape import TensorShape, dims_text
 from minigraph.interop import protos
 
 # minigraph dtype -> (TF enum name, TF's short name, TensorProto typed field)
@@ -62,16 +66,25 @@ def enum_to_dtype(number: int, where: str) -> DType:
 
 
 def shape_from_proto(proto: Any, where: str) -> TensorShape:
-    """A TensorShapeProto as a TensorShape: ``unknown_rank`` -> unknown, size -1 -> None."""
+    """A TensorShapeProto as a TensorShape (``unknown_rank`` -> unknown, size -1 -> None),
+    checked as TF checks one (``PartialTensorShape::IsValidShape``, TF's words): no dims
+    with unknown rank, at most 254 dims, none below -1, and the known dims before the first
+    unknown one multiplying to at most 2**63 - 1."""
     if proto.unknown_rank:
+        if len(proto.dim):
+            raise InvalidArgumentError(f"{where}: An unknown shape must not have any "
+                                       f"dimensions set.")
         return TensorShape(None)
-    dims = []
-    for dim in proto.dim:
-        if dim.size < -1:
-            raise InvalidArgumentError(f"{where}: shape has dimension {dim.size}; dimensions "
-                                       f"are >= 0, or -1 for unknown")
-        dims.append(None if dim.size == -1 else dim.size)
-    return TensorShape(dims)
+    sizes = [dim.size for dim in proto.dim]
+    if len(sizes) > limits.TF_MAX_RANK:
+        raise InvalidArgumentError(f"{where}: Shape {dims_text(sizes)} has too many dimensions "
+                                   f"({len(sizes)}; at most {limits.TF_MAX_RANK})")
+    if any(size < -1 for size in sizes):
+        raise InvalidArgumentError(f"{where}: Shape {dims_text(sizes)} has dimensions with "
+                                   f"values below -1 (where -1 means unknown)")
+    known = sizes[:sizes.index(-1)] if -1 in sizes else sizes
+    limits.check_dims(known, where)  # only TF's overflow rule applies to a prefix
+    return TensorShape([None if size == -1 else size for size in sizes])
 
 
 def shape_to_proto(shape: TensorShape, proto: Any) -> None:
@@ -84,60 +97,79 @@ def shape_to_proto(shape: TensorShape, proto: Any) -> None:
 
 
 def array_from_proto(proto: Any, where: str) -> np.ndarray:
-    """A TensorProto's value as a read-only numpy array of its dtype and shape."""
+    """A TensorProto's value as a read-only numpy array of its dtype and shape.
+
+    Decoded as TF's ``Tensor::FromProto`` decodes it: a shape with ``unknown_rank`` and no
+    dims is a scalar; typed values beyond the shape's element count are ignored, and fewer
+    repeat the last one (none: zeros). One repeated value is held as a read-only broadcast,
+    so a file of 80 bytes claiming 2**30 elements costs one element; a longer list is
+    expanded only after its size is checked against this machine's memory. numpy's limits
+    (64 dims) are refused with UnimplementedError.
+    """
     dtype = enum_to_dtype(proto.dtype, where)
-    shape = shape_from_proto(proto.tensor_shape, where)
-    if shape.rank is None or not shape.is_fully_defined():
+    shape_proto = proto.tensor_shape
+    if shape_proto.unknown_rank and not len(shape_proto.dim):
+        shape = TensorShape([])
+    else:
+        shape = shape_from_proto(shape_proto, where)
+    if not shape.is_fully_defined():
         raise InvalidArgumentError(f"{where}: a tensor value needs a fully known shape, got "
                                    f"{shape}")
     limits.check_allocation(shape, dtype.itemsize, where)
     count = shape.num_elements()
-    storage = dtype.np_dtype.newbyteorder("<")
     if proto.tensor_content:
         expected = count * dtype.itemsize
         if len(proto.tensor_content) != expected:
             raise InvalidArgumentError(
-                f"{where}: tensor_content holds {len(proto.tensor_content)} bytes, but a "
-                f"{tf_type_name(dtype)} tensor of shape {shape} needs {expected}")
-        flat = np.frombuffer(proto.tensor_content, storage)
+                f"{where}: tensor_content holds {len(proto.tensor_content):,} bytes, but a "
+                f"{tf_type_name(dtype)} tensor of shape {shape} needs {expected:,}")
+        storage = dtype.np_dtype.newbyteorder("<")
+        array = np.frombuffer(proto.tensor_content, storage).astype(dtype.np_dtype)
+        array = array.reshape(shape.dims)
     else:
-        flat = _typed_values(proto, dtype, count, where)
-    array = flat.astype(dtype.np_dtype).reshape(shape.dims)
+        array = _typed_values(proto, dtype, shape, where)
     array.setflags(write=False)
     return array
 
 
-def _typed_values(proto: Any, dtype: DType, count: int, where: str) -> np.ndarray:
-    """The typed value list of a TensorProto, the last value repeated to ``count``."""
+def _typed_values(proto: Any, dtype: DType, shape: TensorShape, where: str) -> np.ndarray:
+    """The typed value list of a TensorProto, TF's way: at most the shape's element count
+    of them, the last repeated to fill the rest (a broadcast when it is the only one)."""
     field = _TF_TYPES[dtype][2]
     values = getattr(proto, field)
-    if len(values) > count:
-        raise InvalidArgumentError(f"{where}: {field} holds {len(values)} values, more than "
-                                   f"the {count} elements of its shape")
-    if field == "half_val":  # 16-bit patterns widened to int32
-        bits = np.array(values, np.int64)
-        if ((bits < 0) | (bits > 0xFFFF)).any():
-            raise InvalidArgumentError(f"{where}: half_val holds a value outside 16 bits")
+    count = shape.num_elements()
+    given = min(len(values), count)
+    if field == "half_val":  # 16-bit patterns widened to int32: TF keeps the low 16 bits
+        bits = np.fromiter(values, np.int64, count=given) & 0xFFFF
         raw = bits.astype(np.uint16).view(dtype.np_dtype)
-    else:
-        raw = np.array(values, dtype.np_dtype)
-    if len(raw) == count:
-        return raw
-    fill = raw[-1] if len(raw) else np.zeros((), dtype.np_dtype)
-    return np.concatenate([raw, np.full(count - len(raw), fill, dtype.np_dtype)])
+    else:  # one element at a time: no Python list of every value first
+        raw = np.fromiter(values, dtype.np_dtype, count=given)
+    if given == count:
+        return raw.reshape(shape.dims)
+    fill = raw[-1] if given else np.zeros((), dtype.np_dtype)
+    if given <= 1:
+        return np.broadcast_to(fill, shape.dims)
+    try:
+        return np.concatenate([raw, np.full(count - given, fill, dtype.np_dtype)]
+                              ).reshape(shape.dims)
+    except MemoryError:
+        raise ResourceExhaustedError(f"{where}: {given} values repeated to the "
+                                     f"{count:,} elements of shape {shape} do not fit in "
+                                     f"memory") from None
 
 
 def array_to_proto(array: np.ndarray, proto: Any) -> None:
     """Fill a TensorProto with ``array``: one element in its typed list, more as raw
-    little-endian ``tensor_content`` (what TF's ``make_tensor_proto`` writes)."""
+    little-endian ``tensor_content`` (what TF's ``make_tensor_proto`` writes); a broadcast
+    of one value (every stride 0) as that one value, which TF repeats."""
     dtype = dtypes.as_dtype(array.dtype)
     proto.dtype = dtype_to_enum(dtype)
     shape_to_proto(TensorShape(array.shape), proto.tensor_shape)
-    if array.size > 1:
+    if array.size > 1 and any(array.strides):
         proto.tensor_content = np.ascontiguousarray(
             array, dtype.np_dtype.newbyteorder("<")).tobytes()
-    elif array.size == 1:
+    elif array.size >= 1:  # one value, or one repeated (a broadcast): TF's compact form
         field = _TF_TYPES[dtype][2]
-        flat = np.asarray(array).reshape(1)
+        flat = np.array(np.asarray(array)[(0,) * array.ndim]).reshape(1)  # never expands
         value = flat.view(np.uint16)[0].item() if field == "half_val" else flat[0].item()
         getattr(proto, field).append(value)

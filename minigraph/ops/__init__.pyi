@@ -26,6 +26,8 @@ __all__ = [
     "ArgMin",
     "Assign",
     "AvgPool",
+    "AvgPool3D",
+    "AvgPool3DGrad",
     "AvgPoolGrad",
     "BatchMatMul",
     "BatchMatMulV2",
@@ -54,6 +56,8 @@ __all__ = [
     "Div",
     "DivNoNan",
     "Einsum",
+    "Elu",
+    "EluGrad",
     "Equal",
     "Erf",
     "Erfc",
@@ -76,6 +80,8 @@ __all__ = [
     "Identity",
     "InvertPermutation",
     "L2Loss",
+    "LeakyRelu",
+    "LeakyReluGrad",
     "Less",
     "LessEqual",
     "Log",
@@ -123,14 +129,22 @@ __all__ = [
     "Rsqrt",
     "Select",
     "SelectV2",
+    "Selu",
+    "SeluGrad",
     "Shape",
     "ShapeN",
+    "Sigmoid",
+    "SigmoidGrad",
     "Sign",
     "Sin",
     "Size",
     "Slice",
     "Softmax",
     "SoftmaxCrossEntropyWithLogits",
+    "Softplus",
+    "SoftplusGrad",
+    "Softsign",
+    "SoftsignGrad",
     "SparseSoftmaxCrossEntropyWithLogits",
     "Sqrt",
     "SqrtGrad",
@@ -141,6 +155,8 @@ __all__ = [
     "StridedSliceGrad",
     "Sub",
     "Sum",
+    "Tanh",
+    "TanhGrad",
     "Tile",
     "Transpose",
     "Unpack",
@@ -738,6 +754,160 @@ class AvgPool:
         attrs: AvgPool.Attrs | None = None,
         *,
         data_format: Literal["NHWC", "NCHW"] = "NHWC",
+    ) -> Output: ...
+
+
+class AvgPool3D:
+    """Builds one 'AvgPool3D' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    AvgPool3D.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64). A 5-D tensor in data_format.
+
+    Attrs:
+        ksize: list(int), required. The window's size per dimension of data_format; batch
+            and channel entries must be 1.
+        strides: list(int), required. The window's step per dimension of data_format; batch
+            and channel entries must be 1.
+        padding: string, required, one of "SAME", "VALID". SAME (ceil(size / stride)
+            outputs; the padding, odd element after, reads zeros in convolutions and is
+            ignored by pools) or VALID (windows inside the input only).
+        data_format: string, default "NDHWC", one of "NDHWC", "NCDHW". NDHWC (channels last)
+            or NCDHW (channels first); D, H, W are the planes, height and width.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64). The mean of each window's in-bounds
+            elements (padding not counted).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one AvgPool3D node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Ksize(self, value: Sequence[int]) -> AvgPool3D.Attrs:
+            """Set attr 'ksize' (list(int), required). The window's size per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Strides(self, value: Sequence[int]) -> AvgPool3D.Attrs:
+            """Set attr 'strides' (list(int), required). The window's step per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Padding(self, value: Literal["SAME", "VALID"]) -> AvgPool3D.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID"). SAME (ceil(size /
+            stride) outputs; the padding, odd element after, reads zeros in convolutions and
+            is ignored by pools) or VALID (windows inside the input only).
+            """
+
+        def DataFormat(self, value: Literal["NDHWC", "NCDHW"]) -> AvgPool3D.Attrs:
+            """Set attr 'data_format' (string, default "NDHWC", one of "NDHWC", "NCDHW"). NDHWC
+            (channels last) or NCDHW (channels first); D, H, W are the planes, height and
+            width.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        ksize: Sequence[int],
+        strides: Sequence[int],
+        padding: Literal["SAME", "VALID"],
+        attrs: AvgPool3D.Attrs | None = None,
+        *,
+        data_format: Literal["NDHWC", "NCDHW"] = "NDHWC",
+    ) -> Output: ...
+
+
+class AvgPool3DGrad:
+    """Builds one 'AvgPool3DGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    AvgPool3DGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        orig_input_shape: int32. The forward pool's input shape, 5 entries in data_format
+            order.
+        grad: T (float16, bfloat16, float32, float64). The gradient of the forward pool's
+            output.
+
+    Attrs:
+        ksize: list(int), required. The window's size per dimension of data_format; batch
+            and channel entries must be 1.
+        strides: list(int), required. The window's step per dimension of data_format; batch
+            and channel entries must be 1.
+        padding: string, required, one of "SAME", "VALID". SAME (ceil(size / stride)
+            outputs; the padding, odd element after, reads zeros in convolutions and is
+            ignored by pools) or VALID (windows inside the input only).
+        data_format: string, default "NDHWC", one of "NDHWC", "NCDHW". NDHWC (channels last)
+            or NCDHW (channels first); D, H, W are the planes, height and width.
+        T: type, inferred from input 'grad', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64). Each window's grad over its
+            in-bounds count, added to every in-bounds element of the window.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one AvgPool3DGrad node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Ksize(self, value: Sequence[int]) -> AvgPool3DGrad.Attrs:
+            """Set attr 'ksize' (list(int), required). The window's size per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Strides(self, value: Sequence[int]) -> AvgPool3DGrad.Attrs:
+            """Set attr 'strides' (list(int), required). The window's step per dimension of
+            data_format; batch and channel entries must be 1.
+            """
+
+        def Padding(self, value: Literal["SAME", "VALID"]) -> AvgPool3DGrad.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID"). SAME (ceil(size /
+            stride) outputs; the padding, odd element after, reads zeros in convolutions and
+            is ignored by pools) or VALID (windows inside the input only).
+            """
+
+        def DataFormat(self, value: Literal["NDHWC", "NCDHW"]) -> AvgPool3DGrad.Attrs:
+            """Set attr 'data_format' (string, default "NDHWC", one of "NDHWC", "NCDHW"). NDHWC
+            (channels last) or NCDHW (channels first); D, H, W are the planes, height and
+            width.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        orig_input_shape: TensorLike,
+        grad: TensorLike,
+        ksize: Sequence[int],
+        strides: Sequence[int],
+        padding: Literal["SAME", "VALID"],
+        attrs: AvgPool3DGrad.Attrs | None = None,
+        *,
+        data_format: Literal["NDHWC", "NCDHW"] = "NDHWC",
     ) -> Output: ...
 
 
@@ -2356,6 +2526,85 @@ def Einsum(scope: Scope, inputs: list, equation: str, **attrs: typing.Any) -> Ou
     """The tensor contraction ``equation`` names (tf.einsum), e.g. ``"abc,cd->abd"``."""
 
 
+class Elu:
+    """Builds one 'Elu' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Elu.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Elu node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: Elu.Attrs | None = None,
+    ) -> Output: ...
+
+
+class EluGrad:
+    """Builds one 'EluGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    EluGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        outputs: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one EluGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        outputs: TensorLike,
+        attrs: EluGrad.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Equal:
     """Builds one 'Equal' node.
 
@@ -3646,6 +3895,103 @@ class L2Loss:
         def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, t: TensorLike, attrs: L2Loss.Attrs | None = None) -> Output: ...
+
+
+class LeakyRelu:
+    """Builds one 'LeakyRelu' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LeakyRelu.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        alpha: float, default 0.2. The slope for negative features (stored as float32, as
+            TF's attr).
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LeakyRelu node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Alpha(self, value: float) -> LeakyRelu.Attrs:
+            """Set attr 'alpha' (float, default 0.2). The slope for negative features (stored
+            as float32, as TF's attr).
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: LeakyRelu.Attrs | None = None,
+        *,
+        alpha: float = 0.2,
+    ) -> Output: ...
+
+
+class LeakyReluGrad:
+    """Builds one 'LeakyReluGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LeakyReluGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        alpha: float, default 0.2. The slope for negative features (stored as float32, as
+            TF's attr).
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LeakyReluGrad node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Alpha(self, value: float) -> LeakyReluGrad.Attrs:
+            """Set attr 'alpha' (float, default 0.2). The slope for negative features (stored
+            as float32, as TF's attr).
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        features: TensorLike,
+        attrs: LeakyReluGrad.Attrs | None = None,
+        *,
+        alpha: float = 0.2,
+    ) -> Output: ...
 
 
 class Less:
@@ -5791,6 +6137,85 @@ class SelectV2:
     ) -> Output: ...
 
 
+class Selu:
+    """Builds one 'Selu' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Selu.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Selu node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: Selu.Attrs | None = None,
+    ) -> Output: ...
+
+
+class SeluGrad:
+    """Builds one 'SeluGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SeluGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        outputs: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SeluGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        outputs: TensorLike,
+        attrs: SeluGrad.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Shape:
     """Builds one 'Shape' node.
 
@@ -5841,6 +6266,79 @@ def ShapeN(scope: Scope, input: list, out_type: typing.Any = ..., **attrs: typin
     """The shapes of N tensors, one int vector each, in one node (TF's gradients of
     convolutions use it): ``.output`` is the list, also by index and in order.
     """
+
+
+class Sigmoid:
+    """Builds one 'Sigmoid' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Sigmoid.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Sigmoid node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Sigmoid.Attrs | None = None) -> Output: ...
+
+
+class SigmoidGrad:
+    """Builds one 'SigmoidGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SigmoidGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        y: T (float16, bfloat16, float32, float64).
+        dy: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'y', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SigmoidGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        y: TensorLike,
+        dy: TensorLike,
+        attrs: SigmoidGrad.Attrs | None = None,
+    ) -> Output: ...
 
 
 class Sign:
@@ -6088,6 +6586,164 @@ class SoftmaxCrossEntropyWithLogits:
         labels: TensorLike,
         attrs: SoftmaxCrossEntropyWithLogits.Attrs | None = None,
     ) -> _SoftmaxCrossEntropyWithLogitsOutputs: ...
+
+
+class Softplus:
+    """Builds one 'Softplus' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Softplus.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Softplus node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: Softplus.Attrs | None = None,
+    ) -> Output: ...
+
+
+class SoftplusGrad:
+    """Builds one 'SoftplusGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SoftplusGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SoftplusGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        features: TensorLike,
+        attrs: SoftplusGrad.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Softsign:
+    """Builds one 'Softsign' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Softsign.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'features', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        activations: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'activations'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Softsign node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        features: TensorLike,
+        attrs: Softsign.Attrs | None = None,
+    ) -> Output: ...
+
+
+class SoftsignGrad:
+    """Builds one 'SoftsignGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SoftsignGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        gradients: T (float16, bfloat16, float32, float64).
+        features: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'gradients', one of float16, bfloat16, float32,
+            float64.
+
+    Outputs:
+        backprops: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'backprops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SoftsignGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        gradients: TensorLike,
+        features: TensorLike,
+        attrs: SoftsignGrad.Attrs | None = None,
+    ) -> Output: ...
 
 
 class _SparseSoftmaxCrossEntropyWithLogitsOutputs(OpResult):
@@ -6565,6 +7221,79 @@ class Sum:
         attrs: Sum.Attrs | None = None,
         *,
         keep_dims: bool = False,
+    ) -> Output: ...
+
+
+class Tanh:
+    """Builds one 'Tanh' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Tanh.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Tanh node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Tanh.Attrs | None = None) -> Output: ...
+
+
+class TanhGrad:
+    """Builds one 'TanhGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    TanhGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        y: T (float16, bfloat16, float32, float64).
+        dy: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'y', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one TanhGrad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        y: TensorLike,
+        dy: TensorLike,
+        attrs: TanhGrad.Attrs | None = None,
     ) -> Output: ...
 
 

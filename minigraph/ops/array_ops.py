@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from minigraph.framework import dtypes
+from minigraph.framework import dtypes, limits
 from minigraph.framework.dtypes import DType
 from minigraph.framework.errors import InvalidArgumentError
 from minigraph.framework.graph import Output
@@ -53,14 +53,15 @@ def Const(scope: Scope, value: Any, dtype: DType | None = None) -> Output:
     if dtype is not None:
         dtype = dtypes.as_dtype(dtype)
     if isinstance(value, (np.ndarray, np.generic)):
-        array = np.array(value)
         try:
-            dtypes.as_dtype(array.dtype)
+            dtypes.as_dtype(value.dtype)
         except InvalidArgumentError as exc:
-            raise InvalidArgumentError(f"Const: cannot make a constant of dtype {array.dtype}: "
+            raise InvalidArgumentError(f"Const: cannot make a constant of dtype {value.dtype}: "
                                        f"{exc}") from None
-        if dtype is not None and array.dtype != dtype.np_dtype:
-            array = array.astype(dtype.np_dtype)  # an explicit cast the caller asked for
+        # a copy (the caller may change its array later) that keeps a broadcast view's
+        # repeated axes unexpanded; dtype: an explicit cast the caller asked for
+        array = limits.compact_copy(np.asarray(value), "Const: value",
+                                    None if dtype is None else dtype.np_dtype)
     else:
         array = dtypes.python_to_array(value, dtype, "Const: value")
     inferred = dtypes.as_dtype(array.dtype)

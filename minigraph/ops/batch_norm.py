@@ -31,7 +31,7 @@ from minigraph.framework.op_def import (
     register_op,
     required,
 )
-from minigraph.framework.tensor_shape import TensorShape, dims_text
+from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape, dims_text
 from minigraph.ops import math_ops as m
 from minigraph.ops.array_ops import Const
 from minigraph.ops.math_ops import cotangent_or_zeros
@@ -347,11 +347,17 @@ def global_norm_shape(ctx: InferenceContext) -> list[TensorShape]:
 
 
 def global_norm_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
-    """dx: merge(t, backprop) with the merged channel; dm, dv, db, dg: [channel]."""
+    """dx: merge(t, backprop) with the merged channel; dm, dv, db, dg: [channel]. As TF:
+    t must be rank 4, then backprop merges with it (a rank-3 backprop: "Shapes must be equal
+    rank, but are 4 and 3", whether t's shape is known or not)."""
     t = ctx.with_rank("t", 4)
-    backprop = ctx.with_rank("backprop", 4)
-    merged = ctx.merge_shapes(t, backprop, f"inputs 't' and 'backprop' must have the same "
-                                           f"shape, got {t} and {backprop}")
+    backprop = ctx.input_shapes[4]
+    try:
+        merged = t.merge_with(backprop)
+    except ShapeMismatch as exc:
+        raise ctx.error(f"{exc}: inputs 't' and 'backprop' must have the same shape (input "
+                        f"'backprop' has rank {backprop.rank}, shape {backprop}; 't' {t})"
+                        ) from None
     channel = merged[3]
     for name in ("m", "v", "gamma"):
         channel = _merge_vector(ctx, name, channel, of="t")

@@ -81,15 +81,14 @@ def conv_backprop_input_shape(ctx: InferenceContext) -> list[TensorShape]:
     f, dy = image_input(ctx, "filter"), image_input(ctx, "out_backprop")
     sizes = vector_input(ctx, "input_sizes", SIZES_LENGTHS[len(fmt)])
     batch = to_nhwc(dy, fmt)[0]
-    if sizes is None:
-        x = from_nhwc((batch, *(None,) * (len(fmt) - 2), f[-2]), fmt)
+    if sizes is None:  # the depth: a multiple of the filter's in_channels (the groups)
+        x = from_nhwc((batch, *(None,) * (len(fmt) - 1)), fmt)
     else:
         x = sizes_to_shape(sizes, "input_sizes", ctx.error, fmt, batch, f[-2])
     window = conv_geometry(ctx.attrs, ctx.error, x, f, "input_sizes")
     check_out_backprop(ctx.attrs, ctx.error, x, f, dy, window)
     n, *spatial, c = to_nhwc(x, fmt)
-    return [TensorShape(from_nhwc((merge_dims(n, batch), *spatial, merge_dims(c, f[-2])),
-                                  fmt))]
+    return [TensorShape(from_nhwc((merge_dims(n, batch), *spatial, c), fmt))]
 
 
 def conv_backprop_filter_shape(ctx: InferenceContext) -> list[TensorShape]:
@@ -101,11 +100,12 @@ def conv_backprop_filter_shape(ctx: InferenceContext) -> list[TensorShape]:
     if sizes is not None and any(s < 0 for s in sizes):
         raise ctx.error(f"Dimension {next(s for s in sizes if s < 0)} must be >= 0: input "
                         f"'filter_sizes' must be non-negative, got {sizes}")
-    c, co = to_nhwc(x, fmt)[-1], to_nhwc(dy, fmt)[-1]
-    f = tuple(sizes) if sizes is not None else (*(None,) * (len(fmt) - 2), c, co)
+    co = to_nhwc(dy, fmt)[-1]
+    # unknown sizes: in_channels is the input's depth over the groups, unknown too
+    f = tuple(sizes) if sizes is not None else (*(None,) * (len(fmt) - 1), co)
     window = conv_geometry(ctx.attrs, ctx.error, x, f)
     check_out_backprop(ctx.attrs, ctx.error, x, f, dy, window)
-    return [TensorShape((*f[:-2], merge_dims(f[-2], c), merge_dims(f[-1], co)))]
+    return [TensorShape((*f[:-1], merge_dims(f[-1], co)))]
 
 
 CONV2D = register_op(OpDef(

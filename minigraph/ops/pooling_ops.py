@@ -96,12 +96,14 @@ def max_pool_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
 
 
 def avg_pool_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """AvgPoolGrad (AvgPool3DGrad): the shape in ``orig_input_shape`` (4 or 5 entries, as
+    data_format says), checked against grad."""
     fmt = ctx.attrs["data_format"]
     dy = image_input(ctx, "grad")
-    sizes = vector_input(ctx, "orig_input_shape", (4,))
+    sizes = vector_input(ctx, "orig_input_shape", (len(fmt),))
     if sizes is None:
-        n, _, _, c = to_nhwc(dy, fmt)
-        return [TensorShape(from_nhwc((n, None, None, c), fmt))]
+        n, *spatial, c = to_nhwc(dy, fmt)
+        return [TensorShape(from_nhwc((n, *(None,) * len(spatial), c), fmt))]
     if any(s < 0 for s in sizes):
         raise ctx.error(f"input 'orig_input_shape' must be non-negative, got {sizes}")
     expected, _ = pool_output_shape(ctx.attrs, ctx.error, sizes, "orig_input_shape")

@@ -1,6 +1,7 @@
 """Volumetric (3-D) ops: ``Conv3D`` with its backprops ``Conv3DBackpropInputV2`` and
-``Conv3DBackpropFilterV2``, ``MaxPool3D`` with ``MaxPool3DGrad`` and ``MaxPool3DGradGrad``
-(TF's ``core/ops/nn_ops.cc`` names, inputs, attrs and defaults).
+``Conv3DBackpropFilterV2``, ``MaxPool3D`` with ``MaxPool3DGrad`` and ``MaxPool3DGradGrad``,
+``AvgPool3D`` with ``AvgPool3DGrad`` (TF's ``core/ops/nn_ops.cc`` names, inputs, attrs and
+defaults).
 
 Tensors are NDHWC (default) or NCDHW; filters are DHWIO (``[filter_planes, filter_height,
 filter_width, in_channels, out_channels]``) in both formats, as in TF. The window geometry
@@ -26,13 +27,14 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.tensor_shape import TensorShape, dims_text
+from minigraph.ops import math_ops as m
 from minigraph.ops.convolution_ops import (
     conv_backprop_filter_shape,
     conv_backprop_input_shape,
     conv_shape,
     register_convolution_gradients,
 )
-from minigraph.ops.pooling_ops import max_pool_grad_shape, pool_shape
+from minigraph.ops.pooling_ops import avg_pool_grad_shape, max_pool_grad_shape, pool_shape
 from minigraph.ops.window import (
     FORMATS_3D,
     PADDINGS,
@@ -44,8 +46,8 @@ from minigraph.ops.window import (
 )
 
 # The wrappers minigraph.ops exports.
-__all__ = ["Conv3D", "Conv3DBackpropFilterV2", "Conv3DBackpropInputV2", "MaxPool3D",
-           "MaxPool3DGrad", "MaxPool3DGradGrad"]
+__all__ = ["AvgPool3D", "AvgPool3DGrad", "Conv3D", "Conv3DBackpropFilterV2",
+           "Conv3DBackpropInputV2", "MaxPool3D", "MaxPool3DGrad", "MaxPool3DGradGrad"]
 
 CONV_TYPES = dtypes.FLOATING
 POOL_TYPES = dtypes.HALF_AND_FLOAT32
@@ -237,6 +239,26 @@ MaxPool3DGradGrad = make_wrapper(register_op(OpDef(
     attrs=_pool_attrs(required("T", "type", allowed=GRAD_GRAD_TYPES)),
     shape_fn=max_pool_grad_shape,
 )))
+AvgPool3D = make_wrapper(register_op(OpDef(
+    name="AvgPool3D",
+    inputs=[ArgDef("input", type_attr="T", doc=_IMAGE)],
+    outputs=[ArgDef("output", type_attr="T",
+                    doc="The mean of each window's in-bounds elements (padding not "
+                        "counted).")],
+    attrs=_pool_attrs(required("T", "type", allowed=CONV_TYPES)),
+    shape_fn=pool_shape,
+)))
+AvgPool3DGrad = make_wrapper(register_op(OpDef(
+    name="AvgPool3DGrad",
+    inputs=[ArgDef("orig_input_shape", dtype=dtypes.int32,
+                   doc="The forward pool's input shape, 5 entries in data_format order."),
+            ArgDef("grad", type_attr="T", doc="The gradient of the forward pool's output.")],
+    outputs=[ArgDef("output", type_attr="T",
+                    doc="Each window's grad over its in-bounds count, added to every "
+                        "in-bounds element of the window.")],
+    attrs=_pool_attrs(required("T", "type", allowed=CONV_TYPES)),
+    shape_fn=avg_pool_grad_shape,
+)))
 
 
 # ----------------------------------------------------------------------------- gradients
@@ -267,3 +289,16 @@ def _max_pool3d_grad_grad_grad(scope, op, grads):
     """MaxPool3DGradGrad is linear in 'grad': TF's adjoint is MaxPool3DGrad."""
     x, y, _ = op.inputs
     return [None, None, MaxPool3DGrad(scope, x, y, grads[0], **copy_attrs(op, _POOL_ATTRS))]
+
+
+@RegisterGradient("AvgPool3D")
+def _avg_pool3d_grad(scope, op, grads):
+    return [AvgPool3DGrad(scope, m.Shape(scope, op.inputs[0]), grads[0],
+                          **copy_attrs(op, _POOL_ATTRS))]
+
+
+@RegisterGradient("AvgPool3DGrad")
+def _avg_pool3d_grad_grad(scope, op, grads):
+    """AvgPool3DGrad is the adjoint of the (linear) AvgPool3D, so its adjoint is AvgPool3D;
+    orig_input_shape gets none."""
+    return [None, AvgPool3D(scope, grads[0], **copy_attrs(op, _POOL_ATTRS))]

@@ -232,24 +232,47 @@ def merge_dims(a: int | None, b: int | None) -> int | None:
     return a if a is not None else b
 
 
+def conv_groups(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
+                input_name: str = "input") -> int | None:
+    """The number of groups of a convolution: the input's channels over the filter's
+    in_channels (1 for an ordinary convolution; in_channels for a depthwise one through an
+    HWIO filter). Output channel o reads input channels ``(o // (out_channels / groups)) *
+    in_channels`` onwards, so the input's channels must be a multiple of the filter's and the
+    output's a multiple of the groups (TF's shape function's words). None when unknown."""
+    fmt = attrs["data_format"]
+    c = to_nhwc(input_shape, fmt)[-1]
+    ci, co = filter_shape[-2], filter_shape[-1]
+    if c is None or ci is None:
+        return None
+    layout = filter_layout(fmt)
+    if c % ci:
+        raise fail(f"Depth of input ({c}) is not a multiple of input depth of filter ({ci}): "
+                   f"input '{input_name}' has {c} channels (shape {dims_text(input_shape)}, "
+                   f"data_format {fmt}) but input 'filter' has in_channels {ci} (dimension "
+                   f"{len(filter_shape) - 2} of {layout} shape {dims_text(filter_shape)}); a "
+                   f"grouped convolution needs a multiple")
+    groups = c // ci
+    if co is not None and co % groups:
+        raise fail(f"Depth of output ({co}) is not a multiple of the number of groups "
+                   f"({groups}): input 'filter' has out_channels {co} (dimension "
+                   f"{len(filter_shape) - 1} of {layout} shape {dims_text(filter_shape)}), but "
+                   f"input '{input_name}''s {c} channels make {groups} groups of the filter's "
+                   f"{ci} in_channels")
+    return groups
+
+
 def conv_geometry(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
                   input_name: str = "input") -> Window:
     """Check a convolution's input (data_format order; the shape of input ``input_name``)
-    against its HWIO (DHWIO) filter and return its window. Works with unknown (None) dims;
-    used at construction and at run time."""
+    against its HWIO (DHWIO) filter, grouped or not (``conv_groups``), and return its
+    window. Works with unknown (None) dims; used at construction and at run time."""
     fmt = attrs["data_format"]
-    _, *spatial, c = to_nhwc(input_shape, fmt)
-    *k_sizes, ci, _ = filter_shape
-    layout = filter_layout(fmt)
+    _, *spatial, _ = to_nhwc(input_shape, fmt)
+    *k_sizes, _, _ = filter_shape
     if any(d == 0 for d in filter_shape):
         raise fail(f"filter must not have zero elements (i.e. all dimensions must be "
                    f"non-zero): input 'filter' has shape {dims_text(filter_shape)}")
-    if mismatch(c, ci):
-        raise fail(f"input depth must equal the filter's input depth: input 'input' has "
-                   f"{c} channels (shape {dims_text(input_shape)}, data_format {fmt}) but "
-                   f"input 'filter' has in_channels {ci} (dimension {len(filter_shape) - 2} "
-                   f"of {layout} shape {dims_text(filter_shape)}); grouped convolution is "
-                   f"not supported")
+    conv_groups(attrs, fail, input_shape, filter_shape, input_name)
     return make_window(attrs, fail, spatial, k_sizes, input_name)
 
 

@@ -155,6 +155,139 @@ def conv3d_net() -> TFGraph:
     return frozen_keras("conv3d_net", model, (8, 8, 8, 2))
 
 
+def keras_grouped_convs() -> TFGraph:
+    """Keras Conv2D and Conv1D layers with ``groups`` (TF 2.21 runs each as a jit-compiled
+    function: a PartitionedCall of the GraphDef's library), a depthwise-like one (a group per
+    channel) among them."""
+    k = keras()
+    layers = k.layers
+    inputs = layers.Input((8, 8, 4))
+    h = layers.Conv2D(6, 3, groups=2, padding="same")(inputs)
+    h = layers.ReLU()(layers.BatchNormalization()(h))
+    h = layers.Conv2D(6, 3, groups=6, strides=2)(h)
+    h = layers.Conv2D(12, 1, groups=3, use_bias=False)(h)
+    h = layers.Reshape((9, 12))(h)
+    h = layers.Conv1D(8, 3, groups=4, padding="same")(h)
+    outputs = layers.Dense(5)(layers.GlobalAveragePooling1D()(h))
+    return frozen_keras("keras_grouped_convs", k.Model(inputs, outputs), (8, 8, 4), batch=2)
+
+
+def keras_transposed_convs() -> TFGraph:
+    """Conv2DTranspose (Conv2DBackpropInput of a computed output shape), Conv3DTranspose
+    (Conv3DBackpropInputV2) and AveragePooling3D (AvgPool3D)."""
+    k = keras()
+    layers = k.layers
+    inputs = layers.Input((5, 5, 3))
+    h = layers.Conv2DTranspose(4, 3, strides=2, padding="same")(inputs)
+    h = layers.Conv2DTranspose(2, 2, padding="valid")(h)  # 11 x 11 x 2
+    h = layers.Reshape((11, 11, 2, 1))(h)
+    h = layers.Conv3DTranspose(3, 3, strides=(1, 1, 2), padding="same")(h)
+    outputs = layers.AveragePooling3D((2, 2, 2), padding="same")(h)
+    return frozen_keras("keras_transposed_convs", k.Model(inputs, outputs), (5, 5, 3), batch=2)
+
+
+def regnet_x002(batch: int = 2) -> TFGraph:
+    """RegNetX002 at 64x64 (random weights): grouped 3x3 convolutions in library
+    functions."""
+    k = keras()
+    model = k.applications.RegNetX002(input_shape=(64, 64, 3), weights=None)
+    return frozen_keras("regnet_x002", model, (64, 64, 3), batch=batch)
+
+
+def convnext_tiny(batch: int = 2) -> TFGraph:
+    """ConvNeXtTiny at 32x32 (random weights): 7x7 convolutions grouped per channel in
+    library functions, layer norms, GELU (Erfc), layer scale."""
+    k = keras()
+    model = k.applications.ConvNeXtTiny(input_shape=(32, 32, 3), weights=None)
+    return frozen_keras("convnext_tiny", model, (32, 32, 3), batch=batch)
+
+
+def convnext_like(width: int = 16, size: int = 32, batch: int = 2) -> TFGraph:
+    """ConvNeXt's structure from layers whose ops need no more than convolutions: a 4x4
+    stride-4 stem, blocks of a 7x7 convolution grouped per channel (a jit-compiled library
+    function, as in ConvNeXtTiny), a normalization, a 1x1 expansion, an activation, a 1x1
+    projection, a per-channel layer scale and the residual; a 2x2 stride-2 downsampling;
+    global pooling and a classifier. (ConvNeXtTiny itself also needs layer normalization's
+    and GELU's ops.)"""
+    k = keras()
+    layers = k.layers
+
+    class LayerScale(layers.Layer):
+        """ConvNeXt's learned per-channel scale of a block's output."""
+
+        def build(self, input_shape):
+            self.gamma = self.add_weight(name="gamma", shape=(input_shape[-1],))
+
+        def call(self, x):
+            return x * self.gamma
+
+    def block(h, channels):
+        r = layers.Conv2D(channels, 7, padding="same", groups=channels)(h)
+        r = layers.BatchNormalization()(r)
+        r = layers.ReLU()(layers.Conv2D(4 * channels, 1)(r))
+        r = LayerScale()(layers.Conv2D(channels, 1)(r))
+        return layers.Add()([h, r])
+
+    inputs = layers.Input((size, size, 3))
+    h = block(layers.Conv2D(width, 4, strides=4)(inputs), width)
+    h = layers.Conv2D(2 * width, 2, strides=2)(layers.BatchNormalization()(h))
+    h = block(block(h, 2 * width), 2 * width)
+    outputs = layers.Dense(10)(layers.GlobalAveragePooling2D()(h))
+    return frozen_keras("convnext_like", k.Model(inputs, outputs), (size, size, 3),
+                        batch=batch)
+
+
+def keras_dilated_convs() -> TFGraph:
+    """Dilated Keras convolutions: Conv1D causal and SAME, Conv2D (TF writes them as
+    SpaceToBatchND -> Conv2D -> BatchToSpaceND) and a dilated grouped Conv2D (a library
+    function)."""
+    k = keras()
+    layers = k.layers
+    inputs = layers.Input((16, 4))
+    h = layers.Conv1D(4, 3, padding="causal", dilation_rate=2)(inputs)
+    h = layers.Conv1D(4, 3, padding="same", dilation_rate=3)(h)
+    h = layers.Reshape((4, 4, 4))(h)
+    h = layers.Conv2D(6, 3, padding="same", dilation_rate=2)(h)
+    outputs = layers.Conv2D(4, 2, padding="same", dilation_rate=2, groups=2)(h)
+    return frozen_keras("keras_dilated_convs", k.Model(inputs, outputs), (16, 4), batch=2)
+
+
+def missing_ops(graph_def: bytes, *extra: str) -> list[str]:
+    """The op types of a GraphDef (its nodes', its library functions' bodies', and
+    ``extra``) that minigraph does not register (calls are inlined, not ops)."""
+    from minigraph.framework.op_def import registered_ops
+    from minigraph.interop import functions, protos
+
+    parsed = protos.GraphDef().FromString(graph_def)
+    used = {n.op for n in parsed.node} | {n.op for f in parsed.library.function
+                                          for n in f.node_def}
+    called = set(functions.CALL_OPS) | {f.signature.name for f in parsed.library.function}
+    return sorted((used | set(extra)) - called - set(registered_ops()))
+
+
+def nested_functions() -> TFGraph:
+    """tf.functions calling tf.functions: a two-result function called at two depths, its
+    second result read by the caller's consumers and returned."""
+    tf = tensorflow()
+    x = np.random.default_rng(6).standard_normal((2, 3)).astype(np.float32)
+
+    @tf.function
+    def inner(a, b):
+        return a * b, a - b
+
+    @tf.function
+    def middle(a):
+        product, difference = inner(a, 2.0 * a)
+        return tf.nn.relu(product + difference)
+
+    def outer(x):
+        y = middle(x)
+        product, difference = inner(y, x)
+        return product + difference, difference
+
+    return _concrete("nested_functions", outer, [tf.TensorSpec(x.shape, tf.float32)], [x])
+
+
 def _concrete(name: str, body: Callable, specs: list, values: list[np.ndarray]) -> TFGraph:
     """The graph of ``tf.function(body)`` for ``specs`` (placeholders), run on ``values``."""
     tf = tensorflow()

@@ -23,8 +23,11 @@ from minigraph import io
 from minigraph.framework.errors import (
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
     UnavailableError,
     UnimplementedError,
+    UnknownError,
 )
 from minigraph.framework.graph import Graph, on_graph_created
 from minigraph.interop import import_graph_def
@@ -96,7 +99,8 @@ def _read_graph_file(path: Path) -> tuple[list[Graph], int]:
         if path.suffix.lower() in GRAPH_DEF_SUFFIXES:
             return [import_graph_def(path).graph()], 0
         return [io.read_graph(path)], 0
-    except (InvalidArgumentError, NotFoundError, UnimplementedError) as exc:
+    except (InvalidArgumentError, NotFoundError, UnimplementedError, PermissionDeniedError,
+            ResourceExhaustedError, UnknownError) as exc:
         print(f"minigraph viz: {exc}", file=sys.stderr)
         return [], 1
 

@@ -410,13 +410,16 @@ def r_bias_add(g: Draw):
         {"data_format": fmt}
 
 
-def _conv_geometry(g: Draw):
+def _conv_geometry(g: Draw, grouped: bool = False):
     """(format, x, filter, y, attrs): x and y channels-last, 2 or 3 spatial dims as the op's
-    data_format says."""
+    data_format says; with ``grouped``, 2-D convolutions are sometimes grouped (x and y
+    have 2 or 3 times the filter's in and out channels)."""
     fmt = g.fmt(g.op_def.attr_def("data_format").allowed)
     rank = len(fmt) - 2
-    n, *sizes, c = g.dim(), *(g.dim(1, 6) for _ in range(rank)), g.dim(1, 3)
+    n, *sizes, ci = g.dim(), *(g.dim(1, 6) for _ in range(rank)), g.dim(1, 3)
     *ks, o = *(g.int(1, 3) for _ in range(rank)), g.dim(1, 3)
+    groups = g.int(2, 3) if grouped and rank == 2 and g.chance(30) else 1
+    c, o = ci * groups, o * groups
     s = g.int(1, 3)
     d = 1 if not g.chance(30) else g.int(1, 2)
     padding = g.pick(g.op_def.attr_def("padding").allowed)
@@ -429,7 +432,11 @@ def _conv_geometry(g: Draw):
     if d != 1:
         attrs["dilations"] = _window(fmt, *[d] * rank)
     outs = [_out_size(x, k, s, d, padding, pads) for x, k in zip(sizes, ks)]
-    return fmt, (n, *sizes, c), (*ks, c, o), (n, *outs, o), attrs
+    return fmt, (n, *sizes, c), (*ks, ci, o), (n, *outs, o), attrs
+
+
+def _grouped_geometry(g: Draw):
+    return _conv_geometry(g, grouped=True)
 
 
 def _jiggle(g: Draw, shape: tuple) -> tuple:
@@ -727,8 +734,9 @@ RECIPES: dict[str, Callable] = {
     "Transpose": r_transpose, "InvertPermutation": r_invert_permutation,
     "BroadcastGradientArgs": r_broadcast_gradient_args, "ReducedShape": r_reduced_shape,
     "RandomUniform": r_random_uniform, "MatMul": r_matmul, "BiasAdd": r_bias_add,
-    "Conv2D": r_conv2d, "Conv2DBackpropInput": r_conv2d_backprop_input,
-    "Conv2DBackpropFilter": r_conv2d_backprop_filter,
+    "Conv2D": partial(r_conv2d, geometry=_grouped_geometry),
+    "Conv2DBackpropInput": partial(r_conv2d_backprop_input, geometry=_grouped_geometry),
+    "Conv2DBackpropFilter": partial(r_conv2d_backprop_filter, geometry=_grouped_geometry),
     "DepthwiseConv2dNative": partial(r_conv2d, geometry=_depthwise_geometry),
     "DepthwiseConv2dNativeBackpropInput":
         partial(r_conv2d_backprop_input, geometry=_depthwise_geometry),
@@ -739,6 +747,7 @@ RECIPES: dict[str, Callable] = {
     "Conv3D": r_conv2d, "Conv3DBackpropInputV2": r_conv2d_backprop_input,
     "Conv3DBackpropFilterV2": r_conv2d_backprop_filter, "MaxPool3D": r_pool,
     "MaxPool3DGrad": r_max_pool_grad, "MaxPool3DGradGrad": r_max_pool_grad,
+    "AvgPool3D": r_pool, "AvgPool3DGrad": r_avg_pool_grad,
     "SparseSoftmaxCrossEntropyWithLogits": r_sparse_xent,
     "SoftmaxCrossEntropyWithLogits": r_xent,
     **dict.fromkeys(["ResizeNearestNeighbor", "ResizeBilinear"], r_resize),
