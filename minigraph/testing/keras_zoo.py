@@ -9,9 +9,9 @@ TensorFlow once, on a batch of :data:`BATCH`, with grappler's remapper off
 are compared, since a softmax of random-weight logits is close to one-hot and would hide
 errors in everything before it.
 
-Freezing takes TensorFlow 0.1-50 s an entry (2 busy cores), so :func:`load` keeps what it made in a disk
-cache (``$MINIGRAPH_TF_CACHE``, default ``~/.cache/minigraph/keras_zoo``): one ``.npz`` per
-entry holding the GraphDef bytes, the feeds, the fetch names and TensorFlow's outputs,
+Freezing takes TensorFlow 0.1-50 s an entry (2 busy cores), so :func:`load` keeps what it
+made in a disk cache (``$MINIGRAPH_TF_CACHE``, default ``~/.cache/minigraph/keras_zoo``): one
+``.npz`` per entry holding the GraphDef bytes, the feeds, the fetch names and TensorFlow's outputs,
 named by the entry, the TensorFlow and tf_keras versions and a digest of the source that
 builds it (the entry's functions and every helper of this package they call, so editing
 a builder or ``frozen_keras`` rebuilds). A warm cache needs no TensorFlow at all; an
