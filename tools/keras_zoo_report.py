@@ -1,8 +1,8 @@
 """How far minigraph runs the Keras zoo (minigraph/testing/keras_zoo.py): a markdown table
-per entry (its size, its op types, the ones minigraph lacks (function calls count as
-imported: the importer inlines them), and the largest |difference|
+per entry (its size, its op types, the ones minigraph lacks, and the largest |difference|
 from TensorFlow's outputs on each backend), then every op type the zoo uses that minigraph
-does not register.
+does not register. Calls of a graph's function library count as imported: the importer
+inlines them.
 
     python tools/keras_zoo_report.py [--full] [--vocabulary] [NAME ...]
 
