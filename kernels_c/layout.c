@@ -3,9 +3,16 @@
  * Pad writes the output row by row (a row: the innermost dimension): a row inside the input's
  * window is its padding zeros, one memcpy of the input row, zeros again; a row outside it is
  * all zeros. Chunks of rows go to the worker pool, so each chunk writes a contiguous part of
- * y once (no zero-fill pass before the copy). */
+ * y once (no zero-fill pass before the copy).
+ *
+ * Concat copies spans of output rows: a span [c0, c1) of row r takes its columns from the
+ * inputs it overlaps (input i holds columns [start_i, start_i + w_i)), one memcpy each. A
+ * row is one span when there are enough rows to share between the threads; with few rows
+ * (joining along the first axes) each row is cut into several spans, so the threads still
+ * get work. */
 #include "layout.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "mg_runtime.h"
@@ -77,5 +84,76 @@ int mg_pad(int rank, const int64_t *dims, const int64_t *before, const int64_t *
     const int64_t rows = row_len ? out_count / row_len : 0;
     const int nt = mg_stream_threads(num_threads, out_count);
     mg_pool_rows(nt, rows, 1, pad_chunk, &k);
+    return MG_OK;
+}
+
+/* ------------------------------------------------------------------------------ concat */
+
+enum { CONCAT_MIN_SPAN = 4096 }; /* floats: below this, a span costs more to hand out */
+
+typedef struct {
+    int count;
+    const int64_t *widths, *starts; /* starts[i]: input i's first column in an output row */
+    const float *const *inputs;
+    float *y;
+    int64_t total, spans_per_row, span;
+} concat_call;
+
+static void concat_span(const concat_call *k, int64_t row, int64_t c0, int64_t c1)
+{
+    float *out = k->y + row * k->total;
+    for (int i = 0; i < k->count && k->starts[i] < c1; ++i) {
+        const int64_t lo = k->starts[i] > c0 ? k->starts[i] : c0;
+        const int64_t end = k->starts[i] + k->widths[i];
+        const int64_t hi = end < c1 ? end : c1;
+        if (lo < hi)
+            memcpy(out + lo, k->inputs[i] + row * k->widths[i] + (lo - k->starts[i]),
+                   (size_t)(hi - lo) * sizeof(float));
+    }
+}
+
+/* items [lo, hi): item = row * spans_per_row + the span's index in its row */
+static void concat_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const concat_call *k = ctx;
+    for (int64_t item = lo; item < hi; ++item) {
+        const int64_t row = item / k->spans_per_row, c0 = item % k->spans_per_row * k->span;
+        const int64_t c1 = c0 + k->span < k->total ? c0 + k->span : k->total;
+        concat_span(k, row, c0, c1);
+    }
+}
+
+int mg_concat(int64_t outer, int count, const int64_t *widths, const float *const *inputs,
+              float *y, int num_threads)
+{
+    if (outer < 0 || count < 1 || !widths || !inputs)
+        return MG_EINVAL;
+    int64_t total = 0;
+    for (int i = 0; i < count; ++i) {
+        if (widths[i] < 0 || (outer && widths[i] && !inputs[i]))
+            return MG_EINVAL;
+        total += widths[i];
+    }
+    if (!outer || !total)
+        return MG_OK;
+    if (!y)
+        return MG_EINVAL;
+    int64_t *starts = malloc((size_t)count * sizeof(int64_t));
+    if (!starts)
+        return MG_ENOMEM;
+    for (int i = 0; i < count; ++i)
+        starts[i] = i ? starts[i - 1] + widths[i - 1] : 0;
+    const int nt = mg_stream_threads(num_threads, outer * total);
+    int64_t spans = 1; /* per row: enough items for ~4 per thread, none below the minimum */
+    if (nt > 1 && outer < 4 * (int64_t)nt) {
+        spans = (4 * (int64_t)nt + outer - 1) / outer;
+        const int64_t most = (total + CONCAT_MIN_SPAN - 1) / CONCAT_MIN_SPAN;
+        spans = spans < most ? spans : most;
+    }
+    concat_call k = {.count = count, .widths = widths, .starts = starts, .inputs = inputs,
+                     .y = y, .total = total, .spans_per_row = spans,
+                     .span = (total + spans - 1) / spans};
+    mg_pool_rows(nt, outer * spans, 1, concat_chunk, &k);
+    free(starts);
     return MG_OK;
 }

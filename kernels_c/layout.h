@@ -1,10 +1,13 @@
 /* minigraph native layout kernels (float32 copies): public C API.
  *
  *   Pad: y = x with zeros around it; x [d_0][d_1]...[d_{r-1}], y [d_i + before_i + after_i].
+ *   Concat: y [outer][w_0 + ... + w_{n-1}] = the n inputs side by side, input i
+ *     [outer][w_i] (a concatenation along an axis: `outer` is the product of the dimensions
+ *     before it, w_i the input's axis dimension times those after it).
  *
- * Return value (mg_runtime.h): MG_OK, or MG_EINVAL (rank outside [0, 8], a negative size or
- * padding, a NULL buffer where elements are read or written). `num_threads` <= 1: the
- * calling thread.
+ * Return value (mg_runtime.h): MG_OK, MG_ENOMEM, or MG_EINVAL (rank outside [0, 8], a
+ * negative size or padding, a NULL buffer where elements are read or written).
+ * `num_threads` <= 1: the calling thread.
  *
  * The region between the CDEF markers is parsed by cffi (kernels_c/build_native.py).
  */
@@ -18,6 +21,8 @@
 /* BEGIN CDEF */
 int mg_pad(int rank, const int64_t *dims, const int64_t *before, const int64_t *after,
            const float *x, float *y, int num_threads);
+int mg_concat(int64_t outer, int count, const int64_t *widths, const float *const *inputs,
+              float *y, int num_threads);
 /* END CDEF */
 
 #endif

@@ -54,7 +54,7 @@ from minigraph.framework import dtypes, files
 from minigraph.framework.errors import InvalidArgumentError, NotFoundError
 from minigraph.framework.graph import Graph
 from minigraph.framework.names import path_problem, shown
-from minigraph.framework.op_def import build_operation, build_variadic_operation, get_op_def
+from minigraph.framework.op_def import build_operation, get_op_def
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import TensorShape
 
@@ -75,12 +75,11 @@ MAX_DIM = 1 << 62                # one dimension of a shape attr (no overflow in
 MAX_LIST_ITEMS = 1 << 16         # a list(int) attr
 MAX_INFLATED_BYTES = 1 << 31     # a compressed .npz member, once decompressed
 
-# Ops whose single input argument is a list of tensors (built by build_variadic_operation).
-VARIADIC_OPS = frozenset({"AddN", "FlatConcat", "Pack", "ShapeN"})
 # The JSON encoding keys each attr kind accepts ("float" attrs also take a JSON integer).
 _ENCODINGS = {"float": ("float", "int"), "int": ("int",), "bool": ("bool",),
               "string": ("string",), "type": ("type",), "shape": ("shape",),
-              "tensor": ("tensor",), "list(int)": ("list",)}
+              "tensor": ("tensor",), "list(int)": ("list",),
+              "list(type)": ("types",)}
 _OP_FIELDS = {"name": str, "type": str, "device": str, "inputs": list,
               "control_inputs": list, "attrs": dict}
 _JSON_TYPE_NAMES = {str: "a string", list: "a list", dict: "an object", int: "an integer"}
@@ -354,6 +353,8 @@ def _encode(name: str, value: Any, arrays: dict[str, np.ndarray], op_name: str) 
         return {"float": value}
     if isinstance(value, str):
         return {"string": value}
+    if isinstance(value, list) and value and all(isinstance(v, dtypes.DType) for v in value):
+        return {"types": [v.name for v in value]}
     if isinstance(value, list):
         return {"list": value}
     raise InvalidArgumentError(f"write_graph: op '{op_name}' attr '{name}' has a value of "
@@ -523,9 +524,11 @@ class _Checker:
                             "(an op of a module that was not imported?)") from None
         inputs = [self.reference(value, f"input {i}", outputs_of)
                   for i, value in enumerate(entry["inputs"])]
-        if op_type in VARIADIC_OPS:
-            if not inputs:
-                raise self.fail(f"{op_type} needs at least one input")
+        fixed = sum(not arg.is_list for arg in op_def.inputs)
+        if fixed < len(op_def.inputs):  # a list argument takes the inputs the others leave
+            if len(inputs) <= fixed:
+                raise self.fail(f"{op_type} needs at least "
+                                f"{'one input' if not fixed else f'{fixed + 1} inputs'}")
         elif len(inputs) != len(op_def.inputs):
             raise self.fail(f"{op_type} takes {len(op_def.inputs)} input(s) "
                             f"({', '.join(a.name for a in op_def.inputs) or 'none'}), the file "
@@ -539,7 +542,7 @@ class _Checker:
         kinds = {a.name: a.kind for a in op_def.attrs}
         for attr, encoded in entry["attrs"].items():
             self.attr(attr, encoded, kinds)
-        outputs_of[name] = len(op_def.outputs)
+        outputs_of[name] = _output_count(op_def, entry["attrs"])
         return op_def, inputs
 
     def reference(self, value: Any, what: str, outputs_of: dict[str, int]) -> tuple[str, int]:
@@ -587,6 +590,12 @@ class _Checker:
                 raise self.fail(f"{what} must be null or a list of at most {MAX_RANK} "
                                 f"dimensions, each null or an integer in [0, {MAX_DIM}], got "
                                 f"{str(value):.80}")
+        elif key == "types":
+            if not isinstance(value, list) or not value or len(value) > MAX_LIST_ITEMS or any(
+                    not isinstance(v, str) or v not in {d.name for d in dtypes.ALL_DTYPES}
+                    for v in value):
+                raise self.fail(f"{what} must be a list of 1 to {MAX_LIST_ITEMS} dtype names, "
+                                f"got {str(value):.80}")
         elif key == "list":
             if not isinstance(value, list) or len(value) > MAX_LIST_ITEMS or not all(
                     _is_int(v) and abs(v) <= MAX_DIM for v in value):
@@ -633,6 +642,8 @@ def _decode(checker: _Checker, encoded: dict, archive: NpzReader | None,
     (kind, value), = encoded.items()
     if kind == "type":
         return dtypes.as_dtype(value)
+    if kind == "types":
+        return [dtypes.as_dtype(name) for name in value]
     if kind == "shape":
         return TensorShape(value)
     if kind == "tensor":
@@ -681,6 +692,32 @@ def read_graph(path: str | os.PathLike) -> Graph:
     return graph
 
 
+def _output_count(op_def: Any, encoded_attrs: dict) -> int:
+    """How many outputs the op has, from its checked attrs (a list output's ``N`` or ``T``;
+    0 for one whose attr is missing: the rebuild then reports it)."""
+    count = 0
+    for arg in op_def.outputs:
+        if arg.number_attr:
+            count += encoded_attrs.get(arg.number_attr, {}).get("int", 0)
+        elif arg.type_list_attr:
+            count += len(encoded_attrs.get(arg.type_list_attr, {}).get("types", []))
+        else:
+            count += 1
+    return count
+
+
+def _arguments(op_def: Any, tensors: list) -> list:
+    """The op's input arguments from its flat inputs: a list argument (an op has at most
+    one) takes the tensors the other arguments leave."""
+    rest = len(tensors) - sum(not arg.is_list for arg in op_def.inputs)
+    arguments, start = [], 0
+    for arg in op_def.inputs:
+        length = rest if arg.is_list else 1
+        arguments.append(tensors[start:start + length] if arg.is_list else tensors[start])
+        start += length
+    return arguments
+
+
 def _rebuild(checker: _Checker, graph: Graph, root: Scope, entry: dict, op_def: Any,
              inputs: list[tuple[str, int]], archive: NpzReader | None) -> None:
     name = entry["name"]
@@ -696,17 +733,7 @@ def _rebuild(checker: _Checker, graph: Graph, root: Scope, entry: dict, op_def: 
         dtype_attr = dtypes.as_dtype(raw_attrs["dtype"]["type"])
     attrs = {k: _decode(checker, v, archive, dtype_attr) for k, v in raw_attrs.items()}
     try:
-        if op_def.name in VARIADIC_OPS:
-            listed = op_def.inputs[0]
-            others = {k: v for k, v in attrs.items()
-                      if k not in (listed.type_attr, listed.number_attr)}
-            op = build_variadic_operation(scope, op_def, tensors, others)
-            for attr, value in attrs.items():  # T and N follow from the inputs
-                if op.attrs[attr] != value:
-                    raise InvalidArgumentError(f"attr {attr} is {value} but the inputs make it "
-                                               f"{op.attrs[attr]}")
-        else:
-            op = build_operation(scope, op_def, tensors, attrs)
+        op = build_operation(scope, op_def, _arguments(op_def, tensors), attrs)
     except (InvalidArgumentError, NotFoundError) as exc:
         raise checker.fail(f"cannot be rebuilt: {exc}") from None
     except MemoryError as exc:

@@ -419,11 +419,6 @@ def test_frozen_keras_model_with_every_activation_matches_tensorflow(tf):
 @pytest.mark.oracle
 def test_frozen_keras_swish_matches_tensorflow(tf):
     """Keras' "swish" string (tf.nn.silu: x * sigmoid(x) under a custom gradient, frozen with
-    an IdentityN). IdentityN is the layout family's; until it is registered the test says so."""
-    from minigraph.framework.op_def import registered_ops
-
-    graph, types = _frozen_activations_model(tf, "swish")
-    missing = sorted(types - set(registered_ops()))
-    if missing:
-        pytest.skip(f"needs ops minigraph does not have yet: {missing}")
+    an IdentityN)."""
+    graph, _ = _frozen_activations_model(tf, "swish")
     _assert_imported_graph_matches(graph)

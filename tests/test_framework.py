@@ -514,9 +514,11 @@ def _wrappers():
                          else "")
 def test_wrapper_signature_lists_inputs_and_attrs(name, wrapper):
     """scope, the inputs in order, the required attrs, attrs=None, then the optional attrs
-    keyword-only with their defaults; inferred type attrs are not parameters."""
+    keyword-only with their defaults; inferred type attrs (and a list's length or types)
+    are not parameters."""
     op_def = wrapper.op_def
-    inferred = {arg.type_attr for arg in op_def.inputs if arg.type_attr}
+    inferred = {attr for arg in op_def.inputs
+                for attr in (arg.type_attr, arg.number_attr, arg.type_list_attr) if attr}
     required = [a.name for a in op_def.attrs if not a.has_default and a.name not in inferred]
     optional = [a for a in op_def.attrs if a.has_default and a.name not in inferred]
     params = inspect.signature(wrapper).parameters

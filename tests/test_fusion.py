@@ -125,6 +125,27 @@ def test_nothing_fuses_on_the_reference_backend_or_past_a_second_consumer():
     assert "fused into" not in metadata.kernel_of(chain[2].op.name)
 
 
+
+def test_an_add_of_two_chains_joins_one_of_them():
+    """conv -> BN and conv -> BN meeting in one AddV2 (NASNet's cells): both chains reach the
+    add, only one may take it; the other stays a chain of its own, computed before it."""
+    rng = np.random.default_rng(8)
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[2, 5, 5, 3])
+    branches = []
+    for name in ("left", "right"):
+        conv = ops.Conv2D(root.WithOpName(name), x, rng.standard_normal((3, 3, 3, 4), F32),
+                          [1, 1, 1, 1], "SAME")
+        stats = [rng.uniform(0.5, 1.5, 4).astype(F32) for _ in range(4)]
+        branches.append(ops.FusedBatchNormV3(root.WithOpName(f"{name}_bn"), conv, *stats,
+                                             is_training=False).y)
+    y = ops.Relu(root.WithOpName("act"), ops.AddV2(root.WithOpName("add"), *branches))
+    feed = {x: rng.standard_normal((2, 5, 5, 3)).astype(F32)}
+    fused, one_by_one, metadata = _fused_and_unfused(root, feed, [*branches, y])
+    np.testing.assert_array_equal(fused.view(np.uint32), one_by_one.view(np.uint32))
+    assert [metadata.kernel_of(n).startswith("native:fused into") for n in
+            ("left_bn", "right_bn", "add")] == [True, True, True]
+
 def _special_values(rng, shape, fraction=0.02):
     """Normal values with NaN, +-inf, +-0, 6 and values near 6 mixed in (what relu and relu6
     tell apart)."""

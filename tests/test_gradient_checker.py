@@ -8,6 +8,11 @@ the two agree to ~1e-9 when the gradient is right; the tolerance is ``TOL = 1e-6
   axes, unknown static shapes (the dynamic ``Shape``/``BroadcastGradientArgs``/
   ``ReducedShape`` path), AddN, Identity, Cast, Reshape, BroadcastTo, Fill, and the
   non-differentiable ops (their true derivative is 0).
+* Layout families: ConcatV2/Concat (ConcatOffset slices), Split/SplitV (an unused or empty
+  piece gets zeros), GatherV2 at every kind of axis and with batch_dims, repeated indices
+  (UnsortedSegmentSum, whose own gradient drops negative ids), MirrorPad(Grad) in both
+  modes, SpaceToBatchND/BatchToSpaceND, DepthToSpace/SpaceToDepth, ReverseV2, IdentityN,
+  Snapshot.
 * Activations: every op of the family (Relu ... Softsign) at first order, each gradient op
   in both of its inputs, and the exponential ones' gradients differentiated again.
 * Elementwise and reduction families: every unary op (the piecewise-constant Floor, Ceil,
@@ -475,6 +480,94 @@ def test_activation_gradient(case):
     assert_gradients_match(xs, values, y)
 
 
+# ============================================================================ layout families
+# concat_ops, index_ops, spatial_ops and the pass-throughs of array_ops
+
+
+def _joined(build, *shapes):
+    """``build(scope, *xs)`` of placeholders of ``shapes``, each squared first (so the
+    cotangents are not constant)."""
+    def make(s, rng):
+        xs = [ph(s, f"x{i}", shape) for i, shape in enumerate(shapes)]
+        return xs, [rng.normal(size=shape) for shape in shapes], \
+            build(s, *[ops.Square(s, x) for x in xs])
+    return make
+
+
+def _split_pieces(s, x):
+    parts = ops.Split(s, np.int32(1), x, num_split=2)
+    return ops.Mul(s, parts[0], parts[1])
+
+
+def _split_v_pieces(s, x):
+    a, b, _ = ops.SplitV(s, x, np.array([1, -1, 0], np.int64), np.int32(-1), num_split=3)
+    return ops.ConcatV2(s, [ops.Square(s, a), b], np.int32(1))  # the empty piece: zeros
+
+
+def _gather(indices, axis, batch_dims=0):
+    return lambda s, x: ops.GatherV2(s, x, np.array(indices, np.int32), np.int64(axis),
+                                     batch_dims=batch_dims)
+
+
+def _mirror_pad_grad(mode):
+    def build(s, rng):
+        dy = ph(s, "dy", (5, 6))
+        return [dy], [rng.normal(size=(5, 6))], ops.MirrorPadGrad(
+            s, ops.Square(s, dy), np.array([[1, 1], [2, 1]], np.int32), mode=mode)
+    return build
+
+
+LAYOUT_CASES = [
+    Case("concat_v2", ("ConcatV2",), _joined(
+        lambda s, x, y: ops.ConcatV2(s, [x, y, x], np.int32(-1)), (2, 3), (2, 2))),
+    Case("concat_v2_int64_axis", ("ConcatV2",), _joined(
+        lambda s, x, y: ops.ConcatV2(s, [y, x], np.int64(0)), (2, 3), (1, 3))),
+    Case("concat", ("Concat",), _joined(
+        lambda s, x, y: ops.Concat(s, np.int32(1), [x, y]), (2, 3), (2, 1))),
+    Case("split", ("Split", "ConcatV2"), _joined(_split_pieces, (2, 4))),
+    Case("split_one_piece_unused", ("Split",), _joined(
+        lambda s, x: ops.Split(s, np.int32(0), x, num_split=3)[1], (3, 2))),
+    Case("split_v", ("SplitV", "ConcatV2"), _joined(_split_v_pieces, (2, 5))),
+    Case("gather_rows_repeated", ("GatherV2", "UnsortedSegmentSum"), _joined(
+        _gather([[0, 2], [2, 2]], 0), (3, 2))),
+    Case("gather_middle_axis", ("GatherV2",), _joined(_gather([3, 0, 3], -2), (2, 4, 3))),
+    Case("gather_batch_dims", ("GatherV2",), _joined(
+        _gather([[1, 1, 0], [2, 0, 0]], 2, batch_dims=1), (2, 3, 3, 2))),
+    Case("unsorted_segment_sum", ("UnsortedSegmentSum", "GatherV2", "Pad"), _joined(
+        lambda s, x: ops.UnsortedSegmentSum(s, x, np.array([[1, -1], [0, 1]], np.int64), 3),
+        (2, 2, 3))),
+    Case("mirror_pad_reflect", ("MirrorPad", "MirrorPadGrad"), _joined(
+        lambda s, x: ops.MirrorPad(s, x, np.array([[1, 2], [0, 2]]), mode="REFLECT"), (3, 4))),
+    Case("mirror_pad_symmetric", ("MirrorPad",), _joined(
+        lambda s, x: ops.MirrorPad(s, x, np.array([[2, 0], [3, 3]]), mode="SYMMETRIC"),
+        (2, 3))),
+    Case("mirror_pad_grad_reflect", ("MirrorPadGrad", "MirrorPad"), _mirror_pad_grad("REFLECT")),
+    Case("mirror_pad_grad_symmetric", ("MirrorPadGrad",), _mirror_pad_grad("SYMMETRIC")),
+    Case("space_to_batch", ("SpaceToBatchND", "BatchToSpaceND"), _joined(
+        lambda s, x: ops.SpaceToBatchND(s, x, np.array([2, 2], np.int32),
+                                        np.array([[1, 1], [0, 2]], np.int32)), (1, 2, 2, 2))),
+    Case("batch_to_space", ("BatchToSpaceND", "SpaceToBatchND"), _joined(
+        lambda s, x: ops.BatchToSpaceND(s, x, np.array([2, 1], np.int64),
+                                        np.array([[1, 0], [0, 1]], np.int64)), (4, 2, 2, 1))),
+    Case("depth_to_space", ("DepthToSpace", "SpaceToDepth"), _joined(
+        lambda s, x: ops.DepthToSpace(s, x, block_size=2), (1, 1, 2, 8))),
+    Case("space_to_depth_nchw", ("SpaceToDepth", "DepthToSpace"), _joined(
+        lambda s, x: ops.SpaceToDepth(s, x, block_size=2, data_format="NCHW"), (1, 2, 2, 4))),
+    Case("reverse", ("ReverseV2",), _joined(
+        lambda s, x: ops.ReverseV2(s, x, np.array([0, -1], np.int32)), (2, 3, 2))),
+    Case("identity_n_snapshot", ("IdentityN", "Snapshot"), _joined(
+        lambda s, x, y: ops.Mul(s, ops.IdentityN(s, [x, y])[1], ops.Snapshot(s, x)), (2, 3),
+        (2, 3))),
+]
+
+
+@pytest.mark.parametrize("case", LAYOUT_CASES, ids=[c.name for c in LAYOUT_CASES])
+def test_layout_gradient(case):
+    scope = mg.Scope.NewRootScope()
+    xs, values, y = case.build(scope, np.random.default_rng(len(case.name)))
+    assert_gradients_match(xs, values, y, nonzero=case.nonzero)
+
+
 # ============================================================================ batch norm
 
 FORMATS = ("NHWC", "NCHW", "NDHWC", "NCDHW")
@@ -686,7 +779,8 @@ def test_batch_norm_with_global_normalization(scale_after_normalization):
 # ============================================================================ coverage
 
 COVERED = (
-    {op for case in ALL_CASES + ACTIVATION_CASES for op in case.covers}
+    {op for case in ALL_CASES + ACTIVATION_CASES + LAYOUT_CASES for op in case.covers}
+    | {"PreventGradient"}  # its gradient is an error: tests/test_pass_through_ops.py
     | set(FORWARD_OPS) | set(GRAD_OPS)
     | {"FusedBatchNormGradGrad", "BatchNormWithGlobalNormalization"}
 )
@@ -697,6 +791,8 @@ COVERED = (
 CHECKED_MODULES = ("minigraph.ops.math_ops", "minigraph.ops.array_ops",
                    "minigraph.ops.elementwise_ops", "minigraph.ops.reduction_ops",
                    "minigraph.ops.layout_ops", "minigraph.ops.activation_ops",
+                   "minigraph.ops.concat_ops", "minigraph.ops.index_ops",
+                   "minigraph.ops.spatial_ops",
                    "minigraph.ops.batch_norm", "minigraph.gradients.higher_order")
 
 

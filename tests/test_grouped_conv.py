@@ -263,9 +263,7 @@ def test_frozen_keras_dilated_convolutions(tf):
     from minigraph.testing import tf_graphs
 
     graph = tf_graphs.keras_dilated_convs()
-    missing = tf_graphs.missing_ops(graph.graph_def)
-    if missing:  # TF writes dilations as SpaceToBatchND/BatchToSpaceND around a Conv2D
-        pytest.skip(f"needs ops minigraph does not have yet: {missing}")
+    # TF writes dilations as SpaceToBatchND/BatchToSpaceND around a Conv2D
     root = mg.import_graph_def(graph.graph_def)
     for backend in BACKENDS:
         [y] = mg.ClientSession(root, backend=backend).Run(graph.feeds, graph.fetches)

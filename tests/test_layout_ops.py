@@ -115,6 +115,9 @@ def test_values_known_only_at_run_time_are_checked_then():
     multiples = ops.Placeholder(root.WithOpName("m"), mg.int32, shape=[3])
     tiled = ops.Tile(root.WithOpName("tile"), X, multiples)
     with pytest.raises(mg.errors.ResourceExhaustedError, match="Tile 'tile'"):
+        session.Run({multiples: np.array([2 ** 20, 2 ** 20, 1], np.int32)}, tiled)
+    # more than 2**63 - 1 elements: TF's shape error, before any memory question
+    with pytest.raises(mg.errors.InvalidArgumentError, match="Tile 'tile'.*too large"):
         session.Run({multiples: np.array([2 ** 30, 2 ** 30, 1], np.int32)}, tiled)
 
 

@@ -327,16 +327,12 @@ def test_frozen_keras_sequence_blocks(tf, backend, block):
     Reshape, MatMul, GatherV2, ConcatV2, Prod) and LayerNormalization + GELU. They need ops
     of other families; until those are registered the test says which are missing."""
     keras = pytest.importorskip("tf_keras")
-    from minigraph.framework.op_def import registered_ops
 
     layers = keras.layers
     keras.utils.set_random_seed(10)
     model = keras.Sequential([layers.Dense(6)] if block == "dense_3d" else
                              [layers.LayerNormalization(), layers.Activation("gelu")])
     graph_def, x_name, y_name = freeze(tf, model, [None, 7, 5])
-    missing = sorted({n.op for n in graph_def.node} - set(registered_ops()))
-    if missing:
-        pytest.skip(f"needs ops minigraph does not have yet: {missing}")
     x = np.random.default_rng(11).standard_normal((3, 7, 5)).astype(F32)
     root = mg.import_graph_def(graph_def.SerializeToString())
     graph = root.graph()

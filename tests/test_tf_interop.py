@@ -41,6 +41,8 @@ GRAPH_SPECS = {
     "bn_inference_nhwc_f16": ("batch_norm_inference", "NHWC", "float16"),
     "bn_v1_v2": ("batch_norm_v1_v2",),
     "index_and_list_ops": ("index_and_list_ops",),
+    "keras_layout_layers": ("keras_layout_layers",),
+    "layout_raw_ops": ("layout_raw_ops",),
     "global_norm_producer_8": ("global_normalization_producer_8",),
 }
 _BUILT: dict[str, tf_graphs.TFGraph] = {}
@@ -101,6 +103,15 @@ def test_imported_graph_computes_what_tensorflow_computed(key):
     root = mg.import_graph_def(graph.graph_def)
     for backend in BACKENDS:
         assert_matches(run_imported(root, graph, backend), graph.expected, f"{key} {backend}")
+
+
+def test_keras_layers_freeze_to_the_layout_ops():
+    """The Keras graph really holds the ops it is there for (so its import tests cover them)."""
+    used = {node.op for node in protos.GraphDef().FromString(
+        tf_graph("keras_layout_layers").graph_def).node}
+    assert {"GatherV2", "ConcatV2", "Split", "SplitV", "SpaceToBatchND", "BatchToSpaceND",
+            "MirrorPad", "ReverseV2", "DepthToSpace", "SpaceToDepth", "StopGradient", "OneHot",
+            "Range", "Pad", "StridedSlice"} <= used
 
 
 @pytest.mark.skipif("native" not in BACKENDS, reason="fusion runs on the native backend")

@@ -191,7 +191,7 @@ def test_inputs_from_another_graph_are_refused_at_construction():
     with pytest.raises(InvalidArgumentError, match=r"Add 'Add': input 'y' \('b:0'\) is from a "
                                                    r"different graph"):
         ops.Add(a_root, a, b)
-    with pytest.raises(InvalidArgumentError, match=r"AddN 'AddN': input 1 \('b:0'\)"):
+    with pytest.raises(InvalidArgumentError, match=r"AddN 'AddN': input 'inputs'\[1\] \('b:0'\)"):
         ops.AddN(a_root, [a, b])
     with pytest.raises(InvalidArgumentError, match="control input 'b' is from a different"):
         ops.Identity(a_root.WithControlDependencies([b.op]), a)

@@ -18,9 +18,11 @@ def const_float64(op, inputs, ctx):
     return [op.attrs["value"].astype(np.float64)]
 
 
-@register_kernel("Identity", backend=("reference", "opencl"))
+@register_kernel("Identity", "StopGradient", "Snapshot", "PreventGradient", "IdentityN",
+                 backend=("reference", "opencl"))
 def identity(op, inputs, ctx):
-    return [inputs[0]]
+    """The inputs themselves, uncopied (values are never updated in place)."""
+    return list(inputs)
 
 
 @register_kernel("NoOp")

@@ -222,17 +222,22 @@ class _Plan(list):
             self.folded = (values, [step for step in self if step not in self.constant_steps])
 
 
+# Ops whose outputs are their inputs: of constants, they are constants too.
+_PASS_THROUGHS = frozenset({"Identity", "IdentityN", "PreventGradient", "Snapshot", "StopGradient"})
+
+
 def _constant_steps(steps: list) -> list:
-    """The host's ``Const`` steps and the ``Identity`` steps reading only their values (or
-    another such Identity's): steps whose outputs are the same arrays on every run."""
+    """The host's ``Const`` steps and the pass-through steps (``Identity``...) reading only
+    their values (or another such step's): steps whose outputs are the same arrays on every
+    run."""
     constant_keys: set = set()
     found = []
     for step in steps:
         if not (isinstance(step, _Step) and isinstance(step.device, _HostDevice)
                 and all(key is not None for key in step.outputs)):
             continue
-        if step.op.type == "Const" or (step.op.type == "Identity"
-                                       and step.inputs[0] in constant_keys):
+        if step.op.type == "Const" or (step.op.type in _PASS_THROUGHS
+                                       and all(key in constant_keys for key in step.inputs)):
             found.append(step)
             constant_keys.update(step.outputs)
     return found

@@ -104,9 +104,10 @@ def _flat_concat_shape(ctx: InferenceContext) -> list[TensorShape]:
 
 FLAT_CONCAT = register_op(OpDef(
     name="FlatConcat",
-    inputs=[ArgDef("values", type_attr="T")],
+    inputs=[ArgDef("values", type_attr="T", number_attr="N")],
     outputs=[ArgDef("output", type_attr="T")],
-    attrs=[required("T", "type")],
+    attrs=[required("N", "int", check=lambda n: None if n >= 1 else f"must be >= 1, got {n}"),
+           required("T", "type")],
     shape_fn=_flat_concat_shape,
 ))
 

@@ -56,7 +56,7 @@ class Output:
         if not name.startswith("_"):
             args = self.op.op_def.outputs
             arg = args[self.index] if self.index < len(args) else None
-            if arg is not None and arg.name == name and not arg.number_attr:
+            if arg is not None and arg.name == name and not arg.is_list:
                 return self
         raise AttributeError(f"'Output' object has no attribute '{name}'")
 
@@ -97,7 +97,7 @@ class Operation:
 
     def input_named(self, name: str) -> Output:
         """The input bound to the op-def argument ``name`` (``op.input_named("x")``)."""
-        return self.inputs[self.op_def.input_index(name)]
+        return self.inputs[self.op_def.input_index(name, self.attrs)]
 
     def output_named(self, name: str) -> Output:
         return self.outputs[self.op_def.output_index(name)]

@@ -36,8 +36,10 @@ class ArgDef:
     (``Assign``'s ``ref``, an optimizer's ``var``): its kernel gets ``None`` there and the
     session does not run the Variable op for it. ``number_attr`` names the int attr holding
     the length of an input that is a list of tensors (TF's ``number_attr``: ``AddN``'s
-    ``N``), set by ``build_variadic_operation``. ``doc`` is one or two sentences for the
-    wrapper's docstring and the stub (``wrapper_docs``).
+    ``N``), set from the list's length by ``build_operation``; ``type_list_attr`` names the
+    ``list(type)`` attr of a list of tensors of any types, one entry each (``IdentityN``'s
+    ``T``). ``doc`` is one or two sentences for the wrapper's docstring and the stub
+    (``wrapper_docs``).
     """
 
     name: str
@@ -46,6 +48,28 @@ class ArgDef:
     is_ref: bool = False
     number_attr: str | None = None
     doc: str = ""
+    type_list_attr: str | None = None
+
+    @property
+    def is_list(self) -> bool:
+        """Whether the argument is a list of tensors (its length set by an attr)."""
+        return bool(self.number_attr or self.type_list_attr)
+
+    def length(self, attrs: dict[str, Any]) -> int:
+        """How many tensors the argument stands for in a node with ``attrs``."""
+        if self.number_attr:
+            return attrs[self.number_attr]
+        if self.type_list_attr:
+            return len(attrs[self.type_list_attr])
+        return 1
+
+    def dtype_at(self, attrs: dict[str, Any], position: int) -> DType:
+        """The dtype of the argument's tensor ``position`` in a node with ``attrs``."""
+        if self.dtype is not None:
+            return self.dtype
+        if self.type_list_attr:
+            return attrs[self.type_list_attr][position]
+        return attrs[self.type_attr]
 
 
 @dataclass(frozen=True)
@@ -103,8 +127,18 @@ class OpDef:
                 return a
         raise KeyError(name)
 
-    def input_index(self, name: str) -> int:
-        return [a.name for a in self.inputs].index(name)
+    def input_index(self, name: str, attrs: dict[str, Any] | None = None) -> int:
+        """The position of input ``name`` among a node's flat inputs: list arguments before
+        it count their tensors, so ``attrs`` (the node's) is needed after one."""
+        index = 0
+        for arg in self.inputs:
+            if arg.name == name:
+                return index
+            if arg.is_list and attrs is None:
+                raise ValueError(f"{self.name}: the position of input '{name}' depends on "
+                                 f"the length of list input '{arg.name}': pass the attrs")
+            index += arg.length(attrs or {})
+        raise ValueError(f"{self.name} has no input '{name}'")
 
     def output_index(self, name: str) -> int:
         return [a.name for a in self.outputs].index(name)
@@ -165,7 +199,12 @@ class InferenceContext:
         Known means: the input is a Const, or the Shape of a tensor whose static shape is
         fully defined. Used to infer static shapes through Reshape, Sum axes, Fill...
         """
-        source = self.inputs[self.op_def.input_index(name)]
+        return self.value_at(self.op_def.input_index(name, self.attrs))
+
+    def value_at(self, index: int) -> Any:
+        """``constant_value`` of the node's input ``index`` (a tensor of a list argument:
+        ConcatOffset's ``shape[i]``)."""
+        source = self.inputs[index]
         if source.op.type == "Const":
             return source.op.attrs["value"].tolist()
         if source.op.type == "Shape" and source.op.inputs[0].shape.is_fully_defined():
@@ -209,7 +248,7 @@ class InferenceContext:
         return normalized
 
     def input_shape(self, name: str) -> TensorShape:
-        return self.input_shapes[self.op_def.input_index(name)]
+        return self.input_shapes[self.op_def.input_index(name, self.attrs)]
 
     def with_rank(self, name: str, rank: int, why: str = "") -> TensorShape:
         shape = self.input_shape(name)
@@ -262,8 +301,7 @@ class RunShapeContext(InferenceContext):
         self.values = values
         self.value_inputs: set[int] = set()
 
-    def constant_value(self, name: str) -> Any:
-        index = self.op_def.input_index(name)
+    def value_at(self, index: int) -> Any:
         self.value_inputs.add(index)
         value = self.values[index]
         if not isinstance(value, np.ndarray):  # a device array
@@ -384,6 +422,14 @@ def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
             raise InvalidArgumentError(f"{where} must be a list of ints, got "
                                        f"{_short_repr(value)}")
         value = [_int64_attr(item, f"{where} element {i}") for i, item in enumerate(value)]
+    elif kind == "list(type)":
+        if not isinstance(value, (list, tuple)):
+            raise InvalidArgumentError(f"{where} must be a list of types, got "
+                                       f"{_short_repr(value)}")
+        try:
+            value = [dtypes.as_dtype(item) for item in value]
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"{where} must be a list of types: {exc}") from None
     elif kind in ("type", "shape"):
         convert = {"type": dtypes.as_dtype, "shape": _shape_attr}[kind]
         try:
@@ -402,38 +448,67 @@ def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
     return value
 
 
-def _resolve_types(op_def: OpDef, name: str, inputs: list[Output], attrs: dict[str, Any],
-                   explicit: set[str]) -> None:
-    """Bind type attrs from the inputs, or check the inputs against the ones the caller gave
-    (``explicit``); a type attr's default only applies when no input binds it."""
+def _resolve_types(op_def: OpDef, name: str, inputs: list[tuple[ArgDef, str, Output]],
+                   attrs: dict[str, Any], explicit: set[str]) -> None:
+    """Bind type attrs from the inputs ((argument, label, tensor) each), or check the inputs
+    against the ones the caller gave (``explicit``); a type attr's default only applies when
+    no input binds it. A ``list(type)`` attr is the list of its argument's dtypes."""
     bound_by = {a.name: "the explicit attr" for a in op_def.attrs
                 if a.kind == "type" and a.name in explicit}
-    for arg, value in zip(op_def.inputs, inputs):
-        if arg.dtype is not None:
+    type_lists: dict[str, list[DType]] = {arg.type_list_attr: [] for arg in op_def.inputs
+                                          if arg.type_list_attr}
+    for arg, label, value in inputs:
+        if arg.type_list_attr:
+            type_lists[arg.type_list_attr].append(value.dtype)
+        elif arg.dtype is not None:
             if value.dtype is not arg.dtype:
                 raise InvalidArgumentError(
-                    f"{op_def.name} '{name}': input '{arg.name}' must be {arg.dtype.name}, got "
+                    f"{op_def.name} '{name}': input {label} must be {arg.dtype.name}, got "
                     f"{value.dtype.name}")
         elif arg.type_attr not in bound_by:
             attr = op_def.attr_def(arg.type_attr)
             if attr.allowed is not None and value.dtype not in attr.allowed:
                 allowed = ", ".join(d.name for d in attr.allowed)
                 raise InvalidArgumentError(
-                    f"{op_def.name} '{name}': input '{arg.name}' has dtype {value.dtype.name}, "
+                    f"{op_def.name} '{name}': input {label} has dtype {value.dtype.name}, "
                     f"not in the allowed values for {arg.type_attr}: {allowed}")
             attrs[arg.type_attr] = value.dtype
-            bound_by[arg.type_attr] = f"argument '{arg.name}'"
+            bound_by[arg.type_attr] = f"argument {label}"
         elif value.dtype is not attrs[arg.type_attr]:
             raise InvalidArgumentError(
-                f"{op_def.name} '{name}': input '{arg.name}' has dtype {value.dtype.name} that "
+                f"{op_def.name} '{name}': input {label} has dtype {value.dtype.name} that "
                 f"does not match dtype {attrs[arg.type_attr].name} of {bound_by[arg.type_attr]}")
+    for attr_name, found in type_lists.items():
+        if attr_name not in explicit:
+            attrs[attr_name] = _check_attr(op_def, name, op_def.attr_def(attr_name), found)
+        elif attrs[attr_name] != found:
+            given = ", ".join(d.name for d in attrs[attr_name])
+            raise InvalidArgumentError(
+                f"{op_def.name} '{name}': attr '{attr_name}' is [{given}], but the inputs have "
+                f"dtypes [{', '.join(d.name for d in found)}]")
 
 
-def _dtype_hints(op_def: OpDef, raw_inputs: Sequence[Any], attrs: dict[str, Any]
-                 ) -> list[DType | None]:
+def _flat_inputs(op_def: OpDef, name: str, raw_inputs: Sequence[Any]
+                 ) -> list[tuple[ArgDef, str, Any]]:
+    """(argument, label, raw value) per input tensor: a list argument's value (a list or
+    tuple) stands for its items, labelled ``'values'[1]``."""
+    flat: list[tuple[ArgDef, str, Any]] = []
+    for arg, value in zip(op_def.inputs, raw_inputs):
+        if not arg.is_list:
+            flat.append((arg, f"'{arg.name}'", value))
+        elif isinstance(value, (list, tuple)):
+            flat += [(arg, f"'{arg.name}'[{i}]", item) for i, item in enumerate(value)]
+        else:
+            raise InvalidArgumentError(f"{op_def.name} '{name}': input '{arg.name}' must be a "
+                                       f"list of tensors, got {type(value).__name__}")
+    return flat
+
+
+def _dtype_hints(op_def: OpDef, flat: Sequence[tuple[ArgDef, str, Any]],
+                 attrs: dict[str, Any]) -> list[DType | None]:
     """The dtype a Python scalar/list input should take: its type attr's binding, if any."""
     bound = {k: v for k, v in attrs.items() if isinstance(v, DType)}
-    for arg, value in zip(op_def.inputs, raw_inputs):
+    for arg, _, value in flat:
         if isinstance(value, Output) and arg.type_attr and arg.type_attr not in bound:
             bound[arg.type_attr] = value.dtype
         elif isinstance(value, np.ndarray) and arg.type_attr and arg.type_attr not in bound:
@@ -441,7 +516,22 @@ def _dtype_hints(op_def: OpDef, raw_inputs: Sequence[Any], attrs: dict[str, Any]
                 bound[arg.type_attr] = dtypes.as_dtype(value.dtype)
             except InvalidArgumentError:
                 pass
-    return [arg.dtype or bound.get(arg.type_attr) for arg in op_def.inputs]
+    return [arg.dtype or bound.get(arg.type_attr) for arg, _, _ in flat]
+
+
+def _list_lengths(op_def: OpDef, name: str, raw_inputs: Sequence[Any],
+                  attrs: dict[str, Any]) -> None:
+    """Set each list argument's length attr (``N``) from its list, checked by the attr's own
+    rule (TF's minimum); one the caller gave must agree with the list."""
+    for arg, value in zip(op_def.inputs, raw_inputs):
+        if not arg.number_attr:
+            continue
+        count = _check_attr(op_def, name, op_def.attr_def(arg.number_attr), len(value))
+        if attrs.get(arg.number_attr, count) != count:
+            raise InvalidArgumentError(
+                f"{op_def.name} '{name}': attr '{arg.number_attr}' is "
+                f"{attrs[arg.number_attr]}, but input '{arg.name}' has {count} tensors")
+        attrs[arg.number_attr] = count
 
 
 def _check_same_graph(scope: Scope, op_type: str, name: str, inputs: Sequence[Output],
@@ -462,7 +552,10 @@ def _check_same_graph(scope: Scope, op_type: str, name: str, inputs: Sequence[Ou
 
 def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
                     attrs: dict[str, Any]) -> Operation:
-    """Create, check and add one node; raise InvalidArgumentError on anything wrong."""
+    """Create, check and add one node; raise InvalidArgumentError on anything wrong.
+
+    ``raw_inputs`` has one entry per input argument; a list argument's entry is a list of
+    tensors (ConcatV2's ``values``), which sets its length and type attrs."""
     if op_def.deprecation:  # Python's warning registry shows it once per call site
         warnings.warn(f"Op {op_def.name} is deprecated. {op_def.deprecation}", DeprecationWarning,
                       stacklevel=3)
@@ -475,25 +568,30 @@ def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
         raise InvalidArgumentError(f"{op_def.name}: unknown attr(s) {sorted(unknown)}; known: "
                                    f"{[a.name for a in op_def.attrs]}")
     name = scope.unique_op_name(op_def.name)
-    hints = _dtype_hints(op_def, raw_inputs, attrs)
+    flat = _flat_inputs(op_def, name, raw_inputs)
+    hints = _dtype_hints(op_def, flat, attrs)
     input_scope = scope.Under(name)
     inputs = [_convert_input(input_scope, op_def.name, arg, value, hint)
-              for arg, value, hint in zip(op_def.inputs, raw_inputs, hints)]
+              for (arg, _, value), hint in zip(flat, hints)]
     full_attrs: dict[str, Any] = {}
     for attr in op_def.attrs:
         if attr.name in attrs:
             full_attrs[attr.name] = _check_attr(op_def, name, attr, attrs[attr.name])
         elif attr.has_default:
             full_attrs[attr.name] = _check_attr(op_def, name, attr, attr.default)
-    _check_same_graph(scope, op_def.name, name, inputs, [f"'{a.name}'" for a in op_def.inputs])
-    _resolve_types(op_def, name, inputs, full_attrs, set(attrs))
+    _list_lengths(op_def, name, raw_inputs, full_attrs)
+    labels = [label for _, label, _ in flat]
+    _check_same_graph(scope, op_def.name, name, inputs, labels)
+    _resolve_types(op_def, name, [(arg, label, value) for (arg, label, _), value
+                                  in zip(flat, inputs)], full_attrs, set(attrs))
     missing = [a.name for a in op_def.attrs if a.name not in full_attrs]
     if missing:
         raise InvalidArgumentError(f"{op_def.name} '{name}': missing required attr(s) {missing}")
     for arg in op_def.outputs:
-        if arg.number_attr:  # a list output: its length attr says how many tensors to build
-            limits.check_output_count(full_attrs[arg.number_attr],
-                                      f"{op_def.name} '{name}': attr '{arg.number_attr}'")
+        if arg.is_list:  # a list output: its length attr says how many tensors to build
+            limits.check_output_count(
+                arg.length(full_attrs),
+                f"{op_def.name} '{name}': attr '{arg.number_attr or arg.type_list_attr}'")
     shapes = run_shape_fn(op_def, InferenceContext(op_def, name, inputs, full_attrs))
     op = Operation(scope.graph(), name, op_def, inputs, scope.control_dependencies, full_attrs,
                    scope.device, output_specs(op_def, full_attrs, shapes))
@@ -502,64 +600,31 @@ def build_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
 
 def single_output(op_def: OpDef) -> bool:
     """Whether the op has exactly one output tensor (its wrapper returns that Output)."""
-    return len(op_def.outputs) == 1 and not op_def.outputs[0].number_attr
+    return len(op_def.outputs) == 1 and not op_def.outputs[0].is_list
 
 
 def output_args(op_def: OpDef, attrs: dict[str, Any]) -> list[ArgDef]:
     """One ArgDef per output tensor: a list output (``number_attr``: Unpack's ``num``,
-    ShapeN's ``N``) stands for that many."""
-    return [arg for arg in op_def.outputs
-            for _ in range(attrs[arg.number_attr] if arg.number_attr else 1)]
+    ShapeN's ``N``; ``type_list_attr``: IdentityN's ``T``) stands for that many."""
+    return [arg for arg in op_def.outputs for _ in range(arg.length(attrs))]
 
 
 def output_specs(op_def: OpDef, attrs: dict[str, Any], shapes: list[TensorShape]
                  ) -> list[tuple[DType, TensorShape]]:
     """(dtype, static shape) of every output tensor."""
-    return [(arg.dtype or attrs[arg.type_attr], shape)
-            for arg, shape in zip(output_args(op_def, attrs), shapes)]
+    kinds = [arg.dtype_at(attrs, i) for arg in op_def.outputs for i in range(arg.length(attrs))]
+    return list(zip(kinds, shapes))
 
 
 def build_variadic_operation(scope: Scope, op_def: OpDef, raw_inputs: Sequence[Any],
                              extra_attrs: dict[str, Any] | None = None) -> Operation:
     """Build an op whose single input argument is a non-empty list of tensors of one dtype
-    (``AddN``, ``Pack``); its type and length attrs follow from the list, ``extra_attrs``
-    gives the others (``Pack``'s ``axis``; defaults fill the rest)."""
+    (``AddN``, ``Pack``): ``build_operation`` with the list as that argument; its type and
+    length attrs follow from the list, ``extra_attrs`` gives the others (``Pack``'s ``axis``;
+    defaults fill the rest)."""
     if not raw_inputs:
         raise InvalidArgumentError(f"{op_def.name}: needs at least one input")
-    name = scope.unique_op_name(op_def.name)
-    arg = op_def.inputs[0]
-    first = next((v for v in raw_inputs if isinstance(v, Output)), None)
-    hint = first.dtype if first is not None else None
-    inputs = [_convert_input(scope.Under(name), op_def.name, arg, v, hint) for v in raw_inputs]
-    attrs: dict[str, Any] = {arg.type_attr: inputs[0].dtype}
-    if arg.number_attr:
-        attrs[arg.number_attr] = len(inputs)
-    extra_attrs = extra_attrs or {}
-    for attr in op_def.attrs:
-        if attr.name in attrs and attr.name in extra_attrs:  # given, but the list decides
-            given = _check_attr(op_def, name, attr, extra_attrs[attr.name])
-            if given != attrs[attr.name]:
-                raise InvalidArgumentError(f"{op_def.name} '{name}': attr '{attr.name}' is "
-                                           f"{given}, but the inputs make it "
-                                           f"{attrs[attr.name]}")
-        elif attr.name in extra_attrs:
-            attrs[attr.name] = _check_attr(op_def, name, attr, extra_attrs[attr.name])
-        elif attr.name not in attrs and attr.has_default:
-            attrs[attr.name] = _check_attr(op_def, name, attr, attr.default)
-    unknown = set(extra_attrs) - {a.name for a in op_def.attrs}
-    if unknown:
-        raise InvalidArgumentError(f"{op_def.name}: unknown attr(s) {sorted(unknown)}; known: "
-                                   f"{[a.name for a in op_def.attrs]}")
-    for i, value in enumerate(inputs):
-        if value.dtype is not inputs[0].dtype:
-            raise InvalidArgumentError(
-                f"{op_def.name} '{name}': input {i} has dtype {value.dtype.name}, expected "
-                f"{inputs[0].dtype.name} like input 0")
-    _check_same_graph(scope, op_def.name, name, inputs, [str(i) for i in range(len(inputs))])
-    shapes = run_shape_fn(op_def, InferenceContext(op_def, name, inputs, attrs))
-    op = Operation(scope.graph(), name, op_def, inputs, scope.control_dependencies, attrs,
-                   scope.device, output_specs(op_def, attrs, shapes))
-    return scope.graph().add_operation(op)
+    return build_operation(scope, op_def, [list(raw_inputs)], dict(extra_attrs or {}))
 
 
 # ----------------------------------------------------------------------------- wrappers
@@ -607,7 +672,7 @@ class OpResult:
         self.operation = operation
         self.outputs = list(operation.outputs)
         for arg, out in zip(output_args(operation.op_def, operation.attrs), operation.outputs):
-            if arg.number_attr:  # a list output: the list of its tensors
+            if arg.is_list:  # a list output: the list of its tensors
                 if not hasattr(self, arg.name):
                     setattr(self, arg.name, [])
                 getattr(self, arg.name).append(out)
@@ -674,7 +739,7 @@ def make_wrapper(op_def: OpDef) -> type:
             attrs[attr_name] = value
         for key in list(kwargs):
             if key in [a.name for a in op_def.inputs]:
-                if len(inputs) > op_def.input_index(key):
+                if len(inputs) > [a.name for a in op_def.inputs].index(key):
                     raise InvalidArgumentError(f"{op_def.name}: input '{key}' given twice")
         named_inputs = {k: kwargs.pop(k) for k in list(kwargs)
                         if k in [a.name for a in op_def.inputs]}

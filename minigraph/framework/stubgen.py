@@ -118,7 +118,7 @@ def wrapper_stub(name: str, wrapper: type) -> list[str]:
     if op_def.outputs and not single_output(op_def):
         lines += [f"class _{op_def.name}Outputs(OpResult):",
                   *_docstring(f"The outputs of one {op_def.name} node, by name.", "    "), ""]
-        lines += [f"    {arg.name}: {'list[Output]' if arg.number_attr else 'Output'}"
+        lines += [f"    {arg.name}: {'list[Output]' if arg.is_list else 'Output'}"
                   for arg in op_def.outputs]
         lines.append("    operation: Operation")
         lines += ["", ""]

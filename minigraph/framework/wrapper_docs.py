@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import textwrap
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import numpy as np
@@ -57,10 +58,11 @@ DOC_WIDTH = 88  # wrapped so the stub's indented docstrings stay within the 100-
 
 def inferred_type_attrs(op_def: OpDef) -> dict[str, str]:
     """Attrs bound by an input: its type attr, and the length attr of a list input (AddN's
-    ``N``); attr name -> the first input that binds it."""
+    ``N``) or its list of types (IdentityN's ``T``); attr name -> the first input that binds
+    it."""
     inferred: dict[str, str] = {}
     for arg in op_def.inputs:
-        for attr in (arg.type_attr, arg.number_attr):
+        for attr in (arg.type_attr, arg.number_attr, arg.type_list_attr):
             if attr:
                 inferred.setdefault(attr, arg.name)
     return inferred
@@ -98,7 +100,12 @@ def format_value(value: Any) -> str:
 
 
 def arg_type_text(op_def: OpDef, arg: ArgDef) -> str:
-    """``T (float16, bfloat16, float32)``, ``T (any type)`` or a fixed dtype (``int32``)."""
+    """``T (float16, bfloat16, float32)``, ``T (any type)``, a fixed dtype (``int32``), with
+    ``N x`` before it for a list (``N x T (any type)``), or ``T (a list of types)``."""
+    if arg.type_list_attr:
+        return f"{arg.type_list_attr} (a list of types)"
+    if arg.number_attr:
+        return f"{arg.number_attr} x {arg_type_text(op_def, replace(arg, number_attr=None))}"
     if arg.dtype is not None:
         return arg.dtype.name
     attr = op_def.attr_def(arg.type_attr)
@@ -138,8 +145,8 @@ def attr_type_text(attr: AttrDef) -> str:
     if attr.kind == "string" and attr.allowed is not None:
         return "Literal[" + ", ".join(f'"{v}"' for v in attr.allowed) + "]"
     return {"float": "float", "int": "int", "bool": "bool", "string": "str",
-            "list(int)": "Sequence[int]", "type": "DTypeLike", "shape": "ShapeLike",
-            "tensor": "np.ndarray"}[attr.kind]
+            "list(int)": "Sequence[int]", "list(type)": "Sequence[DTypeLike]",
+            "type": "DTypeLike", "shape": "ShapeLike", "tensor": "np.ndarray"}[attr.kind]
 
 
 # ----------------------------------------------------------------------------- signature
@@ -172,7 +179,7 @@ def with_cls(signature: inspect.Signature) -> inspect.Signature:
 
 def returns_text(op_def: OpDef) -> str:
     """What the wrapper returns, by the number of outputs."""
-    if len(op_def.outputs) == 1 and not op_def.outputs[0].number_attr:
+    if len(op_def.outputs) == 1 and not op_def.outputs[0].is_list:
         return f"The Output '{op_def.outputs[0].name}'."
     if not op_def.outputs:
         return "The Operation (the op has no outputs)."

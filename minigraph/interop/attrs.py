@@ -9,7 +9,7 @@ import numpy as np
 
 from minigraph.framework.dtypes import DType
 from minigraph.framework.errors import InvalidArgumentError
-from minigraph.framework.op_def import AttrDef, OpDef
+from minigraph.framework.op_def import ArgDef, AttrDef, OpDef
 from minigraph.framework.tensor_shape import TensorShape
 from minigraph.interop import tensors
 
@@ -52,6 +52,9 @@ def attr_from_proto(value: Any, attr: AttrDef, where: str) -> Any:
                                    f"{where}")
     if attr.kind == "list(int)":
         return list(value.list.i)
+    if attr.kind == "list(type)":
+        return [tensors.enum_to_dtype(raw, f"{where}: attr '{attr.name}'")
+                for raw in value.list.type]
     field = _SCALAR_FIELDS[attr.kind]
     raw = getattr(value, field)
     if attr.kind == "type":
@@ -74,6 +77,9 @@ def attr_to_proto(value: Any, kind: str, proto: Any) -> None:
     if kind == "list(int)":
         proto.list.SetInParent()  # an empty list is still a list
         proto.list.i.extend(int(v) for v in value)
+    elif kind == "list(type)":
+        proto.list.SetInParent()
+        proto.list.type.extend(tensors.dtype_to_enum(v) for v in value)
     elif kind == "type":
         proto.type = tensors.dtype_to_enum(value)
     elif kind == "shape":
@@ -102,12 +108,18 @@ def _default_text(attr: AttrDef) -> str:
     return str(value)
 
 
+def _arg_type(arg: ArgDef) -> str:
+    """An argument's type as TF's signatures write it: ``T``, ``float``, ``N*T``, ``T`` of
+    a type list."""
+    kind = arg.type_attr or arg.type_list_attr or tensors.tf_type_name(arg.dtype)
+    return f"{arg.number_attr}*{kind}" if arg.number_attr else kind
+
+
 def op_signature(op_def: OpDef) -> str:
     """The op's definition in TF's one-line form: ``Op<name=Identity; signature=input:T ->
     output:T; attr=T:type>``, as TF's import errors show it."""
     def args(defs) -> str:
-        return ", ".join(f"{a.name}:{a.type_attr or tensors.tf_type_name(a.dtype)}"
-                         for a in defs)
+        return ", ".join(f"{a.name}:{_arg_type(a)}" for a in defs)
 
     parts = [f"name={op_def.name}", f"signature={args(op_def.inputs)} -> {args(op_def.outputs)}"]
     for attr in op_def.attrs:

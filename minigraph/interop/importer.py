@@ -33,7 +33,6 @@ from minigraph.framework.op_def import (
     ArgDef,
     OpDef,
     build_operation,
-    build_variadic_operation,
     get_op_def,
 )
 from minigraph.framework.scope import Scope
@@ -207,59 +206,49 @@ def _node_attrs(node: Any, op_def: OpDef) -> dict[str, Any]:
     return values
 
 
-def _list_arg(op_def: OpDef) -> ArgDef | None:
-    """The op's one input that is a list of tensors (AddN's ``inputs``), if it has one."""
-    if len(op_def.inputs) == 1 and op_def.inputs[0].number_attr:
-        return op_def.inputs[0]
-    return None
+def _expected(arg: ArgDef, node_attrs: dict[str, Any], count: int) -> list[DType | None]:
+    """The dtypes of the argument's first ``count`` tensors, from its fixed dtype or the
+    NodeDef's type attrs."""
+    if arg.type_list_attr:
+        return [arg.dtype_at(node_attrs, i) for i in range(count)]
+    return [arg.dtype or node_attrs.get(arg.type_attr)] * count
 
 
-def _expected_dtypes(op_def: OpDef, node_attrs: dict[str, Any], given: int
-                     ) -> list[DType | None] | None:
-    """The dtype each data input must have, from fixed dtypes and the NodeDef's type attrs
-    (a list input holds the NodeDef's ``N`` of them); None when their number is not
-    ``given`` (checked before building a list of the NodeDef's claimed length)."""
-    args = list(op_def.inputs)
-    listed = _list_arg(op_def)
-    if listed is not None:
-        if node_attrs[listed.number_attr] != given:
-            return None
-        args = args * given
-    if len(args) != given:
-        return None
-    return [arg.dtype or node_attrs.get(arg.type_attr) for arg in args]
-
-
-def _expected_text(op_def: OpDef, node_attrs: dict[str, Any]) -> str:
+def _expected_text(op_def: OpDef, lengths: list[int], node_attrs: dict[str, Any]) -> str:
     """TF's ``'float, float'`` list of the expected input types (a claimed list of 2**31
     shows its first few and its length)."""
-    listed = _list_arg(op_def)
-    args, count = list(op_def.inputs), len(op_def.inputs)
-    if listed is not None:
-        count = node_attrs[listed.number_attr]
-        args = args * max(0, min(count, 8))
-    names = ", ".join(tf_type_name(d) if d else "?"
-                      for d in (a.dtype or node_attrs.get(a.type_attr) for a in args))
+    dtypes = [d for arg, length in zip(op_def.inputs, lengths)
+              for d in _expected(arg, node_attrs, max(0, min(length, 8)))][:8]
+    count = sum(lengths)
+    names = ", ".join(tf_type_name(d) if d else "?" for d in dtypes)
     return names + (f", ... ({count:,} inputs)" if count > 8 else "")
 
 
-def _data_inputs(node: Any, op_def: OpDef, node_attrs: dict[str, Any],
-                 sources: list[Output]) -> list[Any]:
-    """The op's input arguments (a list for a variadic argument), checked against the
-    NodeDef's types with TF's messages."""
-    expected = _expected_dtypes(op_def, node_attrs, len(sources))
-    if expected is None:
-        raise InvalidArgumentError(f"NodeDef expected inputs '{_expected_text(op_def, node_attrs)}'"
-                                   f" do not match {len(sources)} inputs specified; "
+def _arguments(node: Any, op_def: OpDef, node_attrs: dict[str, Any],
+               sources: list[Output]) -> list[Any]:
+    """The op's input arguments (a list for a list argument: ConcatV2's ``values``, as long
+    as the NodeDef's ``N`` or ``T`` says), checked against the NodeDef's types with TF's
+    messages; a claimed length is compared before any list of it is built."""
+    lengths = [arg.length(node_attrs) for arg in op_def.inputs]
+    if sum(lengths) != len(sources) or min(lengths, default=0) < 0:
+        raise InvalidArgumentError(f"NodeDef expected inputs "
+                                   f"'{_expected_text(op_def, lengths, node_attrs)}' do not "
+                                   f"match {len(sources)} inputs specified; "
                                    f"{attrs.op_signature(op_def)}; NodeDef: "
                                    f"{{{{node {shown(node.name)}}}}}")
+    expected = [d for arg, length in zip(op_def.inputs, lengths)
+                for d in _expected(arg, node_attrs, length)]
     for index, (source, dtype) in enumerate(zip(sources, expected)):
         if dtype is not None and source.dtype is not dtype:
             raise InvalidArgumentError(
                 f"Input {index} of node {shown(node.name)} was passed "
                 f"{tf_type_name(source.dtype)} from {shown(source.name)} incompatible with "
                 f"expected {tf_type_name(dtype)}.")
-    return list(sources)
+    arguments, start = [], 0
+    for arg, length in zip(op_def.inputs, lengths):
+        arguments.append(sources[start:start + length] if arg.is_list else sources[start])
+        start += length
+    return arguments
 
 
 def _check_const(node: Any, node_attrs: dict[str, Any]) -> None:
@@ -404,15 +393,9 @@ def _import_node(root: Scope, node: Any, sources: list[Output], controls: list[O
     node_attrs = _node_attrs(node, op_def)
     if node.op == "Const":
         _check_const(node, node_attrs)
-    arguments = _data_inputs(node, op_def, node_attrs, sources)
+    arguments = _arguments(node, op_def, node_attrs, sources)
     scope = (root.WithOpName(prefix + node.name).WithDevice(node.device)
              .WithControlDependencies(controls))
-    listed = _list_arg(op_def)
-    if listed is not None:  # T and N follow from the inputs, checked above
-        others = {k: v for k, v in node_attrs.items()
-                  if k not in (listed.type_attr, listed.number_attr)}
-        op = build_variadic_operation(scope, op_def, arguments, others)
-    else:
-        op = build_operation(scope, op_def, arguments, node_attrs)
+    op = build_operation(scope, op_def, arguments, node_attrs)
     if op.name != prefix + node.name:  # a name an earlier node's made-up name took
         raise InvalidArgumentError(f"Node '{shown(node.name)}' is not unique")

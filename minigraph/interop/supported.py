@@ -2,10 +2,11 @@
 
 ``docs/tf-interop.md`` carries it between two marker comments, so the page cannot drift from
 the code: ``python -m minigraph.interop.supported --write`` rewrites that block,
-``--check`` (and ``tests/test_docs.py``) fail while it is stale. One row per registered op:
-its family (the ``minigraph/ops`` module that defines it), the dtypes its type attr allows,
-the backends with a kernel of their own (every backend falls back to the numpy
-``reference``), and whether it has a gradient.
+``--check`` (and ``tests/test_docs.py``) fail while it is stale. One row per op
+``minigraph.ops`` exports (TF's op types; minigraph's own, such as the distributed package's
+collectives, are not TensorFlow's and not listed): its family (the ``minigraph/ops`` module
+that defines it), the dtypes its type attr allows, the backends with a kernel of their own
+(every backend falls back to the numpy ``reference``), and whether it has a gradient.
 """
 
 from __future__ import annotations
@@ -64,9 +65,8 @@ def table() -> str:
     gradients = registered_gradients()
     rows = ["| op | family | dtypes | own kernels beside numpy | gradient |",
             "| --- | --- | --- | --- | --- |"]
-    for op_type in registered_ops():
-        if op_type.startswith("_"):
-            continue
+    registered = set(registered_ops())
+    for op_type in sorted(op for op in families if op in registered):
         own = ", ".join(sorted(backends.get(op_type, ()))) or "-"
         gradient = ("yes" if gradients.get(op_type) is not None
                     else "none (not differentiable)" if op_type in gradients else "-")

@@ -8,15 +8,18 @@ from minigraph.ops import (
     activation_ops,
     array_ops,
     batch_norm,
+    concat_ops,
     convolution_ops,
     elementwise_ops,
     image_ops,
+    index_ops,
     layout_ops,
     linalg_ops,
     math_ops,
     nn_ops,
     pooling_ops,
     reduction_ops,
+    spatial_ops,
     state_ops,
     training_ops,
     volumetric_ops,
@@ -24,20 +27,23 @@ from minigraph.ops import (
 from minigraph.ops.activation_ops import *  # noqa: F403
 from minigraph.ops.array_ops import *  # noqa: F403
 from minigraph.ops.batch_norm import *  # noqa: F403
+from minigraph.ops.concat_ops import *  # noqa: F403
 from minigraph.ops.convolution_ops import *  # noqa: F403
 from minigraph.ops.elementwise_ops import *  # noqa: F403
 from minigraph.ops.image_ops import *  # noqa: F403
+from minigraph.ops.index_ops import *  # noqa: F403
 from minigraph.ops.layout_ops import *  # noqa: F403
 from minigraph.ops.linalg_ops import *  # noqa: F403
 from minigraph.ops.math_ops import *  # noqa: F403
 from minigraph.ops.nn_ops import *  # noqa: F403
 from minigraph.ops.pooling_ops import *  # noqa: F403
 from minigraph.ops.reduction_ops import *  # noqa: F403
+from minigraph.ops.spatial_ops import *  # noqa: F403
 from minigraph.ops.state_ops import *  # noqa: F403
 from minigraph.ops.training_ops import *  # noqa: F403
 from minigraph.ops.volumetric_ops import *  # noqa: F403
 
-_FAMILIES = (activation_ops, array_ops, batch_norm, convolution_ops, elementwise_ops,
-             image_ops, layout_ops, linalg_ops, math_ops, nn_ops, pooling_ops, reduction_ops,
-             state_ops, training_ops, volumetric_ops)
+_FAMILIES = (activation_ops, array_ops, batch_norm, concat_ops, convolution_ops,
+             elementwise_ops, image_ops, index_ops, layout_ops, linalg_ops, math_ops, nn_ops,
+             pooling_ops, reduction_ops, spatial_ops, state_ops, training_ops, volumetric_ops)
 __all__ = sorted(name for family in _FAMILIES for name in family.__all__)

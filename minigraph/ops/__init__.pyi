@@ -34,12 +34,16 @@ __all__ = [
     "BatchMatMulV3",
     "BatchNormWithGlobalNormalization",
     "BatchNormWithGlobalNormalizationGrad",
+    "BatchToSpaceND",
     "BiasAdd",
     "BiasAddGrad",
     "BroadcastGradientArgs",
     "BroadcastTo",
     "Cast",
     "Ceil",
+    "Concat",
+    "ConcatOffset",
+    "ConcatV2",
     "Const",
     "Conv2D",
     "Conv2DBackpropFilter",
@@ -50,6 +54,7 @@ __all__ = [
     "Cos",
     "Cumprod",
     "Cumsum",
+    "DepthToSpace",
     "DepthwiseConv2dNative",
     "DepthwiseConv2dNativeBackpropFilter",
     "DepthwiseConv2dNativeBackpropInput",
@@ -75,9 +80,11 @@ __all__ = [
     "FusedBatchNormGradV3",
     "FusedBatchNormV2",
     "FusedBatchNormV3",
+    "GatherV2",
     "Greater",
     "GreaterEqual",
     "Identity",
+    "IdentityN",
     "InvertPermutation",
     "L2Loss",
     "LeakyRelu",
@@ -102,17 +109,22 @@ __all__ = [
     "Mean",
     "Min",
     "Minimum",
+    "MirrorPad",
+    "MirrorPadGrad",
     "Mul",
     "Neg",
     "NoOp",
     "NotEqual",
+    "OneHot",
     "OnesLike",
     "Pack",
     "Pad",
     "Placeholder",
     "Pow",
+    "PreventGradient",
     "Prod",
     "RandomUniform",
+    "Range",
     "RealDiv",
     "Reciprocal",
     "ReducedShape",
@@ -125,6 +137,7 @@ __all__ = [
     "ResizeBilinearGrad",
     "ResizeNearestNeighbor",
     "ResizeNearestNeighborGrad",
+    "ReverseV2",
     "Round",
     "Rsqrt",
     "Select",
@@ -139,18 +152,24 @@ __all__ = [
     "Sin",
     "Size",
     "Slice",
+    "Snapshot",
     "Softmax",
     "SoftmaxCrossEntropyWithLogits",
     "Softplus",
     "SoftplusGrad",
     "Softsign",
     "SoftsignGrad",
+    "SpaceToBatchND",
+    "SpaceToDepth",
     "SparseSoftmaxCrossEntropyWithLogits",
+    "Split",
+    "SplitV",
     "Sqrt",
     "SqrtGrad",
     "Square",
     "SquaredDifference",
     "Squeeze",
+    "StopGradient",
     "StridedSlice",
     "StridedSliceGrad",
     "Sub",
@@ -160,6 +179,7 @@ __all__ = [
     "Tile",
     "Transpose",
     "Unpack",
+    "UnsortedSegmentSum",
     "Variable",
     "ZerosLike",
 ]
@@ -1330,6 +1350,53 @@ class BatchNormWithGlobalNormalizationGrad:
     ) -> _BatchNormWithGlobalNormalizationGradOutputs: ...
 
 
+class BatchToSpaceND:
+    """Builds one 'BatchToSpaceND' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    BatchToSpaceND.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type). [batch] + M spatial dimensions + the rest; batch a multiple of
+            prod(block_shape).
+        block_shape: Tblock_shape (int32, int64). [M] block sizes >= 1, one per spatial
+            dimension.
+        crops: Tcrops (int32, int64). [M, 2] elements removed before and after each spatial
+            dimension.
+
+    Attrs:
+        T: type, inferred from input 'input'.
+        Tblock_shape: type, inferred from input 'block_shape', one of int32, int64.
+        Tcrops: type, inferred from input 'crops', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one BatchToSpaceND node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        block_shape: TensorLike,
+        crops: TensorLike,
+        attrs: BatchToSpaceND.Attrs | None = None,
+    ) -> Output: ...
+
+
 class BiasAdd:
     """Builds one 'BiasAdd' node.
 
@@ -1594,6 +1661,143 @@ class Ceil:
         def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Ceil.Attrs | None = None) -> Output: ...
+
+
+class Concat:
+    """Builds one 'Concat' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Concat.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        concat_dim: int32. A scalar in [-rank, rank): the dimension to join along.
+        values: N x T (any type). The tensors to join: one rank, equal but for the axis
+            dimension.
+
+    Attrs:
+        N: int, inferred from input 'values'. How many tensors are joined (>= 2).
+        T: type, inferred from input 'values'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Concat node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        concat_dim: TensorLike,
+        values: TensorLike,
+        attrs: Concat.Attrs | None = None,
+    ) -> Output: ...
+
+
+class _ConcatOffsetOutputs(OpResult):
+    """The outputs of one ConcatOffset node, by name."""
+
+    offset: list[Output]
+    operation: Operation
+
+
+class ConcatOffset:
+    """Builds one 'ConcatOffset' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ConcatOffset.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        concat_dim: int32. A scalar in [-rank, rank): the dimension the inputs are joined
+            along.
+        shape: N x shape_type (int32, int64). The shapes of the joined tensors, one vector
+            each.
+
+    Attrs:
+        N: int, inferred from input 'shape'. How many tensors are joined (>= 2).
+        shape_type: type, inferred from input 'shape', one of int32, int64.
+
+    Outputs:
+        offset: N x shape_type (int32, int64). Where each input starts in the concatenation:
+            zeros but for the axis, the sum of the sizes before it.
+
+    Returns:
+        An object with the outputs as attributes (.offset), also by index and in order when
+        iterated, and the node as .operation.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ConcatOffset node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        concat_dim: TensorLike,
+        shape: TensorLike,
+        attrs: ConcatOffset.Attrs | None = None,
+    ) -> _ConcatOffsetOutputs: ...
+
+
+class ConcatV2:
+    """Builds one 'ConcatV2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ConcatV2.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        values: N x T (any type). The tensors to join: one rank, equal but for the axis
+            dimension.
+        axis: Tidx (int32, int64). A scalar in [-rank, rank): the dimension to join along.
+
+    Attrs:
+        N: int, inferred from input 'values'. How many tensors are joined (>= 2).
+        T: type, inferred from input 'values'.
+        Tidx: type, inferred from input 'axis', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ConcatV2 node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        values: TensorLike,
+        axis: TensorLike,
+        attrs: ConcatV2.Attrs | None = None,
+    ) -> Output: ...
 
 
 def Const(scope: Scope, value: typing.Any, dtype: DType | None = None) -> Output:
@@ -2211,6 +2415,62 @@ class Cumsum:
         *,
         exclusive: bool = False,
         reverse: bool = False,
+    ) -> Output: ...
+
+
+class DepthToSpace:
+    """Builds one 'DepthToSpace' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    DepthToSpace.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+
+    Attrs:
+        block_size: int, required. The side of the square block of pixels one depth group
+            holds.
+        data_format: string, default "NHWC", one of "NHWC", "NCHW", "NCHW_VECT_C". NHWC or
+            NCHW (NCHW_VECT_C is TensorFlow's qint8 layout: refused).
+        T: type, inferred from input 'input'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one DepthToSpace node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def BlockSize(self, value: int) -> DepthToSpace.Attrs:
+            """Set attr 'block_size' (int, required). The side of the square block of pixels
+            one depth group holds.
+            """
+
+        def DataFormat(self, value: Literal["NHWC", "NCHW", "NCHW_VECT_C"]) -> DepthToSpace.Attrs:
+            """Set attr 'data_format' (string, default "NHWC", one of "NHWC", "NCHW",
+            "NCHW_VECT_C"). NHWC or NCHW (NCHW_VECT_C is TensorFlow's qint8 layout:
+            refused).
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        block_size: int,
+        attrs: DepthToSpace.Attrs | None = None,
+        *,
+        data_format: Literal["NHWC", "NCHW", "NCHW_VECT_C"] = "NHWC",
     ) -> Output: ...
 
 
@@ -3706,6 +3966,61 @@ class FusedBatchNormV3:
     ) -> _FusedBatchNormV3Outputs: ...
 
 
+class GatherV2:
+    """Builds one 'GatherV2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    GatherV2.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        params: Tparams (any type). The tensor to read from (rank >= 1).
+        indices: Tindices (int32, int64). Positions along ``axis``, each in [0,
+            params.shape[axis]).
+        axis: Taxis (int32, int64). A scalar in [-rank, rank).
+
+    Attrs:
+        batch_dims: int, default 0. Leading dimensions shared by params and indices (one
+            gather per batch element); negative: counted from the end of indices.
+        Tparams: type, inferred from input 'params'.
+        Tindices: type, inferred from input 'indices', one of int32, int64.
+        Taxis: type, inferred from input 'axis', one of int32, int64.
+
+    Outputs:
+        output: Tparams (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one GatherV2 node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def BatchDims(self, value: int) -> GatherV2.Attrs:
+            """Set attr 'batch_dims' (int, default 0). Leading dimensions shared by params and
+            indices (one gather per batch element); negative: counted from the end of
+            indices.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        params: TensorLike,
+        indices: TensorLike,
+        axis: TensorLike,
+        attrs: GatherV2.Attrs | None = None,
+        *,
+        batch_dims: int = 0,
+    ) -> Output: ...
+
+
 class Greater:
     """Builds one 'Greater' node.
 
@@ -3824,6 +4139,52 @@ class Identity:
         input: TensorLike,
         attrs: Identity.Attrs | None = None,
     ) -> Output: ...
+
+
+class _IdentityNOutputs(OpResult):
+    """The outputs of one IdentityN node, by name."""
+
+    output: list[Output]
+    operation: Operation
+
+
+class IdentityN:
+    """Builds one 'IdentityN' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    IdentityN.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (a list of types). The tensors to pass on.
+
+    Attrs:
+        T: list(type), inferred from input 'input'. The inputs' dtypes, one each.
+
+    Outputs:
+        output: T (a list of types).
+
+    Returns:
+        An object with the outputs as attributes (.output), also by index and in order when
+        iterated, and the node as .operation.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one IdentityN node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        attrs: IdentityN.Attrs | None = None,
+    ) -> _IdentityNOutputs: ...
 
 
 class InvertPermutation:
@@ -5013,6 +5374,108 @@ class Minimum:
     ) -> Output: ...
 
 
+class MirrorPad:
+    """Builds one 'MirrorPad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    MirrorPad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+        paddings: Tpaddings (int32, int64). [rank, 2]: how many mirrored elements go before
+            and after each dimension.
+
+    Attrs:
+        mode: string, required, one of "REFLECT", "SYMMETRIC". REFLECT mirrors without the
+            edge (paddings < size), SYMMETRIC with it (paddings <= size).
+        T: type, inferred from input 'input'.
+        Tpaddings: type, inferred from input 'paddings', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one MirrorPad node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Mode(self, value: Literal["REFLECT", "SYMMETRIC"]) -> MirrorPad.Attrs:
+            """Set attr 'mode' (string, required, one of "REFLECT", "SYMMETRIC"). REFLECT
+            mirrors without the edge (paddings < size), SYMMETRIC with it (paddings <=
+            size).
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        paddings: TensorLike,
+        mode: Literal["REFLECT", "SYMMETRIC"],
+        attrs: MirrorPad.Attrs | None = None,
+    ) -> Output: ...
+
+
+class MirrorPadGrad:
+    """Builds one 'MirrorPadGrad' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    MirrorPadGrad.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type). The gradient of MirrorPad's output.
+        paddings: Tpaddings (int32, int64). MirrorPad's paddings.
+
+    Attrs:
+        mode: string, required, one of "REFLECT", "SYMMETRIC". REFLECT mirrors without the
+            edge (paddings < size), SYMMETRIC with it (paddings <= size).
+        T: type, inferred from input 'input'.
+        Tpaddings: type, inferred from input 'paddings', one of int32, int64.
+
+    Outputs:
+        output: T (any type). The gradient of MirrorPad's input: the mirrored parts added
+            back onto the elements they copied.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one MirrorPadGrad node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Mode(self, value: Literal["REFLECT", "SYMMETRIC"]) -> MirrorPadGrad.Attrs:
+            """Set attr 'mode' (string, required, one of "REFLECT", "SYMMETRIC"). REFLECT
+            mirrors without the edge (paddings < size), SYMMETRIC with it (paddings <=
+            size).
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        paddings: TensorLike,
+        mode: Literal["REFLECT", "SYMMETRIC"],
+        attrs: MirrorPadGrad.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Mul:
     """Builds one 'Mul' node.
 
@@ -5155,6 +5618,61 @@ class NotEqual:
         attrs: NotEqual.Attrs | None = None,
         *,
         incompatible_shape_error: bool = True,
+    ) -> Output: ...
+
+
+class OneHot:
+    """Builds one 'OneHot' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a OneHot.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        indices: TI (int32, int64). The hot position of each row; one outside [0, depth)
+            gives a row of off_value.
+        depth: int32. A scalar >= 0: the one-hot dimension.
+        on_value: T (any type). A scalar: the value at the hot position.
+        off_value: T (any type). A scalar: the value elsewhere.
+
+    Attrs:
+        axis: int, default -1. Where the new dimension goes: -1 (last) or in [0,
+            rank(indices)].
+        T: type, inferred from input 'on_value'.
+        TI: type, inferred from input 'indices', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one OneHot node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Axis(self, value: int) -> OneHot.Attrs:
+            """Set attr 'axis' (int, default -1). Where the new dimension goes: -1 (last) or in
+            [0, rank(indices)].
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        indices: TensorLike,
+        depth: TensorLike,
+        on_value: TensorLike,
+        off_value: TensorLike,
+        attrs: OneHot.Attrs | None = None,
+        *,
+        axis: int = -1,
     ) -> Output: ...
 
 
@@ -5330,6 +5848,52 @@ class Pow:
     ) -> Output: ...
 
 
+class PreventGradient:
+    """Builds one 'PreventGradient' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    PreventGradient.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+
+    Attrs:
+        message: string, default "". Why the gradient is disabled (quoted by the error).
+        T: type, inferred from input 'input'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one PreventGradient node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Message(self, value: str) -> PreventGradient.Attrs:
+            """Set attr 'message' (string, default ""). Why the gradient is disabled (quoted by
+            the error).
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        attrs: PreventGradient.Attrs | None = None,
+        *,
+        message: str = "",
+    ) -> Output: ...
+
+
 class Prod:
     """Builds one 'Prod' node.
 
@@ -5429,6 +5993,52 @@ class RandomUniform:
         *,
         seed: int = 0,
         seed2: int = 0,
+    ) -> Output: ...
+
+
+class Range:
+    """Builds one 'Range' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Range.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        start: Tidx (float16, bfloat16, float32, float64, int32, int64). A scalar: the first
+            element.
+        limit: Tidx (float16, bfloat16, float32, float64, int32, int64). A scalar: the end,
+            excluded.
+        delta: Tidx (float16, bfloat16, float32, float64, int32, int64). A scalar, not 0:
+            the step.
+
+    Attrs:
+        Tidx: type, inferred from input 'start', one of float16, bfloat16, float32, float64,
+            int32, int64.
+
+    Outputs:
+        output: Tidx (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Range node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        start: TensorLike,
+        limit: TensorLike,
+        delta: TensorLike,
+        attrs: Range.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -5986,6 +6596,48 @@ class ResizeNearestNeighborGrad:
     ) -> Output: ...
 
 
+class ReverseV2:
+    """Builds one 'ReverseV2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ReverseV2.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        tensor: T (any type).
+        axis: Tidx (int32, int64). The dimensions to reverse, each in [-rank, rank), none
+            twice.
+
+    Attrs:
+        Tidx: type, inferred from input 'axis', one of int32, int64.
+        T: type, inferred from input 'tensor'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ReverseV2 node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        tensor: TensorLike,
+        axis: TensorLike,
+        attrs: ReverseV2.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Round:
     """Builds one 'Round' node.
 
@@ -6497,6 +7149,44 @@ class Slice:
     ) -> Output: ...
 
 
+class Snapshot:
+    """Builds one 'Snapshot' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Snapshot.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+
+    Attrs:
+        T: type, inferred from input 'input'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Snapshot node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        attrs: Snapshot.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Softmax:
     """Builds one 'Softmax' node.
 
@@ -6746,6 +7436,108 @@ class SoftsignGrad:
     ) -> Output: ...
 
 
+class SpaceToBatchND:
+    """Builds one 'SpaceToBatchND' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SpaceToBatchND.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type). [batch] + M spatial dimensions + the rest.
+        block_shape: Tblock_shape (int32, int64). [M] block sizes >= 1, one per spatial
+            dimension.
+        paddings: Tpaddings (int32, int64). [M, 2] zeros added before and after each spatial
+            dimension.
+
+    Attrs:
+        T: type, inferred from input 'input'.
+        Tblock_shape: type, inferred from input 'block_shape', one of int32, int64.
+        Tpaddings: type, inferred from input 'paddings', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SpaceToBatchND node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        block_shape: TensorLike,
+        paddings: TensorLike,
+        attrs: SpaceToBatchND.Attrs | None = None,
+    ) -> Output: ...
+
+
+class SpaceToDepth:
+    """Builds one 'SpaceToDepth' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    SpaceToDepth.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+
+    Attrs:
+        block_size: int, required. The side of the square block of pixels one depth group
+            holds.
+        data_format: string, default "NHWC", one of "NHWC", "NCHW", "NCHW_VECT_C". NHWC or
+            NCHW (NCHW_VECT_C is TensorFlow's qint8 layout: refused).
+        T: type, inferred from input 'input'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SpaceToDepth node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def BlockSize(self, value: int) -> SpaceToDepth.Attrs:
+            """Set attr 'block_size' (int, required). The side of the square block of pixels
+            one depth group holds.
+            """
+
+        def DataFormat(self, value: Literal["NHWC", "NCHW", "NCHW_VECT_C"]) -> SpaceToDepth.Attrs:
+            """Set attr 'data_format' (string, default "NHWC", one of "NHWC", "NCHW",
+            "NCHW_VECT_C"). NHWC or NCHW (NCHW_VECT_C is TensorFlow's qint8 layout:
+            refused).
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        block_size: int,
+        attrs: SpaceToDepth.Attrs | None = None,
+        *,
+        data_format: Literal["NHWC", "NCHW", "NCHW_VECT_C"] = "NHWC",
+    ) -> Output: ...
+
+
 class _SparseSoftmaxCrossEntropyWithLogitsOutputs(OpResult):
     """The outputs of one SparseSoftmaxCrossEntropyWithLogits node, by name."""
 
@@ -6797,6 +7589,120 @@ class SparseSoftmaxCrossEntropyWithLogits:
         labels: TensorLike,
         attrs: SparseSoftmaxCrossEntropyWithLogits.Attrs | None = None,
     ) -> _SparseSoftmaxCrossEntropyWithLogitsOutputs: ...
+
+
+class _SplitOutputs(OpResult):
+    """The outputs of one Split node, by name."""
+
+    output: list[Output]
+    operation: Operation
+
+
+class Split:
+    """Builds one 'Split' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Split.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        split_dim: int32. A scalar in [-rank, rank): the dimension to cut.
+        value: T (any type).
+
+    Attrs:
+        num_split: int, required. How many tensors the input is cut into (>= 1).
+        T: type, inferred from input 'value'.
+
+    Outputs:
+        output: num_split x T (any type).
+
+    Returns:
+        An object with the outputs as attributes (.output), also by index and in order when
+        iterated, and the node as .operation.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Split node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def NumSplit(self, value: int) -> Split.Attrs:
+            """Set attr 'num_split' (int, required). How many tensors the input is cut into (>=
+            1).
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        split_dim: TensorLike,
+        value: TensorLike,
+        num_split: int,
+        attrs: Split.Attrs | None = None,
+    ) -> _SplitOutputs: ...
+
+
+class _SplitVOutputs(OpResult):
+    """The outputs of one SplitV node, by name."""
+
+    output: list[Output]
+    operation: Operation
+
+
+class SplitV:
+    """Builds one 'SplitV' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a SplitV.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        value: T (any type).
+        size_splits: Tlen (int32, int64). num_split sizes >= 0 adding up to the dimension;
+            one may be -1: the rest.
+        split_dim: int32. A scalar in [-rank, rank): the dimension to cut.
+
+    Attrs:
+        num_split: int, required. How many tensors the input is cut into (>= 1).
+        T: type, inferred from input 'value'.
+        Tlen: type, inferred from input 'size_splits', one of int32, int64.
+
+    Outputs:
+        output: num_split x T (any type).
+
+    Returns:
+        An object with the outputs as attributes (.output), also by index and in order when
+        iterated, and the node as .operation.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one SplitV node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def NumSplit(self, value: int) -> SplitV.Attrs:
+            """Set attr 'num_split' (int, required). How many tensors the input is cut into (>=
+            1).
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        value: TensorLike,
+        size_splits: TensorLike,
+        split_dim: TensorLike,
+        num_split: int,
+        attrs: SplitV.Attrs | None = None,
+    ) -> _SplitVOutputs: ...
 
 
 class Sqrt:
@@ -6988,6 +7894,44 @@ class Squeeze:
         attrs: Squeeze.Attrs | None = None,
         *,
         squeeze_dims: Sequence[int] = (),
+    ) -> Output: ...
+
+
+class StopGradient:
+    """Builds one 'StopGradient' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    StopGradient.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+
+    Attrs:
+        T: type, inferred from input 'input'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one StopGradient node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        attrs: StopGradient.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -7401,7 +8345,7 @@ class Unpack:
         T: type, inferred from input 'value'.
 
     Outputs:
-        output: T (any type).
+        output: num x T (any type).
 
     Returns:
         An object with the outputs as attributes (.output), also by index and in order when
@@ -7434,6 +8378,53 @@ class Unpack:
         *,
         axis: int = 0,
     ) -> _UnpackOutputs: ...
+
+
+class UnsortedSegmentSum:
+    """Builds one 'UnsortedSegmentSum' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    UnsortedSegmentSum.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        data: T (float16, bfloat16, float32, float64, int32, int64).
+        segment_ids: Tindices (int32, int64). Where each slice of data goes: ids <
+            num_segments; negative ids are dropped.
+        num_segments: Tnumsegments (int32, int64). A scalar >= 0.
+
+    Attrs:
+        T: type, inferred from input 'data', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tindices: type, inferred from input 'segment_ids', one of int32, int64.
+        Tnumsegments: type, inferred from input 'num_segments', one of int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one UnsortedSegmentSum node, set with C++-style chained setters
+        that each return a new builder; pass it after the positional arguments or as
+        attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        data: TensorLike,
+        segment_ids: TensorLike,
+        num_segments: TensorLike,
+        attrs: UnsortedSegmentSum.Attrs | None = None,
+    ) -> Output: ...
 
 
 class Variable:

@@ -1,4 +1,6 @@
-"""Graph inputs and plumbing: Placeholder, Const, Identity."""
+"""Graph inputs and plumbing: Placeholder, Const, Identity, and the pass-throughs frozen
+graphs carry (IdentityN, StopGradient, Snapshot, PreventGradient): each hands its input on
+without copying it and differs from Identity only in its gradient."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import numpy as np
 from minigraph.framework import dtypes, limits
 from minigraph.framework.dtypes import DType
 from minigraph.framework.errors import InvalidArgumentError
+from minigraph.framework.gradient_registry import NotDifferentiable, RegisterGradient
 from minigraph.framework.graph import Output
 from minigraph.framework.op_def import (
     ArgDef,
@@ -24,7 +27,8 @@ from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import TensorShape
 
 # The wrappers minigraph.ops exports.
-__all__ = ["Const", "Identity", "NoOp", "Placeholder"]
+__all__ = ["Const", "Identity", "IdentityN", "NoOp", "Placeholder", "PreventGradient",
+           "Snapshot", "StopGradient"]
 
 PLACEHOLDER = register_op(OpDef(
     name="Placeholder",
@@ -72,14 +76,60 @@ def Const(scope: Scope, value: Any, dtype: DType | None = None) -> Output:
 register_constant_op(Const)  # values given to any op's inputs become Const nodes
 
 
-IDENTITY = register_op(OpDef(
-    name="Identity",
-    inputs=[ArgDef("input", type_attr="T")],
-    outputs=[ArgDef("output", type_attr="T")],
-    attrs=[required("T", "type")],
-    shape_fn=lambda ctx: [ctx.input_shapes[0]],
-))
+def _pass_through(name: str, *extra: AttrDef) -> OpDef:
+    """An op whose output is its input (Identity and the ops that differ from it only in
+    their gradient)."""
+    return register_op(OpDef(
+        name=name,
+        inputs=[ArgDef("input", type_attr="T")],
+        outputs=[ArgDef("output", type_attr="T")],
+        attrs=[required("T", "type"), *extra],
+        shape_fn=lambda ctx: [ctx.input_shapes[0]],
+    ))
+
+
+IDENTITY = _pass_through("Identity")
 Identity = make_wrapper(IDENTITY)
+# Gradient None: what Keras' tf.stop_gradient (ConvNeXt's layer scale...) freezes to.
+StopGradient = make_wrapper(_pass_through("StopGradient"))
+# A copy in TF (so a later in-place update cannot reach the value); values are never
+# updated in place here, so it is Identity, gradient included.
+Snapshot = make_wrapper(_pass_through("Snapshot"))
+PreventGradient = make_wrapper(_pass_through(
+    "PreventGradient", AttrDef("message", "string", default="",
+                               doc="Why the gradient is disabled (quoted by the error).")))
+
+# Several tensors of any types passed on together (tf.identity_n; Keras' custom gradients
+# freeze to it).
+IdentityN = make_wrapper(register_op(OpDef(
+    name="IdentityN",
+    inputs=[ArgDef("input", type_list_attr="T", doc="The tensors to pass on.")],
+    outputs=[ArgDef("output", type_list_attr="T")],
+    attrs=[required("T", "list(type)",
+                    check=lambda types: None if types else "must have at least 1 type",
+                    doc="The inputs' dtypes, one each.")],
+    shape_fn=lambda ctx: list(ctx.input_shapes),
+)))
+
+
+NotDifferentiable("StopGradient")
+
+
+@RegisterGradient("Snapshot")
+def _snapshot_grad(scope, op, grads):
+    return [grads[0]]
+
+
+@RegisterGradient("IdentityN")
+def _identity_n_grad(scope, op, grads):
+    """Each input's gradient is its output's (None where no loss reads it)."""
+    return list(grads)
+
+
+@RegisterGradient("PreventGradient")
+def _prevent_gradient_grad(scope, op, grads):
+    raise InvalidArgumentError(f"PreventGradient '{op.name}': Gradient explicitly disabled. "
+                               f"Reason: {op.attrs['message']}")
 
 # Does nothing: a target that groups control inputs (frozen TF 2 graphs hang every output
 # on one), so ``Run(targets=[no_op])`` runs them all.

@@ -64,26 +64,35 @@ def _randomize(model, rng: np.random.Generator) -> None:
 
 def frozen_keras(name: str, model, input_shape: tuple[int, ...], batch: int = 4,
                  seed: int = 0, x: np.ndarray | None = None) -> TFGraph:
-    """Freeze ``model`` for inference (batch dimension left unknown) and run it once on
-    ``x`` (default: standard normal float32 of shape ``(batch, *input_shape)``; token ids
-    for an Embedding, say, are given here, and set the input's dtype)."""
+    """Freeze ``model`` with random weights for inference (batch dimension left unknown) and
+    run it once on ``x`` (default: standard normal float32 of shape ``(batch,
+    *input_shape)``; token ids for an Embedding, say, are given here, and set the input's
+    dtype)."""
+    rng = np.random.default_rng(seed)
+    _randomize(model, rng)
+    if x is None:
+        x = rng.standard_normal((batch, *input_shape)).astype(np.float32)
+    return freeze(name, model, [x])
+
+
+def freeze(name: str, model, values: list[np.ndarray]) -> TFGraph:
+    """Freeze ``model`` (its weights as they are) for inference with one input per array of
+    ``values`` (their dtypes, the batch dimension left unknown) and run it on them."""
     tf = tensorflow()
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
     )
 
-    rng = np.random.default_rng(seed)
-    _randomize(model, rng)
-    if x is None:
-        x = rng.standard_normal((batch, *input_shape)).astype(np.float32)
-    function = tf.function(lambda x: model(x, training=False)).get_concrete_function(
-        tf.TensorSpec([None, *input_shape], tf.as_dtype(x.dtype)))
+    specs = [tf.TensorSpec([None, *v.shape[1:]], tf.as_dtype(v.dtype)) for v in values]
+    function = tf.function(
+        lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False)
+    ).get_concrete_function(*specs)
     frozen = convert_variables_to_constants_v2(function)
-    outputs = frozen(tf.constant(x))
+    outputs = frozen(*[tf.constant(v) for v in values])
     outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
     return TFGraph(name, frozen.graph.as_graph_def().SerializeToString(),
-                   {frozen.inputs[0].name: x}, [t.name for t in frozen.outputs],
-                   [o.numpy() for o in outputs])
+                   {t.name: v for t, v in zip(frozen.inputs, values)},
+                   [t.name for t in frozen.outputs], [o.numpy() for o in outputs])
 
 
 def keras_cnn() -> TFGraph:
@@ -286,6 +295,76 @@ def nested_functions() -> TFGraph:
         return product + difference, difference
 
     return _concrete("nested_functions", outer, [tf.TensorSpec(x.shape, tf.float32)], [x])
+
+
+def keras_layout_layers(batch: int = 3) -> TFGraph:
+    """The layout ops Keras layers freeze to: Embedding (GatherV2), Concatenate (ConcatV2),
+    ZeroPadding2D and Cropping2D (Pad, StridedSlice), a dilated DepthwiseConv2D
+    (SpaceToBatchND, BatchToSpaceND), and Lambda layers with tf.split (Split, SplitV),
+    tf.reverse, tf.pad(mode="REFLECT") (MirrorPad), space_to_depth/depth_to_space,
+    tf.stop_gradient, tf.one_hot and tf.range."""
+    tf, k = tensorflow(), keras()
+    layers = k.layers
+    image, tokens = layers.Input((8, 8, 4)), layers.Input((5,), dtype="int32")
+    embedded = layers.Embedding(10, 4)(tokens)
+    framed = layers.Cropping2D(((1, 1), (2, 0)))(layers.ZeroPadding2D(((1, 1), (0, 2)))(image))
+    dilated = layers.DepthwiseConv2D(3, dilation_rate=2, padding="same")(image)
+    joined = layers.Concatenate()([image, framed, dilated])
+
+    def shuffle(t):
+        a, b, c = tf.split(t, [4, 4, -1], axis=-1)
+        top, bottom = tf.split(a, 2, axis=1)
+        mirrored = tf.pad(tf.reverse(b, [1, 2]), [[0, 0], [1, 1], [2, 2], [0, 0]],
+                          mode="REFLECT")
+        deep = tf.nn.depth_to_space(tf.nn.space_to_depth(c, 2), 2)
+        return tf.concat([tf.concat([bottom, top], 1), deep,
+                          tf.stop_gradient(mirrored[:, 1:-1, 2:-2])], -1)
+
+    def hot(t):
+        return tf.one_hot(t, 10, on_value=0.5, off_value=-0.5) * tf.cast(tf.range(10),
+                                                                          tf.float32)
+
+    mixed = layers.Lambda(shuffle)(joined)
+    encoded = layers.Lambda(hot)(tokens)
+    features = layers.Concatenate()([layers.Flatten()(mixed), layers.Flatten()(embedded),
+                                     layers.Flatten()(encoded)])
+    model = k.Model([image, tokens], layers.Dense(6)(features))
+    rng = np.random.default_rng(11)
+    _randomize(model, rng)
+    return freeze("keras_layout_layers", model,
+                  [rng.standard_normal((batch, 8, 8, 4)).astype(np.float32),
+                   rng.integers(0, 10, (batch, 5)).astype(np.int32)])
+
+
+def layout_raw_ops() -> TFGraph:
+    """The layout ops no Keras layer writes, as raw ops: IdentityN, Snapshot,
+    PreventGradient, the old Concat, ConcatOffset, GatherV2 with batch_dims,
+    UnsortedSegmentSum, MirrorPadGrad, a float Range, BatchToSpaceND with crops."""
+    tf = tensorflow()
+    raw = tf.raw_ops
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 4, 6, 3)).astype(np.float32)
+    ids = np.array([[1, 3], [0, 0]], np.int64)
+
+    def body(x, ids):
+        a, n = raw.IdentityN(input=[x, ids])
+        joined = raw.Concat(concat_dim=2, values=[raw.Snapshot(input=a),
+                                                  raw.PreventGradient(input=a, message="m")])
+        offsets = raw.ConcatOffset(concat_dim=2, shape=[tf.shape(a), tf.shape(a)])
+        picked = raw.GatherV2(params=x, indices=n, axis=tf.constant(2, tf.int64),
+                              batch_dims=1)
+        summed = raw.UnsortedSegmentSum(data=x[:, 0], segment_ids=tf.constant([1, -1]),
+                                        num_segments=tf.constant(3, tf.int64))
+        folded = raw.MirrorPadGrad(input=x, paddings=[[0, 0], [1, 1], [1, 2], [0, 0]],
+                                   mode="SYMMETRIC")
+        steps = raw.Range(start=tf.constant(0.5), limit=tf.constant(3.0),
+                          delta=tf.constant(0.25))
+        spread = raw.BatchToSpaceND(input=tf.concat([x, x], 0), block_shape=[2, 1],
+                                    crops=[[1, 0], [0, 2]])
+        return joined, offsets[0], offsets[1], picked, summed, folded, steps, spread
+
+    return _concrete("layout_raw_ops", body, [tf.TensorSpec([None, 4, 6, 3], tf.float32),
+                                              tf.TensorSpec([2, 2], tf.int64)], [x, ids])
 
 
 def _concrete(name: str, body: Callable, specs: list, values: list[np.ndarray]) -> TFGraph:

@@ -93,14 +93,12 @@ class Case:
                              f"shape={shape})")
                 feeds.append(f"{var}: {value}")
             args.append(var)
-        node = root_expr = "root" if device is None else f"root.WithDevice({device!r})"
-        if takes_a_list(self.op_type):
-            kw = "".join(f", {k}={_attr_source(v)}"
-                         for k, v in list_op_attrs(self.op_type, self.attrs).items())
-            lines.append(f"node = ops.{self.op_type}({root_expr}, [{', '.join(args)}]{kw})")
-        else:
-            kw = "".join(f", {k}={_attr_source(v)}" for k, v in self.attrs.items())
-            lines.append(f"node = {_wrapper_path(self.op_type)}({node}, {', '.join(args)}{kw})")
+        node = "root" if device is None else f"root.WithDevice({device!r})"
+        kw = "".join(f", {k}={_attr_source(v)}"
+                     for k, v in call_attrs(self.op_type, self.attrs).items())
+        grouped = [f"[{', '.join(a)}]" if isinstance(a, list) else a
+                   for a in group_arguments(self.op_type, args)]
+        lines.append(f"node = {_wrapper_path(self.op_type)}({node}, {', '.join(grouped)}{kw})")
         lines.append(f"sess = mg.ClientSession(root, backend={backend!r})")
         if inits:
             lines.append(f"sess.Run({{}}, [], targets=[{', '.join(inits)}])")
@@ -198,10 +196,8 @@ def build(case: Case, device: str | None):
             feeds[out] = array
         args.append(out)
     scope = root.WithDevice(device) if device else root
-    if takes_a_list(case.op_type):
-        node = wrapper(case.op_type)(scope, args, **list_op_attrs(case.op_type, case.attrs))
-    else:
-        node = wrapper(case.op_type)(scope, *args, **case.attrs)
+    node = wrapper(case.op_type)(scope, *group_arguments(case.op_type, args),
+                                 **call_attrs(case.op_type, case.attrs))
     if isinstance(node, mg.Output):
         outputs = [node]
     elif hasattr(node, "outputs"):
@@ -273,14 +269,28 @@ def execute(case: Case, target: str) -> Outcome:
     return outcome
 
 
-def takes_a_list(op_type: str) -> bool:
-    """Whether the op's one input is a list of tensors (AddN, Pack): its wrapper takes the
-    list as one argument."""
+def group_arguments(op_type: str, items: list) -> list:
+    """The wrapper's input arguments from a case's flat inputs (in the recipe's order): a
+    list argument (AddN's ``inputs``, ConcatV2's ``values``; an op has at most one) takes, as
+    one list, the items the other arguments leave."""
+    op_def = get_op_def(op_type)
+    rest = len(items) - sum(not arg.is_list for arg in op_def.inputs)
+    grouped, start = [], 0
+    for arg in op_def.inputs:
+        if arg.is_list:
+            grouped.append(list(items[start:start + rest]))
+            start += rest
+        else:
+            grouped.append(items[start])
+            start += 1
+    return grouped
+
+
+def call_attrs(op_type: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    """The attrs to pass: without the length (and, for an op whose only input is the list,
+    the type) attrs the list sets."""
     inputs = get_op_def(op_type).inputs
-    return len(inputs) == 1 and inputs[0].number_attr is not None
-
-
-def list_op_attrs(op_type: str, attrs: dict[str, Any]) -> dict[str, Any]:
-    """The attrs a list op's wrapper takes: not the type and length its list sets."""
-    listed = get_op_def(op_type).inputs[0]
-    return {k: v for k, v in attrs.items() if k not in (listed.type_attr, listed.number_attr)}
+    drop = {a for arg in inputs if arg.is_list
+            for a in (arg.number_attr, arg.type_list_attr,
+                      arg.type_attr if len(inputs) == 1 else None)}
+    return {k: v for k, v in attrs.items() if k not in drop}

@@ -323,6 +323,181 @@ def r_tile(g: Draw):
             "multiples": (g.lit(multiples, g.pick(INTS)), "shape")}, {}
 
 
+def _indices(g: Draw, shape: tuple, limit: int, dtype: str | None = None,
+             lowest: int = 0) -> ArraySpec:
+    """Integer indices of ``shape`` in [lowest, limit), now and then one out of range."""
+    values = [g.int(lowest, max(limit - 1, lowest)) if limit > lowest else lowest
+              for _ in range(int(np.prod(shape, dtype=np.int64)))]
+    if values and g.chance(15):
+        values[g.int(0, len(values) - 1)] = g.pick([-1, limit, 2 ** 31 - 1])
+    return ArraySpec(tuple(shape), dtype or g.pick(INTS), literal=tuple(values))
+
+
+def _joined(g: Draw) -> tuple[str, tuple, int, list]:
+    """(dtype, shape, axis, the shapes of 1-4 tensors to join along axis): one rank, equal
+    but along the axis (now and then not)."""
+    dtype, shape = g.dtype(), g.shape(g.int(1, 4))
+    axis = g.int(-len(shape) - 1, len(shape))
+    shapes = []
+    for i in range(g.int(1, 4)):
+        dims = list(shape)
+        if -len(shape) <= axis < len(shape):
+            dims[axis] = g.dim()
+        if i and g.chance(10):
+            dims = list(g.shape())
+        shapes.append(tuple(dims))
+    return dtype, shape, axis, shapes
+
+
+def r_concat(g: Draw):
+    """ConcatV2 (values, axis) or Concat (concat_dim, values)."""
+    dtype, _, axis, shapes = _joined(g)
+    values = {f"values_{i}": (g.array(dims, dtype), "data") for i, dims in enumerate(shapes)}
+    if g.op_def.name == "Concat":
+        return {"concat_dim": (g.scalar_lit(axis, "int32"), "shape"), **values}, {}
+    return {**values, "axis": (g.scalar_lit(axis, g.pick(INTS)), "shape")}, {}
+
+
+def r_concat_offset(g: Draw):
+    _, _, axis, shapes = _joined(g)
+    index = g.pick(INTS)
+    return {"concat_dim": (g.scalar_lit(axis, "int32"), "shape"),
+            **{f"shape_{i}": (g.lit(dims, index), "shape") for i, dims in enumerate(shapes)}
+            }, {}
+
+
+def r_split(g: Draw):
+    dtype, shape = g.dtype(), g.shape(g.int(0, 4))
+    axis = g.int(-len(shape) - 1, len(shape)) if shape else 0
+    size = shape[axis] if -len(shape) <= axis < len(shape) else 1
+    count = g.pick([d for d in range(1, 5) if size % d == 0] or [1]) if not g.chance(15) \
+        else g.pick([0, 3, 7])
+    return {"split_dim": (g.scalar_lit(axis, "int32"), "shape"),
+            "value": (g.array(shape, dtype), "data")}, {"num_split": count}
+
+
+def r_split_v(g: Draw):
+    dtype, shape = g.dtype(), g.shape(g.int(0, 4))
+    axis = g.int(-len(shape) - 1, len(shape)) if shape else 0
+    size = shape[axis] if -len(shape) <= axis < len(shape) else 1
+    sizes = []
+    while sum(sizes) < size or not sizes:
+        sizes.append(g.int(0, max(size - sum(sizes), 0)))
+        if len(sizes) > 4:
+            break
+    sizes[-1] += size - sum(sizes)
+    if g.chance(40):
+        sizes[g.int(0, len(sizes) - 1)] = -1
+    if g.chance(15):
+        sizes[0] = g.pick([-2, size + 1])
+    count = len(sizes) if not g.chance(10) else len(sizes) + 1
+    return {"value": (g.array(shape, dtype), "data"),
+            "size_splits": (g.lit(sizes, g.pick(INTS)), "shape"),
+            "split_dim": (g.scalar_lit(axis, "int32"), "shape")}, {"num_split": count}
+
+
+def r_gather(g: Draw):
+    dtype, shape = g.dtype(), g.shape(g.int(1, 4))
+    batch_dims = g.int(0, len(shape) - 1) if g.chance(40) else 0
+    axis = g.int(batch_dims, len(shape) - 1)
+    index_shape = shape[:batch_dims] + g.shape(g.int(0, 2))
+    indices = _indices(g, index_shape, shape[axis])
+    if g.chance(20):
+        axis = g.pick([axis - len(shape), len(shape), -len(shape) - 1])
+    if g.chance(15):
+        batch_dims = g.pick([-1, len(index_shape) + 1, batch_dims + 1])
+    return {"params": (g.array(shape, dtype), "data"), "indices": (indices, "shape"),
+            "axis": (g.scalar_lit(axis, g.pick(INTS)), "shape")}, {"batch_dims": batch_dims}
+
+
+def r_unsorted_segment_sum(g: Draw):
+    dtype, shape = g.dtype(), g.shape(g.int(1, 3))
+    count = g.int(0, 4)
+    ids = _indices(g, shape[:g.int(1, len(shape))], count, lowest=-1)
+    if g.chance(10):
+        count = -1
+    return {"data": (g.array(shape, dtype), "data"), "segment_ids": (ids, "shape"),
+            "num_segments": (g.scalar_lit(count, g.pick(INTS)), "shape")}, {}
+
+
+def r_one_hot(g: Draw):
+    dtype, shape = g.dtype(), g.shape(g.int(0, 3))
+    depth = g.int(-1, 4) if g.chance(10) else g.int(0, 4)
+    axis = g.int(-2, len(shape) + 1) if g.chance(30) else -1
+    return {"indices": (_indices(g, shape, depth + 1, lowest=-1), "shape"),
+            "depth": (g.scalar_lit(depth, "int32"), "shape"),
+            "on_value": (g.array((), dtype), "data"),
+            "off_value": (g.array((), dtype), "data")}, {"axis": axis}
+
+
+def r_range(g: Draw):
+    dtype = g.dtype("Tidx")
+    start, limit = g.int(-5, 5), g.int(-5, 5)
+    delta = g.pick([1, 2, -1, -3, 0]) if g.chance(80) else g.pick([10 ** 9, 3])
+    if dtype in FLOATS and g.chance(50):
+        start, limit, delta = start / 4, limit * 1.5, delta / 3 or 0.0
+    return {name: (g.scalar_lit(value, dtype), "shape")
+            for name, value in (("start", start), ("limit", limit), ("delta", delta))}, {}
+
+
+def _pairs(g: Draw, rank: int, high: int) -> ArraySpec:
+    """A [rank, 2] matrix of values in [0, high] (now and then a bad one or row)."""
+    pairs = [[g.int(0, high), g.int(0, high)] for _ in range(rank + (1 if g.chance(10) else 0))]
+    if g.chance(15) and pairs:
+        pairs[0][g.int(0, 1)] = g.pick([-1, 2 ** 31 - 1])
+    return ArraySpec((len(pairs), 2), g.pick(INTS),
+                     literal=tuple(v for pair in pairs for v in pair))
+
+
+def r_mirror_pad(g: Draw):
+    dtype, shape = g.dtype(), g.shape(g.int(0, 4), lo=1)
+    mode = g.pick(["REFLECT", "SYMMETRIC"])
+    high = min(shape, default=1) + (1 if g.op_def.name == "MirrorPadGrad" else 0)
+    return {"input": (g.array(shape, dtype), "data"),
+            "paddings": (_pairs(g, len(shape), high), "shape")}, {"mode": mode}
+
+
+def r_space_to_batch(g: Draw):
+    """SpaceToBatchND (paddings) or BatchToSpaceND (crops)."""
+    dtype, m = g.dtype(), g.int(0, 2)
+    block = [g.int(1, 3) for _ in range(m)]
+    if g.chance(10) and block:
+        block[0] = g.pick([0, -2])
+    to_batch = g.op_def.name == "SpaceToBatchND"
+    batch = g.int(0, 2) * (1 if to_batch else max(1, int(np.prod(block))))
+    spatial = [g.int(0, 3) * max(b, 1) for b in block]
+    shape = (batch, *spatial, *g.shape(g.int(0, 1)))
+    pairs = _pairs(g, m, 1 if to_batch else min([*spatial, 1]))
+    name = "paddings" if to_batch else "crops"
+    return {"input": (g.array(shape, dtype), "data"),
+            "block_shape": (g.lit(block, g.pick(INTS)), "shape"), name: (pairs, "shape")}, {}
+
+
+def r_depth_space(g: Draw):
+    """DepthToSpace or SpaceToDepth, NHWC or NCHW."""
+    dtype, bs = g.dtype(), g.int(2, 3) if not g.chance(5) else 1
+    fmt = g.pick(["NHWC", "NCHW"]) if not g.chance(5) else "NCHW_VECT_C"
+    if g.op_def.name == "DepthToSpace":
+        n, h, w, c = g.int(0, 2), g.int(1, 2), g.int(1, 2), bs * bs * g.int(1, 2)
+    else:
+        n, h, w, c = g.int(0, 2), bs * g.int(1, 2), bs * g.int(1, 2), g.int(1, 2)
+    shape = (n, h, w, c) if fmt == "NHWC" else (n, c, h, w)
+    if g.chance(10):
+        shape = g.shape()
+    return {"input": (g.array(shape, dtype), "data")}, {"block_size": bs, "data_format": fmt}
+
+
+def r_reverse(g: Draw):
+    dtype, shape = g.dtype(), g.shape()
+    axes = [g.int(-len(shape) - 1, len(shape)) for _ in range(g.int(0, len(shape) + 1))]
+    return {"tensor": (g.array(shape, dtype), "data"),
+            "axis": (g.lit(axes, g.pick(INTS)), "shape")}, {}
+
+
+def r_identity_n(g: Draw):
+    return {f"input_{i}": (g.array(g.shape(), g.pick(DTYPES)), "data")
+            for i in range(g.int(1, 3))}, {}
+
 def r_broadcast_to(g: Draw):
     dtype, shape = g.dtype(), g.shape(g.int(0, 3))
     target = [g.dim(1, 3) for _ in range(g.int(0, 2))] + \
@@ -731,6 +906,13 @@ RECIPES: dict[str, Callable] = {
     "Pad": r_pad, "Slice": r_slice, "Pack": r_pack, "ExpandDims": r_expand_dims,
     "Squeeze": r_squeeze, "Tile": r_tile, "StridedSlice": r_strided_slice,
     "Unpack": r_unpack, "ShapeN": r_shape_n,
+    "ConcatV2": r_concat, "Concat": r_concat, "ConcatOffset": r_concat_offset,
+    "Split": r_split, "SplitV": r_split_v, "GatherV2": r_gather,
+    "UnsortedSegmentSum": r_unsorted_segment_sum, "OneHot": r_one_hot, "Range": r_range,
+    "MirrorPad": r_mirror_pad, "MirrorPadGrad": r_mirror_pad,
+    "SpaceToBatchND": r_space_to_batch, "BatchToSpaceND": r_space_to_batch,
+    "DepthToSpace": r_depth_space, "SpaceToDepth": r_depth_space, "ReverseV2": r_reverse,
+    "IdentityN": r_identity_n,
     "Transpose": r_transpose, "InvertPermutation": r_invert_permutation,
     "BroadcastGradientArgs": r_broadcast_gradient_args, "ReducedShape": r_reduced_shape,
     "RandomUniform": r_random_uniform, "MatMul": r_matmul, "BiasAdd": r_bias_add,

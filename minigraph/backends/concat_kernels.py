@@ -1,0 +1,97 @@
+"""Kernels of the concat family (ConcatV2, Concat, ConcatOffset, Split, SplitV): numpy
+copies, the same on every backend, and ConcatV2/Concat in C for float32 (``mg_concat`` in
+kernels_c/layout.c: each output row's spans copied from the inputs, rows shared between the
+worker pool's threads), bit for bit ``np.concatenate``. The shape functions checked the
+axis and every shape before these run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from minigraph.backends.native import as_f32, check_code, fbuf, ffi, lib, num_threads
+from minigraph.backends.registry import register_kernel
+from minigraph.framework import dtypes
+
+
+def _joined(op, inputs) -> tuple[list[np.ndarray], int]:
+    """(the tensors to join, the axis in [0, rank)) of a ConcatV2 (values, axis) or a Concat
+    (concat_dim, values)."""
+    count = op.attrs["N"]
+    if op.type == "Concat":
+        values, axis = inputs[1:], inputs[0]
+    else:
+        values, axis = inputs[:count], inputs[count]
+    return list(values), int(axis) % values[0].ndim
+
+
+@register_kernel("ConcatV2", "Concat")
+def concat(op, inputs, ctx):
+    values, axis = _joined(op, inputs)
+    return [np.concatenate(values, axis=axis)]
+
+
+@register_kernel("ConcatV2", "Concat", backend="native", dtypes=(dtypes.float32,))
+def concat_native(op, inputs, ctx):
+    """The concatenation in C: bit for bit the numpy kernel's copy."""
+    values, axis = _joined(op, inputs)
+    return [c_concat(values, axis)]
+
+
+def c_concat(values: list[np.ndarray], axis: int) -> np.ndarray:
+    """``mg_concat`` of float32 tensors along ``axis``; C reads each input's elements and
+    writes the returned array's, whose sizes are checked here first."""
+    values = [as_f32(v) for v in values]
+    first = values[0].shape
+    for v in values:
+        if v.ndim != len(first) or v.shape[:axis] != first[:axis] or \
+                v.shape[axis + 1:] != first[axis + 1:]:
+            raise ValueError(f"c_concat: shapes {[v.shape for v in values]} do not join along "
+                             f"axis {axis}")
+    outer, inner = math.prod(first[:axis]), math.prod(first[axis + 1:])
+    y = np.empty(first[:axis] + (sum(v.shape[axis] for v in values),) + first[axis + 1:],
+                 np.float32)
+    buffers = [fbuf(v) for v in values]  # kept alive through the call
+    pointers = ffi.new("const float *[]", buffers)
+    widths = ffi.new("int64_t[]", [v.shape[axis] * inner for v in values])
+    check_code(lib.mg_concat(outer, len(values), widths, pointers, fbuf(y), num_threads()),
+               "Concat")
+    return y
+
+
+@register_kernel("ConcatOffset")
+def concat_offset(op, inputs, ctx):
+    """Zeros but for the axis: the running sum of the sizes before each input."""
+    shapes = inputs[1:]
+    axis = int(inputs[0]) % max(shapes[0].size, 1)
+    offsets, start = [], 0
+    for shape in shapes:
+        offset = np.zeros_like(shape)
+        offset[axis] = start
+        start += int(shape[axis])
+        offsets.append(offset)
+    return offsets
+
+
+def _pieces(x: np.ndarray, sizes: list[int], axis: int) -> list[np.ndarray]:
+    """x cut along ``axis`` into consecutive pieces of ``sizes``, each a C-ordered copy."""
+    bounds = np.cumsum(sizes)[:-1]
+    return [np.array(part, order="C") for part in np.split(x, bounds, axis=axis)]
+
+
+@register_kernel("Split")
+def split(op, inputs, ctx):
+    axis, x = int(inputs[0]) % inputs[1].ndim, inputs[1]
+    count = op.attrs["num_split"]
+    return _pieces(x, [x.shape[axis] // count] * count, axis)
+
+
+@register_kernel("SplitV")
+def split_v(op, inputs, ctx):
+    x, sizes, axis = inputs
+    axis = int(axis) % x.ndim
+    sizes = sizes.tolist()
+    if -1 in sizes:
+        sizes[sizes.index(-1)] = x.shape[axis] - (sum(sizes) + 1)
+    return _pieces(x, sizes, axis)

@@ -1,0 +1,76 @@
+"""Kernels of the index family (GatherV2, UnsortedSegmentSum, OneHot, Range): numpy, the same
+on every backend. The shape functions and the ops' ``validate`` checked every index before
+these run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from minigraph.backends.compute import compute_dtype
+from minigraph.backends.registry import register_kernel
+from minigraph.framework.tensor_shape import TensorShape
+from minigraph.ops.index_ops import GatherSpec, range_size
+
+
+@register_kernel("GatherV2")
+def gather_v2(op, inputs, ctx):
+    """output[batch..., p_before..., i..., p_after...] =
+    params[batch..., p_before..., indices[batch..., i...], p_after...]."""
+    params, indices, axis = inputs
+    spec = GatherSpec(TensorShape(params.shape), TensorShape(indices.shape), int(axis),
+                      op.attrs["batch_dims"], lambda message: ctx.error(op, message))
+    a, b = spec.axis, spec.batch_dims
+    if not b:
+        return [np.take(params, indices, axis=a)]
+    batch, q = params.shape[:b], indices.ndim - b
+    count = math.prod(batch)
+    moved = np.moveaxis(params.reshape((count,) + params.shape[b:]), a - b + 1, 1)
+    rows = np.arange(count).reshape((count,) + (1,) * q)
+    picked = moved[rows, indices.reshape((count,) + indices.shape[b:])]
+    # [B, i..., p_before..., p_after...] -> [B, p_before..., i..., p_after...]
+    before = a - b
+    order = [0, *range(1 + q, 1 + q + before), *range(1, 1 + q),
+             *range(1 + q + before, picked.ndim)]
+    out = np.ascontiguousarray(picked.transpose(order))
+    return [out.reshape(batch + out.shape[1:])]
+
+
+@register_kernel("UnsortedSegmentSum")
+def unsorted_segment_sum(op, inputs, ctx):
+    """output[j] = the sum of data[i] over the i with segment_ids[i] == j (negative ids
+    dropped), in the order of i; half precision sums in float32, rounded once."""
+    data, ids, count = inputs
+    inner = data.shape[ids.ndim:]
+    flat_ids = ids.reshape(-1)
+    kept = flat_ids >= 0
+    rows = data.reshape((flat_ids.size,) + inner)[kept]
+    out = np.zeros((int(count),) + inner, compute_dtype(data.dtype))
+    np.add.at(out, flat_ids[kept], rows.astype(out.dtype))
+    return [out.astype(data.dtype)]
+
+
+@register_kernel("OneHot")
+def one_hot(op, inputs, ctx):
+    """on_value where the new dimension's position equals the index, off_value elsewhere
+    (everywhere for an index outside [0, depth))."""
+    indices, depth, on_value, off_value = inputs
+    hot = indices[..., None] == np.arange(int(depth))
+    out = np.where(hot, on_value, off_value).astype(on_value.dtype)
+    axis = op.attrs["axis"]
+    return [np.ascontiguousarray(out if axis == -1 else np.moveaxis(out, -1, axis))]
+
+
+@register_kernel("Range")
+def range_(op, inputs, ctx):
+    """start + i * delta for i < size, computed as TF's kernel computes it: exactly for
+    integers, in the scalars' own type for floats (i converted, multiplied, added)."""
+    start, limit, delta = (v[()] for v in inputs)
+    size = range_size(start, limit, delta, lambda message: ctx.error(op, message))
+    if isinstance(start, np.integer):  # exact modulo 2**64; every element fits the type
+        wrapped = (np.uint64(int(start) % 2 ** 64)
+                   + np.arange(size, dtype=np.uint64) * np.uint64(int(delta) % 2 ** 64))
+        return [wrapped.view(np.int64).astype(start.dtype)]
+    steps = np.arange(size).astype(start.dtype)
+    return [start + steps * delta]
