@@ -306,3 +306,19 @@ def test_native_pad_copies_bit_for_bit():
                                               np.pad(x, pads).view(np.uint32))
     finally:
         native.set_num_threads(None)  # back to the environment's count
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_squeeze_dims_may_repeat_and_pack_names_an_unknown_rank(backend):
+    """TF reads squeeze_dims as a set; a Pack shape error about an input of unknown rank
+    prints it as TF does (found by the sanitized fuzz campaign)."""
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32)
+    y = ops.Squeeze(root, x, squeeze_dims=[0, -3, 0])
+    value = np.arange(4, dtype=np.float32).reshape(1, 4, 1)
+    np.testing.assert_array_equal(mg.ClientSession(root, backend=backend).Run({x: value}, y),
+                                  value.reshape(4, 1))
+    with pytest.raises(mg.errors.InvalidArgumentError, match=r"Pack .*values\[0\]\.shape = "
+                                                             r"<unknown> != values\[2\]"):
+        ops.Pack(root, [x, ops.Placeholder(root, mg.float32, shape=[4, 2]),
+                        ops.Placeholder(root, mg.float32, shape=[3])], axis=1)

@@ -83,9 +83,11 @@ def expand_dims(op, inputs, ctx):
 
 @register_kernel("Squeeze")
 def squeeze(op, inputs, ctx):
+    """The dims of ``squeeze_dims`` (a set, as TF's kernel reads it: one may repeat) or
+    every dim of size 1."""
     x = inputs[0]
     axes = op.attrs["squeeze_dims"]
-    return [np.squeeze(x, axis=tuple(axes) if axes else None)]
+    return [np.squeeze(x, axis=tuple(sorted({a % x.ndim for a in axes})) if axes else None)]
 
 
 @register_kernel("Tile")

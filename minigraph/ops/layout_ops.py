@@ -38,7 +38,9 @@ __all__ = ["ExpandDims", "Pack", "Pad", "ShapeN", "Slice", "Squeeze", "StridedSl
 
 
 def _dims(shape: TensorShape) -> str:
-    """A shape as TF's messages print it: ``[2,3,4]``."""
+    """A shape as TF's messages print it: ``[2,3,4]``, ``<unknown>`` for an unknown rank."""
+    if shape.rank is None:
+        return "<unknown>"
     return "[" + ",".join("?" if d is None else str(d) for d in shape.dims) + "]"
 
 

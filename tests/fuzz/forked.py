@@ -4,7 +4,8 @@ pinned to the case that caused them.
 ``run_each(items, work, ...)`` forks one child per item (up to ``workers`` at once) from
 this pre-imported process. The child limits its address space (``RLIMIT_AS``: what it
 already maps plus ``memory_limit`` bytes), runs ``work(item)``, and sends back its result
-with the growth of its peak resident memory (``ru_maxrss`` since the fork). The parent
+with the growth of its peak resident memory since the fork (``VmHWM``, reset at the
+fork: a forked child inherits its parent's high-water mark, far above what it uses). The parent
 records, per item:
 
 * ``("done", result, peak_growth_bytes)``;
@@ -38,6 +39,27 @@ def _mapped_bytes() -> int:
         return 0
 
 
+def _peak_resident_bytes() -> int:
+    """This process's resident high-water mark (``VmHWM``; ``ru_maxrss`` off Linux)."""
+    try:
+        with open("/proc/self/status") as file:
+            for line in file:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _reset_peak() -> None:
+    """Start the high-water mark from the current resident size (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as file:
+            file.write("5")
+    except OSError:  # pragma: no cover - not Linux, or not allowed: growth is then a floor
+        pass
+
+
 def _child(item: Any, work: Callable[[Any], Any], write_end: int, memory_limit: int) -> None:
     import faulthandler
 
@@ -47,12 +69,13 @@ def _child(item: Any, work: Callable[[Any], Any], write_end: int, memory_limit: 
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ValueError, OSError):  # pragma: no cover - a hard limit below ours
         pass
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    _reset_peak()
+    base = _peak_resident_bytes()
     try:
         result = work(item)
     except BaseException as exc:  # noqa: BLE001 - work classifies; this is a last resort
         result = ("harness", type(exc).__name__, str(exc)[:500])
-    growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024
+    growth = _peak_resident_bytes() - base
     try:
         data = pickle.dumps((result, growth))
     except Exception as exc:  # noqa: BLE001 - an unpicklable result
