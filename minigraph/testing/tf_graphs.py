@@ -95,6 +95,19 @@ def freeze(name: str, model, values: list[np.ndarray]) -> TFGraph:
                    [t.name for t in frozen.outputs], [o.numpy() for o in outputs])
 
 
+def run_frozen(model, x: np.ndarray, backend: str) -> tuple[set[str], np.ndarray, np.ndarray]:
+    """``model`` frozen by TensorFlow (:func:`freeze`), imported into minigraph and run on
+    ``x`` on ``backend``: (the graph's op types, minigraph's output, TensorFlow's)."""
+    import minigraph as mg
+    from minigraph.interop import protos
+
+    graph = freeze("model", model, [x])
+    types = {node.op for node in protos.GraphDef().FromString(graph.graph_def).node}
+    ours = mg.ClientSession(mg.import_graph_def(graph.graph_def), backend=backend).Run(
+        graph.feeds, graph.fetches)[0]
+    return types, ours, graph.expected[0]
+
+
 def keras_cnn() -> TFGraph:
     """Conv2D/BatchNormalization/ReLU/MaxPool twice, global pooling, Dense, Softmax."""
     k = keras()
@@ -259,19 +272,6 @@ def keras_dilated_convs() -> TFGraph:
     h = layers.Conv2D(6, 3, padding="same", dilation_rate=2)(h)
     outputs = layers.Conv2D(4, 2, padding="same", dilation_rate=2, groups=2)(h)
     return frozen_keras("keras_dilated_convs", k.Model(inputs, outputs), (16, 4), batch=2)
-
-
-def missing_ops(graph_def: bytes, *extra: str) -> list[str]:
-    """The op types of a GraphDef (its nodes', its library functions' bodies', and
-    ``extra``) that minigraph does not register (calls are inlined, not ops)."""
-    from minigraph.framework.op_def import registered_ops
-    from minigraph.interop import functions, protos
-
-    parsed = protos.GraphDef().FromString(graph_def)
-    used = {n.op for n in parsed.node} | {n.op for f in parsed.library.function
-                                          for n in f.node_def}
-    called = set(functions.CALL_OPS) | {f.signature.name for f in parsed.library.function}
-    return sorted((used | set(extra)) - called - set(registered_ops()))
 
 
 def nested_functions() -> TFGraph:
