@@ -322,6 +322,12 @@ def random_case(rng: np.random.Generator, shape, data_format: str, dtype, *,
 OPENCL_TESTS = "test_opencl.py"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--zoo-full", action="store_true",
+                     help="tests/test_keras_zoo.py: every Keras zoo entry, not only the CI set "
+                          "(also MINIGRAPH_ZOO_FULL=1)")
+
+
 def pytest_collection_modifyitems(config, items):
     """Keep the OpenCL suite out of a run that also executes TensorFlow.
 

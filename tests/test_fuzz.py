@@ -198,7 +198,7 @@ def _hostile_work(item):
         except MemoryError:
             return "MemoryError"
     if item == 4:
-        block = bytearray(64 << 20)
+        block = b"\x01" * (64 << 20)  # written: calloc'd zero pages would not be resident
         return len(block)
     return item
 

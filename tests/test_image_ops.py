@@ -23,6 +23,7 @@ from conftest import BACKENDS
 import minigraph as mg
 from minigraph import ops
 from minigraph.framework.gradient_registry import registered_gradients
+from minigraph.testing import tf_graphs
 from minigraph.testing.gradient_checker import compute_gradient, max_error
 
 F32, F64 = np.float32, np.float64
@@ -334,17 +335,6 @@ def test_other_dtypes_against_tensorflow(tf, backend):
         np.testing.assert_allclose(mine.astype(F64), theirs.astype(F64), rtol=1e-3)
 
 
-def freeze(tf, model, shape):
-    """A tf_keras model frozen as TF 2.21 does: (GraphDef, input name, output name)."""
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2,
-    )
-    function = tf.function(lambda x: model(x, training=False)).get_concrete_function(
-        tf.TensorSpec(shape, tf.float32))
-    frozen = convert_variables_to_constants_v2(function)
-    return frozen.graph.as_graph_def(), frozen.inputs[0].name, frozen.outputs[0].name
-
-
 @pytest.mark.oracle
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_frozen_keras_resizes_import_and_match(tf, backend):
@@ -356,10 +346,6 @@ def test_frozen_keras_resizes_import_and_match(tf, backend):
               layers.Resizing(9, 11), layers.Resizing(3, 2, interpolation="nearest")]
     for layer in models:
         model = keras.Sequential([layer])
-        graph_def, x_name, y_name = freeze(tf, model, [None, 4, 5, 3])
-        assert any(n.op.startswith("Resize") for n in graph_def.node)
-        root = mg.import_graph_def(graph_def.SerializeToString())
-        graph = root.graph()
-        ours = mg.ClientSession(root, backend=backend).Run(
-            {graph.get_tensor_by_name(x_name): x}, [graph.get_tensor_by_name(y_name)])[0]
-        np.testing.assert_array_equal(ours, model(x).numpy())
+        types, ours, theirs = tf_graphs.run_frozen(model, x, backend)
+        assert any(t.startswith("Resize") for t in types)
+        np.testing.assert_array_equal(ours, theirs)

@@ -23,6 +23,7 @@ from conftest import BACKENDS
 import minigraph as mg
 from minigraph import ops
 from minigraph.framework.gradient_registry import registered_gradients
+from minigraph.testing import tf_graphs
 from minigraph.testing.gradient_checker import compute_gradient, max_error
 
 F32, F64 = np.float32, np.float64
@@ -288,16 +289,6 @@ def test_against_tensorflow(tf, backend):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
-def freeze(tf, model, shape):
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2,
-    )
-    function = tf.function(lambda x: model(x, training=False)).get_concrete_function(
-        tf.TensorSpec(shape, tf.float32))
-    frozen = convert_variables_to_constants_v2(function)
-    return frozen.graph.as_graph_def(), frozen.inputs[0].name, frozen.outputs[0].name
-
-
 @pytest.mark.oracle
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_frozen_keras_attention_and_einsum_dense(tf, backend):
@@ -310,13 +301,9 @@ def test_frozen_keras_attention_and_einsum_dense(tf, backend):
                                                  bias_axes="d")])
     x = np.random.default_rng(9).standard_normal((3, 7, 8)).astype(F32)
     for model in (attention, dense):
-        graph_def, x_name, y_name = freeze(tf, model, [None, 7, 8])
-        assert "Einsum" in {n.op for n in graph_def.node}
-        root = mg.import_graph_def(graph_def.SerializeToString())
-        graph = root.graph()
-        ours = mg.ClientSession(root, backend=backend).Run(
-            {graph.get_tensor_by_name(x_name): x}, [graph.get_tensor_by_name(y_name)])[0]
-        np.testing.assert_allclose(ours, model(x).numpy(), rtol=1e-5, atol=1e-5)
+        types, ours, theirs = tf_graphs.run_frozen(model, x, backend)
+        assert "Einsum" in types
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.oracle
@@ -324,18 +311,13 @@ def test_frozen_keras_attention_and_einsum_dense(tf, backend):
 @pytest.mark.parametrize("block", ["dense_3d", "layer_norm_gelu"])
 def test_frozen_keras_sequence_blocks(tf, backend, block):
     """Dense on (batch, time, features) (tf_keras lowers it to a tensordot: Transpose,
-    Reshape, MatMul, GatherV2, ConcatV2, Prod) and LayerNormalization + GELU. They need ops
-    of other families; until those are registered the test says which are missing."""
+    Reshape, MatMul, GatherV2, ConcatV2, Prod) and LayerNormalization + GELU."""
     keras = pytest.importorskip("tf_keras")
 
     layers = keras.layers
     keras.utils.set_random_seed(10)
     model = keras.Sequential([layers.Dense(6)] if block == "dense_3d" else
                              [layers.LayerNormalization(), layers.Activation("gelu")])
-    graph_def, x_name, y_name = freeze(tf, model, [None, 7, 5])
     x = np.random.default_rng(11).standard_normal((3, 7, 5)).astype(F32)
-    root = mg.import_graph_def(graph_def.SerializeToString())
-    graph = root.graph()
-    ours = mg.ClientSession(root, backend=backend).Run(
-        {graph.get_tensor_by_name(x_name): x}, [graph.get_tensor_by_name(y_name)])[0]
-    np.testing.assert_allclose(ours, model(x).numpy(), rtol=1e-5, atol=1e-5)
+    _, ours, theirs = tf_graphs.run_frozen(model, x, backend)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)

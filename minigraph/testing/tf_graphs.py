@@ -47,10 +47,13 @@ def keras():
 
 
 def _randomize(model, rng: np.random.Generator) -> None:
-    """Random weights; moving variances in [0.5, 1.5] so they stay variances."""
+    """Random weights; variances (batch norm's moving ones, a Normalization layer's) in
+    [0.5, 1.5] so they stay variances; integer weights (a Normalization's count) are kept."""
     for weight in model.weights:
+        if not weight.dtype.is_floating:
+            continue
         shape = tuple(weight.shape)
-        if "moving_variance" in weight.name:
+        if "variance" in weight.name:
             value = rng.uniform(0.5, 1.5, shape)
         else:
             fan_in = max(1, int(np.prod(shape[:-1])))
@@ -60,11 +63,16 @@ def _randomize(model, rng: np.random.Generator) -> None:
 
 
 def frozen_keras(name: str, model, input_shape: tuple[int, ...], batch: int = 4,
-                 seed: int = 0) -> TFGraph:
-    """Freeze ``model`` for inference (batch dimension left unknown) and run it once."""
+                 seed: int = 0, x: np.ndarray | None = None) -> TFGraph:
+    """Freeze ``model`` with random weights for inference (batch dimension left unknown) and
+    run it once on ``x`` (default: standard normal float32 of shape ``(batch,
+    *input_shape)``; token ids for an Embedding, say, are given here, and set the input's
+    dtype)."""
     rng = np.random.default_rng(seed)
     _randomize(model, rng)
-    return freeze(name, model, [rng.standard_normal((batch, *input_shape)).astype(np.float32)])
+    if x is None:
+        x = rng.standard_normal((batch, *input_shape)).astype(np.float32)
+    return freeze(name, model, [x])
 
 
 def freeze(name: str, model, values: list[np.ndarray]) -> TFGraph:
@@ -85,6 +93,19 @@ def freeze(name: str, model, values: list[np.ndarray]) -> TFGraph:
     return TFGraph(name, frozen.graph.as_graph_def().SerializeToString(),
                    {t.name: v for t, v in zip(frozen.inputs, values)},
                    [t.name for t in frozen.outputs], [o.numpy() for o in outputs])
+
+
+def run_frozen(model, x: np.ndarray, backend: str) -> tuple[set[str], np.ndarray, np.ndarray]:
+    """``model`` frozen by TensorFlow (:func:`freeze`), imported into minigraph and run on
+    ``x`` on ``backend``: (the graph's op types, minigraph's output, TensorFlow's)."""
+    import minigraph as mg
+    from minigraph.interop import protos
+
+    graph = freeze("model", model, [x])
+    types = {node.op for node in protos.GraphDef().FromString(graph.graph_def).node}
+    ours = mg.ClientSession(mg.import_graph_def(graph.graph_def), backend=backend).Run(
+        graph.feeds, graph.fetches)[0]
+    return types, ours, graph.expected[0]
 
 
 def keras_cnn() -> TFGraph:
@@ -251,19 +272,6 @@ def keras_dilated_convs() -> TFGraph:
     h = layers.Conv2D(6, 3, padding="same", dilation_rate=2)(h)
     outputs = layers.Conv2D(4, 2, padding="same", dilation_rate=2, groups=2)(h)
     return frozen_keras("keras_dilated_convs", k.Model(inputs, outputs), (16, 4), batch=2)
-
-
-def missing_ops(graph_def: bytes, *extra: str) -> list[str]:
-    """The op types of a GraphDef (its nodes', its library functions' bodies', and
-    ``extra``) that minigraph does not register (calls are inlined, not ops)."""
-    from minigraph.framework.op_def import registered_ops
-    from minigraph.interop import functions, protos
-
-    parsed = protos.GraphDef().FromString(graph_def)
-    used = {n.op for n in parsed.node} | {n.op for f in parsed.library.function
-                                          for n in f.node_def}
-    called = set(functions.CALL_OPS) | {f.signature.name for f in parsed.library.function}
-    return sorted((used | set(extra)) - called - set(registered_ops()))
 
 
 def nested_functions() -> TFGraph:

@@ -67,9 +67,10 @@ def environment(so_path: str) -> dict:
         raise RuntimeError("no libasan.so for the C compiler")
     env["LD_PRELOAD"] = ":".join(p for p in (asan, env.get("LD_PRELOAD")) if p)
     # allocator_may_return_null: a huge allocation is a MemoryError as without ASan (the
-    # worker's RLIMIT_AS cannot apply: ASan's shadow memory alone reserves terabytes)
+    # worker's RLIMIT_AS cannot apply: ASan's shadow memory alone reserves terabytes); one
+    # allocation at most 2 GiB, as the unsanitized workers' address-space limit allows
     env["ASAN_OPTIONS"] = ("detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:"
-                           "max_allocation_size_mb=8192")
+                           "max_allocation_size_mb=2048")
     env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1:abort_on_error=1"
     env[VARIABLE] = so_path
     env["MINIGRAPH_FUZZ_SANITIZED"] = "1"

@@ -1,0 +1,237 @@
+"""Inference time of every ``tf_keras.applications`` family of the Keras zoo, TensorFlow 2.21
+against minigraph on the same frozen GraphDef, each framework in its own process.
+
+    python benchmarks/keras_zoo.py [--models resnet50 ...] [--batch 2] [--threads 2]
+                                   [--repeats 11] [--large-batch 32 --large-models ...]
+
+The graphs are the zoo's (``minigraph/testing/keras_zoo.py``: random weights, the stated
+small input, frozen by TensorFlow and cached on disk). For each model the harness starts one
+worker process per framework in the default environment (no BLAS or OpenMP variables set),
+``threads`` intra-op threads each (TensorFlow: a v1 Session with grappler and oneDNN as
+shipped; minigraph: the native backend), and samples them interleaved, in alternating order,
+each sample after the other worker has been idle for a few milliseconds; the table gives the
+medians, TensorFlow's time over minigraph's (above 1: minigraph is faster), minigraph's
+GFLOP/s (2 x multiply-adds of its convolutions and matmuls) and share of the machine's FMA
+peak (threads x clock x 64 float32 FLOP per cycle: two AVX-512 FMA units), each process's
+peak resident memory, and the largest difference between the two outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+import numpy as np  # noqa: E402
+from _common import markdown_table  # noqa: E402
+
+FRAMEWORKS = ("tensorflow", "minigraph")
+FLOP_PER_CYCLE = 64  # float32 per core: two AVX-512 FMA units x 16 lanes x 2
+
+
+# ----------------------------------------------------------------------------- workers
+
+
+def _feeds(graph, batch: int) -> dict:
+    """The zoo's feeds with ``batch`` rows (its rows repeated; token ids stay ids)."""
+    feeds = {}
+    for name, value in graph.feeds.items():
+        reps = -(-batch // value.shape[0])
+        feeds[name] = np.ascontiguousarray(np.concatenate([value] * reps)[:batch])
+    return feeds
+
+
+def _tensorflow_runner(graph, feeds: dict, threads: int):
+    from minigraph.testing import tf_graphs
+
+    tf = tf_graphs.tensorflow()
+    tf_graph = tf.Graph()
+    with tf_graph.as_default():
+        tf.graph_util.import_graph_def(tf.compat.v1.GraphDef.FromString(graph.graph_def),
+                                       name="")
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads,
+                                      inter_op_parallelism_threads=1)
+    session = tf.compat.v1.Session(graph=tf_graph, config=config)
+    return lambda: session.run(graph.fetches, feeds), None
+
+
+def _dims(output, batch: int) -> list[int]:
+    return [batch if d is None else d for d in output.shape.as_list()]
+
+
+def graph_flops(graph, batch: int) -> float:
+    """2 x the multiply-adds of the graph's convolutions and matmuls for ``batch`` rows (static
+    shapes; the unknown batch dimension is ``batch``): a convolution output element takes
+    taps x input channels per group of them, a depthwise one taps, a matmul element K."""
+    total = 0
+    for op in graph.get_operations():
+        if op.type in ("Conv2D", "Conv3D"):
+            total += np.prod(_dims(op.outputs[0], batch)) * np.prod(op.inputs[1].shape[:-1])
+        elif op.type in ("Conv2DBackpropInput", "Conv3DBackpropInputV2"):  # transposed
+            total += np.prod(_dims(op.inputs[2], batch)) * np.prod(op.inputs[1].shape[:-1])
+        elif op.type == "DepthwiseConv2dNative":
+            total += np.prod(_dims(op.outputs[0], batch)) * np.prod(op.inputs[1].shape[:2])
+        elif op.type == "MatMul":
+            k = op.inputs[0].shape[0 if op.attrs["transpose_a"] else 1]
+            total += np.prod(_dims(op.outputs[0], batch)) * k
+        elif op.type in ("BatchMatMulV2", "BatchMatMul"):
+            k = op.inputs[0].shape[-2 if op.attrs["adj_x"] else -1]
+            total += np.prod(_dims(op.outputs[0], batch)) * k
+    return 2.0 * float(total)
+
+
+def _minigraph_runner(graph, feeds: dict, threads: int):
+    import minigraph as mg
+    from minigraph.backends import native
+
+    native.set_num_threads(threads)
+    root = mg.import_graph_def(graph.graph_def)
+    session = mg.ClientSession(root, backend="native")
+    batch = next(iter(feeds.values())).shape[0]
+    return lambda: session.Run(feeds, graph.fetches), graph_flops(root.graph(), batch)
+
+
+def _peak_rss_bytes() -> int:
+    with open("/proc/self/status") as file:
+        for line in file:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def worker(framework: str, model: str, batch: int, threads: int) -> None:
+    """Answer the coordinator on stdin/stdout: ``time K`` (seconds for K runs), ``save
+    PATH`` (the outputs, npz), ``rss`` (peak resident bytes), ``quit``."""
+    from minigraph.testing import keras_zoo
+
+    graph = keras_zoo.load(model)
+    feeds = _feeds(graph, batch)
+    make = _tensorflow_runner if framework == "tensorflow" else _minigraph_runner
+    run, flops = make(graph, feeds, threads)
+    run()
+    print(f"ready {flops or 0}", flush=True)
+    for line in sys.stdin:
+        command, _, argument = line.strip().partition(" ")
+        if command == "time":
+            start = time.perf_counter()
+            for _ in range(int(argument)):
+                run()
+            print(time.perf_counter() - start, flush=True)
+        elif command == "save":
+            np.savez(argument, *[np.asarray(v) for v in run()])
+            print("saved", flush=True)
+        elif command == "rss":
+            print(_peak_rss_bytes(), flush=True)
+        else:
+            return
+
+
+# ----------------------------------------------------------------------------- coordinator
+
+
+class _Worker:
+    def __init__(self, framework: str, model: str, batch: int, threads: int) -> None:
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        self.process = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--worker", framework, "--models",
+             model, "--batch", str(batch), "--threads", str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        reply = self.process.stdout.readline().split()
+        if not reply or reply[0] != "ready":
+            raise RuntimeError(f"the {framework} worker for {model} did not start")
+        self.flops = float(reply[1])
+
+    def ask(self, command: str) -> str:
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self.process.stdout.readline().strip()
+
+    def close(self) -> None:
+        self.ask("quit")
+        self.process.wait(timeout=60)
+
+
+def _clock_ghz() -> float:
+    """The CPU clock /proc/cpuinfo reports (the nominal one under a hypervisor)."""
+    with open("/proc/cpuinfo") as file:
+        mhz = [float(line.split(":")[1]) for line in file if line.startswith("cpu MHz")]
+    return (max(mhz) if mhz else 2600.0) / 1000
+
+
+def measure(model: str, batch: int, threads: int, repeats: int, settle: float = 0.005
+            ) -> list:
+    workers = {f: _Worker(f, model, batch, threads) for f in FRAMEWORKS}
+    try:
+        counts = {}
+        for name, w in workers.items():  # k runs per sample: at least 20 ms of work
+            once = float(w.ask("time 1"))
+            counts[name] = max(1, int(0.02 / max(once, 1e-6)))
+        samples: dict[str, list[float]] = {f: [] for f in FRAMEWORKS}
+        for r in range(repeats):
+            for name in (FRAMEWORKS if r % 2 == 0 else FRAMEWORKS[::-1]):
+                time.sleep(settle)
+                samples[name].append(float(workers[name].ask(f"time {counts[name]}"))
+                                     / counts[name])
+        outputs = {}
+        for name, w in workers.items():
+            path = os.path.join("/tmp", f"keras_zoo_{name}_{os.getpid()}.npz")
+            w.ask(f"save {path}")
+            with np.load(path) as data:
+                outputs[name] = [data[k] for k in sorted(data.files,
+                                                         key=lambda s: int(s.split("_")[1]))]
+            os.unlink(path)
+        rss = {name: int(w.ask("rss")) for name, w in workers.items()}
+        flops = workers["minigraph"].flops
+    finally:
+        for w in workers.values():
+            w.close()
+    tf_s, mg_s = (statistics.median(samples[f]) for f in FRAMEWORKS)
+    diff = max(float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0
+               for a, b in zip(outputs["minigraph"], outputs["tensorflow"]))
+    gflops = flops / mg_s / 1e9
+    peak = threads * _clock_ghz() * FLOP_PER_CYCLE
+    return [model, batch, f"{tf_s * 1e3:.2f}", f"{mg_s * 1e3:.2f}", f"{tf_s / mg_s:.2f}x",
+            f"{flops / 1e9:.3f}", f"{gflops:.1f}", f"{100 * gflops / peak:.0f}%",
+            f"{rss['tensorflow'] >> 20}", f"{rss['minigraph'] >> 20}", f"{diff:.1e}"]
+
+
+def main() -> None:
+    from minigraph.testing import keras_zoo
+
+    applications = [e.name for e in keras_zoo.entries("application", full=False)]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=applications)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--large-batch", type=int, default=32)
+    parser.add_argument("--large-models", nargs="*", default=["resnet50", "mobilenet_v2"])
+    parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.models[0], args.batch, args.threads)
+        return
+    header = ["model", "batch", "TF ms", "minigraph ms", "TF / minigraph", "GFLOP",
+              "minigraph GFLOP/s", "of FMA peak", "TF peak RSS MiB", "minigraph peak RSS MiB",
+              "max |diff|"]
+    rows = []
+    runs = [(m, args.batch) for m in args.models]
+    runs += [(m, args.large_batch) for m in args.large_models if args.large_batch]
+    for model, batch in runs:
+        rows.append(measure(model, batch, args.threads, args.repeats))
+        print(" | ".join(str(c) for c in rows[-1]), file=sys.stderr, flush=True)
+    ratios = [float(r[4][:-1]) for r in rows if r[1] == args.batch]
+    print(markdown_table(header, rows))
+    if ratios:
+        print(f"\ngeometric mean TF / minigraph at batch {args.batch}: "
+              f"{float(np.exp(np.mean(np.log(ratios)))):.2f}x over {len(ratios)} models")
+
+
+if __name__ == "__main__":
+    main()
