@@ -61,28 +61,32 @@ def _tensorflow_runner(graph, feeds: dict, threads: int):
     return lambda: session.run(graph.fetches, feeds), None
 
 
-def _dims(output, batch: int) -> list[int]:
-    return [batch if d is None else d for d in output.shape.as_list()]
+PRODUCTS = ("Conv2D", "Conv3D", "Conv2DBackpropInput", "Conv3DBackpropInputV2",
+            "DepthwiseConv2dNative", "MatMul", "BatchMatMul", "BatchMatMulV2")
 
 
-def graph_flops(graph, batch: int) -> float:
-    """2 x the multiply-adds of the graph's convolutions and matmuls for ``batch`` rows (static
-    shapes; the unknown batch dimension is ``batch``): a convolution output element takes
-    taps x input channels per group of them, a depthwise one taps, a matmul element K."""
+def graph_flops(session, graph, feeds: dict) -> float:
+    """2 x the multiply-adds of the graph's convolutions and matmuls, from the shapes one run
+    gives (fetching their operands: no static shape is needed): a convolution output element
+    takes taps x input channels per group of them (a transposed one counts its input's
+    elements), a depthwise one taps, a matmul element K."""
+    ops = [op for op in graph.get_operations() if op.type in PRODUCTS]
+    fetches = [t for op in ops for t in (op.inputs[0], op.inputs[1], op.outputs[0])]
+    shapes = iter(value.shape for value in session.Run(feeds, fetches))
     total = 0
-    for op in graph.get_operations():
+    for op in ops:
+        x, w, y = next(shapes), next(shapes), next(shapes)
         if op.type in ("Conv2D", "Conv3D"):
-            total += np.prod(_dims(op.outputs[0], batch)) * np.prod(op.inputs[1].shape[:-1])
-        elif op.type in ("Conv2DBackpropInput", "Conv3DBackpropInputV2"):  # transposed
-            total += np.prod(_dims(op.inputs[2], batch)) * np.prod(op.inputs[1].shape[:-1])
+            total += np.prod(y) * np.prod(w[:-1])
+        elif op.type in ("Conv2DBackpropInput", "Conv3DBackpropInputV2"):
+            dy = session.Run(feeds, op.inputs[2]).shape
+            total += np.prod(dy) * np.prod(w[:-1])
         elif op.type == "DepthwiseConv2dNative":
-            total += np.prod(_dims(op.outputs[0], batch)) * np.prod(op.inputs[1].shape[:2])
+            total += np.prod(y) * np.prod(w[:2])
         elif op.type == "MatMul":
-            k = op.inputs[0].shape[0 if op.attrs["transpose_a"] else 1]
-            total += np.prod(_dims(op.outputs[0], batch)) * k
-        elif op.type in ("BatchMatMulV2", "BatchMatMul"):
-            k = op.inputs[0].shape[-2 if op.attrs["adj_x"] else -1]
-            total += np.prod(_dims(op.outputs[0], batch)) * k
+            total += np.prod(y) * x[0 if op.attrs["transpose_a"] else 1]
+        else:
+            total += np.prod(y) * x[-2 if op.attrs["adj_x"] else -1]
     return 2.0 * float(total)
 
 
@@ -93,8 +97,7 @@ def _minigraph_runner(graph, feeds: dict, threads: int):
     native.set_num_threads(threads)
     root = mg.import_graph_def(graph.graph_def)
     session = mg.ClientSession(root, backend="native")
-    batch = next(iter(feeds.values())).shape[0]
-    return lambda: session.Run(feeds, graph.fetches), graph_flops(root.graph(), batch)
+    return lambda: session.Run(feeds, graph.fetches), graph_flops(session, root.graph(), feeds)
 
 
 def _peak_rss_bytes() -> int:
