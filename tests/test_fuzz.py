@@ -197,8 +197,12 @@ def _hostile_work(item):
             bytearray(1 << 31)
         except MemoryError:
             return "MemoryError"
-    if item == 4:
-        block = b"\x01" * (64 << 20)  # written: calloc'd zero pages would not be resident
+    if item == 4:  # a fresh mapping, each page written: malloc might hand back pages the
+        import mmap  # parent left resident, and untouched pages are not resident at all
+
+        block = mmap.mmap(-1, 64 << 20)
+        for offset in range(0, len(block), mmap.PAGESIZE):
+            block[offset] = 1
         return len(block)
     return item
 
