@@ -175,20 +175,19 @@ def sparse_xent_shape(ctx: InferenceContext) -> list[TensorShape]:
     return [TensorShape([batch]), TensorShape([batch, classes])]
 
 
-Softmax = make_wrapper(register_op(OpDef(
-    name="Softmax",
-    inputs=[ArgDef("logits", type_attr="T")],
-    outputs=[ArgDef("softmax", type_attr="T")],
-    attrs=[required("T", "type", allowed=FLOATS)],
-    shape_fn=_softmax_shape,
-)))
-LogSoftmax = make_wrapper(register_op(OpDef(
-    name="LogSoftmax",
-    inputs=[ArgDef("logits", type_attr="T")],
-    outputs=[ArgDef("logsoftmax", type_attr="T")],
-    attrs=[required("T", "type", allowed=FLOATS)],
-    shape_fn=_softmax_shape,
-)))
+def _softmax_op(name: str, output: str) -> OpDef:
+    """A normalization over the last axis of ``logits`` (Softmax, LogSoftmax)."""
+    return register_op(OpDef(
+        name=name,
+        inputs=[ArgDef("logits", type_attr="T")],
+        outputs=[ArgDef(output, type_attr="T")],
+        attrs=[required("T", "type", allowed=FLOATS)],
+        shape_fn=_softmax_shape,
+    ))
+
+
+Softmax = make_wrapper(_softmax_op("Softmax", "softmax"))
+LogSoftmax = make_wrapper(_softmax_op("LogSoftmax", "logsoftmax"))
 SoftmaxCrossEntropyWithLogits = make_wrapper(register_op(OpDef(
     name="SoftmaxCrossEntropyWithLogits",
     inputs=[ArgDef("features", type_attr="T", doc="Logits, [batch, classes]."),

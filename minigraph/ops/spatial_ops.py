@@ -55,16 +55,26 @@ def _mirror_paddings(ctx: InferenceContext, rank_words: str) -> list | None:
     return ctx.constant_value("paddings")
 
 
+def _mirror_pad_geometry(ctx: InferenceContext, rank_message: str
+                         ) -> tuple[tuple, list, bool] | TensorShape:
+    """(the input's dims, the paddings' (before, after) rows, whether mode is REFLECT), or
+    the output's shape (rank only) while the paddings are unknown."""
+    x = ctx.input_shape("input")
+    value = _mirror_paddings(ctx, rank_message)
+    if value is None:
+        return TensorShape.unknown(x.rank if x.rank is not None
+                                   else ctx.input_shape("paddings")[0])
+    dims = x.dims if x.rank is not None else (None,) * len(value)
+    return dims, value, ctx.attrs["mode"] == "REFLECT"
+
+
 def _mirror_pad_shape(ctx: InferenceContext) -> list[TensorShape]:
     """d + before + after per dimension; REFLECT needs before, after < d, SYMMETRIC <= d."""
-    x = ctx.input_shape("input")
-    value = _mirror_paddings(ctx, "The first dimension of paddings must be the rank of "
-                                  "inputs{rows}, {input}")
-    if value is None:
-        return [TensorShape.unknown(x.rank if x.rank is not None
-                                    else ctx.input_shape("paddings")[0])]
-    reflect = ctx.attrs["mode"] == "REFLECT"
-    dims = x.dims if x.rank is not None else (None,) * len(value)
+    geometry = _mirror_pad_geometry(ctx, "The first dimension of paddings must be the rank "
+                                         "of inputs{rows}, {input}")
+    if isinstance(geometry, TensorShape):
+        return [geometry]
+    dims, value, reflect = geometry
     for d, (before, after) in zip(dims, value):
         if before < 0 or after < 0:
             raise ctx.error(f"paddings must be non-negative: {before} {after} (input "
@@ -94,14 +104,11 @@ MirrorPad = make_wrapper(register_op(OpDef(
 
 def _mirror_pad_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
     """The forward input's shape: d - before - after, checked as MirrorPad checks it."""
-    x = ctx.input_shape("input")
-    value = _mirror_paddings(ctx, "The first dimension of paddings must be the rank of "
-                                  "inputs{rows} {input}")
-    if value is None:
-        return [TensorShape.unknown(x.rank if x.rank is not None
-                                    else ctx.input_shape("paddings")[0])]
-    reflect = ctx.attrs["mode"] == "REFLECT"
-    dims = x.dims if x.rank is not None else (None,) * len(value)
+    geometry = _mirror_pad_geometry(ctx, "The first dimension of paddings must be the rank "
+                                         "of inputs{rows} {input}")
+    if isinstance(geometry, TensorShape):
+        return [geometry]
+    dims, value, reflect = geometry
     out = []
     for d, (before, after) in zip(dims, value):
         if before < 0 or after < 0:
