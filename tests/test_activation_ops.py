@@ -422,3 +422,22 @@ def test_frozen_keras_swish_matches_tensorflow(tf):
     an IdentityN)."""
     graph, _ = _frozen_activations_model(tf, "swish")
     _assert_imported_graph_matches(graph)
+
+
+@pytest.mark.parametrize("op_name", ["EluGrad", "SeluGrad"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_second_order_selects_like_tensorflow_under_infinities(op_name, backend):
+    """d(EluGrad)/d(outputs) is ``upstream * gradients`` where outputs < 0 and 0 elsewhere,
+    by selection as TF's ``where``: an infinite ``gradients`` where outputs >= 0 gives 0,
+    not NaN."""
+    root = mg.Scope.NewRootScope()
+    gradients = np.array([np.inf, -np.inf, 2.0, 3.0, np.nan], np.float32)
+    outputs = np.array([0.5, 0.0, -0.25, -0.5, 1.0], np.float32)
+    out = ops.Placeholder(root.WithOpName("outputs"), mg.float32, shape=[5])
+    upstream = np.array([1.0, 2.0, 3.0, -1.0, 1.0], np.float32)
+    backprops = getattr(ops, op_name)(root, gradients, out)
+    loss = ops.Sum(root, ops.Mul(root, backprops, upstream), [0])
+    [d_outputs] = mg.AddSymbolicGradients(root, [loss], [out])
+    got = mg.ClientSession(root, backend=backend).Run({out: outputs}, d_outputs)
+    expected = np.where(outputs < 0, upstream.astype(np.float64) * gradients, 0.0)
+    np.testing.assert_array_equal(got, expected.astype(np.float32))

@@ -40,7 +40,8 @@ from minigraph.framework.op_def import (
 )
 from minigraph.framework.tensor_shape import TensorShape
 from minigraph.ops.array_ops import Const
-from minigraph.ops.math_ops import NUMBERS, Mul, Neg, OnesLike, Sub
+from minigraph.ops.elementwise_ops import Less, SelectV2
+from minigraph.ops.math_ops import NUMBERS, Mul, Neg, OnesLike, Sub, ZerosLike
 
 FLOATS = dtypes.FLOATING
 
@@ -208,9 +209,10 @@ def _tanh_grad_grad(scope, op, grads):
 
 
 def _where_negative(scope, value, outputs):
-    """``value`` where ``outputs < 0``, else a zero: ReluGrad(value, -outputs), the mask as
-    a product (TF's ``where`` gives 0 even under an infinite value; this gives NaN there)."""
-    return ReluGrad(scope, value, Neg(scope, outputs))
+    """``value`` where ``outputs < 0``, else a zero (TF's ``where``: a selection, so an
+    infinite ``value`` elsewhere still gives 0)."""
+    negative = Less(scope, outputs, Const(scope, 0, outputs.dtype))
+    return SelectV2(scope, negative, value, ZerosLike(scope, value))
 
 
 @RegisterGradient("Elu")
