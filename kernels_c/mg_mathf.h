@@ -26,24 +26,13 @@
 
 #include <stdint.h>
 
-static inline float mgf_from_bits(uint32_t u)
-{
-    float f;
-    __builtin_memcpy(&f, &u, sizeof f);
-    return f;
-}
+#include "bn_convert.h" /* bn_bits_to_f32, bn_f32_to_bits: the float <-> bits casts */
 
-static inline uint32_t mgf_bits(float f)
-{
-    uint32_t u;
-    __builtin_memcpy(&u, &f, sizeof u);
-    return u;
-}
 
 /* 2^k as a float, for k in [-126, 127] (built from its exponent bits) */
 static inline float mgf_pow2(int32_t k)
 {
-    return mgf_from_bits((uint32_t)(k + 127) << 23);
+    return bn_bits_to_f32((uint32_t)(k + 127) << 23);
 }
 
 /* n = round(x / ln2) and *r = x - n ln2, for |x| <= 150: n from the low bits of
@@ -55,7 +44,7 @@ static inline int32_t mgf_reduce(float x, float *r)
     const float t = x * 0x1.715476p+0f + magic;
     const float n = t - magic;
     *r = (x - n * 0x1.62e4p-1f) - n * 0x1.7f7d1cp-20f; /* ln2 = head + tail */
-    return (int32_t)(mgf_bits(t) - mgf_bits(magic));
+    return (int32_t)(bn_f32_to_bits(t) - bn_f32_to_bits(magic));
 }
 
 /* e^r - 1 for |r| <= ln2 / 2 (exact for r = 0 and tiny r) */
