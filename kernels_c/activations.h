@@ -83,7 +83,7 @@ int mg_reduce_rows(int64_t outer, int64_t rows, int64_t channels, const float *x
                    int64_t divisor, int num_threads);
 
 /* Sum of each row of x [outer][n] (n >= 1) into y [outer], in numpy's order for a
- * contiguous innermost axis: y = x[0] + pairwise(x[1..n)), where pairwise sums fewer than 8
+ * contiguous innermost axis: y = +0 + pairwise(x[0..n)), where pairwise sums fewer than 8
  * elements one after another from +0, up to 128 elements in 8 running partial sums (element
  * i into sum i mod 8) combined as ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)) plus the tail one
  * after another, and longer runs as pairwise(first n2) + pairwise(rest), n2 = n/2 rounded

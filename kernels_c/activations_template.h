@@ -154,10 +154,10 @@ static float MG_ISA_FN(pairwise_sum)(const float *x, int64_t n)
     return MG_ISA_FN(pairwise_sum)(x, n2) + MG_ISA_FN(pairwise_sum)(x + n2, n - n2);
 }
 
-/* a reduction's row as numpy reduces it: the first element, plus the rest pairwise */
+/* a reduction's row as numpy reduces it: +0 (add's identity) plus the row pairwise */
 static float MG_ISA_FN(inner_sum)(const float *x, int64_t n)
 {
-    return x[0] + MG_ISA_FN(pairwise_sum)(x + 1, n - 1);
+    return 0.0f + MG_ISA_FN(pairwise_sum)(x, n);
 }
 #pragma GCC pop_options
 
