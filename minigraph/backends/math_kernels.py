@@ -118,8 +118,8 @@ def c_reduce(x: np.ndarray, axes: tuple[int, ...], mean: bool) -> np.ndarray:
     divides the final sums by the count of reduced elements once, in double."""
     x = as_f32(x)
     runs = _runs(x.shape, set(axes))
-    if not any(reduced for _, reduced in runs):  # only size-1 axes: the sums are x itself
-        return x.ravel().copy()
+    if not any(reduced for _, reduced in runs):  # only size-1 axes: each sum is +0 + x
+        return c_broadcast("add", x, np.zeros((), F32)).ravel()
     count = math.prod(x.shape[a] for a in axes)
     while any(reduced for _, reduced in runs):
         last = max(i for i, (_, reduced) in enumerate(runs) if reduced)
