@@ -407,3 +407,100 @@ def test_binary_ops_read_broadcast_views_in_place(shapes, data):
     with np.errstate(all="ignore"):
         for value, want in zip(values, (big * y, y + big, big / y)):
             assert_bits(np.asarray(value), want, f"{x_shape} {y_shape}")
+
+
+# ----------------------------------------------------------------------------- pooling
+
+
+@st.composite
+def pool_cases(draw):
+    """A pool over NHWC/NCHW input: window 1-4, stride 1-3 (overlapping windows, gaps and
+    tilings), SAME/VALID (MaxPool also EXPLICIT pads below the window), batch 1-3."""
+    n, h, w = draw(st.integers(1, 3)), draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    c = draw(st.sampled_from([1, 2, 3, 17, 70]))
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    padding = draw(st.sampled_from(["SAME", "VALID", "EXPLICIT"]))
+    fmt = draw(st.sampled_from(["NHWC", "NCHW"]))
+    pads = [draw(st.integers(0, k - 1)) for k in (kh, kh, kw, kw)]
+    if padding == "VALID" and (h < kh or w < kw):
+        padding = "SAME"
+    if padding == "EXPLICIT" and (h + pads[0] + pads[1] < kh or w + pads[2] + pads[3] < kw):
+        padding = "SAME"
+    values = draw(st.sampled_from(["ties", "normal", "special"]))
+    return (n, h, w, c), (kh, kw), (sh, sw), padding, pads, fmt, values
+
+
+def layout(fmt: str, h: int, w: int) -> list[int]:
+    return [1, 1, h, w] if fmt == "NCHW" else [1, h, w, 1]
+
+
+@settings(SETTINGS, max_examples=30)
+@given(case=pool_cases())
+def test_pool_gradients_of_every_window_are_the_numpy_kernels_bits(case):
+    """MaxPool/MaxPoolGrad (EXPLICIT too) and AvgPool/AvgPoolGrad run native for every
+    window, stride and padding and give the numpy kernels' bits on every ISA and thread
+    count (those kernels are checked against TF and loops in test_nn_ops.py)."""
+    shape, ksize, strides, padding, pads, fmt, values = case
+    rng = np.random.default_rng(sum(shape) + 7 * ksize[0] + strides[1])
+    if values == "ties":
+        x = rng.integers(0, 3, shape).astype(F32)
+    elif values == "normal":
+        x = rng.standard_normal(shape).astype(F32)
+    else:
+        x = rng.choice(np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0], F32), shape)
+    if fmt == "NCHW":
+        x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    attrs = {"ksize": layout(fmt, *ksize), "strides": layout(fmt, *strides),
+             "padding": padding, "data_format": fmt}
+    if padding == "EXPLICIT":
+        pairs = [(0, 0), (pads[0], pads[1]), (pads[2], pads[3]), (0, 0)]
+        if fmt == "NCHW":
+            pairs = [pairs[0], pairs[3], pairs[1], pairs[2]]
+        attrs["explicit_paddings"] = [v for pair in pairs for v in pair]
+
+    def build(root, xp):
+        y = ops.MaxPool(root.WithOpName("max"), xp, **attrs)
+        grad = np.random.default_rng(1).standard_normal(y.shape.as_list()).astype(F32)
+        grad[..., ::3] = -0.0  # a routed -0 comes out +0 (0 + -0), as numpy adds it
+        g = ops.Const(root, grad)
+        fetches = [y, ops.MaxPoolGrad(root.WithOpName("max_grad"), xp, y, g, **attrs)]
+        if padding != "EXPLICIT":
+            avg = ops.AvgPool(root.WithOpName("avg"), xp, **attrs)
+            fetches += [avg, ops.AvgPoolGrad(root.WithOpName("avg_grad"), list(x.shape), g,
+                                             **attrs)]
+        return fetches
+
+    reference, _ = run_ops("reference", x, build)
+    for isa, threads in each_isa_and_thread_count():
+        ours, stats = run_ops("native", x, build)
+        assert all(s.backend == "native" for s in stats if "Pool" in s.op_type), stats
+        for name, a, b in zip(("MaxPool", "MaxPoolGrad", "AvgPool", "AvgPoolGrad"), ours,
+                              reference):
+            if name == "MaxPool":  # the max of 0 and -0 may be either (numpy's own choice)
+                np.testing.assert_array_equal(a, b, name)
+            else:
+                assert_bits(a, b, f"{name} {case} {isa} x{threads}")
+
+
+def test_avg_pool_and_its_gradient_against_float64_loops():
+    """AvgPool / AvgPoolGrad with overlapping SAME windows (padding not counted, as TF)
+    against plain float64 loops, within a few float32 ulps."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 7, 6, 5)).astype(F32)
+    g = rng.standard_normal((2, 4, 3, 5)).astype(F32)  # SAME, stride 2: ceil(7/2), ceil(6/2)
+    attrs = {"ksize": [1, 3, 3, 1], "strides": [1, 2, 2, 1], "padding": "SAME"}
+    (y, dx), stats = run_ops("native", x, lambda root, xp: [
+        ops.AvgPool(root, xp, **attrs), ops.AvgPoolGrad(root, list(x.shape), g, **attrs)])
+    assert all(s.backend == "native" for s in stats if "Pool" in s.op_type)
+    want_y, want_dx = np.zeros(y.shape), np.zeros(x.shape)
+    for oy in range(4):
+        for ox in range(3):
+            ys = slice(max(2 * oy - 1, 0), min(2 * oy + 2, 7))  # SAME: pad top 1, left 0
+            xs = slice(2 * ox, min(2 * ox + 3, 6))
+            window = x[:, ys, xs, :].astype(np.float64)
+            count = window.shape[1] * window.shape[2]
+            want_y[:, oy, ox, :] = window.sum(axis=(1, 2)) / count
+            want_dx[:, ys, xs, :] += g[:, oy, ox, :].astype(np.float64)[:, None, None] / count
+    np.testing.assert_allclose(y, want_y, rtol=0, atol=16 * EPS32 * np.abs(x).max())
+    np.testing.assert_allclose(dx, want_dx, rtol=0, atol=16 * EPS32 * np.abs(g).max())
