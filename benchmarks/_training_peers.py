@@ -31,8 +31,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 from _training_models import (  # noqa: E402
-    ADAM_EPSILON, BN_AVERAGE_FACTOR, BN_EPSILON, MODELS, MOMENTUM, Model, initial_arrays,
-    is_trainable, same_padding, split_arrays)
+    ADAM_EPSILON,
+    BN_AVERAGE_FACTOR,
+    BN_EPSILON,
+    MODELS,
+    MOMENTUM,
+    Model,
+    initial_arrays,
+    is_trainable,
+    same_padding,
+    split_arrays,
+)
 from _workers import serve  # noqa: E402
 
 PEERS = {
@@ -109,13 +118,16 @@ def _load_variables(session, graph, prefix: str, weights: dict[str, np.ndarray])
         raise RuntimeError(f"minigraph trains variables the benchmark does not load: {missing}")
 
 
-def minigraph_step(model: Model, data_format: str, weights, images, labels, threads: int,
-                   options: dict | None = None, backend: str | None = "native"):
-    """The minigraph step (returns the loss) and its profile handler."""
+def minigraph_step(model: Model, data_format: str, weights, images, labels,
+                   threads: int | None, options: dict | None = None,
+                   backend: str | None = "native"):
+    """The minigraph step (returns the loss) and its profile handler; ``threads`` None keeps
+    the thread count of the environment (``$MINIGRAPH_NUM_THREADS`` or the default)."""
     import minigraph as mg
     from minigraph.backends import native
 
-    native.set_num_threads(threads)
+    if threads is not None:
+        native.set_num_threads(threads)
     root, x, y, loss, targets = _minigraph_graph(model, data_format)
     optimizer = mg.OptimizerOptions(**options) if options else None
     session = mg.ClientSession(root, backend=backend, optimizer=optimizer)
@@ -313,7 +325,7 @@ def tf_step(model: Model, xla: bool, weights, images, labels, threads: int):
 # ----------------------------------------------------------------------------- worker
 
 
-def make_step(model: Model, peer: str, arrays: dict | None = None, threads: int = 2,
+def make_step(model: Model, peer: str, arrays: dict | None = None, threads: int | None = 2,
               options: dict | None = None, backend: str | None = "native"):
     """``(step, handlers)`` of ``peer`` on ``model``: ``step()`` runs one training step on
     the batch and returns its loss (``arrays``: :func:`initial_arrays`' dict, by default
