@@ -86,6 +86,9 @@ def start_workers(model: str, peers: list[str], option_sets: list[str], arrays_p
                 rows.append(Row(label, Worker(argv, environment, label)))
             except RuntimeError as error:
                 print(f"skipped: {error}", file=sys.stderr, flush=True)
+                continue
+            print(f"started {label}: first step after "
+                  f"{rows[-1].worker.ready['first_step_s']:.2f} s", file=sys.stderr, flush=True)
     return rows
 
 
