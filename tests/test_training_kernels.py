@@ -504,3 +504,30 @@ def test_avg_pool_and_its_gradient_against_float64_loops():
             want_dx[:, ys, xs, :] += g[:, oy, ox, :].astype(np.float64)[:, None, None] / count
     np.testing.assert_allclose(y, want_y, rtol=0, atol=16 * EPS32 * np.abs(x).max())
     np.testing.assert_allclose(dx, want_dx, rtol=0, atol=16 * EPS32 * np.abs(g).max())
+
+
+# ----------------------------------------------------------------------------- transpose
+
+
+@SETTINGS
+@given(shape=hnp.array_shapes(min_dims=0, max_dims=6, min_side=1, max_side=6),
+       data=st.data())
+def test_transpose_of_any_permutation_is_numpys_copy(shape, data):
+    """Transpose (an NCHW model's layout changes) runs native for every permutation: the
+    same elements as numpy's, on every thread count."""
+    perm = data.draw(st.permutations(range(len(shape))), "perm")
+    x = data.draw(specials(shape), "x")
+    for isa, threads in each_isa_and_thread_count():
+        (y,), stats = run_ops("native", x, lambda root, xp: [
+            ops.Transpose(root.WithOpName("t"), xp, np.array(perm, np.int32))])
+        assert [s.backend for s in stats if s.op_type == "Transpose"] == ["native"]
+        assert_bits(y, x.transpose(perm), f"{shape} {perm} {isa} x{threads}")
+
+
+def test_transpose_of_images_splits_across_threads_alike():
+    x = np.random.default_rng(5).standard_normal((8, 32, 32, 16)).astype(F32)
+    for perm in ((0, 3, 1, 2), (0, 2, 3, 1), (3, 2, 1, 0)):
+        for isa, threads in each_isa_and_thread_count():
+            (y,), _ = run_ops("native", x, lambda root, xp, p=perm: [
+                ops.Transpose(root, xp, np.array(p, np.int32))])
+            assert_bits(y, x.transpose(perm), f"{perm} {isa} x{threads}")

@@ -1,6 +1,7 @@
 """A CNN training step runs native end to end (issue 23 §1).
 
-The digits CNN of ``minigraph.examples.train_digits_cnn`` (momentum and Adam) and the
+The digits CNN of ``minigraph.examples.train_digits_cnn`` (momentum and Adam; NHWC and
+NCHW) and the
 CIFAR-style ResNet-8 of ``minigraph.examples.resnet8`` (batch norm in training mode, stride-2
 projection shortcuts, global average pool, SGD with momentum) each run one training step on
 the native backend with ``RunMetadata``: no node with a float32 output may pick a
@@ -40,9 +41,9 @@ AWAITING_CONVGRAD = {"Conv2DBackpropInput", "Conv2DBackpropFilter"}
 RTOL, ATOL = 1e-4, 1e-6
 
 
-def digits_step(optimizer: str) -> dict:
+def digits_step(optimizer: str, data_format: str = "NHWC") -> dict:
     args = train_digits_cnn.finish_args(argparse.Namespace(
-        data_format="NHWC", seed=3, dtype="float32", optimizer=optimizer, learning_rate=None))
+        data_format=data_format, seed=3, dtype="float32", optimizer=optimizer, learning_rate=None))
     g = train_digits_cnn.build(args)
     rng = np.random.default_rng(5)
     feeds = {g["images"]: rng.random((16, 8, 8, 1), dtype=F32),
@@ -91,6 +92,7 @@ def float32_reference_nodes(root: mg.Scope, stats) -> list[str]:
 
 CASES = {"digits-momentum": lambda: digits_step("momentum"),
          "digits-adam": lambda: digits_step("adam"),
+         "digits-momentum-nchw": lambda: digits_step("momentum", "NCHW"),
          "resnet8-momentum": resnet8_step}
 
 

@@ -191,6 +191,52 @@ def transpose(op, inputs, ctx):
     return [np.array(x.transpose(perm.tolist()), order="C")]  # keeps a 0-d tensor 0-d
 
 
+@register_kernel("Transpose", backend="native", dtypes=(dtypes.float32,))
+def transpose_native(op, inputs, ctx):
+    """``c_transpose``; the numpy kernel for the rare permutation that keeps more than 8
+    axes apart after merging."""
+    x, perm = inputs
+    axes = [int(p) % max(x.ndim, 1) for p in perm.tolist()]
+    if len(_merged_permutation(x.shape, axes)[0]) > 8:
+        return transpose(op, inputs, ctx)
+    return [c_transpose(x, axes)]
+
+
+def _merged_permutation(shape: tuple[int, ...], perm: list[int]) -> tuple[list, list]:
+    """(dims, perm) of the same transpose with size-1 axes dropped and axes that stay
+    neighbours (in order) merged: NHWC -> NCHW is [N, HW, C] -> (0, 2, 1)."""
+    kept = [a for a in perm if shape[a] != 1]
+    groups: list[list[int]] = []
+    for axis in kept:
+        if groups and axis == groups[-1][-1] + 1:
+            groups[-1].append(axis)
+        else:
+            groups.append([axis])
+    order = sorted(range(len(groups)), key=lambda g: groups[g][0])  # groups in x's order
+    dims = [math.prod(shape[a] for a in groups[g]) for g in order]
+    rank_of = {g: i for i, g in enumerate(order)}
+    return dims, [rank_of[g] for g in range(len(groups))]
+
+
+def c_transpose(x: np.ndarray, perm: list[int]) -> np.ndarray:
+    """x with its axes permuted (y's axis i is x's axis perm[i]; a permutation of x's
+    axes, checked), copied in C; a new C-contiguous float32 array."""
+    x = as_f32(x)
+    if sorted(perm) != list(range(x.ndim)):
+        raise ValueError(f"native Transpose: {perm} is not a permutation of {x.ndim} axes")
+    y = np.empty(tuple(x.shape[a] for a in perm), F32)
+    dims, merged = _merged_permutation(x.shape, perm)
+    if len(dims) > 8:
+        raise ValueError(f"native Transpose: {len(dims)} axes after merging (at most 8)")
+    if not dims:  # a scalar, or only size-1 axes: one element
+        dims, merged = [1], [0]
+    if x.size:
+        check_code(lib.mg_transpose(len(dims), ffi.new("int64_t[]", dims),
+                                    ffi.new("int[]", merged), fbuf(x), fbuf(y),
+                                    num_threads()), "Transpose")
+    return y
+
+
 @register_kernel("InvertPermutation")
 def invert_permutation(op, inputs, ctx):
     return [np.argsort(inputs[0]).astype(inputs[0].dtype)]
