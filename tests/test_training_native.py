@@ -1,9 +1,9 @@
 """A CNN training step runs native end to end (issue 23 §1).
 
 The digits CNN of ``minigraph.examples.train_digits_cnn`` (momentum and Adam; NHWC and
-NCHW) and the
-CIFAR-style ResNet-8 of ``minigraph.examples.resnet8`` (batch norm in training mode, stride-2
-projection shortcuts, global average pool, SGD with momentum) each run one training step on
+NCHW) and the CIFAR-style ResNet-8 of ``minigraph.examples.resnet8`` (batch norm in training
+mode, stride-2 projection shortcuts, global average pool, SGD with momentum) each run one
+training step on
 the native backend with ``RunMetadata``: no node with a float32 output may pick a
 ``reference:`` kernel, apart from the ops listed below; and the step's loss and every
 variable it updates (weights, batch-norm statistics, optimizer slots) match the reference
