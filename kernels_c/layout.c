@@ -218,3 +218,45 @@ int mg_transpose(int rank, const int64_t *dims, const int *perm, const float *x,
                  transpose_chunk, &k);
     return MG_OK;
 }
+
+/* Fill and Int32ToFloat: elementwise, chunks of whole cache lines on the pool */
+typedef struct {
+    const int32_t *x;
+    float *y;
+    float value;
+} fill_call;
+
+static void fill_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const fill_call *k = ctx;
+    float *restrict y = k->y;
+    for (int64_t i = lo; i < hi; ++i)
+        y[i] = k->value;
+}
+
+static void int_to_float_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const fill_call *k = ctx;
+    const int32_t *restrict x = k->x;
+    float *restrict y = k->y;
+    for (int64_t i = lo; i < hi; ++i)
+        y[i] = (float)x[i];
+}
+
+int mg_fill(int64_t count, float value, float *y, int num_threads)
+{
+    if (count < 0 || (count && !y))
+        return MG_EINVAL;
+    fill_call k = {NULL, y, value};
+    mg_pool_rows(mg_stream_threads(num_threads, count), count, 16, fill_chunk, &k);
+    return MG_OK;
+}
+
+int mg_int32_to_float(int64_t count, const int32_t *x, float *y, int num_threads)
+{
+    if (count < 0 || (count && (!x || !y)))
+        return MG_EINVAL;
+    fill_call k = {x, y, 0.0f};
+    mg_pool_rows(mg_stream_threads(num_threads, count), count, 16, int_to_float_chunk, &k);
+    return MG_OK;
+}

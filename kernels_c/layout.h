@@ -9,6 +9,10 @@
  *     its axes but the last) go to the worker pool; each gathers its elements at x's stride
  *     along that axis (a copy: the same bits for any thread count).
  *
+ *   Fill: y[i] = value (OnesLike, ZerosLike, Fill in float32).
+ *   Int32ToFloat: y[i] = (float)x[i], rounded to nearest even (Cast int32 -> float32, as
+ *     numpy's astype and TF's static_cast).
+ *
  * Return value (mg_runtime.h): MG_OK, MG_ENOMEM, or MG_EINVAL (rank outside [0, 8], a
  * negative size or padding, a NULL buffer where elements are read or written).
  * `num_threads` <= 1: the calling thread.
@@ -29,6 +33,8 @@ int mg_concat(int64_t outer, int count, const int64_t *widths, const float *cons
               float *y, int num_threads);
 int mg_transpose(int rank, const int64_t *dims, const int *perm, const float *x, float *y,
                  int num_threads);
+int mg_fill(int64_t count, float value, float *y, int num_threads);
+int mg_int32_to_float(int64_t count, const int32_t *x, float *y, int num_threads);
 /* END CDEF */
 
 #endif

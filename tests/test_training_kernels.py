@@ -531,3 +531,28 @@ def test_transpose_of_images_splits_across_threads_alike():
             (y,), _ = run_ops("native", x, lambda root, xp, p=perm: [
                 ops.Transpose(root, xp, np.array(p, np.int32))])
             assert_bits(y, x.transpose(perm), f"{perm} {isa} x{threads}")
+
+
+# ----------------------------------------------------------------------------- gradient seeds
+
+
+@SETTINGS
+@given(x=hnp.arrays(np.int32, hnp.array_shapes(min_dims=0, max_dims=3, max_side=9),
+                    elements=st.integers(-2**31, 2**31 - 1)))
+def test_int32_to_float32_casts_and_fills_are_numpys(x):
+    """Cast int32 -> float32 (a mean gradient's element count; round to nearest even above
+    2^24) and OnesLike / ZerosLike (a loss gradient's seed) run native, numpy's bits."""
+    root = mg.Scope.NewRootScope()
+    xp = ops.Placeholder(root.WithOpName("x"), mg.int32, shape=x.shape)
+    cast = ops.Cast(root.WithOpName("cast"), xp, DstT=mg.float32)
+    fetches = [cast, ops.OnesLike(root.WithOpName("ones"), cast),
+               ops.ZerosLike(root.WithOpName("zeros"), cast)]
+    for isa, threads in each_isa_and_thread_count():
+        metadata = mg.RunMetadata()
+        values = mg.ClientSession(root, backend="native").Run({xp: x}, fetches,
+                                                              run_metadata=metadata)
+        assert all(s.backend == "native" for s in metadata.step_stats
+                   if s.op_type in ("Cast", "OnesLike", "ZerosLike"))
+        for value, want in zip(values, (x.astype(F32), np.ones(x.shape, F32),
+                                        np.zeros(x.shape, F32))):
+            assert_bits(np.asarray(value), want, f"{x.shape} {isa} x{threads}")

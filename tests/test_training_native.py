@@ -27,9 +27,6 @@ pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="the native kernels
 F32 = np.float32
 # Kernels that move or hold tensors but do no float arithmetic: every backend shares them.
 NO_ARITHMETIC = {"Const", "Variable", "VariableV2", "Assign", "Identity", "Reshape"}
-# Scalar bookkeeping of the gradients (the loss's seed 1.0, a mean's element count as a
-# float): allowed only with 0-d outputs.
-SCALAR_BOOKKEEPING = {"Cast", "OnesLike"}
 # Native in helper `convgrad`'s branch (Conv2DBackprop* for every stride/padding on the GEMM
 # core): this set is emptied when that branch merges.
 AWAITING_CONVGRAD = {"Conv2DBackpropInput", "Conv2DBackpropFilter"}
@@ -83,8 +80,6 @@ def float32_reference_nodes(root: mg.Scope, stats) -> list[str]:
             continue
         outputs = graph.get_operation(s.node_name).outputs
         if not any(o.dtype == mg.float32 for o in outputs):
-            continue
-        if s.op_type in SCALAR_BOOKKEEPING and all(o.shape.rank == 0 for o in outputs):
             continue
         offenders.append(f"{s.op_type} '{s.node_name}' ({s.kernel})")
     return offenders

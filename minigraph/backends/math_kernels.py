@@ -66,6 +66,29 @@ def cast(op, inputs, ctx):
     return [inputs[0].astype(op.attrs["DstT"].np_dtype)]
 
 
+@register_kernel("Cast", backend="native", dtypes=(dtypes.float32,),
+                 when=lambda op: op.attrs["SrcT"] is dtypes.int32)
+def cast_int32_native(op, inputs, ctx):
+    """int32 -> float32 in C (round to nearest even: numpy's astype bit for bit)."""
+    x = np.asarray(inputs[0], np.int32, order="C")  # (keeps a 0-d tensor 0-d)
+    y = np.empty(x.shape, F32)
+    check_code(lib.mg_int32_to_float(x.size, ffi.from_buffer("int32_t[]", x), fbuf(y),
+                                     num_threads()), "Cast")
+    return [y]
+
+
+@register_kernel("OnesLike", "ZerosLike", backend="native", dtypes=(dtypes.float32,))
+def fill_like_native(op, inputs, ctx):
+    return [c_fill(inputs[0].shape, 1.0 if op.type == "OnesLike" else 0.0)]
+
+
+def c_fill(shape: tuple[int, ...], value: float) -> np.ndarray:
+    """A new float32 array of ``shape`` holding ``value`` everywhere, written in C."""
+    y = np.empty(shape, F32)
+    check_code(lib.mg_fill(y.size, float(value), fbuf(y), num_threads()), "Fill")
+    return y
+
+
 @register_kernel("Cast", backend="float64", when=lambda op: op.attrs["DstT"].is_floating)
 def cast_float64(op, inputs, ctx):
     """A cast to a floating type stays float64 in the float64 session."""
