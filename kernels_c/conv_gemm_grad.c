@@ -1,0 +1,481 @@
+/* minigraph native convolution gradients on the GEMM micro-kernels: see conv_gemm_grad.h.
+ *
+ * Input gradient: an implicit GEMM per stride phase. The dx pixels (Y, X) with
+ * Y mod sh = py and X mod sw = px (a phase) are reached by the same taps: tap row i when
+ * (py + pt - i*dh) is a multiple of sh, through dy row a + di with di = (py + pt - i*dh) / sh
+ * (Y = py + a*sh), and likewise for columns. So for one phase dx = A * B with M = the phase's
+ * pixels, N = cig (one group) and K = its taps x cog: A's row for pixel m and tap t is the
+ * dy pixel (a + di, b + dj) of m's image, cog contiguous floats (or a row of zeros where
+ * that pixel lies outside dy), read in place by the micro-kernel's row pointers; B is the
+ * filter transposed to [kh*kw*cog][cig] per group, packed once into 32-column panels (a
+ * tap's rows lie at tap*cog*32 inside a panel, so every phase's tap subset reads the one
+ * packing). Items of the worker pool: (phase, group, block of 96 pixels, block of panels);
+ * an item runs, per tap and block of 256 o's, the micro-kernel over every (panel, tile of
+ * mr pixels) into a per-thread block of C, then writes the block's rows to their dx pixels
+ * (a phase's pixels are not evenly spaced in dx). A tile none of whose pixels a tap reaches
+ * skips that tap (its chain has no term there); pixels no tap reaches are written as zero.
+ *
+ * Filter gradient: df^T = dy^T * im2col(x) per group: M = cog (A's row o is dy's column
+ * g*cog + o, read in place with step co from pixel to pixel: the pixels of NHWC dy are evenly
+ * spaced), N = kh*kw*cig (column tap*cig + c), K = the n*out_h*out_w output pixels. B, the
+ * im2col of x, is packed per block of 256 pixels for the item's panels only (copies of the
+ * contiguous runs of x channels, zeros outside x), then used by every tile of M. Putting
+ * the output channels on M (not N) wastes nothing when cog is 16 (tiles of 12 and 4 rows)
+ * where 32-column panels of cog would be half empty. Items: (group, pixel range, block of
+ * panels); the pixel ranges (mg_conv2d_gemm_filter_chunks, a function of the shapes only)
+ * give the first layers (27 x 16 outputs, one panel) enough items; each writes its partial
+ * sums to its own buffer, added in range order by a last pass that also transposes them
+ * into HWIO.
+ */
+#include "conv_gemm_grad.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm_internal.h"
+
+enum { MB = 96, KC = 256, NCP_MAX = 8, FILTER_ITEMS = 16, CHUNK_MIN = 2048 };
+
+static const gemm_kernel_table *kernels(void)
+{
+    static const void *const tables[MG_NISA] =
+        MG_ISA_TABLES(&gemm_kernels_scalar, &gemm_kernels_avx2, &gemm_kernels_avx512);
+    return mg_isa_pick(tables);
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t floor_mod(int64_t a, int64_t b)
+{
+    const int64_t r = a % b;
+    return r < 0 ? r + b : r;
+}
+
+typedef struct {
+    int64_t n, h, w, c, kh, kw, co, groups, sh, sw, dh, dw, pt, pl, oh, ow, cig, cog;
+} geometry;
+
+static int geometry_check(const geometry *g)
+{
+    if (g->n < 0 || g->h < 0 || g->w < 0 || g->c < 0 || g->kh < 0 || g->kw < 0 || g->co < 0 ||
+        g->groups < 1 || g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->pt < 0 ||
+        g->pl < 0 || g->oh < 0 || g->ow < 0 || g->c % g->groups || g->co % g->groups)
+        return MG_EINVAL;
+    return MG_OK;
+}
+
+/* Blocks of up to NCP_MAX panels, fewer while the items would not give every thread about
+ * 4 (the split changes no result: each element's chain is the same). */
+static int64_t panels_per_block(int64_t panels, int64_t other_items, int nt)
+{
+    int64_t ncp = min64(panels, NCP_MAX);
+    while (ncp > 1 && other_items * ceil_div(panels, ncp) < 4 * (int64_t)nt)
+        --ncp;
+    return ncp < 1 ? 1 : ncp;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Input gradient                                                                              */
+
+typedef struct {
+    int64_t tap, delta; /* filter row (column) and the dy row (column) offset of the phase */
+} phase_tap;
+
+typedef struct {
+    int64_t py, px, ah, bw; /* the phase's origin and its rows / columns in dx */
+    int64_t first_item;
+} phase;
+
+typedef struct {
+    const gemm_kernel_table *t;
+    geometry g;
+    const float *dy, *packed, *zeros;
+    float *dx, *scratch;
+    const phase *phases;
+    int64_t nphases;
+    const phase_tap *row_taps, *col_taps; /* [py][kh], [px][kw] */
+    const int64_t *nrow_taps, *ncol_taps;
+    int64_t panels, ncp, nblocks, k_group; /* k_group = kh*kw*cog: a group's packed rows */
+} input_call;
+
+typedef struct {
+    const geometry *g;
+    const float *f;
+    float *packed;
+    int64_t panels;
+} pack_filter_call;
+
+/* packed[g][p][tap*cog + o][jj] = f[tap][32p + jj][g*cog + o] (zero past cig) */
+static void pack_filter(void *ctx, int64_t lo, int64_t hi)
+{
+    const pack_filter_call *pc = ctx;
+    const geometry *g = pc->g;
+    const int64_t taps = g->kh * g->kw, k_group = taps * g->cog;
+    for (int64_t gp = lo; gp < hi; ++gp) {
+        const int64_t grp = gp / pc->panels, p = gp % pc->panels;
+        float *dst = pc->packed + gp * k_group * MG_GEMM_NR;
+        const int64_t j0 = p * MG_GEMM_NR, width = min64(MG_GEMM_NR, g->cig - j0);
+        if (width < MG_GEMM_NR)
+            memset(dst, 0, (size_t)(k_group * MG_GEMM_NR) * sizeof(float));
+        for (int64_t tap = 0; tap < taps; ++tap)
+            for (int64_t jj = 0; jj < width; ++jj) {
+                const float *src = pc->f + (tap * g->cig + j0 + jj) * g->co + grp * g->cog;
+                float *d = dst + tap * g->cog * MG_GEMM_NR + jj;
+                for (int64_t o = 0; o < g->cog; ++o)
+                    d[o * MG_GEMM_NR] = src[o];
+            }
+    }
+}
+
+static void input_item(void *ctx, int64_t item, int tid)
+{
+    const input_call *b = ctx;
+    const geometry *g = &b->g;
+    const int mr = b->t->mr;
+    int64_t lo = 0, hi = b->nphases - 1; /* the phase holding the item */
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (b->phases[mid].first_item <= item)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const phase *ph = &b->phases[lo];
+    const int64_t pixels = ph->ah * ph->bw, m_total = g->n * pixels;
+    const int64_t local = item - ph->first_item, per_group = ceil_div(m_total, MB) * b->nblocks;
+    const int64_t grp = local / per_group, rest = local % per_group;
+    const int64_t m0 = rest / b->nblocks * MB, p0 = rest % b->nblocks * b->ncp;
+    const int64_t p1 = min64(p0 + b->ncp, b->panels), rows = min64(MB, m_total - m0);
+    const int64_t ldc = (p1 - p0) * MG_GEMM_NR, ntiles = ceil_div(rows, mr);
+    float *cb = b->scratch + (int64_t)tid * MB * b->ncp * MG_GEMM_NR;
+
+    int64_t img[MB], ra[MB], rb[MB];
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t m = m0 + r, within = m % pixels;
+        img[r] = m / pixels;
+        ra[r] = within / ph->bw;
+        rb[r] = within % ph->bw;
+    }
+    unsigned char started[MB];
+    memset(started, 0, sizeof started);
+    const float *ptr[MB + GEMM_MR_MAX];
+    const phase_tap *rt = b->row_taps + ph->py * g->kh, *ct = b->col_taps + ph->px * g->kw;
+    const int64_t nrt = b->nrow_taps[ph->py], nct = b->ncol_taps[ph->px];
+    const float *group_b = b->packed + grp * b->panels * b->k_group * MG_GEMM_NR;
+    for (int64_t ti = 0; ti < nrt; ++ti)
+        for (int64_t tj = 0; tj < nct; ++tj) {
+            const int64_t tap = rt[ti].tap * g->kw + ct[tj].tap;
+            for (int64_t k0 = 0; k0 < g->cog; k0 += KC) {
+                const int64_t kc = min64(KC, g->cog - k0);
+                unsigned char live[MB]; /* per tile: some pixel of it is reached */
+                memset(live, 0, (size_t)ntiles);
+                for (int64_t r = 0; r < rows; ++r) {
+                    const int64_t y = ra[r] + rt[ti].delta, x = rb[r] + ct[tj].delta;
+                    if (y >= 0 && y < g->oh && x >= 0 && x < g->ow) {
+                        ptr[r] = b->dy + ((img[r] * g->oh + y) * g->ow + x) * g->co +
+                                 grp * g->cog + k0;
+                        live[r / mr] = 1;
+                    } else {
+                        ptr[r] = b->zeros;
+                    }
+                }
+                for (int64_t r = rows; r < ntiles * mr; ++r)
+                    ptr[r] = ptr[rows - 1];
+                for (int64_t p = p0; p < p1; ++p) {
+                    const int nr = (int)min64(MG_GEMM_NR, g->cig - p * MG_GEMM_NR);
+                    const float *bp = group_b + p * b->k_group * MG_GEMM_NR +
+                                      (tap * g->cog + k0) * MG_GEMM_NR;
+                    for (int64_t tile = 0; tile < ntiles; ++tile) {
+                        if (!live[tile])
+                            continue;
+                        const int valid = (int)min64(mr, rows - tile * mr);
+                        b->t->micro(kc, ptr + tile * mr, 1, bp,
+                                    cb + tile * mr * ldc + (p - p0) * MG_GEMM_NR, ldc, valid, nr,
+                                    started[tile]);
+                    }
+                }
+                for (int64_t tile = 0; tile < ntiles; ++tile)
+                    started[tile] |= live[tile];
+            }
+        }
+    const int64_t col0 = p0 * MG_GEMM_NR, width = min64(g->cig, p1 * MG_GEMM_NR) - col0;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t y = ph->py + ra[r] * g->sh, x = ph->px + rb[r] * g->sw;
+        float *dst = b->dx + ((img[r] * g->h + y) * g->w + x) * g->c + grp * g->cig + col0;
+        if (started[r / mr])
+            memcpy(dst, cb + r * ldc, (size_t)width * sizeof(float));
+        else
+            memset(dst, 0, (size_t)width * sizeof(float));
+    }
+}
+
+/* The taps of each phase along one axis: for origin v < phases, the taps t < k with
+ * (v + pad - t*dil) a multiple of stride, and their offsets (v + pad - t*dil) / stride. */
+static void phase_taps(int64_t phases, int64_t k, int64_t stride, int64_t dil, int64_t pad,
+                       phase_tap *taps, int64_t *counts)
+{
+    for (int64_t v = 0; v < phases; ++v) {
+        counts[v] = 0;
+        for (int64_t t = 0; t < k; ++t) {
+            const int64_t off = v + pad - t * dil;
+            if (floor_mod(off, stride) == 0)
+                taps[v * k + counts[v]++] = (phase_tap){t, (off - floor_mod(off, stride)) / stride};
+        }
+    }
+}
+
+int mg_conv2d_gemm_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
+                                  int64_t kw, int64_t co, int64_t groups, int64_t stride_h,
+                                  int64_t stride_w, int64_t dilation_h, int64_t dilation_w,
+                                  int64_t pad_top, int64_t pad_left, int64_t out_h,
+                                  int64_t out_w, const float *f, const float *dy, float *dx,
+                                  int num_threads)
+{
+    const geometry g = {n, h, w, c, kh, kw, co, groups, stride_h, stride_w, dilation_h,
+                        dilation_w, pad_top, pad_left, out_h, out_w, groups ? c / groups : 0,
+                        groups ? co / groups : 0};
+    if (geometry_check(&g) != MG_OK)
+        return MG_EINVAL;
+    const int64_t dx_size = n * h * w * c;
+    if (!dx_size)
+        return MG_OK;
+    if (!dx || (kh * kw * co != 0 && !f) || (n * out_h * out_w * co != 0 && !dy))
+        return MG_EINVAL;
+    if (kh * kw * g.cog == 0 || out_h * out_w == 0) { /* no term: zeros */
+        memset(dx, 0, (size_t)dx_size * sizeof(float));
+        return MG_OK;
+    }
+    const int64_t phy = min64(stride_h, h), phx = min64(stride_w, w);
+    const int64_t panels = ceil_div(g.cig, MG_GEMM_NR), k_group = kh * kw * g.cog;
+    const int nt = mg_work_threads(num_threads, (double)dx_size * (double)(kh * kw * g.cog) /
+                                                    (double)(stride_h * stride_w));
+    phase_tap *row_taps = malloc((size_t)(phy * kh + phx * kw) * sizeof(phase_tap));
+    int64_t *counts = malloc((size_t)(phy + phx) * sizeof(int64_t));
+    phase *phases = malloc((size_t)(phy * phx) * sizeof(phase));
+    float *packed = mg_alloc_floats(groups * panels * k_group * MG_GEMM_NR);
+    float *zeros = calloc(KC, sizeof(float));
+    float *scratch = NULL;
+    int code = MG_ENOMEM;
+    if (!row_taps || !counts || !phases || !packed || !zeros)
+        goto done;
+    phase_taps(phy, kh, stride_h, dilation_h, pad_top, row_taps, counts);
+    phase_taps(phx, kw, stride_w, dilation_w, pad_left, row_taps + phy * kh, counts + phy);
+    int64_t mblocks = 0, nphases = 0;
+    for (int64_t py = 0; py < phy; ++py)
+        for (int64_t px = 0; px < phx; ++px) {
+            const phase ph = {py, px, ceil_div(h - py, stride_h), ceil_div(w - px, stride_w), 0};
+            phases[nphases++] = ph;
+            mblocks += ceil_div(n * ph.ah * ph.bw, MB);
+        }
+    const int64_t ncp = panels_per_block(panels, mblocks * groups, nt);
+    const int64_t nblocks = ceil_div(panels, ncp);
+    int64_t items = 0;
+    for (int64_t p = 0; p < nphases; ++p) {
+        phases[p].first_item = items;
+        items += groups * ceil_div(n * phases[p].ah * phases[p].bw, MB) * nblocks;
+    }
+    scratch = mg_alloc_floats((int64_t)nt * MB * ncp * MG_GEMM_NR);
+    if (!scratch)
+        goto done;
+    pack_filter_call pc = {&g, f, packed, panels};
+    mg_pool_rows(mg_stream_threads(nt, groups * panels * k_group * MG_GEMM_NR),
+                 groups * panels, 1, pack_filter, &pc);
+    input_call call = {kernels(), g, dy, packed, zeros, dx, scratch, phases, nphases,
+                       row_taps, row_taps + phy * kh, counts, counts + phy, panels, ncp,
+                       nblocks, k_group};
+    mg_pool_run(nt, items, input_item, &call);
+    code = MG_OK;
+done:
+    free(row_taps);
+    free(counts);
+    free(phases);
+    free(packed);
+    free(zeros);
+    free(scratch);
+    return code;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Filter gradient                                                                             */
+
+int64_t mg_conv2d_gemm_filter_chunks(int64_t pixels, int64_t groups, int64_t kh, int64_t kw,
+                                     int64_t cig)
+{
+    if (pixels <= 0 || groups <= 0 || kh <= 0 || kw <= 0 || cig <= 0)
+        return 1;
+    const int64_t base = groups * ceil_div(kh * kw * cig, MG_GEMM_NR);
+    const int64_t want = ceil_div(FILTER_ITEMS, base), most = max64(1, pixels / CHUNK_MIN);
+    return ceil_div(pixels, ceil_div(pixels, min64(want, most))); /* no range left empty */
+}
+
+typedef struct {
+    const gemm_kernel_table *t;
+    geometry g;
+    const float *x, *dy;
+    float *part, *scratch;
+    int64_t cols, panels, ncp, nblocks, nchunks, chunk, pixels;
+} filter_call;
+
+/* The pending run of copies of the packing: `len` columns from `src` (zeros when NULL). */
+typedef struct {
+    int64_t col, len;
+    const float *src;
+} run;
+
+/* Columns [col, col + len) of one packed row (pixel `row` of a block of kc pixels, panels
+ * of kc x 32 floats from `bp`) from src, or zero. */
+static void put_run(float *bp, int64_t kc, int64_t row, const run *r)
+{
+    int64_t col = r->col, left = r->len;
+    const float *src = r->src;
+    while (left > 0) {
+        const int64_t off = col % MG_GEMM_NR, len = min64(MG_GEMM_NR - off, left);
+        float *dst = bp + (col / MG_GEMM_NR) * kc * MG_GEMM_NR + row * MG_GEMM_NR + off;
+        if (src) {
+            memcpy(dst, src, (size_t)len * sizeof(float));
+            src += len;
+        } else {
+            memset(dst, 0, (size_t)len * sizeof(float));
+        }
+        col += len;
+        left -= len;
+    }
+}
+
+/* im2col of x for pixels k0 .. k0 + kc - 1 and columns [32 p0, 32 p1) of group grp:
+ * bp[p - p0][k - k0][jj] = x at pixel k's tap (col / cig), channel grp*cig + col % cig
+ * (col = 32 p + jj; zero outside x and past the columns). Adjacent copies whose sources
+ * are adjacent (the taps of a filter row with dilation 1, one group) merge into one. */
+static void pack_im2col(const filter_call *fc, int64_t grp, int64_t k0, int64_t kc, int64_t p0,
+                        int64_t p1, float *bp)
+{
+    const geometry *g = &fc->g;
+    const int64_t c0 = p0 * MG_GEMM_NR, c1 = min64(fc->cols, p1 * MG_GEMM_NR);
+    const int64_t width = (p1 - p0) * MG_GEMM_NR;
+    int64_t img = k0 / (g->oh * g->ow), p = k0 / g->ow % g->oh, q = k0 % g->ow;
+    for (int64_t k = 0; k < kc; ++k) {
+        run pending = {0, 0, NULL};
+        for (int64_t tap = c0 / g->cig; tap * g->cig < c1; ++tap) {
+            const int64_t y = p * g->sh + tap / g->kw * g->dh - g->pt;
+            const int64_t x = q * g->sw + tap % g->kw * g->dw - g->pl;
+            const int64_t s0 = max64(c0, tap * g->cig), s1 = min64(c1, (tap + 1) * g->cig);
+            const float *src = NULL;
+            if (y >= 0 && y < g->h && x >= 0 && x < g->w)
+                src = fc->x + ((img * g->h + y) * g->w + x) * g->c + grp * g->cig +
+                      (s0 - tap * g->cig);
+            const int merges = pending.len && (src ? pending.src && pending.src + pending.len == src
+                                                   : !pending.src);
+            if (merges) {
+                pending.len += s1 - s0;
+            } else {
+                put_run(bp, kc, k, &pending);
+                pending = (run){s0 - c0, s1 - s0, src};
+            }
+        }
+        put_run(bp, kc, k, &pending);
+        if (c1 - c0 < width) {
+            const run tail = {c1 - c0, width - (c1 - c0), NULL};
+            put_run(bp, kc, k, &tail);
+        }
+        if (++q == g->ow) {
+            q = 0;
+            if (++p == g->oh) {
+                p = 0;
+                ++img;
+            }
+        }
+    }
+}
+
+static void filter_item(void *ctx, int64_t item, int tid)
+{
+    const filter_call *fc = ctx;
+    const geometry *g = &fc->g;
+    const int mr = fc->t->mr;
+    const int64_t pb = item % fc->nblocks, rest = item / fc->nblocks;
+    const int64_t chunk = rest % fc->nchunks, grp = rest / fc->nchunks;
+    const int64_t p0 = pb * fc->ncp, p1 = min64(p0 + fc->ncp, fc->panels);
+    const int64_t kb = chunk * fc->chunk, ke = min64(fc->pixels, kb + fc->chunk);
+    const int64_t ldc = fc->panels * MG_GEMM_NR;
+    float *bp = fc->scratch + (int64_t)tid * fc->ncp * KC * MG_GEMM_NR;
+    float *part = fc->part + (chunk * g->groups + grp) * g->cog * ldc;
+    for (int64_t k0 = kb; k0 < ke; k0 += KC) {
+        const int64_t kc = min64(KC, ke - k0);
+        pack_im2col(fc, grp, k0, kc, p0, p1, bp);
+        for (int64_t p = p0; p < p1; ++p) {
+            const int nr = (int)min64(MG_GEMM_NR, fc->cols - p * MG_GEMM_NR);
+            for (int64_t o0 = 0; o0 < g->cog; o0 += mr) {
+                const int valid = (int)min64(mr, g->cog - o0);
+                const float *rows[GEMM_MR_MAX];
+                for (int i = 0; i < mr; ++i)
+                    rows[i] = fc->dy + k0 * g->co + grp * g->cog + o0 + (i < valid ? i : valid - 1);
+                fc->t->micro(kc, rows, g->co, bp + (p - p0) * kc * MG_GEMM_NR,
+                             part + o0 * ldc + p * MG_GEMM_NR, ldc, valid, nr, k0 > kb);
+            }
+        }
+    }
+}
+
+typedef struct {
+    const filter_call *fc;
+    float *df;
+} reduce_call;
+
+/* df[col][grp*cog + o] = the chunks' part[chunk][grp][o][col] added in chunk order */
+static void reduce_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const reduce_call *rc = ctx;
+    const filter_call *fc = rc->fc;
+    const geometry *g = &fc->g;
+    const int64_t ldc = fc->panels * MG_GEMM_NR, stride = g->groups * g->cog * ldc;
+    for (int64_t col = lo; col < hi; ++col)
+        for (int64_t oc = 0; oc < g->co; ++oc) {
+            const float *src = fc->part + oc * ldc + col; /* grp * cog + o == oc */
+            float sum = src[0];
+            for (int64_t chunk = 1; chunk < fc->nchunks; ++chunk)
+                sum += src[chunk * stride];
+            rc->df[col * g->co + oc] = sum;
+        }
+}
+
+int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
+                                   int64_t kw, int64_t co, int64_t groups, int64_t stride_h,
+                                   int64_t stride_w, int64_t dilation_h, int64_t dilation_w,
+                                   int64_t pad_top, int64_t pad_left, int64_t out_h,
+                                   int64_t out_w, const float *x, const float *dy, float *df,
+                                   int num_threads)
+{
+    const geometry g = {n, h, w, c, kh, kw, co, groups, stride_h, stride_w, dilation_h,
+                        dilation_w, pad_top, pad_left, out_h, out_w, groups ? c / groups : 0,
+                        groups ? co / groups : 0};
+    if (geometry_check(&g) != MG_OK)
+        return MG_EINVAL;
+    const int64_t cols = kh * kw * g.cig, df_size = cols * co, pixels = n * out_h * out_w;
+    if (!df_size)
+        return MG_OK;
+    if (!df || (n * h * w * c != 0 && !x) || (pixels * co != 0 && !dy))
+        return MG_EINVAL;
+    if (!pixels) {
+        memset(df, 0, (size_t)df_size * sizeof(float));
+        return MG_OK;
+    }
+    const int64_t panels = ceil_div(cols, MG_GEMM_NR);
+    const int64_t nchunks = mg_conv2d_gemm_filter_chunks(pixels, groups, kh, kw, g.cig);
+    const int nt = mg_work_threads(num_threads, (double)pixels * (double)df_size);
+    const int64_t ncp = panels_per_block(panels, groups * nchunks, nt);
+    filter_call fc = {kernels(), g, x, dy, NULL, NULL, cols, panels, ncp,
+                      ceil_div(panels, ncp), nchunks, ceil_div(pixels, nchunks), pixels};
+    fc.part = mg_alloc_floats(nchunks * groups * g.cog * panels * MG_GEMM_NR);
+    fc.scratch = mg_alloc_floats((int64_t)nt * ncp * KC * MG_GEMM_NR);
+    int code = MG_ENOMEM;
+    if (fc.part && fc.scratch) {
+        mg_pool_run(nt, groups * nchunks * fc.nblocks, filter_item, &fc);
+        reduce_call rc = {&fc, df};
+        mg_pool_rows(mg_stream_threads(nt, df_size * nchunks), cols, 1, reduce_rows, &rc);
+        code = MG_OK;
+    }
+    free(fc.part);
+    free(fc.scratch);
+    return code;
+}
