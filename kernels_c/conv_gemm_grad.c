@@ -315,68 +315,94 @@ typedef struct {
     const float *x, *dy;
     float *part, *scratch;
     int64_t cols, panels, ncp, nblocks, nchunks, chunk, pixels;
+    int64_t scratch_floats; /* per thread: the packed im2col block, then the packed dy block */
 } filter_call;
 
-/* The pending run of copies of the packing: `len` columns from `src` (zeros when NULL). */
+/* One copy of the im2col packing: `len` floats of x at `offset` from a pixel's window
+ * origin (its tap's rows and columns, channel) to column `off` of panel `panel`. A tap
+ * piece also carries the tap's offsets (dy_, dx_) to test whether it lies inside x. */
 typedef struct {
-    int64_t col, len;
-    const float *src;
-} run;
+    int64_t offset, dy_, dx_;
+    int32_t panel, off, len;
+} piece;
 
-/* Columns [col, col + len) of one packed row (pixel `row` of a block of kc pixels, panels
- * of kc x 32 floats from `bp`) from src, or zero. */
-static void put_run(float *bp, int64_t kc, int64_t row, const run *r)
+/* The copies of columns [c0, c1) of group grp (at most NCP_MAX panels): per tap, its
+ * columns cut at panel edges (`taps`, for pixels whose window crosses x's edges), and the
+ * same with the copies whose sources are adjacent in x merged (`runs`: the taps of a filter
+ * row with dilation 1 and one group are one run of kw * c floats), for interior pixels.
+ * Returns the tap pieces' count; *nruns gets the runs'. Also the window's extent (rows
+ * ymin .. ymax, columns xmin .. xmax from the origin). */
+enum { PIECES = NCP_MAX * MG_GEMM_NR };
+
+static int64_t im2col_pieces(const geometry *g, int64_t grp, int64_t c0, int64_t c1,
+                             piece *taps, piece *runs, int64_t *nruns, int64_t extent[4])
 {
-    int64_t col = r->col, left = r->len;
-    const float *src = r->src;
-    while (left > 0) {
-        const int64_t off = col % MG_GEMM_NR, len = min64(MG_GEMM_NR - off, left);
-        float *dst = bp + (col / MG_GEMM_NR) * kc * MG_GEMM_NR + row * MG_GEMM_NR + off;
-        if (src) {
-            memcpy(dst, src, (size_t)len * sizeof(float));
-            src += len;
-        } else {
-            memset(dst, 0, (size_t)len * sizeof(float));
+    int64_t count = 0;
+    extent[0] = extent[2] = INT64_MAX;
+    extent[1] = extent[3] = INT64_MIN;
+    for (int64_t tap = c0 / g->cig; tap * g->cig < c1; ++tap) {
+        const int64_t ty = tap / g->kw * g->dh - g->pt, tx = tap % g->kw * g->dw - g->pl;
+        extent[0] = min64(extent[0], ty), extent[1] = max64(extent[1], ty);
+        extent[2] = min64(extent[2], tx), extent[3] = max64(extent[3], tx);
+        int64_t col = max64(c0, tap * g->cig);
+        const int64_t end = min64(c1, (tap + 1) * g->cig);
+        while (col < end) {
+            const int64_t rel = col - c0, off = rel % MG_GEMM_NR;
+            const int64_t len = min64(MG_GEMM_NR - off, end - col);
+            taps[count++] = (piece){(ty * g->w + tx) * g->c + grp * g->cig + col - tap * g->cig,
+                                    ty, tx, (int32_t)(rel / MG_GEMM_NR), (int32_t)off,
+                                    (int32_t)len};
+            col += len;
         }
-        col += len;
-        left -= len;
     }
+    int64_t n = 0;
+    for (int64_t i = 0; i < count; ++i) {
+        piece *last = n ? &runs[n - 1] : NULL;
+        if (last && last->offset + last->len == taps[i].offset &&
+            last->panel == taps[i].panel && last->off + last->len == taps[i].off)
+            last->len += taps[i].len;
+        else
+            runs[n++] = taps[i];
+    }
+    *nruns = n;
+    return count;
 }
 
 /* im2col of x for pixels k0 .. k0 + kc - 1 and columns [32 p0, 32 p1) of group grp:
  * bp[p - p0][k - k0][jj] = x at pixel k's tap (col / cig), channel grp*cig + col % cig
- * (col = 32 p + jj; zero outside x and past the columns). Adjacent copies whose sources
- * are adjacent (the taps of a filter row with dilation 1, one group) merge into one. */
+ * (col = 32 p + jj; zero outside x and past the columns). */
 static void pack_im2col(const filter_call *fc, int64_t grp, int64_t k0, int64_t kc, int64_t p0,
                         int64_t p1, float *bp)
 {
     const geometry *g = &fc->g;
     const int64_t c0 = p0 * MG_GEMM_NR, c1 = min64(fc->cols, p1 * MG_GEMM_NR);
-    const int64_t width = (p1 - p0) * MG_GEMM_NR;
+    const int64_t width = (p1 - p0) * MG_GEMM_NR, panel_floats = kc * MG_GEMM_NR;
+    piece taps[PIECES], runs[PIECES];
+    int64_t nruns, e[4];
+    const int64_t ntaps = im2col_pieces(g, grp, c0, c1, taps, runs, &nruns, e);
+    if (c1 - c0 < width) /* the columns past the last: zero in every row */
+        for (int64_t k = 0; k < kc; ++k)
+            memset(bp + (p1 - p0 - 1) * panel_floats + k * MG_GEMM_NR +
+                       (c1 - c0) % MG_GEMM_NR, 0,
+                   (size_t)(width - (c1 - c0)) * sizeof(float));
     int64_t img = k0 / (g->oh * g->ow), p = k0 / g->ow % g->oh, q = k0 % g->ow;
     for (int64_t k = 0; k < kc; ++k) {
-        run pending = {0, 0, NULL};
-        for (int64_t tap = c0 / g->cig; tap * g->cig < c1; ++tap) {
-            const int64_t y = p * g->sh + tap / g->kw * g->dh - g->pt;
-            const int64_t x = q * g->sw + tap % g->kw * g->dw - g->pl;
-            const int64_t s0 = max64(c0, tap * g->cig), s1 = min64(c1, (tap + 1) * g->cig);
-            const float *src = NULL;
-            if (y >= 0 && y < g->h && x >= 0 && x < g->w)
-                src = fc->x + ((img * g->h + y) * g->w + x) * g->c + grp * g->cig +
-                      (s0 - tap * g->cig);
-            const int merges = pending.len && (src ? pending.src && pending.src + pending.len == src
-                                                   : !pending.src);
-            if (merges) {
-                pending.len += s1 - s0;
-            } else {
-                put_run(bp, kc, k, &pending);
-                pending = (run){s0 - c0, s1 - s0, src};
+        const int64_t y = p * g->sh, x = q * g->sw;
+        const float *origin = fc->x + ((img * g->h + y) * g->w + x) * g->c;
+        float *row = bp + k * MG_GEMM_NR;
+        if (y + e[0] >= 0 && y + e[1] < g->h && x + e[2] >= 0 && x + e[3] < g->w) {
+            for (int64_t i = 0; i < nruns; ++i)
+                memcpy(row + runs[i].panel * panel_floats + runs[i].off,
+                       origin + runs[i].offset, (size_t)runs[i].len * sizeof(float));
+        } else {
+            for (int64_t i = 0; i < ntaps; ++i) {
+                const piece *t = &taps[i];
+                float *dst = row + t->panel * panel_floats + t->off;
+                if (y + t->dy_ >= 0 && y + t->dy_ < g->h && x + t->dx_ >= 0 && x + t->dx_ < g->w)
+                    memcpy(dst, origin + t->offset, (size_t)t->len * sizeof(float));
+                else
+                    memset(dst, 0, (size_t)t->len * sizeof(float));
             }
-        }
-        put_run(bp, kc, k, &pending);
-        if (c1 - c0 < width) {
-            const run tail = {c1 - c0, width - (c1 - c0), NULL};
-            put_run(bp, kc, k, &tail);
         }
         if (++q == g->ow) {
             q = 0;
@@ -385,6 +411,22 @@ static void pack_im2col(const filter_call *fc, int64_t grp, int64_t k0, int64_t 
                 ++img;
             }
         }
+    }
+}
+
+/* dy's columns of group grp for pixels k0 .. k0 + kc - 1, per tile of mr output channels
+ * [k][mr] (the tile of o0 at ap + o0 * kc): the micro-kernel then reads one cache line per
+ * step of k, where dy itself has its pixels co floats apart. */
+static void pack_dy(const filter_call *fc, int64_t grp, int64_t k0, int64_t kc, int mr,
+                    float *ap)
+{
+    const geometry *g = &fc->g;
+    for (int64_t o0 = 0; o0 < g->cog; o0 += mr) {
+        const int64_t valid = min64(mr, g->cog - o0);
+        const float *src = fc->dy + k0 * g->co + grp * g->cog + o0;
+        float *dst = ap + o0 * kc;
+        for (int64_t k = 0; k < kc; ++k)
+            memcpy(dst + k * mr, src + k * g->co, (size_t)valid * sizeof(float));
     }
 }
 
@@ -398,19 +440,21 @@ static void filter_item(void *ctx, int64_t item, int tid)
     const int64_t p0 = pb * fc->ncp, p1 = min64(p0 + fc->ncp, fc->panels);
     const int64_t kb = chunk * fc->chunk, ke = min64(fc->pixels, kb + fc->chunk);
     const int64_t ldc = fc->panels * MG_GEMM_NR;
-    float *bp = fc->scratch + (int64_t)tid * fc->ncp * KC * MG_GEMM_NR;
+    float *bp = fc->scratch + (int64_t)tid * fc->scratch_floats;
+    float *ap = bp + fc->ncp * KC * MG_GEMM_NR;
     float *part = fc->part + (chunk * g->groups + grp) * g->cog * ldc;
     for (int64_t k0 = kb; k0 < ke; k0 += KC) {
         const int64_t kc = min64(KC, ke - k0);
         pack_im2col(fc, grp, k0, kc, p0, p1, bp);
+        pack_dy(fc, grp, k0, kc, mr, ap);
         for (int64_t p = p0; p < p1; ++p) {
             const int nr = (int)min64(MG_GEMM_NR, fc->cols - p * MG_GEMM_NR);
             for (int64_t o0 = 0; o0 < g->cog; o0 += mr) {
                 const int valid = (int)min64(mr, g->cog - o0);
-                const float *rows[GEMM_MR_MAX];
+                const float *tile = ap + o0 * kc, *rows[GEMM_MR_MAX];
                 for (int i = 0; i < mr; ++i)
-                    rows[i] = fc->dy + k0 * g->co + grp * g->cog + o0 + (i < valid ? i : valid - 1);
-                fc->t->micro(kc, rows, g->co, bp + (p - p0) * kc * MG_GEMM_NR,
+                    rows[i] = tile + (i < valid ? i : valid - 1);
+                fc->t->micro(kc, rows, mr, bp + (p - p0) * kc * MG_GEMM_NR,
                              part + o0 * ldc + p * MG_GEMM_NR, ldc, valid, nr, k0 > kb);
             }
         }
@@ -465,9 +509,10 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
     const int nt = mg_work_threads(num_threads, (double)pixels * (double)df_size);
     const int64_t ncp = panels_per_block(panels, groups * nchunks, nt);
     filter_call fc = {kernels(), g, x, dy, NULL, NULL, cols, panels, ncp,
-                      ceil_div(panels, ncp), nchunks, ceil_div(pixels, nchunks), pixels};
+                      ceil_div(panels, ncp), nchunks, ceil_div(pixels, nchunks), pixels,
+                      ncp * KC * MG_GEMM_NR + (g.cog + GEMM_MR_MAX) * KC};
     fc.part = mg_alloc_floats(nchunks * groups * g.cog * panels * MG_GEMM_NR);
-    fc.scratch = mg_alloc_floats((int64_t)nt * ncp * KC * MG_GEMM_NR);
+    fc.scratch = mg_alloc_floats((int64_t)nt * fc.scratch_floats);
     int code = MG_ENOMEM;
     if (fc.part && fc.scratch) {
         mg_pool_run(nt, groups * nchunks * fc.nblocks, filter_item, &fc);
