@@ -466,21 +466,28 @@ typedef struct {
     float *df;
 } reduce_call;
 
-/* df[col][grp*cog + o] = the chunks' part[chunk][grp][o][col] added in chunk order */
+/* df[col][grp*cog + o] = the chunks' part[chunk][grp][o][col] added in chunk order, for
+ * columns [lo, hi) in blocks of 16 (contiguous reads of part, 16 rows of df written
+ * side by side). */
 static void reduce_rows(void *ctx, int64_t lo, int64_t hi)
 {
     const reduce_call *rc = ctx;
     const filter_call *fc = rc->fc;
     const geometry *g = &fc->g;
     const int64_t ldc = fc->panels * MG_GEMM_NR, stride = g->groups * g->cog * ldc;
-    for (int64_t col = lo; col < hi; ++col)
-        for (int64_t oc = 0; oc < g->co; ++oc) {
-            const float *src = fc->part + oc * ldc + col; /* grp * cog + o == oc */
-            float sum = src[0];
+    for (int64_t c0 = lo; c0 < hi; c0 += 16) {
+        const int64_t cw = min64(16, hi - c0);
+        for (int64_t oc = 0; oc < g->co; ++oc) { /* grp * cog + o == oc */
+            const float *src = fc->part + oc * ldc + c0;
+            float sum[16];
+            memcpy(sum, src, (size_t)cw * sizeof(float));
             for (int64_t chunk = 1; chunk < fc->nchunks; ++chunk)
-                sum += src[chunk * stride];
-            rc->df[col * g->co + oc] = sum;
+                for (int64_t j = 0; j < cw; ++j)
+                    sum[j] += src[chunk * stride + j];
+            for (int64_t j = 0; j < cw; ++j)
+                rc->df[(c0 + j) * g->co + oc] = sum[j];
         }
+    }
 }
 
 int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
@@ -517,7 +524,7 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
     if (fc.part && fc.scratch) {
         mg_pool_run(nt, groups * nchunks * fc.nblocks, filter_item, &fc);
         reduce_call rc = {&fc, df};
-        mg_pool_rows(mg_stream_threads(nt, df_size * nchunks), cols, 1, reduce_rows, &rc);
+        mg_pool_rows(mg_stream_threads(nt, df_size * nchunks), cols, 16, reduce_rows, &rc);
         code = MG_OK;
     }
     free(fc.part);

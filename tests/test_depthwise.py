@@ -486,9 +486,10 @@ def test_every_isa_and_thread_count(restore_isa, monkeypatch):
 
 @needs_native
 def test_native_kernel_choice():
-    """NHWC float32 runs in C; NCHW and other dtypes on the numpy kernels."""
+    """float32 runs in C (NCHW transposed to NHWC around it); other dtypes on the numpy
+    kernels."""
     for fmt, dtype, kernel in (("NHWC", F32, "native:convolution_kernels.depthwise_conv2d_native"),
-                               ("NCHW", F32, "reference:convolution_kernels.depthwise_conv2d"),
+                               ("NCHW", F32, "native:convolution_kernels.depthwise_conv2d_native"),
                                ("NHWC", F64, "reference:convolution_kernels.depthwise_conv2d")):
         root = mg.Scope.NewRootScope()
         x = ops.Const(root, np.ones((1, 4, 4, 2), dtype))
