@@ -7,19 +7,25 @@
  * pixels, N = cig (one group) and K = its taps x cog: A's row for pixel m and tap t is the
  * dy pixel (a + di, b + dj) of m's image, cog contiguous floats (or a row of zeros where
  * that pixel lies outside dy), read in place by the micro-kernel's row pointers; B is the
- * filter transposed to [kh*kw*cog][cig] per group, packed once into 32-column panels (a
- * tap's rows lie at tap*cog*32 inside a panel, so every phase's tap subset reads the one
- * packing). Items of the worker pool: (phase, group, block of 96 pixels, block of panels);
- * an item runs, per tap and block of 256 o's, the micro-kernel over every (panel, tile of
- * mr pixels) into a per-thread block of C, then writes the block's rows to their dx pixels
- * (a phase's pixels are not evenly spaced in dx). A tile none of whose pixels a tap reaches
- * skips that tap (its chain has no term there); pixels no tap reaches are written as zero.
+ * filter transposed to [taps x cog][cig] per group, packed once into 32-column panels. In
+ * the packing the taps of a filter row that one column phase uses are adjacent, j
+ * descending: with dilation_w dividing stride_w they read adjacent dy pixels (one column
+ * further per tap), so with one group a pixel whose window row lies inside dy reads the
+ * whole row's K (taps x cog floats) as one run from dy, one micro-kernel call for the
+ * row's taps. Items of the worker pool: (phase, group, block of 96 pixels, block of panels);
+ * an item runs, per filter row, the tiles of mr pixels each of whose pixels reads all or
+ * none of the row's taps in one pass (runs of up to 256 of K), the other tiles tap by tap
+ * (pixels outside dy read a row of zeros), in the same order (i, then j descending, then
+ * o), into a per-thread block of C, then writes the block's rows to their dx pixels (a
+ * phase's pixels are not evenly spaced in dx). A tile none of whose pixels a tap reaches
+ * skips it (its chain has no term there); pixels no tap reaches are written as zero.
  *
  * Filter gradient: df^T = dy^T * im2col(x) per group: M = cog (A's row o is dy's column
- * g*cog + o, read in place with step co from pixel to pixel: the pixels of NHWC dy are evenly
- * spaced), N = kh*kw*cig (column tap*cig + c), K = the n*out_h*out_w output pixels. B, the
- * im2col of x, is packed per block of 256 pixels for the item's panels only (copies of the
- * contiguous runs of x channels, zeros outside x), then used by every tile of M. Putting
+ * g*cog + o), N = kh*kw*cig (column tap*cig + c), K = the n*out_h*out_w output pixels. Per
+ * block of 256 pixels an item packs B, the im2col of x, for its panels only (copies of the
+ * contiguous runs of x channels from tables built once per item, zeros outside x), and
+ * dy's block per tile of mr channels [k][mr] (in dy a tile's step of k is co floats away:
+ * a cache line per row and step), then runs every (panel, tile). Putting
  * the output channels on M (not N) wastes nothing when cog is 16 (tiles of 12 and 4 rows)
  * where 32-column panels of cog would be half empty. Items: (group, pixel range, block of
  * panels); the pixel ranges (mg_conv2d_gemm_filter_chunks, a function of the shapes only)
@@ -94,38 +100,57 @@ typedef struct {
     float *dx, *scratch;
     const phase *phases;
     int64_t nphases;
-    const phase_tap *row_taps, *col_taps; /* [py][kh], [px][kw] */
-    const int64_t *nrow_taps, *ncol_taps;
-    int64_t panels, ncp, nblocks, k_group; /* k_group = kh*kw*cog: a group's packed rows */
+    const phase_tap *row_taps, *col_taps; /* [py][kh], [px][kw] (columns: j descending) */
+    const int64_t *nrow_taps, *ncol_taps, *col_start; /* col_start: prefix sums of ncol_taps */
+    const unsigned char *col_runs; /* per px: its taps read adjacent dy pixels */
+    int64_t ncols, panels, ncp, nblocks, k_group; /* k_group = kh*ncols*cog */
 } input_call;
 
 typedef struct {
-    const geometry *g;
+    const input_call *b;
     const float *f;
     float *packed;
-    int64_t panels;
 } pack_filter_call;
 
-/* packed[g][p][tap*cog + o][jj] = f[tap][32p + jj][g*cog + o] (zero past cig) */
+/* packed[g][p][(i*ncols + col_start[px] + t)*cog + o][jj] = f[i][j][32p + jj][g*cog + o] for
+ * tap j = col_taps[px][t] (zero past cig): the taps of a filter row within a column phase
+ * are adjacent, j descending (a tap no phase has is left out). */
 static void pack_filter(void *ctx, int64_t lo, int64_t hi)
 {
     const pack_filter_call *pc = ctx;
-    const geometry *g = pc->g;
-    const int64_t taps = g->kh * g->kw, k_group = taps * g->cog;
+    const input_call *b = pc->b;
+    const geometry *g = &b->g;
+    const int64_t phx = min64(g->sw, g->w);
     for (int64_t gp = lo; gp < hi; ++gp) {
-        const int64_t grp = gp / pc->panels, p = gp % pc->panels;
-        float *dst = pc->packed + gp * k_group * MG_GEMM_NR;
+        const int64_t grp = gp / b->panels, p = gp % b->panels;
+        float *dst = pc->packed + gp * b->k_group * MG_GEMM_NR;
         const int64_t j0 = p * MG_GEMM_NR, width = min64(MG_GEMM_NR, g->cig - j0);
         if (width < MG_GEMM_NR)
-            memset(dst, 0, (size_t)(k_group * MG_GEMM_NR) * sizeof(float));
-        for (int64_t tap = 0; tap < taps; ++tap)
-            for (int64_t jj = 0; jj < width; ++jj) {
-                const float *src = pc->f + (tap * g->cig + j0 + jj) * g->co + grp * g->cog;
-                float *d = dst + tap * g->cog * MG_GEMM_NR + jj;
-                for (int64_t o = 0; o < g->cog; ++o)
-                    d[o * MG_GEMM_NR] = src[o];
-            }
+            memset(dst, 0, (size_t)(b->k_group * MG_GEMM_NR) * sizeof(float));
+        for (int64_t i = 0; i < g->kh; ++i)
+            for (int64_t px = 0; px < phx; ++px)
+                for (int64_t t = 0; t < b->ncol_taps[px]; ++t) {
+                    const int64_t tap = i * g->kw + b->col_taps[px * g->kw + t].tap;
+                    const int64_t row = i * b->ncols + b->col_start[px] + t;
+                    for (int64_t jj = 0; jj < width; ++jj) {
+                        const float *src = pc->f + (tap * g->cig + j0 + jj) * g->co + grp * g->cog;
+                        float *d = dst + row * g->cog * MG_GEMM_NR + jj;
+                        for (int64_t o = 0; o < g->cog; ++o)
+                            d[o * MG_GEMM_NR] = src[o];
+                    }
+                }
     }
+}
+
+/* Row pointers of a block for one pass: ptr[r] = base[r] + k0 (the zero row where base is
+ * NULL), the rows past the block's last copying it. */
+static void block_pointers(const float **ptr, const float *const *base, int64_t rows,
+                           int64_t padded, int64_t k0, const float *zeros)
+{
+    for (int64_t r = 0; r < rows; ++r)
+        ptr[r] = base[r] ? base[r] + k0 : zeros;
+    for (int64_t r = rows; r < padded; ++r)
+        ptr[r] = ptr[rows - 1];
 }
 
 static void input_item(void *ctx, int64_t item, int tid)
@@ -157,48 +182,77 @@ static void input_item(void *ctx, int64_t item, int tid)
         ra[r] = within / ph->bw;
         rb[r] = within % ph->bw;
     }
-    unsigned char started[MB];
+    unsigned char started[MB], live[MB], merged[MB];
     memset(started, 0, sizeof started);
-    const float *ptr[MB + GEMM_MR_MAX];
+    const float *ptr[MB + GEMM_MR_MAX], *base[MB];
     const phase_tap *rt = b->row_taps + ph->py * g->kh, *ct = b->col_taps + ph->px * g->kw;
     const int64_t nrt = b->nrow_taps[ph->py], nct = b->ncol_taps[ph->px];
+    const int runs = nct > 0 && b->col_runs[ph->px] && g->groups == 1;
     const float *group_b = b->packed + grp * b->panels * b->k_group * MG_GEMM_NR;
-    for (int64_t ti = 0; ti < nrt; ++ti)
+    for (int64_t ti = 0; ti < (nct ? nrt : 0); ++ti) {
+        const int64_t first_row = (rt[ti].tap * b->ncols + b->col_start[ph->px]) * g->cog;
+        /* The merged pass: tiles whose pixels each read all the row's taps (adjacent dy
+         * pixels: nct * cog contiguous floats) or none of them, one run of K per pixel. */
+        memset(live, 0, (size_t)ntiles);
+        memset(merged, runs, (size_t)ntiles);
+        for (int64_t r = 0; r < rows && runs; ++r) {
+            const int64_t y = ra[r] + rt[ti].delta;
+            const int64_t x0 = rb[r] + ct[0].delta, x1 = rb[r] + ct[nct - 1].delta;
+            base[r] = NULL;
+            if (y >= 0 && y < g->oh && x0 >= 0 && x1 < g->ow) {
+                base[r] = b->dy + ((img[r] * g->oh + y) * g->ow + x0) * g->co;
+                live[r / mr] = 1;
+            } else if (y >= 0 && y < g->oh && x1 >= 0 && x0 < g->ow) {
+                merged[r / mr] = 0; /* some of the taps: per tap below */
+            }
+        }
+        for (int64_t k0 = 0; runs && k0 < nct * g->cog; k0 += KC) {
+            const int64_t kc = min64(KC, nct * g->cog - k0);
+            block_pointers(ptr, base, rows, ntiles * mr, k0, b->zeros);
+            for (int64_t p = p0; p < p1; ++p) {
+                const int nr = (int)min64(MG_GEMM_NR, g->cig - p * MG_GEMM_NR);
+                const float *bp = group_b + p * b->k_group * MG_GEMM_NR +
+                                  (first_row + k0) * MG_GEMM_NR;
+                for (int64_t tile = 0; tile < ntiles; ++tile)
+                    if (merged[tile] && live[tile])
+                        b->t->micro(kc, ptr + tile * mr, 1, bp,
+                                    cb + tile * mr * ldc + (p - p0) * MG_GEMM_NR, ldc,
+                                    (int)min64(mr, rows - tile * mr), nr, started[tile]);
+            }
+            for (int64_t tile = 0; tile < ntiles; ++tile)
+                started[tile] |= merged[tile] & live[tile];
+        }
+        /* The other tiles: tap by tap, in the same order (j descending, then o). */
         for (int64_t tj = 0; tj < nct; ++tj) {
-            const int64_t tap = rt[ti].tap * g->kw + ct[tj].tap;
-            for (int64_t k0 = 0; k0 < g->cog; k0 += KC) {
-                const int64_t kc = min64(KC, g->cog - k0);
-                unsigned char live[MB]; /* per tile: some pixel of it is reached */
-                memset(live, 0, (size_t)ntiles);
-                for (int64_t r = 0; r < rows; ++r) {
-                    const int64_t y = ra[r] + rt[ti].delta, x = rb[r] + ct[tj].delta;
-                    if (y >= 0 && y < g->oh && x >= 0 && x < g->ow) {
-                        ptr[r] = b->dy + ((img[r] * g->oh + y) * g->ow + x) * g->co +
-                                 grp * g->cog + k0;
-                        live[r / mr] = 1;
-                    } else {
-                        ptr[r] = b->zeros;
-                    }
+            int any = 0;
+            memset(live, 0, (size_t)ntiles);
+            for (int64_t r = 0; r < rows; ++r) {
+                const int64_t y = ra[r] + rt[ti].delta, x = rb[r] + ct[tj].delta;
+                base[r] = NULL;
+                if (!merged[r / mr] && y >= 0 && y < g->oh && x >= 0 && x < g->ow) {
+                    base[r] = b->dy + ((img[r] * g->oh + y) * g->ow + x) * g->co + grp * g->cog;
+                    live[r / mr] = 1;
+                    any = 1;
                 }
-                for (int64_t r = rows; r < ntiles * mr; ++r)
-                    ptr[r] = ptr[rows - 1];
+            }
+            for (int64_t k0 = 0; any && k0 < g->cog; k0 += KC) {
+                const int64_t kc = min64(KC, g->cog - k0);
+                block_pointers(ptr, base, rows, ntiles * mr, k0, b->zeros);
                 for (int64_t p = p0; p < p1; ++p) {
                     const int nr = (int)min64(MG_GEMM_NR, g->cig - p * MG_GEMM_NR);
                     const float *bp = group_b + p * b->k_group * MG_GEMM_NR +
-                                      (tap * g->cog + k0) * MG_GEMM_NR;
-                    for (int64_t tile = 0; tile < ntiles; ++tile) {
-                        if (!live[tile])
-                            continue;
-                        const int valid = (int)min64(mr, rows - tile * mr);
-                        b->t->micro(kc, ptr + tile * mr, 1, bp,
-                                    cb + tile * mr * ldc + (p - p0) * MG_GEMM_NR, ldc, valid, nr,
-                                    started[tile]);
-                    }
+                                      (first_row + tj * g->cog + k0) * MG_GEMM_NR;
+                    for (int64_t tile = 0; tile < ntiles; ++tile)
+                        if (live[tile])
+                            b->t->micro(kc, ptr + tile * mr, 1, bp,
+                                        cb + tile * mr * ldc + (p - p0) * MG_GEMM_NR, ldc,
+                                        (int)min64(mr, rows - tile * mr), nr, started[tile]);
                 }
                 for (int64_t tile = 0; tile < ntiles; ++tile)
                     started[tile] |= live[tile];
             }
         }
+    }
     const int64_t col0 = p0 * MG_GEMM_NR, width = min64(g->cig, p1 * MG_GEMM_NR) - col0;
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t y = ph->py + ra[r] * g->sh, x = ph->px + rb[r] * g->sw;
@@ -211,14 +265,15 @@ static void input_item(void *ctx, int64_t item, int tid)
 }
 
 /* The taps of each phase along one axis: for origin v < phases, the taps t < k with
- * (v + pad - t*dil) a multiple of stride, and their offsets (v + pad - t*dil) / stride. */
+ * (v + pad - t*dil) a multiple of stride (ascending, or descending when `descending`), and
+ * their offsets (v + pad - t*dil) / stride. */
 static void phase_taps(int64_t phases, int64_t k, int64_t stride, int64_t dil, int64_t pad,
-                       phase_tap *taps, int64_t *counts)
+                       int descending, phase_tap *taps, int64_t *counts)
 {
     for (int64_t v = 0; v < phases; ++v) {
         counts[v] = 0;
-        for (int64_t t = 0; t < k; ++t) {
-            const int64_t off = v + pad - t * dil;
+        for (int64_t u = 0; u < k; ++u) {
+            const int64_t t = descending ? k - 1 - u : u, off = v + pad - t * dil;
             if (floor_mod(off, stride) == 0)
                 taps[v * k + counts[v]++] = (phase_tap){t, (off - floor_mod(off, stride)) / stride};
         }
@@ -247,20 +302,29 @@ int mg_conv2d_gemm_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, in
         return MG_OK;
     }
     const int64_t phy = min64(stride_h, h), phx = min64(stride_w, w);
-    const int64_t panels = ceil_div(g.cig, MG_GEMM_NR), k_group = kh * kw * g.cog;
+    const int64_t panels = ceil_div(g.cig, MG_GEMM_NR);
     const int nt = mg_work_threads(num_threads, (double)dx_size * (double)(kh * kw * g.cog) /
                                                     (double)(stride_h * stride_w));
     phase_tap *row_taps = malloc((size_t)(phy * kh + phx * kw) * sizeof(phase_tap));
-    int64_t *counts = malloc((size_t)(phy + phx) * sizeof(int64_t));
+    int64_t *counts = malloc((size_t)(phy + 2 * phx) * sizeof(int64_t));
+    unsigned char *col_runs = malloc((size_t)phx);
     phase *phases = malloc((size_t)(phy * phx) * sizeof(phase));
-    float *packed = mg_alloc_floats(groups * panels * k_group * MG_GEMM_NR);
-    float *zeros = calloc(KC, sizeof(float));
-    float *scratch = NULL;
+    float *zeros = calloc(KC, sizeof(float)), *packed = NULL, *scratch = NULL;
     int code = MG_ENOMEM;
-    if (!row_taps || !counts || !phases || !packed || !zeros)
+    if (!row_taps || !counts || !col_runs || !phases || !zeros)
         goto done;
-    phase_taps(phy, kh, stride_h, dilation_h, pad_top, row_taps, counts);
-    phase_taps(phx, kw, stride_w, dilation_w, pad_left, row_taps + phy * kh, counts + phy);
+    phase_tap *col_taps = row_taps + phy * kh;
+    int64_t *ncol = counts + phy, *col_start = counts + phy + phx, ncols = 0;
+    phase_taps(phy, kh, stride_h, dilation_h, pad_top, 0, row_taps, counts);
+    phase_taps(phx, kw, stride_w, dilation_w, pad_left, 1, col_taps, ncol);
+    for (int64_t px = 0; px < phx; ++px) {
+        col_start[px] = ncols;
+        ncols += ncol[px];
+        col_runs[px] = 1;
+        for (int64_t t = 1; t < ncol[px]; ++t)
+            col_runs[px] &= col_taps[px * kw + t].delta == col_taps[px * kw + t - 1].delta + 1;
+    }
+    const int64_t k_group = kh * ncols * g.cog;
     int64_t mblocks = 0, nphases = 0;
     for (int64_t py = 0; py < phy; ++py)
         for (int64_t px = 0; px < phx; ++px) {
@@ -275,20 +339,22 @@ int mg_conv2d_gemm_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, in
         phases[p].first_item = items;
         items += groups * ceil_div(n * phases[p].ah * phases[p].bw, MB) * nblocks;
     }
+    packed = mg_alloc_floats(groups * panels * k_group * MG_GEMM_NR);
     scratch = mg_alloc_floats((int64_t)nt * MB * ncp * MG_GEMM_NR);
-    if (!scratch)
+    if (!packed || !scratch)
         goto done;
-    pack_filter_call pc = {&g, f, packed, panels};
+    input_call call = {kernels(), g, dy, packed, zeros, dx, scratch, phases, nphases,
+                       row_taps, col_taps, counts, ncol, col_start, col_runs, ncols, panels,
+                       ncp, nblocks, k_group};
+    pack_filter_call pc = {&call, f, packed};
     mg_pool_rows(mg_stream_threads(nt, groups * panels * k_group * MG_GEMM_NR),
                  groups * panels, 1, pack_filter, &pc);
-    input_call call = {kernels(), g, dy, packed, zeros, dx, scratch, phases, nphases,
-                       row_taps, row_taps + phy * kh, counts, counts + phy, panels, ncp,
-                       nblocks, k_group};
     mg_pool_run(nt, items, input_item, &call);
     code = MG_OK;
 done:
     free(row_taps);
     free(counts);
+    free(col_runs);
     free(phases);
     free(packed);
     free(zeros);

@@ -17,7 +17,8 @@
  *
  * Summation order (fixed by the shapes; bit-identical for any thread count):
  *   - input gradient: one chain of fused multiply-adds from +0 over the taps (i, j) that
- *     reach the element (row-major), and within a tap over o = 0 .. cog - 1;
+ *     reach the element, i ascending and within a filter row j descending, and within a
+ *     tap over o = 0 .. cog - 1;
  *   - filter gradient: the pixels (n, p, q) in row-major order are cut into `chunks` ranges
  *     (a number that depends on the shapes only: mg_conv2d_gemm_filter_chunks); each range
  *     is one chain of fused multiply-adds from +0 in pixel order, and the ranges' sums are

@@ -9,7 +9,7 @@ through tap (i, j)):
 
 - ``dx[n, r, s, g*cig + c] = sum_{i, j, o} dy[n, p, q, g*cog + o] * f[i, j, c, g*cog + o]``
   over the (p, q) that reach (r, s) through (i, j): one fused multiply-add chain per element,
-  taps row-major, then o;
+  i ascending, j descending within a filter row, then o;
 - ``df[i, j, c, g*cog + o] = sum_{n, p, q} x[n, r, s, g*cig + c] * dy[n, p, q, g*cog + o]``:
   chains over fixed ranges of pixels (``lib.mg_conv2d_gemm_filter_chunks``), added in order.
 
