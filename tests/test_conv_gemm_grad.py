@@ -237,5 +237,8 @@ def test_wrappers_refuse_mismatched_buffers():
         c_gemm_backprop_input(dy[:, :1], np.ones((3, 3, 4, 6), F32), x.shape, window, True)
     with pytest.raises(ValueError, match="filter shape"):
         c_gemm_backprop_filter(x, dy, (3, 3, 4, 5), window, True)
+    for channels in (0, 8):  # no group fits: no channels, or more per group than x has
+        with pytest.raises(ValueError, match="filter shape"):
+            c_gemm_backprop_filter(x, dy, (3, 3, channels, 6), window, True)
     with pytest.raises(ValueError, match="out_backprop shape"):
         c_gemm_backprop_filter(x, dy[:, 1:], (3, 3, 4, 6), window, True)

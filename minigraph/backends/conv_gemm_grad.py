@@ -60,7 +60,8 @@ def _groups(what: str, channels: int, out_channels: int, f_shape: tuple) -> int:
     """The groups of an HWIO filter ``f_shape`` on ``channels`` input channels: its
     in_channels must divide them, and the groups its out_channels."""
     kh, kw, cig, co = f_shape
-    if co != out_channels or cig <= 0 or channels % cig or co % (channels // cig):
+    if (co != out_channels or cig <= 0 or channels < cig or channels % cig
+            or co % (channels // cig)):
         raise ValueError(f"native {what}: filter shape {tuple(f_shape)} does not fit "
                          f"{channels} input and {out_channels} output channels")
     checked_sizes(what, filter_h=kh, filter_w=kw)
