@@ -242,3 +242,26 @@ def test_wrappers_refuse_mismatched_buffers():
             c_gemm_backprop_filter(x, dy, (3, 3, channels, 6), window, True)
     with pytest.raises(ValueError, match="out_backprop shape"):
         c_gemm_backprop_filter(x, dy[:, 1:], (3, 3, 4, 6), window, True)
+
+
+@needs_native
+@pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
+def test_every_convolution_of_a_resnet8_step_runs_native(fmt):
+    """ResNet-8's training step (stride-2 starts, 1x1 stride-2 projections): every
+    convolution and convolution gradient runs a native kernel."""
+    from minigraph.examples.resnet8 import build_resnet8_training
+
+    root = mg.Scope.NewRootScope()
+    model = build_resnet8_training(root, 2, fmt)
+    session = mg.ClientSession(root, backend="native")
+    session.Run({}, [], mg.train.global_variables_initializer(root))
+    rng = np.random.default_rng(0)
+    metadata = mg.RunMetadata()
+    session.Run({model.images: rng.standard_normal((2, 32, 32, 3)).astype(F32),
+                 model.labels: np.array([1, 7], np.int32)}, [model.loss], model.train_op,
+                run_metadata=metadata)
+    convolutions = {(s.op_type, f"{s.backend}:{s.kernel}") for s in metadata.step_stats
+                    if s.op_type.startswith("Conv2D")}
+    assert {op for op, _ in convolutions} == {"Conv2D", "Conv2DBackpropInput",
+                                              "Conv2DBackpropFilter"}
+    assert all(kernel.startswith("native:") for _, kernel in convolutions), convolutions
