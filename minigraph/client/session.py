@@ -48,6 +48,7 @@ from minigraph.framework.names import shown
 from minigraph.framework.op_def import RunContext, RunShapeContext, run_shape_fn
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import TensorShape
+from minigraph.optimizer.meta import rewrite_for_run
 
 
 def value_inputs(op: Operation) -> list[Output | None]:
@@ -203,6 +204,7 @@ class _Plan(list):
         self.updates_state = any(isinstance(step, _Step) and step.refs for step in steps)
         self.constant_steps = _constant_steps(steps)
         self.folded: tuple[dict, list] | None = None  # (constant values, the other steps)
+        self.feeds: dict[Output, Output] = {}  # each fed Output -> its key's in the plan
 
     def run(self, env: dict, session: ClientSession, metadata: RunMetadata | None) -> None:
         folded = self.folded
@@ -515,7 +517,7 @@ class ClientSession:
                                            f"this session's")
         plan, fetch_keys = self._get_plan(fetch_list, frozenset(fed), target_ops)
         env: dict[_Key | None, Any] = {None: None}  # None: a ref input
-        env.update(((output, self.host), value) for output, value in fed.items())
+        env.update(((plan.feeds[output], self.host), value) for output, value in fed.items())
         if plan.updates_state:  # one training step at a time: see ``_Plan``
             with self.state.step_lock:
                 plan.run(env, self, run_metadata)
@@ -529,8 +531,10 @@ class ClientSession:
         key = (tuple(fetches), fed, tuple(targets))
         plan = self._plans.get(key)
         if plan is None:
-            plan = _plan(fetches, fed, targets, self._place, self.host, self.state,
-                         self.optimizer)
+            run = rewrite_for_run(self.graph, fetches, fed, targets, self.optimizer)
+            plan = _plan(run.fetches, frozenset(run.feeds.values()), run.targets, self._place,
+                         self.host, self.state, self.optimizer)
+            plan[0].feeds = run.feeds
             with self._lock:
                 self._plans[key] = plan
         return plan

@@ -1,0 +1,141 @@
+"""Constant folding with shape materialization (grappler's ``ConstantFolding``).
+
+Two kinds of node become ``Const`` nodes of their value:
+
+* **Shape materialization**: ``Shape``, ``ShapeN``, ``Size`` and ``Rank`` of a tensor whose
+  static shape is fully defined (a feed must match the static shape, so the value is the
+  same for every run), whatever computes that tensor.
+* **Integer subgraphs**: a stateless node whose data inputs are all constants (not fed) and
+  whose inputs and outputs are all integers or booleans: ``BroadcastGradientArgs`` of
+  materialized shapes, reduction indices (``Range`` over a known rank), shape arithmetic.
+  Integer results are the same on every backend, which is what keeps this pass bit-exact;
+  floating-point nodes are never folded (a folded value would be the reference kernel's
+  rounding, not the session backend's).
+
+A result is folded only when it is small (``MAX_FOLD_BYTES``): a graph must not grow by
+constants. A single-output node keeps its name (its Const replaces it); a multi-output one
+(``ShapeN``, ``BroadcastGradientArgs``) is replaced by one Const per output,
+``<name>/folded_<i>``, unless it is preserved. The replaced node's control inputs stay on
+its Const. Nodes are visited in topological order, so chains fold through.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minigraph.framework import dtypes
+from minigraph.framework.graph import Graph, Output
+from minigraph.framework.op_def import build_operation
+from minigraph.framework.scope import Scope
+from minigraph.optimizer.item import GraphItem, Node, is_control, parse_input, tensor_name
+from minigraph.optimizer.passes import register_pass
+
+MAX_FOLD_BYTES = 1 << 14
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+_EXACT = frozenset({dtypes.int32, dtypes.int64, dtypes.bool_})
+
+
+def _materialized(node: Node, inputs: list[Output]) -> list[np.ndarray] | None:
+    """The value of a shape op of fully defined static shapes, else None."""
+    if not all(inp.shape.is_fully_defined() for inp in inputs):
+        return None
+    out = node.attrs.get("out_type", dtypes.int32).np_dtype
+    if node.op in ("Shape", "ShapeN"):
+        return [np.array(inp.shape.as_list(), out) for inp in inputs]
+    if node.op == "Size":
+        return [np.array(inputs[0].shape.num_elements(), out)]
+    return [np.array(inputs[0].shape.rank, np.int32)]
+
+
+def _evaluated(node: Node, graph: Graph, values: list[np.ndarray]) -> list[np.ndarray]:
+    """``node`` run on the reference backend with constant inputs of ``values``."""
+    from minigraph.client.options import OptimizerOptions
+    from minigraph.client.session import ClientSession
+    from minigraph.ops import Const
+
+    root = Scope(Graph())
+    sources = [Const(root.WithOpName(f"input_{i}"), value) for i, value in enumerate(values)]
+    op = graph.get_operation(node.name)
+    arguments, start = [], 0
+    for arg in op.op_def.inputs:
+        length = arg.length(op.attrs)
+        arguments.append(sources[start:start + length] if arg.is_list else sources[start])
+        start += length
+    folded = build_operation(root.WithOpName(node.name), op.op_def, arguments, op.attrs)
+    session = ClientSession(root, backend="reference", check_outputs=True,
+                            optimizer=OptimizerOptions.all_off())
+    return session.Run(list(folded.outputs))
+
+
+def _fold(node: Node, item: GraphItem, graph: Graph, constants: dict[str, np.ndarray]
+          ) -> list[np.ndarray] | None:
+    """The values of ``node``'s outputs when it folds, else None."""
+    if item.is_fed(node.name) or node.op == "Const" or not node.data_inputs:
+        return None
+    op = graph.get_operation(node.name)
+    if op.op_def.is_stateful or not op.outputs:
+        return None
+    if node.op in SHAPE_OPS:
+        values = _materialized(node, list(op.inputs))
+    else:
+        keys = [tensor_name(*parse_input(text)) for text in node.data_inputs]
+        if not all(key in constants for key in keys):
+            return None
+        if not all(o.dtype in _EXACT for o in (*op.inputs, *op.outputs)):
+            return None
+        values = _evaluated(node, graph, [constants[key] for key in keys])
+    if values is None or sum(v.nbytes for v in values) > MAX_FOLD_BYTES:
+        return None
+    return values
+
+
+def _const(name: str, value: np.ndarray, controls: list[str], device: str) -> Node:
+    value = np.array(value)
+    value.setflags(write=False)
+    return Node(name, "Const", [f"^{c}" for c in controls],
+                {"value": value, "dtype": dtypes.as_dtype(value.dtype)}, device)
+
+
+@register_pass("constant_folding", order=40)
+def fold_constants(item: GraphItem) -> GraphItem:
+    graph = item.graph()  # static shapes and dtypes: folding changes none of them
+    preserved = item.preserved
+    constants: dict[str, np.ndarray] = {}  # tensor text -> value, for unfed constants
+    alias: dict[str, str] = {}  # output of a replaced multi-output node -> its Const
+    for node in item._ordered():
+        if alias:
+            node.inputs = [text if is_control(text)
+                           else alias.get(tensor_name(*parse_input(text)), text)
+                           for text in node.inputs]
+        if node.op == "Const":
+            if not item.is_fed(node.name, 0):
+                constants[node.name] = node.attrs["value"]
+            continue
+        values = _fold(node, item, graph, constants)
+        if values is None:
+            continue
+        if len(values) == 1:
+            item.nodes[node.name] = _const(node.name, values[0], node.control_inputs,
+                                           node.device)
+            constants[node.name] = values[0]
+        elif node.name not in preserved:
+            names = []
+            for index, value in enumerate(values):
+                name = item.unique_name(f"{node.name}/folded_{index}")
+                item.add(_const(name, value, node.control_inputs, node.device))
+                alias[tensor_name(node.name, index)] = name
+                constants[name] = value
+                names.append(name)
+            item.remove(node.name)
+            _redirect_controls(item, node.name, names[0])
+        else:
+            continue
+        item.touch()
+    return item
+
+
+def _redirect_controls(item: GraphItem, old: str, new: str) -> None:
+    """``^old`` edges become ``^new``."""
+    for node in item:
+        if f"^{old}" in node.inputs:
+            node.inputs = [f"^{new}" if text == f"^{old}" else text for text in node.inputs]
