@@ -22,6 +22,7 @@ from minigraph.optimizer import (  # noqa: F401 (each module registers its pass)
     dependency,
     pruning,
     remapper,
+    training_fusions,
 )
 from minigraph.optimizer.item import GraphItem
 from minigraph.optimizer.passes import registered_passes

@@ -1,0 +1,276 @@
+"""The remapper's training fusions (``optimizer/training_fusions.py``) and their fused ops
+(``ops/fused_ops.py``, ``backends/fused_kernels.py``, ``mg_bn_*_ex`` in kernels_c/): results
+bit for bit those of the unfused graph on the reference and native backends (every ISA),
+the fused ops formed where the gates allow and nowhere else.
+
+Hypothesis draws training graphs of convolution -> training batch norm -> [side AddV2] ->
+Relu blocks, max pools, fan-out (a tensor read by several ops), fetched intermediates and
+control edges, differentiates a loss with respect to the input and every batch-norm
+scale and offset, and runs each graph with the remapper on and off.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import NATIVE_AVAILABLE
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import minigraph as mg
+from minigraph import ops
+from minigraph.backends import native
+from minigraph.ops import fused_ops
+
+F32 = np.float32
+BACKENDS = ["reference"] + (["native"] if NATIVE_AVAILABLE else [])
+
+
+def _isas() -> list[str]:
+    """The instruction sets this CPU runs, best first."""
+    if not NATIVE_AVAILABLE:
+        return []
+    best = native.ISAS.index(native.best_isa())
+    return list(reversed(native.ISAS[:best + 1]))
+
+
+REMAPPER_OFF = mg.OptimizerOptions(remapper=False)
+
+
+def _bits(value: np.ndarray) -> np.ndarray:
+    value = np.ascontiguousarray(value)
+    return value.view(np.uint32) if value.dtype == F32 else value
+
+
+def _assert_same_bits(first: list, second: list) -> None:
+    for a, b in zip(first, second, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+# ----------------------------------------------------------------------------- the ops alone
+
+
+@st.composite
+def _bn_case(draw):
+    layout = draw(st.sampled_from(["NHWC", "NCHW"]))
+    n, h, w = draw(st.integers(1, 3)), draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    c = draw(st.integers(1, 19))
+    shape = (n, h, w, c) if layout == "NHWC" else (n, c, h, w)
+    seed = draw(st.integers(0, 2 ** 16))
+    return (layout, shape, c, seed, draw(st.booleans()), draw(st.booleans()),
+            draw(st.sampled_from([1.0, 0.25])), draw(st.booleans()))
+
+
+@pytest.mark.skipif(not NATIVE_AVAILABLE, reason="compares the native ISAs")
+@settings(max_examples=30, deadline=None)
+@given(_bn_case())
+def test_fused_batch_norm_ops_match_the_chain(case):
+    """_FusedBatchNormEx and _FusedBatchNormGradEx give the chain's bits on every backend
+    and ISA: shapes that take row and plane blocks, odd channel counts, with and without
+    the side input, Relu or Identity, training and inference, exponential averaging."""
+    layout, shape, c, seed, with_side, relu_on, factor, training = case
+    rng = np.random.default_rng(seed)
+    x, side, dy = (rng.standard_normal(shape).astype(F32) for _ in range(3))
+    scale, offset = rng.standard_normal(c).astype(F32), rng.standard_normal(c).astype(F32)
+    mean, variance = rng.standard_normal(c).astype(F32), rng.uniform(0.5, 2, c).astype(F32)
+    root = mg.Scope.NewRootScope()
+    X, S, DY = (ops.Placeholder(root, mg.float32) for _ in range(3))
+    attrs = {"data_format": layout, "is_training": training, "exponential_avg_factor": factor}
+    bn = ops.FusedBatchNormV3(root, X, scale, offset, mean, variance, **attrs)
+    y = ops.AddV2(root, bn.y, S) if with_side else bn.y
+    y = ops.Relu(root, y) if relu_on else y
+    g = ops.ReluGrad(root, DY, y) if relu_on else DY
+    grad = ops.FusedBatchNormGradV3(root, g, X, scale, bn.reserve_space_1, bn.reserve_space_2,
+                                    bn.reserve_space_3, data_format=layout,
+                                    is_training=training)
+    mode = "Relu" if relu_on else "Identity"
+    ex = fused_ops.FusedBatchNormEx(root, X, scale, offset, mean, variance,
+                                    [S] if with_side else [], num_side_inputs=int(with_side),
+                                    activation_mode=mode, **attrs)
+    grad_ex = fused_ops.FusedBatchNormGradEx(
+        root, DY, X, scale, ex.reserve_space_1, ex.reserve_space_2, ex.reserve_space_3,
+        offset, ex.y, num_side_inputs=int(with_side), activation_mode=mode,
+        data_format=layout, is_training=training)
+    unfused = [y, *bn[1:5], *grad[:3]] + ([g] if with_side else [])
+    fused = [ex.y, *ex[1:5], *grad_ex[:3]] + ([grad_ex[5]] if with_side else [])
+    feeds = {X: x, S: side, DY: dy}
+    try:
+        for isa in _isas():
+            native.set_isa(isa)
+            for backend in BACKENDS:
+                session = mg.ClientSession(root, backend=backend)
+                values = session.Run(feeds, unfused + fused)
+                _assert_same_bits(values[:len(unfused)], values[len(unfused):])
+    finally:
+        native.set_isa(native.best_isa())
+
+
+def test_fused_batch_norm_ex_rejects_bad_side_input():
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, mg.float32, shape=[1, 2, 2, 3])
+    side = ops.Placeholder(root, mg.float32, shape=[1, 2, 2, 4])
+    one = np.ones(3, F32)
+    with pytest.raises(mg.errors.InvalidArgumentError, match="_FusedBatchNormEx.*side_input"):
+        fused_ops.FusedBatchNormEx(root, x, one, one, one, one, [side], num_side_inputs=1,
+                                   activation_mode="Relu")
+    with pytest.raises(mg.errors.InvalidArgumentError, match="activation_mode"):
+        fused_ops.FusedBatchNormEx(root, x, one, one, one, one, [], activation_mode="Elu")
+
+
+def test_fused_batch_norm_ex_checks_values_at_run_time():
+    """A side input whose shape only the fed value shows is refused before any kernel."""
+    root = mg.Scope.NewRootScope()
+    x, side = ops.Placeholder(root, mg.float32), ops.Placeholder(root, mg.float32)
+    one = np.ones(3, F32)
+    ex = fused_ops.FusedBatchNormEx(root, x, one, one, one, one, [side], num_side_inputs=1,
+                                    activation_mode="Relu")
+    for backend in BACKENDS:
+        with pytest.raises(mg.errors.InvalidArgumentError,
+                           match="_FusedBatchNormEx.*'side_input'"):
+            mg.ClientSession(root, backend=backend).Run(
+                {x: np.zeros((1, 2, 2, 3), F32), side: np.zeros((1, 2, 2, 1), F32)}, [ex.y])
+
+
+# ----------------------------------------------------------------------------- the rewrites
+
+
+def _block_graph(fetch_bn_y=False, fetch_sum=False, control_on_bn=False, side=True):
+    """conv -> BN (training) -> [+ x] -> Relu, a loss and its gradients; the fetches."""
+    rng = np.random.default_rng(7)
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, mg.float32, shape=[2, 5, 5, 4])
+    conv = ops.Conv2D(root, x, rng.standard_normal((3, 3, 4, 4)).astype(F32), [1, 1, 1, 1],
+                      "SAME")
+    scale, offset = ops.Const(root, np.ones(4, F32)), ops.Const(root, np.zeros(4, F32))
+    bn = ops.FusedBatchNormV3(root, conv, scale, offset, np.zeros(0, F32), np.zeros(0, F32))
+    total = ops.AddV2(root, bn.y, x) if side else bn.y
+    relu = ops.Relu(root, total)
+    loss = ops.Sum(root, ops.Mul(root, relu, relu), [0, 1, 2, 3])
+    fetches = [loss, *mg.AddSymbolicGradients(root, [loss], [x, scale, offset])]
+    if fetch_bn_y:
+        fetches.append(bn.y)
+    if fetch_sum:
+        fetches.append(total)
+    if control_on_bn:
+        fetches.append(ops.Identity(root.WithControlDependencies([bn.operation]), loss))
+    return root, x, fetches
+
+
+def _fused_types(root, fetches) -> list[str]:
+    return [op.type for op in mg.optimize(root, fetches).operations() if op.type[0] == "_"]
+
+
+@pytest.mark.parametrize("side", [True, False])
+def test_fused_ops_form_where_nothing_else_reads_the_intermediates(side):
+    root, x, fetches = _block_graph(side=side)
+    assert sorted(_fused_types(root, fetches)) == ["_FusedBatchNormEx", "_FusedBatchNormGradEx"]
+    metadata = mg.RunMetadata()
+    backend = BACKENDS[-1]
+    mg.ClientSession(root, backend=backend).Run(
+        {x: np.ones((2, 5, 5, 4), F32)}, fetches, run_metadata=metadata)
+    ran = {stats.op_type: stats.backend for stats in metadata.step_stats}
+    assert ran["_FusedBatchNormEx"] == ran["_FusedBatchNormGradEx"] == backend
+    assert "FusedBatchNormV3" not in ran and "ReluGrad" not in ran
+
+
+@pytest.mark.parametrize("gate", ["fetch_bn_y", "fetch_sum", "control_on_bn"])
+def test_no_fusion_where_an_intermediate_is_read(gate):
+    root, _, fetches = _block_graph(**{gate: True})
+    assert _fused_types(root, fetches) == []
+
+
+# ----------------------------------------------------------------------------- random graphs
+
+
+class _TrainingGraph:
+    """One random training graph drawn by hypothesis."""
+
+    def __init__(self, draw) -> None:
+        self.draw = draw
+        self.layout = draw(st.sampled_from(["NHWC", "NCHW"]))
+        n, h, w, c = (draw(st.integers(1, 2)), draw(st.integers(2, 5)), draw(st.integers(2, 5)),
+                      draw(st.integers(1, 5)))
+        self.shape = (n, h, w, c) if self.layout == "NHWC" else (n, c, h, w)
+        self.c = c
+        self.rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+        self.root = mg.Scope.NewRootScope()
+        self.x = ops.Placeholder(self.root, mg.float32, shape=list(self.shape))
+        self.tensors = [self.x]
+        self.variables: list[mg.Output] = [self.x]
+        self.fetches: list[mg.Output] = []
+        self.controls: list = []
+
+    def pick(self) -> mg.Output:
+        return self.draw(st.sampled_from(self.tensors))
+
+    def const(self, shape, low=None) -> mg.Output:
+        value = (self.rng.uniform(low, 1.5, shape) if low is not None
+                 else self.rng.standard_normal(shape) * 0.5)
+        return ops.Const(self.root, value.astype(F32))
+
+    def block(self) -> None:
+        """conv -> BN (training) -> [+ an earlier tensor] -> Relu"""
+        conv = ops.Conv2D(self.root, self.pick(), self.const((3, 3, self.c, self.c)),
+                          [1, 1, 1, 1], "SAME", data_format=self.layout)
+        scale, offset = self.const((self.c,), 0.5), self.const((self.c,))
+        self.variables += [scale, offset]
+        bn = ops.FusedBatchNormV3(self.root, conv, scale, offset, np.zeros(0, F32),
+                                  np.zeros(0, F32), data_format=self.layout,
+                                  epsilon=self.draw(st.sampled_from([1e-3, 1e-5])))
+        y = bn.y
+        if self.draw(st.booleans()):
+            side = self.pick()
+            y = ops.AddV2(self.root, *((y, side) if self.draw(st.booleans()) else (side, y)))
+            self.maybe_read(y)
+        self.maybe_read(bn.y)
+        if self.draw(st.integers(0, 4)) == 0:
+            self.controls.append(bn.operation)
+        self.tensors.append(ops.Relu(self.root, y))
+
+    def maybe_read(self, t: mg.Output) -> None:
+        """Sometimes fetch an intermediate, or read it from another op (fan-out)."""
+        choice = self.draw(st.integers(0, 5))
+        if choice == 0:
+            self.fetches.append(t)
+        elif choice == 1:
+            self.tensors.append(ops.Mul(self.root, t, t))
+
+    def pool(self) -> None:
+        """A 2x2 stride-1 SAME max pool (the shape stays, so any tensor can be a side input)"""
+        window = [1, 1, 2, 2] if self.layout == "NCHW" else [1, 2, 2, 1]
+        self.tensors.append(ops.MaxPool(self.root, self.pick(), window, [1, 1, 1, 1], "SAME",
+                                        data_format=self.layout))
+
+    def finish(self) -> list[mg.Output]:
+        terms = [ops.Sum(self.root, ops.Mul(self.root, t, self.const(self.shape)),
+                         [0, 1, 2, 3]) for t in self.tensors[1:]]
+        loss = terms[0] if len(terms) == 1 else ops.AddN(self.root, terms)
+        if self.controls:
+            loss = ops.Identity(self.root.WithControlDependencies(self.controls), loss)
+        grads = mg.AddSymbolicGradients(self.root, [loss], self.variables)
+        return [loss, *grads, *self.fetches]
+
+
+@st.composite
+def _training_graphs(draw):
+    graph = _TrainingGraph(draw)
+    for _ in range(draw(st.integers(1, 4))):
+        graph.block() if draw(st.integers(0, 3)) else graph.pool()
+    if len(graph.tensors) == 1:
+        graph.block()
+    return graph, graph.finish()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_training_graphs())
+def test_random_training_graphs_give_the_same_bits_fused_and_unfused(drawn):
+    graph, fetches = drawn
+    types = _fused_types(graph.root, fetches)
+    event(f"fused ops formed: {len(types)}")
+    feeds = {graph.x: graph.rng.standard_normal(graph.shape).astype(F32)}
+    for backend in BACKENDS:
+        fused = mg.ClientSession(graph.root, backend=backend).Run(feeds, fetches)
+        plain = mg.ClientSession(graph.root, backend=backend,
+                                 optimizer=REMAPPER_OFF).Run(feeds, fetches)
+        _assert_same_bits(fused, plain)
