@@ -64,7 +64,7 @@ def _tail(y: np.ndarray, side: np.ndarray | None, relu_on: bool, on_native: bool
     return _relu(y, on_native) if relu_on else y
 
 
-# ----------------------------------------------------------------------------- _FusedBatchNormEx
+# ---------------------------------------------------------------------- _FusedBatchNormEx
 
 
 def _ex_attrs(op: Operation, inputs: list[np.ndarray], first_side: int
@@ -98,7 +98,7 @@ def fused_batch_norm_ex_native(op: Operation, inputs: list[np.ndarray], ctx: Ker
         partial(native.bn_forward_inference_ex, side=side, relu=relu_on))
 
 
-# ----------------------------------------------------------------------------- _FusedBatchNormGradEx
+# ------------------------------------------------------------------ _FusedBatchNormGradEx
 
 
 def _grad_ex_chain(op: Operation, inputs: list[np.ndarray], ctx: KernelContext,
