@@ -274,3 +274,46 @@ def test_random_training_graphs_give_the_same_bits_fused_and_unfused(drawn):
         plain = mg.ClientSession(graph.root, backend=backend,
                                  optimizer=REMAPPER_OFF).Run(feeds, fetches)
         _assert_same_bits(fused, plain)
+
+
+# ----------------------------------------------------------------------------- opt-in folding
+
+
+@settings(max_examples=20, deadline=None)
+@given(layout=st.sampled_from(["NHWC", "NCHW"]), n=st.integers(1, 2), hw=st.integers(3, 7),
+       cin=st.integers(1, 6), cout=st.integers(1, 6), stride=st.sampled_from([1, 2]),
+       padding=st.sampled_from(["SAME", "VALID"]), seed=st.integers(0, 2 ** 16))
+def test_batch_norm_folding_is_opt_in_and_within_its_bound(layout, n, hw, cin, cout, stride,
+                                                           padding, seed):
+    """fold_batch_norm replaces Conv2D -> FusedBatchNormV3 (inference, constants) by
+    Conv2D -> BiasAdd, within (K + 3) 2^-24 (sum|x W||k| + |mean k| + |offset|) of the
+    unfused result on each side (K = multiply-adds per output); off by default."""
+    rng = np.random.default_rng(seed)
+    shape = (n, hw, hw, cin) if layout == "NHWC" else (n, cin, hw, hw)
+    x = rng.standard_normal(shape).astype(F32)
+    w = rng.standard_normal((3, 3, cin, cout)).astype(F32)
+    scale, offset, mean = (rng.standard_normal(cout).astype(F32) for _ in range(3))
+    variance = rng.uniform(0.1, 2, cout).astype(F32)
+    root = mg.Scope.NewRootScope()
+    X = ops.Placeholder(root, mg.float32, shape=list(shape))
+    strides = [1, 1, stride, stride] if layout == "NCHW" else [1, stride, stride, 1]
+    conv = ops.Conv2D(root, X, w, strides, padding, data_format=layout)
+    bn = ops.FusedBatchNormV3(root, conv, scale, offset, mean, variance, is_training=False,
+                              data_format=layout, epsilon=1e-3)
+    on = mg.OptimizerOptions(fold_batch_norm=True)
+    assert [op.type for op in mg.optimize(root, [bn.y], options=on).operations()
+            if op.type in ("FusedBatchNormV3", "BiasAdd")] == ["BiasAdd"]
+    assert "FusedBatchNormV3" in [op.type for op in mg.optimize(root, [bn.y]).operations()]
+    k = scale.astype(np.float64) / np.sqrt(variance.astype(np.float64) + np.float32(1e-3))
+    channel = [1, -1, 1, 1] if layout == "NCHW" else [1, 1, 1, -1]
+    abs_root = mg.Scope.NewRootScope()
+    abs_conv = ops.Conv2D(abs_root, np.abs(x).astype(np.float64), np.abs(w).astype(np.float64),
+                          strides, padding, data_format=layout)
+    magnitude = mg.ClientSession(abs_root, backend="reference").Run([abs_conv])[0]
+    bound = (9 * cin + 3) * 2.0 ** -24 * (magnitude * np.abs(k).reshape(channel)
+                                         + np.abs(mean * k).reshape(channel)
+                                         + np.abs(offset).reshape(channel))
+    for backend in BACKENDS:
+        folded = mg.ClientSession(root, backend=backend, optimizer=on).Run({X: x}, [bn.y])[0]
+        plain = mg.ClientSession(root, backend=backend).Run({X: x}, [bn.y])[0]
+        assert np.all(np.abs(folded.astype(np.float64) - plain) <= 2 * bound)

@@ -17,6 +17,7 @@ from minigraph.framework.errors import InvalidArgumentError
 from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.scope import Scope
 from minigraph.optimizer import (  # noqa: F401 (each module registers its pass)
+    batch_norm_folding,
     constant_folding,
     cse,
     dependency,

@@ -25,7 +25,7 @@ from minigraph.optimizer.item import GraphItem, Node, parse_input, tensor_name
 from minigraph.optimizer.remapper import register_fusion
 
 
-class _Edges:
+class Edges:
     """Who reads what in the item: data readers per tensor, control dependents per node."""
 
     def __init__(self, item: GraphItem) -> None:
@@ -89,7 +89,7 @@ def _replace(item: GraphItem, old: list[Node], fused: Node) -> None:
 @register_fusion("batch_norm_relu", order=10)
 def fuse_batch_norm_relu(item: GraphItem) -> GraphItem:
     """``FusedBatchNormV3 (training) -> [AddV2] -> Relu`` -> ``_FusedBatchNormEx``."""
-    edges = _Edges(item)
+    edges = Edges(item)
     for bn in item:
         if not (bn.op == "FusedBatchNormV3" and item.nodes.get(bn.name) is bn
                 and bn.attrs["is_training"]
@@ -119,7 +119,7 @@ def fuse_batch_norm_relu(item: GraphItem) -> GraphItem:
         _replace(item, chain, fused)
         for index in range(1, 6):
             item.forward(tensor_name(bn.name, index), tensor_name(fused.name, index))
-        edges = _Edges(item)
+        edges = Edges(item)
     return item
 
 
@@ -128,7 +128,7 @@ def fuse_batch_norm_relu_grad(item: GraphItem) -> GraphItem:
     """``ReluGrad(dy, y) -> FusedBatchNormGradV3`` -> ``_FusedBatchNormGradEx`` where ``y``
     is a ``_FusedBatchNormEx``'s Relu output and the gradient reads that op's inputs and
     reserve spaces."""
-    edges = _Edges(item)
+    edges = Edges(item)
     for grad in item:
         if not (grad.op == "FusedBatchNormGradV3" and item.nodes.get(grad.name) is grad
                 and grad.attrs["is_training"] and _float32(grad)
@@ -164,5 +164,5 @@ def fuse_batch_norm_relu_grad(item: GraphItem) -> GraphItem:
         _replace(item, [relu_grad, grad], fused)
         if sides:
             item.forward(masked, tensor_name(fused.name, 5))
-        edges = _Edges(item)
+        edges = Edges(item)
     return item
