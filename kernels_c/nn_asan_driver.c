@@ -274,7 +274,7 @@ static void elementwise_case(int64_t count, int threads, int shift)
     CHECK(mg_relu(count, x, out[0], threads) == 0, "relu");
     CHECK(mg_relu_grad(count, g, x, out[1], threads) == 0, "relu_grad");
     CHECK(mg_apply_adam(count, var, m, v, g, 0.01f, 0.9f, 0.999f, 1e-7f, count % 2, out[2],
-                        out[3], out[4]) == 0, "adam");
+                        out[3], out[4], threads) == 0, "adam");
     for (int64_t i = 0; i < count; ++i) {
         CHECK(out[0][i] == (x[i] > 0 ? x[i] : 0.0f), "relu at %ld", (long)i);
         const float d = scalar_relu_grad(g[i], x[i]);
@@ -523,7 +523,7 @@ int main(void)
     CHECK(mg_broadcast(0, 1, &two, &two, &two, NULL, &one, &one, 1) == MG_EINVAL,
           "broadcast NULL accepted");
     CHECK(mg_apply_adam(2, &one, &one, &one, NULL, 0.1f, 0.9f, 0.999f, 1e-7f, 0, &one, &one,
-                        &one) == MG_EINVAL, "adam NULL accepted");
+                        &one, 1) == MG_EINVAL, "adam NULL accepted");
     CHECK(mg_max_pool(1, 4, 4, 1, (int64_t)1 << 40, 2, 1, 2, 0, 0, 4, 2, 1, &one, &one, 1) ==
               MG_EINVAL, "a window of 2^40 rows accepted");
     if (failures) {
