@@ -17,13 +17,14 @@ from functools import partial
 
 import numpy as np
 
-from minigraph.backends import native
+from minigraph.backends import native, training_kernels
 from minigraph.backends.activation_kernels import c_relu, c_relu_grad, relu, relu_grad
 from minigraph.backends.batch_norm_kernels import batch_norm_forward, fused_batch_norm_grad
 from minigraph.backends.math_kernels import c_broadcast
 from minigraph.backends.registry import KernelContext, register_kernel
 from minigraph.framework import dtypes
 from minigraph.framework.graph import Operation
+from minigraph.ops import training_ops
 from minigraph.ops.batch_norm import channels_last
 
 NATIVE = {"backend": "native", "dtypes": (dtypes.float32,)}
@@ -136,3 +137,113 @@ def fused_batch_norm_grad_ex_native(op: Operation, inputs: list[np.ndarray],
     empty = np.zeros(0, np.float32)
     outputs = [dx, scale_backprop, offset_backprop, empty, empty.copy()]
     return outputs + ([side] if side is not None else [])
+
+
+# ----------------------------------------------------------------------------- update lists
+
+# per single op: its reference kernel, the C kind, its state inputs, and how its scalars
+# become C's (lr, c1, c2, epsilon) and its gradient input
+_UPDATES = {
+    "ApplyGradientDescent": (training_kernels.apply_gradient_descent,
+                             "MG_UPDATE_GRADIENT_DESCENT", ("var",)),
+    "ApplyMomentum": (training_kernels.apply_momentum, "MG_UPDATE_MOMENTUM", ("var", "accum")),
+    "ApplyAdam": (training_kernels.apply_adam, "MG_UPDATE_ADAM", ("var", "m", "v")),
+}
+
+FUSED_UPDATE_SINGLE = {f"_Fused{name}": getattr(training_ops, name).op_def
+                       for name in _UPDATES}
+
+
+class _OneVariable:
+    """Variable ``k`` of a fused update as the single op's kernel sees an op: its type,
+    inputs, attrs and op definition."""
+
+    __slots__ = ("type", "inputs", "attrs", "op_def")
+
+    def __init__(self, op: Operation, k: int) -> None:
+        count = op.attrs["N"]
+        self.type = op.type[len("_Fused"):]
+        self.op_def = FUSED_UPDATE_SINGLE[op.type]
+        self.inputs = op.inputs[k::count]
+        self.attrs = {name: value for name, value in op.attrs.items() if name != "N"}
+
+
+
+def _per_variable(op: Operation, inputs: list, k: int) -> list:
+    count = op.attrs["N"]
+    return inputs[k::count]
+
+
+@register_kernel("_FusedApplyGradientDescent", "_FusedApplyMomentum", "_FusedApplyAdam")
+def fused_apply(op: Operation, inputs: list, ctx: KernelContext) -> list[np.ndarray]:
+    """Each variable updated by the single op's own kernel, in order."""
+    kernel = _UPDATES[op.type[len("_Fused"):]][0]
+    return [kernel(_OneVariable(op, k), _per_variable(op, inputs, k), ctx)[0]
+            for k in range(op.attrs["N"])]
+
+
+@register_kernel("_FusedApplyGradientDescent", "_FusedApplyMomentum", "_FusedApplyAdam",
+                 **NATIVE)
+def fused_apply_native(op: Operation, inputs: list, ctx: KernelContext) -> list[np.ndarray]:
+    """Every variable in one C call (``mg_apply_update_list``), each by the single op's
+    float32 formula with its own scalars: the single kernels' bits."""
+    name = op.type[len("_Fused"):]
+    _, kind, state_names = _UPDATES[name]
+    count = op.attrs["N"]
+    single = FUSED_UPDATE_SINGLE[op.type]
+    column = {arg.name: i for i, arg in enumerate(single.inputs)}
+
+    def arg(arg_name: str) -> list:
+        start = column[arg_name] * count
+        return inputs[start:start + count]
+
+    if name == "ApplyGradientDescent":
+        lr, grad, c1 = arg("alpha"), arg("delta"), None
+        c2 = epsilon = None
+    elif name == "ApplyMomentum":
+        lr, grad, c1 = arg("lr"), arg("grad"), arg("momentum")
+        c2 = epsilon = None
+    else:
+        with np.errstate(all="ignore"):
+            lr = [lr_k * np.sqrt(1 - b2) / (1 - b1) for lr_k, b1, b2 in
+                  zip(arg("lr"), arg("beta1_power"), arg("beta2_power"))]
+        grad, c1, c2, epsilon = arg("grad"), arg("beta1"), arg("beta2"), arg("epsilon")
+    refs = [[op.inputs[column[state] * count + k].op.name for k in range(count)]
+            for state in state_names]
+    state = ctx.state
+    with state.lock:
+        current = [[native.as_f32(state.read(r)) for r in row] for row in refs]
+        grad = [native.as_f32(g) for g in grad]
+        for k in range(count):
+            native.check_same_shape(op.type, current[0][k], grad=grad[k],
+                                    **{s: current[i][k] for i, s in enumerate(state_names)})
+        outputs = [[np.empty(v.shape, np.float32) for v in row] for row in current]
+        c_update_list(getattr(native.lib, kind), current, grad, outputs, lr, c1, c2, epsilon,
+                      op.attrs.get("use_nesterov", False))
+        for row_refs, row in zip(refs, outputs):
+            for ref, value in zip(row_refs, row):
+                state.write(ref, value)
+        return [state.read(r) for r in refs[0]]
+
+
+def c_update_list(kind: int, current: list[list[np.ndarray]], grad: list[np.ndarray],
+                  outputs: list[list[np.ndarray]], lr, c1, c2, epsilon, nesterov: bool) -> None:
+    """``mg_apply_update_list`` over C-contiguous float32 arrays: ``current[i][k]`` state i
+    (var, then accum or m, v) of variable k, each ``grad[k]`` and ``outputs[i][k]`` of
+    ``current[0][k]``'s size (checked by the caller), scalars one per variable."""
+    ffi, lib = native.ffi, native.lib
+    count = len(grad)
+
+    def pointers(arrays, kind_name="const float *[]"):
+        return ffi.new(kind_name, [native.fbuf(a) for a in arrays])
+
+    def scalars(values):
+        return ffi.NULL if values is None else ffi.new("float[]", [float(v) for v in values])
+
+    rows = [pointers(row) for row in current] + [ffi.NULL] * (3 - len(current))
+    outs = [pointers(row, "float *[]") for row in outputs] + [ffi.NULL] * (3 - len(outputs))
+    counts = ffi.new("int64_t[]", [g.size for g in grad])
+    native.check_code(lib.mg_apply_update_list(
+        kind, count, counts, rows[0], rows[1], rows[2], pointers(grad), outs[0], outs[1],
+        outs[2], scalars(lr), scalars(c1), scalars(c2), scalars(epsilon), int(nesterov),
+        native.num_threads()), "fused variable updates")

@@ -10,11 +10,18 @@ that runs it, in one kernel call (one trip through memory instead of one per op)
   output); ``side_input_backprop`` is the masked gradient, which is what the side input's
   ``AddV2`` passes back. ``offset`` is read by TF's GPU kernel only; here it is unread.
 
+* ``_FusedApplyGradientDescent``, ``_FusedApplyMomentum``, ``_FusedApplyAdam`` (minigraph's
+  own): every ``ApplyGradientDescent`` / ``ApplyMomentum`` / ``ApplyAdam`` of a step in one
+  op, each input of the single op a list of ``N`` tensors (variable ``k`` is updated by the
+  single op's formula with the ``k``-th entries), the outputs the ``N`` updated variables.
+
 TensorFlow forms its ``_FusedBatchNormEx`` and ``_FusedBatchNormGradEx`` on GPU and oneDNN
 only; on CPU these run the native kernels of ``backends/fused_kernels.py``.
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 
@@ -30,6 +37,7 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.tensor_shape import TensorShape, dims_text
+from minigraph.ops import training_ops
 from minigraph.ops.batch_norm import (
     FORMATS_2D,
     HALF_TYPES,
@@ -155,3 +163,48 @@ FUSED_BATCH_NORM_GRAD_EX = register_op(OpDef(
 
 FusedBatchNormEx = make_wrapper(FUSED_BATCH_NORM_EX)
 FusedBatchNormGradEx = make_wrapper(FUSED_BATCH_NORM_GRAD_EX)
+
+
+# ----------------------------------------------------------------------------- update lists
+
+
+def _at_least_one(value: int) -> str | None:
+    return None if value >= 1 else f"must be at least 1, got {value}"
+
+
+def _update_list_shape(single: OpDef):
+    """The single op's shape function run for each variable k on the k-th inputs."""
+    def shape_fn(ctx: InferenceContext) -> list[TensorShape]:
+        count = ctx.attrs["N"]
+        attrs = {name: value for name, value in ctx.attrs.items() if name != "N"}
+        shapes = []
+        for k in range(count):
+            sub = copy.copy(ctx)
+            picked = [k + i * count for i in range(len(single.inputs))]
+            sub.op_def, sub.attrs = single, attrs
+            sub.inputs = [ctx.inputs[i] for i in picked]
+            sub.input_shapes = [ctx.input_shapes[i] for i in picked]
+            shapes += single.shape_fn(sub)
+        return shapes
+
+    return shape_fn
+
+
+def _update_list_op(name: str) -> OpDef:
+    """``_Fused<name>``: ``name`` over lists of N variables (every input a list)."""
+    single = getattr(training_ops, name).op_def
+    return register_op(OpDef(
+        name=f"_Fused{name}",
+        inputs=[ArgDef(arg.name, type_attr="T", is_ref=arg.is_ref, number_attr="N",
+                       doc=f"{name}'s {arg.name}, one per variable.") for arg in single.inputs],
+        outputs=[ArgDef("out", type_attr="T", number_attr="N",
+                        doc="The updated variables.")],
+        attrs=[*single.attrs, AttrDef("N", "int", default=1, check=_at_least_one,
+                                      doc="How many variables are updated.")],
+        shape_fn=_update_list_shape(single),
+        is_stateful=True,
+    ))
+
+
+FUSED_UPDATES = {name: _update_list_op(name)
+                 for name in ("ApplyGradientDescent", "ApplyMomentum", "ApplyAdam")}

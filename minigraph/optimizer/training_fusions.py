@@ -166,3 +166,56 @@ def fuse_batch_norm_relu_grad(item: GraphItem) -> GraphItem:
             item.forward(masked, tensor_name(fused.name, 5))
         edges = Edges(item)
     return item
+
+
+def _ancestors(item: GraphItem, names: list[str]) -> set[str]:
+    """Every node the nodes ``names`` depend on (data and control edges), transitively."""
+    seen: set[str] = set()
+    stack = [parse_input(text)[0] for name in names for text in item.node(name).inputs]
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in item:
+            continue
+        seen.add(name)
+        stack.extend(parse_input(text)[0] for text in item.node(name).inputs)
+    return seen
+
+
+UPDATE_OPS = ("ApplyGradientDescent", "ApplyMomentum", "ApplyAdam")
+
+
+@register_fusion("variable_updates", order=30)
+def fuse_variable_updates(item: GraphItem) -> GraphItem:
+    """The float32 ``ApplyGradientDescent`` / ``ApplyMomentum`` / ``ApplyAdam`` nodes of one
+    kind, attrs and device whose results nothing reads (a training step's updates, run for
+    their effect) -> one ``_FusedApply*`` over the list, named as the last of them; nodes
+    that ran after one of them run after the fused op. Not formed where one update depends
+    on another (a control edge between them), nor for fewer than two updates."""
+    edges = Edges(item)
+    groups: dict[tuple, list[Node]] = {}
+    for node in item:
+        if (node.op in UPDATE_OPS and _float32(node) and not item.is_fed(node.name)
+                and not edges.uses.get(tensor_name(node.name, 0))):
+            key = (node.op, node.device, tuple(sorted(
+                (k, v) for k, v in node.attrs.items() if k != "T")))
+            groups.setdefault(key, []).append(node)
+    for (op_type, device, _), members in groups.items():
+        names = [node.name for node in members]
+        if len(members) < 2 or _ancestors(item, names) & set(names):
+            continue
+        width = len(members[0].data_inputs)
+        inputs = [members[k].data_inputs[j] for j in range(width) for k in range(len(members))]
+        last = members[-1]
+        fused = Node(last.name, f"_Fused{op_type}", inputs + _controls(*members),
+                     dict(last.attrs, N=len(members)), device)
+        _replace(item, members, fused)
+        for node in item:
+            if node is fused:
+                continue
+            controls = [name for name in node.control_inputs if name in names]
+            if controls:
+                node.inputs = [text for text in node.inputs
+                               if not (text.startswith("^") and text[1:] in names)]
+                node.inputs.append(f"^{fused.name}")
+        item.touch()
+    return item
