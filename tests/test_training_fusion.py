@@ -317,3 +317,70 @@ def test_batch_norm_folding_is_opt_in_and_within_its_bound(layout, n, hw, cin, c
         folded = mg.ClientSession(root, backend=backend, optimizer=on).Run({X: x}, [bn.y])[0]
         plain = mg.ClientSession(root, backend=backend).Run({X: x}, [bn.y])[0]
         assert np.all(np.abs(folded.astype(np.float64) - plain) <= 2 * bound)
+
+
+# ----------------------------------------------------------------------------- variable updates
+
+
+def _updates_graph(kind: str, shapes: list, nesterov: bool, control_between: bool):
+    """A two-layer model's variables of ``shapes`` updated by ``kind``; (root, x, loss,
+    variables, inits, train)."""
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, mg.float32, shape=[3, shapes[0][0]])
+    variables = [ops.Variable(root, list(s), mg.float32) for s in shapes]
+    inits = [ops.Assign(root, v, np.random.default_rng(i).standard_normal(s).astype(F32))
+             for i, (v, s) in enumerate(zip(variables, shapes))]
+    h = ops.Relu(root, ops.AddV2(root, ops.MatMul(root, x, variables[0]), variables[1]))
+    y = ops.MatMul(root, h, variables[2])
+    loss = ops.Sum(root, ops.Mul(root, y, y), [0, 1])
+    grads = mg.AddSymbolicGradients(root, [loss], variables)
+
+    def slot(shape):
+        v = ops.Variable(root, list(shape), mg.float32)
+        inits.append(ops.Assign(root, v, np.full(shape, 0.25, F32)))
+        return v
+
+    updates = []
+    for v, g, s in zip(variables, grads, shapes):
+        scope = root.WithControlDependencies([updates[-1].op]) if (
+            control_between and updates) else root
+        if kind == "ApplyGradientDescent":
+            updates.append(ops.ApplyGradientDescent(scope, v, F32(0.05), g))
+        elif kind == "ApplyMomentum":
+            updates.append(ops.ApplyMomentum(scope, v, slot(s), F32(0.05), g, F32(0.9),
+                                             use_nesterov=nesterov))
+        else:
+            updates.append(ops.ApplyAdam(scope, v, slot(s), slot(s), F32(0.9), F32(0.99),
+                                         F32(0.01), F32(0.9), F32(0.999), F32(1e-7), g,
+                                         use_nesterov=nesterov))
+    train = ops.NoOp(root.WithControlDependencies([u.op for u in updates]))
+    return root, x, loss, variables, inits, train
+
+
+@settings(max_examples=12, deadline=None)
+@given(kind=st.sampled_from(["ApplyGradientDescent", "ApplyMomentum", "ApplyAdam"]),
+       n_in=st.integers(1, 5), hidden=st.integers(1, 40), n_out=st.integers(1, 3),
+       nesterov=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_variable_updates_fuse_into_one_op_with_the_same_bits(kind, n_in, hidden, n_out,
+                                                              nesterov, seed):
+    shapes = [(n_in, hidden), (hidden,), (hidden, n_out)]
+    root, x, loss, variables, inits, train = _updates_graph(kind, shapes, nesterov, False)
+    assert [op.type for op in mg.optimize(root, [], targets=[train]).operations()
+            if op.type.startswith("_Fused")] == [f"_Fused{kind}"]
+    x_value = np.random.default_rng(seed).standard_normal((3, n_in)).astype(F32)
+    for backend in BACKENDS:
+        results = []
+        for options in (mg.OptimizerOptions(), REMAPPER_OFF):
+            session = mg.ClientSession(root, backend=backend, optimizer=options)
+            session.Run([], [], [i.op for i in inits])
+            for _ in range(3):
+                session.Run({x: x_value}, [], [train])
+            results.append(session.Run({x: x_value}, [loss, *variables]))
+        _assert_same_bits(*results)
+
+
+def test_variable_updates_ordered_by_control_edges_stay_apart():
+    root, _, _, _, _, train = _updates_graph("ApplyMomentum", [(2, 3), (3,), (3, 1)], False,
+                                             True)
+    assert not any(op.type.startswith("_Fused")
+                   for op in mg.optimize(root, [], targets=[train]).operations())
