@@ -189,12 +189,14 @@ def fuse_variable_updates(item: GraphItem) -> GraphItem:
     """The float32 ``ApplyGradientDescent`` / ``ApplyMomentum`` / ``ApplyAdam`` nodes of one
     kind, attrs and device whose results nothing reads (a training step's updates, run for
     their effect) -> one ``_FusedApply*`` over the list, named as the last of them; nodes
-    that ran after one of them run after the fused op. Not formed where one update depends
-    on another (a control edge between them), nor for fewer than two updates."""
+    that ran after one of them run after the fused op. A preserved update (a run's target)
+    stays itself; none is formed where one update depends on another (a control edge
+    between them), nor for fewer than two updates."""
     edges = Edges(item)
     groups: dict[tuple, list[Node]] = {}
     for node in item:
-        if (node.op in UPDATE_OPS and _float32(node) and not item.is_fed(node.name)
+        if (node.op in UPDATE_OPS and _float32(node) and node.name not in edges.preserved
+                and not item.is_fed(node.name)
                 and not edges.uses.get(tensor_name(node.name, 0))):
             key = (node.op, node.device, tuple(sorted(
                 (k, v) for k, v in node.attrs.items() if k != "T")))
