@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from minigraph.optimizer.item import GraphItem
+from minigraph.framework import dtypes
+from minigraph.framework.op_def import get_op_def, output_args
+from minigraph.optimizer.item import GraphItem, Node, is_control, parse_input, tensor_name
 from minigraph.optimizer.passes import Rewrite, register_pass
 
 
@@ -48,3 +50,131 @@ def remap(item: GraphItem) -> GraphItem:
     for fusion in registered_fusions():
         item = fusion.rewrite(item)
     return item
+
+
+# ----------------------------------------------------------------------------- epilogues
+
+# head op -> its fused op (ops/fused_ops.py)
+FUSED_HEADS = {"Conv2D": "_FusedConv2D", "DepthwiseConv2dNative": "_FusedDepthwiseConv2dNative",
+               "MatMul": "_FusedMatMul"}
+_STAGE_RANK = {"BiasAdd": 0, "FusedBatchNorm": 1, "Add": 2, "Relu": 3, "Relu6": 3}
+
+
+def _on_host(device: str) -> bool:
+    from minigraph.client.session import parse_device
+
+    return not device or parse_device(device)[0] == "CPU"
+
+
+def _stage(node: Node) -> str | None:
+    """The fused-op stage ``node`` can be, or None."""
+    attrs = node.attrs
+    if node.op in ("Relu", "Relu6"):
+        return node.op
+    if node.op == "BiasAdd":
+        return "BiasAdd" if attrs["data_format"] == "NHWC" else None
+    if node.op == "FusedBatchNormV3":
+        fits = (not attrs["is_training"] and attrs["data_format"] == "NHWC"
+                and attrs["T"] is dtypes.float32 and attrs["U"] is dtypes.float32)
+        return "FusedBatchNorm" if fits else None
+    if node.op == "AddV2":
+        return "Add"
+    return None
+
+
+def _head_fits(node: Node) -> bool:
+    if node.op not in FUSED_HEADS or node.attrs["T"] is not dtypes.float32:
+        return False
+    return node.op != "DepthwiseConv2dNative" or node.attrs["padding"] != "EXPLICIT"
+
+
+@register_fusion("conv_epilogue", order=50)
+def fuse_epilogues(item: GraphItem) -> GraphItem:
+    """A float32 ``Conv2D``/``DepthwiseConv2dNative``/``MatMul`` and the chain ``[BiasAdd]
+    -> [FusedBatchNormV3 (inference)] -> [AddV2] -> [Relu|Relu6]`` after it become one fused
+    op (``ops/fused_ops.py``) named as the chain's last node.
+
+    A chain grows from its head along the only use of the running value while the next
+    node is a later stage, on the head's (host) device, unclaimed, reading the running value
+    as its input 0 (either input of the ``AddV2``), its other outputs unused. An ``AddV2``
+    whose two inputs both end fusable chains (a projection shortcut) joins the first head's
+    chain in topological order; the other chain ends before it. Heads and middle nodes must
+    not be preserved, fed or control inputs of anything; the last node may be (it keeps its
+    name)."""
+    preserved = item.preserved
+    uses = item.uses()
+    readers: dict[str, list[tuple[Node, int]]] = {}
+    controlling: set[str] = set()
+    for node in item:
+        for index, text in enumerate(node.inputs):
+            if is_control(text):
+                controlling.add(text[1:])
+            else:
+                readers.setdefault(tensor_name(*parse_input(text)), []).append((node, index))
+    claimed: set[str] = set()
+    for head in item._ordered():
+        if (not _head_fits(head) or head.name in claimed or head.name in preserved
+                or head.name in controlling or item.is_fed(head.name)
+                or not _on_host(head.device)):
+            continue
+        chain = _grow(head, item, uses, readers, controlling, preserved, claimed)
+        if chain:
+            claimed.update([head.name, *(node.name for node, _ in chain)])
+            _replace(item, head, chain)
+    return item
+
+
+def _grow(head: Node, item: GraphItem, uses: dict[str, int],
+          readers: dict[str, list[tuple[Node, int]]], controlling: set[str],
+          preserved: set[str], claimed: set[str]) -> list[tuple[Node, str]]:
+    """The chain after ``head``: (node, stage) pairs."""
+    chain: list[tuple[Node, str]] = []
+    key, rank, last = head.name, -1, head
+    while uses.get(key, 0) == 1 and len(readers.get(key, ())) == 1:
+        node, index = readers[key][0]
+        stage = _stage(node)
+        if (stage is None or _STAGE_RANK[stage] <= rank or node.name in claimed
+                or node.device != head.device or item.is_fed(node.name)
+                or (index != 0 and stage != "Add")
+                or any(uses.get(tensor_name(node.name, i), 0)
+                       for i in range(1, len(output_args(node.op_def, node.attrs))))):
+            break
+        if last is not head and (last.name in preserved or last.name in controlling):
+            break  # a middle node must vanish
+        chain.append((node, stage))
+        key, rank, last = node.name, _STAGE_RANK[stage], node
+    return chain
+
+
+def _replace(item: GraphItem, head: Node, chain: list[tuple[Node, str]]) -> None:
+    """Put the fused node in the place (and under the name) of the chain's last node."""
+    args: list[str] = []
+    running = head.name
+    for node, stage in chain:
+        data = node.data_inputs
+        if stage == "Add":
+            args.append(data[1] if tensor_name(*parse_input(data[0])) == running else data[0])
+        else:
+            args.extend(data[1:])
+        running = node.name
+    members = {head.name, *(node.name for node, _ in chain)}
+    controls: list[str] = []
+    for node in (head, *(node for node, _ in chain)):
+        controls += [f"^{c}" for c in node.control_inputs
+                     if c not in members and f"^{c}" not in controls]
+    fused_type = FUSED_HEADS[head.op]
+    op_def = get_op_def(fused_type)
+    attrs = {name: value for name, value in head.attrs.items()
+             if any(a.name == name for a in op_def.attrs)}
+    stages = [stage for _, stage in chain]
+    bn = [node for node, stage in chain if stage == "FusedBatchNorm"]
+    attrs.update(fused_ops=stages, num_args=len(args),
+                 epsilon=bn[0].attrs["epsilon"] if bn else 0.0001)
+    if fused_type == "_FusedConv2D":
+        attrs.update(TArgs=[dtypes.float32] * len(args), num_host_args=0)
+    last = chain[-1][0]
+    fused = Node(last.name, fused_type, [*head.data_inputs, *args, *controls], attrs,
+                 head.device)
+    for name in members:
+        item.remove(name)
+    item.add(fused)
