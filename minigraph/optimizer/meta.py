@@ -32,6 +32,8 @@ def run_passes(item: GraphItem, options: OptimizerOptions) -> GraphItem:
     for graph_pass in registered_passes():
         if options.enabled(graph_pass.name):
             item = graph_pass(item)
+    if options.pruning and item.changed:  # what the rewrites left unread (folded inputs)
+        pruning.prune(item)
     return item
 
 

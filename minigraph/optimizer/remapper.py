@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from minigraph.framework import dtypes
 from minigraph.framework.op_def import get_op_def, output_args
 from minigraph.optimizer.item import GraphItem, Node, is_control, parse_input, tensor_name
@@ -178,3 +180,76 @@ def _replace(item: GraphItem, head: Node, chain: list[tuple[Node, str]]) -> None
     for name in members:
         item.remove(name)
     item.add(fused)
+
+
+# ----------------------------------------------------------------------------- Pad into conv
+
+# convolutions that take explicit pads, and the input they pad
+_PADDABLE = ("Conv2D", "_FusedConv2D", "DepthwiseConv2dNative")
+
+
+def _spatial_pads(paddings: np.ndarray, data_format: str) -> list[int] | None:
+    """``explicit_paddings`` for a Pad's ``[4, 2]`` paddings when only the spatial dims are
+    padded, by non-negative amounts; else None."""
+    if paddings.shape != (4, 2) or np.any(paddings < 0) or np.any(paddings > 2**31 - 1):
+        return None
+    channel = 3 if data_format == "NHWC" else 1
+    if np.any(paddings[0]) or np.any(paddings[channel]):
+        return None
+    return [int(v) for v in paddings.reshape(-1)]
+
+
+def _native_takes(node: Node, attrs: dict, inputs: list[str], item: GraphItem) -> bool:
+    """Whether the native backend runs the convolution of ``node`` with ``attrs`` (explicit
+    pads) on a native kernel, as it ran the padded one: otherwise a native convolution would
+    become a numpy one, another summation and slower."""
+    from minigraph.backends.registry import find_kernel
+    from minigraph.ops.fused_ops import members
+
+    specs = [(item.output(text).dtype, item.output(text).shape) for text in inputs]
+    probe_attrs = {**attrs, "fused_ops": [], "num_args": 0, "TArgs": [], "num_host_args": 0}
+    [conv] = members("_FusedConv2D", node.name, probe_attrs, specs)
+    kernel = find_kernel(conv, "native")
+    return kernel is not None and kernel.backend == "native"
+
+
+@register_fusion("pad_into_convolution", order=60)
+def fold_pads(item: GraphItem) -> GraphItem:
+    """``Pad`` (zeros, constant non-negative spatial pads) feeding a VALID convolution's
+    input becomes that convolution's explicit padding (TF's remapper does the same), where
+    that is bit for bit the padded result: a ``Conv2D``/``_FusedConv2D`` whose native kernel
+    takes explicit pads (the padded zeros then enter the same sums), a
+    ``DepthwiseConv2dNative`` whose filter is a finite constant (its kernels skip the taps
+    outside the input; a padded tap adds ``0 * w``, which changes no sum unless ``w`` is
+    infinite or NaN). The Pad stays where anything else reads it."""
+    preserved = item.preserved
+    uses = item.uses()
+    controlling = {name for node in item for name in node.control_inputs}
+    for node in list(item):
+        if (node.op not in _PADDABLE or node.attrs["padding"] != "VALID"
+                or node.name not in item.nodes):
+            continue
+        pad = item.nodes.get(parse_input(node.data_inputs[0])[0])
+        if (pad is None or pad.op != "Pad" or parse_input(node.data_inputs[0])[1] != 0
+                or pad.name in preserved or pad.name in controlling or pad.control_inputs
+                or uses.get(pad.name, 0) != 1 or pad.device != node.device):
+            continue
+        paddings = item.nodes.get(parse_input(pad.data_inputs[1])[0])
+        if (paddings is None or paddings.op != "Const" or item.is_fed(paddings.name)
+                or parse_input(pad.data_inputs[1])[1] != 0):
+            continue
+        pads = _spatial_pads(np.asarray(paddings.attrs["value"]), node.attrs["data_format"])
+        if pads is None:
+            continue
+        attrs = {**node.attrs, "padding": "EXPLICIT", "explicit_paddings": pads}
+        if node.op == "DepthwiseConv2dNative":
+            source = item.nodes.get(parse_input(node.data_inputs[1])[0])
+            if (source is None or source.op != "Const" or item.is_fed(source.name)
+                    or not np.all(np.isfinite(source.attrs["value"]))):
+                continue
+        elif not _native_takes(node, attrs, [pad.data_inputs[0], node.data_inputs[1]], item):
+            continue
+        node.attrs = attrs
+        node.inputs[0] = pad.data_inputs[0]
+        item.remove(pad.name)
+    return item
