@@ -151,7 +151,7 @@ def _check_counts(op_type: str, name: str, attrs: dict[str, Any], arg_count: int
         raise InvalidArgumentError(f"{op_type} '{name}': minigraph takes no host_args")
 
 
-_members: OrderedDict[tuple, list[Operation]] = OrderedDict()
+_members: OrderedDict[tuple, tuple[dict, list[Operation]]] = OrderedDict()
 
 
 def members(op_type: str, name: str, attrs: dict[str, Any],
@@ -159,12 +159,14 @@ def members(op_type: str, name: str, attrs: dict[str, Any],
     """The head and stage ops a fused node of these attrs stands for, built on placeholders
     of the inputs' (dtype, shape) ``specs`` in a graph of their own (cached): their shape
     functions check the shapes as the chain's own ops would, and their kernels run them."""
-    key = (op_type, name, tuple(sorted((k, repr(v)) for k, v in attrs.items())),
+    # keyed by the attrs dict itself (a node's never changes; kept in the entry, so its id
+    # is not reused while the entry lives)
+    key = (op_type, name, id(attrs),
            tuple((d, tuple(s.dims) if s.rank is not None else None) for d, s in specs))
     found = _members.get(key)
-    if found is not None:
+    if found is not None and found[0] is attrs:
         _members.move_to_end(key)
-        return found
+        return found[1]
     _check_counts(op_type, name, attrs, len(specs) - 2)
     root = Scope(Graph())
     placeholder = get_op_def("Placeholder")
@@ -189,7 +191,7 @@ def members(op_type: str, name: str, attrs: dict[str, Any],
         built.append(build_operation(root.WithOpName(f"{name}/{stage_def.name}"), stage_def,
                                      arguments, stage_attrs))
         y = built[-1].outputs[0]
-    _members[key] = built
+    _members[key] = (attrs, built)
     if len(_members) > MAX_CACHED:
         _members.popitem(last=False)
     return built

@@ -249,7 +249,7 @@ def fold_pads(item: GraphItem) -> GraphItem:
                 continue
         elif not _native_takes(node, attrs, [pad.data_inputs[0], node.data_inputs[1]], item):
             continue
-        node.attrs = attrs
+        node.attrs, node.origin = attrs, None
         node.inputs[0] = pad.data_inputs[0]
         item.remove(pad.name)
     return item
