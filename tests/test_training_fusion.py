@@ -1,7 +1,8 @@
 """The remapper's training fusions (``optimizer/training_fusions.py``) and their fused ops
-(``ops/fused_ops.py``, ``backends/fused_kernels.py``, ``mg_bn_*_ex`` in kernels_c/): results
-bit for bit those of the unfused graph on the reference and native backends (every ISA),
-the fused ops formed where the gates allow and nowhere else.
+(``ops/fused_training_ops.py``, ``backends/fused_training_kernels.py``, ``mg_bn_*_ex`` and
+``mg_apply_update_list`` in kernels_c/): results bit for bit those of the unfused graph on
+the reference and native backends (every ISA), the fused ops formed where the gates allow
+and nowhere else.
 
 Hypothesis draws training graphs of convolution -> training batch norm -> [side AddV2] ->
 Relu blocks, max pools, fan-out (a tensor read by several ops), fetched intermediates and
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 import minigraph as mg
 from minigraph import ops
 from minigraph.backends import native
-from minigraph.ops import fused_ops
+from minigraph.ops import fused_training_ops as fused_ops
 
 F32 = np.float32
 BACKENDS = ["reference"] + (["native"] if NATIVE_AVAILABLE else [])

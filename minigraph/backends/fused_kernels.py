@@ -1,249 +1,116 @@
-"""Kernels of the internal fused training ops (``ops/fused_ops.py``), bit for bit the chain of
-ops each one replaces, on the backend that runs it.
+"""Kernels of the remapper's fused ops (``ops/fused_ops.py``): a convolution's or matmul's
+elementwise successors applied without another trip through memory, bit for bit as the
+chain's own kernels compute them.
 
-The reference kernels are the chain itself: the batch-norm kernel with the backend's math,
-then the same numpy expressions as the ``AddV2``, ``Relu`` and ``ReluGrad`` kernels. The
-native float32 kernels run the chain in the batch-norm C passes (kernels_c/batch_norm.c,
-``mg_bn_*_ex``): the side input is added and the Relu applied in the pass that writes ``y``,
-and the backward's two passes read ``dy`` masked by ``y > 0`` in registers, so neither the
-pre-activation nor the masked gradient is written and read back. Each stage rounds as the
-unfused kernel does (``tests/test_training_fusion.py`` compares every ISA); inputs C does not
-take (empty tensors, inference-mode gradients) run the chain of native kernels instead.
+**Every backend** (``reference``, ``float64``, and the native one wherever its fast path does
+not apply): the member ops' own kernels of that backend, one after the other
+(:func:`run_members`), so a fused node's result is its chain's by construction.
+
+**Native, float32**: the head's kernel with the chain as an
+:class:`~minigraph.backends.activation_kernels.Epilogue`: a native NHWC ``Conv2D`` or a
+``MatMul`` applies it to each output tile in registers before storing it
+(``mg_conv2d_forward``'s epilogue); other heads (depthwise) in one C pass over cache-sized
+blocks of their result (``mg_channel_epilogue``). Each stage rounds exactly as the op's own
+native kernel does (the batch-norm coefficients ``k = scale * (1 / sqrt(variance +
+epsilon))`` are formed as the native batch norm forms them). Inputs the epilogue does not
+cover run the members' kernels instead: a batch-norm or activation stage whose native
+kernel does not take the op, a batch-norm offset beyond ``2**60`` (a channel the native
+batch norm treats as exceptional), vectors or a side input that do not match the result's
+channels and shape (a broadcasting side input).
 """
 
 from __future__ import annotations
 
-from functools import partial
+from typing import Any
 
 import numpy as np
 
-from minigraph.backends import native, training_kernels
-from minigraph.backends.activation_kernels import c_relu, c_relu_grad, relu, relu_grad
-from minigraph.backends.batch_norm_kernels import batch_norm_forward, fused_batch_norm_grad
-from minigraph.backends.math_kernels import c_broadcast
-from minigraph.backends.registry import KernelContext, register_kernel
+from minigraph import backends
+from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
+from minigraph.backends.convolution_kernels import conv2d_native, conv2d_native_epilogue
+from minigraph.backends.nn_kernels import matmul_native, matmul_native_epilogue
+from minigraph.backends.registry import KernelContext, get_kernel, register_kernel
 from minigraph.framework import dtypes
 from minigraph.framework.graph import Operation
-from minigraph.ops import training_ops
-from minigraph.ops.batch_norm import channels_last
+from minigraph.ops.fused_ops import HEADS, member_values
 
-NATIVE = {"backend": "native", "dtypes": (dtypes.float32,)}
-
-
-# ----------------------------------------------------------------------------- the chain's stages
-
-
-def _add(a: np.ndarray, b: np.ndarray, on_native: bool) -> np.ndarray:
-    """AddV2's kernel: C on native float32 arrays it takes, else numpy's a + b."""
-    if on_native:
-        result = c_broadcast("add", a, b)
-        if result is not None:
-            return result
-    with np.errstate(all="ignore"):
-        return np.asarray(np.add(a, b), a.dtype)
+# heads whose native kernel has a variant taking the epilogue into its tiles
+EPILOGUE_KERNELS = {conv2d_native: conv2d_native_epilogue,
+                    matmul_native: matmul_native_epilogue}
+ACTIVATIONS = {"Relu": 1, "Relu6": 2}
+# stages whose epilogue form is the native kernel's rounding: only when that kernel runs
+NATIVE_STAGES = ("FusedBatchNormV3", "Relu", "Relu6")
+_BIG_OFFSET = 2.0 ** 60  # the native batch norm's exceptional-channel bound on |offset|
 
 
-def _relu(y: np.ndarray, on_native: bool) -> np.ndarray:
-    """Relu's kernel on this backend."""
-    return c_relu(y) if on_native else relu(None, [y], None)[0]
+def _run(member: Operation, inputs: list, backend: str, state: Any) -> np.ndarray:
+    """Output 0 of ``member``'s kernel on ``backend`` (or that backend's fallback), as the
+    session runs it."""
+    kernel = get_kernel(member, backend)
+    ctx = KernelContext(kernel.backend, backends.math_for(kernel.backend), state)
+    result = kernel.kernel(member, inputs, ctx)[0]
+    return result if type(result) is np.ndarray else np.asarray(result)
 
 
-def _relu_grad(g: np.ndarray, features: np.ndarray, on_native: bool) -> np.ndarray:
-    """ReluGrad's kernel on this backend."""
-    return c_relu_grad(g, features) if on_native else relu_grad(None, [g, features], None)[0]
+def run_members(pairs: list, backend: str, state: Any, y: np.ndarray | None = None
+                ) -> np.ndarray:
+    """The chain's result: each member's own kernel in turn (from the head's result ``y``,
+    when it already ran)."""
+    head, head_inputs = pairs[0]
+    if y is None:
+        y = _run(head, head_inputs, backend, state)
+    for member, args in pairs[1:]:
+        y = _run(member, [y, *args], backend, state)
+    return y
 
 
-def _on_native(ctx: KernelContext, x: np.ndarray) -> bool:
-    return ctx.backend == "native" and x.dtype == np.float32
+@register_kernel(*HEADS, backend=("reference", "float64"))
+def fused_members(op, inputs, ctx):
+    return [run_members(member_values(op, inputs), ctx.backend, ctx.state)]
 
 
-def _tail(y: np.ndarray, side: np.ndarray | None, relu_on: bool, on_native: bool
-          ) -> np.ndarray:
-    """The chain after the batch norm: + side input, then the activation."""
-    if side is not None:
-        y = _add(y, side, on_native)
-    return _relu(y, on_native) if relu_on else y
-
-
-# ---------------------------------------------------------------------- _FusedBatchNormEx
-
-
-def _ex_attrs(op: Operation, inputs: list[np.ndarray], first_side: int
-              ) -> tuple[np.ndarray | None, bool]:
-    side = inputs[first_side] if op.attrs["num_side_inputs"] else None
-    return side, op.attrs["activation_mode"] == "Relu"
-
-
-@register_kernel("_FusedBatchNormEx")
-def fused_batch_norm_ex(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
-                        ) -> list[np.ndarray]:
-    """FusedBatchNormV3's outputs with y = activation(y + side_input), computed as the
-    unfused kernels compute them, one after the other."""
-    side, relu_on = _ex_attrs(op, inputs, 5)
-    outputs = batch_norm_forward(op, inputs[:5], ctx, ctx.math.bn_forward_training,
-                                 ctx.math.bn_forward_inference)
-    outputs[0] = _tail(outputs[0], side, relu_on, _on_native(ctx, inputs[0]))
-    return outputs
-
-
-@register_kernel("_FusedBatchNormEx", **NATIVE)
-def fused_batch_norm_ex_native(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
-                               ) -> list[np.ndarray]:
-    """One C call: the statistics pass, then y = relu?(bn(x) + side) in one pass
-    (``mg_bn_forward_training_ex`` / ``mg_bn_forward_inference_ex``)."""
-    side, relu_on = _ex_attrs(op, inputs, 5)
-    if side is not None:
-        side = native.as_f32(side)
-    return batch_norm_forward(
-        op, inputs[:5], ctx, partial(native.bn_forward_training_ex, side=side, relu=relu_on),
-        partial(native.bn_forward_inference_ex, side=side, relu=relu_on))
-
-
-# ------------------------------------------------------------------ _FusedBatchNormGradEx
-
-
-def _grad_ex_chain(op: Operation, inputs: list[np.ndarray], ctx: KernelContext,
-                   on_native: bool) -> list[np.ndarray]:
-    """ReluGrad(y_backprop, y) (Identity: y_backprop itself), then FusedBatchNormGradV3's
-    kernel; the masked gradient is also the side input's."""
-    dy, x, scale, mean, variance, reserve_3, _offset, y = inputs
-    g = _relu_grad(dy, y, on_native) if op.attrs["activation_mode"] == "Relu" else dy
-    outputs = fused_batch_norm_grad(op, [g, x, scale, mean, variance, reserve_3], ctx)
-    return outputs + [g] * op.attrs["num_side_inputs"]
-
-
-@register_kernel("_FusedBatchNormGradEx")
-def fused_batch_norm_grad_ex(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
-                             ) -> list[np.ndarray]:
-    """(x_backprop, scale_backprop, offset_backprop, two empty reserves, side gradients) of
-    the masked gradient, as ReluGrad then FusedBatchNormGradV3 compute them."""
-    return _grad_ex_chain(op, inputs, ctx, False)
-
-
-@register_kernel("_FusedBatchNormGradEx", **NATIVE)
-def fused_batch_norm_grad_ex_native(op: Operation, inputs: list[np.ndarray],
-                                    ctx: KernelContext) -> list[np.ndarray]:
-    """Training with Relu: one C call, both backward passes reading dy masked by y > 0 in
-    registers and the apply pass storing the masked dy as the side gradient
-    (``mg_bn_backward_training_ex``); otherwise the native kernels of the chain."""
-    attrs = op.attrs
-    dy, x, scale, mean, variance, _reserve_3, _offset, y = inputs
-    if not (attrs["is_training"] and attrs["activation_mode"] == "Relu" and x.size):
-        return _grad_ex_chain(op, inputs, ctx, True)
-    f32 = native.as_f32
-    dx, scale_backprop, offset_backprop, side = native.bn_backward_training_ex(
-        f32(dy), f32(x), f32(scale), f32(mean), f32(variance), f32(y), attrs["epsilon"],
-        channels_last(attrs["data_format"]), side_backprop=bool(attrs["num_side_inputs"]))
-    empty = np.zeros(0, np.float32)
-    outputs = [dx, scale_backprop, offset_backprop, empty, empty.copy()]
-    return outputs + ([side] if side is not None else [])
-
-
-# ----------------------------------------------------------------------------- update lists
-
-# per single op: its reference kernel, the C kind, its state inputs, and how its scalars
-# become C's (lr, c1, c2, epsilon) and its gradient input
-_UPDATES = {
-    "ApplyGradientDescent": (training_kernels.apply_gradient_descent,
-                             "MG_UPDATE_GRADIENT_DESCENT", ("var",)),
-    "ApplyMomentum": (training_kernels.apply_momentum, "MG_UPDATE_MOMENTUM", ("var", "accum")),
-    "ApplyAdam": (training_kernels.apply_adam, "MG_UPDATE_ADAM", ("var", "m", "v")),
-}
-
-FUSED_UPDATE_SINGLE = {f"_Fused{name}": getattr(training_ops, name).op_def
-                       for name in _UPDATES}
-
-
-class _OneVariable:
-    """Variable ``k`` of a fused update as the single op's kernel sees an op: its type,
-    inputs, attrs and op definition."""
-
-    __slots__ = ("type", "inputs", "attrs", "op_def")
-
-    def __init__(self, op: Operation, k: int) -> None:
-        count = op.attrs["N"]
-        self.type = op.type[len("_Fused"):]
-        self.op_def = FUSED_UPDATE_SINGLE[op.type]
-        self.inputs = op.inputs[k::count]
-        self.attrs = {name: value for name, value in op.attrs.items() if name != "N"}
-
-
-
-def _per_variable(op: Operation, inputs: list, k: int) -> list:
-    count = op.attrs["N"]
-    return inputs[k::count]
-
-
-@register_kernel("_FusedApplyGradientDescent", "_FusedApplyMomentum", "_FusedApplyAdam")
-def fused_apply(op: Operation, inputs: list, ctx: KernelContext) -> list[np.ndarray]:
-    """Each variable updated by the single op's own kernel, in order."""
-    kernel = _UPDATES[op.type[len("_Fused"):]][0]
-    return [kernel(_OneVariable(op, k), _per_variable(op, inputs, k), ctx)[0]
-            for k in range(op.attrs["N"])]
-
-
-@register_kernel("_FusedApplyGradientDescent", "_FusedApplyMomentum", "_FusedApplyAdam",
-                 **NATIVE)
-def fused_apply_native(op: Operation, inputs: list, ctx: KernelContext) -> list[np.ndarray]:
-    """Every variable in one C call (``mg_apply_update_list``), each by the single op's
-    float32 formula with its own scalars: the single kernels' bits."""
-    name = op.type[len("_Fused"):]
-    _, kind, state_names = _UPDATES[name]
-    count = op.attrs["N"]
-    single = FUSED_UPDATE_SINGLE[op.type]
-    column = {arg.name: i for i, arg in enumerate(single.inputs)}
-
-    def arg(arg_name: str) -> list:
-        start = column[arg_name] * count
-        return inputs[start:start + count]
-
-    if name == "ApplyGradientDescent":
-        lr, grad, c1 = arg("alpha"), arg("delta"), None
-        c2 = epsilon = None
-    elif name == "ApplyMomentum":
-        lr, grad, c1 = arg("lr"), arg("grad"), arg("momentum")
-        c2 = epsilon = None
+@register_kernel(*HEADS, backend="native", dtypes=(dtypes.float32,))
+def fused_native(op, inputs, ctx):
+    pairs = member_values(op, inputs)
+    head, head_inputs = pairs[0]
+    kernel = get_kernel(head, "native")
+    epilogue = _epilogue(pairs) if kernel.backend == "native" else None
+    variant = EPILOGUE_KERNELS.get(kernel.kernel)
+    head_ctx = KernelContext(kernel.backend, backends.math_for(kernel.backend), ctx.state)
+    if epilogue is not None and variant is not None:
+        [y] = variant(head, head_inputs, head_ctx, epilogue)
+        if epilogue.fits(y.shape):  # applied in the head's tiles
+            return [y]
     else:
-        with np.errstate(all="ignore"):
-            lr = [lr_k * np.sqrt(1 - b2) / (1 - b1) for lr_k, b1, b2 in
-                  zip(arg("lr"), arg("beta1_power"), arg("beta2_power"))]
-        grad, c1, c2, epsilon = arg("grad"), arg("beta1"), arg("beta2"), arg("epsilon")
-    refs = [[op.inputs[column[state] * count + k].op.name for k in range(count)]
-            for state in state_names]
-    state = ctx.state
-    with state.lock:
-        current = [[native.as_f32(state.read(r)) for r in row] for row in refs]
-        grad = [native.as_f32(g) for g in grad]
-        for k in range(count):
-            native.check_same_shape(op.type, current[0][k], grad=grad[k],
-                                    **{s: current[i][k] for i, s in enumerate(state_names)})
-        outputs = [[np.empty(v.shape, np.float32) for v in row] for row in current]
-        c_update_list(getattr(native.lib, kind), current, grad, outputs, lr, c1, c2, epsilon,
-                      op.attrs.get("use_nesterov", False))
-        for row_refs, row in zip(refs, outputs):
-            for ref, value in zip(row_refs, row):
-                state.write(ref, value)
-        return [state.read(r) for r in refs[0]]
+        [y] = kernel.kernel(head, head_inputs, head_ctx)
+        if (epilogue is not None and type(y) is np.ndarray and y.flags.writeable
+                and y.dtype == np.float32 and epilogue.fits(y.shape)):
+            c_channel_epilogue(y, epilogue)
+            return [y]
+    return [run_members(pairs, "native", ctx.state, np.asarray(y))]
 
 
-def c_update_list(kind: int, current: list[list[np.ndarray]], grad: list[np.ndarray],
-                  outputs: list[list[np.ndarray]], lr, c1, c2, epsilon, nesterov: bool) -> None:
-    """``mg_apply_update_list`` over C-contiguous float32 arrays: ``current[i][k]`` state i
-    (var, then accum or m, v) of variable k, each ``grad[k]`` and ``outputs[i][k]`` of
-    ``current[0][k]``'s size (checked by the caller), scalars one per variable."""
-    ffi, lib = native.ffi, native.lib
-    count = len(grad)
-
-    def pointers(arrays, kind_name="const float *[]"):
-        return ffi.new(kind_name, [native.fbuf(a) for a in arrays])
-
-    def scalars(values):
-        return ffi.NULL if values is None else ffi.new("float[]", [float(v) for v in values])
-
-    rows = [pointers(row) for row in current] + [ffi.NULL] * (3 - len(current))
-    outs = [pointers(row, "float *[]") for row in outputs] + [ffi.NULL] * (3 - len(outputs))
-    counts = ffi.new("int64_t[]", [g.size for g in grad])
-    native.check_code(lib.mg_apply_update_list(
-        kind, count, counts, rows[0], rows[1], rows[2], pointers(grad), outs[0], outs[1],
-        outs[2], scalars(lr), scalars(c1), scalars(c2), scalars(epsilon), int(nesterov),
-        native.num_threads()), "fused variable updates")
+def _epilogue(pairs: list) -> Epilogue | None:
+    """The stages as an :class:`Epilogue` of their input values, or None when one falls
+    outside what it computes bit for bit."""
+    bias = mean = k = offset = residual = None
+    activation = 0
+    for member, args in pairs[1:]:
+        if member.type in NATIVE_STAGES and get_kernel(member, "native").backend != "native":
+            return None
+        if member.type == "BiasAdd":
+            [bias] = args
+        elif member.type == "FusedBatchNormV3":
+            scale, offset, mean, variance = args
+            if not all(type(v) is np.ndarray and v.dtype == np.float32
+                       and v.shape == scale.shape for v in args):
+                return None
+            if not np.all(np.abs(offset) <= _BIG_OFFSET):
+                return None
+            epsilon = np.float32(member.attrs["epsilon"])
+            k = scale * (np.float32(1) / np.sqrt(variance + epsilon))
+        elif member.type == "AddV2":
+            [residual] = args
+        else:
+            activation = ACTIVATIONS[member.type]
+    return Epilogue(bias, mean, k, offset, residual, activation)

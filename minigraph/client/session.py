@@ -33,7 +33,7 @@ import numpy as np
 from minigraph import backends
 from minigraph.backends import opencl  # pyopencl itself is imported when a device is used
 from minigraph.backends.registry import Kernel, KernelContext, KernelDef, get_kernel
-from minigraph.client import fusion, memory
+from minigraph.client import memory
 from minigraph.client.options import OptimizerOptions
 from minigraph.client.state import SessionState
 from minigraph.framework import dtypes
@@ -264,13 +264,8 @@ class RunMetadata:
 
     step_stats: list[NodeStats] = field(default_factory=list)
 
-    def record(self, step: _Step | _Transfer | fusion.FusedStep, seconds: float) -> None:
-        if isinstance(step, fusion.FusedStep):  # the head's time, then the fused ops
-            self.record(step.head, seconds)
-            self.step_stats.extend(NodeStats(s.op.name, s.op.type, s.device.name,
-                                             f"fused into {step.op.name}", "native", 0.0)
-                                   for s in step.chain)
-        elif isinstance(step, _Step):
+    def record(self, step: _Step | _Transfer, seconds: float) -> None:
+        if isinstance(step, _Step):
             self.step_stats.append(NodeStats(step.op.name, step.op.type, step.device.name,
                                              step.kernel_def.name, step.kernel_def.backend,
                                              seconds))
@@ -375,8 +370,8 @@ def _as_operation(value: Any, graph: Graph) -> Operation:
 
 
 def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[Operation],
-          place: Callable[[Operation], Any], host: _HostDevice, state: SessionState,
-          optimizer: OptimizerOptions) -> tuple[_Plan, list[_Key]]:
+          place: Callable[[Operation], Any], host: _HostDevice, state: SessionState
+          ) -> tuple[_Plan, list[_Key]]:
     """The steps computing ``fetches``/``targets`` (ops in a topological order, each placed
     by ``place``, with transfers where edges cross devices) and the fetches' host keys."""
     needed: dict[int, Operation] = {}
@@ -422,8 +417,6 @@ def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[O
                 home[out] = device
                 present.add((out, device))
     fetch_keys = [key_on(f, host) for f in fetches]
-    if optimizer.remapper:
-        steps = fusion.fuse_epilogues(steps, fetch_keys, host, _Step)
     return _Plan(steps), fetch_keys
 
 
@@ -533,7 +526,7 @@ class ClientSession:
         if plan is None:
             run = rewrite_for_run(self.graph, fetches, fed, targets, self.optimizer)
             plan = _plan(run.fetches, frozenset(run.feeds.values()), run.targets, self._place,
-                         self.host, self.state, self.optimizer)
+                         self.host, self.state)
             plan[0].feeds = run.feeds
             with self._lock:
                 self._plans[key] = plan

@@ -427,6 +427,11 @@ def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
             raise InvalidArgumentError(f"{where} must be a list of ints, got "
                                        f"{_short_repr(value)}")
         value = [_int64_attr(item, f"{where} element {i}") for i, item in enumerate(value)]
+    elif kind == "list(string)":
+        if not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+            raise InvalidArgumentError(f"{where} must be a list of strings, got "
+                                       f"{_short_repr(value)}")
+        value = list(value)
     elif kind == "list(type)":
         if not isinstance(value, (list, tuple)):
             raise InvalidArgumentError(f"{where} must be a list of types, got "

@@ -1,210 +1,231 @@
-"""Internal fused training ops, formed by the remapper (``minigraph/optimizer/``), never by
-user code: each computes what a chain of ordinary ops computes, bit for bit on the backend
-that runs it, in one kernel call (one trip through memory instead of one per op).
+"""The remapper's fused ops (``minigraph/optimizer/remapper.py``), with TensorFlow's internal
+names and signatures: ``_FusedConv2D``, ``_FusedDepthwiseConv2dNative``, ``_FusedMatMul``.
 
-* ``_FusedBatchNormEx`` (TensorFlow's op, its definition: ``tests/test_tf_interop.py``
-  compares it): ``FusedBatchNormV3 -> [AddV2 side input] -> [Relu]``; ``y`` is
-  ``activation(bn(x) + side_input)``, the statistics outputs are FusedBatchNormV3's.
-* ``_FusedBatchNormGradEx`` (TensorFlow's op): ``ReluGrad -> FusedBatchNormGradV3``, the Relu
-  mask taken from the forward's saved output ``y`` (as ReluGrad takes it from the Relu's
-  output); ``side_input_backprop`` is the masked gradient, which is what the side input's
-  ``AddV2`` passes back. ``offset`` is read by TF's GPU kernel only; here it is unread.
+Each is a head (the convolution or matmul, with that op's attrs) followed by the elementwise
+stages ``fused_ops`` lists, in this order, each at most once:
 
-* ``_FusedApplyGradientDescent``, ``_FusedApplyMomentum``, ``_FusedApplyAdam`` (minigraph's
-  own): every ``ApplyGradientDescent`` / ``ApplyMomentum`` / ``ApplyAdam`` of a step in one
-  op, each input of the single op a list of ``N`` tensors (variable ``k`` is updated by the
-  single op's formula with the ``k``-th entries), the outputs the ``N`` updated variables.
+====================  ======================================  =========================
+stage                 what it computes (as the op it replaces)  its ``args``
+====================  ======================================  =========================
+``BiasAdd``           ``BiasAdd(y, bias)`` (NHWC: last axis)  bias
+``FusedBatchNorm``    ``FusedBatchNormV3(y, ..., epsilon,      scale, offset, mean,
+                      is_training=False).y`` (NHWC)           variance
+``Add``               ``AddV2(y, side_input)``                side_input
+``Relu``/``Relu6``    ``Relu(y)`` / ``Relu6(y)``              (none)
+====================  ======================================  =========================
 
-TensorFlow forms its ``_FusedBatchNormEx`` and ``_FusedBatchNormGradEx`` on GPU and oneDNN
-only; on CPU these run the native kernels of ``backends/fused_kernels.py``.
+The ops have no semantics of their own: the shape function, the run-time checks and the
+reference kernels are those of the ops replaced, applied to *member* ops rebuilt from the
+fused node's attrs (:func:`members`), so a fused node raises what its chain would and
+computes its bits. Nothing builds them but the remapper (no wrapper in ``minigraph.ops``);
+they have no gradient (the remapper runs after the gradients exist).
 """
 
 from __future__ import annotations
 
-import copy
-
-import numpy as np
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
 
 from minigraph.framework import dtypes
+from minigraph.framework.errors import InvalidArgumentError
+from minigraph.framework.graph import Graph, Operation
 from minigraph.framework.op_def import (
     ArgDef,
     AttrDef,
     InferenceContext,
     OpDef,
     RunContext,
-    make_wrapper,
+    build_operation,
+    get_op_def,
     register_op,
     required,
 )
-from minigraph.framework.tensor_shape import TensorShape, dims_text
-from minigraph.ops import training_ops
-from minigraph.ops.batch_norm import (
-    FORMATS_2D,
-    HALF_TYPES,
-    fused_batch_norm_grad_shape,
-    fused_batch_norm_shape,
-    validate_fused_batch_norm,
-    validate_fused_batch_norm_grad,
-)
+from minigraph.framework.scope import Scope
+from minigraph.framework.tensor_shape import TensorShape
 
-# Internal ops: not exported as minigraph.ops wrappers (the remapper builds them).
 __all__: list[str] = []
 
-ACTIVATIONS = ("Identity", "Relu")  # the activation_mode values these kernels compute
+# fused op -> the op of its head
+HEADS = {"_FusedConv2D": "Conv2D", "_FusedDepthwiseConv2dNative": "DepthwiseConv2dNative",
+         "_FusedMatMul": "MatMul"}
+# stage -> (rank in a chain, the op it stands for, how many args it takes)
+STAGES = {"BiasAdd": (0, "BiasAdd", 1), "FusedBatchNorm": (1, "FusedBatchNormV3", 4),
+          "Add": (2, "AddV2", 1), "Relu": (3, "Relu", 0), "Relu6": (3, "Relu6", 0)}
+FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
+MAX_CACHED = 256  # member graphs kept per process (one per fused node and input shapes)
 
 
-def _side_inputs(value: int) -> str | None:
-    return None if value in (0, 1) else f"must be 0 or 1 (at most one side input), got {value}"
+def check_fused_ops(value: Sequence[str]) -> str | None:
+    """Attr check: known stages, strictly in chain order."""
+    ranks = []
+    for stage in value:
+        if stage not in STAGES:
+            return (f"has the unsupported stage {stage!r}; minigraph fuses "
+                    f"{', '.join(STAGES)} (in that order)")
+        ranks.append(STAGES[stage][0])
+    if any(b <= a for a, b in zip(ranks, ranks[1:])):
+        return f"must list its stages in the order {', '.join(STAGES)}, each once: {value!r}"
+    return None
 
 
-def _ex_attrs() -> list[AttrDef]:
-    return [
-        AttrDef("num_side_inputs", "int", default=0, check=_side_inputs,
-                doc="1: a tensor of x's shape is added before the activation; 0: none."),
-        AttrDef("activation_mode", "string", default="Identity", allowed=ACTIVATIONS,
-                doc="The activation applied last: Identity (none) or Relu."),
-    ]
+def _fused_attrs() -> list[AttrDef]:
+    return [required("num_args", "int"),
+            AttrDef("fused_ops", "list(string)", default=(), check=check_fused_ops,
+                    doc="The stages after the head, in order."),
+            AttrDef("epsilon", "float", default=0.0001,
+                    doc="The FusedBatchNorm stage's epsilon."),
+            AttrDef("leakyrelu_alpha", "float", default=0.2,
+                    doc="TensorFlow's LeakyRelu stage (not fused by minigraph).")]
 
 
-def _same_shapes(ctx: InferenceContext, shape: TensorShape, first: int, count: int,
-                 what: str) -> TensorShape:
-    """``shape`` merged with the shapes of the flat inputs [first, first + count)."""
-    for index in range(first, first + count):
-        other = ctx.input_shapes[index]
-        shape = ctx.merge_shapes(shape, other, f"input '{what}' must have x's shape {shape}, "
-                                               f"got {other}")
-    return shape
+def _head_attr(head: str, name: str) -> AttrDef:
+    return get_op_def(head).attr_def(name)
 
 
-def _fused_batch_norm_ex_shape(ctx: InferenceContext) -> list[TensorShape]:
-    shapes = fused_batch_norm_shape(ctx)
-    first = ctx.op_def.input_index("side_input", ctx.attrs)
-    shapes[0] = _same_shapes(ctx, shapes[0], first, ctx.attrs["num_side_inputs"], "side_input")
-    return shapes
+def _conv_def() -> OpDef:
+    conv = lambda name: _head_attr("Conv2D", name)  # noqa: E731
+    return OpDef(
+        name="_FusedConv2D",
+        inputs=[ArgDef("input", type_attr="T"), ArgDef("filter", type_attr="T"),
+                ArgDef("args", type_list_attr="TArgs"),
+                ArgDef("host_args", dtype=dtypes.float32, number_attr="num_host_args")],
+        outputs=[ArgDef("output", type_attr="T")],
+        attrs=[required("T", "type", allowed=FLOATS), required("TArgs", "list(type)"),
+               AttrDef("num_host_args", "int", default=0), conv("strides"),
+               conv("padding"), conv("explicit_paddings"), conv("data_format"),
+               AttrDef("filter_format", "string", default="HWIO", allowed=("HWIO",)),
+               conv("dilations"), conv("use_cudnn_on_gpu"), *_fused_attrs()],
+        shape_fn=lambda ctx: [_shape(ctx)], validate=lambda ctx, values: _validate(ctx, values))
 
 
-def _fused_batch_norm_grad_ex_shape(ctx: InferenceContext) -> list[TensorShape]:
-    shapes = fused_batch_norm_grad_shape(ctx)
-    ctx.with_rank("offset", 1)
-    y = ctx.op_def.input_index("y", ctx.attrs)
-    dx = _same_shapes(ctx, shapes[0], y, 1, "y")
-    return [dx] + shapes[1:] + [dx] * ctx.attrs["num_side_inputs"]
+def _depthwise_def() -> OpDef:
+    conv = lambda name: _head_attr("DepthwiseConv2dNative", name)  # noqa: E731
+    return OpDef(
+        name="_FusedDepthwiseConv2dNative",
+        inputs=[ArgDef("input", type_attr="T"), ArgDef("filter", type_attr="T"),
+                ArgDef("args", type_attr="T", number_attr="num_args")],
+        outputs=[ArgDef("output", type_attr="T")],
+        attrs=[required("T", "type", allowed=FLOATS), *_fused_attrs()[:1], conv("strides"),
+               required("padding", "string", allowed=("SAME", "VALID")),
+               conv("data_format"), conv("dilations"), *_fused_attrs()[1:]],
+        shape_fn=lambda ctx: [_shape(ctx)], validate=lambda ctx, values: _validate(ctx, values))
 
 
-def _check_like_x(ctx: RunContext, name: str, values: list[np.ndarray], x: np.ndarray) -> None:
-    for value in values:
-        if value.shape != x.shape:
-            raise ctx.error(f"input '{name}' must have x's shape {dims_text(x.shape)}, got "
-                            f"{dims_text(value.shape)}")
+def _matmul_def() -> OpDef:
+    return OpDef(
+        name="_FusedMatMul",
+        inputs=[ArgDef("a", type_attr="T"), ArgDef("b", type_attr="T"),
+                ArgDef("args", type_attr="T", number_attr="num_args")],
+        outputs=[ArgDef("product", type_attr="T")],
+        attrs=[_head_attr("MatMul", "transpose_a"), _head_attr("MatMul", "transpose_b"),
+               required("T", "type", allowed=FLOATS), *_fused_attrs()],
+        shape_fn=lambda ctx: [_shape(ctx)], validate=lambda ctx, values: _validate(ctx, values))
 
 
-def _validate_ex(ctx: RunContext, values: list[np.ndarray]) -> None:
-    validate_fused_batch_norm(ctx, values[:5])
-    _check_like_x(ctx, "side_input", values[5:], values[0])
+FUSED_CONV2D = register_op(_conv_def())
+FUSED_DEPTHWISE = register_op(_depthwise_def())
+FUSED_MATMUL = register_op(_matmul_def())
 
 
-def _validate_grad_ex(ctx: RunContext, values: list[np.ndarray]) -> None:
-    validate_fused_batch_norm_grad(ctx, values[:5])
-    _check_like_x(ctx, "y", values[7:8], values[1])
+# ----------------------------------------------------------------------------- members
 
 
-_VECTORS = ("scale", "offset", "mean", "variance")
-
-FUSED_BATCH_NORM_EX = register_op(OpDef(
-    name="_FusedBatchNormEx",
-    inputs=[ArgDef("x", type_attr="T", doc="The tensor to normalize.")]
-    + [ArgDef(n, type_attr="U", doc=f"FusedBatchNormV3's {n}.") for n in _VECTORS]
-    + [ArgDef("side_input", type_attr="T", number_attr="num_side_inputs",
-              doc="Added to the normalized x before the activation (x's shape).")],
-    outputs=[ArgDef("y", type_attr="T", doc="activation(normalized x + side_input).")]
-    + [ArgDef(n, type_attr="U", doc=f"FusedBatchNormV3's {n}.")
-       for n in ("batch_mean", "batch_variance", "reserve_space_1", "reserve_space_2",
-                 "reserve_space_3")],
-    attrs=[required("T", "type", allowed=HALF_TYPES),
-           required("U", "type", allowed=(dtypes.float32,)),
-           AttrDef("epsilon", "float", default=0.0001, doc="FusedBatchNormV3's epsilon."),
-           AttrDef("exponential_avg_factor", "float", default=1.0,
-                   doc="FusedBatchNormV3's exponential_avg_factor."),
-           *_ex_attrs(),
-           AttrDef("data_format", "string", default="NHWC", allowed=FORMATS_2D,
-                   doc="The layout of x."),
-           AttrDef("is_training", "bool", default=True, doc="FusedBatchNormV3's is_training.")],
-    shape_fn=_fused_batch_norm_ex_shape,
-    validate=_validate_ex,
-))
-
-FUSED_BATCH_NORM_GRAD_EX = register_op(OpDef(
-    name="_FusedBatchNormGradEx",
-    inputs=[ArgDef("y_backprop", type_attr="T", doc="The gradient with respect to y."),
-            ArgDef("x", type_attr="T", doc="The forward op's x."),
-            ArgDef("scale", dtype=dtypes.float32, doc="The forward op's scale."),
-            ArgDef("reserve_space_1", type_attr="U", doc="The forward's batch mean."),
-            ArgDef("reserve_space_2", type_attr="U", doc="The forward's biased variance."),
-            ArgDef("reserve_space_3", type_attr="U", doc="Ignored."),
-            ArgDef("offset", dtype=dtypes.float32, doc="The forward op's offset (unread)."),
-            ArgDef("y", type_attr="T", doc="The forward op's y: the Relu mask is y > 0.")],
-    outputs=[ArgDef("x_backprop", type_attr="T", doc="The gradient with respect to x."),
-             ArgDef("scale_backprop", type_attr="U", doc="The gradient w.r.t. scale."),
-             ArgDef("offset_backprop", type_attr="U", doc="The gradient w.r.t. offset."),
-             ArgDef("reserve_space_4", type_attr="U", doc="Empty, never read."),
-             ArgDef("reserve_space_5", type_attr="U", doc="Empty, never read."),
-             ArgDef("side_input_backprop", type_attr="T", number_attr="num_side_inputs",
-                    doc="The gradient with respect to the side input (the masked y_backprop).")],
-    attrs=[required("T", "type", allowed=HALF_TYPES),
-           required("U", "type", allowed=(dtypes.float32,)),
-           AttrDef("epsilon", "float", default=0.0001, doc="The forward op's epsilon."),
-           *_ex_attrs(),
-           AttrDef("data_format", "string", default="NHWC", allowed=FORMATS_2D,
-                   doc="The layout of x."),
-           AttrDef("is_training", "bool", default=True, doc="The forward op's is_training.")],
-    shape_fn=_fused_batch_norm_grad_ex_shape,
-    validate=_validate_grad_ex,
-))
-
-FusedBatchNormEx = make_wrapper(FUSED_BATCH_NORM_EX)
-FusedBatchNormGradEx = make_wrapper(FUSED_BATCH_NORM_GRAD_EX)
+def split_inputs(attrs: dict[str, Any], inputs: Sequence[Any]) -> tuple[list, list[list]]:
+    """The head's two inputs and each stage's args (the running value not included)."""
+    args, stages, start = list(inputs[2:]), [], 0
+    for stage in attrs["fused_ops"]:
+        count = STAGES[stage][2]
+        stages.append(args[start:start + count])
+        start += count
+    return list(inputs[:2]), stages
 
 
-# ----------------------------------------------------------------------------- update lists
+def _check_counts(op_type: str, name: str, attrs: dict[str, Any], arg_count: int) -> None:
+    needed = sum(STAGES[stage][2] for stage in attrs["fused_ops"])
+    if attrs["num_args"] != arg_count or needed != arg_count:
+        raise InvalidArgumentError(
+            f"{op_type} '{name}': fused_ops {list(attrs['fused_ops'])} take {needed} args; "
+            f"got {arg_count} (num_args={attrs['num_args']})")
+    if attrs.get("num_host_args", 0):
+        raise InvalidArgumentError(f"{op_type} '{name}': minigraph takes no host_args")
 
 
-def _at_least_one(value: int) -> str | None:
-    return None if value >= 1 else f"must be at least 1, got {value}"
+_members: OrderedDict[tuple, tuple[dict, list[Operation]]] = OrderedDict()
 
 
-def _update_list_shape(single: OpDef):
-    """The single op's shape function run for each variable k on the k-th inputs."""
-    def shape_fn(ctx: InferenceContext) -> list[TensorShape]:
-        count = ctx.attrs["N"]
-        attrs = {name: value for name, value in ctx.attrs.items() if name != "N"}
-        shapes = []
-        for k in range(count):
-            sub = copy.copy(ctx)
-            picked = [k + i * count for i in range(len(single.inputs))]
-            sub.op_def, sub.attrs = single, attrs
-            sub.inputs = [ctx.inputs[i] for i in picked]
-            sub.input_shapes = [ctx.input_shapes[i] for i in picked]
-            shapes += single.shape_fn(sub)
-        return shapes
+def members(op_type: str, name: str, attrs: dict[str, Any],
+            specs: Sequence[tuple[dtypes.DType, TensorShape]]) -> list[Operation]:
+    """The head and stage ops a fused node of these attrs stands for, built on placeholders
+    of the inputs' (dtype, shape) ``specs`` in a graph of their own (cached): their shape
+    functions check the shapes as the chain's own ops would, and their kernels run them."""
+    # keyed by the attrs dict itself (a node's never changes; kept in the entry, so its id
+    # is not reused while the entry lives)
+    key = (op_type, name, id(attrs),
+           tuple((d, tuple(s.dims) if s.rank is not None else None) for d, s in specs))
+    found = _members.get(key)
+    if found is not None and found[0] is attrs:
+        _members.move_to_end(key)
+        return found[1]
+    _check_counts(op_type, name, attrs, len(specs) - 2)
+    root = Scope(Graph())
+    placeholder = get_op_def("Placeholder")
+    values = [build_operation(root.WithOpName(f"input_{i}"), placeholder, [],
+                              {"dtype": dtype, "shape": shape}).outputs[0]
+              for i, (dtype, shape) in enumerate(specs)]
+    head_inputs, stage_args = split_inputs(attrs, values)
+    head_def = get_op_def(HEADS[op_type])
+    head_attrs = {a.name: attrs[a.name] for a in head_def.attrs if a.name in attrs}
+    built = [build_operation(root.WithOpName(f"{name}/{head_def.name}"), head_def,
+                             head_inputs, head_attrs)]
+    y = built[0].outputs[0]
+    for stage, args in zip(attrs["fused_ops"], stage_args):
+        stage_def = get_op_def(STAGES[stage][1])
+        stage_attrs: dict[str, Any] = {}
+        if stage == "BiasAdd":
+            stage_attrs = {"data_format": "NHWC"}
+        elif stage == "FusedBatchNorm":
+            stage_attrs = {"epsilon": attrs["epsilon"], "is_training": False,
+                           "data_format": "NHWC"}
+        arguments = [y, *args]
+        built.append(build_operation(root.WithOpName(f"{name}/{stage_def.name}"), stage_def,
+                                     arguments, stage_attrs))
+        y = built[-1].outputs[0]
+    _members[key] = (attrs, built)
+    if len(_members) > MAX_CACHED:
+        _members.popitem(last=False)
+    return built
 
-    return shape_fn
+
+def _shape(ctx: InferenceContext) -> TensorShape:
+    specs = list(zip(ctx.input_dtypes, ctx.input_shapes))
+    return members(ctx.op_def.name, ctx.name, ctx.attrs, specs)[-1].outputs[0].shape
 
 
-def _update_list_op(name: str) -> OpDef:
-    """``_Fused<name>``: ``name`` over lists of N variables (every input a list)."""
-    single = getattr(training_ops, name).op_def
-    return register_op(OpDef(
-        name=f"_Fused{name}",
-        inputs=[ArgDef(arg.name, type_attr="T", is_ref=arg.is_ref, number_attr="N",
-                       doc=f"{name}'s {arg.name}, one per variable.") for arg in single.inputs],
-        outputs=[ArgDef("out", type_attr="T", number_attr="N",
-                        doc="The updated variables.")],
-        attrs=[*single.attrs, AttrDef("N", "int", default=1, check=_at_least_one,
-                                      doc="How many variables are updated.")],
-        shape_fn=_update_list_shape(single),
-        is_stateful=True,
-    ))
+def member_values(op: Operation, values: Sequence[Any]) -> list[tuple[Operation, list]]:
+    """Each member op of ``op`` for these values, with its inputs other than the running
+    value (the head's: both)."""
+    specs = [(inp.dtype, TensorShape(v.shape)) for inp, v in zip(op.inputs, values)]
+    built = members(op.type, op.name, op.attrs, specs)
+    head_inputs, stage_args = split_inputs(op.attrs, list(values))
+    return list(zip(built, [head_inputs, *stage_args]))
 
 
-FUSED_UPDATES = {name: _update_list_op(name)
-                 for name in ("ApplyGradientDescent", "ApplyMomentum", "ApplyAdam")}
+def _validate(ctx: RunContext, values: list) -> None:
+    """Each member's run-time check, on its inputs' values (the running value's only
+    through its shape: members' checks do not read it)."""
+    for index, (member, inputs) in enumerate(member_values(ctx.op, values)):
+        validate = member.op_def.validate
+        if validate is not None:
+            running = [] if index == 0 else [_Running(member.inputs[0].shape)]
+            validate(RunContext(member), [*running, *inputs])
+
+
+class _Running:
+    """The running value's stand-in for a stage's check: its shape, dtype-free."""
+
+    __slots__ = ("shape", "ndim")
+
+    def __init__(self, shape: TensorShape) -> None:
+        self.shape = tuple(shape.as_list())
+        self.ndim = len(self.shape)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from minigraph.framework import dtypes
-from minigraph.framework.graph import Graph, Output
+from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.op_def import build_operation
 from minigraph.framework.scope import Scope
 from minigraph.optimizer.item import GraphItem, Node, is_control, parse_input, tensor_name
@@ -47,32 +47,32 @@ def _materialized(node: Node, inputs: list[Output]) -> list[np.ndarray] | None:
     return [np.array(inputs[0].shape.rank, np.int32)]
 
 
-def _evaluated(node: Node, graph: Graph, values: list[np.ndarray]) -> list[np.ndarray]:
-    """``node`` run on the reference backend with constant inputs of ``values``."""
+def _evaluated(op: Operation, values: list[np.ndarray]) -> list[np.ndarray]:
+    """``op`` run on the reference backend with constant inputs of ``values``."""
     from minigraph.client.options import OptimizerOptions
     from minigraph.client.session import ClientSession
     from minigraph.ops import Const
 
     root = Scope(Graph())
     sources = [Const(root.WithOpName(f"input_{i}"), value) for i, value in enumerate(values)]
-    op = graph.get_operation(node.name)
     arguments, start = [], 0
     for arg in op.op_def.inputs:
         length = arg.length(op.attrs)
         arguments.append(sources[start:start + length] if arg.is_list else sources[start])
         start += length
-    folded = build_operation(root.WithOpName(node.name), op.op_def, arguments, op.attrs)
+    folded = build_operation(root.WithOpName(op.name), op.op_def, arguments, op.attrs)
     session = ClientSession(root, backend="reference", check_outputs=True,
                             optimizer=OptimizerOptions.all_off())
     return session.Run(list(folded.outputs))
 
 
-def _fold(node: Node, item: GraphItem, graph: Graph, constants: dict[str, np.ndarray]
+def _fold(node: Node, item: GraphItem, constants: dict[str, np.ndarray]
           ) -> list[np.ndarray] | None:
     """The values of ``node``'s outputs when it folds, else None."""
     if item.is_fed(node.name) or node.op == "Const" or not node.data_inputs:
         return None
-    op = graph.get_operation(node.name)
+    # the node's op (inputs of the same specs, passes keep them): static shapes and dtypes
+    op = node.origin or item.graph().get_operation(node.name)
     if op.op_def.is_stateful or not op.outputs:
         return None
     if node.op in SHAPE_OPS:
@@ -83,7 +83,7 @@ def _fold(node: Node, item: GraphItem, graph: Graph, constants: dict[str, np.nda
             return None
         if not all(o.dtype in _EXACT for o in (*op.inputs, *op.outputs)):
             return None
-        values = _evaluated(node, graph, [constants[key] for key in keys])
+        values = _evaluated(op, [constants[key] for key in keys])
     if values is None or sum(v.nbytes for v in values) > MAX_FOLD_BYTES:
         return None
     return values
@@ -98,7 +98,6 @@ def _const(name: str, value: np.ndarray, controls: list[str], device: str) -> No
 
 @register_pass("constant_folding", order=40)
 def fold_constants(item: GraphItem) -> GraphItem:
-    graph = item.graph()  # static shapes and dtypes: folding changes none of them
     preserved = item.preserved
     constants: dict[str, np.ndarray] = {}  # tensor text -> value, for unfed constants
     alias: dict[str, str] = {}  # output of a replaced multi-output node -> its Const
@@ -111,7 +110,7 @@ def fold_constants(item: GraphItem) -> GraphItem:
             if not item.is_fed(node.name, 0):
                 constants[node.name] = node.attrs["value"]
             continue
-        values = _fold(node, item, graph, constants)
+        values = _fold(node, item, constants)
         if values is None:
             continue
         if len(values) == 1:

@@ -18,6 +18,7 @@ value is whatever the caller feeds, not what its node computes).
 from __future__ import annotations
 
 import heapq
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +44,7 @@ def parse_input(text: str) -> tuple[str, int]:
 
 
 def is_control(text: str) -> bool:
-    return text.startswith("^")
+    return text[:1] == "^"
 
 
 @dataclass
@@ -55,6 +56,10 @@ class Node:
     inputs: list[str] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)
     device: str = ""
+    # the source graph's operation this node copies, while its op and attrs are that one's
+    # (a pass changing either makes a new Node or sets this None): rebuilding it then takes
+    # that op's output specs instead of running its checks and shape function again
+    origin: Operation | None = field(default=None, repr=False, compare=False)
 
     @property
     def data_inputs(self) -> list[str]:
@@ -73,7 +78,7 @@ class Node:
     def from_operation(cls, op: Operation) -> Node:
         inputs = [tensor_name(inp.op.name, inp.index) for inp in op.inputs]
         inputs += [f"^{control.name}" for control in op.control_inputs]
-        return cls(op.name, op.type, inputs, dict(op.attrs), op.device)
+        return cls(op.name, op.type, inputs, dict(op.attrs), op.device, op)
 
 
 class GraphItem:
@@ -88,8 +93,11 @@ class GraphItem:
         self.fetches = [tensor_name(*parse_input(f)) for f in fetches]
         self.feeds = {tensor_name(*parse_input(f)) for f in feeds}
         self.targets = list(targets)
-        self._graph = graph  # the graph ``nodes`` describe, while they are unchanged
-        self.changed = False
+        self._fed_nodes = {parse_input(f)[0] for f in self.feeds}
+        self._source = graph  # the graph the nodes came from
+        self._graph = graph  # the graph ``nodes`` describe, unless ``stale``
+        self.stale = graph is None
+        self.changed = False  # whether the nodes differ from the source graph's
 
     # -- construction --------------------------------------------------------------------
     @classmethod
@@ -125,7 +133,7 @@ class GraphItem:
         """Whether output ``index`` of ``node`` (any output, for None) is fed."""
         if index is not None:
             return tensor_name(node, index) in self.feeds
-        return any(parse_input(f)[0] == node for f in self.feeds)
+        return node in self._fed_nodes
 
     def consumers(self) -> dict[str, list[Node]]:
         """Node name -> the nodes reading any of its outputs or running after it."""
@@ -147,22 +155,29 @@ class GraphItem:
         return counts
 
     def output(self, text: str) -> Output:
-        """The static dtype and shape of a tensor, as the graph of the current nodes has
-        them (an :class:`Output` of :meth:`graph`)."""
+        """The static dtype and shape of a tensor (an :class:`Output` holding them). Passes
+        keep every tensor's meaning under its name, so a name the source graph has is
+        described by the source graph's output, however the nodes changed since; a new
+        name by the graph of the current nodes (built on demand)."""
         name, index = parse_input(text)
+        if self._source is not None:
+            try:
+                return self._source.get_operation(name).outputs[index]
+            except KeyError:
+                pass
         return self.graph().get_operation(name).outputs[index]
 
     def graph(self) -> Graph:
         """The graph of the current nodes (built again only after a change)."""
-        if self._graph is None or self.changed:
+        if self._graph is None or self.stale:
             self._graph = self._build()
-            self.changed = False
+            self.stale = False
         return self._graph
 
     # -- edits ---------------------------------------------------------------------------
     def touch(self) -> None:
         """Say that the nodes changed (the edit helpers below do)."""
-        self.changed = True
+        self.changed = self.stale = True
 
     def add(self, node: Node) -> Node:
         if node.name in self.nodes:
@@ -205,6 +220,11 @@ class GraphItem:
         return self.graph()
 
     def _build(self) -> Graph:
+        with warnings.catch_warnings():  # the source graph's ops warned when first built
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return self._build_nodes()
+
+    def _build_nodes(self) -> Graph:
         root = Scope(Graph())
         graph = root.graph()
         for node in self._ordered():
@@ -214,6 +234,15 @@ class GraphItem:
                 name, index = parse_input(text)
                 sources.append(graph.get_operation(name).outputs[index])
             controls = [graph.get_operation(name) for name in node.control_inputs]
+            origin = node.origin
+            if (origin is not None and origin.type == node.op and len(sources) == len(
+                    origin.inputs) and all(a.dtype is b.dtype and a.shape == b.shape
+                                           for a, b in zip(sources, origin.inputs))):
+                # the same op, attrs and input specs as a node that passed every check
+                graph.add_operation(Operation(
+                    graph, node.name, origin.op_def, sources, controls, origin.attrs,
+                    node.device, [(o.dtype, o.shape) for o in origin.outputs]))
+                continue
             scope = (root.WithOpName(node.name).WithDevice(node.device)
                      .WithControlDependencies(controls))
             build_operation(scope, op_def, _arguments(op_def, node.attrs, sources),

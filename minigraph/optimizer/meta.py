@@ -34,6 +34,8 @@ def run_passes(item: GraphItem, options: OptimizerOptions) -> GraphItem:
     for graph_pass in registered_passes():
         if options.enabled(graph_pass.name):
             item = graph_pass(item)
+    if options.pruning and item.changed:  # what the rewrites left unread (folded inputs)
+        pruning.prune(item)
     return item
 
 
@@ -58,7 +60,7 @@ def rewrite_for_run(graph: Graph, fetches: Sequence[Output], fed: Iterable[Outpu
         return RunRewrite(graph, list(fetches), {f: f for f in fed}, list(targets))
     item = GraphItem.from_graph(graph, fetches, fed, targets)
     pruning.prune(item)
-    item.changed = False  # the plan prunes the original graph just so
+    item.changed = item.stale = False  # the plan prunes the original graph just so
     item = run_passes(item, options)
     if not item.changed:
         return RunRewrite(graph, list(fetches), {f: f for f in fed}, list(targets))
