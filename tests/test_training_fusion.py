@@ -158,6 +158,10 @@ def _block_graph(fetch_bn_y=False, fetch_sum=False, control_on_bn=False, side=Tr
     return root, x, fetches
 
 
+TRAINING_FUSIONS = ("_FusedBatchNormEx", "_FusedBatchNormGradEx", "_FusedReluMaxPool",
+                    "_FusedMaxPoolGradReluGrad")
+
+
 def _fused_types(root, fetches) -> list[str]:
     """The batch-norm training fusions the optimizer forms for these fetches."""
     return [op.type for op in mg.optimize(root, fetches).operations()
@@ -203,6 +207,7 @@ class _TrainingGraph:
         self.variables: list[mg.Output] = [self.x]
         self.fetches: list[mg.Output] = []
         self.controls: list = []
+        self.pooled: list[mg.Output] = []
 
     def pick(self) -> mg.Output:
         return self.draw(st.sampled_from(self.tensors))
@@ -245,9 +250,23 @@ class _TrainingGraph:
         self.tensors.append(ops.MaxPool(self.root, self.pick(), window, [1, 1, 1, 1], "SAME",
                                         data_format=self.layout))
 
+    def relu_pool(self) -> None:
+        """Relu(t * c) -> a 2x2 or 3x3 max pool, stride 1 or 2 (VALID or SAME); the pooled
+        tensor is added to the loss only (its shape may differ)"""
+        relu = ops.Relu(self.root, ops.Mul(self.root, self.pick(), self.const(self.shape)))
+        k, stride = self.draw(st.sampled_from([(2, 2), (3, 2), (3, 1)]))
+        window, strides = (([1, 1, k, k], [1, 1, stride, stride]) if self.layout == "NCHW"
+                           else ([1, k, k, 1], [1, stride, stride, 1]))
+        pool = ops.MaxPool(self.root, relu, window, strides, "SAME", data_format=self.layout)
+        self.maybe_read(relu)
+        self.tensors.append(relu)
+        self.pooled.append(pool)
+
     def finish(self) -> list[mg.Output]:
         terms = [ops.Sum(self.root, ops.Mul(self.root, t, self.const(self.shape)),
                          [0, 1, 2, 3]) for t in self.tensors[1:]]
+        terms += [ops.Sum(self.root, ops.Mul(self.root, p, p), [0, 1, 2, 3])
+                  for p in self.pooled]
         loss = terms[0] if len(terms) == 1 else ops.AddN(self.root, terms)
         if self.controls:
             loss = ops.Identity(self.root.WithControlDependencies(self.controls), loss)
@@ -259,7 +278,8 @@ class _TrainingGraph:
 def _training_graphs(draw):
     graph = _TrainingGraph(draw)
     for _ in range(draw(st.integers(1, 4))):
-        graph.block() if draw(st.integers(0, 3)) else graph.pool()
+        action = draw(st.sampled_from(["block", "block", "block", "pool", "relu_pool"]))
+        getattr(graph, action)()
     if len(graph.tensors) == 1:
         graph.block()
     return graph, graph.finish()
@@ -269,8 +289,10 @@ def _training_graphs(draw):
 @given(_training_graphs())
 def test_random_training_graphs_give_the_same_bits_fused_and_unfused(drawn):
     graph, fetches = drawn
-    types = _fused_types(graph.root, fetches)
-    event(f"fused ops formed: {len(types)}")
+    types = [op.type for op in mg.optimize(graph.root, fetches).operations()
+             if op.type in TRAINING_FUSIONS]
+    event(f"batch-norm fusions formed: {sum(t.startswith('_FusedBatchNorm') for t in types)}")
+    event(f"pool fusions formed: {sum('Pool' in t for t in types)}")
     feeds = {graph.x: graph.rng.standard_normal(graph.shape).astype(F32)}
     for backend in BACKENDS:
         fused = mg.ClientSession(graph.root, backend=backend).Run(feeds, fetches)
@@ -388,3 +410,19 @@ def test_variable_updates_ordered_by_control_edges_stay_apart():
                                              True)
     assert not any(op.type.startswith("_FusedApply")
                    for op in mg.optimize(root, [], targets=[train]).operations())
+
+
+@pytest.mark.parametrize("fetch_relu", [False, True])
+def test_relu_max_pool_fuses_unless_the_relu_is_fetched(fetch_relu):
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, mg.float32, shape=[2, 6, 6, 3])
+    relu = ops.Relu(root, ops.Mul(root, x, x))
+    pool = ops.MaxPool(root, relu, [1, 3, 3, 1], [1, 2, 2, 1], "SAME")
+    loss = ops.Sum(root, ops.Mul(root, pool, pool), [0, 1, 2, 3])
+    fetches = [loss, *mg.AddSymbolicGradients(root, [loss], [x])] + ([relu] if fetch_relu
+                                                                      else [])
+    types = [op.type for op in mg.optimize(root, fetches).operations()
+             if op.type in TRAINING_FUSIONS]
+    # the backward's intermediate (the routed gradient) is still read by the ReluGrad alone
+    assert types == (["_FusedMaxPoolGradReluGrad"] if fetch_relu
+                     else ["_FusedReluMaxPool", "_FusedMaxPoolGradReluGrad"])

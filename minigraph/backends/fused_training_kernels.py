@@ -21,7 +21,7 @@ from minigraph.backends import native, training_kernels
 from minigraph.backends.activation_kernels import c_relu, c_relu_grad, relu, relu_grad
 from minigraph.backends.batch_norm_kernels import batch_norm_forward, fused_batch_norm_grad
 from minigraph.backends.math_kernels import c_broadcast
-from minigraph.backends.registry import KernelContext, register_kernel
+from minigraph.backends.registry import KernelContext, find_kernel, register_kernel
 from minigraph.framework import dtypes
 from minigraph.framework.graph import Operation
 from minigraph.ops import training_ops
@@ -247,3 +247,44 @@ def c_update_list(kind: int, current: list[list[np.ndarray]], grad: list[np.ndar
         kind, count, counts, rows[0], rows[1], rows[2], pointers(grad), outs[0], outs[1],
         outs[2], scalars(lr), scalars(c1), scalars(c2), scalars(epsilon), int(nesterov),
         native.num_threads()), "fused variable updates")
+
+
+# ----------------------------------------------------------------------------- Relu and max pool
+
+
+class _Member:
+    """One op of a fused chain as the registry and that op's kernels see it: its type, the
+    fused node's name and attrs (the pool's attrs are the member pool's)."""
+
+    __slots__ = ("type", "name", "attrs", "inputs", "outputs")
+
+    def __init__(self, op_type: str, op: Operation) -> None:
+        self.type, self.name, self.attrs = op_type, op.name, op.attrs
+        self.inputs, self.outputs = op.inputs, op.outputs
+
+
+def _run_member(op_type: str, op: Operation, inputs: list, ctx: KernelContext) -> np.ndarray:
+    """``op_type``'s kernel, the one the session would pick for it on ``ctx``'s backend
+    (native where its registration takes these attrs, else the reference), on ``inputs``."""
+    from minigraph.backends import math_for  # (the package imports this module)
+
+    member = _Member(op_type, op)
+    kernel_def = find_kernel(member, ctx.backend)
+    member_ctx = ctx if kernel_def.backend == ctx.backend else KernelContext(
+        kernel_def.backend, math_for(kernel_def.backend), ctx.state)
+    return kernel_def.kernel(member, inputs, member_ctx)[0]
+
+
+@register_kernel("_FusedReluMaxPool", backend=("reference", "native"))
+def fused_relu_max_pool(op: Operation, inputs: list, ctx: KernelContext) -> list[np.ndarray]:
+    """Relu's kernel, then MaxPool's on its result: (the pool, the Relu's output)."""
+    activation = _run_member("Relu", op, inputs, ctx)
+    return [_run_member("MaxPool", op, [activation], ctx), activation]
+
+
+@register_kernel("_FusedMaxPoolGradReluGrad", backend=("reference", "native"))
+def fused_max_pool_grad_relu_grad(op: Operation, inputs: list, ctx: KernelContext
+                                  ) -> list[np.ndarray]:
+    """MaxPoolGrad's kernel, then ReluGrad's with the pool's input as the features."""
+    routed = _run_member("MaxPoolGrad", op, inputs, ctx)
+    return [_run_member("ReluGrad", op, [routed, inputs[0]], ctx)]

@@ -33,7 +33,8 @@ class OptimizerOptions:
       (``BiasAdd -> FusedBatchNormV3 (inference) -> AddV2 -> Relu/Relu6``, see
       ``optimizer/remapper.py``) and a constant ``Pad`` into its convolution; in training,
       ``FusedBatchNormV3 -> [AddV2] -> Relu`` and its gradient into ``_FusedBatchNormEx`` /
-      ``_FusedBatchNormGradEx`` (``optimizer/training_fusions.py``);
+      ``_FusedBatchNormGradEx``, ``Relu -> MaxPool`` and ``MaxPoolGrad -> ReluGrad``, and a
+      step's variable updates into one op (``optimizer/training_fusions.py``);
     * ``fold_batch_norm`` (off by default: it changes rounding): fold an inference batch
       norm with constant statistics into its ``Conv2D``'s constant filter and a ``BiasAdd``
       (``optimizer/batch_norm_folding.py``).

@@ -10,6 +10,10 @@ that runs it, in one kernel call (one trip through memory instead of one per op)
   output); ``side_input_backprop`` is the masked gradient, which is what the side input's
   ``AddV2`` passes back. ``offset`` is read by TF's GPU kernel only; here it is unread.
 
+* ``_FusedReluMaxPool`` (minigraph's own): ``Relu -> MaxPool``; outputs the pool and the
+  Relu's output (which the backward reads).
+* ``_FusedMaxPoolGradReluGrad`` (minigraph's own): ``MaxPoolGrad -> ReluGrad`` where the
+  pool's input is the Relu output whose mask ReluGrad applies.
 * ``_FusedApplyGradientDescent``, ``_FusedApplyMomentum``, ``_FusedApplyAdam`` (minigraph's
   own): every ``ApplyGradientDescent`` / ``ApplyMomentum`` / ``ApplyAdam`` of a step in one
   op, each input of the single op a list of ``N`` tensors (variable ``k`` is updated by the
@@ -46,6 +50,7 @@ from minigraph.ops.batch_norm import (
     validate_fused_batch_norm,
     validate_fused_batch_norm_grad,
 )
+from minigraph.ops.pooling_ops import MaxPool, MaxPoolGrad, max_pool_grad_shape, pool_shape
 
 # Internal ops: not exported as minigraph.ops wrappers (the remapper builds them).
 __all__: list[str] = []
@@ -208,3 +213,35 @@ def _update_list_op(name: str) -> OpDef:
 
 FUSED_UPDATES = {name: _update_list_op(name)
                  for name in ("ApplyGradientDescent", "ApplyMomentum", "ApplyAdam")}
+
+
+# ----------------------------------------------------------------------------- Relu and max pool
+
+
+def _relu_max_pool_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """(the pool's shape, the input's shape): MaxPool's shape function, and the Relu's."""
+    return [*pool_shape(ctx), ctx.input_shape("input")]
+
+
+FUSED_RELU_MAX_POOL = register_op(OpDef(
+    name="_FusedReluMaxPool",
+    inputs=[ArgDef("input", type_attr="T", doc="The Relu's input.")],
+    outputs=[ArgDef("output", type_attr="T", doc="MaxPool(Relu(input))."),
+             ArgDef("activation", type_attr="T",
+                    doc="Relu(input), which the backward and other readers see.")],
+    attrs=list(MaxPool.op_def.attrs),
+    shape_fn=_relu_max_pool_shape,
+))
+
+FUSED_MAX_POOL_GRAD_RELU_GRAD = register_op(OpDef(
+    name="_FusedMaxPoolGradReluGrad",
+    inputs=[ArgDef("orig_input", type_attr="T", doc="The pool's input: a Relu's output, "
+                                                    "whose mask (> 0) ReluGrad applies."),
+            ArgDef("orig_output", type_attr="T", doc="The pool's output."),
+            ArgDef("grad", type_attr="T", doc="The gradient with respect to the pool's "
+                                             "output.")],
+    outputs=[ArgDef("output", type_attr="T",
+                    doc="ReluGrad(MaxPoolGrad(orig_input, orig_output, grad), orig_input).")],
+    attrs=list(MaxPoolGrad.op_def.attrs),
+    shape_fn=max_pool_grad_shape,
+))

@@ -221,3 +221,42 @@ def fuse_variable_updates(item: GraphItem) -> GraphItem:
                 node.inputs.append(f"^{fused.name}")
         item.touch()
     return item
+
+
+@register_fusion("relu_max_pool", order=25)
+def fuse_relu_max_pool(item: GraphItem) -> GraphItem:
+    """``Relu -> MaxPool`` -> ``_FusedReluMaxPool`` named as the pool (the Relu's readers
+    read its output 1), and ``MaxPoolGrad(r, pool, g) -> ReluGrad(., r)`` ->
+    ``_FusedMaxPoolGradReluGrad`` named as the ReluGrad, where ``r`` is the pool's input."""
+    edges = Edges(item)
+    for pool in item:
+        if not (pool.op == "MaxPool" and item.nodes.get(pool.name) is pool and _float32(pool)
+                and not item.is_fed(pool.name)):
+            continue
+        source = parse_input(pool.data_inputs[0])
+        relu = item.nodes.get(source[0])
+        if not (relu is not None and relu.op == "Relu" and source[1] == 0
+                and edges.free(relu) and relu.device == pool.device and _float32(relu)):
+            continue
+        fused = Node(pool.name, "_FusedReluMaxPool", relu.data_inputs + _controls(relu, pool),
+                     dict(pool.attrs), pool.device)
+        _replace(item, [relu, pool], fused)
+        item.forward(relu.name, tensor_name(fused.name, 1))
+        edges = Edges(item)
+    for relu_grad in item:
+        if not (relu_grad.op == "ReluGrad" and item.nodes.get(relu_grad.name) is relu_grad
+                and _float32(relu_grad) and not item.is_fed(relu_grad.name)):
+            continue
+        routed, features = (tensor_name(*parse_input(t)) for t in relu_grad.data_inputs)
+        grad = item.nodes.get(parse_input(routed)[0])
+        if not (grad is not None and grad.op == "MaxPoolGrad" and parse_input(routed)[1] == 0
+                and edges.only_reader(routed) is relu_grad and edges.free(grad)
+                and grad.device == relu_grad.device and _float32(grad)
+                and tensor_name(*parse_input(grad.data_inputs[0])) == features):
+            continue
+        fused = Node(relu_grad.name, "_FusedMaxPoolGradReluGrad",
+                     grad.data_inputs + _controls(grad, relu_grad), dict(grad.attrs),
+                     relu_grad.device)
+        _replace(item, [grad, relu_grad], fused)
+        edges = Edges(item)
+    return item
