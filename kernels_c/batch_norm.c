@@ -23,8 +23,9 @@
  * tensors twice (statistics, then outputs), inference ops once. Each block writes a
  * per-channel record (float32 vector sums, folded to double); the records are then combined
  * serially in block order (Chan et al.'s pairwise update for means and centered
- * (co)moments, plain sums otherwise). Blocks are handed to threads dynamically (the machine
- * may be shared), and the result is bit-identical for any thread count, any schedule and any
+ * (co)moments, plain sums otherwise). Blocks are handed to threads one at a time by
+ * minigraph's worker pool (mg_pool_run, the runtime every family uses; the machine may be
+ * shared), and the result is bit-identical for any thread count, any schedule and any
  * buffer alignment.
  *
  * The element loops ("runs") are in bn_runs_template.h, instantiated per ISA and dtype
@@ -40,10 +41,6 @@
 
 #include "bn_convert.h"
 #include "bn_internal.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 enum {
     BN_BLOCK_BYTES = 128 * 1024,    /* bytes of one tensor per block (stays in L2)            */
@@ -387,19 +384,23 @@ static double *record(const bn_call *k, int64_t b)
     return k->records + (size_t)b * (size_t)k->nfields * (size_t)k->plan.block_channels;
 }
 
+typedef struct {
+    bn_call *k;
+    bn_block_fn fn;
+} bn_blocks_job;
+
+static void run_block_item(void *ctx, int64_t b, int tid)
+{
+    const bn_blocks_job *job = ctx;
+    job->fn(job->k, b, tid);
+}
+
+/* fn(k, b, tid) for every block on the worker pool (mg_pool_run: blocks handed out one at a
+ * time; tid < k->nthreads indexes the per-thread scratch). */
 static void run_blocks(bn_call *k, bn_block_fn fn)
 {
-    const int64_t nblocks = k->plan.nblocks;
-    if (k->nthreads <= 1) {
-        for (int64_t b = 0; b < nblocks; ++b)
-            fn(k, b, 0);
-        return;
-    }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(k->nthreads)
-    for (int64_t b = 0; b < nblocks; ++b)
-        fn(k, b, omp_get_thread_num());
-#endif
+    bn_blocks_job job = {k, fn};
+    mg_pool_run(k->nthreads, k->plan.nblocks, run_block_item, &job);
 }
 
 /* Run args for the block: tensors at its start, its length / segments, accumulators zeroed

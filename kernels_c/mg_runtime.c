@@ -9,9 +9,10 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Threads and fork                                                                            */
 
-/* GNU OpenMP's thread pool does not survive fork(): a child that enters a parallel region
- * after its parent used one waits forever. So a child forked after a parallel region runs
- * every call on its calling thread (same results: they do not depend on the thread count). */
+/* The pool's workers do not survive fork(): the child has only the forking thread, and the
+ * pool's locks may be held by threads that no longer exist there. So a child forked after
+ * the pool started runs every call on its calling thread (same results: they do not depend
+ * on the thread count). */
 static int g_used_threads, g_serial_only;
 
 static void forked_child(void)
@@ -27,15 +28,10 @@ __attribute__((constructor)) static void register_fork_handler(void)
 
 int mg_native_threads(int requested)
 {
-#ifdef _OPENMP
     if (requested <= 1 || __atomic_load_n(&g_serial_only, __ATOMIC_RELAXED))
         return 1;
     __atomic_store_n(&g_used_threads, 1, __ATOMIC_RELAXED);
     return requested;
-#else
-    (void)requested;
-    return 1;
-#endif
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -461,6 +461,26 @@ def test_deterministic_for_any_thread_count_and_alignment(monkeypatch, dtype, sh
         assert_bitwise_equal(first, call_all(moved, channels_last))
 
 
+def test_calls_from_many_threads_at_once_match_one_thread(monkeypatch):
+    """Batch norm runs on the worker pool, which runs one job at a time: a call made while
+    another thread's job runs does its blocks on its own thread (its own workspace). Six
+    Python threads at once, each result bit for bit the single-threaded one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = [(make_inputs(shape, last, F32, seed=i), last)
+             for i, (shape, last) in enumerate([((8, 17, 19, 64), True), ((4, 24, 30, 30), False),
+                                                ((16, 9, 9, 33), True), ((2, 3, 128, 128), False),
+                                                ((6, 14, 14, 96), True), ((8, 40, 7, 7), False)])]
+    monkeypatch.setenv("MINIGRAPH_NUM_THREADS", "1")
+    expected = [call_all(d, last) for d, last in cases]
+    monkeypatch.setenv("MINIGRAPH_NUM_THREADS", "2")
+    with ThreadPoolExecutor(len(cases)) as executor:
+        for _ in range(3):
+            got = list(executor.map(lambda case: call_all(*case), cases))
+            for first, second in zip(expected, got, strict=True):
+                assert_bitwise_equal(first, second)
+
+
 @pytest.mark.parametrize("dtype", [np.dtype(F32), BF16], ids=lambda d: d.name)
 @pytest.mark.parametrize("shape, channels_last", [((1, 1, 1, 5), True), ((3, 2, 2, 17), True),
                                                   ((2, 5, 3, 3), False), ((4, 3, 3, 64), True),
@@ -509,8 +529,8 @@ def _forked_child(queue, d, expected):
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_works_in_a_forked_child(monkeypatch):
-    """GNU OpenMP cannot run parallel regions in a child forked after the parent used them;
-    the kernels then run on one thread there (same bits)."""
+    """The worker pool's threads do not survive fork(): in a child forked after the parent
+    used them, the kernels run on one thread (same bits), and nothing hangs."""
     monkeypatch.setenv("MINIGRAPH_NUM_THREADS", "2")
     d = make_inputs((8, 16, 16, 17), True, F32, seed=8)
     expected = call_all(d, True)  # the parent uses its thread pool

@@ -505,7 +505,7 @@ def _child(queue):
 
 
 def test_works_in_a_forked_child():
-    """libgomp's thread pool does not survive fork(): a child runs serially, same results."""
+    """The worker pool does not survive fork(): a child runs serially, same results."""
     expected = [a.tobytes() for a in all_native_outputs()]  # the parent used its threads
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
