@@ -380,7 +380,7 @@ def _updates_graph(kind: str, shapes: list, nesterov: bool, control_between: boo
                                          F32(0.01), F32(0.9), F32(0.999), F32(1e-7), g,
                                          use_nesterov=nesterov))
     train = ops.NoOp(root.WithControlDependencies([u.op for u in updates]))
-    return root, x, loss, variables, inits, train
+    return root, x, loss, variables, inits, train, [u.op for u in updates]
 
 
 @settings(max_examples=12, deadline=None)
@@ -390,7 +390,7 @@ def _updates_graph(kind: str, shapes: list, nesterov: bool, control_between: boo
 def test_variable_updates_fuse_into_one_op_with_the_same_bits(kind, n_in, hidden, n_out,
                                                               nesterov, seed):
     shapes = [(n_in, hidden), (hidden,), (hidden, n_out)]
-    root, x, loss, variables, inits, train = _updates_graph(kind, shapes, nesterov, False)
+    root, x, loss, variables, inits, train, _ = _updates_graph(kind, shapes, nesterov, False)
     assert [op.type for op in mg.optimize(root, [], targets=[train]).operations()
             if op.type.startswith("_FusedApply")] == [f"_Fused{kind}"]
     x_value = np.random.default_rng(seed).standard_normal((3, n_in)).astype(F32)
@@ -406,8 +406,8 @@ def test_variable_updates_fuse_into_one_op_with_the_same_bits(kind, n_in, hidden
 
 
 def test_variable_updates_ordered_by_control_edges_stay_apart():
-    root, _, _, _, _, train = _updates_graph("ApplyMomentum", [(2, 3), (3,), (3, 1)], False,
-                                             True)
+    root, _, _, _, _, train, _ = _updates_graph("ApplyMomentum", [(2, 3), (3,), (3, 1)],
+                                                False, True)
     assert not any(op.type.startswith("_FusedApply")
                    for op in mg.optimize(root, [], targets=[train]).operations())
 
@@ -426,3 +426,24 @@ def test_relu_max_pool_fuses_unless_the_relu_is_fetched(fetch_relu):
     # the backward's intermediate (the routed gradient) is still read by the ReluGrad alone
     assert types == (["_FusedMaxPoolGradReluGrad"] if fetch_relu
                      else ["_FusedReluMaxPool", "_FusedMaxPoolGradReluGrad"])
+
+
+def test_updates_that_are_run_targets_fuse_and_keep_their_names():
+    """mg.train's minimize returns the update ops themselves as the step's targets: they
+    fuse, each name left as a NoOp that runs after the fused op, with the same results."""
+    root, x, loss, variables, inits, _, updates = _updates_graph(
+        "ApplyMomentum", [(2, 4), (4,), (4, 2)], False, False)
+    graph = mg.optimize(root, [], targets=updates)
+    assert sorted(op.type for op in graph.operations()
+                  if op.name in {u.name for u in updates}) == ["NoOp", "NoOp",
+                                                               "_FusedApplyMomentum"]
+    x_value = np.random.default_rng(3).standard_normal((3, 2)).astype(F32)
+    for backend in BACKENDS:
+        results = []
+        for options in (mg.OptimizerOptions(), REMAPPER_OFF):
+            session = mg.ClientSession(root, backend=backend, optimizer=options)
+            session.Run([], [], [i.op for i in inits])
+            for _ in range(2):
+                session.Run({x: x_value}, [], updates)
+            results.append(session.Run({x: x_value}, [loss, *variables]))
+        _assert_same_bits(*results)

@@ -189,14 +189,14 @@ def fuse_variable_updates(item: GraphItem) -> GraphItem:
     """The float32 ``ApplyGradientDescent`` / ``ApplyMomentum`` / ``ApplyAdam`` nodes of one
     kind, attrs and device whose results nothing reads (a training step's updates, run for
     their effect) -> one ``_FusedApply*`` over the list, named as the last of them; nodes
-    that ran after one of them run after the fused op. A preserved update (a run's target)
-    stays itself; none is formed where one update depends on another (a control edge
+    that ran after one of them run after the fused op. An update that is a run's target
+    (``mg.train``'s ``minimize`` returns them) leaves a ``NoOp`` of its name that runs after
+    the fused op. None is formed where one update depends on another (a control edge
     between them), nor for fewer than two updates."""
     edges = Edges(item)
     groups: dict[tuple, list[Node]] = {}
     for node in item:
-        if (node.op in UPDATE_OPS and _float32(node) and node.name not in edges.preserved
-                and not item.is_fed(node.name)
+        if (node.op in UPDATE_OPS and _float32(node) and not item.is_fed(node.name)
                 and not edges.uses.get(tensor_name(node.name, 0))):
             key = (node.op, node.device, tuple(sorted(
                 (k, v) for k, v in node.attrs.items() if k != "T")))
@@ -211,8 +211,11 @@ def fuse_variable_updates(item: GraphItem) -> GraphItem:
         fused = Node(last.name, f"_Fused{op_type}", inputs + _controls(*members),
                      dict(last.attrs, N=len(members)), device)
         _replace(item, members, fused)
+        for node in members[:-1]:  # a run's target keeps its name: a NoOp after the fused op
+            if node.name in edges.preserved:
+                item.add(Node(node.name, "NoOp", [f"^{fused.name}"], {}, device))
         for node in item:
-            if node is fused:
+            if node is fused or node.op == "NoOp" and node.inputs == [f"^{fused.name}"]:
                 continue
             controls = [name for name in node.control_inputs if name in names]
             if controls:
