@@ -60,7 +60,8 @@ def _bn_case(draw):
     shape = (n, h, w, c) if layout == "NHWC" else (n, c, h, w)
     seed = draw(st.integers(0, 2 ** 16))
     return (layout, shape, c, seed, draw(st.booleans()), draw(st.booleans()),
-            draw(st.sampled_from([1.0, 0.25])), draw(st.booleans()))
+            draw(st.sampled_from([1.0, 0.25])), draw(st.booleans()),
+            draw(st.sampled_from([None, np.inf, -np.inf, np.nan, 3e38, 1e20])))
 
 
 @pytest.mark.skipif(not NATIVE_AVAILABLE, reason="compares the native ISAs")
@@ -69,10 +70,13 @@ def _bn_case(draw):
 def test_fused_batch_norm_ops_match_the_chain(case):
     """_FusedBatchNormEx and _FusedBatchNormGradEx give the chain's bits on every backend
     and ISA: shapes that take row and plane blocks, odd channel counts, with and without
-    the side input, Relu or Identity, training and inference, exponential averaging."""
-    layout, shape, c, seed, with_side, relu_on, factor, training = case
+    the side input, Relu or Identity, training and inference, exponential averaging, and
+    an infinite, NaN or huge element (the C kernels' exceptional-channel path)."""
+    layout, shape, c, seed, with_side, relu_on, factor, training, special = case
     rng = np.random.default_rng(seed)
     x, side, dy = (rng.standard_normal(shape).astype(F32) for _ in range(3))
+    if special is not None:  # a channel the C kernels recompute in the reference's order
+        x.flat[rng.integers(0, x.size)] = special
     scale, offset = rng.standard_normal(c).astype(F32), rng.standard_normal(c).astype(F32)
     mean, variance = rng.standard_normal(c).astype(F32), rng.uniform(0.5, 2, c).astype(F32)
     root = mg.Scope.NewRootScope()
@@ -447,3 +451,18 @@ def test_updates_that_are_run_targets_fuse_and_keep_their_names():
                 session.Run({x: x_value}, [], updates)
             results.append(session.Run({x: x_value}, [loss, *variables]))
         _assert_same_bits(*results)
+
+
+def test_a_side_input_computed_from_the_statistics_is_not_fused_into_a_cycle():
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, mg.float32, shape=[2, 3, 3, 4])
+    one = np.ones(4, F32)
+    bn = ops.FusedBatchNormV3(root, x, one, one, np.zeros(0, F32), np.zeros(0, F32))
+    side = ops.AddV2(root, x, bn.batch_mean)  # x's shape, read from the batch norm
+    relu = ops.Relu(root, ops.AddV2(root, bn.y, side))
+    assert _fused_types(root, [relu]) == []
+    value = np.random.default_rng(0).standard_normal((2, 3, 3, 4)).astype(F32)
+    for backend in BACKENDS:
+        _assert_same_bits(mg.ClientSession(root, backend=backend).Run({x: value}, [relu]),
+                          mg.ClientSession(root, backend=backend, optimizer=REMAPPER_OFF)
+                          .Run({x: value}, [relu]))

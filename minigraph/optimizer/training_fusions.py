@@ -103,8 +103,9 @@ def fuse_batch_norm_relu(item: GraphItem) -> GraphItem:
         if nxt is not None and nxt.op == "AddV2" and edges.free(nxt) \
                 and nxt.device == bn.device:
             side = _side_input(item, nxt, y)
-            if side is None:
-                continue
+            side_node = None if side is None else parse_input(side)[0]
+            if side is None or bn.name in _ancestors(item, [side_node]) | {side_node}:
+                continue  # (a side input computed from the statistics: a cycle)
             chain.append(nxt)
             nxt = edges.only_reader(tensor_name(nxt.name, 0))
         if nxt is None or nxt.op != "Relu" or nxt.device != bn.device or item.is_fed(nxt.name):
