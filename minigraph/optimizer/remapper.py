@@ -177,9 +177,9 @@ def _replace(item: GraphItem, head: Node, chain: list[tuple[Node, str]]) -> None
     last = chain[-1][0]
     fused = Node(last.name, fused_type, [*head.data_inputs, *args, *controls], attrs,
                  head.device)
-    for name in members:
+    for name in members - {last.name}:
         item.remove(name)
-    item.add(fused)
+    item.nodes[last.name] = fused  # in the last node's place: the plan's order is kept
 
 
 # ----------------------------------------------------------------------------- Pad into conv
