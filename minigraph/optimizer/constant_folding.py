@@ -24,6 +24,12 @@ from __future__ import annotations
 import numpy as np
 
 from minigraph.framework import dtypes
+from minigraph.framework.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    UnimplementedError,
+)
 from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.op_def import build_operation
 from minigraph.framework.scope import Scope
@@ -47,8 +53,9 @@ def _materialized(node: Node, inputs: list[Output]) -> list[np.ndarray] | None:
     return [np.array(inputs[0].shape.rank, np.int32)]
 
 
-def _evaluated(op: Operation, values: list[np.ndarray]) -> list[np.ndarray]:
-    """``op`` run on the reference backend with constant inputs of ``values``."""
+def _evaluated(op: Operation, values: list[np.ndarray]) -> list[np.ndarray] | None:
+    """``op`` run on the reference backend with constant inputs of ``values`` (None when
+    that raises)."""
     from minigraph.client.options import OptimizerOptions
     from minigraph.client.session import ClientSession
     from minigraph.ops import Const
@@ -63,7 +70,10 @@ def _evaluated(op: Operation, values: list[np.ndarray]) -> list[np.ndarray]:
     folded = build_operation(root.WithOpName(op.name), op.op_def, arguments, op.attrs)
     session = ClientSession(root, backend="reference", check_outputs=True,
                             optimizer=OptimizerOptions.all_off())
-    return session.Run(list(folded.outputs))
+    try:
+        return session.Run(list(folded.outputs))
+    except (InvalidArgumentError, ResourceExhaustedError, UnimplementedError, NotFoundError):
+        return None  # the node stays: a run raises the error where it always did
 
 
 def _fold(node: Node, item: GraphItem, constants: dict[str, np.ndarray]
@@ -83,6 +93,9 @@ def _fold(node: Node, item: GraphItem, constants: dict[str, np.ndarray]
             return None
         if not all(o.dtype in _EXACT for o in (*op.inputs, *op.outputs)):
             return None
+        if not all(o.shape.is_fully_defined() for o in op.outputs) or sum(
+                o.shape.num_elements() * o.dtype.itemsize for o in op.outputs) > MAX_FOLD_BYTES:
+            return None  # a result of unknown or large size is never computed here
         values = _evaluated(op, [constants[key] for key in keys])
     if values is None or sum(v.nbytes for v in values) > MAX_FOLD_BYTES:
         return None
