@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from minigraph.client.options import OptimizerOptions
 from minigraph.framework.errors import InvalidArgumentError
 from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.scope import Scope
@@ -24,6 +23,7 @@ from minigraph.optimizer import (  # noqa: F401 (each module registers its pass)
     remapper,
 )
 from minigraph.optimizer.item import GraphItem
+from minigraph.optimizer.options import OptimizerOptions
 from minigraph.optimizer.passes import registered_passes
 
 
