@@ -168,7 +168,7 @@ def members(op_type: str, name: str, attrs: dict[str, Any],
         _members.move_to_end(key)
         return found[1]
     _check_counts(op_type, name, attrs, len(specs) - 2)
-    root = Scope(Graph())
+    root = Scope(Graph(notify=False))
     placeholder = get_op_def("Placeholder")
     values = [build_operation(root.WithOpName(f"input_{i}"), placeholder, [],
                               {"dtype": dtype, "shape": shape}).outputs[0]

@@ -62,7 +62,7 @@ def rewrite_for_run(graph: Graph, fetches: Sequence[Output], fed: Iterable[Outpu
     item = run_passes(item, options)
     if not item.changed:
         return RunRewrite(graph, list(fetches), {f: f for f in fed}, list(targets))
-    new = item.to_graph()
+    new = item.to_graph(notify=False)
     return RunRewrite(new, [new.get_tensor_by_name(f.name) for f in fetches],
                       {f: new.get_tensor_by_name(f.name) for f in fed},
                       [new.get_operation(t.name) for t in targets])
