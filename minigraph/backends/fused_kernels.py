@@ -32,7 +32,7 @@ from minigraph.backends.nn_kernels import matmul_native, matmul_native_epilogue
 from minigraph.backends.registry import KernelContext, get_kernel, register_kernel
 from minigraph.framework import dtypes
 from minigraph.framework.graph import Operation
-from minigraph.ops.fused_ops import HEADS, member_values
+from minigraph.ops.fused_ops import HEADS, Prepared, member_values, prepare
 
 # heads whose native kernel has a variant taking the epilogue into its tiles
 EPILOGUE_KERNELS = {conv2d_native: conv2d_native_epilogue,
@@ -71,18 +71,20 @@ def fused_members(op, inputs, ctx):
 
 @register_kernel(*HEADS, backend="native", dtypes=(dtypes.float32,))
 def fused_native(op, inputs, ctx):
-    pairs = member_values(op, inputs)
+    prepared = prepare(op, inputs)
+    pairs = member_values(op, inputs, prepared)
+    plan = prepared.cache.get("native")
+    if plan is None:
+        plan = prepared.cache["native"] = _NativePlan(prepared.members)
     head, head_inputs = pairs[0]
-    kernel = get_kernel(head, "native")
-    epilogue = _epilogue(pairs) if kernel.backend == "native" else None
-    variant = EPILOGUE_KERNELS.get(kernel.kernel)
-    head_ctx = KernelContext(kernel.backend, backends.math_for(kernel.backend), ctx.state)
-    if epilogue is not None and variant is not None:
-        [y] = variant(head, head_inputs, head_ctx, epilogue)
+    head_ctx = KernelContext(plan.head.backend, plan.math, ctx.state)
+    epilogue = _epilogue(pairs, prepared) if plan.epilogue else None
+    if epilogue is not None and plan.variant is not None:
+        [y] = plan.variant(head, head_inputs, head_ctx, epilogue)
         if epilogue.fits(y.shape):  # applied in the head's tiles
             return [y]
     else:
-        [y] = kernel.kernel(head, head_inputs, head_ctx)
+        [y] = plan.head.kernel(head, head_inputs, head_ctx)
         if (epilogue is not None and type(y) is np.ndarray and y.flags.writeable
                 and y.dtype == np.float32 and epilogue.fits(y.shape)):
             c_channel_epilogue(y, epilogue)
@@ -90,14 +92,52 @@ def fused_native(op, inputs, ctx):
     return [run_members(pairs, "native", ctx.state, np.asarray(y))]
 
 
-def _epilogue(pairs: list) -> Epilogue | None:
+class _NativePlan:
+    """What the native kernel looks up once per fused node and signature: the head's
+    kernel, its epilogue variant, and whether the epilogue may stand for the stages (every
+    batch-norm and activation stage runs a native kernel: the epilogue rounds as those)."""
+
+    __slots__ = ("head", "math", "variant", "epilogue")
+
+    def __init__(self, members: list[Operation]) -> None:
+        self.head = get_kernel(members[0], "native")
+        self.math = backends.math_for(self.head.backend)
+        self.variant = EPILOGUE_KERNELS.get(self.head.kernel)
+        self.epilogue = self.head.backend == "native" and all(
+            get_kernel(member, "native").backend == "native"
+            for member in members[1:] if member.type in NATIVE_STAGES)
+
+
+def _epilogue(pairs: list, prepared: Prepared) -> Epilogue | None:
     """The stages as an :class:`Epilogue` of their input values, or None when one falls
-    outside what it computes bit for bit."""
-    bias = mean = k = offset = residual = None
-    activation = 0
-    for member, args in pairs[1:]:
-        if member.type in NATIVE_STAGES and get_kernel(member, "native").backend != "native":
+    outside what it computes bit for bit. The per-channel vectors of read-only arrays (a
+    graph's constants) are formed once: the same arrays as last time give the same ones."""
+    fixed = [a for member, args in pairs[1:] if member.type != "AddV2" for a in args]
+    last = prepared.cache.get("vectors")
+    if (last is not None and len(last[0]) == len(fixed)
+            and all(a is b and not a.flags.writeable for a, b in zip(fixed, last[0]))):
+        vectors = last[1]
+    else:
+        vectors = _vectors(pairs)
+        if vectors is None:
             return None
+        prepared.cache["vectors"] = (fixed, vectors)
+    residual, activation = None, 0
+    for member, args in pairs[1:]:
+        if member.type == "AddV2":
+            [residual] = args
+        elif member.type in ACTIVATIONS:
+            activation = ACTIVATIONS[member.type]
+    return Epilogue(*vectors, residual, activation)
+
+
+def _vectors(pairs: list) -> tuple | None:
+    """(bias, mean, k, offset) of the stages (None where a stage is absent), or None when
+    the batch norm's falls outside what the epilogue computes bit for bit:
+    ``k = scale * (1 / sqrt(variance + epsilon))`` as the native batch norm forms it, and
+    no offset beyond ``2**60``."""
+    bias = mean = k = offset = None
+    for member, args in pairs[1:]:
         if member.type == "BiasAdd":
             [bias] = args
         elif member.type == "FusedBatchNormV3":
@@ -109,8 +149,4 @@ def _epilogue(pairs: list) -> Epilogue | None:
                 return None
             epsilon = np.float32(member.attrs["epsilon"])
             k = scale * (np.float32(1) / np.sqrt(variance + epsilon))
-        elif member.type == "AddV2":
-            [residual] = args
-        else:
-            activation = ACTIVATIONS[member.type]
-    return Epilogue(bias, mean, k, offset, residual, activation)
+    return bias, mean, k, offset

@@ -168,7 +168,7 @@ def members(op_type: str, name: str, attrs: dict[str, Any],
         _members.move_to_end(key)
         return found[1]
     _check_counts(op_type, name, attrs, len(specs) - 2)
-    root = Scope(Graph())
+    root = Scope(Graph(notify=False))
     placeholder = get_op_def("Placeholder")
     values = [build_operation(root.WithOpName(f"input_{i}"), placeholder, [],
                               {"dtype": dtype, "shape": shape}).outputs[0]
@@ -202,23 +202,57 @@ def _shape(ctx: InferenceContext) -> TensorShape:
     return members(ctx.op_def.name, ctx.name, ctx.attrs, specs)[-1].outputs[0].shape
 
 
-def member_values(op: Operation, values: Sequence[Any]) -> list[tuple[Operation, list]]:
+class Prepared:
+    """One fused node at one input signature (the values' types, dtypes and shapes): its
+    member ops, whether their checks passed (they read shapes only: they pass for every
+    input of the signature) and what its kernels keep (``cache``)."""
+
+    __slots__ = ("attrs", "members", "checked", "cache")
+
+    def __init__(self, attrs: dict[str, Any], built: list[Operation]) -> None:
+        self.attrs, self.members = attrs, built
+        self.checked = False
+        self.cache: dict[str, Any] = {}
+
+
+_prepared: OrderedDict[tuple, Prepared] = OrderedDict()
+
+
+def prepare(op: Operation, values: Sequence[Any]) -> Prepared:
+    """The :class:`Prepared` of ``op`` for ``values`` (cached per node and signature)."""
+    key = (id(op.attrs), tuple((type(v), v.dtype, v.shape) for v in values))
+    found = _prepared.get(key)
+    if found is not None and found.attrs is op.attrs:
+        _prepared.move_to_end(key)
+        return found
+    specs = [(inp.dtype, TensorShape(v.shape)) for inp, v in zip(op.inputs, values)]
+    found = _prepared[key] = Prepared(op.attrs, members(op.type, op.name, op.attrs, specs))
+    if len(_prepared) > MAX_CACHED:
+        _prepared.popitem(last=False)
+    return found
+
+
+def member_values(op: Operation, values: Sequence[Any], prepared: Prepared | None = None
+                  ) -> list[tuple[Operation, list]]:
     """Each member op of ``op`` for these values, with its inputs other than the running
     value (the head's: both)."""
-    specs = [(inp.dtype, TensorShape(v.shape)) for inp, v in zip(op.inputs, values)]
-    built = members(op.type, op.name, op.attrs, specs)
+    built = (prepared or prepare(op, values)).members
     head_inputs, stage_args = split_inputs(op.attrs, list(values))
     return list(zip(built, [head_inputs, *stage_args]))
 
 
 def _validate(ctx: RunContext, values: list) -> None:
     """Each member's run-time check, on its inputs' values (the running value's only
-    through its shape: members' checks do not read it)."""
-    for index, (member, inputs) in enumerate(member_values(ctx.op, values)):
+    through its shape: members' checks do not read it), once per signature."""
+    prepared = prepare(ctx.op, values)
+    if prepared.checked:
+        return
+    for index, (member, inputs) in enumerate(member_values(ctx.op, values, prepared)):
         validate = member.op_def.validate
         if validate is not None:
             running = [] if index == 0 else [_Running(member.inputs[0].shape)]
             validate(RunContext(member), [*running, *inputs])
+    prepared.checked = True
 
 
 class _Running:

@@ -23,16 +23,27 @@ from __future__ import annotations
 
 import numpy as np
 
+from minigraph.backends import reference
+from minigraph.backends.registry import KernelContext, get_kernel
 from minigraph.framework import dtypes
-from minigraph.framework.graph import Graph, Operation, Output
-from minigraph.framework.op_def import build_operation
-from minigraph.framework.scope import Scope
+from minigraph.framework.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    UnimplementedError,
+)
+from minigraph.framework.graph import Operation, Output
+from minigraph.framework.limits import check_allocation
+from minigraph.framework.op_def import RunContext, RunShapeContext, run_shape_fn
 from minigraph.optimizer.item import GraphItem, Node, is_control, parse_input, tensor_name
 from minigraph.optimizer.passes import register_pass
 
 MAX_FOLD_BYTES = 1 << 14
 SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 _EXACT = frozenset({dtypes.int32, dtypes.int64, dtypes.bool_})
+# ops whose results' sizes the shape function cannot say but their inputs bound (a rank)
+BOUNDED = frozenset({"BroadcastGradientArgs", "ReducedShape", "ConcatOffset",
+                     "InvertPermutation"})
 
 
 def _materialized(node: Node, inputs: list[Output]) -> list[np.ndarray] | None:
@@ -47,23 +58,30 @@ def _materialized(node: Node, inputs: list[Output]) -> list[np.ndarray] | None:
     return [np.array(inputs[0].shape.rank, np.int32)]
 
 
-def _evaluated(op: Operation, values: list[np.ndarray]) -> list[np.ndarray]:
-    """``op`` run on the reference backend with constant inputs of ``values``."""
-    from minigraph.client.options import OptimizerOptions
-    from minigraph.client.session import ClientSession
-    from minigraph.ops import Const
-
-    root = Scope(Graph())
-    sources = [Const(root.WithOpName(f"input_{i}"), value) for i, value in enumerate(values)]
-    arguments, start = [], 0
-    for arg in op.op_def.inputs:
-        length = arg.length(op.attrs)
-        arguments.append(sources[start:start + length] if arg.is_list else sources[start])
-        start += length
-    folded = build_operation(root.WithOpName(op.name), op.op_def, arguments, op.attrs)
-    session = ClientSession(root, backend="reference", check_outputs=True,
-                            optimizer=OptimizerOptions.all_off())
-    return session.Run(list(folded.outputs))
+def _evaluated(op: Operation, values: list[np.ndarray]) -> list[np.ndarray] | None:
+    """``op``'s reference kernel on the constant ``values``, after the checks a session
+    makes (the op's ``validate`` and its shape function on the values); None when they
+    raise (the node then stays, and a run raises where it always did)."""
+    try:
+        if op.op_def.validate is not None:
+            op.op_def.validate(RunContext(op), values)
+        shapes = run_shape_fn(op.op_def, RunShapeContext(op, values, [v.shape for v in values]))
+        if op.type not in BOUNDED and not (
+                all(shape.is_fully_defined() for shape in shapes) and sum(
+                    shape.num_elements() * output.dtype.itemsize
+                    for shape, output in zip(shapes, op.outputs)) <= MAX_FOLD_BYTES):
+            return None  # a result of unknown or large size is never computed here
+        for shape, output in zip(shapes, op.outputs):
+            check_allocation(shape, output.dtype.itemsize, f"{op.type} '{op.name}'")
+        kernel = get_kernel(op, "reference")
+        results = kernel.kernel(op, values, KernelContext("reference", reference))
+    except (InvalidArgumentError, ResourceExhaustedError, UnimplementedError, NotFoundError):
+        return None
+    results = [np.asarray(r) for r in results]
+    if any(r.dtype != o.dtype.np_dtype or not s.is_compatible_with(tuple(r.shape))
+           for r, o, s in zip(results, op.outputs, shapes)):
+        return None
+    return results
 
 
 def _fold(node: Node, item: GraphItem, constants: dict[str, np.ndarray]

@@ -169,10 +169,7 @@ class GraphItem:
 
     def graph(self) -> Graph:
         """The graph of the current nodes (built again only after a change)."""
-        if self._graph is None or self.stale:
-            self._graph = self._build()
-            self.stale = False
-        return self._graph
+        return self.to_graph(notify=False)
 
     # -- edits ---------------------------------------------------------------------------
     def touch(self) -> None:
@@ -214,19 +211,22 @@ class GraphItem:
             self.touch()
 
     # -- output --------------------------------------------------------------------------
-    def to_graph(self) -> Graph:
+    def to_graph(self, notify: bool = True) -> Graph:
         """The graph of the current nodes: the source graph itself when no pass changed
-        them, else a new one."""
-        return self.graph()
+        them, else a new one (``notify``: seen by ``on_graph_created`` callbacks, as a graph
+        handed to the user is)."""
+        if self._graph is None or self.stale:
+            self._graph = self._build(notify)
+            self.stale = False
+        return self._graph
 
-    def _build(self) -> Graph:
+    def _build(self, notify: bool) -> Graph:
         with warnings.catch_warnings():  # the source graph's ops warned when first built
             warnings.simplefilter("ignore", DeprecationWarning)
-            return self._build_nodes()
+            return self._build_nodes(Graph(notify=notify))
 
-    def _build_nodes(self) -> Graph:
-        root = Scope(Graph())
-        graph = root.graph()
+    def _build_nodes(self, graph: Graph) -> Graph:
+        root = Scope(graph)
         for node in self._ordered():
             op_def = node.op_def
             sources = []

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from minigraph.client.options import OptimizerOptions
 from minigraph.framework.errors import InvalidArgumentError
 from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.scope import Scope
@@ -26,6 +25,7 @@ from minigraph.optimizer import (  # noqa: F401 (each module registers its pass)
     training_fusions,
 )
 from minigraph.optimizer.item import GraphItem
+from minigraph.optimizer.options import OptimizerOptions
 from minigraph.optimizer.passes import registered_passes
 
 
@@ -64,7 +64,7 @@ def rewrite_for_run(graph: Graph, fetches: Sequence[Output], fed: Iterable[Outpu
     item = run_passes(item, options)
     if not item.changed:
         return RunRewrite(graph, list(fetches), {f: f for f in fed}, list(targets))
-    new = item.to_graph()
+    new = item.to_graph(notify=False)
     return RunRewrite(new, [new.get_tensor_by_name(f.name) for f in fetches],
                       {f: new.get_tensor_by_name(f.name) for f in fed},
                       [new.get_operation(t.name) for t in targets])

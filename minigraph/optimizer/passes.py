@@ -1,7 +1,7 @@
 """How a graph pass is written and registered (grappler's ``GraphOptimizer`` contract).
 
 A pass is a function ``rewrite(item: GraphItem) -> GraphItem`` registered with
-:func:`register_pass` under the name of its :class:`~minigraph.client.options.OptimizerOptions`
+:func:`register_pass` under the name of its :class:`~minigraph.optimizer.options.OptimizerOptions`
 switch and an ``order`` (the meta-optimizer, :mod:`minigraph.optimizer.meta`, runs the
 switched-on passes by increasing order)::
 

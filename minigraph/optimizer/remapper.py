@@ -10,13 +10,16 @@ fetched, not fed, not a control input of anything) and every node of it is on on
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from minigraph.backends.registry import find_kernel
 from minigraph.framework import dtypes
 from minigraph.framework.op_def import get_op_def, output_args
+from minigraph.ops.fused_ops import members
 from minigraph.optimizer.item import GraphItem, Node, is_control, parse_input, tensor_name
 from minigraph.optimizer.passes import Rewrite, register_pass
 
@@ -62,10 +65,12 @@ FUSED_HEADS = {"Conv2D": "_FusedConv2D", "DepthwiseConv2dNative": "_FusedDepthwi
 _STAGE_RANK = {"BiasAdd": 0, "FusedBatchNorm": 1, "Add": 2, "Relu": 3, "Relu6": 3}
 
 
-def _on_host(device: str) -> bool:
-    from minigraph.client.session import parse_device
+_CPU = re.compile(r"(?:/job:[^/]+)?(?:/replica:\d+)?(?:/task:\d+)?/?(?:device:)?cpu:0", re.I)
 
-    return not device or parse_device(device)[0] == "CPU"
+
+def _on_host(device: str) -> bool:
+    """Whether ``device`` is the host CPU (the fused ops have host kernels only)."""
+    return not device or _CPU.fullmatch(device.strip()) is not None
 
 
 def _stage(node: Node) -> str | None:
@@ -177,9 +182,9 @@ def _replace(item: GraphItem, head: Node, chain: list[tuple[Node, str]]) -> None
     last = chain[-1][0]
     fused = Node(last.name, fused_type, [*head.data_inputs, *args, *controls], attrs,
                  head.device)
-    for name in members:
+    for name in members - {last.name}:
         item.remove(name)
-    item.add(fused)
+    item.nodes[last.name] = fused  # in the last node's place: the plan's order is kept
 
 
 # ----------------------------------------------------------------------------- Pad into conv
@@ -203,9 +208,6 @@ def _native_takes(node: Node, attrs: dict, inputs: list[str], item: GraphItem) -
     """Whether the native backend runs the convolution of ``node`` with ``attrs`` (explicit
     pads) on a native kernel, as it ran the padded one: otherwise a native convolution would
     become a numpy one, another summation and slower."""
-    from minigraph.backends.registry import find_kernel
-    from minigraph.ops.fused_ops import members
-
     specs = [(item.output(text).dtype, item.output(text).shape) for text in inputs]
     probe_attrs = {**attrs, "fused_ops": [], "num_args": 0, "TArgs": [], "num_host_args": 0}
     [conv] = members("_FusedConv2D", node.name, probe_attrs, specs)
