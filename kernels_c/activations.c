@@ -231,3 +231,44 @@ int mg_softmax_xent(int64_t rows, int64_t classes, const float *x, const float *
     mg_pool_rows(mg_stream_threads(num_threads, rows * classes * 8), rows, 1, xent_chunk, &c);
     return MG_OK;
 }
+
+typedef struct {
+    act_rows_sum_at_fn sum;
+    int64_t blocks, rows, channels;
+    const int64_t *outer_off, *row_off;
+    const float *x;
+    float *y;
+    int64_t divisor;
+} gather_call;
+
+static void gather_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const gather_call *c = ctx;
+    float acc[REDUCE_CHANNEL_BLOCK];
+    for (int64_t item = lo; item < hi; ++item) {
+        const int64_t o = item / c->blocks, c0 = item % c->blocks * REDUCE_CHANNEL_BLOCK;
+        const int64_t n = c->channels - c0 < REDUCE_CHANNEL_BLOCK ? c->channels - c0
+                                                                 : REDUCE_CHANNEL_BLOCK;
+        for (int64_t k = 0; k < n; ++k)
+            acc[k] = 0.0f;
+        c->sum(acc, c->x + c->outer_off[o] + c0, c->row_off, c->rows, n);
+        float *out = c->y + o * c->channels + c0;
+        for (int64_t k = 0; k < n; ++k)
+            out[k] = c->divisor ? (float)((double)acc[k] / (double)c->divisor) : acc[k];
+    }
+}
+
+int mg_reduce_gather(int64_t outer, int64_t rows, int64_t channels, const int64_t *outer_off,
+                     const int64_t *row_off, const float *x, float *y, int64_t divisor,
+                     int num_threads)
+{
+    if (outer < 0 || rows < 0 || channels <= 0 || divisor < 0 ||
+        (outer && (!y || !outer_off || (rows && (!x || !row_off)))))
+        return MG_EINVAL;
+    const int64_t blocks = (channels + REDUCE_CHANNEL_BLOCK - 1) / REDUCE_CHANNEL_BLOCK;
+    gather_call c = {act_kernels()->rows_sum_at, blocks, rows, channels, outer_off, row_off,
+                     x, y, divisor};
+    mg_pool_rows(mg_stream_threads(num_threads, outer * rows * channels), outer * blocks, 1,
+                 gather_chunk, &c);
+    return MG_OK;
+}

@@ -92,6 +92,15 @@ int mg_reduce_rows(int64_t outer, int64_t rows, int64_t channels, const float *x
 int mg_reduce_inner(int64_t outer, int64_t n, const float *x, float *y, int64_t divisor,
                     int num_threads);
 
+/* Sum of strided rows: y[o][c] = +0 + sum over r in order of x[outer_off[o] + row_off[r] + c]
+ * (c < channels), divisor as mg_reduce_rows'. The caller lists the offsets (elements) and
+ * guarantees every x it names lies in x's buffer: numpy's order for a reduction over axes
+ * separated by kept ones (the reduced indices in row-major order, one running sum), with
+ * mg_reduce_rows' bound. */
+int mg_reduce_gather(int64_t outer, int64_t rows, int64_t channels, const int64_t *outer_off,
+                     const int64_t *row_off, const float *x, float *y, int64_t divisor,
+                     int num_threads);
+
 /* Softmax cross entropy of the rows of x [rows][classes] (TF's xent): with m the row's
  * maximum (NaN if any is NaN), e_i = exp(x_i - m) (mgf_exp) and s = sum e_i added in class
  * order, lse = log(s) (mgf_log_ge1); dense labels [rows][classes]: loss = sum_i labels_i *

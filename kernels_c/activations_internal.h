@@ -69,6 +69,9 @@ typedef void (*act_rows_sum_fn)(float *acc, const float *x, int64_t rows, int64_
 
 /* One table per ISA (activations_template.h) */
 typedef float (*act_inner_sum_fn)(const float *x, int64_t n);
+/* acc[c] += x[off[r] + c] for rows r in order, channels c < n */
+typedef void (*act_rows_sum_at_fn)(float *acc, const float *x, const int64_t *off,
+                                   int64_t rows, int64_t n);
 typedef void (*act_xent_rows_fn)(const float *x, int64_t classes, const float *labels,
                                  const int64_t *sparse, float *loss, float *bp, int64_t lo,
                                  int64_t hi);
@@ -81,6 +84,7 @@ typedef struct {
     act_add_fn add;
     act_rows_sum_fn rows_sum;
     act_inner_sum_fn inner_sum;
+    act_rows_sum_at_fn rows_sum_at;
     act_xent_rows_fn xent_rows;
 } act_kernel_table;
 

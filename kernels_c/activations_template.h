@@ -161,6 +161,16 @@ static float MG_ISA_FN(inner_sum)(const float *x, int64_t n)
 }
 #pragma GCC pop_options
 
+static void MG_ISA_FN(rows_sum_at)(float *restrict acc, const float *restrict x,
+                                   const int64_t *restrict off, int64_t rows, int64_t n)
+{
+    for (int64_t r = 0; r < rows; ++r) {
+        const float *restrict s = x + off[r];
+        for (int64_t c = 0; c < n; ++c)
+            acc[c] += s[c];
+    }
+}
+
 #define ACT_ENTRY(name, expr) MG_ISA_FN(name),
 const act_kernel_table MG_ISA_FN(act_kernels) = {
     .unary = {MG_UNARY_ACTIVATIONS(ACT_ENTRY) MG_SCALED_ACTIVATIONS(ACT_ENTRY)},
@@ -170,6 +180,7 @@ const act_kernel_table MG_ISA_FN(act_kernels) = {
     .add = MG_ISA_FN(add),
     .rows_sum = MG_ISA_FN(rows_sum),
     .inner_sum = MG_ISA_FN(inner_sum),
+    .rows_sum_at = MG_ISA_FN(rows_sum_at),
     .xent_rows = MG_ISA_FN(xent_rows),
 };
 

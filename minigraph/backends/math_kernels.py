@@ -106,45 +106,68 @@ def _runs(shape: tuple[int, ...], axes: set[int]) -> list[list]:
     return runs
 
 
-def c_reduce(x: np.ndarray, axes: tuple[int, ...], mean: bool) -> np.ndarray:
-    """Sum (mean) of float32 x over ``axes`` in C, flat ([kept elements] in x's order).
+def _offsets(runs: list[list], strides: list[int]) -> np.ndarray:
+    """The element offsets of every multi-index over ``runs`` (row-major), as int64."""
+    offsets = np.zeros(1, np.int64)
+    for (size, _), stride in zip(runs, strides):
+        offsets = (offsets[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
+    return offsets
 
-    The reduced axes form runs of neighbouring axes; the last run is reduced first, then
-    the one before it, and so on, each stage in float32: a trailing run row by row in
-    numpy's pairwise order (``mg_reduce_inner``), any other run row after row
-    (``mg_reduce_rows``). One run (global average pooling, a bias gradient over NHWC rows,
-    a loss over a batch) is thus numpy's sum bit for bit; several runs sum in that stated
-    order, within (stages' lengths summed) * 2^-24 * sum |x| of the exact sum. A mean
-    divides the final sums by the count of reduced elements once, in double."""
+
+def c_reduce(x: np.ndarray, axes: tuple[int, ...], mean: bool) -> np.ndarray:
+    """Sum (mean) of float32 x over ``axes`` in C, flat ([kept elements] in x's order), in
+    numpy's order, so its float32 results bit for bit:
+
+    - reduced axes at the end (one run of them): each row pairwise (``mg_reduce_inner``:
+      +0, then numpy's blocks of 8), then what remains as below;
+    - otherwise (kept axes at the end: channels): one running sum per output from +0 over
+      the reduced indices in row-major order (``mg_reduce_rows`` for a single run of
+      neighbouring reduced axes, ``mg_reduce_gather`` for several).
+
+    Bound: |error| <= (reduced count) * 2^-24 * sum|x| (the pairwise rows do better). A
+    mean divides the final sums by the count of reduced elements once, in double (numpy's
+    true_divide by its integer count)."""
     x = as_f32(x)
     runs = _runs(x.shape, set(axes))
-    if not any(reduced for _, reduced in runs):  # only size-1 axes: the sums are x itself
-        return x.ravel().copy()
+    if not any(reduced for _, reduced in runs):  # only size-1 axes: each sum is +0 + x
+        return c_broadcast("add", x, np.zeros((), F32)).ravel()
     count = math.prod(x.shape[a] for a in axes)
-    while any(reduced for _, reduced in runs):
-        last = max(i for i, (_, reduced) in enumerate(runs) if reduced)
-        outer = math.prod(n for n, _ in runs[:last])
-        inner = math.prod(n for n, _ in runs[last + 1:])
-        rows = runs[last][0]
-        final = sum(reduced for _, reduced in runs) == 1
-        divisor = count if mean and final else 0
-        y = np.empty(outer * inner, F32)
-        if inner == 1:
-            code = lib.mg_reduce_inner(outer, rows, fbuf(x), fbuf(y), divisor, num_threads())
-        else:
-            code = lib.mg_reduce_rows(outer, rows, inner, fbuf(x), fbuf(y), divisor,
-                                      num_threads())
-        check_code(code, "Mean" if mean else "Sum")
-        x, runs = y, _runs(tuple(n for i, (n, _) in enumerate(runs) if i != last),
-                           {i - (i > last) for i, (_, r) in enumerate(runs) if r and i != last})
-    return x
+    what = "Mean" if mean else "Sum"
+    if runs[-1][1]:  # a trailing run: pairwise rows
+        outer, rows = math.prod(n for n, _ in runs[:-1]), runs[-1][0]
+        final = len(runs) == 1 or not any(reduced for _, reduced in runs[:-1])
+        y = np.empty(outer, F32)
+        check_code(lib.mg_reduce_inner(outer, rows, fbuf(x), fbuf(y),
+                                       count if mean and final else 0, num_threads()), what)
+        if final:
+            return y
+        x, runs = y, runs[:-1]
+    channels = runs[-1][0]
+    strides = [math.prod(n for n, _ in runs[i + 1:]) for i in range(len(runs))]
+    kept = [(run, stride) for run, stride in zip(runs[:-1], strides) if not run[1]]
+    reduced = [(run, stride) for run, stride in zip(runs, strides) if run[1]]
+    outer = math.prod(run[0] for run, _ in kept)
+    rows = math.prod(run[0] for run, _ in reduced)
+    y = np.empty(outer * channels, F32)
+    divisor = count if mean else 0
+    if len(reduced) == 1 and len(kept) <= 1:  # [outer][rows][channels]
+        code = lib.mg_reduce_rows(outer, rows, channels, fbuf(x), fbuf(y), divisor,
+                                  num_threads())
+    else:
+        outer_off = _offsets([r for r, _ in kept], [s for _, s in kept])
+        row_off = _offsets([r for r, _ in reduced], [s for _, s in reduced])
+        code = lib.mg_reduce_gather(outer, rows, channels,
+                                    ffi.from_buffer("int64_t[]", outer_off),
+                                    ffi.from_buffer("int64_t[]", row_off), fbuf(x), fbuf(y),
+                                    divisor, num_threads())
+    check_code(code, what)
+    return y
 
 
 @register_kernel("Sum", "Mean", backend="native", dtypes=(dtypes.float32,))
 def reduce_native(op, inputs, ctx):
-    """Sum and Mean over any axes in C (``c_reduce``: numpy's sums bit for bit over one run
-    of neighbouring axes, the stated order otherwise); an empty x runs the numpy kernel
-    (no element to add: it only fills zeros or NaNs)."""
+    """Sum and Mean over any axes in C (``c_reduce``: numpy's float32 results bit for bit);
+    an empty x runs the numpy kernel (no element to add: it only fills zeros or NaNs)."""
     x, axes = inputs
     axes = _axes(x, axes)
     if x.size == 0:
