@@ -74,6 +74,16 @@ int mg_bn_set_bf16_instructions(int enable)
     return bf16_instructions();
 }
 
+/* Non-temporal stores (mg_bn_set_streaming): -1 chooses per call (call_streams), 0 never,
+ * 1 wherever the stores are aligned. The stored bits are the same either way. */
+static int g_stream_mode = -1;
+
+int mg_bn_set_streaming(int mode)
+{
+    __atomic_store_n(&g_stream_mode, mode < 0 ? -1 : mode > 0, __ATOMIC_RELAXED);
+    return __atomic_load_n(&g_stream_mode, __ATOMIC_RELAXED);
+}
+
 /* The run kernels of `dtype` for the ISA in use (mg_runtime.h's convention: one table per ISA,
  * picked once per call); with AVX-512, bfloat16 stores use AVX512-BF16 when enabled. */
 typedef struct {
@@ -214,6 +224,7 @@ struct bn_call {
     bn_plan plan;
     const bn_run_fn *runs;   /* the row or plane flavour of the run table */
     size_t elsize;
+    int vlen;                /* floats per vector of the run table */
     int dtype;
     int nthreads;
     const char *x, *dy, *gx;
@@ -224,6 +235,8 @@ struct bn_call {
     int ncoef, nacc;         /* coefficient vectors it reads, accumulators it folds into records */
     int nvars;               /* statistics pass (stats_block): 1 (x) or 3 (x, dy, gx) */
     int nfields;             /* doubles per channel in a block record */
+    int stream;              /* element passes store whole vectors non-temporally (see
+                                call_streams), where aligned (block_stream) */
     /* workspace (one buffer, see call_workspace) */
     int32_t *chan;           /* row blocks: channel of each position, [period] */
     float *coef;             /* per-channel coefficient vectors, [BN_NCOEF][C] */
@@ -321,6 +334,7 @@ static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int
         return MG_EINVAL;
     k->dtype = dtype;
     k->elsize = dtype == MG_BN_F32 ? 4 : 2;
+    k->vlen = table->vlen;
     k->nfields = nfields;
     make_plan(&k->plan, outer, channels, inner, table->vlen, k->elsize);
     k->plan.head = row_head(&k->plan, align_ref, table->vlen, k->elsize);
@@ -571,6 +585,29 @@ static double combined(const bn_call *k, int i, int64_t c)
  * split the one-pass inference runs into their outputs, then their sums (re-reading the
  * block from L2): row runs that write are fastest in memory order with coefficients read
  * from position arrays, row runs that sum are fastest in chunks with sums in registers. */
+/* Whether a block's run may store whole vectors non-temporally: the call streams, and every
+ * whole vector the run stores is aligned to a vector. Row runs: rows are whole vectors and
+ * the block's outputs are aligned after the head (row_head). Plane runs: segments a whole
+ * number of vectors apart (so that the masked ends of neighbouring segments, plain stores,
+ * share cache lines only with each other: a line written partly non-temporally and partly
+ * not is slow); runs that only write align each segment with a head themselves (the outputs
+ * must share their alignment), runs that also sum cannot (their vector partition fixes the
+ * sums' order), so their segments must start aligned. */
+static int block_stream(const bn_call *k, const bn_run_args *a)
+{
+    const size_t align = (size_t)k->vlen * k->elsize;
+    const uintptr_t misalign = (uintptr_t)a->out0 % align;
+    if (!k->stream || !a->out0 || misalign % k->elsize ||
+        (a->out1 && (uintptr_t)a->out1 % align != misalign))
+        return 0;
+    if (k->plan.rows)
+        return k->plan.period % k->vlen == 0 &&
+               ((uintptr_t)a->out0 + (size_t)a->head * k->elsize) % align == 0;
+    if (a->nseg > 1 && (size_t)k->plan.inner * k->elsize % align)
+        return 0;
+    return k->nacc == 0 || misalign == 0;
+}
+
 static void pass_block(bn_call *k, int64_t b, int tid)
 {
     bn_block blk;
@@ -578,6 +615,7 @@ static void pass_block(bn_call *k, int64_t b, int tid)
     const bn_scratch s = thread_scratch(k, tid);
     bn_run_args a;
     block_args(k, &blk, &s, k->nacc, &a);
+    a.stream = block_stream(k, &a);
     for (int i = 0; i < k->ncoef; ++i)
         a.k[i] = k->plan.rows ? k->row_coef + (size_t)i * (size_t)k->plan.padded
                               : chan_coef(k, i) + blk.c0;
@@ -591,12 +629,34 @@ static void pass_block(bn_call *k, int64_t b, int tid)
         fold(k, &blk, s.acc, k->nacc, record(k, b));
 }
 
+/* Whether an element pass stores non-temporally: when the tensors the call touches (read
+ * and written, once each) exceed the last-level cache as this CPU reports it
+ * (mg_cache_size), its outputs would leave the cache before anyone reads them, and
+ * non-temporal stores save the read of each output line before it is written (a third of
+ * the output traffic; about a fifth of a training backward's). Smaller calls keep their
+ * outputs in cache for the next op. */
+static int call_streams(const bn_call *k)
+{
+    const int mode = __atomic_load_n(&g_stream_mode, __ATOMIC_RELAXED);
+    if (mode >= 0)
+        return mode;
+    const void *const tensors[] = {k->x, k->dy, k->gx, k->out0, k->out1};
+    int64_t count = 0;
+    for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; ++i)
+        count += tensors[i] != NULL;
+    const int64_t cache = mg_cache_size(3) ? mg_cache_size(3) : mg_cache_size(2);
+    const double bytes = (double)count * (double)k->plan.outer * (double)k->plan.row_len *
+                         (double)k->elsize;
+    return cache > 0 && bytes > (double)cache;
+}
+
 /* Runs an element pass over all blocks; coefficients must be in chan_coef(k, 0..ncoef-1). */
 static void element_pass(bn_call *k, int run, int ncoef, int nacc)
 {
     k->run = run;
     k->ncoef = ncoef;
     k->nacc = nacc;
+    k->stream = call_streams(k);
     if (k->plan.rows)
         for (int i = 0; i < ncoef; ++i)
             expand(k, chan_coef(k, i), k->row_coef + (size_t)i * (size_t)k->plan.padded,

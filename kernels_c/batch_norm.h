@@ -34,6 +34,11 @@
  * either way. Returns whether the AVX512-BF16 stores are in use (tests run both). */
 int mg_bn_set_bf16_instructions(int enable);
 
+/* Non-temporal stores of the element passes: mode -1 (the default) uses them when a call's
+ * tensors exceed the last-level cache (mg_cache_size), 0 never, 1 wherever aligned (tests
+ * compare all three: the stored bits are the same). Returns the mode now in use. */
+int mg_bn_set_streaming(int mode);
+
 int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
                            const void *x, const float *scale, const float *offset,
                            double epsilon, void *y, float *mean, float *variance,

@@ -25,6 +25,11 @@ static inline vf ld_bf16(const uint16_t *p, int n) { (void)n; return bn_bf16_to_
 static inline void st_f32(float *p, vf v, int n) { (void)n; *p = v; }
 static inline void st_f16(uint16_t *p, vf v, int n) { (void)n; *p = bn_f32_to_f16(v); }
 static inline void st_bf16(uint16_t *p, vf v, int n) { (void)n; *p = bn_f32_to_bf16(v); }
+/* no non-temporal stores here: plain ones */
+static inline void st_f32_nt(float *p, vf v) { st_f32(p, v, 1); }
+static inline void st_f16_nt(uint16_t *p, vf v) { st_f16(p, v, 1); }
+static inline void st_bf16_nt(uint16_t *p, vf v) { st_bf16(p, v, 1); }
+static inline void vf_fence(void) {}
 
 #define BN_ISA scalar
 #include "bn_instantiate_dtypes.h"

@@ -11,6 +11,8 @@
  *   vf_acc(p, v)      position accumulator update: p[0..VLEN) += v
  *   ld_<dt>(p, n)     load n <= VLEN tensor elements widened to float (missing lanes 0)
  *   st_<dt>(p, v, n)  round and store the first n lanes
+ *   st_<dt>_nt(p, v)  round and store VLEN lanes with a non-temporal store (p aligned to
+ *                     VLEN elements), vf_fence() orders such stores before later ones
  * No per-dtype or per-ISA logic lives here: only the loops and their formulas.
  *
  * Every kernel body is written once, as a macro of (K, ACC): K(i) is coefficient i at the
@@ -29,7 +31,28 @@
 #define BN_GLUE2(a, b) BN_GLUE2_(a, b)
 #define FN(name) BN_GLUE3(name, BN_ISA, BN_DT)
 #define LD(p, n) BN_GLUE2(ld, BN_DT)(p, n)
-#define ST(p, v, n) BN_GLUE2(st, BN_DT)(p, v, n)
+/* A store: non-temporal for whole vectors in a streaming run (stream_, a constant in each
+ * copy of a run that BN_STREAMING makes), rounded alike either way. */
+#define ST(p, v, n)                                                                 \
+    do {                                                                            \
+        if (stream_ && (n) == VLEN)                                                 \
+            BN_GLUE3(st, BN_DT, nt)(p, v);                                          \
+        else                                                                        \
+            BN_GLUE2(st, BN_DT)(p, v, n);                                           \
+    } while (0)
+
+/* RUN compiled twice: with stores kept in cache (a->stream == 0) and with non-temporal
+ * stores for whole vectors (1; the driver sets it only where every whole vector a run stores
+ * is aligned: see block_stream in batch_norm.c), then a fence. */
+#define BN_STREAMING(a, RUN)                                                        \
+    if ((a)->stream) {                                                              \
+        enum { stream_ = 1 };                                                       \
+        RUN                                                                         \
+        vf_fence();                                                                 \
+    } else {                                                                        \
+        enum { stream_ = 0 };                                                       \
+        RUN                                                                         \
+    }
 
 #define BN_UNROLL_ALL _Pragma("GCC unroll 8")
 
@@ -150,8 +173,6 @@
 #define BN_PLANE_ACC(i, v) (ra_[i][u_] = vf_add(ra_[i][u_], vf_keep(v, n)))
 #define BN_PLANE_RUN(a, nk, nacc, BODY)                                             \
     for (int64_t s = 0; s < (a)->nseg; ++s) {                                       \
-        BN_RUN_TENSORS(a, s * (a)->seg_stride);                                     \
-        const int64_t len_ = (a)->len;                                              \
         vf kv_[(nk) + 1][BN_UNROLL], ra_[(nacc) + 1][BN_UNROLL];                    \
         (void)kv_, (void)ra_;                                                       \
         BN_UNROLL_ALL for (int u_ = 0; u_ < BN_UNROLL; ++u_) {                      \
@@ -160,6 +181,20 @@
             for (int i = 0; i < (nacc); ++i)                                        \
                 ra_[i][u_] = vf_zero();                                             \
         }                                                                           \
+        int64_t h_ = 0; /* streaming runs that only write: a masked head up to the first \
+                           aligned output element (the driver checked out1 shares it) */ \
+        if (stream_ && (nacc) == 0) {                                               \
+            BN_RUN_TENSORS(a, s * (a)->seg_stride);                                 \
+            h_ = bn_align_head(out0, VLEN * sizeof(BN_T), sizeof(BN_T), (a)->len);  \
+            if (h_) {                                                               \
+                const int u_ = 0;                                                   \
+                const int64_t e = 0;                                                \
+                const int n = (int)h_;                                              \
+                BODY(BN_PLANE_K, BN_PLANE_ACC)                                      \
+            }                                                                       \
+        }                                                                           \
+        BN_RUN_TENSORS(a, s * (a)->seg_stride + h_);                                \
+        const int64_t len_ = (a)->len - h_;                                         \
         int64_t e0_ = 0;                                                            \
         for (; e0_ + BN_UNROLL * VLEN <= len_; e0_ += BN_UNROLL * VLEN) {           \
             BN_UNROLL_ALL for (int u_ = 0; u_ < BN_UNROLL; ++u_) {                  \
@@ -186,8 +221,14 @@
 /* Defines FN(row_<name>) and FN(plane_<name>) from BODY(K, ACC), which uses nk
  * coefficients and nacc accumulators. */
 #define BN_RUN(name, nk, nacc, BODY)                                                \
-    static void FN(row_##name)(const bn_run_args *a) { BN_ROW_RUN(a, nk, nacc, BODY) } \
-    static void FN(plane_##name)(const bn_run_args *a) { BN_PLANE_RUN(a, nk, nacc, BODY) }
+    static void FN(row_##name)(const bn_run_args *a)                                \
+    {                                                                               \
+        BN_STREAMING(a, BN_ROW_RUN(a, nk, nacc, BODY))                              \
+    }                                                                               \
+    static void FN(plane_##name)(const bn_run_args *a)                              \
+    {                                                                               \
+        BN_STREAMING(a, BN_PLANE_RUN(a, nk, nacc, BODY))                            \
+    }
 
 /* acc0 += x  (first sub-pass of the block statistics) */
 #define BODY_SUM_X(K, ACC) { ACC(0, LD(x + e, n)); }

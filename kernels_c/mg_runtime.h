@@ -37,6 +37,10 @@ int mg_best_isa(void);
 int mg_bn_isa(void);
 int mg_bn_set_isa(int isa);
 int mg_bn_best_isa(void);
+/* The size in bytes of the data (or unified) cache of `level` (1, 2 or 3) that cpu0 sees:
+ * Linux's /sys/devices/system/cpu/cpu0/cache, else sysconf (glibc: cpuid); 0 if unknown.
+ * Read once. Kernels size their blocking and choose their stores from it at run time. */
+int64_t mg_cache_size(int level);
 /* END CDEF */
 
 /* ------------------------------------------------------------------------------------------ */

@@ -484,21 +484,35 @@ def test_calls_from_many_threads_at_once_match_one_thread(monkeypatch):
 @pytest.mark.parametrize("dtype", [np.dtype(F32), BF16], ids=lambda d: d.name)
 @pytest.mark.parametrize("shape, channels_last", [((1, 1, 1, 5), True), ((3, 2, 2, 17), True),
                                                   ((2, 5, 3, 3), False), ((4, 3, 3, 64), True),
-                                                  ((2, 3, 2, 33), False)], ids=str)
-def test_output_alignment_does_not_matter(dtype, shape, channels_last):
+                                                  ((2, 3, 2, 33), False), ((2, 3, 4, 16), False)],
+                         ids=str)
+@pytest.mark.parametrize("stream", [0, 1], ids=["plain-stores", "non-temporal"])
+def test_output_alignment_does_not_matter(dtype, shape, channels_last, stream):
     """The C functions write into buffers at any alignment (row runs that only write start
-    at the first aligned output element): bit-identical results, nothing written outside."""
+    at the first aligned output element), with plain or non-temporal stores: bit-identical
+    results, nothing written outside."""
     d = make_inputs(shape, channels_last, dtype, seed=7)
     lay, x, s, o, m, v = d["lay"], d["x"], d["scale"], d["offset"], d["mean"], d["var"]
     channels = shape[lay.axis]
     outer, inner = ((x.size // channels, 1) if channels_last
                     else (shape[0], int(np.prod(shape[2:]))))
     code = {np.dtype(F32): 0, BF16: 2}[np.dtype(dtype)]
-    ffi, lib, threads = native.ffi, native.lib, native.num_threads()
-    fb, ff = ffi.from_buffer, (lambda a: ffi.from_buffer("float[]", a))
+    native.lib.mg_bn_set_streaming(0)
     expected = [native.bn_forward_inference(x, s, o, m, v, EPS, channels_last),
                 native.bn_forward_training(x, s, o, EPS, channels_last)[0],
                 native.bn_backward_training(d["dy"], x, s, m, v, EPS, channels_last)[0]]
+    native.lib.mg_bn_set_streaming(stream)
+    try:
+        check_outputs_at_every_alignment(d, expected, code, outer, inner)
+    finally:
+        native.lib.mg_bn_set_streaming(-1)
+
+
+def check_outputs_at_every_alignment(d, expected, code, outer, inner):
+    x, s, o, m, v = d["x"], d["scale"], d["offset"], d["mean"], d["var"]
+    shape, channels = x.shape, s.size
+    ffi, lib, threads = native.ffi, native.lib, native.num_threads()
+    fb, ff = ffi.from_buffer, (lambda a: ffi.from_buffer("float[]", a))
     for shift in range(0, 64, x.itemsize):
         raw = np.full(x.nbytes + 128, 0xA5, np.uint8)
         start = (-raw.ctypes.data) % 64 + shift
@@ -518,6 +532,31 @@ def test_output_alignment_does_not_matter(dtype, shape, channels_last):
         for got, want in zip(outputs, expected, strict=True):
             assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), shift
         assert (raw[:start] == 0xA5).all() and (raw[start + x.nbytes:] == 0xA5).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape, channels_last", [((3, 5, 7, 16), True), ((5, 3, 7, 24), True),
+                                                  ((3, 5, 7, 17), True), ((2, 3, 8, 16), False),
+                                                  ((2, 3, 7, 9), False), ((1, 4, 32, 32), False),
+                                                  ((2, 1, 300, 301), False)], ids=str)
+def test_non_temporal_stores_give_the_same_bits(isa, dtype, shape, channels_last):
+    """Element passes store whole aligned vectors non-temporally when a call's tensors exceed
+    the last-level cache (small here: forced on): every function's outputs are the bits of
+    plain stores, with inputs and outputs at any alignment (row heads, plane segment heads,
+    segments that are or are not a whole number of vectors apart, the two outputs of the
+    second-order functions), nothing written outside the outputs."""
+    d = make_inputs(shape, channels_last, dtype, seed=13)
+    native.lib.mg_bn_set_streaming(0)
+    try:
+        plain = call_all(d, channels_last)
+        native.lib.mg_bn_set_streaming(1)
+        assert_bitwise_equal(plain, call_all(d, channels_last))
+        for shift in (4, 16, 36):
+            moved = {k: shifted_copy(v, shift) if isinstance(v, np.ndarray) and v.ndim > 1
+                     else v for k, v in d.items()}
+            assert_bitwise_equal(plain, call_all(moved, channels_last))
+    finally:
+        native.lib.mg_bn_set_streaming(-1)
 
 
 def _forked_child(queue, d, expected):
