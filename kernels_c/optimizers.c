@@ -6,6 +6,8 @@
  */
 #include "optimizers.h"
 
+#include <stdlib.h>
+
 #include "mg_runtime.h"
 #include "optimizers_internal.h"
 
@@ -91,4 +93,89 @@ int mg_add_n(int64_t count, int n, const float *const *x, float *y, int num_thre
     add_n_call c = {opt_kernels()->add_n, n, x, y};
     mg_pool_rows(mg_stream_threads(num_threads, count * n), count, 16, add_n_chunk, &c);
     return MG_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Every variable of a step in one call                                                        */
+
+typedef struct {
+    opt_update_fn fn;
+    int n;
+    const opt_args *args;   /* [n] */
+    const int64_t *start;   /* [n + 1]: variable k holds elements [start[k], start[k + 1]) */
+} list_call;
+
+/* Elements [lo, hi) of the variables laid end to end: each variable's part with its own
+ * arguments (the first variable by binary search, then the next ones in order). */
+static void list_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const list_call *c = ctx;
+    int k0 = 0, k1 = c->n;
+    while (k1 - k0 > 1) {
+        const int mid = (k0 + k1) / 2;
+        if (c->start[mid] <= lo)
+            k0 = mid;
+        else
+            k1 = mid;
+    }
+    for (int k = k0; k < c->n && c->start[k] < hi; ++k) {
+        const int64_t a = lo > c->start[k] ? lo : c->start[k];
+        const int64_t b = hi < c->start[k + 1] ? hi : c->start[k + 1];
+        if (a < b)
+            c->fn(&c->args[k], a - c->start[k], b - c->start[k]);
+    }
+}
+
+int mg_apply_update_list(int kind, int n, const int64_t *counts, const float *const *var,
+                         const float *const *a, const float *const *b,
+                         const float *const *grad, float *const *var_out, float *const *a_out,
+                         float *const *b_out, const float *lr, const float *c1,
+                         const float *c2, const float *epsilon, int use_nesterov,
+                         int num_threads)
+{
+    const opt_kernel_table *t = opt_kernels();
+    const opt_update_fn fns[3] = {t->gradient_descent, t->momentum, t->adam};
+    const int reads_a = kind >= MG_UPDATE_MOMENTUM, reads_b = kind == MG_UPDATE_ADAM;
+    if (kind < MG_UPDATE_GRADIENT_DESCENT || kind > MG_UPDATE_ADAM || n < 0 ||
+        (n && (!counts || !var || !grad || !var_out || !lr)) ||
+        (n && reads_a && (!a || !a_out || !c1)) ||
+        (n && reads_b && (!b || !b_out || !c2 || !epsilon)))
+        return MG_EINVAL;
+    opt_args *args = malloc((size_t)(n ? n : 1) * sizeof *args);
+    int64_t *start = malloc((size_t)(n + 1) * sizeof *start);
+    if (!args || !start) {
+        free(args);
+        free(start);
+        return MG_ENOMEM;
+    }
+    start[0] = 0;
+    int rc = MG_OK;
+    for (int k = 0; k < n && rc == MG_OK; ++k) {
+        const int64_t count = counts[k];
+        if (count < 0 || (count && (!var[k] || !grad[k] || !var_out[k] ||
+                                    (reads_a && (!a[k] || !a_out[k])) ||
+                                    (reads_b && (!b[k] || !b_out[k])))))
+            rc = MG_EINVAL;
+        start[k + 1] = start[k] + count;
+        args[k] = (opt_args){.var = var[k], .grad = grad[k], .var_out = var_out[k],
+                             .lr = lr[k], .nesterov = use_nesterov != 0};
+        if (reads_a) {
+            args[k].a = a[k];
+            args[k].a_out = a_out[k];
+            args[k].c1 = c1[k];
+        }
+        if (reads_b) {
+            args[k].b = b[k];
+            args[k].b_out = b_out[k];
+            args[k].c2 = c2[k];
+            args[k].epsilon = epsilon[k];
+        }
+    }
+    if (rc == MG_OK && n) {
+        list_call c = {fns[kind], n, args, start};
+        mg_pool_rows(mg_stream_threads(num_threads, start[n]), start[n], 16, list_chunk, &c);
+    }
+    free(args);
+    free(start);
+    return rc;
 }

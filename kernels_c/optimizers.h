@@ -20,7 +20,7 @@
  * element is read before it is written).
  *
  * Return value (mg_runtime.h): MG_OK, or MG_EINVAL (count < 0, n < 1, or a NULL buffer with
- * count > 0).
+ * count > 0), MG_ENOMEM (mg_apply_update_list only).
  *
  * The region between the CDEF markers is parsed by cffi (kernels_c/build_native.py).
  */
@@ -45,6 +45,24 @@ int mg_apply_adam(int64_t count, const float *var, const float *m, const float *
                   int num_threads);
 
 int mg_add_n(int64_t count, int n, const float *const *x, float *y, int num_threads);
+
+/* Every variable update of a step in one call (the remapper's _FusedApplyGradientDescent /
+ * _FusedApplyMomentum / _FusedApplyAdam): `kind` MG_UPDATE_*, n variables, variable k of
+ * counts[k] elements updated by the single-variable formula above with its own scalars
+ * lr[k] (alpha; Adam's lr_t), c1[k] (momentum; beta1), c2[k] (beta2), epsilon[k], reading
+ * var[k], a[k] (accum; m), b[k] (v), grad[k] (delta) and writing var_out[k], a_out[k],
+ * b_out[k] (arrays a kind does not read may be NULL). The elements of all variables, laid
+ * end to end, are split into chunks for the worker pool: the bits of each variable's own
+ * call, for any thread count. MG_ENOMEM when the argument arrays cannot be allocated. */
+#define MG_UPDATE_GRADIENT_DESCENT 0
+#define MG_UPDATE_MOMENTUM 1
+#define MG_UPDATE_ADAM 2
+int mg_apply_update_list(int kind, int n, const int64_t *counts, const float *const *var,
+                         const float *const *a, const float *const *b,
+                         const float *const *grad, float *const *var_out, float *const *a_out,
+                         float *const *b_out, const float *lr, const float *c1,
+                         const float *c2, const float *epsilon, int use_nesterov,
+                         int num_threads);
 /* END CDEF */
 
 #endif

@@ -110,7 +110,7 @@ def matmul_native(op, inputs, ctx):
 
 
 def matmul_native_epilogue(op, inputs, ctx, epilogue: Epilogue | None) -> list:
-    """matmul_native, then ``epilogue`` (the fused successors, ``client.fusion``) where it
+    """matmul_native, then ``epilogue`` (the fused successors, ``backends.fused_kernels``) where it
     fits the result, as ``mg_channel_epilogue`` applies it; else the plain product (the
     caller runs the successors' own kernels)."""
     a, b = inputs
