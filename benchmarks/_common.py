@@ -60,6 +60,22 @@ def stream_triad(megabytes_per_array: float, reps: int = 10) -> float:
     return library.mg_stream_triad(a.ctypes.data, b.ctypes.data, c.ctypes.data, n, reps)
 
 
+def fma_peak(threads: int, iters: int = 20_000_000, reps: int = 5) -> float:
+    """GFLOP/s of float32 fused multiply-adds on ``threads`` threads (fma_peak.c, built with
+    gcc -march=native -ffp-contract=fast), the best of ``reps``: the machine's peak, measured
+    in the benchmark's own run."""
+    build = os.path.join(tempfile.gettempdir(), "minigraph_fma_peak.so")
+    if not os.path.exists(build):
+        subprocess.run(["gcc", "-O2", "-march=native", "-ffp-contract=fast", "-fopenmp",
+                        "-shared", "-fPIC", os.path.join(HERE, "fma_peak.c"), "-o", build],
+                       check=True)
+    library = ctypes.CDLL(build)
+    library.mg_fma_peak.restype = ctypes.c_double
+    library.mg_fma_peak.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_int, ctypes.c_void_p]
+    sink = np.zeros(max(threads, 1), np.float32)
+    return library.mg_fma_peak(threads, iters, reps, sink.ctypes.data)
+
+
 def markdown_table(header: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]

@@ -211,10 +211,9 @@ def _c_convolution(op) -> bool:
 
 
 def _c_forward_convolution(op) -> bool:
-    """The cases the C forward convolution handles (besides float32): any strides,
-    dilation 1, SAME/VALID padding."""
-    return (op.attrs["padding"] != "EXPLICIT" and set(op.attrs["dilations"]) == {1}
-            and attrs_fit_int32(op, "strides"))
+    """The cases the C forward convolutions handle (besides float32): any strides,
+    dilations and padding (SAME, VALID, EXPLICIT) whose sizes fit int32."""
+    return attrs_fit_int32(op, "strides", "dilations", "explicit_paddings")
 
 
 NATIVE_CONV = {"backend": "native", "dtypes": (dtypes.float32,), "when": _c_convolution}
@@ -285,82 +284,81 @@ def _as_depthwise(f: np.ndarray, channels: int) -> np.ndarray:
     return f.reshape(f.shape[0], f.shape[1], channels, f.shape[3] // channels)
 
 
-# 1x1 convolutions on the GEMM (backends.gemm): an NHWC input is a [pixels, C_in] matrix (a
-# strided one's pixels gathered first) times the filter seen as [C_in, C_out], packed once
-# when it is a constant. The direct kernel (kernels_c/convolution*.c) bands output rows over
-# the threads and tiles pixels within a row, so at small spatial extents it runs few, mostly
-# empty tiles; from about 128 pixels up it is as fast as the GEMM (benchmarks/gemm.py, AMD
-# Zen 4, 2 threads, GFLOP/s GEMM vs direct: 2x16x16 px 256->64 180 vs 184; 2x8x8 px
-# 256->256 170 vs 170; 2x7x7 px 256->256 168 vs 138; 2x4x4 px 256->1024 180 vs 129; 2x2x2
-# px 512->2048 183 vs 67; 8x1x1 px 512->512 154 vs 35). Below 64 channels the products are
-# small and both tie. The rule, (most output pixels, fewest input and output channels):
-GEMM_CONV_RULE = (100, 64)
+# The forward's kernel per shape (NHWC), chosen at plan time by one small rule:
+#   * depthwise (kernels_c/depthwise*.c): groups > 1 with one input channel per group;
+#   * the implicit GEMM (kernels_c/conv_gemm.c): every other grouped, dilated or
+#     explicitly padded convolution, and the dense ones with enough input channels;
+#   * the direct kernel (kernels_c/convolution*.c): dense convolutions with few input
+#     channels (the first layer of a CNN: RGB), where the GEMM's K blocks (a tap, or a tap
+#     row of kw * c floats) are too short to amortize a tile's loads and stores.
+# Measured with ``benchmarks/conv_layers.py --compare`` (AMD Zen 4, 2 threads, noisy shared
+# machine, GFLOP/s direct vs GEMM): see CONV_ROUTE_RULE below.
+# The rule: fewest input channels (per tap row: kw * c) for the GEMM.
+CONV_ROUTE_RULE = 64
 
 
-def gemm_conv_wins(pixels: int, in_channels: int, out_channels: int) -> bool:
-    """Whether a 1x1 NHWC convolution with ``pixels`` output pixels (batch * out_h * out_w)
-    runs on the GEMM (the one rule, GEMM_CONV_RULE; see above)."""
-    most_pixels, fewest_channels = GEMM_CONV_RULE
-    return (0 < pixels <= most_pixels
-            and min(in_channels, out_channels) >= fewest_channels)
+def forward_route(x_shape: tuple, f_shape: tuple, window: Window, groups: int) -> str:
+    """The kernel of an NHWC Conv2D forward: "depthwise", "gemm" or "direct" (the rule
+    above, CONV_ROUTE_RULE)."""
+    kh, kw, cg, _ = f_shape
+    if groups > 1:
+        return "depthwise" if cg == 1 else "gemm"
+    (top, _), (left, _) = window.pads
+    if window.dilations != (1, 1) or top >= kh or left >= kw:
+        return "gemm"
+    return "gemm" if kw * cg >= CONV_ROUTE_RULE else "direct"
 
 
-def _gemm_conv(x: np.ndarray, f: np.ndarray, window: Window, channels_last: bool) -> bool:
-    """Whether conv(x, f) goes to the GEMM: NHWC, a 1x1 filter of x's channels (groups 1),
-    no padding, and :func:`gemm_conv_wins`."""
-    return (channels_last and f.shape[:2] == (1, 1) and f.shape[2] == x.shape[-1]
-            and not any(any(p) for p in window.pads)
-            and gemm_conv_wins(x.shape[0] * window.out[0] * window.out[1], f.shape[2],
-                               f.shape[3]))
+def conv2d_forward_nhwc(x, f, window: Window, groups: int,
+                        epilogue: Epilogue | None = None) -> np.ndarray:
+    """The native Conv2D of NHWC x (float32, non-empty) on the kernel :func:`forward_route`
+    picks, then ``epilogue`` (which must fit y; the depthwise kernel applies it in one pass
+    after)."""
+    route = forward_route(x.shape, f.shape, window, groups)
+    if route == "gemm":
+        return c_conv_gemm(x, f, window, groups, epilogue)
+    if route == "direct":
+        return c_conv2d(x, f, window.pads, window.out, True, epilogue, window.strides)
+    y = c_depthwise(x, _as_depthwise(f, groups), window)
+    if epilogue is not None:
+        c_channel_epilogue(y, epilogue)
+    return y
 
 
-def c_conv2d_1x1(x, f, window: Window, epilogue: Epilogue | None = None) -> np.ndarray:
-    """The 1x1 NHWC convolution (no padding) as one GEMM: ``y[n, p, q] = x[n, p * sh,
-    q * sw] @ f[0, 0]``; then ``epilogue`` (which must fit y)."""
-    (sh, sw), (oh, ow) = window.strides, window.out
-    if (sh, sw) != (1, 1):
-        x = x[:, ::sh, ::sw][:, :oh, :ow]
-    c, co = f.shape[2:]
-    rows = as_f32(x).reshape(-1, c)
-    return c_gemm(rows, packed_b(f.reshape(c, co), owner=f), epilogue=epilogue,
-                  out_shape=(x.shape[0], oh, ow, co))
+def _conv2d_native(x, f, op, epilogue: Epilogue | None = None) -> np.ndarray:
+    """The native Conv2D of non-empty x in the op's data_format: NHWC directly, NCHW
+    transposed to NHWC and back (the direct kernel reads NCHW itself, when it is the
+    route); ``epilogue`` (NHWC only) applied."""
+    window = _window(op, x.shape, f.shape)
+    if op.attrs["data_format"] == "NHWC":
+        return conv2d_forward_nhwc(x, f, window, groups_of(x.shape[-1], f), epilogue)
+    groups = groups_of(x.shape[1], f)
+    nhwc = (x.shape[0], *x.shape[2:], x.shape[1])
+    if forward_route(nhwc, f.shape, window, groups) == "direct":
+        return c_conv2d(x, f, window.pads, window.out, False, strides=window.strides)
+    y = conv2d_forward_nhwc(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), f, window, groups)
+    return np.ascontiguousarray(y.transpose(0, 3, 1, 2))
 
 
 @register_kernel("Conv2D", **NATIVE_FORWARD_CONV)
 def conv2d_native(op, inputs, ctx):
     x, f = inputs
     window = _window(op, x.shape, f.shape)
-    if x.size == 0 or 0 in window.out:  # nothing for C to do: the numpy kernel's zeros
-        return conv2d(op, inputs, ctx)
-    channels_last = op.attrs["data_format"] == "NHWC"
-    if _gemm_conv(x, f, window, channels_last):
-        return [c_conv2d_1x1(x, f, window)]
-    axis = _channel_axis(channels_last)
-    groups = groups_of(x.shape[axis], f)
-    if groups == 1:
-        return [c_conv2d(x, f, window.pads, window.out, channels_last,
-                         strides=window.strides)]
-    if _depthwise_route(groups, f.shape, channels_last):
-        return [c_depthwise(x, _as_depthwise(f, groups), window)]
-    return [np.concatenate([c_conv2d(xg, fg, window.pads, window.out, channels_last,
-                                     strides=window.strides)
-                            for xg, fg in zip(_split(x, groups, axis), _split(f, groups, -1))],
-                           axis=axis)]
+    if x.size == 0 or 0 in window.out or not _c_takes(window, x.shape, f.shape):
+        return conv2d(op, inputs, ctx)  # zeros, or absurd geometry: the numpy kernel
+    return [_conv2d_native(x, f, op)]
 
 
 def conv2d_native_epilogue(op, inputs, ctx, epilogue: Epilogue) -> list:
     """conv2d_native, then ``epilogue`` (the convolution's fused successors) where it fits
-    the result: in the convolution's tiles (NHWC, not grouped), else in one pass after it.
-    Where it does not fit, the plain result (the caller runs the successors' own
-    kernels)."""
+    the result: in the convolution's tiles (NHWC), else in one pass after it. Where it does
+    not fit, the plain result (the caller runs the successors' own kernels)."""
     x, f = inputs
     window = _window(op, x.shape, f.shape)
     shape = (x.shape[0], *window.out, f.shape[-1])
     if (op.attrs["data_format"] == "NHWC" and x.size and 0 not in window.out
-            and x.shape[-1] == f.shape[2] and epilogue.fits(shape)):
-        if _gemm_conv(x, f, window, True):
-            return [c_conv2d_1x1(x, f, window, epilogue)]
-        return [c_conv2d(x, f, window.pads, window.out, True, epilogue, window.strides)]
+            and _c_takes(window, x.shape, f.shape) and epilogue.fits(shape)):
+        return [_conv2d_native(x, f, op, epilogue)]
     [y] = conv2d_native(op, inputs, ctx)
     if epilogue.fits(y.shape):
         c_channel_epilogue(y, epilogue)
@@ -651,6 +649,35 @@ def c_conv2d(x, f, pads, out_hw, channels_last, epilogue: Epilogue | None = None
     check_code(lib.mg_conv2d_forward(
         n, h, w, c, kh, kw, co, sh, sw, top, left, oh, ow, int(channels_last), fbuf(x),
         fbuf(f), fbuf(y), c_epilogue, num_threads()), "Conv2D")
+    return y
+
+
+def c_conv_gemm(x, f, window: Window, groups: int = 1,
+                epilogue: Epilogue | None = None) -> np.ndarray:
+    """Cross-correlation of NHWC x with the HWIO filter f (``groups`` groups of f's
+    in_channels) over ``window`` (any strides, dilations, pads) as an implicit GEMM
+    (kernels_c/conv_gemm.h): ``y[n, p, q, g*cog + o] = sum_{i, j, ci} x[n, p*sh + i*dh - top,
+    q*sw + j*dw - left, g*cg + ci] * f[i, j, ci, g*cog + o]`` (zero outside x), the filter
+    packed once when it is a constant; then ``epilogue`` (which must fit y) on each tile."""
+    x, f = as_f32(x), as_f32(f)
+    check_rank4("Conv2D", x=x, filter=f)
+    n, h, w, c = x.shape
+    kh, kw, cg, co = f.shape
+    if groups < 1 or cg * groups != c or co % groups:
+        raise ValueError(f"native Conv2D: filter shape {f.shape} does not split {c} input "
+                         f"channels in {groups} groups")
+    (sh, sw), (dh, dw) = window.strides, window.dilations
+    geometry = checked_sizes("Conv2D", stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw,
+                             pad_top=window.pads[0][0], pad_left=window.pads[1][0],
+                             out_h=window.out[0], out_w=window.out[1])
+    packing = packed_b(f.reshape(kh * kw * cg, co), owner=f, groups=groups)
+    if packing.data.size != groups * lib.mg_gemm_packed_floats(kh * kw * cg, co // groups):
+        raise ValueError(f"native Conv2D: the packed filter does not hold {f.shape}")
+    y = np.empty((n, *window.out, co), F32)
+    c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(y.shape)
+    check_code(lib.mg_conv_gemm_forward(n, h, w, c, kh, kw, co, groups, *geometry, fbuf(x),
+                                        fbuf(packing.data), fbuf(y), c_epilogue,
+                                        num_threads()), "Conv2D")
     return y
 
 
