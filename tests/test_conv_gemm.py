@@ -249,16 +249,20 @@ def test_fused_conv_chain_is_bit_identical_to_the_unfused_ops(case, relu6):
     assert results[0] == results[1]
 
 
-@pytest.mark.parametrize("h,c,co,stride", [(9, 3, 16, 2), (6, 64, 80, 1), (5, 200, 40, 2)])
-def test_forward_route_follows_the_rule(h, c, co, stride):
-    """Every route is taken by the shapes the rule sends to it, and runs."""
+@pytest.mark.parametrize("n,h,c,co,stride", [(2, 9, 3, 16, 2), (1, 6, 64, 80, 1),
+                                              (2, 5, 200, 40, 2), (8, 20, 64, 64, 1),
+                                              (8, 20, 128, 256, 2), (4, 9, 8, 32, 1)])
+def test_forward_route_follows_the_rule(n, h, c, co, stride):
+    """Every route is taken by the shapes the rule sends to it."""
     from minigraph.backends import convolution_kernels as ck
     from minigraph.ops.window import Window
-    window = Window((3, 3), (stride, stride), (1, 1), ((1, 1), (1, 1)),
-                    ((h - 1) // stride + 1,) * 2)
-    dense = ck.forward_route((2, h, h, c), (3, 3, c, co), window, 1)
-    assert dense == ("gemm" if 3 * c >= ck.CONV_ROUTE_RULE else "direct")
-    assert ck.forward_route((2, h, h, c), (3, 3, 1, c), window, c) == "depthwise"
-    assert ck.forward_route((2, h, h, 2 * c), (3, 3, 2, co), window, c) == "gemm"
+    out = (h - 1) // stride + 1
+    window = Window((3, 3), (stride, stride), (1, 1), ((1, 1), (1, 1)), (out, out))
+    few_pixels, few_pixel_channels, channels = ck.CONV_ROUTE_RULE
+    least = few_pixel_channels if n * out * out <= few_pixels else channels
+    dense = ck.forward_route((n, h, h, c), (3, 3, c, co), window, 1)
+    assert dense == ("gemm" if min(3 * c, co) >= least else "direct")
+    assert ck.forward_route((n, h, h, c), (3, 3, 1, c), window, c) == "depthwise"
+    assert ck.forward_route((n, h, h, 2 * c), (3, 3, 2, co), window, c) == "gemm"
     dilated = Window((3, 3), (1, 1), (2, 2), ((2, 2), (2, 2)), (h, h))
-    assert ck.forward_route((2, h, h, c), (3, 3, c, co), dilated, 1) == "gemm"
+    assert ck.forward_route((n, h, h, c), (3, 3, c, co), dilated, 1) == "gemm"

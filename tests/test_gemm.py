@@ -183,20 +183,10 @@ def test_matmul_native_runs_the_gemm(m, k, n, ta, tb):
                                atol=1e-5 * max(1.0, float(mags.max(initial=0))))
 
 
-# (batch, h, w, c, co, stride, padding): few output pixels, so the GEMM route
+# (batch, h, w, c, co, stride, padding): the GEMM route
 CONV_CASES = [(2, 1, 1, 64, 70, 1, "SAME"), (1, 3, 3, 67, 64, 2, "VALID"),
               (2, 9, 7, 80, 65, 2, "SAME"), (8, 1, 1, 128, 1000, 1, "VALID"),
               (2, 7, 7, 64, 64, 1, "VALID")]
-
-
-def test_gemm_conv_rule():
-    from minigraph.backends.convolution_kernels import GEMM_CONV_RULE, gemm_conv_wins
-    pixels, channels = GEMM_CONV_RULE
-    assert gemm_conv_wins(pixels, channels, channels)
-    assert not gemm_conv_wins(pixels + 1, channels, channels)
-    assert not gemm_conv_wins(pixels, channels - 1, channels)
-    assert not gemm_conv_wins(pixels, channels, channels - 1)
-    assert not gemm_conv_wins(0, channels, channels)
 
 
 def conv_exact(x, f, stride):
@@ -215,7 +205,7 @@ def test_1x1_conv_on_the_gemm_matches_reference(case, restore_native):
     window = ck.conv_geometry({"strides": [1, s, s, 1], "padding": padding,
                                "data_format": "NHWC", "dilations": [1, 1, 1, 1],
                                "explicit_paddings": []}, ValueError, x.shape, f.shape)
-    assert ck._gemm_conv(x, f, window, True)  # the route under test
+    assert ck.forward_route(x.shape, f.shape, window, 1) == "gemm"  # the route under test
     out = run_native_and_reference(
         lambda root: ops.Conv2D(root, x, f, strides=[1, s, s, 1], padding=padding))
     assert out["native_kernel"] == "native:convolution_kernels.conv2d_native"
@@ -228,7 +218,7 @@ def test_1x1_conv_on_the_gemm_matches_reference(case, restore_native):
     _, native = _native()
     if native.set_isa("avx512") == "avx512":
         direct = ck.c_conv2d(x, f, window.pads, window.out, True, strides=window.strides)
-        assert direct.tobytes() == ck.c_conv2d_1x1(x, f, window).tobytes()
+        assert direct.tobytes() == ck.c_conv_gemm(x, f, window).tobytes()
 
 
 def test_gemm_epilogue_is_the_unfused_pass():

@@ -286,27 +286,39 @@ def _as_depthwise(f: np.ndarray, channels: int) -> np.ndarray:
 
 # The forward's kernel per shape (NHWC), chosen at plan time by one small rule:
 #   * depthwise (kernels_c/depthwise*.c): groups > 1 with one input channel per group;
-#   * the implicit GEMM (kernels_c/conv_gemm.c): every other grouped, dilated or
-#     explicitly padded convolution, and the dense ones with enough input channels;
-#   * the direct kernel (kernels_c/convolution*.c): dense convolutions with few input
-#     channels (the first layer of a CNN: RGB), where the GEMM's K blocks (a tap, or a tap
-#     row of kw * c floats) are too short to amortize a tile's loads and stores.
-# Measured with ``benchmarks/conv_layers.py --compare`` (AMD Zen 4, 2 threads, noisy shared
-# machine, GFLOP/s direct vs GEMM): see CONV_ROUTE_RULE below.
-# The rule: fewest input channels (per tap row: kw * c) for the GEMM.
-CONV_ROUTE_RULE = 64
+#   * the implicit GEMM (kernels_c/conv_gemm.c): every other grouped, dilated or explicitly
+#     padded (pads beyond the window) convolution, and the dense ones the table gives it;
+#   * the direct kernel (kernels_c/convolution*.c): the other dense ones.
+# On AVX-512 both dense kernels sum each output in the same chain (tests/test_conv_gemm.py):
+# the route changes speed only. Measured with one thread in CPU time (the machine is shared;
+# AMD Zen 4, FMA peak about 115 GFLOP/s per thread), GFLOP/s GEMM vs direct, as (batch,
+# h = w, c, k, co): both reach 100-110 over large shapes with 128+ channels ((8, 16, 128, 1,
+# 128) 109 vs 109; (32, 8, 128, 3, 128) 107 vs 106; (32, 4, 256, 3, 256) 108 vs 98); the
+# direct kernel wins with few channels over many pixels ((8, 32, 64, 1, 64) 98 vs 108;
+# (8, 32, 16, 3, 32) 83 vs 104; ResNet's stem (2, 70, 3, 7, 64) stride 2: 76 vs 108); the
+# GEMM wins over few pixels ((1, 8, 32, 3, 32) 64 vs 55; (2, 8, 64, 3, 64) 99 vs 93; (2, 4,
+# 256, 1, 1024) 106 vs 72; earlier, 2 threads: (2, 2, 512, 1, 2048) 183 vs 67) but not with
+# very few channels ((2, 8, 16, 3, 16) 28 vs 48). The rule: (most output pixels of a "few
+# pixels" shape, fewest channels for the GEMM there, fewest channels elsewhere), channels
+# being min(kw * c, co) (the GEMM's K block is a tap row of kw * c floats).
+CONV_ROUTE_RULE = (256, 32, 128)
 
 
 def forward_route(x_shape: tuple, f_shape: tuple, window: Window, groups: int) -> str:
     """The kernel of an NHWC Conv2D forward: "depthwise", "gemm" or "direct" (the rule
     above, CONV_ROUTE_RULE)."""
-    kh, kw, cg, _ = f_shape
+    kh, kw, cg, co = f_shape
     if groups > 1:
         return "depthwise" if cg == 1 else "gemm"
     (top, _), (left, _) = window.pads
     if window.dilations != (1, 1) or top >= kh or left >= kw:
         return "gemm"
-    return "gemm" if kw * cg >= CONV_ROUTE_RULE else "direct"
+    few_pixels, few_pixel_channels, channels = CONV_ROUTE_RULE
+    pixels = x_shape[0] * window.out[0] * window.out[1]
+    fewest = min(kw * cg, co)
+    if pixels <= few_pixels:
+        return "gemm" if fewest >= few_pixel_channels else "direct"
+    return "gemm" if fewest >= channels else "direct"
 
 
 def conv2d_forward_nhwc(x, f, window: Window, groups: int,
