@@ -1,5 +1,5 @@
 """The native float32 GEMM (kernels_c/gemm*.c, backends/gemm.py) and its users: MatMul on
-the native backend and few-pixel 1x1 Conv2D.
+the native backend, BatchMatMul, and the 1x1 Conv2D.
 
 Accuracy: every element is one chain of K fused multiply-adds (one rounding each), so by the
 recursive-summation bound ``|c - exact| <= gamma_K * sum_k |a_ik b_kj|`` with ``gamma_K =
@@ -297,3 +297,65 @@ def test_fused_gemm_heads_are_bit_identical_to_the_unfused_ops(head, activation,
                                               if head == "Conv2D" else
                                               "native:nn_kernels.matmul_native")
         assert fused.tobytes() == one_by_one.tobytes(), isa
+
+
+@st.composite
+def batch_matmul_cases(draw):
+    """Broadcasting batch dims (either side may hold 1s or fewer dims), adjoints, ragged
+    sizes, a shared 2-D y."""
+    rank = draw(st.integers(0, 3))
+    batch = [draw(st.integers(1, 3)) for _ in range(rank)]
+    bx = [d if draw(st.booleans()) else 1 for d in batch]
+    by = [d if draw(st.booleans()) else 1 for d in batch][draw(st.integers(0, rank)):]
+    m, k, n = draw(st.integers(1, 40)), draw(st.integers(0, 300)), draw(st.integers(1, 70))
+    return bx, by, m, k, n, draw(st.booleans()), draw(st.booleans()), draw(st.integers(0, 999))
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=batch_matmul_cases(), version=st.sampled_from(["BatchMatMul", "BatchMatMulV2",
+                                                           "BatchMatMulV3"]))
+def test_batch_matmul_native_matches_float64_within_gamma_k(case, version):
+    bx, by, m, k, n, adj_x, adj_y, seed = case
+    if version == "BatchMatMul":  # no broadcasting: the same batch dims
+        by = bx
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((*bx, k, m) if adj_x else (*bx, m, k)).astype(F32)
+    y = rng.standard_normal((*by, n, k) if adj_y else (*by, k, n)).astype(F32)
+    extra = {"Tout": mg.float32} if version == "BatchMatMulV3" else {}
+    out = run_native_and_reference(
+        lambda root: getattr(ops, version)(root, x, y, adj_x=adj_x, adj_y=adj_y, **extra))
+    assert out["native_kernel"] == "native:linalg_kernels.batch_matmul_native"
+    x64, y64 = x.astype(F64), y.astype(F64)
+    if adj_x:
+        x64 = np.swapaxes(x64, -1, -2)
+    if adj_y:
+        y64 = np.swapaxes(y64, -1, -2)
+    assert_within_gamma(out["native"], x64 @ y64, np.abs(x64) @ np.abs(y64), k)
+
+
+def test_batch_matmul_native_is_bit_identical_across_threads(restore_native):
+    _, native = _native()
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 2, 50, 300)).astype(F32)
+    y = rng.standard_normal((2, 70, 300)).astype(F32)
+    results = set()
+    for threads in (1, 2, 3):
+        native.set_num_threads(threads)
+        root = mg.Scope.NewRootScope()
+        z = ops.BatchMatMulV2(root, x, y, adj_y=True)
+        results.add(mg.ClientSession(root, backend="native").Run({}, z).tobytes())
+    assert len(results) == 1
+
+
+def test_grouped_packing_is_each_column_block_packed_alone():
+    gemm, _ = _native()
+    b = np.random.default_rng(2).standard_normal((7, 3 * 40)).astype(F32)
+    grouped = gemm.pack_b(b, groups=3)
+    blocks = [gemm.pack_b(np.ascontiguousarray(b[:, 40 * g:40 * (g + 1)])).data
+              for g in range(3)]
+    assert (grouped.k, grouped.n, grouped.groups) == (7, 40, 3)
+    np.testing.assert_array_equal(grouped.data, np.concatenate(blocks))
+    with pytest.raises(ValueError, match="groups"):
+        gemm.c_gemm(np.ones((2, 7), F32), grouped)
+    with pytest.raises(ValueError, match="in 7 groups"):
+        gemm.pack_b(b, groups=7)

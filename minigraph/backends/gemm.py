@@ -100,19 +100,27 @@ def _drop(key: int, ref: weakref.ref) -> None:
 
 
 def c_gemm(a, b: PackedB, trans_a: bool = False, epilogue: Epilogue | None = None,
-           out_shape: tuple[int, ...] | None = None) -> np.ndarray:
+           out_shape: tuple[int, ...] | None = None, out: np.ndarray | None = None
+           ) -> np.ndarray:
     """``op(a) @ B`` (op: transpose when ``trans_a``) as a new float32 array of
     ``out_shape`` (default ``[m, n]``; its size must be ``m * n``, its last axis n), then
     ``epilogue`` (which must fit it) as ``mg_channel_epilogue`` applies it (on each tile as
-    it is finished)."""
+    it is finished). With ``out`` (a C-contiguous, aligned float32 array of ``m * n``
+    elements whose last axis is n), the product is written there and ``out`` returned."""
     a = _matrix("GEMM", a)
     m, k = a.shape[::-1] if trans_a else a.shape
     if k != b.k or b.groups != 1 or b.data.size != lib.mg_gemm_packed_floats(b.k, b.n):
-        raise ValueError(f"native GEMM: A is {m}x{k} but the packed B is {b.k}x{b.n}")
+        raise ValueError(f"native GEMM: A is {m}x{k} but the packed B is {b.k}x{b.n} in "
+                         f"{b.groups} groups")
     shape = (m, b.n) if out_shape is None else tuple(out_shape)
+    if out is not None:
+        shape = out.shape
+        if (out.dtype != F32 or not out.flags.c_contiguous or not out.flags.aligned
+                or not out.flags.writeable):
+            raise ValueError("native GEMM: out must be a writable C-contiguous float32 array")
     if int(np.prod(shape)) != m * b.n or (shape and shape[-1] != b.n) or not shape:
         raise ValueError(f"native GEMM: output shape {shape} does not hold {m}x{b.n}")
-    c = np.empty(shape, F32)
+    c = np.empty(shape, F32) if out is None else out
     c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(c.shape)
     check_code(lib.mg_gemm(m, b.n, k, int(trans_a), fbuf(a), fbuf(b.data), fbuf(c),
                            c_epilogue, num_threads()), "GEMM")
