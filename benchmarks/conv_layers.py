@@ -88,6 +88,19 @@ def window_of(h: int, w: int, kh: int, kw: int, stride: int, padding: str) -> Wi
     return Window((kh, kw), (stride, stride), (1, 1), pads, out)
 
 
+def layer_calls(x: np.ndarray, f: np.ndarray, window: Window, groups: int,
+                compare: bool) -> dict:
+    """The calls to time: the chosen kernel, and with ``compare`` the GEMM and (groups 1)
+    the direct kernel."""
+    calls = {"chosen": lambda: conv2d_forward_nhwc(x, f, window, groups)}
+    if compare:
+        calls["gemm"] = lambda: c_conv_gemm(x, f, window, groups)
+        if groups == 1:
+            calls["direct"] = lambda: c_conv2d(x, f, window.pads, window.out, True,
+                                               strides=window.strides)
+    return calls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=64, help="input height and width")
@@ -112,13 +125,8 @@ def main() -> None:
                 f.flags.writeable = False  # a frozen constant: packed once
                 window = window_of(h, w, kh, kw, stride, padding)
                 flops = 2 * batch * window.out[0] * window.out[1] * kh * kw * c // groups * co
-                calls = {"chosen": lambda: conv2d_forward_nhwc(x, f, window, groups)}
-                if args.compare:
-                    calls["gemm"] = lambda: c_conv_gemm(x, f, window, groups)
-                    if groups == 1:
-                        calls["direct"] = lambda: c_conv2d(x, f, window.pads, window.out,
-                                                           True, strides=window.strides)
-                times = time_interleaved(calls, repeats=args.repeats, min_sample=0.02)
+                times = time_interleaved(layer_calls(x, f, window, groups, args.compare),
+                                         repeats=args.repeats, min_sample=0.02)
                 flops_sum += flops
                 seconds_sum += times["chosen"]
                 rate = {k: flops / t / 1e9 for k, t in times.items()}

@@ -33,7 +33,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
 from minigraph.backends.compute import compute_dtype, fail_for, placed_rows
-from minigraph.backends.gemm import c_gemm, packed_b
+from minigraph.backends.gemm import packed_b
 from minigraph.backends.native import (
     as_f32,
     attrs_fit_int32,
