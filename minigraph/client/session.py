@@ -55,7 +55,7 @@ def value_inputs(op: Operation) -> list[Output | None]:
     """The op's inputs, with None for ref inputs (variables it updates but does not read)."""
     if not any(arg.is_ref for arg in op.op_def.inputs):
         return list(op.inputs)
-    return [None if arg.is_ref else inp for arg, inp in zip(op.op_def.inputs, op.inputs)]
+    return [None if ref else inp for ref, inp in zip(op.op_def.ref_inputs(op.attrs), op.inputs)]
 
 
 class _HostDevice:
@@ -105,8 +105,8 @@ class _Step:
         self.device = device
         self.inputs = inputs
         self.outputs = outputs  # None for a fed output: it keeps its fed value
-        self.refs = [(i, inp.op.name) for i, (arg, inp) in
-                     enumerate(zip(op.op_def.inputs, op.inputs)) if arg.is_ref]
+        self.refs = [(i, inp.op.name) for i, (ref, inp) in
+                     enumerate(zip(op.op_def.ref_inputs(op.attrs), op.inputs)) if ref]
         # A Variable's value is whatever was last assigned (Assign with validate_shape=False
         # may change its shape), not a function of inputs its static shape describes.
         self.reads_state = op.op_def.is_stateful and not op.inputs

@@ -143,6 +143,11 @@ class OpDef:
     def output_index(self, name: str) -> int:
         return [a.name for a in self.outputs].index(name)
 
+    def ref_inputs(self, attrs: dict[str, Any]) -> list[bool]:
+        """Per flat input of a node with ``attrs``: whether it is a ref input (a variable
+        the op updates; a list argument's flag repeated for each of its tensors)."""
+        return [arg.is_ref for arg in self.inputs for _ in range(arg.length(attrs))]
+
 
 _REGISTRY: dict[str, OpDef] = {}
 

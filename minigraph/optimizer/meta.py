@@ -16,11 +16,13 @@ from minigraph.framework.errors import InvalidArgumentError
 from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.scope import Scope
 from minigraph.optimizer import (  # noqa: F401 (each module registers its pass)
+    batch_norm_folding,
     constant_folding,
     cse,
     dependency,
     pruning,
     remapper,
+    training_fusions,
 )
 from minigraph.optimizer.item import GraphItem
 from minigraph.optimizer.options import OptimizerOptions

@@ -31,7 +31,13 @@ class OptimizerOptions:
       ``BroadcastGradientArgs``, reduction indices) by small constants;
     * ``remapper``: fuse a convolution's or matmul's elementwise successors into one op
       (``BiasAdd -> FusedBatchNormV3 (inference) -> AddV2 -> Relu/Relu6``, see
-      ``optimizer/remapper.py``) and a constant ``Pad`` into its convolution.
+      ``optimizer/remapper.py``) and a constant ``Pad`` into its convolution; in training,
+      ``FusedBatchNormV3 -> [AddV2] -> Relu`` and its gradient into ``_FusedBatchNormEx`` /
+      ``_FusedBatchNormGradEx``, ``Relu -> MaxPool`` and ``MaxPoolGrad -> ReluGrad``, and a
+      step's variable updates into one op (``optimizer/training_fusions.py``);
+    * ``fold_batch_norm`` (off by default: it changes rounding): fold an inference batch
+      norm with constant statistics into its ``Conv2D``'s constant filter and a ``BiasAdd``
+      (``optimizer/batch_norm_folding.py``).
     """
 
     pruning: bool = True
@@ -39,6 +45,7 @@ class OptimizerOptions:
     common_subexpression: bool = True
     constant_folding: bool = True
     remapper: bool = True
+    fold_batch_norm: bool = False
 
     def __post_init__(self) -> None:
         for item in fields(self):
