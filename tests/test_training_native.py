@@ -28,9 +28,6 @@ F32 = np.float32
 # Kernels that move or hold tensors but do no float arithmetic: every backend shares them
 # (a NoOp: the remapper leaves one named as each update it fuses that was a run target).
 NO_ARITHMETIC = {"Const", "Variable", "VariableV2", "Assign", "Identity", "Reshape", "NoOp"}
-# Native in helper `convgrad`'s branch (Conv2DBackprop* for every stride/padding on the GEMM
-# core): this set is emptied when that branch merges.
-AWAITING_CONVGRAD = {"Conv2DBackpropInput", "Conv2DBackpropFilter"}
 # A variable after the step: |native - reference| <= RTOL * max|reference| + ATOL. The two
 # backends' convolutions and gradients round differently (GEMM blocking against numpy's
 # einsum), each within K * 2^-24 * sum|a*b| per element; batch norm's backward subtracts
@@ -77,7 +74,7 @@ def float32_reference_nodes(root: mg.Scope, stats) -> list[str]:
     graph = root.graph()
     offenders = []
     for s in stats:
-        if s.backend != "reference" or s.op_type in NO_ARITHMETIC | AWAITING_CONVGRAD:
+        if s.backend != "reference" or s.op_type in NO_ARITHMETIC:
             continue
         outputs = graph.get_operation(s.node_name).outputs
         if not any(o.dtype == mg.float32 for o in outputs):
