@@ -3,8 +3,9 @@
 Why processes: in one process two thread runtimes' idle threads compete for the same cores
 (minigraph's worker pool beside PyTorch's OpenMP team; before minigraph's batch norm moved
 to the pool, the first library to load libgomp also set its spin policy for the other). Each
-framework therefore runs in a worker process started in the default environment; the coordinator (which imports no framework) asks the workers for samples in
-turn, so every ratio is measured in the same run.
+framework therefore runs in a worker process started in the default environment; the
+coordinator (which imports no framework) asks the workers for samples in turn, so every
+ratio is measured in the same run.
 
 The protocol is one line each way. The worker prints ``ready <json>`` once it is set up (its
 own facts: losses, time to first step, ...), then answers ``time K`` (seconds for K calls,
