@@ -229,6 +229,7 @@ struct bn_call {
     int nthreads;
     const char *x, *dy, *gx;
     char *out0, *out1;
+    const char *relu_y;      /* _FusedBatchNormGradEx: dy is masked by this Relu output   */
     /* the current pass */
     int run;                 /* BN_* run id (pass_block) */
     int ncoef, nacc;         /* coefficient vectors it reads, accumulators it folds into records */
@@ -736,7 +737,7 @@ static double channel_sum(const bn_call *k, int64_t c, const char *t)
     return s;
 }
 
-/* sum((t - m)^2) and sum(dy * (t - m)) with the float32 differences and products */
+/* sum((t - m)^2) with the float32 differences and products */
 static double channel_dev2(const bn_call *k, int64_t c, const char *t, float m)
 {
     double s = 0.0;
@@ -747,13 +748,6 @@ static double channel_dev2(const bn_call *k, int64_t c, const char *t, float m)
     return s;
 }
 
-static double channel_dot(const bn_call *k, int64_t c, const char *a, const char *b, float m)
-{
-    double s = 0.0;
-    BN_FOR_CHANNEL(k, c, i)
-        s += load1(k, a, i) * (load1(k, b, i) - m);
-    return s;
-}
 
 /* Training forward, reference order: mean = f32(sum(x) / n), var = f32(sum((x - mean)^2) / n),
  * y = (x - mean) * (scale * r) + offset. */
@@ -774,19 +768,31 @@ static void exact_forward_training(const bn_call *k, int64_t c, float scale, flo
  * S2 = f32(sum(dy * xc)), n = f32(count); offset_backprop = S1, scale_backprop = S2 * r;
  * training: dx = (scale * r) * ((dy - S1 / n) - xc * (((S2 / n) * r) * r));
  * inference: dx = dy * (scale * r). */
+/* dy at element i; for _FusedBatchNormGradEx masked by the Relu output as mg_relu_grad */
+static float load_dy(const bn_call *k, int64_t i)
+{
+    const float g = load1(k, k->dy, i);
+    return !k->relu_y || load1(k, k->relu_y, i) > 0.0f ? g : g * 0.0f;
+}
+
 static void exact_backward(const bn_call *k, int64_t c, int training, float scale, float mean,
                            float variance, double epsilon, char *dx, float *scale_backprop,
                            float *offset_backprop)
 {
     const float n = (float)((double)k->plan.outer * (double)k->plan.inner);
     const float r = rsqrt_f32(variance, epsilon), factor = scale * r;
-    const float s1 = (float)channel_sum(k, c, k->dy);
-    const float s2 = (float)channel_dot(k, c, k->dy, k->x, mean);
+    double sum_dy = 0.0, sum_dy_xc = 0.0; /* float64 sums of float32 terms */
+    BN_FOR_CHANNEL(k, c, i) {
+        const float g = load_dy(k, i);
+        sum_dy += g;
+        sum_dy_xc += g * (load1(k, k->x, i) - mean);
+    }
+    const float s1 = (float)sum_dy, s2 = (float)sum_dy_xc;
     offset_backprop[c] = s1;
     scale_backprop[c] = s2 * r;
     const float mean_dy = s1 / n, m2 = ((s2 / n) * r) * r;
     BN_FOR_CHANNEL(k, c, i) {
-        const float g = load1(k, k->dy, i);
+        const float g = load_dy(k, i);
         store1(k, dx, i,
                training ? factor * ((g - mean_dy) - (load1(k, k->x, i) - mean) * m2)
                         : g * factor);
@@ -854,6 +860,30 @@ static void exact_grad_grad_inference(const bn_call *k, int64_t c, float s, floa
     d_scale[c] = (float)sum_gxdy * r;
 }
 
+/* _FusedBatchNormEx's tail on an exceptional channel recomputed above: y = y + side (when
+ * given), then Relu (when relu) as mg_relu, element by element as AddV2 and Relu do. */
+static void exact_side_relu(const bn_call *k, int64_t c, char *y, const char *side, int relu)
+{
+    if (!side && !relu)
+        return;
+    BN_FOR_CHANNEL(k, c, i) {
+        float v = load1(k, y, i);
+        if (side)
+            v = v + load1(k, side, i);
+        if (relu)
+            v = (v > 0.0f || v != v) ? v : 0.0f;
+        store1(k, y, i, v);
+    }
+}
+
+/* The apply run of a forward: plain, + side input, Relu, or both. */
+static int forward_run(const void *side, int relu)
+{
+    if (side)
+        return relu ? BN_FWD_APPLY_SIDE_RELU : BN_FWD_APPLY_SIDE;
+    return relu ? BN_FWD_APPLY_RELU : BN_FWD_APPLY;
+}
+
 static int bad_args(int dtype, int64_t outer, int64_t channels, int64_t inner)
 {
     return dtype < MG_BN_F32 || dtype > MG_BN_BF16 || outer < 0 || channels < 0 || inner < 0;
@@ -909,12 +939,22 @@ int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t i
                            double epsilon, void *y, float *mean, float *variance,
                            int num_threads)
 {
+    return mg_bn_forward_training_ex(dtype, outer, channels, inner, x, scale, offset, epsilon,
+                                     NULL, 0, y, mean, variance, num_threads);
+}
+
+int mg_bn_forward_training_ex(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                              const void *x, const float *scale, const float *offset,
+                              double epsilon, const void *side, int relu, void *y,
+                              float *mean, float *variance, int num_threads)
+{
     bn_call k;
     const int rc =
         call_begin(&k, dtype, outer, channels, inner, 2, num_threads, y, NAN, mean, variance);
     if (rc != BN_CALL_READY)
         return rc;
     k.x = x;
+    k.dy = side;
     k.out0 = y;
     statistics_pass(&k, 1);
     int exceptional = 0;
@@ -928,10 +968,12 @@ int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t i
         chan_coef(&k, 2)[c] = offset[c];
         exceptional |= forward_exceptional(&k, c, offset);
     }
-    element_pass(&k, BN_FWD_APPLY, 3, 0);
+    element_pass(&k, forward_run(side, relu), 3, 0);
     for (int64_t c = 0; exceptional && c < channels; ++c)
-        if (forward_exceptional(&k, c, offset))
+        if (forward_exceptional(&k, c, offset)) {
             exact_forward_training(&k, c, scale[c], offset[c], epsilon, y, mean, variance);
+            exact_side_relu(&k, c, y, side, relu);
+        }
     return 0;
 }
 
@@ -956,12 +998,22 @@ int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t 
                             const float *mean, const float *variance, double epsilon,
                             void *y, int num_threads)
 {
+    return mg_bn_forward_inference_ex(dtype, outer, channels, inner, x, scale, offset, mean,
+                                      variance, epsilon, NULL, 0, y, num_threads);
+}
+
+int mg_bn_forward_inference_ex(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                               const void *x, const float *scale, const float *offset,
+                               const float *mean, const float *variance, double epsilon,
+                               const void *side, int relu, void *y, int num_threads)
+{
     bn_call k;
     const int rc =
         call_begin(&k, dtype, outer, channels, inner, 1, num_threads, y, 0.0f, NULL, NULL);
     if (rc != BN_CALL_READY)
         return rc;
     k.x = x;
+    k.dy = side;
     k.out0 = y;
     int exceptional = 0;
     for (int64_t c = 0; c < channels; ++c) {
@@ -970,10 +1022,12 @@ int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t 
         chan_coef(&k, 2)[c] = offset[c];
         exceptional |= forward_inference_exceptional(c, offset);
     }
-    element_pass(&k, BN_FWD_APPLY, 3, 0);
+    element_pass(&k, forward_run(side, relu), 3, 0);
     for (int64_t c = 0; exceptional && c < channels; ++c)
-        if (forward_inference_exceptional(c, offset))
+        if (forward_inference_exceptional(c, offset)) {
             exact_forward_inference(&k, c, mean[c], chan_coef(&k, 1)[c], offset[c], y);
+            exact_side_relu(&k, c, y, side, relu);
+        }
     return 0;
 }
 
@@ -995,8 +1049,9 @@ static int backward_exceptional(const bn_call *k, int64_t c, const float *scale,
 
 static int backward(int training, int dtype, int64_t outer, int64_t channels, int64_t inner,
                     const void *dy, const void *x, const float *scale, const float *mean,
-                    const float *variance, double epsilon, void *dx, float *scale_backprop,
-                    float *offset_backprop, int num_threads)
+                    const float *variance, const void *relu_y, double epsilon, void *dx,
+                    void *side_backprop, float *scale_backprop, float *offset_backprop,
+                    int num_threads)
 {
     bn_call k;
     const int rc = call_begin(&k, dtype, outer, channels, inner, 2, num_threads, dx, 0.0f,
@@ -1005,13 +1060,15 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         return rc;
     k.x = x;
     k.dy = dy;
+    k.gx = relu_y; /* the masked runs read the Relu output through gx */
+    k.relu_y = relu_y;
     const float n = (float)((double)outer * (double)inner);
     for (int64_t c = 0; c < channels; ++c) {
         chan_coef(&k, 0)[c] = mean[c];
         chan_coef(&k, 1)[c] = scale[c] * rsqrt_f32(variance[c], epsilon);
     }
     if (training) {
-        element_pass(&k, BN_BWD_SUMS, 1, 2);
+        element_pass(&k, relu_y ? BN_BWD_SUMS_RELU : BN_BWD_SUMS, 1, 2);
     } else {
         k.out0 = dx;
         element_pass(&k, BN_BWD_INFER, 2, 2);
@@ -1030,7 +1087,8 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
     }
     if (training) {
         k.out0 = dx;
-        element_pass(&k, BN_BWD_APPLY, 4, 0);
+        k.out1 = side_backprop;
+        element_pass(&k, relu_y ? BN_BWD_APPLY_RELU : BN_BWD_APPLY, 4, 0);
     }
     for (int64_t c = 0; exceptional && c < channels; ++c)
         if (backward_exceptional(&k, c, scale, mean, variance))
@@ -1045,8 +1103,8 @@ int mg_bn_backward_training(int dtype, int64_t outer, int64_t channels, int64_t 
                             void *dx, float *scale_backprop, float *offset_backprop,
                             int num_threads)
 {
-    return backward(1, dtype, outer, channels, inner, dy, x, scale, mean, variance, epsilon, dx,
-                    scale_backprop, offset_backprop, num_threads);
+    return backward(1, dtype, outer, channels, inner, dy, x, scale, mean, variance, NULL, epsilon,
+                    dx, NULL, scale_backprop, offset_backprop, num_threads);
 }
 
 int mg_bn_backward_inference(int dtype, int64_t outer, int64_t channels, int64_t inner,
@@ -1055,8 +1113,24 @@ int mg_bn_backward_inference(int dtype, int64_t outer, int64_t channels, int64_t
                              void *dx, float *scale_backprop, float *offset_backprop,
                              int num_threads)
 {
-    return backward(0, dtype, outer, channels, inner, dy, x, scale, mean, variance, epsilon, dx,
-                    scale_backprop, offset_backprop, num_threads);
+    return backward(0, dtype, outer, channels, inner, dy, x, scale, mean, variance, NULL, epsilon,
+                    dx, NULL, scale_backprop, offset_backprop, num_threads);
+}
+
+/* _FusedBatchNormGradEx (training): the backward of dy masked by the forward's Relu output
+ * y, g = y > 0 ? dy : dy * 0 (ReluGrad), bit for bit ReluGrad then the backward above; g is
+ * also stored to side_backprop when given (the side input's gradient). Inference-mode
+ * gradients and other dtypes are the caller's composition of the unfused kernels. */
+int mg_bn_backward_training_ex(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                               const void *dy, const void *x, const float *scale,
+                               const float *mean, const float *variance, const void *y,
+                               double epsilon, void *dx, void *side_backprop,
+                               float *scale_backprop, float *offset_backprop, int num_threads)
+{
+    if (!y)
+        return MG_EINVAL;
+    return backward(1, dtype, outer, channels, inner, dy, x, scale, mean, variance, y, epsilon,
+                    dx, side_backprop, scale_backprop, offset_backprop, num_threads);
 }
 
 /* Second order, training: the gradient of (dx, scale_backprop, offset_backprop) of the

@@ -49,6 +49,26 @@ int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t 
                             const float *mean, const float *variance, double epsilon,
                             void *y, int num_threads);
 
+/* The training fusions (_FusedBatchNormEx / _FusedBatchNormGradEx, float32 bit for bit
+ * the unfused ops): y = relu?((BN value) + side) with side NULL for none; the backward of
+ * dy masked by the Relu output y (ReluGrad), its masked dy stored to side_backprop (NULL:
+ * not stored). Empty tensors: as the plain kernels (side_backprop is then not written). */
+int mg_bn_forward_training_ex(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                              const void *x, const float *scale, const float *offset,
+                              double epsilon, const void *side, int relu, void *y,
+                              float *mean, float *variance, int num_threads);
+
+int mg_bn_forward_inference_ex(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                               const void *x, const float *scale, const float *offset,
+                               const float *mean, const float *variance, double epsilon,
+                               const void *side, int relu, void *y, int num_threads);
+
+int mg_bn_backward_training_ex(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                               const void *dy, const void *x, const float *scale,
+                               const float *mean, const float *variance, const void *y,
+                               double epsilon, void *dx, void *side_backprop,
+                               float *scale_backprop, float *offset_backprop, int num_threads);
+
 int mg_bn_backward_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
                             const void *dy, const void *x, const float *scale,
                             const float *mean, const float *variance, double epsilon,

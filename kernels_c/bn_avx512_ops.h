@@ -26,6 +26,17 @@ static inline void vf_acc(float *p, vf v)
     _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), v));
 }
 static inline vf vf_keep(vf v, int n) { return n == VLEN ? v : _mm512_maskz_mov_ps(lanes(n), v); }
+/* Relu as mg_relu: v > 0 or NaN ? v : +0 */
+static inline vf vf_relu(vf v)
+{
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NLE_UQ), v);
+}
+/* ReluGrad as mg_relu_grad: y > 0 ? g : g * 0 */
+static inline vf vf_relu_grad(vf g, vf y)
+{
+    return _mm512_mask_mov_ps(_mm512_mul_ps(g, _mm512_setzero_ps()),
+                              _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ), g);
+}
 
 static inline vf ld_f32(const float *p, int n)
 {

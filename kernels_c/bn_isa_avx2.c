@@ -40,6 +40,18 @@ static inline vf vf_keep(vf v, int n)
     return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes)));
 }
 
+/* Relu as mg_relu: v > 0 or NaN ? v : +0 */
+static inline vf vf_relu(vf v)
+{
+    return _mm256_and_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NLE_UQ), v);
+}
+/* ReluGrad as mg_relu_grad: y > 0 ? g : g * 0 */
+static inline vf vf_relu_grad(vf g, vf y)
+{
+    return _mm256_blendv_ps(_mm256_mul_ps(g, _mm256_setzero_ps()), g,
+                            _mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ));
+}
+
 static inline vf f32_full(const float *p) { return _mm256_loadu_ps(p); }
 static inline vf f16_full(const uint16_t *p)
 {

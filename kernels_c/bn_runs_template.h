@@ -267,6 +267,39 @@ BN_RUN(bwd_sums, 1, 2, BODY_BWD_SUMS)
     }
 BN_RUN(bwd_apply, 4, 0, BODY_BWD_APPLY)
 
+/* The training fusions (_FusedBatchNormEx, _FusedBatchNormGradEx), float32 bit for bit the
+ * unfused ops' kernels: the batch-norm value of BODY_FWD_APPLY, + side input (read through
+ * dy; AddV2's single rounding), then Relu (mg_relu: v > 0 or NaN ? v : +0). */
+#define BN_FWD_VALUE(K) vf_fma(vf_sub(LD(x + e, n), K(0)), K(1), K(2))
+#define BODY_FWD_APPLY_RELU(K, ACC) { ST(out0 + e, vf_relu(BN_FWD_VALUE(K)), n); }
+BN_RUN(fwd_apply_relu, 3, 0, BODY_FWD_APPLY_RELU)
+#define BODY_FWD_APPLY_SIDE(K, ACC) { ST(out0 + e, vf_add(BN_FWD_VALUE(K), LD(dy + e, n)), n); }
+BN_RUN(fwd_apply_side, 3, 0, BODY_FWD_APPLY_SIDE)
+#define BODY_FWD_APPLY_SIDE_RELU(K, ACC)                                            \
+    { ST(out0 + e, vf_relu(vf_add(BN_FWD_VALUE(K), LD(dy + e, n))), n); }
+BN_RUN(fwd_apply_side_relu, 3, 0, BODY_FWD_APPLY_SIDE_RELU)
+
+/* The backward runs with dy masked by the forward's Relu output y (read through gx):
+ * g = y > 0 ? dy : dy * 0 (mg_relu_grad), then BODY_BWD_SUMS / BODY_BWD_APPLY of g; the
+ * apply run also stores g to out1 (the side input's gradient) when out1 is given. */
+#define BN_MASKED_DY vf_relu_grad(LD(dy + e, n), LD(gx + e, n))
+#define BODY_BWD_SUMS_RELU(K, ACC)                                                  \
+    {                                                                               \
+        const vf g = BN_MASKED_DY;                                                  \
+        ACC(0, g);                                                                  \
+        ACC(1, vf_mul(g, vf_keep(vf_sub(LD(x + e, n), K(0)), n)));                  \
+    }
+BN_RUN(bwd_sums_relu, 1, 2, BODY_BWD_SUMS_RELU)
+#define BODY_BWD_APPLY_RELU(K, ACC)                                                 \
+    {                                                                               \
+        const vf g = BN_MASKED_DY;                                                  \
+        const vf t = vf_mul(K(2), vf_sub(LD(x + e, n), K(0)));                      \
+        ST(out0 + e, vf_fma(K(1), vf_sub(g, K(3)), t), n);                          \
+        if (out1)                                                                   \
+            ST(out1 + e, g, n);                                                     \
+    }
+BN_RUN(bwd_apply_relu, 4, 0, BODY_BWD_APPLY_RELU)
+
 /* Inference backward in one pass: dx = dy * k1 (k1 = scale * r); acc0 += dy;
  * acc1 += dy * (x - k0) */
 #define BODY_BWD_INFER(K, ACC)                                                      \
@@ -365,4 +398,9 @@ const bn_run_table BN_GLUE3(bn_runs, BN_ISA, BN_DT) = {
     BN_BOTH(BN_BWD_INFER_DX, bwd_infer_dx),
     BN_BOTH(BN_GG_INFER_OUT, gg_infer_out),
     BN_BOTH(BN_GG_DOT, gg_dot),
+    BN_BOTH(BN_FWD_APPLY_RELU, fwd_apply_relu),
+    BN_BOTH(BN_FWD_APPLY_SIDE, fwd_apply_side),
+    BN_BOTH(BN_FWD_APPLY_SIDE_RELU, fwd_apply_side_relu),
+    BN_BOTH(BN_BWD_SUMS_RELU, bwd_sums_relu),
+    BN_BOTH(BN_BWD_APPLY_RELU, bwd_apply_relu),
 };

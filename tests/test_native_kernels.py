@@ -684,8 +684,8 @@ def test_inference_x_backprop_is_bit_identical_to_the_reference(isa, dtype, chan
                                  if native.ISAS.index(i) <= native.ISAS.index(native.best_isa())])
 def test_native_sum_and_mean_over_inner_axes_equal_numpy_bit_for_bit(isa):
     """Global average pooling and friends in C (math_kernels.reduce_native): the same float32
-    row-after-row sums as numpy, and the same rounding of the mean, on every ISA; other
-    axes (the last one, non-consecutive ones) run the numpy kernel."""
+    sums as numpy (row after row; pairwise along a reduced last axis; one running sum over
+    non-consecutive axes), and the same rounding of the mean, on every ISA."""
     import minigraph as mg
     from minigraph import ops
 

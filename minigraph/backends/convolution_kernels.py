@@ -11,16 +11,19 @@ number of spatial dims (the tensors' rank): ``backends.volumetric_kernels`` runs
 convolutions on them. float16/bfloat16 are computed in float32 and rounded once; float64
 (the gradient checker's evaluation) stays float64.
 
-native (``backend="native"``, float32, stride 1, dilation 1, SAME/VALID): the C kernels of
-kernels_c/convolution*.c through the ``c_*`` wrappers at the bottom, which check every buffer
-against what C reads and writes.
+native (``backend="native"``, float32): the forward on the C kernels of
+kernels_c/convolution*.c (dilation 1, SAME/VALID); the gradients for any strides, dilations,
+padding and groups on the GEMM micro-kernels (kernels_c/conv_gemm_grad.c,
+``backends.conv_gemm_grad``), or on the stride-1 direct kernels where those are faster
+(:func:`direct_grad_wins`). The ``c_*`` wrappers check every buffer against what C reads and
+writes.
 
 Depthwise (DepthwiseConv2dNative and its backprops): per filter tap, one vectorized
 multiply-add over every output pixel the tap reaches, so each sum is a chain in TF's order
 (the taps row-major) with TF's CPU rounding: one rounding per step in float32 and the half
 types (a fused multiply-add, emulated exactly in numpy), a product and a sum in float64. The
-native kernels (kernels_c/depthwise*.c, float32 NHWC, any window) compute the same chains:
-bit-identical results.
+native kernels (kernels_c/depthwise*.c, float32 NHWC, any window; NCHW tensors transposed
+around them) compute the same chains: bit-identical results.
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ from numpy.lib.stride_tricks import as_strided
 
 from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
 from minigraph.backends.compute import compute_dtype, fail_for, placed_rows
+from minigraph.backends.conv_gemm_grad import (
+    c_gemm_backprop_filter,
+    c_gemm_backprop_input,
+    from_channels_last,
+    to_channels_last,
+)
 from minigraph.backends.gemm import c_gemm, packed_b
 from minigraph.backends.native import (
     as_f32,
@@ -204,10 +213,11 @@ def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tup
 
 
 def _c_convolution(op) -> bool:
-    """The cases the C convolution gradients handle (besides float32): stride 1, dilation 1,
-    SAME/VALID padding."""
-    return (op.attrs["padding"] != "EXPLICIT" and set(op.attrs["strides"]) == {1}
-            and set(op.attrs["dilations"]) == {1})
+    """The cases the C convolution gradients handle (besides float32): any strides,
+    dilations, padding (SAME/VALID/EXPLICIT) and groups whose attrs fit int32 (the GEMM
+    gradients of kernels_c/conv_gemm_grad.c; the stride-1 direct kernels where
+    :func:`direct_grad_wins`)."""
+    return attrs_fit_int32(op, "strides", "dilations", "explicit_paddings")
 
 
 def _c_forward_convolution(op) -> bool:
@@ -374,6 +384,27 @@ def _window(op, x_shape: tuple, f_shape: tuple):
     return conv_geometry(op.attrs, fail_for(op), x_shape, f_shape)
 
 
+# The convolution gradients run on the GEMM micro-kernels (backends.conv_gemm_grad) for
+# every shape, except where the stride-1 direct kernels of kernels_c/convolution.c (stride 1,
+# dilation 1, one group, SAME/VALID) were faster: they keep their outputs in registers over
+# all taps, where the GEMM's input gradient stores its C tile after each tap and runs half
+# empty 32-column panels below 32 input channels. benchmarks/conv_grads.py (AMD EPYC Zen 4,
+# 1 thread, busy shared machine, ms GEMM / direct): ResNet-8 batch 32 16->16 3x3 input
+# 26.8 / 7.9, filter 10.9 / 6.0; 64->64 8x8 input 6.2 / 5.6, filter 6.8 / 5.8; ResNet50
+# batch 8 3x3 256->256 7x7 input 17.1 / 17.5, filter 26.0 / 17.2; 512->512 4x4 input 35.7 /
+# 57.0, filter 37.0 / 51.8. The rule: the direct kernels where they apply and the fewer of
+# the channels is below DIRECT_GRAD_MAX_CHANNELS.
+DIRECT_GRAD_MAX_CHANNELS = 512
+
+
+def direct_grad_wins(op, window: Window, in_channels: int, out_channels: int,
+                     groups: int) -> bool:
+    """Whether a convolution gradient runs on the stride-1 direct kernels (see above)."""
+    return (op.attrs["padding"] != "EXPLICIT" and groups == 1
+            and window.strides == (1, 1) and window.dilations == (1, 1)
+            and min(in_channels, out_channels) < DIRECT_GRAD_MAX_CHANNELS)
+
+
 @register_kernel("Conv2DBackpropInput", **NATIVE_CONV)
 def conv2d_backprop_input_native(op, inputs, ctx):
     sizes, f, dy = inputs
@@ -383,16 +414,17 @@ def conv2d_backprop_input_native(op, inputs, ctx):
     if dy.size == 0 or 0 in x_shape:
         return conv2d_backprop_input(op, inputs, ctx)
     window = conv_geometry(op.attrs, fail_for(op), x_shape, f.shape)
+    if not _c_takes(window, x_shape, f.shape):
+        return conv2d_backprop_input(op, inputs, ctx)
     channels_last = fmt == "NHWC"
-    axis = _channel_axis(channels_last)
-    input_hw = to_nhwc(x_shape, fmt)[1:3]
-    groups = groups_of(x_shape[axis], f)
+    nhwc_shape = to_nhwc(x_shape, fmt)
+    groups = groups_of(nhwc_shape[-1], f)
     if _depthwise_route(groups, f.shape, channels_last):
-        return [c_depthwise_backprop_input(dy, _as_depthwise(f, groups), input_hw, window)]
-    return [np.concatenate([c_conv2d_backprop_input(dyg, fg, input_hw, window.pads,
-                                                    channels_last)
-                            for dyg, fg in zip(_split(dy, groups, axis),
-                                               _split(f, groups, -1))], axis=axis)]
+        return [c_depthwise_backprop_input(dy, _as_depthwise(f, groups), nhwc_shape[1:3],
+                                           window)]
+    if direct_grad_wins(op, window, nhwc_shape[-1], f.shape[-1], groups):
+        return [c_conv2d_backprop_input(dy, f, nhwc_shape[1:3], window.pads, channels_last)]
+    return [c_gemm_backprop_input(dy, f, nhwc_shape, window, channels_last)]
 
 
 @register_kernel("Conv2DBackpropFilter", **NATIVE_CONV)
@@ -402,17 +434,18 @@ def conv2d_backprop_filter_native(op, inputs, ctx):
     if x.size == 0 or dy.size == 0:
         return conv2d_backprop_filter(op, inputs, ctx)
     window = conv_geometry(op.attrs, fail_for(op), x.shape, f_shape)
+    if not _c_takes(window, x.shape, f_shape):
+        return conv2d_backprop_filter(op, inputs, ctx)
     channels_last = op.attrs["data_format"] == "NHWC"
-    axis = _channel_axis(channels_last)
-    groups = groups_of(x.shape[axis], f_shape)
+    channels = x.shape[_channel_axis(channels_last)]
+    groups = groups_of(channels, f_shape)
     if _depthwise_route(groups, f_shape, channels_last):
         df = c_depthwise_backprop_filter(x, dy, (*f_shape[:2], groups, f_shape[3] // groups),
                                          window)
         return [df.reshape(f_shape)]
-    return [np.concatenate([c_conv2d_backprop_filter(xg, dyg, f_shape[:2], window.pads,
-                                                     channels_last)
-                            for xg, dyg in zip(_split(x, groups, axis),
-                                               _split(dy, groups, axis))], axis=-1)]
+    if direct_grad_wins(op, window, channels, f_shape[-1], groups):
+        return [c_conv2d_backprop_filter(x, dy, f_shape[:2], window.pads, channels_last)]
+    return [c_gemm_backprop_filter(x, dy, f_shape, window, channels_last)]
 
 
 # ----------------------------------------------------------------------------- depthwise core
@@ -529,10 +562,9 @@ def depthwise_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: 
 
 
 def _depthwise_native(op) -> bool:
-    """The cases the C depthwise kernels handle (besides float32): NHWC, any window whose
-    geometry fits int32."""
-    return op.attrs["data_format"] == "NHWC" and attrs_fit_int32(
-        op, "strides", "dilations", "explicit_paddings")
+    """The cases the C depthwise kernels handle (besides float32): any window whose
+    geometry fits int32, NHWC (NCHW tensors transposed to NHWC and back around them)."""
+    return attrs_fit_int32(op, "strides", "dilations", "explicit_paddings")
 
 
 NATIVE_DEPTHWISE = {"backend": "native", "dtypes": (dtypes.float32,),
@@ -595,7 +627,8 @@ def depthwise_conv2d_native(op, inputs, ctx):
     window = depthwise_geometry(op.attrs, fail_for(op), x.shape, f.shape)
     if not _c_takes(window, x.shape, f.shape):
         return depthwise_conv2d(op, inputs, ctx)
-    return [c_depthwise(x, f, window)]
+    last = op.attrs["data_format"] == "NHWC"
+    return [from_channels_last(c_depthwise(to_channels_last(x, last), f, window), last)]
 
 
 @register_kernel("DepthwiseConv2dNativeBackpropInput", **NATIVE_DEPTHWISE)
@@ -605,7 +638,10 @@ def depthwise_conv2d_backprop_input_native(op, inputs, ctx):
     window = depthwise_geometry(op.attrs, fail_for(op), x_shape, f.shape, "input_sizes")
     if not _c_takes(window, x_shape, f.shape):
         return depthwise_conv2d_backprop_input(op, inputs, ctx)
-    return [c_depthwise_backprop_input(dy, f, x_shape[1:3], window)]
+    last = op.attrs["data_format"] == "NHWC"
+    dx = c_depthwise_backprop_input(to_channels_last(dy, last), f,
+                                    to_nhwc(x_shape, op.attrs["data_format"])[1:3], window)
+    return [from_channels_last(dx, last)]
 
 
 @register_kernel("DepthwiseConv2dNativeBackpropFilter", **NATIVE_DEPTHWISE)
@@ -615,7 +651,9 @@ def depthwise_conv2d_backprop_filter_native(op, inputs, ctx):
     window = depthwise_geometry(op.attrs, fail_for(op), x.shape, f_shape)
     if not _c_takes(window, x.shape, f_shape):
         return depthwise_conv2d_backprop_filter(op, inputs, ctx)
-    return [c_depthwise_backprop_filter(x, dy, f_shape, window)]
+    last = op.attrs["data_format"] == "NHWC"
+    return [c_depthwise_backprop_filter(to_channels_last(x, last), to_channels_last(dy, last),
+                                        f_shape, window)]
 
 
 # ----------------------------------------------------------------------------- C wrappers

@@ -251,6 +251,63 @@ def bn_forward_training(x, scale, offset, epsilon, channels_last):
     return y, mean, variance
 
 
+def _side(x: np.ndarray, side: np.ndarray | None):
+    """The side input's buffer (C reads x.size elements of it), or NULL."""
+    if side is None:
+        return ffi.NULL
+    _same_as_x(x, side)
+    return _buf(side)
+
+
+def bn_forward_training_ex(x, scale, offset, epsilon, channels_last, *, side=None,
+                           relu=False):
+    """bn_forward_training with y = relu?(y + side) in the same pass (_FusedBatchNormEx):
+    each stage rounds as AddV2's and Relu's kernels do."""
+    code, outer, channels, inner = _geometry(x, channels_last)
+    _vectors(channels, scale, offset)
+    side_buf = _side(x, side)
+    y = np.empty(x.shape, x.dtype)
+    mean = np.empty(channels, F32)
+    variance = np.empty(channels, F32)
+    check_code(lib.mg_bn_forward_training_ex(
+        code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), float(epsilon),
+        side_buf, int(relu), _buf(y), fbuf(mean), fbuf(variance), num_threads()))
+    return y, mean, variance
+
+
+def bn_forward_inference_ex(x, scale, offset, mean, variance, epsilon, channels_last, *,
+                            side=None, relu=False):
+    """bn_forward_inference with y = relu?(y + side) in the same pass."""
+    code, outer, channels, inner = _geometry(x, channels_last)
+    _vectors(channels, scale, offset, mean, variance)
+    side_buf = _side(x, side)
+    y = np.empty(x.shape, x.dtype)
+    check_code(lib.mg_bn_forward_inference_ex(
+        code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), fbuf(mean),
+        fbuf(variance), float(epsilon), side_buf, int(relu), _buf(y), num_threads()))
+    return y
+
+
+def bn_backward_training_ex(dy, x, scale, mean, variance, y, epsilon, channels_last, *,
+                            side_backprop=False):
+    """(dx, scale_backprop, offset_backprop, side_backprop or None): bn_backward_training of
+    g = y > 0 ? dy : dy * 0 (ReluGrad's mask from the forward's output y), g itself as the
+    side input's gradient when asked (_FusedBatchNormGradEx)."""
+    code, outer, channels, inner = _geometry(x, channels_last)
+    _same_as_x(x, dy, y)
+    _vectors(channels, scale, mean, variance)
+    dx = np.empty(x.shape, x.dtype)
+    side = np.empty(x.shape, x.dtype) if side_backprop else None
+    scale_backprop = np.empty(channels, F32)
+    offset_backprop = np.empty(channels, F32)
+    check_code(lib.mg_bn_backward_training_ex(
+        code, outer, channels, inner, _buf(dy), _buf(x), fbuf(scale), fbuf(mean),
+        fbuf(variance), _buf(y), float(epsilon), _buf(dx),
+        ffi.NULL if side is None else _buf(side), fbuf(scale_backprop), fbuf(offset_backprop),
+        num_threads()))
+    return dx, scale_backprop, offset_backprop, side
+
+
 def bn_forward_inference(x, scale, offset, mean, variance, epsilon, channels_last):
     """y = (x - mean) * (scale * rsqrt(variance + epsilon)) + offset."""
     code, outer, channels, inner = _geometry(x, channels_last)
