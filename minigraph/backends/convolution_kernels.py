@@ -42,7 +42,7 @@ from minigraph.backends.conv_gemm_grad import (
     from_channels_last,
     to_channels_last,
 )
-from minigraph.backends.gemm import c_gemm, packed_b
+from minigraph.backends.gemm import packed_b
 from minigraph.backends.native import (
     as_f32,
     attrs_fit_int32,
@@ -221,10 +221,9 @@ def _c_convolution(op) -> bool:
 
 
 def _c_forward_convolution(op) -> bool:
-    """The cases the C forward convolution handles (besides float32): any strides,
-    dilation 1, SAME/VALID padding."""
-    return (op.attrs["padding"] != "EXPLICIT" and set(op.attrs["dilations"]) == {1}
-            and attrs_fit_int32(op, "strides"))
+    """The cases the C forward convolutions handle (besides float32): any strides,
+    dilations and padding (SAME, VALID, EXPLICIT) whose sizes fit int32."""
+    return attrs_fit_int32(op, "strides", "dilations", "explicit_paddings")
 
 
 NATIVE_CONV = {"backend": "native", "dtypes": (dtypes.float32,), "when": _c_convolution}
@@ -295,82 +294,114 @@ def _as_depthwise(f: np.ndarray, channels: int) -> np.ndarray:
     return f.reshape(f.shape[0], f.shape[1], channels, f.shape[3] // channels)
 
 
-# 1x1 convolutions on the GEMM (backends.gemm): an NHWC input is a [pixels, C_in] matrix (a
-# strided one's pixels gathered first) times the filter seen as [C_in, C_out], packed once
-# when it is a constant. The direct kernel (kernels_c/convolution*.c) bands output rows over
-# the threads and tiles pixels within a row, so at small spatial extents it runs few, mostly
-# empty tiles; from about 128 pixels up it is as fast as the GEMM (benchmarks/gemm.py, AMD
-# Zen 4, 2 threads, GFLOP/s GEMM vs direct: 2x16x16 px 256->64 180 vs 184; 2x8x8 px
-# 256->256 170 vs 170; 2x7x7 px 256->256 168 vs 138; 2x4x4 px 256->1024 180 vs 129; 2x2x2
-# px 512->2048 183 vs 67; 8x1x1 px 512->512 154 vs 35). Below 64 channels the products are
-# small and both tie. The rule, (most output pixels, fewest input and output channels):
-GEMM_CONV_RULE = (100, 64)
+# The forward's kernel per shape (NHWC), chosen at plan time by one small rule:
+#   * depthwise (kernels_c/depthwise*.c): groups > 1 with one input channel per group;
+#   * the implicit GEMM (kernels_c/conv_gemm.c): every other grouped, dilated or explicitly
+#     padded (pads beyond the window) convolution, and the dense ones the table gives it;
+#   * the direct kernel (kernels_c/convolution*.c): the other dense ones.
+# On AVX-512 both dense kernels sum each output in the same chain (tests/test_conv_gemm.py):
+# the route changes speed only. Measured with one thread in CPU time (the machine is shared;
+# AMD Zen 4, FMA peak about 115 GFLOP/s per thread), GFLOP/s GEMM vs direct, as (batch,
+# h = w, c, k, co): both reach 100-110 over large shapes with 128+ channels ((8, 16, 128, 1,
+# 128) 109 vs 109; (32, 8, 128, 3, 128) 107 vs 106; (32, 4, 256, 3, 256) 108 vs 98); the
+# direct kernel wins with few channels over many pixels ((8, 32, 64, 1, 64) 98 vs 108;
+# (8, 32, 16, 3, 32) 83 vs 104; ResNet's stem (2, 70, 3, 7, 64) stride 2: 76 vs 108); the
+# GEMM wins over few pixels ((1, 8, 32, 3, 32) 64 vs 55; (2, 8, 64, 3, 64) 99 vs 93; (2, 4,
+# 256, 1, 1024) 106 vs 72; earlier, 2 threads: (2, 2, 512, 1, 2048) 183 vs 67) but not with
+# very few channels ((2, 8, 16, 3, 16) 28 vs 48). The rule: (most output pixels of a "few
+# pixels" shape, fewest channels for the GEMM there, fewest channels elsewhere), channels
+# being min(kw * c, co) (the GEMM's K block is a tap row of kw * c floats).
+CONV_ROUTE_RULE = (256, 32, 128)
+# Grouped convolutions with at most this many channels per group run the direct kernel
+# group by group: the GEMM's K blocks are single taps of cg floats there, its panels 32
+# output channels wide (same measurement, GFLOP/s GEMM vs direct per group, (batch, h, c,
+# groups, co): RegNetX's (8, 14, 160, 10, 160) cg 16: 31 vs 42; (8, 28, 64, 8, 64) cg 8:
+# 12 vs 19; cg 24: (8, 28, 168, 7, 168) stride 2 48 vs 29, (8, 14, 408, 17, 408) 47 vs 39).
+GROUPED_DIRECT_CHANNELS = 16
 
 
-def gemm_conv_wins(pixels: int, in_channels: int, out_channels: int) -> bool:
-    """Whether a 1x1 NHWC convolution with ``pixels`` output pixels (batch * out_h * out_w)
-    runs on the GEMM (the one rule, GEMM_CONV_RULE; see above)."""
-    most_pixels, fewest_channels = GEMM_CONV_RULE
-    return (0 < pixels <= most_pixels
-            and min(in_channels, out_channels) >= fewest_channels)
+def forward_route(x_shape: tuple, f_shape: tuple, window: Window, groups: int) -> str:
+    """The kernel of an NHWC Conv2D forward: "depthwise", "gemm" or "direct" (the rule
+    above, CONV_ROUTE_RULE)."""
+    kh, kw, cg, co = f_shape
+    if groups > 1 and cg == 1:
+        return "depthwise"
+    (top, _), (left, _) = window.pads
+    if window.dilations != (1, 1) or top >= kh or left >= kw:
+        return "gemm"
+    if groups > 1:
+        return "direct" if cg <= GROUPED_DIRECT_CHANNELS else "gemm"
+    few_pixels, few_pixel_channels, channels = CONV_ROUTE_RULE
+    pixels = x_shape[0] * window.out[0] * window.out[1]
+    fewest = min(kw * cg, co)
+    if pixels <= few_pixels:
+        return "gemm" if fewest >= few_pixel_channels else "direct"
+    return "gemm" if fewest >= channels else "direct"
 
 
-def _gemm_conv(x: np.ndarray, f: np.ndarray, window: Window, channels_last: bool) -> bool:
-    """Whether conv(x, f) goes to the GEMM: NHWC, a 1x1 filter of x's channels (groups 1),
-    no padding, and :func:`gemm_conv_wins`."""
-    return (channels_last and f.shape[:2] == (1, 1) and f.shape[2] == x.shape[-1]
-            and not any(any(p) for p in window.pads)
-            and gemm_conv_wins(x.shape[0] * window.out[0] * window.out[1], f.shape[2],
-                               f.shape[3]))
+def conv2d_forward_nhwc(x, f, window: Window, groups: int,
+                        epilogue: Epilogue | None = None) -> np.ndarray:
+    """The native Conv2D of NHWC x (float32, non-empty) on the kernel :func:`forward_route`
+    picks, then ``epilogue`` (which must fit y; the depthwise kernel applies it in one pass
+    after)."""
+    route = forward_route(x.shape, f.shape, window, groups)
+    if route == "gemm":
+        return c_conv_gemm(x, f, window, groups, epilogue)
+    if route == "direct" and groups == 1:
+        return c_conv2d(x, f, window.pads, window.out, True, epilogue, window.strides)
+    if route == "direct":
+        y = _direct_per_group(x, f, window, groups, True)
+    else:
+        y = c_depthwise(x, _as_depthwise(f, groups), window)
+    if epilogue is not None:
+        c_channel_epilogue(y, epilogue)
+    return y
 
 
-def c_conv2d_1x1(x, f, window: Window, epilogue: Epilogue | None = None) -> np.ndarray:
-    """The 1x1 NHWC convolution (no padding) as one GEMM: ``y[n, p, q] = x[n, p * sh,
-    q * sw] @ f[0, 0]``; then ``epilogue`` (which must fit y)."""
-    (sh, sw), (oh, ow) = window.strides, window.out
-    if (sh, sw) != (1, 1):
-        x = x[:, ::sh, ::sw][:, :oh, :ow]
-    c, co = f.shape[2:]
-    rows = as_f32(x).reshape(-1, c)
-    return c_gemm(rows, packed_b(f.reshape(c, co), owner=f), epilogue=epilogue,
-                  out_shape=(x.shape[0], oh, ow, co))
+def _direct_per_group(x, f, window: Window, groups: int, channels_last: bool) -> np.ndarray:
+    """A grouped convolution on the direct kernel, one call per group (its channels of x
+    and its filter columns), the results side by side."""
+    axis = _channel_axis(channels_last)
+    return np.concatenate([c_conv2d(xg, fg, window.pads, window.out, channels_last,
+                                    strides=window.strides)
+                           for xg, fg in zip(_split(x, groups, axis), _split(f, groups, -1))],
+                          axis=axis)
+
+
+def _conv2d_native(x, f, op, epilogue: Epilogue | None = None) -> np.ndarray:
+    """The native Conv2D of non-empty x in the op's data_format: NHWC directly, NCHW
+    transposed to NHWC and back (the direct kernel reads NCHW itself, when it is the
+    route); ``epilogue`` (NHWC only) applied."""
+    window = _window(op, x.shape, f.shape)
+    if op.attrs["data_format"] == "NHWC":
+        return conv2d_forward_nhwc(x, f, window, groups_of(x.shape[-1], f), epilogue)
+    groups = groups_of(x.shape[1], f)
+    nhwc = (x.shape[0], *x.shape[2:], x.shape[1])
+    if forward_route(nhwc, f.shape, window, groups) == "direct":
+        return _direct_per_group(x, f, window, groups, False)
+    y = conv2d_forward_nhwc(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), f, window, groups)
+    return np.ascontiguousarray(y.transpose(0, 3, 1, 2))
 
 
 @register_kernel("Conv2D", **NATIVE_FORWARD_CONV)
 def conv2d_native(op, inputs, ctx):
     x, f = inputs
     window = _window(op, x.shape, f.shape)
-    if x.size == 0 or 0 in window.out:  # nothing for C to do: the numpy kernel's zeros
-        return conv2d(op, inputs, ctx)
-    channels_last = op.attrs["data_format"] == "NHWC"
-    if _gemm_conv(x, f, window, channels_last):
-        return [c_conv2d_1x1(x, f, window)]
-    axis = _channel_axis(channels_last)
-    groups = groups_of(x.shape[axis], f)
-    if groups == 1:
-        return [c_conv2d(x, f, window.pads, window.out, channels_last,
-                         strides=window.strides)]
-    if _depthwise_route(groups, f.shape, channels_last):
-        return [c_depthwise(x, _as_depthwise(f, groups), window)]
-    return [np.concatenate([c_conv2d(xg, fg, window.pads, window.out, channels_last,
-                                     strides=window.strides)
-                            for xg, fg in zip(_split(x, groups, axis), _split(f, groups, -1))],
-                           axis=axis)]
+    if x.size == 0 or 0 in window.out or not _c_takes(window, x.shape, f.shape):
+        return conv2d(op, inputs, ctx)  # zeros, or absurd geometry: the numpy kernel
+    return [_conv2d_native(x, f, op)]
 
 
 def conv2d_native_epilogue(op, inputs, ctx, epilogue: Epilogue) -> list:
     """conv2d_native, then ``epilogue`` (the convolution's fused successors) where it fits
-    the result: in the convolution's tiles (NHWC, not grouped), else in one pass after it.
-    Where it does not fit, the plain result (the caller runs the successors' own
-    kernels)."""
+    the result: in the convolution's tiles (NHWC), else in one pass after it. Where it does
+    not fit, the plain result (the caller runs the successors' own kernels)."""
     x, f = inputs
     window = _window(op, x.shape, f.shape)
     shape = (x.shape[0], *window.out, f.shape[-1])
     if (op.attrs["data_format"] == "NHWC" and x.size and 0 not in window.out
-            and x.shape[-1] == f.shape[2] and epilogue.fits(shape)):
-        if _gemm_conv(x, f, window, True):
-            return [c_conv2d_1x1(x, f, window, epilogue)]
-        return [c_conv2d(x, f, window.pads, window.out, True, epilogue, window.strides)]
+            and _c_takes(window, x.shape, f.shape) and epilogue.fits(shape)):
+        return [_conv2d_native(x, f, op, epilogue)]
     [y] = conv2d_native(op, inputs, ctx)
     if epilogue.fits(y.shape):
         c_channel_epilogue(y, epilogue)
@@ -689,6 +720,35 @@ def c_conv2d(x, f, pads, out_hw, channels_last, epilogue: Epilogue | None = None
     check_code(lib.mg_conv2d_forward(
         n, h, w, c, kh, kw, co, sh, sw, top, left, oh, ow, int(channels_last), fbuf(x),
         fbuf(f), fbuf(y), c_epilogue, num_threads()), "Conv2D")
+    return y
+
+
+def c_conv_gemm(x, f, window: Window, groups: int = 1,
+                epilogue: Epilogue | None = None) -> np.ndarray:
+    """Cross-correlation of NHWC x with the HWIO filter f (``groups`` groups of f's
+    in_channels) over ``window`` (any strides, dilations, pads) as an implicit GEMM
+    (kernels_c/conv_gemm.h): ``y[n, p, q, g*cog + o] = sum_{i, j, ci} x[n, p*sh + i*dh - top,
+    q*sw + j*dw - left, g*cg + ci] * f[i, j, ci, g*cog + o]`` (zero outside x), the filter
+    packed once when it is a constant; then ``epilogue`` (which must fit y) on each tile."""
+    x, f = as_f32(x), as_f32(f)
+    check_rank4("Conv2D", x=x, filter=f)
+    n, h, w, c = x.shape
+    kh, kw, cg, co = f.shape
+    if groups < 1 or cg * groups != c or co % groups:
+        raise ValueError(f"native Conv2D: filter shape {f.shape} does not split {c} input "
+                         f"channels in {groups} groups")
+    (sh, sw), (dh, dw) = window.strides, window.dilations
+    geometry = checked_sizes("Conv2D", stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw,
+                             pad_top=window.pads[0][0], pad_left=window.pads[1][0],
+                             out_h=window.out[0], out_w=window.out[1])
+    packing = packed_b(f.reshape(kh * kw * cg, co), owner=f, groups=groups)
+    if packing.data.size != groups * lib.mg_gemm_packed_floats(kh * kw * cg, co // groups):
+        raise ValueError(f"native Conv2D: the packed filter does not hold {f.shape}")
+    y = np.empty((n, *window.out, co), F32)
+    c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(y.shape)
+    check_code(lib.mg_conv_gemm_forward(n, h, w, c, kh, kw, co, groups, *geometry, fbuf(x),
+                                        fbuf(packing.data), fbuf(y), c_epilogue,
+                                        num_threads()), "Conv2D")
     return y
 
 
