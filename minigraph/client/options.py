@@ -20,9 +20,12 @@ OPTIMIZER_VAR = "MINIGRAPH_OPTIMIZER"  # "off": every rewrite off (the default i
 class OptimizerOptions:
     """``remapper``: fuse a convolution's or matmul's elementwise successors into one step
     (``BiasAdd -> FusedBatchNormV3 (inference) -> AddV2 -> Relu/Relu6``, see
-    ``client/fusion.py``)."""
+    ``client/fusion.py``). ``memory_planner``: drop each intermediate after its last reader
+    and let kernels write into inputs that die there (``client/planner.py``; not a graph
+    rewrite: ``$MINIGRAPH_OPTIMIZER`` leaves it on)."""
 
     remapper: bool = True
+    memory_planner: bool = True
 
     @classmethod
     def from_environment(cls) -> OptimizerOptions:

@@ -26,6 +26,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ import numpy as np
 from minigraph import backends
 from minigraph.backends import opencl  # pyopencl itself is imported when a device is used
 from minigraph.backends.registry import Kernel, KernelContext, KernelDef, get_kernel
-from minigraph.client import fusion, memory
+from minigraph.client import fusion, memory, planner
 from minigraph.client.options import OptimizerOptions
 from minigraph.client.state import SessionState
 from minigraph.framework import dtypes
@@ -91,7 +92,7 @@ class _Step:
 
     __slots__ = ("op", "kernel_def", "kernel", "kernel_context", "validate", "context",
                  "inputs", "outputs", "device", "refs", "reads_state", "value_inputs",
-                 "verdicts")
+                 "verdicts", "inplace", "out_dtype")
 
     def __init__(self, op: Operation, device: Any, inputs: list[_Key | None],
                  outputs: list[_Key | None], state: SessionState) -> None:
@@ -111,6 +112,9 @@ class _Step:
         self.reads_state = op.op_def.is_stateful and not op.inputs
         self.value_inputs: tuple[int, ...] = ()  # inputs whose values the shape function reads
         self.verdicts: dict[tuple, list[TensorShape]] = {}
+        # inputs the kernel may overwrite with output 0 (set by the plan's memory planner)
+        self.inplace: tuple[int, ...] = ()
+        self.out_dtype = op.outputs[0].dtype.np_dtype if op.outputs else None
 
     def output_shapes(self, values: list, state: SessionState) -> list[TensorShape]:
         """The op's output shapes for these input values; raises what the shape function
@@ -144,9 +148,14 @@ class _Step:
         if self.validate is not None:
             self.validate(self.context, values)
         shapes = self.output_shapes(values, session.state)
+        if kernel is None:
+            kernel = self.kernel
+            if self.inplace:  # an input only this run holds, dying here: the output's buffer
+                out = planner.reusable(values, self.inplace, self.out_dtype)
+                if out is not None:
+                    kernel = partial(kernel, out=out)
         try:
-            results = self.device.run(kernel or self.kernel, self.op, values,
-                                      self.kernel_context)
+            results = self.device.run(kernel, self.op, values, self.kernel_context)
         except MemoryError as exc:
             if isinstance(exc, ResourceExhaustedError):
                 raise
@@ -196,30 +205,62 @@ class _Plan(list):
     pass a constant on (a frozen TensorFlow graph reads every weight through ``Const ->
     Identity``, two thirds of its nodes). The first run runs every step; later runs start
     from the values those steps gave and run the others (``folded``).
+
+    With the memory planner (``client/planner.py``), each value is dropped after its last
+    reader (``release``, per step of the full and of the folded list) and steps whose kernel
+    may write into a dying input are told which (``_Step.inplace``).
     """
 
-    def __init__(self, steps: list) -> None:
+    def __init__(self, steps: list, fetch_keys: Sequence = (),
+                 memory_planner: bool = False) -> None:
         super().__init__(steps)
         self.updates_state = any(isinstance(step, _Step) and step.refs for step in steps)
         self.constant_steps = _constant_steps(steps)
-        self.folded: tuple[dict, list] | None = None  # (constant values, the other steps)
+        self.constant_keys = frozenset(key for step in self.constant_steps
+                                       for key in step.outputs)
+        self.fetch_keys = tuple(fetch_keys)
+        self.memory_planner = memory_planner
+        self.release = self._release(steps)
+        # (constant values, the other steps, their release lists)
+        self.folded: tuple[dict, list, tuple] | None = None
+
+    def _release(self, steps: list) -> tuple[tuple, ...]:
+        """What to drop after each of ``steps``; sets each step's in-place inputs."""
+        if not self.memory_planner:
+            return ((),) * len(steps)
+        memory_plan = planner.plan_memory(steps, self.fetch_keys, self.constant_keys)
+        for step, inplace in zip(steps, memory_plan.inplace):
+            if inplace:
+                step.inplace = inplace
+        return memory_plan.release
 
     def run(self, env: dict, session: ClientSession, metadata: RunMetadata | None) -> None:
         folded = self.folded
-        steps = self if folded is None else folded[1]
-        if folded is not None:
-            env.update(folded[0])
-        if metadata is None:
-            for step in steps:
-                step.run(env, session)
+        if folded is None:
+            steps, release = self, self.release
         else:
-            for step in steps:
+            env.update(folded[0])
+            steps, release = folded[1], folded[2]
+        if metadata is None:
+            for step, dead in zip(steps, release):
+                step.run(env, session)
+                for key in dead:
+                    env.pop(key, None)
+        else:
+            live = planner.LiveBytes(env, session.state.variables.values(), self.constant_keys)
+            for step, dead in zip(steps, release):
                 start = time.perf_counter()
                 step.run(env, session)
-                metadata.record(step, time.perf_counter() - start)
+                seconds = time.perf_counter() - start
+                metadata.record(step, seconds, live.add(env, planner.step_writes(step)))
+                for key in dead:
+                    env.pop(key, None)
+                live.drop(dead)
+            metadata.peak_bytes = live.peak
         if folded is None and self.constant_steps:
-            values = {key: env[key] for step in self.constant_steps for key in step.outputs}
-            self.folded = (values, [step for step in self if step not in self.constant_steps])
+            values = {key: env[key] for key in self.constant_keys}
+            rest = [step for step in self if step not in self.constant_steps]
+            self.folded = (values, rest, self._release(rest))
 
 
 # Ops whose outputs are their inputs: of constants, they are constants too.
@@ -253,28 +294,35 @@ class NodeStats:
     kernel: str  # ``module.function`` of the kernel, or ``transfer`` between devices
     backend: str  # the backend the kernel was registered for (its math)
     seconds: float
+    live_bytes: int = 0  # intermediates' bytes alive while it ran (``client/planner.py``)
 
 
 @dataclass
 class RunMetadata:
     """Pass one to ``Run(..., run_metadata=...)`` to learn, per step, which kernel ran each
-    op and for how long (TF's ``RunMetadata.step_stats``); timing costs nothing otherwise."""
+    op, for how long and how many bytes of intermediates were alive meanwhile (TF's
+    ``RunMetadata.step_stats``), and the run's ``peak_bytes`` of intermediates (values the
+    run produced, views counted once; fed values, constants and variables not); timing and
+    counting cost nothing otherwise."""
 
     step_stats: list[NodeStats] = field(default_factory=list)
+    peak_bytes: int = 0  # of the last Run
 
-    def record(self, step: _Step | _Transfer | fusion.FusedStep, seconds: float) -> None:
+    def record(self, step: _Step | _Transfer | fusion.FusedStep, seconds: float,
+               live_bytes: int = 0) -> None:
         if isinstance(step, fusion.FusedStep):  # the head's time, then the fused ops
-            self.record(step.head, seconds)
+            self.record(step.head, seconds, live_bytes)
             self.step_stats.extend(NodeStats(s.op.name, s.op.type, s.device.name,
                                              f"fused into {step.op.name}", "native", 0.0)
                                    for s in step.chain)
         elif isinstance(step, _Step):
             self.step_stats.append(NodeStats(step.op.name, step.op.type, step.device.name,
                                              step.kernel_def.name, step.kernel_def.backend,
-                                             seconds))
+                                             seconds, live_bytes))
         else:
             self.step_stats.append(NodeStats(step.source[0].name, "transfer",
-                                             step.target[1].name, "transfer", "", seconds))
+                                             step.target[1].name, "transfer", "", seconds,
+                                             live_bytes))
 
     def kernel_of(self, node_name: str) -> str:
         """``backend:module.function`` of the kernel that ran ``node_name`` (last Run)."""
@@ -422,7 +470,7 @@ def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[O
     fetch_keys = [key_on(f, host) for f in fetches]
     if optimizer.remapper:
         steps = fusion.fuse_epilogues(steps, fetch_keys, host, _Step)
-    return _Plan(steps), fetch_keys
+    return _Plan(steps, fetch_keys, optimizer.memory_planner), fetch_keys
 
 
 def _check_feed(output: Output, value: Any, promote_float64: bool = False) -> np.ndarray:
