@@ -136,6 +136,38 @@ def reusable(values: list, candidates: tuple[int, ...], dtype: np.dtype) -> np.n
     return None
 
 
+def bind(steps: Sequence, determined: Iterable) -> tuple[bool, ...]:
+    """Which of ``steps`` may skip their checks (``_Step.run(checked=True)``) in a run whose
+    signature equals that of a run in which every check passed: the signature fixes the
+    shapes and dtypes of the ``determined`` keys (fed values; constants are the same arrays
+    on every run) and of the variables, so every value whose producer's shape function
+    reads no input values and leaves no dimension open has the shape it had then, and a
+    check that looks at nothing else (no ``validate``, no variable to update) passes again.
+    Transfers and fused steps run as always (a fused step has its own signature check)."""
+    known = set(determined)
+    flags = []
+    for step in steps:
+        writes = step_writes(step)
+        inputs_known = all(key in known or key in writes for key in step_reads(step))
+        if hasattr(step, "chain"):
+            static = all(_shape_static(part) for part in (step.head, *step.chain))
+            skip = False
+        elif hasattr(step, "source"):
+            static, skip = True, False
+        else:
+            static = _shape_static(step)
+            skip = inputs_known and static and step.validate is None and not step.refs
+        if inputs_known and static:
+            known.update(writes)
+        flags.append(skip)
+    return tuple(flags)
+
+
+def _shape_static(step: Any) -> bool:
+    """Whether ``step``'s output shapes follow from its input shapes alone."""
+    return not step.value_inputs and not step.undetermined
+
+
 def _root(value: Any) -> Any:
     """The array owning ``value``'s memory (a view's base, followed to the end)."""
     while isinstance(getattr(value, "base", None), np.ndarray):

@@ -92,7 +92,7 @@ class _Step:
 
     __slots__ = ("op", "kernel_def", "kernel", "kernel_context", "validate", "context",
                  "inputs", "outputs", "device", "refs", "reads_state", "value_inputs",
-                 "verdicts", "inplace", "out_dtype")
+                 "verdicts", "inplace", "out_dtype", "undetermined")
 
     def __init__(self, op: Operation, device: Any, inputs: list[_Key | None],
                  outputs: list[_Key | None], state: SessionState) -> None:
@@ -115,6 +115,9 @@ class _Step:
         # inputs the kernel may overwrite with output 0 (set by the plan's memory planner)
         self.inplace: tuple[int, ...] = ()
         self.out_dtype = op.outputs[0].dtype.np_dtype if op.outputs else None
+        # an output shape the shape function left open for concrete inputs (the kernel
+        # decides it): later steps' shapes are not a function of the plan's signature
+        self.undetermined = False
 
     def output_shapes(self, values: list, state: SessionState) -> list[TensorShape]:
         """The op's output shapes for these input values; raises what the shape function
@@ -133,6 +136,8 @@ class _Step:
             for shape, output in zip(shapes, self.op.outputs):
                 check_allocation(shape, output.dtype.itemsize,
                                  f"{self.op.type} '{self.op.name}': output {output.index}")
+            if not all(shape.is_fully_defined() for shape in shapes):
+                self.undetermined = True
             if ctx.value_inputs - set(self.value_inputs):  # the key missed them: next time
                 self.value_inputs = tuple(sorted(ctx.value_inputs | set(self.value_inputs)))
             else:
@@ -141,13 +146,19 @@ class _Step:
                 self.verdicts[key] = shapes
         return shapes
 
-    def run(self, env: dict, session: ClientSession, kernel: Kernel | None = None) -> None:
+    def run(self, env: dict, session: ClientSession, kernel: Kernel | None = None,
+            checked: bool = False) -> None:
         """Check the inputs, run the kernel (``kernel`` in place of the planned one: a fused
-        step's variant of it) and store its results in ``env``."""
+        step's variant of it) and store its results in ``env``. ``checked``: the plan is
+        bound to its inputs' signature and this step's checks passed for it (see
+        ``planner.bind``): they are skipped."""
         values = [env[key] for key in self.inputs]
-        if self.validate is not None:
-            self.validate(self.context, values)
-        shapes = self.output_shapes(values, session.state)
+        if checked:
+            shapes = None
+        else:
+            if self.validate is not None:
+                self.validate(self.context, values)
+            shapes = self.output_shapes(values, session.state)
         if kernel is None:
             kernel = self.kernel
             if self.inplace:  # an input only this run holds, dying here: the output's buffer
@@ -161,7 +172,7 @@ class _Step:
                 raise
             raise ResourceExhaustedError(f"{self.op.type} '{self.op.name}': out of memory "
                                          f"while running its kernel ({exc})") from None
-        if session.check_outputs and not self.reads_state:
+        if shapes is not None and session.check_outputs and not self.reads_state:
             _check_results(self.op, results, shapes, session.promote_float64)
         for key, result in zip(self.outputs, results):
             if key is not None:
@@ -208,10 +219,14 @@ class _Plan(list):
 
     With the memory planner (``client/planner.py``), each value is dropped after its last
     reader (``release``, per step of the full and of the folded list) and steps whose kernel
-    may write into a dying input are told which (``_Step.inplace``).
+    may write into a dying input are told which (``_Step.inplace``). A run whose signature
+    (fed values' shapes and dtypes, variables' shapes) repeats that of a run in which every
+    check passed runs bound (``bound``): the steps whose checks can only pass again
+    (``planner.bind``) skip them; a new signature runs every check and rebinds. Sessions
+    that check every kernel's output (the tests) never run bound.
     """
 
-    def __init__(self, steps: list, fetch_keys: Sequence = (),
+    def __init__(self, steps: list, fetch_keys: Sequence = (), fed_keys: Sequence = (),
                  memory_planner: bool = False) -> None:
         super().__init__(steps)
         self.updates_state = any(isinstance(step, _Step) and step.refs for step in steps)
@@ -223,6 +238,17 @@ class _Plan(list):
         self.release = self._release(steps)
         # (constant values, the other steps, their release lists)
         self.folded: tuple[dict, list, tuple] | None = None
+        self.fed_keys = tuple(fed_keys)
+        self.variables = sorted({step.op.name for step in steps
+                                 if isinstance(step, _Step) and step.reads_state}
+                                | {name for step in steps if isinstance(step, _Step)
+                                   for _, name in step.refs})
+        # a variable whose shape a step may change (Assign without validate_shape): the
+        # signature at the start of a run does not fix later shapes
+        self.bindable = memory_planner and not any(
+            isinstance(step, _Step) and step.op.type == "Assign"
+            and not step.op.attrs["validate_shape"] for step in steps)
+        self.bound: tuple | None = None  # (signature, the steps bound, their flags)
 
     def _release(self, steps: list) -> tuple[tuple, ...]:
         """What to drop after each of ``steps``; sets each step's in-place inputs."""
@@ -241,6 +267,18 @@ class _Plan(list):
         else:
             env.update(folded[0])
             steps, release = folded[1], folded[2]
+        signature = self._signature(env, session)
+        bound = self.bound
+        if (metadata is None and signature is not None and bound is not None
+                and bound[0] == signature and bound[1] is steps):
+            for step, dead, checked in zip(steps, release, bound[2]):
+                if checked:
+                    step.run(env, session, checked=True)
+                else:
+                    step.run(env, session)
+                for key in dead:
+                    env.pop(key, None)
+            return
         if metadata is None:
             for step, dead in zip(steps, release):
                 step.run(env, session)
@@ -261,6 +299,20 @@ class _Plan(list):
             values = {key: env[key] for key in self.constant_keys}
             rest = [step for step in self if step not in self.constant_steps]
             self.folded = (values, rest, self._release(rest))
+        elif signature is not None and (bound is None or bound[0] != signature
+                                        or bound[1] is not steps):  # every check passed
+            determined = (*self.fed_keys, *self.constant_keys)
+            self.bound = (signature, steps, planner.bind(steps, determined))
+
+    def _signature(self, env: dict, session: ClientSession) -> tuple | None:
+        """The fed values' shapes and dtypes and the variables' shapes, or None when this
+        plan or session never runs bound."""
+        if not self.bindable or session.check_outputs:
+            return None
+        variables = session.state.variables
+        return (tuple((value.shape, value.dtype) for value in map(env.__getitem__,
+                                                                   self.fed_keys)),
+                tuple(getattr(variables.get(name), "shape", None) for name in self.variables))
 
 
 # Ops whose outputs are their inputs: of constants, they are constants too.
@@ -470,7 +522,8 @@ def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[O
     fetch_keys = [key_on(f, host) for f in fetches]
     if optimizer.remapper:
         steps = fusion.fuse_epilogues(steps, fetch_keys, host, _Step)
-    return _Plan(steps, fetch_keys, optimizer.memory_planner), fetch_keys
+    fed_keys = [(output, host) for output in sorted(fed, key=lambda output: output.name)]
+    return _Plan(steps, fetch_keys, fed_keys, optimizer.memory_planner), fetch_keys
 
 
 def _check_feed(output: Output, value: Any, promote_float64: bool = False) -> np.ndarray:
