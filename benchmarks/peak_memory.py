@@ -1,6 +1,7 @@
-"""Peak memory of the digits CNN training step (batch 64, Adam; benchmarks/train_step.py's
-model): minigraph with its memory planner on and off, PyTorch eager (NCHW and
-channels_last) and TensorFlow (tf.function), each in its own process, 2 threads each.
+"""Peak memory of the digits CNN training step (batch 64, Adam; the model of
+benchmarks/train_step.py, built here for any batch): minigraph with its memory planner on
+and off, PyTorch eager (NCHW and channels_last) and TensorFlow (tf.function), each in its
+own process, 2 threads each.
 
 Per framework: the resident set after import and model construction, the peak resident set
 (``VmHWM``) after 20 training steps, and the growth between the two (what the steps
@@ -67,10 +68,25 @@ def _torch(channels_last: bool, batch: int):
     import torch
 
     torch.set_num_threads(2)
-    from train_step import torch_step
+    nn = torch.nn
+    model = nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32, eps=1e-3), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64, eps=1e-3), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1024, 10))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
+    x, y = _data(batch)
+    images = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        images = images.to(memory_format=torch.channels_last)
+    labels = torch.from_numpy(y).long()
 
-    torch_step_fn = torch_step(torch, "NHWC" if channels_last else "NCHW")
-    return torch_step_fn, None
+    def step():
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+
+    return step, None
 
 
 def _tensorflow(batch: int):
