@@ -24,9 +24,9 @@ F32 = np.float32
 UNARY = ("Relu", "Relu6", "Sigmoid", "Tanh", "Elu", "Softsign", "LeakyRelu", "Neg")
 BINARY = ("AddV2", "Mul", "Sub", "Maximum")
 # aliases (identity, reshape) drawn often: they are what the run-time check must catch
-ACTIONS = (*UNARY, *BINARY, "relu_grad", "bias", "vector", "conv", "concat", "bn", "identity",
-           "identity", "identity", "reshape", "reshape", "fetch", "control", "variable",
-           "assign")
+ACTIONS = (*UNARY, *BINARY, "relu_grad", "bias", "vector", "conv", "concat", "concat0", "bn",
+           "identity", "identity", "identity", "reshape", "reshape", "fetch", "control",
+           "variable", "assign")
 BACKENDS = ["native", "reference"] if NATIVE_AVAILABLE else ["reference"]
 
 
@@ -81,8 +81,17 @@ class _Graph:
             size = self.draw(st.sampled_from([1, 3]))
             kernel = self.value((size, size, channels, self.draw(st.integers(1, 5))))
             out = ops.Conv2D(self.scope(), t, kernel, strides=[1, 1, 1, 1], padding="SAME")
+        elif action == "concat0":  # parts contiguous in the output: written in place
+            parts = self.draw(st.lists(st.sampled_from([u for u in self.tensors
+                                                        if u.shape == t.shape]),
+                                       min_size=1, max_size=2))
+            # each part, most often, through an op only the concat reads
+            parts = [getattr(ops, self.draw(st.sampled_from(UNARY)))(self.root, u)
+                     if self.draw(st.integers(0, 3)) else u for u in (t, *parts)]
+            out = ops.ConcatV2(self.scope(), parts, 0)
         elif action == "concat":
-            parts = self.draw(st.lists(st.sampled_from(self.tensors), min_size=2, max_size=3))
+            joinable = [u for u in self.tensors if u.shape[:3] == t.shape[:3]]
+            parts = self.draw(st.lists(st.sampled_from(joinable), min_size=1, max_size=3))
             out = ops.ConcatV2(self.scope(), [t, *parts], 3)
         elif action == "bn":
             training = self.draw(st.booleans())
@@ -129,14 +138,16 @@ def _runs(graph: _Graph, backend: str, planner: bool) -> list[list[np.ndarray]]:
                                optimizer=mg.OptimizerOptions(memory_planner=planner))
     session.Run({}, [], targets=[graph.init])
     fed = {key: value.copy() for key, value in graph.feeds.items()}
-    results = []
+    results, held = [], []
     for _ in range(3):
         variables = {name: value.copy() for name, value in session.state.variables.items()}
         fetched = session.Run(graph.feeds, graph.fetches, targets=graph.targets)
         results.append([value.copy() for value in fetched])
+        held.append(fetched)
         for name, value in variables.items():
             np.testing.assert_array_equal(session.state.variables[name], value, strict=True)
-    for value, copy in zip(fetched, results[-1]):
+    for value, copy in zip((v for run in held for v in run),
+                           (c for run in results for c in run)):
         np.testing.assert_array_equal(value, copy, strict=True)
     for key, value in graph.feeds.items():
         np.testing.assert_array_equal(value, fed[key], strict=True)
@@ -271,3 +282,40 @@ def test_a_bound_plan_still_checks_what_is_new():
     np.testing.assert_array_equal(value, np.zeros((3, 8), F32))
     value = session.Run({x: np.ones((2, 8), F32)}, y)
     np.testing.assert_array_equal(value, np.tile(np.arange(8, dtype=F32), (2, 1)))
+
+
+# Live bytes per step (a, b, concat), each input 512 B: the concat's producers write into
+# its output, allocated when the first runs; planner off (or a fetched input): a copy.
+ZERO_COPY = [("on", [1024, 1024, 1024]), ("off", [512, 1024, 2048]),
+             ("fetched", [512, 1024, 2048])]
+
+
+@pytest.mark.skipif(not NATIVE_AVAILABLE, reason="zero-copy concat joins native kernels")
+@pytest.mark.parametrize("axis_shapes", [(0, [2, 64], [2, 64]), (1, [1, 2, 8, 8], [1, 2, 8, 8]),
+                                         (-3, [1, 1, 128], [1, 1, 128])])
+@pytest.mark.parametrize("mode, live", ZERO_COPY)
+def test_concat_producers_write_into_its_output(axis_shapes, mode, live):
+    axis, a_shape, b_shape = axis_shapes
+    root = mg.Scope.NewRootScope()
+    xa = ops.Placeholder(root.WithOpName("xa"), mg.float32, shape=a_shape)
+    xb = ops.Placeholder(root.WithOpName("xb"), mg.float32, shape=b_shape)
+    a = ops.Relu(root.WithOpName("a"), xa)
+    b = ops.Tanh(root.WithOpName("b"), xb)
+    c = ops.ConcatV2(root.WithOpName("c"), [a, b], axis)
+    session = mg.ClientSession(root, optimizer=mg.OptimizerOptions(
+        memory_planner=mode != "off"))
+    rng = np.random.default_rng(0)
+    feeds = {xa: rng.standard_normal(a_shape).astype(F32),
+             xb: rng.standard_normal(b_shape).astype(F32)}
+    fetches = [c, a] if mode == "fetched" else [c]
+    held = held_copy = None
+    for _ in range(3):
+        metadata = mg.RunMetadata()
+        value = session.Run(feeds, fetches, run_metadata=metadata)[0]
+        assert [s.live_bytes for s in metadata.step_stats if s.op_type != "Const"] == live
+        expected = np.concatenate([np.maximum(feeds[xa], 0), np.tanh(feeds[xb])], axis)
+        np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-7)
+        if held is not None:  # a later run never writes into an array it returned
+            np.testing.assert_array_equal(held, held_copy, strict=True)
+            assert not np.shares_memory(held, value)
+        held, held_copy = value, value.copy()

@@ -30,7 +30,10 @@ turns in-place execution off: results are bit for bit the same either way
 
 from __future__ import annotations
 
+import itertools
+import math
 import sys
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -166,6 +169,85 @@ def bind(steps: Sequence, determined: Iterable) -> tuple[bool, ...]:
 def _shape_static(step: Any) -> bool:
     """Whether ``step``'s output shapes follow from its input shapes alone."""
     return not step.value_inputs and not step.undetermined
+
+
+class ConcatGroup:
+    """A ``ConcatV2`` whose inputs' producers write straight into its output (no copy).
+
+    Each input is output 0 of a native kernel taking ``out=`` (``KernelDef.inplace``), read
+    by the concat alone, not fetched; the concatenated output's static shape is fully
+    known and every input's part of it is contiguous (all dimensions before the axis are
+    1: an axis-0 concat, a batch-1 NCHW channel concat). The first producer to run
+    allocates the output (kept in the run's environment under the group), each producer is
+    given its part as ``out=``, and the concat checks that every input value is its part,
+    in place: then the output is the concatenation as it stands, bit for bit what the copy
+    gives; otherwise (a kernel that returned another array) it copies as always.
+    """
+
+    def __init__(self, shape: tuple[int, ...], axis: int, parts: list[tuple[int, ...]]
+                 ) -> None:
+        self.shape = shape
+        self.parts = parts
+        inner = math.prod(shape[axis + 1:])
+        self.starts = list(itertools.accumulate((p[axis] * inner for p in parts), initial=0))
+
+    def region(self, env: dict, index: int) -> np.ndarray:
+        """Part ``index`` of this run's output (allocated by the first producer)."""
+        output = env.get(self)
+        if output is None:
+            output = env[self] = np.empty(self.shape, np.float32)
+        return output.reshape(-1)[self.starts[index]:self.starts[index + 1]].reshape(
+            self.parts[index])
+
+    def joined(self, env: dict, values: list) -> np.ndarray | None:
+        """This run's output when every input value is its part, in place; else None."""
+        output = env.pop(self, None)
+        if output is None:
+            return None
+        base = output.ctypes.data
+        for value, start, part in zip(values, self.starts, self.parts):
+            if not (type(value) is np.ndarray and value.shape == part
+                    and value.dtype == np.float32 and value.flags.c_contiguous
+                    and value.ctypes.data == base + 4 * start):
+                return None
+        return output
+
+
+def concat_groups(steps: Sequence, fetch_keys: Iterable, keep: Iterable = ()
+                  ) -> list[tuple[Any, list, ConcatGroup]]:
+    """The (concat step, producer steps, group) of every ``ConcatV2`` of ``steps`` whose
+    inputs can be written in place (:class:`ConcatGroup`)."""
+    pinned = set(fetch_keys) | set(keep)
+    reads: Counter = Counter(key for step in steps for key in step_reads(step))
+    producer = {key: step for step in steps
+                if hasattr(step, "kernel_def") and not hasattr(step, "chain")
+                for key in step.outputs[:1] if key is not None}
+    claimed: set[int] = set()
+    groups = []
+    for step in steps:
+        op = getattr(step, "op", None)
+        if (op is None or op.type != "ConcatV2" or hasattr(step, "chain")
+                or step.kernel_def.backend != "native"
+                or op.outputs[0].dtype.np_dtype != np.float32):
+            continue
+        count = op.attrs["N"]
+        keys, axis_input = step.inputs[:count], op.inputs[count]
+        shape = op.outputs[0].shape
+        if axis_input.op.type != "Const" or not shape.is_fully_defined():
+            continue
+        dims = tuple(shape.as_list())
+        axis = int(axis_input.op.attrs["value"]) % len(dims)
+        makers = [producer.get(key) for key in keys]
+        if (math.prod(dims[:axis]) != 1 or len(set(keys)) != count
+                or any(key in pinned or reads[key] != 1 for key in keys)
+                or any(maker is None or not maker.kernel_def.inplace or id(maker) in claimed
+                       or not maker.op.outputs[0].shape.is_fully_defined()
+                       for maker in makers)):
+            continue
+        parts = [tuple(maker.op.outputs[0].shape.as_list()) for maker in makers]
+        claimed.update(id(maker) for maker in makers)
+        groups.append((step, makers, ConcatGroup(dims, axis, parts)))
+    return groups
 
 
 def _root(value: Any) -> Any:

@@ -92,7 +92,7 @@ class _Step:
 
     __slots__ = ("op", "kernel_def", "kernel", "kernel_context", "validate", "context",
                  "inputs", "outputs", "device", "refs", "reads_state", "value_inputs",
-                 "verdicts", "inplace", "out_dtype", "undetermined")
+                 "verdicts", "inplace", "out_dtype", "undetermined", "region", "joins")
 
     def __init__(self, op: Operation, device: Any, inputs: list[_Key | None],
                  outputs: list[_Key | None], state: SessionState) -> None:
@@ -118,6 +118,10 @@ class _Step:
         # an output shape the shape function left open for concrete inputs (the kernel
         # decides it): later steps' shapes are not a function of the plan's signature
         self.undetermined = False
+        # zero-copy ConcatV2 (``planner.ConcatGroup``): the (group, part) this step's output
+        # 0 is written into, and the group a concat step joins
+        self.region: tuple[planner.ConcatGroup, int] | None = None
+        self.joins: planner.ConcatGroup | None = None
 
     def output_shapes(self, values: list, state: SessionState) -> list[TensorShape]:
         """The op's output shapes for these input values; raises what the shape function
@@ -159,14 +163,20 @@ class _Step:
             if self.validate is not None:
                 self.validate(self.context, values)
             shapes = self.output_shapes(values, session.state)
+        joined = None
         if kernel is None:
             kernel = self.kernel
-            if self.inplace:  # an input only this run holds, dying here: the output's buffer
+            if self.region is not None:  # its part of a concat's output
+                kernel = partial(kernel, out=self.region[0].region(env, self.region[1]))
+            elif self.inplace:  # an input only this run holds, dying here: the output's buffer
                 out = planner.reusable(values, self.inplace, self.out_dtype)
                 if out is not None:
                     kernel = partial(kernel, out=out)
+            elif self.joins is not None:  # the inputs already lie in place, joined
+                joined = self.joins.joined(env, values)
         try:
-            results = self.device.run(kernel, self.op, values, self.kernel_context)
+            results = ([joined] if joined is not None else
+                       self.device.run(kernel, self.op, values, self.kernel_context))
         except MemoryError as exc:
             if isinstance(exc, ResourceExhaustedError):
                 raise
@@ -258,6 +268,11 @@ class _Plan(list):
         for step, inplace in zip(steps, memory_plan.inplace):
             if inplace:
                 step.inplace = inplace
+        for concat, makers, group in planner.concat_groups(steps, self.fetch_keys,
+                                                           self.constant_keys):
+            concat.joins = group
+            for index, maker in enumerate(makers):
+                maker.region = (group, index)
         return memory_plan.release
 
     def run(self, env: dict, session: ClientSession, metadata: RunMetadata | None) -> None:
