@@ -319,3 +319,51 @@ def test_concat_producers_write_into_its_output(axis_shapes, mode, live):
             np.testing.assert_array_equal(held, held_copy, strict=True)
             assert not np.shares_memory(held, value)
         held, held_copy = value, value.copy()
+
+
+def _isas() -> list[str]:
+    if not NATIVE_AVAILABLE:
+        return []
+    from minigraph.backends import native
+
+    return [isa for isa in native.ISAS
+            if native.ISAS.index(isa) <= native.ISAS.index(native.best_isa())]
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_every_in_place_kernel_gives_its_out_of_place_bits(isa):
+    """Each native kernel registered with ``inplace`` writes, into each of those inputs, the
+    bits it returns in a fresh array: tails of every vector width, broadcast operands,
+    non-finite values, on every instruction set."""
+    from minigraph.backends import native
+    from minigraph.backends.registry import KernelContext, registered_kernels
+
+    before = native.isa()
+    native.set_isa(isa)
+    rng = np.random.default_rng(7)
+    try:
+        kernels = [k for k in registered_kernels() if k.backend == "native" and k.inplace]
+        assert {"Relu", "ReluGrad", "AddV2", "Mul", "Tanh"} <= {k.op_type for k in kernels}
+        for kernel_def in kernels:
+            for shape, other in [((37,), (37,)), ((5, 19), (19,)), ((3, 1, 33), (3, 1, 33))]:
+                root = mg.Scope.NewRootScope()
+                count = len(getattr(ops, kernel_def.op_type).op_def.inputs)
+                if kernel_def.op_type.endswith("Grad"):  # gradient and features: one shape
+                    other = shape
+                shapes = [shape] + [other] * (count - 1)
+                holders = [ops.Placeholder(root, mg.float32, shape=s) for s in shapes]
+                op = getattr(ops, kernel_def.op_type)(root, *holders).op
+                values = [rng.standard_normal(s).astype(F32) * 4 for s in shapes]
+                values[0].ravel()[:3] = [np.nan, np.inf, -np.inf]
+                ctx = KernelContext("native", None)
+                [expected] = kernel_def.kernel(op, [v.copy() for v in values], ctx)
+                for index in kernel_def.inplace:
+                    if shapes[index] != expected.shape:
+                        continue
+                    inputs = [v.copy() for v in values]
+                    [result] = kernel_def.kernel(op, inputs, ctx, out=inputs[index])
+                    assert result is inputs[index], (kernel_def.op_type, index)
+                    np.testing.assert_array_equal(result.view(np.uint32),
+                                                  expected.view(np.uint32), strict=True)
+    finally:
+        native.set_isa(before)
