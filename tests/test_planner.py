@@ -158,7 +158,8 @@ def _runs(graph: _Graph, backend: str, planner: bool) -> list[list[np.ndarray]]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graph=graphs())
 def test_planner_changes_no_bit_and_no_visible_array(backend, graph):
-    planned = _runs(graph, backend, planner=True)
+    with mock.patch.object(planner, "MIN_INPLACE_BYTES", 0):  # the graphs' tensors are tiny
+        planned = _runs(graph, backend, planner=True)
     plain = _runs(graph, backend, planner=False)
     for first, second in zip(planned, plain):
         for a, b in zip(first, second):
@@ -175,16 +176,17 @@ def _in_place_count(graph: _Graph, backend: str) -> int:
         hits.append(found is not None)
         return found
 
-    with mock.patch.object(planner, "reusable", counting):
+    with mock.patch.object(planner, "reusable", counting), \
+            mock.patch.object(planner, "MIN_INPLACE_BYTES", 0):
         _runs(graph, backend, planner=True)
     return sum(hits) // 3
 
 
 def _chain():
-    """x (fed, 1 KiB) -> a = Sigmoid(x) -> b = Relu(a) -> c = Mul(b, x) [fetched]
+    """x (fed, UNIT bytes) -> a = Sigmoid(x) -> b = Relu(a) -> c = Mul(b, x) [fetched]
     -> e = Relu(c) -> f = AddV2(e, c) [fetched]."""
     root = mg.Scope.NewRootScope()
-    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[256])
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[UNIT // 4])
     a = ops.Sigmoid(root.WithOpName("a"), x)
     b = ops.Relu(root.WithOpName("b"), a)
     c = ops.Mul(root.WithOpName("c"), b, x)
@@ -193,10 +195,11 @@ def _chain():
     return root, x, [c, f]
 
 
-# Live bytes per step (a, b, c, e, f), each tensor 1 KiB:
-# - planner off: nothing is dropped: 1, 2, 3, 4, 5 KiB.
+UNIT = planner.MIN_INPLACE_BYTES  # bytes of each tensor below: enough to be overwritten
+# Live bytes per step (a, b, c, e, f), in units of one tensor:
+# - planner off: nothing is dropped: 1, 2, 3, 4, 5.
 # - dropped after the last reader, no in-place (reference kernels): a; a+b (a dies after b);
-#   b+c; c+e (c is fetched: it stays); c+e+f -> 3 KiB peak.
+#   b+c; c+e (c is fetched: it stays); c+e+f -> 3 tensors at the peak.
 # - with in-place (native): b in a's buffer, c in b's, e new (c is fetched), f in e's.
 CASES = [("reference", False, [1, 2, 3, 4, 5]), ("reference", True, [1, 2, 2, 2, 3])]
 if NATIVE_AVAILABLE:
@@ -208,14 +211,14 @@ def test_peak_bytes_of_a_chain(backend, planner, kib):
     root, x, fetches = _chain()
     session = mg.ClientSession(root, backend=backend,
                                optimizer=mg.OptimizerOptions(memory_planner=planner))
-    feed = {x: np.linspace(-2, 2, 256, dtype=F32)}
+    feed = {x: np.linspace(-2, 2, UNIT // 4, dtype=F32)}
     first = session.Run(feed, fetches)
     for _ in range(2):  # the same on every run
         metadata = mg.RunMetadata()
         results = session.Run(feed, fetches, run_metadata=metadata)
         assert [s.node_name for s in metadata.step_stats] == ["a", "b", "c", "e", "f"]
-        assert [s.live_bytes for s in metadata.step_stats] == [1024 * k for k in kib]
-        assert metadata.peak_bytes == 1024 * max(kib)
+        assert [s.live_bytes for s in metadata.step_stats] == [UNIT * k for k in kib]
+        assert metadata.peak_bytes == UNIT * max(kib)
         for value, expected in zip(results, first):
             np.testing.assert_array_equal(value, expected, strict=True)
     xs = feed[x].astype(np.float64)
@@ -228,19 +231,19 @@ def test_views_and_aliases_count_once_and_are_never_overwritten():
     """Identity passes t's array on and Reshape views it: t's buffer counts once, and the
     Relu reading t last may not write into it while the alias is still to be read."""
     root = mg.Scope.NewRootScope()
-    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[4, 64])
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[4, UNIT // 16])
     t = ops.Neg(root.WithOpName("t"), x)
     alias = ops.Identity(root.WithOpName("alias"), t)
-    view = ops.Reshape(root.WithOpName("view"), alias, [256])
+    view = ops.Reshape(root.WithOpName("view"), alias, [UNIT // 4])
     relu = ops.Relu(root.WithOpName("relu"), t)
     later = ops.Tanh(root.WithOpName("later"), view)
     session = mg.ClientSession(root)
-    feed = {x: np.linspace(-1, 1, 256, dtype=F32).reshape(4, 64)}
+    feed = {x: np.linspace(-1, 1, UNIT // 4, dtype=F32).reshape(4, UNIT // 16)}
     metadata = mg.RunMetadata()
     relu_value, later_value = session.Run(feed, [relu, later], run_metadata=metadata)
     live = {s.node_name: s.live_bytes for s in metadata.step_stats}
-    assert live["t"] == live["alias"] == live["view"] == 1024
-    assert live["relu"] == 2048  # a new buffer: t's is still read through the view
+    assert live["t"] == live["alias"] == live["view"] == UNIT
+    assert live["relu"] == 2 * UNIT  # a new buffer: t's is still read through the view
     np.testing.assert_array_equal(relu_value, np.maximum(-feed[x], 0))
     np.testing.assert_allclose(later_value, np.tanh(feed[x].ravel() * -1), rtol=1e-6)
 
@@ -250,11 +253,11 @@ def test_a_caller_reference_is_never_overwritten():
     """A fetched array, a fed array and an array a kernel produced and the caller holds
     through a previous fetch are all outside the run's ownership."""
     root = mg.Scope.NewRootScope()
-    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[64])
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[UNIT // 4])
     a = ops.Sigmoid(root, x)
     b = ops.Relu(root, a)  # a dies here, unless fetched
     session = mg.ClientSession(root)
-    feed = {x: np.linspace(-3, 3, 64, dtype=F32)}
+    feed = {x: np.linspace(-3, 3, UNIT // 4, dtype=F32)}
     fed = feed[x].copy()
     a_value, b_value = session.Run(feed, [a, b])
     assert not np.shares_memory(a_value, b_value)

@@ -60,6 +60,9 @@ def _sole_references() -> int:
 
 
 _SOLE_REFERENCES = _sole_references()
+# Smaller arrays are not overwritten: malloc serves them from its free lists faster than the
+# checks below run, and they weigh nothing in the peak (tests lower it to reach tiny graphs).
+MIN_INPLACE_BYTES = 1 << 15
 
 
 def step_reads(step: Any) -> list:
@@ -125,14 +128,15 @@ def plan_memory(steps: Sequence, fetch_keys: Iterable, keep: Iterable = ()) -> M
 
 
 def reusable(values: list, candidates: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
-    """The first input among ``candidates`` that only the run holds and that a kernel may
-    overwrite with an output of ``dtype``, or None. Call with ``values`` the step's input
-    list and the environment holding each value once."""
+    """The first input among ``candidates`` (of at least ``MIN_INPLACE_BYTES``) that only the
+    run holds and that a kernel may overwrite with an output of ``dtype``, or None. Call
+    with ``values`` the step's input list and the environment holding each value once."""
     for index in candidates:
-        if _references(values, index) > _SOLE_REFERENCES:
+        if (type(values[index]) is not np.ndarray or values[index].nbytes < MIN_INPLACE_BYTES
+                or _references(values, index) > _SOLE_REFERENCES):
             continue
         value = values[index]
-        if type(value) is np.ndarray and value.dtype == dtype:
+        if value.dtype == dtype:
             flags = value.flags
             if flags.owndata and flags.writeable and flags.c_contiguous:
                 return value
