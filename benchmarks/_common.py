@@ -1,8 +1,10 @@
-"""Shared benchmark plumbing: interleaved median timing, the STREAM probe, table printing."""
+"""Shared benchmark plumbing: interleaved median timing, the STREAM and FMA-peak probes, table
+printing."""
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import statistics
 import subprocess
@@ -50,16 +52,44 @@ def time_interleaved(functions: dict[str, Callable[[], object]], repeats: int = 
 
 def stream_triad(megabytes_per_array: float, reps: int = 10) -> float:
     """GB/s of a float64 OpenMP triad over three arrays of the given size (built with gcc)."""
-    build = os.path.join(tempfile.gettempdir(), "minigraph_stream_triad.so")
-    if not os.path.exists(build):
-        subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
-                        os.path.join(HERE, "stream_triad.c"), "-o", build], check=True)
-    library = ctypes.CDLL(build)
+    library = _probe("stream_triad.c", "stream_triad")
     library.mg_stream_triad.restype = ctypes.c_double
     library.mg_stream_triad.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_size_t, ctypes.c_int]
     n = int(megabytes_per_array * 1e6 / 8)
     a, b, c = np.zeros(n), np.ones(n), np.full(n, 2.0)
     return library.mg_stream_triad(a.ctypes.data, b.ctypes.data, c.ctypes.data, n, reps)
+
+
+def _probe(source: str, name: str) -> ctypes.CDLL:
+    """``benchmarks/<source>`` compiled with gcc (-O3 -march=native -fopenmp) and loaded; the
+    build is cached in the temporary directory under a hash of the source, so an edited
+    probe (or another checkout's) never loads a stale library."""
+    path = os.path.join(HERE, source)
+    with open(path, "rb") as file:
+        digest = hashlib.sha256(file.read()).hexdigest()[:16]
+    build = os.path.join(tempfile.gettempdir(), f"minigraph_{name}_{digest}.so")
+    if not os.path.exists(build):
+        partial = f"{build}.{os.getpid()}"
+        subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", path,
+                        "-o", partial], check=True)
+        os.replace(partial, build)
+    return ctypes.CDLL(build)
+
+
+def fma_peak(threads: int, seconds: float = 0.002, reps: int = 30) -> float:
+    """GFLOP/s of float32 vector FMAs on ``threads`` OpenMP threads (``fma_peak.c``: each
+    thread's best of ``reps`` runs of about ``seconds``, summed): the "% of peak" denominator,
+    measured in the same run as the table it divides. Short runs and the best of many keep
+    other tenants' preemptions out, so on a busy machine it still reads the cores' peak.
+    """
+    library = _probe("fma_peak.c", "fma_peak")
+    library.mg_fma_peak.restype = ctypes.c_double
+    library.mg_fma_peak.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_int]
+    start = time.perf_counter()
+    library.mg_fma_peak(threads, 100_000, 1)  # calibrates the iteration count
+    once = max(time.perf_counter() - start, 1e-6)
+    iterations = max(100_000, int(100_000 * seconds / once))
+    return library.mg_fma_peak(threads, iterations, reps)
 
 
 def markdown_table(header: list[str], rows: list[list[object]]) -> str:

@@ -99,12 +99,14 @@ def _work_demo(epochs: int) -> float:
 
 
 def _work_step(steps: int) -> float:
-    """Seconds of ``steps`` training steps of train_step.py's minigraph step (NHWC)."""
+    """Seconds of ``steps`` training steps of train_step.py's minigraph step (NHWC, Adam,
+    the thread count of the configuration's environment)."""
+    from _training_models import MODELS
+    from _training_peers import make_step
     from threadpoolctl import threadpool_limits
-    from train_step import minigraph_step
 
     with threadpool_limits(1, user_api="blas"):
-        step, _, _, _ = minigraph_step("NHWC", None)
+        step, _ = make_step(MODELS["digits-adam"], "minigraph", threads=None, backend=None)
         for _ in range(5):  # warm: plans, buffers, the OpenMP team
             step()
         start = time.perf_counter()

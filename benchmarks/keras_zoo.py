@@ -9,7 +9,8 @@ small input, frozen by TensorFlow and cached on disk). For each model the harnes
 worker process per framework in the default environment (no BLAS or OpenMP variables set),
 ``threads`` intra-op threads each (TensorFlow: a v1 Session with grappler and oneDNN as
 shipped; minigraph: the native backend), and samples them interleaved, in alternating order,
-each sample after the other worker has been idle for a few milliseconds; the table gives the
+each sample after the other worker has been idle for a few milliseconds and two untimed runs
+(``_workers.interleaved_medians``); the table gives the
 medians, TensorFlow's time over minigraph's (above 1: minigraph is faster), minigraph's
 GFLOP/s (2 x multiply-adds of its convolutions and matmuls) and share of the machine's FMA
 peak (threads x clock x 64 float32 FLOP per cycle: two AVX-512 FMA units), each process's
@@ -20,16 +21,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
 from _common import markdown_table  # noqa: E402
+from _workers import Worker, interleaved_medians, serve  # noqa: E402
 
 FRAMEWORKS = ("tensorflow", "minigraph")
 FLOP_PER_CYCLE = 64  # float32 per core: two AVX-512 FMA units x 16 lanes x 2
@@ -100,17 +99,8 @@ def _minigraph_runner(graph, feeds: dict, threads: int):
     return lambda: session.Run(feeds, graph.fetches), graph_flops(session, root.graph(), feeds)
 
 
-def _peak_rss_bytes() -> int:
-    with open("/proc/self/status") as file:
-        for line in file:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def worker(framework: str, model: str, batch: int, threads: int) -> None:
-    """Answer the coordinator on stdin/stdout: ``time K`` (seconds for K runs), ``save
-    PATH`` (the outputs, npz), ``rss`` (peak resident bytes), ``quit``."""
+    """Serve ``_workers``' protocol, plus ``save PATH`` (the outputs, npz)."""
     from minigraph.testing import keras_zoo
 
     graph = keras_zoo.load(model)
@@ -118,46 +108,21 @@ def worker(framework: str, model: str, batch: int, threads: int) -> None:
     make = _tensorflow_runner if framework == "tensorflow" else _minigraph_runner
     run, flops = make(graph, feeds, threads)
     run()
-    print(f"ready {flops or 0}", flush=True)
-    for line in sys.stdin:
-        command, _, argument = line.strip().partition(" ")
-        if command == "time":
-            start = time.perf_counter()
-            for _ in range(int(argument)):
-                run()
-            print(time.perf_counter() - start, flush=True)
-        elif command == "save":
-            np.savez(argument, *[np.asarray(v) for v in run()])
-            print("saved", flush=True)
-        elif command == "rss":
-            print(_peak_rss_bytes(), flush=True)
-        else:
-            return
+
+    def save(path: str) -> str:
+        np.savez(path, *[np.asarray(v) for v in run()])
+        return "saved"
+
+    serve(run, {"flops": flops or 0}, {"save": save})
 
 
 # ----------------------------------------------------------------------------- coordinator
 
 
-class _Worker:
-    def __init__(self, framework: str, model: str, batch: int, threads: int) -> None:
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        self.process = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--worker", framework, "--models",
-             model, "--batch", str(batch), "--threads", str(threads)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        reply = self.process.stdout.readline().split()
-        if not reply or reply[0] != "ready":
-            raise RuntimeError(f"the {framework} worker for {model} did not start")
-        self.flops = float(reply[1])
-
-    def ask(self, command: str) -> str:
-        self.process.stdin.write(command + "\n")
-        self.process.stdin.flush()
-        return self.process.stdout.readline().strip()
-
-    def close(self) -> None:
-        self.ask("quit")
-        self.process.wait(timeout=60)
+def _start(framework: str, model: str, batch: int, threads: int) -> Worker:
+    return Worker([os.path.abspath(__file__), "--worker", framework, "--models", model,
+                   "--batch", str(batch), "--threads", str(threads)],
+                  name=f"{framework} ({model})")
 
 
 def _clock_ghz() -> float:
@@ -169,18 +134,9 @@ def _clock_ghz() -> float:
 
 def measure(model: str, batch: int, threads: int, repeats: int, settle: float = 0.005
             ) -> list:
-    workers = {f: _Worker(f, model, batch, threads) for f in FRAMEWORKS}
+    workers = {f: _start(f, model, batch, threads) for f in FRAMEWORKS}
     try:
-        counts = {}
-        for name, w in workers.items():  # k runs per sample: at least 20 ms of work
-            once = float(w.ask("time 1"))
-            counts[name] = max(1, int(0.02 / max(once, 1e-6)))
-        samples: dict[str, list[float]] = {f: [] for f in FRAMEWORKS}
-        for r in range(repeats):
-            for name in (FRAMEWORKS if r % 2 == 0 else FRAMEWORKS[::-1]):
-                time.sleep(settle)
-                samples[name].append(float(workers[name].ask(f"time {counts[name]}"))
-                                     / counts[name])
+        medians = interleaved_medians(workers, repeats, settle=settle)
         outputs = {}
         for name, w in workers.items():
             path = os.path.join("/tmp", f"keras_zoo_{name}_{os.getpid()}.npz")
@@ -190,11 +146,11 @@ def measure(model: str, batch: int, threads: int, repeats: int, settle: float = 
                                                          key=lambda s: int(s.split("_")[1]))]
             os.unlink(path)
         rss = {name: int(w.ask("rss")) for name, w in workers.items()}
-        flops = workers["minigraph"].flops
+        flops = float(workers["minigraph"].ready["flops"])
     finally:
         for w in workers.values():
             w.close()
-    tf_s, mg_s = (statistics.median(samples[f]) for f in FRAMEWORKS)
+    tf_s, mg_s = (medians[f] for f in FRAMEWORKS)
     diff = max(float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0
                for a, b in zip(outputs["minigraph"], outputs["tensorflow"]))
     gflops = flops / mg_s / 1e9
@@ -216,6 +172,7 @@ def main() -> None:
     parser.add_argument("--large-batch", type=int, default=32)
     parser.add_argument("--large-models", nargs="*", default=["resnet50", "mobilenet_v2"])
     parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
+    parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.worker, args.models[0], args.batch, args.threads)

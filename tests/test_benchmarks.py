@@ -1,0 +1,168 @@
+"""The training benchmarks' plumbing (benchmarks/train_peers.py and its modules), no timing.
+
+* The minigraph worker process (native backend) trains each model three steps on the shared
+  initial arrays; its losses are finite and agree with the numpy reference backend's within
+  ``LOSS_RTOL`` (the tolerance the benchmark table states for its peers).
+* The analytic FLOP count (``_training_models.Trace``) equals the multiply-adds of the
+  convolutions, their gradients and the matmuls in minigraph's own training graph.
+* ``--minigraph-options`` reaches ``mg.OptimizerOptions``, and turning a pass off leaves the
+  losses bit for bit unchanged.
+* Oracle: TensorFlow's peer (the model written once over the op vocabulary) gives the same
+  losses as minigraph's example builders.
+
+PyTorch is not needed (CI has none); its peer is checked by the benchmark's own loss column.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "benchmarks")
+sys.path.insert(0, BENCHMARKS)
+from _training_models import MODELS, Trace, initial_arrays, same_padding  # noqa: E402
+from _training_peers import _minigraph_graph, make_step, parse_options  # noqa: E402
+from train_peers import LOSS_RTOL, each_pass_options, start_workers  # noqa: E402
+
+TRAINED = ("resnet8", "digits")
+PRODUCTS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MatMul")
+
+
+def _losses(model: str, peer: str, backend: str = "native") -> list[float]:
+    """The first three losses of ``peer`` on ``model``'s shared initial arrays, in this
+    process."""
+    step, _ = make_step(MODELS[model], peer, initial_arrays(MODELS[model]), backend=backend)
+    return [float(step()) for _ in range(3)]
+
+
+@pytest.mark.parametrize("model", TRAINED)
+def test_minigraph_worker_matches_reference_backend(model, tmp_path):
+    """The worker process the benchmark starts (native backend, its arrays from an .npz)."""
+    path = str(tmp_path / "arrays.npz")
+    np.savez(path, **initial_arrays(MODELS[model]))
+    (row,) = start_workers(model, ["minigraph"], [""], path, threads=2)
+    try:
+        native = row.worker.ready["losses"]
+        assert row.worker.ready["first_step_s"] > 0
+        assert float(row.worker.ask("time 1")) > 0
+    finally:
+        row.worker.close()
+    assert np.all(np.isfinite(native))
+    np.testing.assert_allclose(native, _losses(model, "minigraph", "reference"),
+                               rtol=LOSS_RTOL)
+
+
+def _needed(targets) -> list:
+    """The ops a Run of ``targets`` executes: their ancestors through data and control edges
+    (the gradient graph also holds products nothing reads, e.g. the images' gradient)."""
+    seen, stack = {}, list(targets)
+    while stack:
+        op = stack.pop()
+        if op.name not in seen:
+            seen[op.name] = op
+            stack += [t.op for t in op.inputs] + list(op.control_inputs)
+    return list(seen.values())
+
+
+def _graph_macs(model) -> dict[str, int]:
+    """Multiply-adds of the products a minigraph training step runs, by kind, from the
+    graph's static shapes."""
+    _, _, _, loss, targets = _minigraph_graph(model, "NHWC")
+    macs = {"forward": 0, "input_grad": 0, "weight_grad": 0}
+    for op in _needed(targets + [loss.op]):
+        if op.type not in PRODUCTS:
+            continue
+        # the digits builder leaves the batch dimension unknown: it is the model's batch
+        shapes = [tuple(model.batch if d is None else d for d in t.shape.dims)
+                  for t in (*op.inputs, op.outputs[0])]
+        if op.type == "Conv2D":
+            macs["forward"] += math.prod(shapes[-1]) * math.prod(shapes[1][:3])
+        elif op.type in ("Conv2DBackpropInput", "Conv2DBackpropFilter"):
+            kernel = shapes[1] if op.type == "Conv2DBackpropInput" else shapes[-1]
+            kind = "input_grad" if op.type == "Conv2DBackpropInput" else "weight_grad"
+            macs[kind] += math.prod(shapes[2]) * math.prod(kernel[:3])
+        elif op.type == "MatMul":
+            a = shapes[0]
+            inner = a[0] if op.attrs["transpose_a"] else a[1]
+            kind = ("weight_grad" if op.attrs["transpose_a"] else
+                    "input_grad" if op.attrs["transpose_b"] else "forward")
+            macs[kind] += math.prod(shapes[-1]) * inner
+    return macs
+
+
+@pytest.mark.parametrize("model", TRAINED)
+def test_analytic_flops_match_minigraph_graph(model):
+    trace = Trace(MODELS[model])
+    assert _graph_macs(MODELS[model]) == {"forward": trace.forward_macs,
+                                          "input_grad": trace.input_grad_macs,
+                                          "weight_grad": trace.weight_grad_macs}
+
+
+def test_parameters_match_builder_variables():
+    """Every traced parameter is a variable of minigraph's model with the same shape."""
+    for model in MODELS.values():
+        _, _, _, _, targets = _minigraph_graph(model, "NHWC")
+        variables = {op.name: tuple(op.outputs[0].shape.dims)
+                     for op in targets[0].graph.operations() if op.type == "Variable"}
+        for name, shape in Trace(model).parameters.items():
+            assert variables[model.minigraph_prefix + name] == shape, name
+
+
+@pytest.mark.parametrize("spec, kwargs, env", [
+    ("", {}, {}),
+    ("off", {}, {"MINIGRAPH_OPTIMIZER": "off"}),
+    ("remapper=off", {"remapper": False}, {}),
+    ("remapper=on, layout=off", {"remapper": True, "layout": False}, {}),
+])
+def test_parse_options(spec, kwargs, env):
+    assert parse_options(spec) == (kwargs, env)
+
+
+def test_parse_options_rejects_bare_names():
+    with pytest.raises(ValueError, match="name=on"):
+        parse_options("remapper")
+
+
+def test_optimizer_options_leave_losses_unchanged():
+    """Each rewrite is exact: a step with a pass off gives the default's losses bit for bit."""
+    model = MODELS["resnet8"]
+    arrays = initial_arrays(model)
+    default, _ = make_step(model, "minigraph", arrays)
+    expected = [float(default()) for _ in range(2)]
+    fields = [option.split("=")[0] for option in each_pass_options()]
+    assert fields, "OptimizerOptions has no boolean pass switch"
+    for name in fields:
+        step, _ = make_step(model, "minigraph", arrays, options={name: False})
+        assert [float(step()) for _ in range(2)] == expected, name
+    with pytest.raises(TypeError):
+        make_step(model, "minigraph", arrays, options={"no_such_pass": False})
+
+
+@given(size=st.integers(1, 64), kernel=st.integers(1, 7), stride=st.integers(1, 4))
+def test_same_padding_gives_tf_output_size(size, kernel, stride):
+    before, after = same_padding(size, kernel, stride)
+    assert before <= after <= before + 1
+    padded = size + before + after
+    assert padded >= kernel
+    assert (padded - kernel) // stride + 1 == math.ceil(size / stride)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("model", TRAINED)
+def test_tensorflow_peer_matches_minigraph(model):
+    pytest.importorskip("tensorflow")
+    np.testing.assert_allclose(_losses(model, "tf"), _losses(model, "minigraph"),
+                               rtol=LOSS_RTOL)
+
+
+def test_unknown_peer_is_refused():
+    with pytest.raises(ValueError, match="unknown peer"):
+        make_step(MODELS["digits"], "jax", initial_arrays(MODELS["digits"]))
+
