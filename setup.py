@@ -1,7 +1,7 @@
 """Build hook for the optional C extension ``minigraph._native``; metadata is in pyproject.toml.
 
 ``pip install .`` and ``pip install -e .`` compile kernels_c/ with cffi (API mode, see
-kernels_c/build_native.py). When that is impossible (no C compiler, no OpenMP, no cffi) the
+kernels_c/build_native.py). When that is impossible (no C compiler, no cffi) the
 install still succeeds without the extension, after one warning, and minigraph uses its numpy
 backend (``minigraph.backends.native.available()`` is then False).
 """

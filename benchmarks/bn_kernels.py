@@ -20,9 +20,9 @@ import os
 import statistics
 import sys
 
-# Every OpenMP runtime in this process (ours, PyTorch's) spins at most this many iterations
-# before sleeping: with 2 cores, two runtimes spinning at once time-slice each other into
-# 8 ms plateaus that measure the scheduler, not the kernels. Same setting for everybody.
+# PyTorch's OpenMP runtime spins at most this many iterations before sleeping: with 2 cores,
+# its threads spinning beside minigraph's pool workers (which poll for 300 us, then sleep)
+# time-slice each other into 8 ms plateaus that measure the scheduler, not the kernels.
 os.environ.setdefault("GOMP_SPINCOUNT", "100000")
 
 import numpy as np

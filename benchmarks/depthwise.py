@@ -17,8 +17,9 @@ import argparse
 import os
 import sys
 
-# Both OpenMP runtimes (ours, TF's oneDNN) spin at most this many iterations before sleeping
-# (as in bn_kernels.py: two spinning runtimes on 2 cores measure the scheduler).
+# An OpenMP runtime in this process (TF's oneDNN, where built with one) spins at most this
+# many iterations before sleeping (as in bn_kernels.py: spinning threads beside minigraph's
+# pool on 2 cores measure the scheduler).
 os.environ.setdefault("GOMP_SPINCOUNT", "100000")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

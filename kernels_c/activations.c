@@ -134,7 +134,8 @@ enum { REDUCE_CHANNEL_BLOCK = 256 }; /* accumulators of one block stay in L1 */
 
 /* output row o's channels [c0, c0 + n) */
 static void reduce_block(const act_kernel_table *t, int64_t o, int64_t c0, int64_t n,
-                         int64_t rows, int64_t channels, const float *x, float *y, int divide)
+                         int64_t rows, int64_t channels, const float *x, float *y,
+                         int64_t divisor)
 {
     float acc[REDUCE_CHANNEL_BLOCK] = {0};
     t->rows_sum(acc, x + o * rows * channels + c0, rows, n, channels);
@@ -142,7 +143,7 @@ static void reduce_block(const act_kernel_table *t, int64_t o, int64_t c0, int64
     /* numpy divides the float32 sum by the int64 count in double and rounds once: the
      * correctly rounded float32 quotient, for any count */
     for (int64_t c = 0; c < n; ++c)
-        out[c] = divide ? (float)((double)acc[c] / (double)rows) : acc[c];
+        out[c] = divisor ? (float)((double)acc[c] / (double)divisor) : acc[c];
 }
 
 typedef struct {
@@ -150,7 +151,7 @@ typedef struct {
     int64_t blocks, rows, channels;
     const float *x;
     float *y;
-    int divide;
+    int64_t divisor;
 } reduce_call;
 
 static void reduce_chunk(void *ctx, int64_t lo, int64_t hi)
@@ -160,18 +161,114 @@ static void reduce_chunk(void *ctx, int64_t lo, int64_t hi)
         const int64_t o = item / c->blocks, c0 = item % c->blocks * REDUCE_CHANNEL_BLOCK;
         const int64_t n = c->channels - c0 < REDUCE_CHANNEL_BLOCK ? c->channels - c0
                                                                  : REDUCE_CHANNEL_BLOCK;
-        reduce_block(c->t, o, c0, n, c->rows, c->channels, c->x, c->y, c->divide);
+        reduce_block(c->t, o, c0, n, c->rows, c->channels, c->x, c->y, c->divisor);
     }
 }
 
 int mg_reduce_rows(int64_t outer, int64_t rows, int64_t channels, const float *x, float *y,
-                   int divide, int num_threads)
+                   int64_t divisor, int num_threads)
 {
-    if (outer < 0 || rows < 0 || channels <= 0 || (outer && (!y || (rows && !x))))
+    if (outer < 0 || rows < 0 || channels <= 0 || divisor < 0 || (outer && (!y || (rows && !x))))
         return MG_EINVAL;
     const int64_t blocks = (channels + REDUCE_CHANNEL_BLOCK - 1) / REDUCE_CHANNEL_BLOCK;
-    reduce_call c = {act_kernels(), blocks, rows, channels, x, y, divide};
+    reduce_call c = {act_kernels(), blocks, rows, channels, x, y, divisor};
     mg_pool_rows(mg_stream_threads(num_threads, outer * rows * channels), outer * blocks, 1,
                  reduce_chunk, &c);
+    return MG_OK;
+}
+
+typedef struct {
+    act_inner_sum_fn sum;
+    int64_t n;
+    const float *x;
+    float *y;
+    int64_t divisor;
+} inner_call;
+
+static void inner_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const inner_call *c = ctx;
+    for (int64_t o = lo; o < hi; ++o) {
+        const float s = c->sum(c->x + o * c->n, c->n);
+        c->y[o] = c->divisor ? (float)((double)s / (double)c->divisor) : s;
+    }
+}
+
+int mg_reduce_inner(int64_t outer, int64_t n, const float *x, float *y, int64_t divisor,
+                    int num_threads)
+{
+    if (outer < 0 || n < 1 || divisor < 0 || (outer && (!x || !y)))
+        return MG_EINVAL;
+    inner_call c = {act_kernels()->inner_sum, n, x, y, divisor};
+    mg_pool_rows(mg_stream_threads(num_threads, outer * n), outer, 1, inner_chunk, &c);
+    return MG_OK;
+}
+
+typedef struct {
+    act_xent_rows_fn fn;
+    int64_t classes;
+    const float *x, *labels;
+    const int64_t *sparse;
+    float *loss, *bp;
+} xent_call;
+
+static void xent_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const xent_call *c = ctx;
+    c->fn(c->x, c->classes, c->labels, c->sparse, c->loss, c->bp, lo, hi);
+}
+
+int mg_softmax_xent(int64_t rows, int64_t classes, const float *x, const float *labels,
+                    const int64_t *sparse, float *loss, float *backprop, int num_threads)
+{
+    if (rows < 0 || classes < 1 || (!labels == !sparse) ||
+        (rows && (!x || !loss || !backprop)))
+        return MG_EINVAL;
+    for (int64_t r = 0; sparse && r < rows; ++r)
+        if (sparse[r] < 0 || sparse[r] >= classes)
+            return MG_EINVAL;
+    xent_call c = {act_kernels()->xent_rows, classes, x, labels, sparse, loss, backprop};
+    mg_pool_rows(mg_stream_threads(num_threads, rows * classes * 8), rows, 1, xent_chunk, &c);
+    return MG_OK;
+}
+
+typedef struct {
+    act_rows_sum_at_fn sum;
+    int64_t blocks, rows, channels;
+    const int64_t *outer_off, *row_off;
+    const float *x;
+    float *y;
+    int64_t divisor;
+} gather_call;
+
+static void gather_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const gather_call *c = ctx;
+    float acc[REDUCE_CHANNEL_BLOCK];
+    for (int64_t item = lo; item < hi; ++item) {
+        const int64_t o = item / c->blocks, c0 = item % c->blocks * REDUCE_CHANNEL_BLOCK;
+        const int64_t n = c->channels - c0 < REDUCE_CHANNEL_BLOCK ? c->channels - c0
+                                                                 : REDUCE_CHANNEL_BLOCK;
+        for (int64_t k = 0; k < n; ++k)
+            acc[k] = 0.0f;
+        c->sum(acc, c->x + c->outer_off[o] + c0, c->row_off, c->rows, n);
+        float *out = c->y + o * c->channels + c0;
+        for (int64_t k = 0; k < n; ++k)
+            out[k] = c->divisor ? (float)((double)acc[k] / (double)c->divisor) : acc[k];
+    }
+}
+
+int mg_reduce_gather(int64_t outer, int64_t rows, int64_t channels, const int64_t *outer_off,
+                     const int64_t *row_off, const float *x, float *y, int64_t divisor,
+                     int num_threads)
+{
+    if (outer < 0 || rows < 0 || channels <= 0 || divisor < 0 ||
+        (outer && (!y || !outer_off || (rows && (!x || !row_off)))))
+        return MG_EINVAL;
+    const int64_t blocks = (channels + REDUCE_CHANNEL_BLOCK - 1) / REDUCE_CHANNEL_BLOCK;
+    gather_call c = {act_kernels()->rows_sum_at, blocks, rows, channels, outer_off, row_off,
+                     x, y, divisor};
+    mg_pool_rows(mg_stream_threads(num_threads, outer * rows * channels), outer * blocks, 1,
+                 gather_chunk, &c);
     return MG_OK;
 }

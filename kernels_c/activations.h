@@ -73,13 +73,44 @@ typedef struct {
 int mg_channel_epilogue(int64_t rows, int64_t channels, float *y, const mg_epilogue *e,
                         int num_threads);
 
-/* Sum (mean: divide != 0) of x [outer][rows][channels] over its middle axis into
- * y [outer][channels], each sum accumulated in float32 row after row from +0 (numpy's order
- * for a reduction over non-innermost axes), a mean then divided by rows in double and
- * rounded once to float32 (numpy's true_divide by its int64 count): what Sum
- * and Mean over the spatial axes of NHWC images (global average pooling) compute. */
+/* Sum of x [outer][rows][channels] over its middle axis into y [outer][channels], each sum
+ * accumulated in float32 row after row from +0 (numpy's order for a reduction over
+ * non-innermost axes; |error| <= (rows - 1) * 2^-24 * sum |x|); divisor > 0 (a mean: the
+ * count of elements reduced, in this call and earlier stages) divides each sum in double
+ * and rounds once to float32 (numpy's true_divide by its int64 count). What Sum and Mean
+ * over the spatial axes of NHWC images (global average pooling) compute. */
 int mg_reduce_rows(int64_t outer, int64_t rows, int64_t channels, const float *x, float *y,
-                   int divide, int num_threads);
+                   int64_t divisor, int num_threads);
+
+/* Sum of each row of x [outer][n] (n >= 1) into y [outer], in numpy's order for a
+ * contiguous innermost axis: y = +0 + pairwise(x[0..n)), where pairwise sums fewer than 8
+ * elements one after another from +0, up to 128 elements in 8 running partial sums (element
+ * i into sum i mod 8) combined as ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)) plus the tail one
+ * after another, and longer runs as pairwise(first n2) + pairwise(rest), n2 = n/2 rounded
+ * down to a multiple of 8 (|error| <= (7 + log2(n)) * 2^-24 * sum |x|, roughly). divisor
+ * as mg_reduce_rows'. */
+int mg_reduce_inner(int64_t outer, int64_t n, const float *x, float *y, int64_t divisor,
+                    int num_threads);
+
+/* Sum of strided rows: y[o][c] = +0 + sum over r in order of x[outer_off[o] + row_off[r] + c]
+ * (c < channels), divisor as mg_reduce_rows'. The caller lists the offsets (elements) and
+ * guarantees every x it names lies in x's buffer: numpy's order for a reduction over axes
+ * separated by kept ones (the reduced indices in row-major order, one running sum), with
+ * mg_reduce_rows' bound. */
+int mg_reduce_gather(int64_t outer, int64_t rows, int64_t channels, const int64_t *outer_off,
+                     const int64_t *row_off, const float *x, float *y, int64_t divisor,
+                     int num_threads);
+
+/* Softmax cross entropy of the rows of x [rows][classes] (TF's xent): with m the row's
+ * maximum (NaN if any is NaN), e_i = exp(x_i - m) (mgf_exp) and s = sum e_i added in class
+ * order, lse = log(s) (mgf_log_ge1); dense labels [rows][classes]: loss = sum_i labels_i *
+ * (lse - (x_i - m)) in class order, backprop_i = e_i / s - labels_i; sparse labels [rows]
+ * (each in [0, classes), else MG_EINVAL): loss = lse - (x_label - m), backprop_i = e_i / s -
+ * (i == label). Exactly one of labels and sparse is given. Rows are independent: the same
+ * bits for any thread count; within a few ulp of the exact values per element, the losses
+ * within classes * 2^-23 * sum_i |labels_i (lse - x_i + m)| (a sum in class order). */
+int mg_softmax_xent(int64_t rows, int64_t classes, const float *x, const float *labels,
+                    const int64_t *sparse, float *loss, float *backprop, int num_threads);
 /* END CDEF */
 
 /* MG_OK when `e` is a valid epilogue (mean, k and offset all given or all NULL; activation 0,

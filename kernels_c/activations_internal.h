@@ -68,6 +68,14 @@ typedef void (*act_rows_sum_fn)(float *acc, const float *x, int64_t rows, int64_
                                 int64_t stride);
 
 /* One table per ISA (activations_template.h) */
+typedef float (*act_inner_sum_fn)(const float *x, int64_t n);
+/* acc[c] += x[off[r] + c] for rows r in order, channels c < n */
+typedef void (*act_rows_sum_at_fn)(float *acc, const float *x, const int64_t *off,
+                                   int64_t rows, int64_t n);
+typedef void (*act_xent_rows_fn)(const float *x, int64_t classes, const float *labels,
+                                 const int64_t *sparse, float *loss, float *bp, int64_t lo,
+                                 int64_t hi);
+
 typedef struct {
     act_unary_fn unary[ACT_NUNARY];
     act_binary_fn binary[ACT_NBINARY];
@@ -75,6 +83,9 @@ typedef struct {
     act_channel_affine_fn channel_affine;
     act_add_fn add;
     act_rows_sum_fn rows_sum;
+    act_inner_sum_fn inner_sum;
+    act_rows_sum_at_fn rows_sum_at;
+    act_xent_rows_fn xent_rows;
 } act_kernel_table;
 
 extern const act_kernel_table act_kernels_scalar;

@@ -23,8 +23,9 @@
  * tensors twice (statistics, then outputs), inference ops once. Each block writes a
  * per-channel record (float32 vector sums, folded to double); the records are then combined
  * serially in block order (Chan et al.'s pairwise update for means and centered
- * (co)moments, plain sums otherwise). Blocks are handed to threads dynamically (the machine
- * may be shared), and the result is bit-identical for any thread count, any schedule and any
+ * (co)moments, plain sums otherwise). Blocks are handed to threads one at a time by
+ * minigraph's worker pool (mg_pool_run, the runtime every family uses; the machine may be
+ * shared), and the result is bit-identical for any thread count, any schedule and any
  * buffer alignment.
  *
  * The element loops ("runs") are in bn_runs_template.h, instantiated per ISA and dtype
@@ -40,10 +41,6 @@
 
 #include "bn_convert.h"
 #include "bn_internal.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 enum {
     BN_BLOCK_BYTES = 128 * 1024,    /* bytes of one tensor per block (stays in L2)            */
@@ -75,6 +72,16 @@ int mg_bn_set_bf16_instructions(int enable)
 {
     __atomic_store_n(&g_bf16_instructions, enable != 0, __ATOMIC_RELAXED);
     return bf16_instructions();
+}
+
+/* Non-temporal stores (mg_bn_set_streaming): -1 chooses per call (call_streams), 0 never,
+ * 1 wherever the stores are aligned. The stored bits are the same either way. */
+static int g_stream_mode = -1;
+
+int mg_bn_set_streaming(int mode)
+{
+    __atomic_store_n(&g_stream_mode, mode < 0 ? -1 : mode > 0, __ATOMIC_RELAXED);
+    return __atomic_load_n(&g_stream_mode, __ATOMIC_RELAXED);
 }
 
 /* The run kernels of `dtype` for the ISA in use (mg_runtime.h's convention: one table per ISA,
@@ -217,15 +224,19 @@ struct bn_call {
     bn_plan plan;
     const bn_run_fn *runs;   /* the row or plane flavour of the run table */
     size_t elsize;
+    int vlen;                /* floats per vector of the run table */
     int dtype;
     int nthreads;
     const char *x, *dy, *gx;
     char *out0, *out1;
+    const char *relu_y;      /* _FusedBatchNormGradEx: dy is masked by this Relu output   */
     /* the current pass */
     int run;                 /* BN_* run id (pass_block) */
     int ncoef, nacc;         /* coefficient vectors it reads, accumulators it folds into records */
     int nvars;               /* statistics pass (stats_block): 1 (x) or 3 (x, dy, gx) */
     int nfields;             /* doubles per channel in a block record */
+    int stream;              /* element passes store whole vectors non-temporally (see
+                                call_streams), where aligned (block_stream) */
     /* workspace (one buffer, see call_workspace) */
     int32_t *chan;           /* row blocks: channel of each position, [period] */
     float *coef;             /* per-channel coefficient vectors, [BN_NCOEF][C] */
@@ -323,6 +334,7 @@ static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int
         return MG_EINVAL;
     k->dtype = dtype;
     k->elsize = dtype == MG_BN_F32 ? 4 : 2;
+    k->vlen = table->vlen;
     k->nfields = nfields;
     make_plan(&k->plan, outer, channels, inner, table->vlen, k->elsize);
     k->plan.head = row_head(&k->plan, align_ref, table->vlen, k->elsize);
@@ -386,19 +398,23 @@ static double *record(const bn_call *k, int64_t b)
     return k->records + (size_t)b * (size_t)k->nfields * (size_t)k->plan.block_channels;
 }
 
+typedef struct {
+    bn_call *k;
+    bn_block_fn fn;
+} bn_blocks_job;
+
+static void run_block_item(void *ctx, int64_t b, int tid)
+{
+    const bn_blocks_job *job = ctx;
+    job->fn(job->k, b, tid);
+}
+
+/* fn(k, b, tid) for every block on the worker pool (mg_pool_run: blocks handed out one at a
+ * time; tid < k->nthreads indexes the per-thread scratch). */
 static void run_blocks(bn_call *k, bn_block_fn fn)
 {
-    const int64_t nblocks = k->plan.nblocks;
-    if (k->nthreads <= 1) {
-        for (int64_t b = 0; b < nblocks; ++b)
-            fn(k, b, 0);
-        return;
-    }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(k->nthreads)
-    for (int64_t b = 0; b < nblocks; ++b)
-        fn(k, b, omp_get_thread_num());
-#endif
+    bn_blocks_job job = {k, fn};
+    mg_pool_run(k->nthreads, k->plan.nblocks, run_block_item, &job);
 }
 
 /* Run args for the block: tensors at its start, its length / segments, accumulators zeroed
@@ -569,6 +585,29 @@ static double combined(const bn_call *k, int i, int64_t c)
  * split the one-pass inference runs into their outputs, then their sums (re-reading the
  * block from L2): row runs that write are fastest in memory order with coefficients read
  * from position arrays, row runs that sum are fastest in chunks with sums in registers. */
+/* Whether a block's run may store whole vectors non-temporally: the call streams, and every
+ * whole vector the run stores is aligned to a vector. Row runs: rows are whole vectors and
+ * the block's outputs are aligned after the head (row_head). Plane runs: segments a whole
+ * number of vectors apart (so that the masked ends of neighbouring segments, plain stores,
+ * share cache lines only with each other: a line written partly non-temporally and partly
+ * not is slow); runs that only write align each segment with a head themselves (the outputs
+ * must share their alignment), runs that also sum cannot (their vector partition fixes the
+ * sums' order), so their segments must start aligned. */
+static int block_stream(const bn_call *k, const bn_run_args *a)
+{
+    const size_t align = (size_t)k->vlen * k->elsize;
+    const uintptr_t misalign = (uintptr_t)a->out0 % align;
+    if (!k->stream || !a->out0 || misalign % k->elsize ||
+        (a->out1 && (uintptr_t)a->out1 % align != misalign))
+        return 0;
+    if (k->plan.rows)
+        return k->plan.period % k->vlen == 0 &&
+               ((uintptr_t)a->out0 + (size_t)a->head * k->elsize) % align == 0;
+    if (a->nseg > 1 && (size_t)k->plan.inner * k->elsize % align)
+        return 0;
+    return k->nacc == 0 || misalign == 0;
+}
+
 static void pass_block(bn_call *k, int64_t b, int tid)
 {
     bn_block blk;
@@ -576,6 +615,7 @@ static void pass_block(bn_call *k, int64_t b, int tid)
     const bn_scratch s = thread_scratch(k, tid);
     bn_run_args a;
     block_args(k, &blk, &s, k->nacc, &a);
+    a.stream = block_stream(k, &a);
     for (int i = 0; i < k->ncoef; ++i)
         a.k[i] = k->plan.rows ? k->row_coef + (size_t)i * (size_t)k->plan.padded
                               : chan_coef(k, i) + blk.c0;
@@ -589,12 +629,34 @@ static void pass_block(bn_call *k, int64_t b, int tid)
         fold(k, &blk, s.acc, k->nacc, record(k, b));
 }
 
+/* Whether an element pass stores non-temporally: when the tensors the call touches (read
+ * and written, once each) exceed the last-level cache as this CPU reports it
+ * (mg_cache_size), its outputs would leave the cache before anyone reads them, and
+ * non-temporal stores save the read of each output line before it is written (a third of
+ * the output traffic; about a fifth of a training backward's). Smaller calls keep their
+ * outputs in cache for the next op. */
+static int call_streams(const bn_call *k)
+{
+    const int mode = __atomic_load_n(&g_stream_mode, __ATOMIC_RELAXED);
+    if (mode >= 0)
+        return mode;
+    const void *const tensors[] = {k->x, k->dy, k->gx, k->out0, k->out1};
+    int64_t count = 0;
+    for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; ++i)
+        count += tensors[i] != NULL;
+    const int64_t cache = mg_cache_size(3) ? mg_cache_size(3) : mg_cache_size(2);
+    const double bytes = (double)count * (double)k->plan.outer * (double)k->plan.row_len *
+                         (double)k->elsize;
+    return cache > 0 && bytes > (double)cache;
+}
+
 /* Runs an element pass over all blocks; coefficients must be in chan_coef(k, 0..ncoef-1). */
 static void element_pass(bn_call *k, int run, int ncoef, int nacc)
 {
     k->run = run;
     k->ncoef = ncoef;
     k->nacc = nacc;
+    k->stream = call_streams(k);
     if (k->plan.rows)
         for (int i = 0; i < ncoef; ++i)
             expand(k, chan_coef(k, i), k->row_coef + (size_t)i * (size_t)k->plan.padded,
@@ -675,7 +737,7 @@ static double channel_sum(const bn_call *k, int64_t c, const char *t)
     return s;
 }
 
-/* sum((t - m)^2) and sum(dy * (t - m)) with the float32 differences and products */
+/* sum((t - m)^2) with the float32 differences and products */
 static double channel_dev2(const bn_call *k, int64_t c, const char *t, float m)
 {
     double s = 0.0;
@@ -686,13 +748,6 @@ static double channel_dev2(const bn_call *k, int64_t c, const char *t, float m)
     return s;
 }
 
-static double channel_dot(const bn_call *k, int64_t c, const char *a, const char *b, float m)
-{
-    double s = 0.0;
-    BN_FOR_CHANNEL(k, c, i)
-        s += load1(k, a, i) * (load1(k, b, i) - m);
-    return s;
-}
 
 /* Training forward, reference order: mean = f32(sum(x) / n), var = f32(sum((x - mean)^2) / n),
  * y = (x - mean) * (scale * r) + offset. */
@@ -713,19 +768,31 @@ static void exact_forward_training(const bn_call *k, int64_t c, float scale, flo
  * S2 = f32(sum(dy * xc)), n = f32(count); offset_backprop = S1, scale_backprop = S2 * r;
  * training: dx = (scale * r) * ((dy - S1 / n) - xc * (((S2 / n) * r) * r));
  * inference: dx = dy * (scale * r). */
+/* dy at element i; for _FusedBatchNormGradEx masked by the Relu output as mg_relu_grad */
+static float load_dy(const bn_call *k, int64_t i)
+{
+    const float g = load1(k, k->dy, i);
+    return !k->relu_y || load1(k, k->relu_y, i) > 0.0f ? g : g * 0.0f;
+}
+
 static void exact_backward(const bn_call *k, int64_t c, int training, float scale, float mean,
                            float variance, double epsilon, char *dx, float *scale_backprop,
                            float *offset_backprop)
 {
     const float n = (float)((double)k->plan.outer * (double)k->plan.inner);
     const float r = rsqrt_f32(variance, epsilon), factor = scale * r;
-    const float s1 = (float)channel_sum(k, c, k->dy);
-    const float s2 = (float)channel_dot(k, c, k->dy, k->x, mean);
+    double sum_dy = 0.0, sum_dy_xc = 0.0; /* float64 sums of float32 terms */
+    BN_FOR_CHANNEL(k, c, i) {
+        const float g = load_dy(k, i);
+        sum_dy += g;
+        sum_dy_xc += g * (load1(k, k->x, i) - mean);
+    }
+    const float s1 = (float)sum_dy, s2 = (float)sum_dy_xc;
     offset_backprop[c] = s1;
     scale_backprop[c] = s2 * r;
     const float mean_dy = s1 / n, m2 = ((s2 / n) * r) * r;
     BN_FOR_CHANNEL(k, c, i) {
-        const float g = load1(k, k->dy, i);
+        const float g = load_dy(k, i);
         store1(k, dx, i,
                training ? factor * ((g - mean_dy) - (load1(k, k->x, i) - mean) * m2)
                         : g * factor);
@@ -793,6 +860,30 @@ static void exact_grad_grad_inference(const bn_call *k, int64_t c, float s, floa
     d_scale[c] = (float)sum_gxdy * r;
 }
 
+/* _FusedBatchNormEx's tail on an exceptional channel recomputed above: y = y + side (when
+ * given), then Relu (when relu) as mg_relu, element by element as AddV2 and Relu do. */
+static void exact_side_relu(const bn_call *k, int64_t c, char *y, const char *side, int relu)
+{
+    if (!side && !relu)
+        return;
+    BN_FOR_CHANNEL(k, c, i) {
+        float v = load1(k, y, i);
+        if (side)
+            v = v + load1(k, side, i);
+        if (relu)
+            v = (v > 0.0f || v != v) ? v : 0.0f;
+        store1(k, y, i, v);
+    }
+}
+
+/* The apply run of a forward: plain, + side input, Relu, or both. */
+static int forward_run(const void *side, int relu)
+{
+    if (side)
+        return relu ? BN_FWD_APPLY_SIDE_RELU : BN_FWD_APPLY_SIDE;
+    return relu ? BN_FWD_APPLY_RELU : BN_FWD_APPLY;
+}
+
 static int bad_args(int dtype, int64_t outer, int64_t channels, int64_t inner)
 {
     return dtype < MG_BN_F32 || dtype > MG_BN_BF16 || outer < 0 || channels < 0 || inner < 0;
@@ -848,12 +939,22 @@ int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t i
                            double epsilon, void *y, float *mean, float *variance,
                            int num_threads)
 {
+    return mg_bn_forward_training_ex(dtype, outer, channels, inner, x, scale, offset, epsilon,
+                                     NULL, 0, y, mean, variance, num_threads);
+}
+
+int mg_bn_forward_training_ex(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                              const void *x, const float *scale, const float *offset,
+                              double epsilon, const void *side, int relu, void *y,
+                              float *mean, float *variance, int num_threads)
+{
     bn_call k;
     const int rc =
         call_begin(&k, dtype, outer, channels, inner, 2, num_threads, y, NAN, mean, variance);
     if (rc != BN_CALL_READY)
         return rc;
     k.x = x;
+    k.dy = side;
     k.out0 = y;
     statistics_pass(&k, 1);
     int exceptional = 0;
@@ -867,10 +968,12 @@ int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t i
         chan_coef(&k, 2)[c] = offset[c];
         exceptional |= forward_exceptional(&k, c, offset);
     }
-    element_pass(&k, BN_FWD_APPLY, 3, 0);
+    element_pass(&k, forward_run(side, relu), 3, 0);
     for (int64_t c = 0; exceptional && c < channels; ++c)
-        if (forward_exceptional(&k, c, offset))
+        if (forward_exceptional(&k, c, offset)) {
             exact_forward_training(&k, c, scale[c], offset[c], epsilon, y, mean, variance);
+            exact_side_relu(&k, c, y, side, relu);
+        }
     return 0;
 }
 
@@ -895,12 +998,22 @@ int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t 
                             const float *mean, const float *variance, double epsilon,
                             void *y, int num_threads)
 {
+    return mg_bn_forward_inference_ex(dtype, outer, channels, inner, x, scale, offset, mean,
+                                      variance, epsilon, NULL, 0, y, num_threads);
+}
+
+int mg_bn_forward_inference_ex(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                               const void *x, const float *scale, const float *offset,
+                               const float *mean, const float *variance, double epsilon,
+                               const void *side, int relu, void *y, int num_threads)
+{
     bn_call k;
     const int rc =
         call_begin(&k, dtype, outer, channels, inner, 1, num_threads, y, 0.0f, NULL, NULL);
     if (rc != BN_CALL_READY)
         return rc;
     k.x = x;
+    k.dy = side;
     k.out0 = y;
     int exceptional = 0;
     for (int64_t c = 0; c < channels; ++c) {
@@ -909,10 +1022,12 @@ int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t 
         chan_coef(&k, 2)[c] = offset[c];
         exceptional |= forward_inference_exceptional(c, offset);
     }
-    element_pass(&k, BN_FWD_APPLY, 3, 0);
+    element_pass(&k, forward_run(side, relu), 3, 0);
     for (int64_t c = 0; exceptional && c < channels; ++c)
-        if (forward_inference_exceptional(c, offset))
+        if (forward_inference_exceptional(c, offset)) {
             exact_forward_inference(&k, c, mean[c], chan_coef(&k, 1)[c], offset[c], y);
+            exact_side_relu(&k, c, y, side, relu);
+        }
     return 0;
 }
 
@@ -934,8 +1049,9 @@ static int backward_exceptional(const bn_call *k, int64_t c, const float *scale,
 
 static int backward(int training, int dtype, int64_t outer, int64_t channels, int64_t inner,
                     const void *dy, const void *x, const float *scale, const float *mean,
-                    const float *variance, double epsilon, void *dx, float *scale_backprop,
-                    float *offset_backprop, int num_threads)
+                    const float *variance, const void *relu_y, double epsilon, void *dx,
+                    void *side_backprop, float *scale_backprop, float *offset_backprop,
+                    int num_threads)
 {
     bn_call k;
     const int rc = call_begin(&k, dtype, outer, channels, inner, 2, num_threads, dx, 0.0f,
@@ -944,13 +1060,15 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         return rc;
     k.x = x;
     k.dy = dy;
+    k.gx = relu_y; /* the masked runs read the Relu output through gx */
+    k.relu_y = relu_y;
     const float n = (float)((double)outer * (double)inner);
     for (int64_t c = 0; c < channels; ++c) {
         chan_coef(&k, 0)[c] = mean[c];
         chan_coef(&k, 1)[c] = scale[c] * rsqrt_f32(variance[c], epsilon);
     }
     if (training) {
-        element_pass(&k, BN_BWD_SUMS, 1, 2);
+        element_pass(&k, relu_y ? BN_BWD_SUMS_RELU : BN_BWD_SUMS, 1, 2);
     } else {
         k.out0 = dx;
         element_pass(&k, BN_BWD_INFER, 2, 2);
@@ -969,7 +1087,8 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
     }
     if (training) {
         k.out0 = dx;
-        element_pass(&k, BN_BWD_APPLY, 4, 0);
+        k.out1 = side_backprop;
+        element_pass(&k, relu_y ? BN_BWD_APPLY_RELU : BN_BWD_APPLY, 4, 0);
     }
     for (int64_t c = 0; exceptional && c < channels; ++c)
         if (backward_exceptional(&k, c, scale, mean, variance))
@@ -984,8 +1103,8 @@ int mg_bn_backward_training(int dtype, int64_t outer, int64_t channels, int64_t 
                             void *dx, float *scale_backprop, float *offset_backprop,
                             int num_threads)
 {
-    return backward(1, dtype, outer, channels, inner, dy, x, scale, mean, variance, epsilon, dx,
-                    scale_backprop, offset_backprop, num_threads);
+    return backward(1, dtype, outer, channels, inner, dy, x, scale, mean, variance, NULL, epsilon,
+                    dx, NULL, scale_backprop, offset_backprop, num_threads);
 }
 
 int mg_bn_backward_inference(int dtype, int64_t outer, int64_t channels, int64_t inner,
@@ -994,8 +1113,24 @@ int mg_bn_backward_inference(int dtype, int64_t outer, int64_t channels, int64_t
                              void *dx, float *scale_backprop, float *offset_backprop,
                              int num_threads)
 {
-    return backward(0, dtype, outer, channels, inner, dy, x, scale, mean, variance, epsilon, dx,
-                    scale_backprop, offset_backprop, num_threads);
+    return backward(0, dtype, outer, channels, inner, dy, x, scale, mean, variance, NULL, epsilon,
+                    dx, NULL, scale_backprop, offset_backprop, num_threads);
+}
+
+/* _FusedBatchNormGradEx (training): the backward of dy masked by the forward's Relu output
+ * y, g = y > 0 ? dy : dy * 0 (ReluGrad), bit for bit ReluGrad then the backward above; g is
+ * also stored to side_backprop when given (the side input's gradient). Inference-mode
+ * gradients and other dtypes are the caller's composition of the unfused kernels. */
+int mg_bn_backward_training_ex(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                               const void *dy, const void *x, const float *scale,
+                               const float *mean, const float *variance, const void *y,
+                               double epsilon, void *dx, void *side_backprop,
+                               float *scale_backprop, float *offset_backprop, int num_threads)
+{
+    if (!y)
+        return MG_EINVAL;
+    return backward(1, dtype, outer, channels, inner, dy, x, scale, mean, variance, y, epsilon,
+                    dx, side_backprop, scale_backprop, offset_backprop, num_threads);
 }
 
 /* Second order, training: the gradient of (dx, scale_backprop, offset_backprop) of the

@@ -34,6 +34,11 @@
  * either way. Returns whether the AVX512-BF16 stores are in use (tests run both). */
 int mg_bn_set_bf16_instructions(int enable);
 
+/* Non-temporal stores of the element passes: mode -1 (the default) uses them when a call's
+ * tensors exceed the last-level cache (mg_cache_size), 0 never, 1 wherever aligned (tests
+ * compare all three: the stored bits are the same). Returns the mode now in use. */
+int mg_bn_set_streaming(int mode);
+
 int mg_bn_forward_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
                            const void *x, const float *scale, const float *offset,
                            double epsilon, void *y, float *mean, float *variance,
@@ -43,6 +48,26 @@ int mg_bn_forward_inference(int dtype, int64_t outer, int64_t channels, int64_t 
                             const void *x, const float *scale, const float *offset,
                             const float *mean, const float *variance, double epsilon,
                             void *y, int num_threads);
+
+/* The training fusions (_FusedBatchNormEx / _FusedBatchNormGradEx, float32 bit for bit
+ * the unfused ops): y = relu?((BN value) + side) with side NULL for none; the backward of
+ * dy masked by the Relu output y (ReluGrad), its masked dy stored to side_backprop (NULL:
+ * not stored). Empty tensors: as the plain kernels (side_backprop is then not written). */
+int mg_bn_forward_training_ex(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                              const void *x, const float *scale, const float *offset,
+                              double epsilon, const void *side, int relu, void *y,
+                              float *mean, float *variance, int num_threads);
+
+int mg_bn_forward_inference_ex(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                               const void *x, const float *scale, const float *offset,
+                               const float *mean, const float *variance, double epsilon,
+                               const void *side, int relu, void *y, int num_threads);
+
+int mg_bn_backward_training_ex(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                               const void *dy, const void *x, const float *scale,
+                               const float *mean, const float *variance, const void *y,
+                               double epsilon, void *dx, void *side_backprop,
+                               float *scale_backprop, float *offset_backprop, int num_threads);
 
 int mg_bn_backward_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
                             const void *dy, const void *x, const float *scale,

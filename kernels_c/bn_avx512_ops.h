@@ -1,7 +1,7 @@
 /* AVX-512 (F, BW, VL, DQ) + FMA vector helpers of the run kernels (bn_runs_template.h),
  * shared by bn_isa_avx512.c and bn_isa_avx512_bf16.c. Include after a target pragma that
- * enables these extensions. Each including file defines st_bf16 (the float32 -> bfloat16
- * store) itself. */
+ * enables these extensions. Each including file defines cvt_bf16 (float32 -> bfloat16 bits)
+ * itself, then BN_AVX512_BF16_STORES. */
 #ifndef MINIGRAPH_BN_AVX512_OPS_H
 #define MINIGRAPH_BN_AVX512_OPS_H
 
@@ -26,6 +26,17 @@ static inline void vf_acc(float *p, vf v)
     _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), v));
 }
 static inline vf vf_keep(vf v, int n) { return n == VLEN ? v : _mm512_maskz_mov_ps(lanes(n), v); }
+/* Relu as mg_relu: v > 0 or NaN ? v : +0 */
+static inline vf vf_relu(vf v)
+{
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NLE_UQ), v);
+}
+/* ReluGrad as mg_relu_grad: y > 0 ? g : g * 0 */
+static inline vf vf_relu_grad(vf g, vf y)
+{
+    return _mm512_mask_mov_ps(_mm512_mul_ps(g, _mm512_setzero_ps()),
+                              _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ), g);
+}
 
 static inline vf ld_f32(const float *p, int n)
 {
@@ -38,6 +49,8 @@ static inline void st_f32(float *p, vf v, int n)
     else
         _mm512_mask_storeu_ps(p, lanes(n), v);
 }
+static inline void st_f32_nt(float *p, vf v) { _mm512_stream_ps(p, v); }
+static inline void vf_fence(void) { _mm_sfence(); }
 
 static inline __m256i ld_u16(const uint16_t *p, int n)
 {
@@ -53,11 +66,20 @@ static inline void st_u16(uint16_t *p, __m256i h, int n)
         _mm256_mask_storeu_epi16(p, lanes(n), h);
 }
 
+static inline void st_u16_nt(uint16_t *p, __m256i h) { _mm256_stream_si256((__m256i *)p, h); }
+
 static inline vf ld_f16(const uint16_t *p, int n) { return _mm512_cvtph_ps(ld_u16(p, n)); }
-static inline void st_f16(uint16_t *p, vf v, int n)
+static inline __m256i cvt_f16(vf v)
 {
-    st_u16(p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), n);
+    return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
+static inline void st_f16(uint16_t *p, vf v, int n) { st_u16(p, cvt_f16(v), n); }
+static inline void st_f16_nt(uint16_t *p, vf v) { st_u16_nt(p, cvt_f16(v)); }
+
+/* st_bf16 and st_bf16_nt from the including file's cvt_bf16 */
+#define BN_AVX512_BF16_STORES                                                       \
+    static inline void st_bf16(uint16_t *p, vf v, int n) { st_u16(p, cvt_bf16(v), n); } \
+    static inline void st_bf16_nt(uint16_t *p, vf v) { st_u16_nt(p, cvt_bf16(v)); }
 
 static inline vf ld_bf16(const uint16_t *p, int n)
 {

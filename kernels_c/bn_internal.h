@@ -27,11 +27,24 @@ typedef struct {
     int64_t head;            /* row runs: elements before position 0 (they have positions
                                 period - head .. period - 1), < vector width */
     int64_t nseg, seg_stride; /* plane runs: nseg segments, seg_stride elements apart */
+    int stream;              /* 1: whole vectors are stored non-temporally (see
+                                bn_runs_template.h's BN_STREAMING); plane runs that only
+                                write start each segment with a masked head up to the first
+                                aligned output element */
     const float *k[BN_NCOEF];
     float *acc[BN_NACC];
 } bn_run_args;
 
 typedef void (*bn_run_fn)(const bn_run_args *a);
+
+/* Elements before the first `align`-byte aligned one at p (p a multiple of elsize), at most
+ * len. */
+static inline int64_t bn_align_head(const void *p, size_t align, size_t elsize, int64_t len)
+{
+    const size_t misalign = (uintptr_t)p % align;
+    const int64_t head = misalign ? (int64_t)((align - misalign) / elsize) : 0;
+    return head < len ? head : len;
+}
 
 /* The run kernels. Formulas (xc = x - k0, dc = dy - k1, gc = gx - k2) are next to their
  * bodies in bn_runs_template.h. */
@@ -49,6 +62,11 @@ enum {
     BN_BWD_INFER_DX, /* out0 = dy * k1                       (BN_BWD_INFER, row blocks) */
     BN_GG_INFER_OUT, /* the outputs of BN_GG_INFER           (BN_GG_INFER, row blocks)  */
     BN_GG_DOT,       /* acc0 += gx*dy                        (BN_GG_INFER, row blocks)  */
+    BN_FWD_APPLY_RELU,      /* out0 = relu(xc * k1 + k2)                              */
+    BN_FWD_APPLY_SIDE,      /* out0 = (xc * k1 + k2) + dy   (dy: the side input)       */
+    BN_FWD_APPLY_SIDE_RELU, /* out0 = relu((xc * k1 + k2) + dy)                        */
+    BN_BWD_SUMS_RELU,  /* BN_BWD_SUMS of g = gx > 0 ? dy : dy * 0   (gx: the Relu output y) */
+    BN_BWD_APPLY_RELU, /* BN_BWD_APPLY of that g; out1 = g where out1 is given            */
     BN_NRUNS
 };
 

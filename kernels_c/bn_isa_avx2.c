@@ -40,6 +40,18 @@ static inline vf vf_keep(vf v, int n)
     return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes)));
 }
 
+/* Relu as mg_relu: v > 0 or NaN ? v : +0 */
+static inline vf vf_relu(vf v)
+{
+    return _mm256_and_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NLE_UQ), v);
+}
+/* ReluGrad as mg_relu_grad: y > 0 ? g : g * 0 */
+static inline vf vf_relu_grad(vf g, vf y)
+{
+    return _mm256_blendv_ps(_mm256_mul_ps(g, _mm256_setzero_ps()), g,
+                            _mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ));
+}
+
 static inline vf f32_full(const float *p) { return _mm256_loadu_ps(p); }
 static inline vf f16_full(const uint16_t *p)
 {
@@ -51,14 +63,12 @@ static inline vf bf16_full(const uint16_t *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
-static inline void f32_put(float *p, vf v) { _mm256_storeu_ps(p, v); }
-static inline void f16_put(uint16_t *p, vf v)
+static inline __m128i f16_bits(vf v)
 {
-    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128((__m128i *)p, h);
+    return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 /* float32 -> bfloat16, round to nearest even; NaN -> quiet NaN with the sign (as bn_convert.h) */
-static inline void bf16_put(uint16_t *p, vf v)
+static inline __m128i bf16_bits(vf v)
 {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i hi = _mm256_srli_epi32(u, 16);
@@ -69,10 +79,18 @@ static inline void bf16_put(uint16_t *p, vf v)
     const __m256i qnan = _mm256_or_si256(sign, _mm256_set1_epi32(0x7fc0));
     const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     r = _mm256_blendv_epi8(r, qnan, is_nan);
-    const __m128i packed =
-        _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    _mm_storeu_si128((__m128i *)p, packed);
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
+
+static inline void f32_put(float *p, vf v) { _mm256_storeu_ps(p, v); }
+static inline void f16_put(uint16_t *p, vf v) { _mm_storeu_si128((__m128i *)p, f16_bits(v)); }
+static inline void bf16_put(uint16_t *p, vf v) { _mm_storeu_si128((__m128i *)p, bf16_bits(v)); }
+
+/* non-temporal stores of whole, aligned vectors */
+static inline void st_f32_nt(float *p, vf v) { _mm256_stream_ps(p, v); }
+static inline void st_f16_nt(uint16_t *p, vf v) { _mm_stream_si128((__m128i *)p, f16_bits(v)); }
+static inline void st_bf16_nt(uint16_t *p, vf v) { _mm_stream_si128((__m128i *)p, bf16_bits(v)); }
+static inline void vf_fence(void) { _mm_sfence(); }
 
 /* n < VLEN: go through a zero-filled buffer so nothing past the run is touched */
 #define BN_AVX2_LOAD_STORE(dt, T)                                                   \

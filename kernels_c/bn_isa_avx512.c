@@ -13,7 +13,8 @@ MG_TARGET_AVX512_BEGIN
 
 #include "bn_avx512_ops.h"
 
-static inline void st_bf16(uint16_t *p, vf v, int n) { st_u16(p, bf16_exact_bits(v), n); }
+static inline __m256i cvt_bf16(vf v) { return bf16_exact_bits(v); }
+BN_AVX512_BF16_STORES
 
 #define BN_ISA avx512
 #include "bn_instantiate_dtypes.h"

@@ -17,14 +17,15 @@
 
 enum { BN_FPCLASS_NAN_OR_SUBNORMAL = 0x01 | 0x20 | 0x80 }; /* QNaN, denormal, SNaN */
 
-static inline void st_bf16(uint16_t *p, vf v, int n)
+static inline __m256i cvt_bf16(vf v)
 {
     __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
     const __mmask16 special = _mm512_fpclass_ps_mask(v, BN_FPCLASS_NAN_OR_SUBNORMAL);
     if (special)
         h = _mm256_mask_mov_epi16(h, special, bf16_exact_bits(v));
-    st_u16(p, h, n);
+    return h;
 }
+BN_AVX512_BF16_STORES
 
 #define BN_ISA avx512bf16
 #define BN_DT bf16

@@ -16,6 +16,8 @@ static inline vf vf_keep(vf v, int n) { (void)n; return v; }
 static inline vf vf_ldk(const float *p) { return *p; }
 static inline float vf_hsum(vf v) { return v; }
 static inline void vf_acc(float *p, vf v) { *p += v; }
+static inline vf vf_relu(vf v) { return (v > 0.0f || v != v) ? v : 0.0f; } /* as mg_relu */
+static inline vf vf_relu_grad(vf g, vf y) { return y > 0.0f ? g : g * 0.0f; } /* mg_relu_grad */
 
 static inline vf ld_f32(const float *p, int n) { (void)n; return *p; }
 static inline vf ld_f16(const uint16_t *p, int n) { (void)n; return bn_f16_to_f32(*p); }
@@ -23,6 +25,11 @@ static inline vf ld_bf16(const uint16_t *p, int n) { (void)n; return bn_bf16_to_
 static inline void st_f32(float *p, vf v, int n) { (void)n; *p = v; }
 static inline void st_f16(uint16_t *p, vf v, int n) { (void)n; *p = bn_f32_to_f16(v); }
 static inline void st_bf16(uint16_t *p, vf v, int n) { (void)n; *p = bn_f32_to_bf16(v); }
+/* no non-temporal stores here: plain ones */
+static inline void st_f32_nt(float *p, vf v) { st_f32(p, v, 1); }
+static inline void st_f16_nt(uint16_t *p, vf v) { st_f16(p, v, 1); }
+static inline void st_bf16_nt(uint16_t *p, vf v) { st_bf16(p, v, 1); }
+static inline void vf_fence(void) {}
 
 #define BN_ISA scalar
 #include "bn_instantiate_dtypes.h"

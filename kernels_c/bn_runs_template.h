@@ -11,6 +11,8 @@
  *   vf_acc(p, v)      position accumulator update: p[0..VLEN) += v
  *   ld_<dt>(p, n)     load n <= VLEN tensor elements widened to float (missing lanes 0)
  *   st_<dt>(p, v, n)  round and store the first n lanes
+ *   st_<dt>_nt(p, v)  round and store VLEN lanes with a non-temporal store (p aligned to
+ *                     VLEN elements), vf_fence() orders such stores before later ones
  * No per-dtype or per-ISA logic lives here: only the loops and their formulas.
  *
  * Every kernel body is written once, as a macro of (K, ACC): K(i) is coefficient i at the
@@ -29,7 +31,28 @@
 #define BN_GLUE2(a, b) BN_GLUE2_(a, b)
 #define FN(name) BN_GLUE3(name, BN_ISA, BN_DT)
 #define LD(p, n) BN_GLUE2(ld, BN_DT)(p, n)
-#define ST(p, v, n) BN_GLUE2(st, BN_DT)(p, v, n)
+/* A store: non-temporal for whole vectors in a streaming run (stream_, a constant in each
+ * copy of a run that BN_STREAMING makes), rounded alike either way. */
+#define ST(p, v, n)                                                                 \
+    do {                                                                            \
+        if (stream_ && (n) == VLEN)                                                 \
+            BN_GLUE3(st, BN_DT, nt)(p, v);                                          \
+        else                                                                        \
+            BN_GLUE2(st, BN_DT)(p, v, n);                                           \
+    } while (0)
+
+/* RUN compiled twice: with stores kept in cache (a->stream == 0) and with non-temporal
+ * stores for whole vectors (1; the driver sets it only where every whole vector a run stores
+ * is aligned: see block_stream in batch_norm.c), then a fence. */
+#define BN_STREAMING(a, RUN)                                                        \
+    if ((a)->stream) {                                                              \
+        enum { stream_ = 1 };                                                       \
+        RUN                                                                         \
+        vf_fence();                                                                 \
+    } else {                                                                        \
+        enum { stream_ = 0 };                                                       \
+        RUN                                                                         \
+    }
 
 #define BN_UNROLL_ALL _Pragma("GCC unroll 8")
 
@@ -150,8 +173,6 @@
 #define BN_PLANE_ACC(i, v) (ra_[i][u_] = vf_add(ra_[i][u_], vf_keep(v, n)))
 #define BN_PLANE_RUN(a, nk, nacc, BODY)                                             \
     for (int64_t s = 0; s < (a)->nseg; ++s) {                                       \
-        BN_RUN_TENSORS(a, s * (a)->seg_stride);                                     \
-        const int64_t len_ = (a)->len;                                              \
         vf kv_[(nk) + 1][BN_UNROLL], ra_[(nacc) + 1][BN_UNROLL];                    \
         (void)kv_, (void)ra_;                                                       \
         BN_UNROLL_ALL for (int u_ = 0; u_ < BN_UNROLL; ++u_) {                      \
@@ -160,6 +181,20 @@
             for (int i = 0; i < (nacc); ++i)                                        \
                 ra_[i][u_] = vf_zero();                                             \
         }                                                                           \
+        int64_t h_ = 0; /* streaming runs that only write: a masked head up to the first \
+                           aligned output element (the driver checked out1 shares it) */ \
+        if (stream_ && (nacc) == 0) {                                               \
+            BN_RUN_TENSORS(a, s * (a)->seg_stride);                                 \
+            h_ = bn_align_head(out0, VLEN * sizeof(BN_T), sizeof(BN_T), (a)->len);  \
+            if (h_) {                                                               \
+                const int u_ = 0;                                                   \
+                const int64_t e = 0;                                                \
+                const int n = (int)h_;                                              \
+                BODY(BN_PLANE_K, BN_PLANE_ACC)                                      \
+            }                                                                       \
+        }                                                                           \
+        BN_RUN_TENSORS(a, s * (a)->seg_stride + h_);                                \
+        const int64_t len_ = (a)->len - h_;                                         \
         int64_t e0_ = 0;                                                            \
         for (; e0_ + BN_UNROLL * VLEN <= len_; e0_ += BN_UNROLL * VLEN) {           \
             BN_UNROLL_ALL for (int u_ = 0; u_ < BN_UNROLL; ++u_) {                  \
@@ -186,8 +221,14 @@
 /* Defines FN(row_<name>) and FN(plane_<name>) from BODY(K, ACC), which uses nk
  * coefficients and nacc accumulators. */
 #define BN_RUN(name, nk, nacc, BODY)                                                \
-    static void FN(row_##name)(const bn_run_args *a) { BN_ROW_RUN(a, nk, nacc, BODY) } \
-    static void FN(plane_##name)(const bn_run_args *a) { BN_PLANE_RUN(a, nk, nacc, BODY) }
+    static void FN(row_##name)(const bn_run_args *a)                                \
+    {                                                                               \
+        BN_STREAMING(a, BN_ROW_RUN(a, nk, nacc, BODY))                              \
+    }                                                                               \
+    static void FN(plane_##name)(const bn_run_args *a)                              \
+    {                                                                               \
+        BN_STREAMING(a, BN_PLANE_RUN(a, nk, nacc, BODY))                            \
+    }
 
 /* acc0 += x  (first sub-pass of the block statistics) */
 #define BODY_SUM_X(K, ACC) { ACC(0, LD(x + e, n)); }
@@ -225,6 +266,39 @@ BN_RUN(bwd_sums, 1, 2, BODY_BWD_SUMS)
         ST(out0 + e, vf_fma(K(1), vf_sub(LD(dy + e, n), K(3)), t), n);              \
     }
 BN_RUN(bwd_apply, 4, 0, BODY_BWD_APPLY)
+
+/* The training fusions (_FusedBatchNormEx, _FusedBatchNormGradEx), float32 bit for bit the
+ * unfused ops' kernels: the batch-norm value of BODY_FWD_APPLY, + side input (read through
+ * dy; AddV2's single rounding), then Relu (mg_relu: v > 0 or NaN ? v : +0). */
+#define BN_FWD_VALUE(K) vf_fma(vf_sub(LD(x + e, n), K(0)), K(1), K(2))
+#define BODY_FWD_APPLY_RELU(K, ACC) { ST(out0 + e, vf_relu(BN_FWD_VALUE(K)), n); }
+BN_RUN(fwd_apply_relu, 3, 0, BODY_FWD_APPLY_RELU)
+#define BODY_FWD_APPLY_SIDE(K, ACC) { ST(out0 + e, vf_add(BN_FWD_VALUE(K), LD(dy + e, n)), n); }
+BN_RUN(fwd_apply_side, 3, 0, BODY_FWD_APPLY_SIDE)
+#define BODY_FWD_APPLY_SIDE_RELU(K, ACC)                                            \
+    { ST(out0 + e, vf_relu(vf_add(BN_FWD_VALUE(K), LD(dy + e, n))), n); }
+BN_RUN(fwd_apply_side_relu, 3, 0, BODY_FWD_APPLY_SIDE_RELU)
+
+/* The backward runs with dy masked by the forward's Relu output y (read through gx):
+ * g = y > 0 ? dy : dy * 0 (mg_relu_grad), then BODY_BWD_SUMS / BODY_BWD_APPLY of g; the
+ * apply run also stores g to out1 (the side input's gradient) when out1 is given. */
+#define BN_MASKED_DY vf_relu_grad(LD(dy + e, n), LD(gx + e, n))
+#define BODY_BWD_SUMS_RELU(K, ACC)                                                  \
+    {                                                                               \
+        const vf g = BN_MASKED_DY;                                                  \
+        ACC(0, g);                                                                  \
+        ACC(1, vf_mul(g, vf_keep(vf_sub(LD(x + e, n), K(0)), n)));                  \
+    }
+BN_RUN(bwd_sums_relu, 1, 2, BODY_BWD_SUMS_RELU)
+#define BODY_BWD_APPLY_RELU(K, ACC)                                                 \
+    {                                                                               \
+        const vf g = BN_MASKED_DY;                                                  \
+        const vf t = vf_mul(K(2), vf_sub(LD(x + e, n), K(0)));                      \
+        ST(out0 + e, vf_fma(K(1), vf_sub(g, K(3)), t), n);                          \
+        if (out1)                                                                   \
+            ST(out1 + e, g, n);                                                     \
+    }
+BN_RUN(bwd_apply_relu, 4, 0, BODY_BWD_APPLY_RELU)
 
 /* Inference backward in one pass: dx = dy * k1 (k1 = scale * r); acc0 += dy;
  * acc1 += dy * (x - k0) */
@@ -324,4 +398,9 @@ const bn_run_table BN_GLUE3(bn_runs, BN_ISA, BN_DT) = {
     BN_BOTH(BN_BWD_INFER_DX, bwd_infer_dx),
     BN_BOTH(BN_GG_INFER_OUT, gg_infer_out),
     BN_BOTH(BN_GG_DOT, gg_dot),
+    BN_BOTH(BN_FWD_APPLY_RELU, fwd_apply_relu),
+    BN_BOTH(BN_FWD_APPLY_SIDE, fwd_apply_side),
+    BN_BOTH(BN_FWD_APPLY_SIDE_RELU, fwd_apply_side_relu),
+    BN_BOTH(BN_BWD_SUMS_RELU, bwd_sums_relu),
+    BN_BOTH(BN_BWD_APPLY_RELU, bwd_apply_relu),
 };

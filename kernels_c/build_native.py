@@ -54,17 +54,17 @@ FAMILIES = {
 SOURCES = [name for sources, _ in FAMILIES.values() for name in sources]
 HEADERS = [name for _, headers in FAMILIES.values() for name in headers]
 CDEF_HEADERS = [headers[0] for _, headers in FAMILIES.values()]  # the public ones
-COMPILE_ARGS = ["-O3", "-g0", "-fopenmp", "-fno-math-errno", "-std=gnu11"]
-LINK_ARGS = ["-fopenmp"]
+COMPILE_ARGS = ["-O3", "-g0", "-pthread", "-fno-math-errno", "-std=gnu11"]
+LINK_ARGS = ["-pthread"]  # the worker pool (mg_runtime.c) is pthreads
 # The sanitized variant (``--sanitized DIR``, tests/test_fuzz_sanitized.py, ``make fuzz-asan``):
 # the same sources and module name under AddressSanitizer + UBSan, built into DIR, never into
 # minigraph/. Python is not instrumented, so the process that loads it needs libasan first in
 # LD_PRELOAD (see tests/fuzz/sanitized.py).
 SANITIZE_ARGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
                  "-fno-omit-frame-pointer"]
-SANITIZED_COMPILE_ARGS = ["-O1", "-g", "-fopenmp", "-fno-math-errno", "-std=gnu11",
+SANITIZED_COMPILE_ARGS = ["-O1", "-g", "-pthread", "-fno-math-errno", "-std=gnu11",
                           *SANITIZE_ARGS]
-SANITIZED_LINK_ARGS = ["-fopenmp", *SANITIZE_ARGS]
+SANITIZED_LINK_ARGS = ["-pthread", *SANITIZE_ARGS]
 
 
 def _path(name: str, absolute: bool) -> str:

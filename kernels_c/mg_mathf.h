@@ -7,6 +7,8 @@
  *   mgf_expm1_neg(x)   e^x - 1 for x <= 0 (a positive x is taken as 0), without the
  *                      cancellation of e^x - 1 near 0; NaN stays NaN
  *   mgf_log1p_unit(e)  log(1 + e) for e in [0, 1]
+ *   mgf_log_ge1(s)     log(s) for s >= 1 (inf and NaN stay): s = 2^k m, m in [1, 2),
+ *                      k ln2 (ln2 in head and tail) + log1p_unit(m - 1), m - 1 exact
  *
  * The method (Cody & Waite, "Software Manual for the Elementary Functions", 1980; the same
  * reduction as fdlibm's expf/expm1f): x = n ln2 + r with n = round(x / ln2) and
@@ -95,6 +97,16 @@ static inline float mgf_log1p_unit(float e)
     p = p * z + 0x1.99999ap-3f;        /* 1/5 */
     p = p * z + 0x1.555556p-2f;        /* 1/3 */
     return s2 + s2 * (z * p);
+}
+
+static inline float mgf_log_ge1(float s)
+{
+    if (!(s <= 0x1.fffffep127f)) /* inf, NaN */
+        return s;
+    const uint32_t bits = bn_f32_to_bits(s);
+    const float k = (float)((int32_t)(bits >> 23) - 127);
+    const float m = bn_bits_to_f32((bits & 0x7fffffu) | 0x3f800000u);
+    return k * 0x1.62e4p-1f + (k * 0x1.7f7d1cp-20f + mgf_log1p_unit(m - 1.0f));
 }
 
 /* The activations built on them (activations_internal.h's list) */

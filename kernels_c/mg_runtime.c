@@ -4,14 +4,17 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------------------------ */
 /* Threads and fork                                                                            */
 
-/* GNU OpenMP's thread pool does not survive fork(): a child that enters a parallel region
- * after its parent used one waits forever. So a child forked after a parallel region runs
- * every call on its calling thread (same results: they do not depend on the thread count). */
+/* The pool's workers do not survive fork(): the child has only the forking thread, and the
+ * pool's locks may be held by threads that no longer exist there. So a child forked after
+ * the pool started runs every call on its calling thread (same results: they do not depend
+ * on the thread count). */
 static int g_used_threads, g_serial_only;
 
 static void forked_child(void)
@@ -27,15 +30,10 @@ __attribute__((constructor)) static void register_fork_handler(void)
 
 int mg_native_threads(int requested)
 {
-#ifdef _OPENMP
     if (requested <= 1 || __atomic_load_n(&g_serial_only, __ATOMIC_RELAXED))
         return 1;
     __atomic_store_n(&g_used_threads, 1, __ATOMIC_RELAXED);
     return requested;
-#else
-    (void)requested;
-    return 1;
-#endif
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -270,3 +268,65 @@ int mg_set_isa(int isa)
 int mg_bn_isa(void) { return mg_isa(); }
 int mg_bn_set_isa(int isa) { return mg_set_isa(isa); }
 int mg_bn_best_isa(void) { return mg_best_isa(); }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Cache sizes                                                                                 */
+
+/* The size of cpu0's data or unified cache of `level` from Linux's /sys (what a virtual
+ * machine's kernel was told: glibc's sysconf may report the host socket's whole L3), or 0. */
+static int64_t sys_cache_size(int level)
+{
+    for (int index = 0; index < 16; ++index) {
+        char path[96], type[32] = "";
+        int found_level = 0;
+        long kib = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", index);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            return 0;
+        const int ok_level = fscanf(f, "%d", &found_level) == 1;
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", index);
+        if (!ok_level || found_level != level || !(f = fopen(path, "r")))
+            continue;
+        const int ok_type = fscanf(f, "%31s", type) == 1;
+        fclose(f);
+        if (!ok_type || type[0] == 'I') /* Data or Unified */
+            continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
+        if (!(f = fopen(path, "r")))
+            continue;
+        const int ok_size = fscanf(f, "%ldK", &kib) == 1;
+        fclose(f);
+        if (ok_size && kib > 0)
+            return (int64_t)kib * 1024;
+    }
+    return 0;
+}
+
+static int64_t conf_cache_size(int level)
+{
+#if defined(_SC_LEVEL1_DCACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE) && defined(_SC_LEVEL3_CACHE_SIZE)
+    const int names[] = {_SC_LEVEL1_DCACHE_SIZE, _SC_LEVEL2_CACHE_SIZE, _SC_LEVEL3_CACHE_SIZE};
+    const long size = sysconf(names[level - 1]);
+    return size > 0 ? (int64_t)size : 0;
+#else
+    (void)level;
+    return 0;
+#endif
+}
+
+int64_t mg_cache_size(int level)
+{
+    static int64_t sizes[3] = {-1, -1, -1};
+    if (level < 1 || level > 3)
+        return 0;
+    int64_t size = __atomic_load_n(&sizes[level - 1], __ATOMIC_RELAXED);
+    if (size < 0) {
+        size = sys_cache_size(level);
+        if (size == 0)
+            size = conf_cache_size(level);
+        __atomic_store_n(&sizes[level - 1], size, __ATOMIC_RELAXED);
+    }
+    return size;
+}

@@ -5,8 +5,9 @@
  *   - the instruction set: chosen once with __builtin_cpu_supports (the best one this CPU
  *     runs), narrowed by mg_set_isa for tests and benchmarks; each family keeps one table
  *     of kernels per ISA and picks it with mg_isa_pick once per call;
- *   - threads: mg_native_threads (OpenMP, and the guard for children forked after a
- *     parallel region) and the helpers that split work.
+ *   - threads: one runtime for every family, the worker pool (mg_pool_run, mg_pool_rows;
+ *     pthreads, no OpenMP), mg_native_threads (the guard for children forked after the pool
+ *     started) and the helpers that split work.
  *
  * The region between the CDEF markers is parsed by cffi (kernels_c/build_native.py).
  */
@@ -36,6 +37,10 @@ int mg_best_isa(void);
 int mg_bn_isa(void);
 int mg_bn_set_isa(int isa);
 int mg_bn_best_isa(void);
+/* The size in bytes of the data (or unified) cache of `level` (1, 2 or 3) that cpu0 sees:
+ * Linux's /sys/devices/system/cpu/cpu0/cache, else sysconf (glibc: cpuid); 0 if unknown.
+ * Read once. Kernels size their blocking and choose their stores from it at run time. */
+int64_t mg_cache_size(int level);
 /* END CDEF */
 
 /* ------------------------------------------------------------------------------------------ */
@@ -82,15 +87,15 @@ static inline const void *mg_isa_pick(const void *const tables[MG_NISA])
     return tables[isa];
 }
 
-/* The thread count a call may use: `requested`, or 1 below 2 and in a child forked after a
- * parallel region (GNU OpenMP's pool does not survive fork()). Records that threads were
- * used when it returns more. */
+/* The thread count a call may use: `requested`, or 1 below 2 and in a child forked after the
+ * pool started (its workers do not survive fork()). Records that threads were used when it
+ * returns more. */
 int mg_native_threads(int requested);
 
-/* The worker pool (the convolutions' threads): mg_pool_run(nt, count, fn, ctx) runs
+/* The worker pool (every family's threads, batch norm's included): mg_pool_run(nt, count, fn, ctx) runs
  * fn(ctx, item, tid) for every item < count on up to nt threads, the calling thread (tid 0)
  * and pool workers (tids 1 .. nt - 1), handing items out one at a time, and returns when
- * all are done. Unlike an OpenMP team, an idle worker keeps polling (yielding the core to
+ * all are done. Unlike a default OpenMP team, an idle worker keeps polling (yielding the core to
  * any other runnable thread) for MG_POOL_SPIN_US before it sleeps: the Python between two
  * kernels of a step does not put it to sleep, so the next kernel does not wait tens of
  * microseconds for a halted vCPU to wake, and beside another busy process it gives its core
@@ -106,15 +111,15 @@ typedef void (*mg_rows_fn)(void *ctx, int64_t lo, int64_t hi);
 void mg_pool_rows(int nt, int64_t rows, int64_t align, mg_rows_fn fn, void *ctx);
 
 /* Threads for streaming `elements` elements (pools, elementwise ops): small tensors stay on
- * the calling thread (a parallel region costs more than they do). */
+ * the calling thread (waking the pool costs more than they do). */
 static inline int mg_stream_threads(int requested, int64_t elements)
 {
     return elements < (1 << 15) ? 1 : mg_native_threads(requested);
 }
 
 /* Threads for a call of `work` multiply-adds (convolutions): small problems stay on the
- * calling thread, and a thread gets at least 2e5 of them (a parallel region costs tens of
- * microseconds). */
+ * calling thread, and a thread gets at least 2e5 of them (a pool job costs microseconds to
+ * tens of microseconds). */
 static inline int mg_work_threads(int requested, double work)
 {
     if (work < 2e5)

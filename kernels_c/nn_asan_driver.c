@@ -225,9 +225,8 @@ static void pool_case(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int
     float *y = output(ny, shift, &by), *dx = output(nx, shift, &bdx);
     int rc = mg_max_pool(n, h, w, c, k, k, s, s, pt, pl, oh, ow, cl, x, y, threads);
     CHECK(rc == 0, "max_pool rc %d", rc);
-    rc = s >= k ? mg_max_pool_grad(n, h, w, c, k, k, s, s, pt, pl, oh, ow, cl, x, g, dx, threads)
-                : MG_EINVAL;
-    CHECK(rc == (s >= k ? 0 : MG_EINVAL), "max_pool_grad rc %d", rc);
+    rc = mg_max_pool_grad(n, h, w, c, k, k, s, s, pt, pl, oh, ow, cl, x, g, dx, threads);
+    CHECK(rc == 0, "max_pool_grad rc %d", rc);
     double *edx = calloc(nx, sizeof(double));
     for (int64_t b = 0; b < n; ++b)
         for (int64_t ci = 0; ci < c; ++ci)
@@ -247,13 +246,12 @@ static void pool_case(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int
                     CHECK(y[o] == x[best], "max_pool value at %zu", o);
                     edx[best] += g[o];
                 }
-    if (s >= k)
-        for (size_t i = 0; i < nx; ++i)
-            CHECK((double)dx[i] == edx[i], "max_pool_grad at %zu: %g vs %g", i, (double)dx[i],
-                  edx[i]);
+    /* one contribution at most: exact; overlapping windows add up to k * k in float32 */
+    for (size_t i = 0; i < nx; ++i)
+        CHECK(fabs((double)dx[i] - edx[i]) <= (s >= k ? 0.0 : 1e-5 * (1.0 + fabs(edx[i]))),
+              "max_pool_grad at %zu: %g vs %g", i, (double)dx[i], edx[i]);
     check_guards(by, ny, shift, "max_pool");
-    if (s >= k)
-        check_guards(bdx, nx, shift, "max_pool_grad");
+    check_guards(bdx, nx, shift, "max_pool_grad");
     free(edx);
     free(by);
     free(bdx);
@@ -274,7 +272,7 @@ static void elementwise_case(int64_t count, int threads, int shift)
     CHECK(mg_relu(count, x, out[0], threads) == 0, "relu");
     CHECK(mg_relu_grad(count, g, x, out[1], threads) == 0, "relu_grad");
     CHECK(mg_apply_adam(count, var, m, v, g, 0.01f, 0.9f, 0.999f, 1e-7f, count % 2, out[2],
-                        out[3], out[4]) == 0, "adam");
+                        out[3], out[4], threads) == 0, "adam");
     for (int64_t i = 0; i < count; ++i) {
         CHECK(out[0][i] == (x[i] > 0 ? x[i] : 0.0f), "relu at %ld", (long)i);
         const float d = scalar_relu_grad(g[i], x[i]);
@@ -496,8 +494,6 @@ int main(void)
               MG_EINVAL, "c = 0 accepted");
     CHECK(mg_conv2d_backprop_input(1, 3, 3, 1, 3, 3, 1, 3, 0, 1, 1, 1, &one, &one, &one, 1) ==
               MG_EINVAL, "pad_top >= kh accepted");
-    CHECK(mg_max_pool_grad(1, 4, 4, 1, 2, 2, 1, 1, 0, 0, 3, 3, 1, &one, &one, &one, 1) ==
-              MG_EINVAL, "overlapping windows accepted");
     /* windows that would start past the image (out_h, out_w too large for h, w) */
     CHECK(mg_max_pool(1, 4, 4, 1, 2, 2, 2, 2, 0, 0, 3, 2, 1, &one, &one, 1) == MG_EINVAL,
           "out_h past the image accepted");
@@ -523,7 +519,7 @@ int main(void)
     CHECK(mg_broadcast(0, 1, &two, &two, &two, NULL, &one, &one, 1) == MG_EINVAL,
           "broadcast NULL accepted");
     CHECK(mg_apply_adam(2, &one, &one, &one, NULL, 0.1f, 0.9f, 0.999f, 1e-7f, 0, &one, &one,
-                        &one) == MG_EINVAL, "adam NULL accepted");
+                        &one, 1) == MG_EINVAL, "adam NULL accepted");
     CHECK(mg_max_pool(1, 4, 4, 1, (int64_t)1 << 40, 2, 1, 2, 0, 0, 4, 2, 1, &one, &one, 1) ==
               MG_EINVAL, "a window of 2^40 rows accepted");
     if (failures) {

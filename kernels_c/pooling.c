@@ -8,6 +8,7 @@
  */
 #include "pooling.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "mg_runtime.h"
@@ -78,6 +79,22 @@ int mg_max_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t 
     return 0;
 }
 
+/* The overlapping-window max-pool gradient: each output's argmax first (over output rows),
+ * then every input row gathers its gradients (over input rows) */
+static int max_pool_grad_overlapping(pool_geo *geo, int64_t rows, int nt)
+{
+    const int64_t images = rows / (geo->oh ? geo->oh : 1);
+    const int64_t outputs = rows * geo->ow * geo->c;
+    geo->arg = malloc((size_t)(outputs ? outputs : 1) * sizeof(int64_t));
+    if (!geo->arg)
+        return MG_ENOMEM;
+    const pool_kernel_table *t = pool_kernels();
+    run_rows(t->max_pool_arg, geo, rows, nt);
+    run_rows(t->max_pool_grad_in, geo, images * geo->h, nt);
+    free(geo->arg);
+    return 0;
+}
+
 int mg_max_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
                      int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
                      int64_t out_w, int channels_last, const float *x, const float *g,
@@ -87,16 +104,58 @@ int mg_max_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int
     int64_t rows;
     const int err = pool_setup(&geo, n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h,
                                out_w, channels_last, &rows);
-    if (err || sh < kh || sw < kw)
-        return err ? err : MG_EINVAL;
+    if (err)
+        return err;
     if (n * h * w * c == 0)
         return 0;
     if (!x || !g || !dx)
         return MG_EINVAL;
+    const int nt = mg_stream_threads(num_threads, n * h * w * c);
+    if (out_h == 0 || out_w == 0) { /* no window: no gradient */
+        memset(dx, 0, (size_t)(n * h * w * c) * sizeof(float));
+        return 0;
+    }
+    if (sh < kh || sw < kw)
+        return max_pool_grad_overlapping(&geo, rows, nt);
     /* the windows write every element they cover; zero the rest first unless they tile */
     if (!(sh == kh && sw == kw && out_h * sh - pad_top >= h && out_w * sw - pad_left >= w))
         memset(dx, 0, (size_t)(n * h * w * c) * sizeof(float));
-    run_rows(pool_kernels()->max_pool_grad, &geo, rows,
+    run_rows(pool_kernels()->max_pool_grad, &geo, rows, nt);
+    return 0;
+}
+
+int mg_avg_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
+                int64_t out_w, int channels_last, const float *x, float *y, int num_threads)
+{
+    pool_geo g = {.x = x, .y = y};
+    int64_t rows;
+    const int err = pool_setup(&g, n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h,
+                               out_w, channels_last, &rows);
+    if (err || (rows * out_w * g.c > 0 && (!x || !y)))
+        return err ? err : MG_EINVAL;
+    run_rows(pool_kernels()->avg_pool, &g, rows,
+             mg_stream_threads(num_threads, n * h * w * c));
+    return 0;
+}
+
+int mg_avg_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                     int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
+                     int64_t out_w, int channels_last, const float *g, float *dx,
+                     int num_threads)
+{
+    pool_geo geo = {.g = g, .dx = dx};
+    int64_t rows;
+    const int err = pool_setup(&geo, n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h,
+                               out_w, channels_last, &rows);
+    if (err)
+        return err;
+    if (n * h * w * c == 0)
+        return 0;
+    if (!dx || (rows * out_w * geo.c > 0 && !g))
+        return MG_EINVAL;
+    const int64_t images = channels_last ? n : n * c;
+    run_rows(pool_kernels()->avg_pool_grad_in, &geo, images * h,
              mg_stream_threads(num_threads, n * h * w * c));
     return 0;
 }

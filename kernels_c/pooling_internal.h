@@ -12,6 +12,7 @@
 typedef struct {
     const float *x, *g;
     float *y, *dx;
+    int64_t *arg; /* overlapping max-pool gradients: each output's argmax, yy * w + xx */
     int64_t h, w, c, kh, kw, sh, sw, pt, pl, oh, ow;
 } pool_geo;
 
@@ -34,6 +35,24 @@ static inline void window_cols(const pool_geo *g, int64_t ox, int64_t *xa, int64
     *xb = right > g->w ? g->w : right;
 }
 
+/* The outputs whose windows cover input index i along one axis (size n, window k, stride s,
+ * leading pad p, `out` outputs): [*lo, *hi), possibly empty */
+static inline void covering(int64_t i, int64_t k, int64_t s, int64_t p, int64_t out,
+                            int64_t *lo, int64_t *hi)
+{
+    const int64_t first = i + p - k + 1, last = i + p; /* o * s in [first, last] */
+    *lo = first <= 0 ? 0 : (first + s - 1) / s;
+    const int64_t end = last / s + 1;
+    *hi = end < out ? end : out;
+}
+
+/* In-bounds elements of a window along one axis: min(start + k, n) - max(start, 0) */
+static inline int64_t window_count(int64_t o, int64_t k, int64_t s, int64_t p, int64_t n)
+{
+    const int64_t start = o * s - p, end = start + k;
+    return (end < n ? end : n) - (start > 0 ? start : 0);
+}
+
 /* best = v where v > best or v is NaN (numpy.maximum-like: NaN propagates) */
 static inline float max_nan(float best, float v) { return (v > best || v != v) ? v : best; }
 
@@ -41,10 +60,16 @@ static inline float max_nan(float best, float v) { return (v > best || v != v) ?
  * single-channel NHWC images (c == 1). */
 typedef void (*pool_rows_fn)(const pool_geo *g, int64_t lo, int64_t hi);
 
-/* One table per ISA (pooling_template.h) */
+/* One table per ISA (pooling_template.h). The *_in entries run over input rows
+ * (image * h + y) and gather what the outputs send there: no two threads write one element,
+ * and each element adds its contributions in a fixed order. */
 typedef struct {
     pool_rows_fn max_pool;      /* y: each window's maximum                                 */
     pool_rows_fn max_pool_grad; /* dx: g at each window's first maximum, +0 elsewhere      */
+    pool_rows_fn max_pool_arg;  /* arg: each window's first maximum (overlapping windows)  */
+    pool_rows_fn max_pool_grad_in; /* dx from arg and g (overlapping windows)             */
+    pool_rows_fn avg_pool;      /* y: each window's mean                                    */
+    pool_rows_fn avg_pool_grad_in; /* dx: each covering window's g / count, added up       */
 } pool_kernel_table;
 
 extern const pool_kernel_table pool_kernels_scalar;

@@ -154,6 +154,155 @@ static void FN(max_pool_grad_channels)(const pool_geo *g, int64_t lo, int64_t hi
     }
 }
 
+/* Each output's first maximum (the scan of max_pool_grad_channels: strict >, so a NaN
+ * first element stays and a later NaN never wins) as yy * w + xx, into g->arg (the output's
+ * layout); -1 for an empty window. */
+static void FN(max_pool_arg)(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    const int64_t c = g->c;
+    float best[CB];
+    for (int64_t row = lo; row < hi; ++row) {
+        int64_t img, ya, yb;
+        window_rows(g, row, &img, &ya, &yb);
+        for (int64_t ox = 0; ox < g->ow; ++ox) {
+            int64_t xa, xb;
+            window_cols(g, ox, &xa, &xb);
+            int64_t *restrict arg = g->arg + (row * g->ow + ox) * c;
+            for (int64_t c0 = 0; c0 < c; c0 += CB) {
+                const int64_t cl = c - c0 < CB ? c - c0 : CB;
+                for (int64_t ci = 0; ci < cl; ++ci)
+                    arg[c0 + ci] = -1;
+                for (int64_t yy = ya; yy < yb; ++yy)
+                    for (int64_t xx = xa; xx < xb; ++xx) {
+                        const float *restrict s =
+                            g->x + ((img * g->h + yy) * g->w + xx) * c + c0;
+                        const int64_t at = yy * g->w + xx;
+                        for (int64_t ci = 0; ci < cl; ++ci) {
+                            const int take = arg[c0 + ci] < 0 || s[ci] > best[ci];
+                            best[ci] = take ? s[ci] : best[ci];
+                            arg[c0 + ci] = take ? at : arg[c0 + ci];
+                        }
+                    }
+            }
+        }
+    }
+}
+
+/* dx of input rows [lo, hi): for each element, +0 plus the gradients of the outputs whose
+ * first maximum it is, from the last output (row-major) to the first: the numpy kernel's
+ * order (np.add.at over the outputs reversed) */
+static void FN(max_pool_grad_in)(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    const int64_t c = g->c;
+    float acc[CB];
+    for (int64_t row = lo; row < hi; ++row) {
+        const int64_t img = row / g->h, iy = row % g->h;
+        int64_t oya, oyb;
+        covering(iy, g->kh, g->sh, g->pt, g->oh, &oya, &oyb);
+        for (int64_t ix = 0; ix < g->w; ++ix) {
+            int64_t oxa, oxb;
+            covering(ix, g->kw, g->sw, g->pl, g->ow, &oxa, &oxb);
+            const int64_t at = iy * g->w + ix;
+            float *restrict d = g->dx + (row * g->w + ix) * c;
+            for (int64_t c0 = 0; c0 < c; c0 += CB) {
+                const int64_t cl = c - c0 < CB ? c - c0 : CB;
+                for (int64_t ci = 0; ci < cl; ++ci)
+                    acc[ci] = 0.0f;
+                for (int64_t oy = oyb - 1; oy >= oya; --oy)
+                    for (int64_t ox = oxb - 1; ox >= oxa; --ox) {
+                        const int64_t o = ((img * g->oh + oy) * g->ow + ox) * c + c0;
+                        const int64_t *restrict arg = g->arg + o;
+                        const float *restrict gg = g->g + o;
+                        for (int64_t ci = 0; ci < cl; ++ci)
+                            acc[ci] += arg[ci] == at ? gg[ci] : 0.0f;
+                    }
+                for (int64_t ci = 0; ci < cl; ++ci)
+                    d[c0 + ci] = acc[ci];
+            }
+        }
+    }
+}
+
+/* Average pool of output rows [lo, hi): +0 plus, column after column of the window, that
+ * column's in-bounds elements summed top to bottom from +0 (the numpy kernel's height pass,
+ * then its width pass), divided by the in-bounds count */
+static void FN(avg_pool)(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    const int64_t c = g->c;
+    float acc[CB], col[CB];
+    for (int64_t row = lo; row < hi; ++row) {
+        int64_t img, ya, yb;
+        window_rows(g, row, &img, &ya, &yb);
+        for (int64_t ox = 0; ox < g->ow; ++ox) {
+            int64_t xa, xb;
+            window_cols(g, ox, &xa, &xb);
+            const float count = (float)((yb - ya) * (xb - xa));
+            float *restrict o = g->y + (row * g->ow + ox) * c;
+            for (int64_t c0 = 0; c0 < c; c0 += CB) {
+                const int64_t cl = c - c0 < CB ? c - c0 : CB;
+                for (int64_t ci = 0; ci < cl; ++ci)
+                    acc[ci] = 0.0f;
+                for (int64_t xx = xa; xx < xb; ++xx) {
+                    for (int64_t ci = 0; ci < cl; ++ci)
+                        col[ci] = 0.0f;
+                    for (int64_t yy = ya; yy < yb; ++yy) {
+                        const float *restrict s =
+                            g->x + ((img * g->h + yy) * g->w + xx) * c + c0;
+                        for (int64_t ci = 0; ci < cl; ++ci)
+                            col[ci] += s[ci];
+                    }
+                    for (int64_t ci = 0; ci < cl; ++ci)
+                        acc[ci] += col[ci];
+                }
+                for (int64_t ci = 0; ci < cl; ++ci)
+                    o[c0 + ci] = acc[ci] / count;
+            }
+        }
+    }
+}
+
+/* Average pool gradient of input rows [lo, hi): each covering output's g / count (float32
+ * quotients), the outputs of one output row added from the last column to the first from +0,
+ * those row sums added from the last output row to the first from +0 (the numpy kernel's
+ * width spread, then its height spread) */
+static void FN(avg_pool_grad_in)(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    const int64_t c = g->c;
+    float acc[CB], part[CB];
+    for (int64_t row = lo; row < hi; ++row) {
+        const int64_t img = row / g->h, iy = row % g->h;
+        int64_t oya, oyb;
+        covering(iy, g->kh, g->sh, g->pt, g->oh, &oya, &oyb);
+        for (int64_t ix = 0; ix < g->w; ++ix) {
+            int64_t oxa, oxb;
+            covering(ix, g->kw, g->sw, g->pl, g->ow, &oxa, &oxb);
+            float *restrict d = g->dx + (row * g->w + ix) * c;
+            for (int64_t c0 = 0; c0 < c; c0 += CB) {
+                const int64_t cl = c - c0 < CB ? c - c0 : CB;
+                for (int64_t ci = 0; ci < cl; ++ci)
+                    acc[ci] = 0.0f;
+                for (int64_t oy = oyb - 1; oy >= oya; --oy) {
+                    const int64_t ch = window_count(oy, g->kh, g->sh, g->pt, g->h);
+                    for (int64_t ci = 0; ci < cl; ++ci)
+                        part[ci] = 0.0f;
+                    for (int64_t ox = oxb - 1; ox >= oxa; --ox) {
+                        const float count =
+                            (float)(ch * window_count(ox, g->kw, g->sw, g->pl, g->w));
+                        const float *restrict gg =
+                            g->g + ((img * g->oh + oy) * g->ow + ox) * c + c0;
+                        for (int64_t ci = 0; ci < cl; ++ci)
+                            part[ci] += gg[ci] / count;
+                    }
+                    for (int64_t ci = 0; ci < cl; ++ci)
+                        acc[ci] += part[ci];
+                }
+                for (int64_t ci = 0; ci < cl; ++ci)
+                    d[c0 + ci] = acc[ci];
+            }
+        }
+    }
+}
+
 /* The table's entries: output rows [lo, hi) */
 static void FN(max_pool_rows)(const pool_geo *g, int64_t lo, int64_t hi)
 {
@@ -182,6 +331,10 @@ static void FN(max_pool_grad_rows)(const pool_geo *g, int64_t lo, int64_t hi)
 const pool_kernel_table MG_ISA_FN(pool_kernels) = {
     .max_pool = FN(max_pool_rows),
     .max_pool_grad = FN(max_pool_grad_rows),
+    .max_pool_arg = FN(max_pool_arg),
+    .max_pool_grad_in = FN(max_pool_grad_in),
+    .avg_pool = FN(avg_pool),
+    .avg_pool_grad_in = FN(avg_pool_grad_in),
 };
 
 #undef FN

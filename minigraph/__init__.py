@@ -26,6 +26,7 @@ from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import TensorShape
 from minigraph.gradients import AddSymbolicGradients
+from minigraph.optimizer import optimize
 from minigraph.testing import gradient_checker
 
 __version__ = "0.1.0"
@@ -50,7 +51,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AddSymbolicGradients", "ClientSession", "DType", "Graph", "NotDifferentiable", "Operation",
-    "OptimizerOptions", "RunMetadata",
+    "OptimizerOptions", "RunMetadata", "optimize",
     "Output", "RegisterGradient", "Scope", "TensorShape", "as_dtype", "bfloat16", "bool",
     "errors", "export_graph_def", "float16", "float32", "float64", "gradient_checker", "half",
     "import_graph_def", "int32", "int64", "io", "ops", "train", "viz",

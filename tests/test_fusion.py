@@ -1,9 +1,9 @@
-"""Plan-time fusion of a convolution's (or matmul's) elementwise successors
-(minigraph/client/fusion.py): BiasAdd -> FusedBatchNormV3 (inference) -> AddV2 -> Relu/Relu6
-applied in the native Conv2D's tiles, or as one C pass after other heads. The fused plan
-must give bit for bit what the ops give one by one (the plan that fetches the
-intermediates, where nothing fuses), on every instruction set, and still check every op's
-inputs."""
+"""The remapper's epilogue fusion (minigraph/optimizer/remapper.py, ops/fused_ops.py,
+backends/fused_kernels.py): a convolution's (or matmul's) BiasAdd -> FusedBatchNormV3
+(inference) -> AddV2 -> Relu/Relu6 become one ``_FusedConv2D``/``_FusedMatMul`` node, applied
+in the native Conv2D's tiles, or as one C pass after other heads. The fused node must give
+bit for bit what the ops give one by one (the plan that fetches the intermediates, where
+nothing fuses), on every instruction set, and still check every op's inputs."""
 
 from __future__ import annotations
 
@@ -89,8 +89,9 @@ def test_fused_chain_is_bit_identical_to_the_ops_one_by_one(case, isa, restore_i
     fused, one_by_one, metadata = _fused_and_unfused(root, feed, chain)
     np.testing.assert_array_equal(fused.view(np.uint32), one_by_one.view(np.uint32))
     if len(chain) > 1:
-        assert metadata.kernel_of(chain[-1].op.name) == "native:fused into head"
-        assert "fused" not in metadata.kernel_of("head")  # the head's own kernel
+        assert metadata.kernel_of(chain[-1].op.name) == "native:fused_kernels.fused_native"
+        ran = {s.node_name for s in metadata.step_stats}
+        assert ran.isdisjoint(t.op.name for t in chain[:-1])  # absorbed into the fused node
 
 
 def test_exceptional_batch_norm_channels_run_the_ops_own_kernels():
@@ -106,23 +107,27 @@ def test_every_fused_op_is_still_checked():
     conv = ops.Conv2D(root, x, np.ones((1, 1, 3, 2), F32), [1, 1, 1, 1], "VALID")
     y = ops.Relu(root, ops.BiasAdd(root.WithOpName("bias_add"), conv, bias))
     session = mg.ClientSession(root, backend="native")
-    with pytest.raises(mg.errors.InvalidArgumentError, match="bias_add"):
+    with pytest.raises(mg.errors.InvalidArgumentError, match="BiasAdd"):
         session.Run({x: np.ones((2, 4, 4, 3), F32), bias: np.ones(5, F32)}, y)
     out = session.Run({x: np.ones((2, 4, 4, 3), F32), bias: np.array([1, -9], F32)}, y)
     np.testing.assert_array_equal(out[..., 0], 4.0)
     np.testing.assert_array_equal(out[..., 1], 0.0)
 
 
-def test_nothing_fuses_on_the_reference_backend_or_past_a_second_consumer():
+def test_the_reference_runs_the_members_kernels_and_nothing_fuses_past_a_second_consumer():
     root, feed, chain = _network(np.random.default_rng(5))
     metadata = mg.RunMetadata()
-    mg.ClientSession(root, backend="reference").Run(feed, chain[-1], run_metadata=metadata)
-    assert "fused into" not in metadata.kernel_of(chain[-1].op.name)
+    fused = mg.ClientSession(root, backend="reference").Run(feed, chain[-1],
+                                                            run_metadata=metadata)
+    plain = mg.ClientSession(root, backend="reference",
+                             optimizer=mg.OptimizerOptions(remapper=False)).Run(feed, chain[-1])
+    assert metadata.kernel_of(chain[-1].op.name) == "reference:fused_kernels.fused_members"
+    assert fused.tobytes() == plain.tobytes()
     metadata = mg.RunMetadata()
     mg.ClientSession(root, backend="native").Run(feed, [chain[1], chain[-1]],
                                                  run_metadata=metadata)
-    assert metadata.kernel_of("bias").startswith("native:fused into head")
-    assert "fused into" not in metadata.kernel_of(chain[2].op.name)
+    assert metadata.kernel_of("bias") == "native:fused_kernels.fused_native"  # head + bias
+    assert metadata.kernel_of(chain[2].op.name) == "native:batch_norm_kernels.fused_batch_norm"
 
 
 
@@ -143,8 +148,10 @@ def test_an_add_of_two_chains_joins_one_of_them():
     feed = {x: rng.standard_normal((2, 5, 5, 3)).astype(F32)}
     fused, one_by_one, metadata = _fused_and_unfused(root, feed, [*branches, y])
     np.testing.assert_array_equal(fused.view(np.uint32), one_by_one.view(np.uint32))
-    assert [metadata.kernel_of(n).startswith("native:fused into") for n in
-            ("left_bn", "right_bn", "add")] == [True, True, True]
+    ran = {s.node_name: s.op_type for s in metadata.step_stats}
+    assert ran["act"] == ran["right_bn"] == "_FusedConv2D"  # left -> add -> act, right
+    assert {"left", "left_bn", "add", "right"}.isdisjoint(ran)
+
 
 def _special_values(rng, shape, fraction=0.02):
     """Normal values with NaN, +-inf, +-0, 6 and values near 6 mixed in (what relu and relu6
@@ -208,33 +215,23 @@ def test_the_convolution_refuses_an_epilogue_that_does_not_fit():
                  Epilogue(bias=np.ones(3, F32)))
 
 
-def test_a_repeated_signature_skips_the_checks_and_gives_the_same_bits(monkeypatch):
-    """Without MINIGRAPH_CHECK_OUTPUTS, a fused step whose inputs repeat the types, dtypes and
-    shapes of a run whose checks passed runs its kernel directly: the same bits as the ops
-    one by one; new shapes are checked again; a residual C cannot read as is (strided)
-    runs the ops' own kernels."""
-    from minigraph.client import fusion
-
-    direct = []
-    run_checked = fusion.FusedStep._run_checked
-    monkeypatch.setattr(fusion.FusedStep, "_run_checked",
-                        lambda step, *args: direct.append(step) or run_checked(step, *args))
+def test_a_side_input_the_epilogue_cannot_read_runs_the_members_kernels():
+    """A strided residual (C reads contiguous arrays only) gives the same bits as the ops
+    one by one, through the members' own kernels."""
     root, feed, chain = _network(np.random.default_rng(11))
     session = mg.ClientSession(root, backend="native", check_outputs=False)
     one_by_one = session.Run(feed, chain)[-1]
-    first = session.Run(feed, chain[-1])
-    again = session.Run(feed, chain[-1])  # the checked signature
-    for result in (first, again):
-        np.testing.assert_array_equal(result.view(np.uint32), one_by_one.view(np.uint32))
+    for _ in range(2):
+        first = session.Run(feed, chain[-1])
+        np.testing.assert_array_equal(first.view(np.uint32), one_by_one.view(np.uint32))
     x, skip = list(feed)
     strided = np.zeros((*feed[skip].shape[:-1], 2 * feed[skip].shape[-1]), F32)[..., ::2]
     strided[...] = feed[skip]
     out = session.Run({x: feed[x], skip: strided}, chain[-1])
     np.testing.assert_array_equal(out.view(np.uint32), one_by_one.view(np.uint32))
-    assert len(direct) == 2  # the second run and the strided one skipped the checks
 
 
-def test_a_repeated_signature_still_refuses_a_new_bad_input():
+def test_a_repeated_shape_still_refuses_a_new_bad_input():
     root = mg.Scope.NewRootScope()
     x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[2, 4, 4, 3])
     bias = ops.Placeholder(root.WithOpName("b"), mg.float32)
@@ -244,7 +241,7 @@ def test_a_repeated_signature_still_refuses_a_new_bad_input():
     good = {x: np.ones((2, 4, 4, 3), F32), bias: np.array([1, -9], F32)}
     for _ in range(2):
         np.testing.assert_array_equal(session.Run(good, y)[..., 0], 4.0)
-    with pytest.raises(mg.errors.InvalidArgumentError, match="bias_add"):
+    with pytest.raises(mg.errors.InvalidArgumentError, match="BiasAdd"):
         session.Run({x: good[x], bias: np.ones(5, F32)}, y)
-    with pytest.raises(mg.errors.InvalidArgumentError, match="bias_add"):
+    with pytest.raises(mg.errors.InvalidArgumentError, match="BiasAdd"):
         session.Run({x: good[x], bias: np.ones((1, 2), F32)}, y)

@@ -21,6 +21,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from conftest import NATIVE_AVAILABLE
 
 import minigraph as mg
 from minigraph.testing import keras_zoo, tf_graphs
@@ -69,6 +70,27 @@ def test_zoo_entry_matches_tensorflow(zoo_name, backend):
         diff = keras_zoo.max_abs_diff([actual], [expected])
         limit = keras_zoo.tolerance(expected, ULPS)
         assert diff <= limit, f"{what}: max |diff| {diff:.3g} > tolerance {limit:.3g}"
+
+
+@pytest.mark.skipif(not NATIVE_AVAILABLE, reason="the fused kernels' native path")
+@pytest.mark.parametrize("model", ["resnet50", "mobilenet_v2", "efficientnet_b0",
+                                   "nasnet_mobile"])
+def test_optimized_zoo_models_give_the_unoptimized_bits(model):
+    """Every graph pass on (fused convolutions, folded shapes, no Identity relays) against
+    none, on the native backend: the same bits for every output."""
+    graph = _load(model)
+    if model not in _IMPORTED:
+        _IMPORTED[model] = mg.import_graph_def(graph.graph_def)
+    root = _IMPORTED[model]
+    rewritten = mg.optimize(root, graph.fetches, graph.feeds)
+    assert any(op.type.startswith("_Fused") for op in rewritten)
+    assert len(rewritten) < len(root.graph())
+    optimized = mg.ClientSession(root, backend="native").Run(graph.feeds, graph.fetches)
+    plain = mg.ClientSession(root, backend="native", optimizer=mg.OptimizerOptions.all_off()
+                             ).Run(graph.feeds, graph.fetches)
+    for a, b in zip(optimized, plain):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert a.tobytes() == b.tobytes()
 
 
 def test_zoo_has_every_application_family():

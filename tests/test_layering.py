@@ -1,4 +1,5 @@
-"""The import graph runs one way: framework <- ops <- gradients <- client/backends <- testing,
+"""The import graph runs one way: framework <- ops <- gradients <- backends <- optimizer (the
+graph passes, which fold constants with the backends' kernels) <- client <- testing,
 interop (GraphDef exchange, which reads and builds graphs of any op and runs sessions to fold
 constants) and summary (event files, which export graphs) above them all.
 
@@ -17,14 +18,16 @@ import minigraph
 ROOT = Path(minigraph.__file__).parent
 # package -> the minigraph packages it must not import
 FORBIDDEN = {
-    "framework": ("ops", "gradients", "client", "backends", "testing", "train", "nn", "viz",
-                  "distributed", "io", "examples", "interop", "summary"),
-    "ops": ("gradients", "client", "backends", "testing", "train", "nn", "viz", "distributed",
-            "examples", "interop", "summary"),
-    "gradients": ("client", "backends", "testing", "train", "nn", "viz", "distributed",
+    "framework": ("ops", "gradients", "client", "backends", "optimizer", "testing", "train",
+                  "nn", "viz", "distributed", "io", "examples", "interop", "summary"),
+    "ops": ("gradients", "client", "backends", "optimizer", "testing", "train", "nn", "viz",
+            "distributed", "examples", "interop", "summary"),
+    "gradients": ("client", "backends", "optimizer", "testing", "train", "nn", "viz",
+                  "distributed", "examples", "interop", "summary"),
+    "backends": ("client", "gradients", "optimizer", "testing", "train", "nn", "viz",
+                 "examples", "interop", "summary"),
+    "optimizer": ("client", "gradients", "testing", "train", "nn", "viz", "distributed",
                   "examples", "interop", "summary"),
-    "backends": ("client", "gradients", "testing", "train", "nn", "viz", "examples", "interop",
-                 "summary"),
     "client": ("testing", "train", "nn", "viz", "distributed", "examples", "interop",
                "summary"),
     "interop": ("testing", "train", "nn", "viz", "distributed", "examples", "summary"),

@@ -461,24 +461,58 @@ def test_deterministic_for_any_thread_count_and_alignment(monkeypatch, dtype, sh
         assert_bitwise_equal(first, call_all(moved, channels_last))
 
 
+def test_calls_from_many_threads_at_once_match_one_thread(monkeypatch):
+    """Batch norm runs on the worker pool, which runs one job at a time: a call made while
+    another thread's job runs does its blocks on its own thread (its own workspace). Six
+    Python threads at once, each result bit for bit the single-threaded one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = [(make_inputs(shape, last, F32, seed=i), last)
+             for i, (shape, last) in enumerate([((8, 17, 19, 64), True), ((4, 24, 30, 30), False),
+                                                ((16, 9, 9, 33), True), ((2, 3, 128, 128), False),
+                                                ((6, 14, 14, 96), True), ((8, 40, 7, 7), False)])]
+    monkeypatch.setenv("MINIGRAPH_NUM_THREADS", "1")
+    expected = [call_all(d, last) for d, last in cases]
+    monkeypatch.setenv("MINIGRAPH_NUM_THREADS", "2")
+    with ThreadPoolExecutor(len(cases)) as executor:
+        for _ in range(3):
+            got = list(executor.map(lambda case: call_all(*case), cases))
+            for first, second in zip(expected, got, strict=True):
+                assert_bitwise_equal(first, second)
+
+
 @pytest.mark.parametrize("dtype", [np.dtype(F32), BF16], ids=lambda d: d.name)
 @pytest.mark.parametrize("shape, channels_last", [((1, 1, 1, 5), True), ((3, 2, 2, 17), True),
                                                   ((2, 5, 3, 3), False), ((4, 3, 3, 64), True),
-                                                  ((2, 3, 2, 33), False)], ids=str)
-def test_output_alignment_does_not_matter(dtype, shape, channels_last):
+                                                  ((2, 3, 2, 33), False), ((2, 3, 4, 16), False)],
+                         ids=str)
+@pytest.mark.parametrize("stream", [0, 1], ids=["plain-stores", "non-temporal"])
+def test_output_alignment_does_not_matter(dtype, shape, channels_last, stream):
     """The C functions write into buffers at any alignment (row runs that only write start
-    at the first aligned output element): bit-identical results, nothing written outside."""
+    at the first aligned output element), with plain or non-temporal stores: bit-identical
+    results, nothing written outside."""
     d = make_inputs(shape, channels_last, dtype, seed=7)
     lay, x, s, o, m, v = d["lay"], d["x"], d["scale"], d["offset"], d["mean"], d["var"]
     channels = shape[lay.axis]
     outer, inner = ((x.size // channels, 1) if channels_last
                     else (shape[0], int(np.prod(shape[2:]))))
     code = {np.dtype(F32): 0, BF16: 2}[np.dtype(dtype)]
-    ffi, lib, threads = native.ffi, native.lib, native.num_threads()
-    fb, ff = ffi.from_buffer, (lambda a: ffi.from_buffer("float[]", a))
+    native.lib.mg_bn_set_streaming(0)
     expected = [native.bn_forward_inference(x, s, o, m, v, EPS, channels_last),
                 native.bn_forward_training(x, s, o, EPS, channels_last)[0],
                 native.bn_backward_training(d["dy"], x, s, m, v, EPS, channels_last)[0]]
+    native.lib.mg_bn_set_streaming(stream)
+    try:
+        check_outputs_at_every_alignment(d, expected, code, outer, inner)
+    finally:
+        native.lib.mg_bn_set_streaming(-1)
+
+
+def check_outputs_at_every_alignment(d, expected, code, outer, inner):
+    x, s, o, m, v = d["x"], d["scale"], d["offset"], d["mean"], d["var"]
+    shape, channels = x.shape, s.size
+    ffi, lib, threads = native.ffi, native.lib, native.num_threads()
+    fb, ff = ffi.from_buffer, (lambda a: ffi.from_buffer("float[]", a))
     for shift in range(0, 64, x.itemsize):
         raw = np.full(x.nbytes + 128, 0xA5, np.uint8)
         start = (-raw.ctypes.data) % 64 + shift
@@ -500,6 +534,31 @@ def test_output_alignment_does_not_matter(dtype, shape, channels_last):
         assert (raw[:start] == 0xA5).all() and (raw[start + x.nbytes:] == 0xA5).all()
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape, channels_last", [((3, 5, 7, 16), True), ((5, 3, 7, 24), True),
+                                                  ((3, 5, 7, 17), True), ((2, 3, 8, 16), False),
+                                                  ((2, 3, 7, 9), False), ((1, 4, 32, 32), False),
+                                                  ((2, 1, 300, 301), False)], ids=str)
+def test_non_temporal_stores_give_the_same_bits(isa, dtype, shape, channels_last):
+    """Element passes store whole aligned vectors non-temporally when a call's tensors exceed
+    the last-level cache (small here: forced on): every function's outputs are the bits of
+    plain stores, with inputs and outputs at any alignment (row heads, plane segment heads,
+    segments that are or are not a whole number of vectors apart, the two outputs of the
+    second-order functions), nothing written outside the outputs."""
+    d = make_inputs(shape, channels_last, dtype, seed=13)
+    native.lib.mg_bn_set_streaming(0)
+    try:
+        plain = call_all(d, channels_last)
+        native.lib.mg_bn_set_streaming(1)
+        assert_bitwise_equal(plain, call_all(d, channels_last))
+        for shift in (4, 16, 36):
+            moved = {k: shifted_copy(v, shift) if isinstance(v, np.ndarray) and v.ndim > 1
+                     else v for k, v in d.items()}
+            assert_bitwise_equal(plain, call_all(moved, channels_last))
+    finally:
+        native.lib.mg_bn_set_streaming(-1)
+
+
 def _forked_child(queue, d, expected):
     result = call_all(d, True)
     queue.put(all(np.array_equal(a.view(np.uint8), b.view(np.uint8))
@@ -509,8 +568,8 @@ def _forked_child(queue, d, expected):
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_works_in_a_forked_child(monkeypatch):
-    """GNU OpenMP cannot run parallel regions in a child forked after the parent used them;
-    the kernels then run on one thread there (same bits)."""
+    """The worker pool's threads do not survive fork(): in a child forked after the parent
+    used them, the kernels run on one thread (same bits), and nothing hangs."""
     monkeypatch.setenv("MINIGRAPH_NUM_THREADS", "2")
     d = make_inputs((8, 16, 16, 17), True, F32, seed=8)
     expected = call_all(d, True)  # the parent uses its thread pool
@@ -625,8 +684,8 @@ def test_inference_x_backprop_is_bit_identical_to_the_reference(isa, dtype, chan
                                  if native.ISAS.index(i) <= native.ISAS.index(native.best_isa())])
 def test_native_sum_and_mean_over_inner_axes_equal_numpy_bit_for_bit(isa):
     """Global average pooling and friends in C (math_kernels.reduce_native): the same float32
-    row-after-row sums as numpy, and the same rounding of the mean, on every ISA; other
-    axes (the last one, non-consecutive ones) run the numpy kernel."""
+    sums as numpy (row after row; pairwise along a reduced last axis; one running sum over
+    non-consecutive axes), and the same rounding of the mean, on every ISA."""
     import minigraph as mg
     from minigraph import ops
 

@@ -1,7 +1,7 @@
 """The native (C) fast paths of the layer ops against the numpy kernels they replace.
 
 With the native backend, float32 Conv2D / Conv2DBackpropInput / Conv2DBackpropFilter
-(stride 1, dilation 1, SAME/VALID), MaxPool, MaxPoolGrad (non-overlapping windows), Relu,
+(stride 1, dilation 1, SAME/VALID), MaxPool, MaxPoolGrad (any windows), Relu,
 ReluGrad and ApplyAdam run in C (kernels_c/convolution*, pooling*, activations*,
 optimizers*). Each test builds the op in a
 graph and runs it in a "native" and a "reference" session (the numpy kernels, themselves
@@ -12,8 +12,8 @@ tested against loop references and TensorFlow in test_nn_ops.py):
   relative to the magnitude of the summed terms (the same bound holds for the numpy path);
 * MaxPoolGrad, ReLU and Adam bit for bit (ties, NaN, infinities, signed zeros), MaxPool
   equal (NaN included; the sign of a zero maximum may differ);
-* the cases the C code does not take (strides, dilations, EXPLICIT padding, other dtypes,
-  overlapping pool windows) still give the numpy results;
+* the cases the C code does not take (strides, dilations, EXPLICIT padding, other dtypes)
+  still give the numpy results;
 * determinism: bit-identical results for the same inputs and any thread count; every
   instruction set; a forked child; and a short digits training run reaching the reference
   backend's accuracy.
@@ -274,7 +274,7 @@ POOL_CASES = [
     (3, 6, 7, 17, (3, 3), (3, 3)),
     (2, 7, 9, 70, (2, 3), (3, 3)),   # gaps between windows; > 64 channels
     (2, 5, 5, 5, (1, 1), (2, 2)),
-    (2, 9, 8, 4, (3, 3), (2, 2)),    # overlapping windows: the grad stays on numpy
+    (2, 9, 8, 4, (3, 3), (2, 2)),    # overlapping windows: gradients gathered per input
     (2, 6, 37, 3, (2, 2), (2, 2)),   # NCHW rows of more than 16 windows, odd width
     (1, 5, 64, 2, (2, 2), (2, 2)),   # ... exactly 32 windows
     (2, 4, 2, 3, (2, 2), (2, 2)),    # NCHW even sizes, 16 / out_w output rows per vector:
@@ -505,7 +505,7 @@ def _child(queue):
 
 
 def test_works_in_a_forked_child():
-    """libgomp's thread pool does not survive fork(): a child runs serially, same results."""
+    """The worker pool does not survive fork(): a child runs serially, same results."""
     expected = [a.tobytes() for a in all_native_outputs()]  # the parent used its threads
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
@@ -555,9 +555,9 @@ def test_rejects_bad_geometry():
     with pytest.raises(ValueError):  # input-gradient pads must be < the filter size
         c_conv2d_backprop_input(np.ones((1, 4, 4, 3), F32), np.ones((3, 3, 2, 3), F32),
                                      (4, 4), ((3, 0), (1, 1)), True)
-    with pytest.raises(ValueError):  # overlapping windows
+    with pytest.raises(ValueError):  # a pad as large as the window
         c_max_pool_grad(x, np.ones((1, 3, 3, 2), F32), (2, 2), (1, 1),
-                             ((0, 0), (0, 0)), (3, 3), True)
+                        ((2, 0), (0, 0)), (3, 3), True)
 
 
 # ----------------------------------------------------------------------------- huge windows
@@ -618,7 +618,7 @@ HUGE_POOLS = [  # (n, h, w, c), ksize, strides, padding, explicit pads (H, W)
 def test_windows_far_larger_than_the_input_are_clipped(case, fmt, dtype):
     """Pools cost (output size) x (clipped window), not ksize: a 3000 x 3000 (even
     2**31 - 1) window over 8 x 8 finishes at once and equals the float64 formulas, on both
-    backends (native: MaxPool and non-overlapping MaxPoolGrad in C)."""
+    backends (native: MaxPool, MaxPoolGrad, AvgPool and AvgPoolGrad in C)."""
     shape, ksize, strides, padding, explicit = case
     explicit = explicit or ((0, 0), (0, 0))
     rng = np.random.default_rng(sum(shape))

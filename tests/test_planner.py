@@ -134,8 +134,10 @@ def _runs(graph: _Graph, backend: str, planner: bool) -> list[list[np.ndarray]]:
     fetched one held from the first run, nor a variable changed."""
     # with the planner, runs 2 and 3 run bound (checks skipped where they can only pass),
     # which sessions checking every output never do
+    # (identity_removal off: the graph keeps its Identity aliases)
     session = mg.ClientSession(graph.root, backend=backend, check_outputs=not planner,
-                               optimizer=mg.OptimizerOptions(memory_planner=planner))
+                               optimizer=mg.OptimizerOptions(identity_removal=False,
+                                                             memory_planner=planner))
     session.Run({}, [], targets=[graph.init])
     fed = {key: value.copy() for key, value in graph.feeds.items()}
     results, held = [], []
@@ -237,7 +239,7 @@ def test_views_and_aliases_count_once_and_are_never_overwritten():
     view = ops.Reshape(root.WithOpName("view"), alias, [UNIT // 4])
     relu = ops.Relu(root.WithOpName("relu"), t)
     later = ops.Tanh(root.WithOpName("later"), view)
-    session = mg.ClientSession(root)
+    session = mg.ClientSession(root, optimizer=mg.OptimizerOptions(identity_removal=False))
     feed = {x: np.linspace(-1, 1, UNIT // 4, dtype=F32).reshape(4, UNIT // 16)}
     metadata = mg.RunMetadata()
     relu_value, later_value = session.Run(feed, [relu, later], run_metadata=metadata)

@@ -23,6 +23,8 @@ from minigraph.backends import (  # noqa: F401  (importing registers the kernels
     concat_kernels,
     convolution_kernels,
     elementwise_kernels,
+    fused_kernels,
+    fused_training_kernels,
     image_kernels,
     index_kernels,
     layout_kernels,

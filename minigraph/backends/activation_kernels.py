@@ -288,16 +288,3 @@ def c_channel_epilogue(y: np.ndarray, epilogue: Epilogue) -> None:
     check_code(lib.mg_channel_epilogue(y.size // channels, channels, fbuf(y), c_epilogue,
                                        num_threads()),
                "channel epilogue")
-
-
-def c_reduce_rows(x: np.ndarray, outer: int, rows: int, channels: int, mean: bool
-                  ) -> np.ndarray:
-    """``mg_reduce_rows``: the sums (means) over the middle axis of x viewed as [outer][rows]
-    [channels], in numpy's order; x must hold exactly ``outer * rows * channels`` floats."""
-    x = as_f32(x)
-    if x.size != outer * rows * channels or channels <= 0:
-        raise ValueError(f"reduce_rows: x holds {x.size} floats, not {outer}x{rows}x{channels}")
-    y = np.empty((outer, channels), F32)
-    check_code(lib.mg_reduce_rows(outer, rows, channels, fbuf(x), fbuf(y), int(mean),
-                                  num_threads()), "Mean" if mean else "Sum")
-    return y

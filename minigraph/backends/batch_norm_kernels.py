@@ -11,6 +11,7 @@ elsewhere. Inputs were already validated by the session.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -54,10 +55,20 @@ def fused_batch_norm(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
     exponential_avg_factor != 1; reserve spaces hold the mean and the biased variance.
     Inference: copies of mean/variance everywhere. Empty x: NaN batch statistics.
     """
+    return batch_norm_forward(op, inputs, ctx, ctx.math.bn_forward_training,
+                              ctx.math.bn_forward_inference)
+
+
+def batch_norm_forward(op: Operation, inputs: list[np.ndarray], ctx: KernelContext,
+                       training: Callable, inference: Callable) -> list[np.ndarray]:
+    """:func:`fused_batch_norm`'s outputs, y computed by ``training(x, scale, offset,
+    epsilon, channels_last)`` -> (y, mean, biased variance) or ``inference(x, scale, offset,
+    mean, variance, epsilon, channels_last)`` -> y: a BatchNormMath's functions, or
+    _FusedBatchNormEx's, which also add the side input and apply the activation."""
     x, scale, offset, mean, variance = inputs
     attrs = op.attrs
     epsilon, last = attrs["epsilon"], channels_last(attrs["data_format"])
-    math, xp = ctx.math, ctx.math.xp
+    xp = ctx.math.xp
     x = xp.ascontiguousarray(x)
     ct = _compute_type(x)
     scale, offset, mean, variance = (_vector(xp, v, ct)
@@ -69,7 +80,7 @@ def fused_batch_norm(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
         zeros = xp.zeros(channels, ct)
         outputs = [xp.empty(x.shape, x.dtype), nan, nan.copy(), zeros, zeros.copy()]
     elif attrs["is_training"]:
-        y, batch_mean, biased_variance = math.bn_forward_training(x, scale, offset, epsilon, last)
+        y, batch_mean, biased_variance = training(x, scale, offset, epsilon, last)
         bessel = ct(count) / ct(max(count - 1, 1))
         factor = ct(attrs["exponential_avg_factor"])
         if factor == 1:
@@ -80,7 +91,7 @@ def fused_batch_norm(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
             running_variance = variance * keep + biased_variance * bessel * factor
         outputs = [y, running_mean, running_variance, batch_mean, biased_variance]
     else:
-        y = math.bn_forward_inference(x, scale, offset, mean, variance, epsilon, last)
+        y = inference(x, scale, offset, mean, variance, epsilon, last)
         outputs = [y, mean.copy(), variance.copy(), mean.copy(), variance.copy()]
     if len(op.outputs) == 6:
         outputs.append(_empty_reserve(xp))

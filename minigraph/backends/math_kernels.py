@@ -7,10 +7,19 @@ import math
 
 import numpy as np
 
-from minigraph.backends.activation_kernels import c_reduce_rows
-from minigraph.backends.native import check_code, fbuf, ffi, lib, num_threads, out_array
+from minigraph.backends.native import (
+    as_f32,
+    check_code,
+    fbuf,
+    ffi,
+    lib,
+    num_threads,
+    out_array,
+)
 from minigraph.backends.registry import find_kernel, register_kernel
 from minigraph.framework import dtypes
+
+F32 = np.float32
 
 
 def _elementwise(function):
@@ -37,6 +46,27 @@ def add_n(op, inputs, ctx):
     for value in inputs[1:]:
         total += value
     return [total]
+
+
+@register_kernel("AddN", backend="native", dtypes=(dtypes.float32,))
+def add_n_native(op, inputs, ctx):
+    """``c_add_n``: the numpy kernel's sums (input order) bit for bit."""
+    return [c_add_n(inputs)]
+
+
+def c_add_n(inputs: list[np.ndarray]) -> np.ndarray:
+    """x[0] + x[1] + ... elementwise in input order (kernels_c/optimizers.h), float32 arrays
+    of one shape (checked: C reads that many elements of each); a new array."""
+    arrays = [as_f32(x) for x in inputs]
+    first = arrays[0]
+    for index, x in enumerate(arrays[1:], 1):
+        if x.shape != first.shape:
+            raise ValueError(f"native AddN: inputs[{index}] must have shape {first.shape}, "
+                             f"got {x.shape}")
+    y = np.empty(first.shape, F32)
+    pointers = ffi.new("float *[]", [fbuf(x) for x in arrays])
+    check_code(lib.mg_add_n(first.size, len(arrays), pointers, fbuf(y), num_threads()), "AddN")
+    return y
 
 
 @register_kernel("Cast")
@@ -69,30 +99,89 @@ def reduce_mean(op, inputs, ctx):
     return [np.asarray(value, x.dtype)]
 
 
-def _middle_block(x: np.ndarray, axes: tuple[int, ...]) -> tuple[int, int, int] | None:
-    """(outer, rows, channels) when ``axes`` are consecutive axes of x before its last: x is
-    then [outer][rows][channels] and the reduction sums its rows in numpy's order (one
-    channel, the innermost, would sum pairwise instead)."""
-    if not axes or sorted(axes) != list(range(min(axes), max(axes) + 1)):
-        return None
-    first, last = min(axes), max(axes)
-    channels = math.prod(x.shape[last + 1:])
-    if last == x.ndim - 1 or channels < 2:
-        return None
-    return math.prod(x.shape[:first]), math.prod(x.shape[first:last + 1]), channels
+def _runs(shape: tuple[int, ...], axes: set[int]) -> list[list]:
+    """``shape`` as runs ``[size, reduced]`` of neighbouring axes alike (reduced or kept),
+    size-1 axes dropped (they add nothing to any sum)."""
+    runs: list[list] = []
+    for i, n in enumerate(shape):
+        if n == 1:
+            continue
+        reduced = i in axes
+        if runs and runs[-1][1] == reduced:
+            runs[-1][0] *= n
+        else:
+            runs.append([n, reduced])
+    return runs
+
+
+def _offsets(runs: list[list], strides: list[int]) -> np.ndarray:
+    """The element offsets of every multi-index over ``runs`` (row-major), as int64."""
+    offsets = np.zeros(1, np.int64)
+    for (size, _), stride in zip(runs, strides):
+        offsets = (offsets[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
+    return offsets
+
+
+def c_reduce(x: np.ndarray, axes: tuple[int, ...], mean: bool) -> np.ndarray:
+    """Sum (mean) of float32 x over ``axes`` in C, flat ([kept elements] in x's order), in
+    numpy's order, so its float32 results bit for bit:
+
+    - reduced axes at the end (one run of them): each row pairwise (``mg_reduce_inner``:
+      +0, then numpy's blocks of 8), then what remains as below;
+    - otherwise (kept axes at the end: channels): one running sum per output from +0 over
+      the reduced indices in row-major order (``mg_reduce_rows`` for a single run of
+      neighbouring reduced axes, ``mg_reduce_gather`` for several).
+
+    Bound: |error| <= (reduced count) * 2^-24 * sum|x| (the pairwise rows do better). A
+    mean divides the final sums by the count of reduced elements once, in double (numpy's
+    true_divide by its integer count)."""
+    x = as_f32(x)
+    runs = _runs(x.shape, set(axes))
+    if not any(reduced for _, reduced in runs):  # only size-1 axes: each sum is +0 + x
+        return c_broadcast("add", x, np.zeros((), F32)).ravel()
+    count = math.prod(x.shape[a] for a in axes)
+    what = "Mean" if mean else "Sum"
+    if runs[-1][1]:  # a trailing run: pairwise rows
+        outer, rows = math.prod(n for n, _ in runs[:-1]), runs[-1][0]
+        final = len(runs) == 1 or not any(reduced for _, reduced in runs[:-1])
+        y = np.empty(outer, F32)
+        check_code(lib.mg_reduce_inner(outer, rows, fbuf(x), fbuf(y),
+                                       count if mean and final else 0, num_threads()), what)
+        if final:
+            return y
+        x, runs = y, runs[:-1]
+    channels = runs[-1][0]
+    strides = [math.prod(n for n, _ in runs[i + 1:]) for i in range(len(runs))]
+    kept = [(run, stride) for run, stride in zip(runs[:-1], strides) if not run[1]]
+    reduced = [(run, stride) for run, stride in zip(runs, strides) if run[1]]
+    outer = math.prod(run[0] for run, _ in kept)
+    rows = math.prod(run[0] for run, _ in reduced)
+    y = np.empty(outer * channels, F32)
+    divisor = count if mean else 0
+    if len(reduced) == 1 and len(kept) <= 1:  # [outer][rows][channels]
+        code = lib.mg_reduce_rows(outer, rows, channels, fbuf(x), fbuf(y), divisor,
+                                  num_threads())
+    else:
+        outer_off = _offsets([r for r, _ in kept], [s for _, s in kept])
+        row_off = _offsets([r for r, _ in reduced], [s for _, s in reduced])
+        code = lib.mg_reduce_gather(outer, rows, channels,
+                                    ffi.from_buffer("int64_t[]", outer_off),
+                                    ffi.from_buffer("int64_t[]", row_off), fbuf(x), fbuf(y),
+                                    divisor, num_threads())
+    check_code(code, what)
+    return y
 
 
 @register_kernel("Sum", "Mean", backend="native", dtypes=(dtypes.float32,))
 def reduce_native(op, inputs, ctx):
-    """Reductions over consecutive inner axes (the spatial axes of NHWC: global average
-    pooling) in C, bit for bit the numpy kernels' sums; any other axes run those."""
+    """Sum and Mean over any axes in C (``c_reduce``: numpy's float32 results bit for bit);
+    an empty x runs the numpy kernel (no element to add: it only fills zeros or NaNs)."""
     x, axes = inputs
     axes = _axes(x, axes)
-    block = _middle_block(x, axes)
-    numpy_kernel = reduce_mean if op.type == "Mean" else reduce_sum
-    if block is None or x.size == 0:
+    if x.size == 0:
+        numpy_kernel = reduce_mean if op.type == "Mean" else reduce_sum
         return numpy_kernel(op, inputs, ctx)
-    y = c_reduce_rows(x, *block, mean=op.type == "Mean")
+    y = c_reduce(x, axes, mean=op.type == "Mean")
     keep = op.attrs["keep_dims"]
     shape = [1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes]
     return [y.reshape(shape)]
@@ -137,6 +226,13 @@ def broadcast_to(op, inputs, ctx):
     the whole input, and the consumer reads it once)."""
     x, shape = inputs
     return [np.broadcast_to(x, shape.tolist())]
+
+
+@register_kernel("BroadcastTo", backend="native", dtypes=(dtypes.float32,))
+def broadcast_to_native(op, inputs, ctx):
+    """The same read-only view as the numpy kernel (moving no data is the fastest
+    broadcast): the native binary ops read such a view in place (``c_broadcast``)."""
+    return broadcast_to(op, inputs, ctx)
 
 
 @register_kernel("ReducedShape")
@@ -211,23 +307,36 @@ def _plain_f32(array) -> bool:
     return array.dtype == np.float32 and flags.c_contiguous and flags.aligned
 
 
+def _unbroadcast(array: np.ndarray) -> np.ndarray:
+    """A broadcast view (stride 0 along some axes: BroadcastTo's output) as the array it
+    repeats: size 1 along those axes, which broadcasting then stretches again. Any other
+    array as it is."""
+    if array.dtype != np.float32 or 0 not in array.strides or array.size == 0:
+        return array
+    return array[tuple(slice(0, 1) if stride == 0 else slice(None)
+                       for stride in array.strides)]
+
+
 def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None
                 ) -> np.ndarray | None:
     """``x OP y`` with numpy broadcasting, OP the op ``c_name`` of kernels_c/broadcast's
-    list, for C-contiguous aligned float32 arrays, written into ``out`` where it fits (x or
-    y of the result's shape: each loop reads element i before writing it); None for
-    anything else (other dtypes or layouts, empty results, more merged dimensions than C
-    takes)."""
+    list, for C-contiguous aligned float32 arrays and broadcast views of them (C reads what
+    they repeat; where both repeat along an axis, so does z: a broadcast view), written into
+    ``out`` where it fits (x or y of the result's shape: each loop reads element i before
+    writing it); None for anything else (other dtypes or layouts, empty results, more
+    merged dimensions than C takes)."""
+    z_shape = np.broadcast_shapes(x.shape, y.shape)
+    x, y = _unbroadcast(x), _unbroadcast(y)
     if not (_plain_f32(x) and _plain_f32(y)):
         return None
     plan = broadcast_plan(x.shape, y.shape)
     if plan is None:
         return None
-    z_shape, rank, dims, x_dims, y_dims = plan
-    z = out_array(out, z_shape, x, y)
+    computed, rank, dims, x_dims, y_dims = plan
+    z = out_array(out, computed, x, y)
     check_code(lib.mg_broadcast(_broadcast_ops()[c_name], rank, dims, x_dims, y_dims,
                                 fbuf(x), fbuf(y), fbuf(z), num_threads()), c_name)
-    return z
+    return z if computed == z_shape else np.broadcast_to(z, z_shape)
 
 
 def register_native_binary(op_type: str, c_name: str) -> None:

@@ -1,4 +1,4 @@
-"""The native backend: batch-norm math in C (SIMD + OpenMP), loaded from ``minigraph._native``.
+"""The native backend: batch-norm math in C (SIMD, worker pool), loaded from ``minigraph._native``.
 
 The extension is built from ``kernels_c/`` by ``pip install`` (cffi, API mode); when it could
 not be built, :func:`available` is False and :func:`unavailable_reason` says why, and the
@@ -18,12 +18,10 @@ default: ``os.cpu_count()``), looked up at every call; :func:`set_num_threads` o
 set than the best one the CPU has, at import; :func:`set_isa` does it later. An invalid value
 of either variable warns once, naming it, and the default is used.
 
-Most kernels run on minigraph's own worker pool (kernels_c/mg_runtime.c: idle workers poll,
-yielding their core, for 300 us, then sleep). Batch norm uses OpenMP:
-unless ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME`` is set, its runtime is
-loaded with ``GOMP_SPINCOUNT=1000`` (idle threads spin tens of microseconds, not
-milliseconds, so training beside another busy process keeps its fair share; see
-:data:`DEFAULT_SPINCOUNT`).
+Every kernel, batch norm's included, runs on minigraph's own worker pool
+(kernels_c/mg_runtime.c, pthreads; no OpenMP): idle workers poll, yielding their core, for
+300 us, then sleep, so back-to-back kernels start at once and a busy neighbour process gets
+its fair share of the cores.
 """
 
 from __future__ import annotations
@@ -36,35 +34,15 @@ import numpy as np
 
 from minigraph.framework.errors import InvalidArgumentError
 
-# OpenMP's wait policy, read by the OpenMP runtime once, when the extension loads it. By
-# default libgomp's idle threads spin 300000 times (milliseconds) at every barrier and between
-# parallel regions; beside another busy process (another framework's thread pool, a test run)
-# those spinning threads time-slice against it, and a barrier waits for a descheduled
-# teammate, so training ran 5-20x slower instead of the fair-share 2x (benchmarks/contention.py,
-# docs/performance.md). A short spin (GOMP_SPINCOUNT=1000, tens of microseconds) still covers
-# the gaps between back-to-back kernels, keeping the quiet speed (passive waiting, 0, was
-# 25-30% slower quiet: waking an idle vCPU is slow), and bounds the waste when cores are
-# taken. Applied unless the user chose a policy (any of these variables set, even empty); it
-# is set only while the extension loads and removed again, so child processes and libraries
-# loaded later see the user's environment. When another library loaded the same runtime first
-# (``import torch`` before minigraph loads torch's libgomp), that runtime's settings stand.
-WAIT_POLICY_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
-DEFAULT_SPINCOUNT = "1000"
-WAIT_POLICY_APPLIED = not any(name in os.environ for name in WAIT_POLICY_VARS)
-if WAIT_POLICY_APPLIED:
-    os.environ["GOMP_SPINCOUNT"] = DEFAULT_SPINCOUNT
 try:
     from minigraph._native import ffi, lib
 except ImportError as error:  # not built (no compiler at install time) or built for another Python
     ffi = lib = None
     _REASON: str | None = (
         f"the C extension minigraph._native is not available ({error}); reinstall minigraph "
-        "with a C compiler (gcc/clang with OpenMP) to build it")
+        "with a C compiler (gcc/clang) to build it")
 else:
     _REASON = None
-finally:
-    if WAIT_POLICY_APPLIED and os.environ.get("GOMP_SPINCOUNT") == DEFAULT_SPINCOUNT:
-        del os.environ["GOMP_SPINCOUNT"]
 
 NAME = "native"
 xp = np  # the array functions for this backend's tensors (BatchNormMath.xp)
@@ -271,6 +249,63 @@ def bn_forward_training(x, scale, offset, epsilon, channels_last):
         code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), float(epsilon),
         _buf(y), fbuf(mean), fbuf(variance), num_threads()))
     return y, mean, variance
+
+
+def _side(x: np.ndarray, side: np.ndarray | None):
+    """The side input's buffer (C reads x.size elements of it), or NULL."""
+    if side is None:
+        return ffi.NULL
+    _same_as_x(x, side)
+    return _buf(side)
+
+
+def bn_forward_training_ex(x, scale, offset, epsilon, channels_last, *, side=None,
+                           relu=False):
+    """bn_forward_training with y = relu?(y + side) in the same pass (_FusedBatchNormEx):
+    each stage rounds as AddV2's and Relu's kernels do."""
+    code, outer, channels, inner = _geometry(x, channels_last)
+    _vectors(channels, scale, offset)
+    side_buf = _side(x, side)
+    y = np.empty(x.shape, x.dtype)
+    mean = np.empty(channels, F32)
+    variance = np.empty(channels, F32)
+    check_code(lib.mg_bn_forward_training_ex(
+        code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), float(epsilon),
+        side_buf, int(relu), _buf(y), fbuf(mean), fbuf(variance), num_threads()))
+    return y, mean, variance
+
+
+def bn_forward_inference_ex(x, scale, offset, mean, variance, epsilon, channels_last, *,
+                            side=None, relu=False):
+    """bn_forward_inference with y = relu?(y + side) in the same pass."""
+    code, outer, channels, inner = _geometry(x, channels_last)
+    _vectors(channels, scale, offset, mean, variance)
+    side_buf = _side(x, side)
+    y = np.empty(x.shape, x.dtype)
+    check_code(lib.mg_bn_forward_inference_ex(
+        code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), fbuf(mean),
+        fbuf(variance), float(epsilon), side_buf, int(relu), _buf(y), num_threads()))
+    return y
+
+
+def bn_backward_training_ex(dy, x, scale, mean, variance, y, epsilon, channels_last, *,
+                            side_backprop=False):
+    """(dx, scale_backprop, offset_backprop, side_backprop or None): bn_backward_training of
+    g = y > 0 ? dy : dy * 0 (ReluGrad's mask from the forward's output y), g itself as the
+    side input's gradient when asked (_FusedBatchNormGradEx)."""
+    code, outer, channels, inner = _geometry(x, channels_last)
+    _same_as_x(x, dy, y)
+    _vectors(channels, scale, mean, variance)
+    dx = np.empty(x.shape, x.dtype)
+    side = np.empty(x.shape, x.dtype) if side_backprop else None
+    scale_backprop = np.empty(channels, F32)
+    offset_backprop = np.empty(channels, F32)
+    check_code(lib.mg_bn_backward_training_ex(
+        code, outer, channels, inner, _buf(dy), _buf(x), fbuf(scale), fbuf(mean),
+        fbuf(variance), _buf(y), float(epsilon), _buf(dx),
+        ffi.NULL if side is None else _buf(side), fbuf(scale_backprop), fbuf(offset_backprop),
+        num_threads()))
+    return dx, scale_backprop, offset_backprop, side
 
 
 def bn_forward_inference(x, scale, offset, mean, variance, epsilon, channels_last):

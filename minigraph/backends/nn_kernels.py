@@ -16,10 +16,49 @@ from minigraph.backends.activation_kernels import Epilogue
 from minigraph.backends.compute import compute_dtype
 from minigraph.backends.gemm import c_gemm, packed_b
 from minigraph.backends.linalg_kernels import blas_matmul
+from minigraph.backends.math_kernels import c_reduce
+from minigraph.backends.native import (
+    as_f32,
+    check_code,
+    check_same_shape,
+    fbuf,
+    ffi,
+    lib,
+    num_threads,
+)
 from minigraph.backends.reduction_kernels import arg_extreme
 from minigraph.backends.registry import register_kernel
 from minigraph.framework import dtypes
 from minigraph.ops.nn_ops import bias_channel_axis
+
+F32 = np.float32
+
+
+def c_softmax_xent(features: np.ndarray, *, dense: np.ndarray | None = None,
+                   sparse: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(loss [rows], backprop [rows, classes]) of ``mg_softmax_xent`` for float32 features
+    [rows, classes] and either dense float32 labels of that shape or integer labels [rows],
+    each in [0, classes) (checked: C reads features[label])."""
+    x = as_f32(features)
+    if x.ndim != 2:
+        raise ValueError(f"native softmax cross entropy: features must be 2-D, got {x.shape}")
+    rows, classes = x.shape
+    loss, backprop = np.empty(rows, F32), np.empty(x.shape, F32)
+    if x.size == 0:  # no class: nothing to normalize (TF's zeros)
+        return np.zeros(rows, F32), backprop
+    if dense is not None:
+        labels = as_f32(dense)
+        check_same_shape("softmax cross entropy", x, labels=labels)
+        dense_buf, sparse_buf = fbuf(labels), ffi.NULL
+    else:
+        index = np.ascontiguousarray(sparse, np.int64)
+        if index.shape != (rows,) or ((index < 0) | (index >= classes)).any():
+            raise ValueError(f"native softmax cross entropy: labels must be {rows} indices "
+                             f"in [0, {classes})")
+        dense_buf, sparse_buf = ffi.NULL, ffi.from_buffer("int64_t[]", index)
+    check_code(lib.mg_softmax_xent(rows, classes, fbuf(x), dense_buf, sparse_buf, fbuf(loss),
+                                   fbuf(backprop), num_threads()), "softmax cross entropy")
+    return loss, backprop
 
 
 def _in(x: np.ndarray) -> np.ndarray:
@@ -44,6 +83,18 @@ def bias_add_grad(op, inputs, ctx):
     return [_in(dy).sum(axis=axes).astype(dy.dtype, copy=False)]
 
 
+@register_kernel("BiasAddGrad", backend="native", dtypes=(dtypes.float32,))
+def bias_add_grad_native(op, inputs, ctx):
+    """``c_reduce`` over every axis but the channel one: NHWC's (and 2-D's) leading axes
+    are one run, summed row after row in numpy's order (the numpy kernel's bits); NCHW's
+    sum each image's plane pairwise, then the images in order (c_reduce's bound)."""
+    dy = inputs[0]
+    axis = bias_channel_axis(op.attrs["data_format"], dy.ndim)
+    if dy.size == 0:
+        return bias_add_grad(op, inputs, ctx)
+    return [c_reduce(dy, tuple(a for a in range(dy.ndim) if a != axis), mean=False)]
+
+
 @register_kernel("MatMul")
 def matmul(op, inputs, ctx):
     a, b = inputs
@@ -59,7 +110,7 @@ def matmul_native(op, inputs, ctx):
 
 
 def matmul_native_epilogue(op, inputs, ctx, epilogue: Epilogue | None) -> list:
-    """matmul_native, then ``epilogue`` (the fused successors, ``client.fusion``) where it
+    """matmul_native, then ``epilogue`` (the fused successors, ``backends.fused_kernels``) where it
     fits the result, as ``mg_channel_epilogue`` applies it; else the plain product (the
     caller runs the successors' own kernels)."""
     a, b = inputs
@@ -114,6 +165,19 @@ def softmax_cross_entropy_with_logits(op, inputs, ctx):
         backprop = np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True) - y
     return [loss.astype(features.dtype, copy=False),
             backprop.astype(features.dtype, copy=False)]
+
+
+@register_kernel("SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits",
+                 backend="native", dtypes=(dtypes.float32,))
+def softmax_cross_entropy_native(op, inputs, ctx):
+    """Both cross entropies in C (``c_softmax_xent``: kernels_c/activations.h's formulas and
+    bounds); dense labels that broadcast against the features are expanded first."""
+    features, labels = inputs
+    if op.type == "SoftmaxCrossEntropyWithLogits":
+        shape = np.broadcast_shapes(features.shape, labels.shape)
+        features, labels = np.broadcast_to(features, shape), np.broadcast_to(labels, shape)
+        return list(c_softmax_xent(features, dense=labels))
+    return list(c_softmax_xent(features, sparse=labels))
 
 
 @register_kernel("L2Loss")

@@ -8,8 +8,10 @@ size times the clipped window, whatever ksize is. Max-pool gradients locate each
 first maximum with the same passes, then scatter (or gather) at it. float16/bfloat16 are
 computed in float32 and rounded once; float64 stays float64.
 
-native (``backend="native"``, float32): MaxPool, and MaxPoolGrad with non-overlapping
-windows, in C (kernels_c/pooling*.c) through the ``c_*`` wrappers at the bottom.
+native (``backend="native"``, float32): MaxPool, MaxPoolGrad, AvgPool and AvgPoolGrad for
+every window, stride and padding, in C (kernels_c/pooling*.c) through the ``c_*`` wrappers
+at the bottom: the numpy kernels' results bit for bit (the same additions in the same
+order), whatever the thread count.
 """
 
 from __future__ import annotations
@@ -222,11 +224,6 @@ def _c_pool(op) -> bool:
     return attrs_fit_int32(op, "ksize", "strides", "explicit_paddings")
 
 
-def _c_pool_grad(op) -> bool:
-    """The C max-pool gradient: non-overlapping windows (strides >= ksize)."""
-    return _c_pool(op) and all(s >= k for s, k in zip(op.attrs["strides"], op.attrs["ksize"]))
-
-
 @register_kernel("MaxPool")
 def max_pool(op, inputs, ctx):
     """The maximum over each window's in-bounds elements (NaN propagates), one spatial axis
@@ -279,7 +276,7 @@ def max_pool_native(op, inputs, ctx):
                             op.attrs["data_format"] == "NHWC")]
 
 
-@register_kernel("MaxPoolGrad", backend="native", dtypes=(dtypes.float32,), when=_c_pool_grad)
+@register_kernel("MaxPoolGrad", backend="native", dtypes=(dtypes.float32,), when=_c_pool)
 def max_pool_grad_native(op, inputs, ctx):
     x, g, out_shape, pool = _max_pool_grad_inputs(op, inputs)
     if 0 in out_shape or x.size == 0:
@@ -315,6 +312,16 @@ def avg_pool(op, inputs, ctx):
     return [(total / pool.counts().astype(ct)).astype(x.dtype, copy=False)]
 
 
+@register_kernel("AvgPool", backend="native", dtypes=(dtypes.float32,), when=_c_pool)
+def avg_pool_native(op, inputs, ctx):
+    x = inputs[0]
+    out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
+    if 0 in out_shape:
+        return avg_pool(op, inputs, ctx)
+    w = pool.window
+    return [c_avg_pool(x, w.ksize, w.strides, w.pads, w.out, op.attrs["data_format"] == "NHWC")]
+
+
 @register_kernel("AvgPoolGrad")
 def avg_pool_grad(op, inputs, ctx):
     """Each output's gradient, divided by its window's count, spread over the window's
@@ -330,6 +337,18 @@ def avg_pool_grad(op, inputs, ctx):
     for d in reversed(range(len(pool.axes))):
         dx = pool.spread(dx, d)
     return [dx.astype(g.dtype)]
+
+
+@register_kernel("AvgPoolGrad", backend="native", dtypes=(dtypes.float32,), when=_c_pool)
+def avg_pool_grad_native(op, inputs, ctx):
+    sizes, g = inputs
+    x_shape = tuple(sizes.tolist())
+    out_shape, pool = pool_setup(op, x_shape, op.attrs["data_format"])
+    if 0 in out_shape or 0 in x_shape:
+        return avg_pool_grad(op, inputs, ctx)
+    w = pool.window
+    return [c_avg_pool_grad(g, x_shape, w.ksize, w.strides, w.pads, w.out,
+                            op.attrs["data_format"] == "NHWC")]
 
 
 # ----------------------------------------------------------------------------- C wrappers
@@ -362,16 +381,43 @@ def c_max_pool(x, ksize, strides, pads, out_hw, channels_last):
     return y
 
 
-def c_max_pool_grad(x, g, ksize, strides, pads, out_hw, channels_last):
-    """Each window's gradient g to its first maximum in x (row-major, strict >); windows
-    must not overlap (strides >= ksize). g has the pool's output shape."""
-    x, g = as_f32(x), as_f32(g)
-    args = _c_pool_args("MaxPoolGrad", x, ksize, strides, pads, out_hw, channels_last)
+def _check_grad(what: str, g: np.ndarray, args: tuple, channels_last: bool) -> None:
     expected = shaped(args[0], args[10], args[11], args[3], channels_last)
     if g.shape != expected:
-        raise ValueError(f"native MaxPoolGrad: grad must have the pool's shape {expected}, "
+        raise ValueError(f"native {what}: grad must have the pool's shape {expected}, "
                          f"got {g.shape}")
+
+
+def c_max_pool_grad(x, g, ksize, strides, pads, out_hw, channels_last):
+    """Each window's gradient g to its first maximum in x (row-major, strict >), summed
+    where windows overlap (kernels_c/pooling.h: the numpy kernel's order). g has the pool's
+    output shape."""
+    x, g = as_f32(x), as_f32(g)
+    args = _c_pool_args("MaxPoolGrad", x, ksize, strides, pads, out_hw, channels_last)
+    _check_grad("MaxPoolGrad", g, args, channels_last)
     dx = np.empty(x.shape, F32)
     check_code(lib.mg_max_pool_grad(*args, fbuf(x), fbuf(g), fbuf(dx), num_threads()),
               "MaxPoolGrad")
+    return dx
+
+
+def c_avg_pool(x, ksize, strides, pads, out_hw, channels_last):
+    """Mean over each window's in-bounds elements (kernels_c/pooling.h's order)."""
+    x = as_f32(x)
+    args = _c_pool_args("AvgPool", x, ksize, strides, pads, out_hw, channels_last)
+    y = np.empty(shaped(args[0], args[10], args[11], args[3], channels_last), F32)
+    check_code(lib.mg_avg_pool(*args, fbuf(x), fbuf(y), num_threads()), "AvgPool")
+    return y
+
+
+def c_avg_pool_grad(g, x_shape, ksize, strides, pads, out_hw, channels_last):
+    """AvgPool's input gradient for an input of ``x_shape``: each window's g / count spread
+    over its in-bounds elements (kernels_c/pooling.h's order). g has the pool's shape."""
+    g = as_f32(g)
+    shape_only = np.broadcast_to(F32(0), tuple(x_shape))  # the geometry checks read shapes
+    args = _c_pool_args("AvgPoolGrad", shape_only, ksize, strides, pads, out_hw,
+                        channels_last)
+    _check_grad("AvgPoolGrad", g, args, channels_last)
+    dx = np.empty(tuple(x_shape), F32)
+    check_code(lib.mg_avg_pool_grad(*args, fbuf(g), fbuf(dx), num_threads()), "AvgPoolGrad")
     return dx

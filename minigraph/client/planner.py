@@ -66,11 +66,9 @@ MIN_INPLACE_BYTES = 1 << 15
 
 
 def step_reads(step: Any) -> list:
-    """The environment keys ``step`` reads: a step's inputs, a fused step's inputs of its
-    head and chain, a transfer's source (None entries, ref inputs, left out)."""
-    if hasattr(step, "chain"):
-        keys = [key for part in (step.head, *step.chain) for key in part.inputs]
-    elif hasattr(step, "source"):
+    """The environment keys ``step`` reads: a step's inputs, a transfer's source (None
+    entries, ref inputs, left out)."""
+    if hasattr(step, "source"):
         keys = [step.source]
     else:
         keys = list(step.inputs)
@@ -78,11 +76,8 @@ def step_reads(step: Any) -> list:
 
 
 def step_writes(step: Any) -> list:
-    """The environment keys ``step`` may store (a fused step's every op's, for the path that
-    runs them one by one)."""
-    if hasattr(step, "chain"):
-        keys = [key for part in (step.head, *step.chain) for key in part.outputs]
-    elif hasattr(step, "target"):
+    """The environment keys ``step`` stores."""
+    if hasattr(step, "target"):
         keys = [step.target]
     else:
         keys = list(step.outputs)
@@ -117,7 +112,7 @@ def plan_memory(steps: Sequence, fetch_keys: Iterable, keep: Iterable = ()) -> M
     inplace = []
     for index, step in enumerate(steps):
         candidates = getattr(getattr(step, "kernel_def", None), "inplace", ())
-        if hasattr(step, "chain") or not candidates:
+        if not candidates:
             inplace.append(())
             continue
         dying = set(release[index])
@@ -150,16 +145,13 @@ def bind(steps: Sequence, determined: Iterable) -> tuple[bool, ...]:
     on every run) and of the variables, so every value whose producer's shape function
     reads no input values and leaves no dimension open has the shape it had then, and a
     check that looks at nothing else (no ``validate``, no variable to update) passes again.
-    Transfers and fused steps run as always (a fused step has its own signature check)."""
+    Transfers run as always."""
     known = set(determined)
     flags = []
     for step in steps:
         writes = step_writes(step)
-        inputs_known = all(key in known or key in writes for key in step_reads(step))
-        if hasattr(step, "chain"):
-            static = all(_shape_static(part) for part in (step.head, *step.chain))
-            skip = False
-        elif hasattr(step, "source"):
+        inputs_known = all(key in known for key in step_reads(step))
+        if hasattr(step, "source"):
             static, skip = True, False
         else:
             static = _shape_static(step)
@@ -223,15 +215,13 @@ def concat_groups(steps: Sequence, fetch_keys: Iterable, keep: Iterable = ()
     inputs can be written in place (:class:`ConcatGroup`)."""
     pinned = set(fetch_keys) | set(keep)
     reads: Counter = Counter(key for step in steps for key in step_reads(step))
-    producer = {key: step for step in steps
-                if hasattr(step, "kernel_def") and not hasattr(step, "chain")
+    producer = {key: step for step in steps if hasattr(step, "kernel_def")
                 for key in step.outputs[:1] if key is not None}
     claimed: set[int] = set()
     groups = []
     for step in steps:
         op = getattr(step, "op", None)
-        if (op is None or op.type != "ConcatV2" or hasattr(step, "chain")
-                or step.kernel_def.backend != "native"
+        if (op is None or op.type != "ConcatV2" or step.kernel_def.backend != "native"
                 or op.outputs[0].dtype.np_dtype != np.float32):
             continue
         count = op.attrs["N"]

@@ -34,7 +34,7 @@ import numpy as np
 from minigraph import backends
 from minigraph.backends import opencl  # pyopencl itself is imported when a device is used
 from minigraph.backends.registry import Kernel, KernelContext, KernelDef, get_kernel
-from minigraph.client import fusion, memory, planner
+from minigraph.client import memory, planner
 from minigraph.client.options import OptimizerOptions
 from minigraph.client.state import SessionState
 from minigraph.framework import dtypes
@@ -49,13 +49,14 @@ from minigraph.framework.names import shown
 from minigraph.framework.op_def import RunContext, RunShapeContext, run_shape_fn
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import TensorShape
+from minigraph.optimizer.meta import rewrite_for_run
 
 
 def value_inputs(op: Operation) -> list[Output | None]:
     """The op's inputs, with None for ref inputs (variables it updates but does not read)."""
     if not any(arg.is_ref for arg in op.op_def.inputs):
         return list(op.inputs)
-    return [None if arg.is_ref else inp for arg, inp in zip(op.op_def.inputs, op.inputs)]
+    return [None if ref else inp for ref, inp in zip(op.op_def.ref_inputs(op.attrs), op.inputs)]
 
 
 class _HostDevice:
@@ -105,8 +106,8 @@ class _Step:
         self.device = device
         self.inputs = inputs
         self.outputs = outputs  # None for a fed output: it keeps its fed value
-        self.refs = [(i, inp.op.name) for i, (arg, inp) in
-                     enumerate(zip(op.op_def.inputs, op.inputs)) if arg.is_ref]
+        self.refs = [(i, inp.op.name) for i, (ref, inp) in
+                     enumerate(zip(op.op_def.ref_inputs(op.attrs), op.inputs)) if ref]
         # A Variable's value is whatever was last assigned (Assign with validate_shape=False
         # may change its shape), not a function of inputs its static shape describes.
         self.reads_state = op.op_def.is_stateful and not op.inputs
@@ -274,6 +275,7 @@ class _Plan(list):
             for index, maker in enumerate(makers):
                 maker.region = (group, index)
         return memory_plan.release
+        self.feeds: dict[Output, Output] = {}  # each fed Output -> its key's in the plan
 
     def run(self, env: dict, session: ClientSession, metadata: RunMetadata | None) -> None:
         folded = self.folded
@@ -375,14 +377,9 @@ class RunMetadata:
     step_stats: list[NodeStats] = field(default_factory=list)
     peak_bytes: int = 0  # of the last Run
 
-    def record(self, step: _Step | _Transfer | fusion.FusedStep, seconds: float,
+    def record(self, step: _Step | _Transfer, seconds: float,
                live_bytes: int = 0) -> None:
-        if isinstance(step, fusion.FusedStep):  # the head's time, then the fused ops
-            self.record(step.head, seconds, live_bytes)
-            self.step_stats.extend(NodeStats(s.op.name, s.op.type, s.device.name,
-                                             f"fused into {step.op.name}", "native", 0.0)
-                                   for s in step.chain)
-        elif isinstance(step, _Step):
+        if isinstance(step, _Step):
             self.step_stats.append(NodeStats(step.op.name, step.op.type, step.device.name,
                                              step.kernel_def.name, step.kernel_def.backend,
                                              seconds, live_bytes))
@@ -489,7 +486,7 @@ def _as_operation(value: Any, graph: Graph) -> Operation:
 
 def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[Operation],
           place: Callable[[Operation], Any], host: _HostDevice, state: SessionState,
-          optimizer: OptimizerOptions) -> tuple[_Plan, list[_Key]]:
+          memory_planner: bool = True) -> tuple[_Plan, list[_Key]]:
     """The steps computing ``fetches``/``targets`` (ops in a topological order, each placed
     by ``place``, with transfers where edges cross devices) and the fetches' host keys."""
     needed: dict[int, Operation] = {}
@@ -535,10 +532,8 @@ def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[O
                 home[out] = device
                 present.add((out, device))
     fetch_keys = [key_on(f, host) for f in fetches]
-    if optimizer.remapper:
-        steps = fusion.fuse_epilogues(steps, fetch_keys, host, _Step)
     fed_keys = [(output, host) for output in sorted(fed, key=lambda output: output.name)]
-    return _Plan(steps, fetch_keys, fed_keys, optimizer.memory_planner), fetch_keys
+    return _Plan(steps, fetch_keys, fed_keys, memory_planner), fetch_keys
 
 
 def _check_feed(output: Output, value: Any, promote_float64: bool = False) -> np.ndarray:
@@ -631,7 +626,7 @@ class ClientSession:
                                            f"this session's")
         plan, fetch_keys = self._get_plan(fetch_list, frozenset(fed), target_ops)
         env: dict[_Key | None, Any] = {None: None}  # None: a ref input
-        env.update(((output, self.host), value) for output, value in fed.items())
+        env.update(((plan.feeds[output], self.host), value) for output, value in fed.items())
         if plan.updates_state:  # one training step at a time: see ``_Plan``
             with self.state.step_lock:
                 plan.run(env, self, run_metadata)
@@ -645,8 +640,10 @@ class ClientSession:
         key = (tuple(fetches), fed, tuple(targets))
         plan = self._plans.get(key)
         if plan is None:
-            plan = _plan(fetches, fed, targets, self._place, self.host, self.state,
-                         self.optimizer)
+            run = rewrite_for_run(self.graph, fetches, fed, targets, self.optimizer)
+            plan = _plan(run.fetches, frozenset(run.feeds.values()), run.targets, self._place,
+                         self.host, self.state, self.optimizer.memory_planner)
+            plan[0].feeds = run.feeds
             with self._lock:
                 self._plans[key] = plan
         return plan

@@ -125,9 +125,12 @@ def on_graph_created(callback: Callable[[Graph], None]) -> Callable[[], None]:
 
 
 class Graph:
-    """An append-only collection of operations with unique names."""
+    """An append-only collection of operations with unique names.
 
-    def __init__(self) -> None:
+    ``notify=False`` keeps a graph minigraph builds for itself (a session's optimized graph,
+    a fused op's member ops) from the :func:`on_graph_created` callbacks."""
+
+    def __init__(self, *, notify: bool = True) -> None:
         self._ops: list[Operation] = []
         self._by_name: dict[str, Operation] = {}
         self._name_counts: dict[str, int] = {}
@@ -135,7 +138,7 @@ class Graph:
         # ops that give Variables their first value.
         self.collections: dict[str, list] = {}
         self._lock = threading.Lock()
-        for callback in tuple(_on_graph_created):
+        for callback in tuple(_on_graph_created) if notify else ():
             callback(self)
 
     def unique_name(self, wanted: str) -> str:

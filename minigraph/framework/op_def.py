@@ -143,6 +143,11 @@ class OpDef:
     def output_index(self, name: str) -> int:
         return [a.name for a in self.outputs].index(name)
 
+    def ref_inputs(self, attrs: dict[str, Any]) -> list[bool]:
+        """Per flat input of a node with ``attrs``: whether it is a ref input (a variable
+        the op updates; a list argument's flag repeated for each of its tensors)."""
+        return [arg.is_ref for arg in self.inputs for _ in range(arg.length(attrs))]
+
 
 _REGISTRY: dict[str, OpDef] = {}
 
@@ -422,6 +427,11 @@ def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
             raise InvalidArgumentError(f"{where} must be a list of ints, got "
                                        f"{_short_repr(value)}")
         value = [_int64_attr(item, f"{where} element {i}") for i, item in enumerate(value)]
+    elif kind == "list(string)":
+        if not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+            raise InvalidArgumentError(f"{where} must be a list of strings, got "
+                                       f"{_short_repr(value)}")
+        value = list(value)
     elif kind == "list(type)":
         if not isinstance(value, (list, tuple)):
             raise InvalidArgumentError(f"{where} must be a list of types, got "

@@ -146,6 +146,7 @@ def attr_type_text(attr: AttrDef) -> str:
         return "Literal[" + ", ".join(f'"{v}"' for v in attr.allowed) + "]"
     return {"float": "float", "int": "int", "bool": "bool", "string": "str",
             "list(int)": "Sequence[int]", "list(type)": "Sequence[DTypeLike]",
+            "list(string)": "Sequence[str]",
             "type": "DTypeLike", "shape": "ShapeLike", "tensor": "np.ndarray"}[attr.kind]
 
 

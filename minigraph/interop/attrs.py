@@ -52,6 +52,12 @@ def attr_from_proto(value: Any, attr: AttrDef, where: str) -> Any:
                                    f"{where}")
     if attr.kind == "list(int)":
         return list(value.list.i)
+    if attr.kind == "list(string)":
+        try:
+            return [raw.decode("utf-8") for raw in value.list.s]
+        except UnicodeDecodeError:
+            raise InvalidArgumentError(f"{where}: attr '{attr.name}' is not UTF-8 text"
+                                       ) from None
     if attr.kind == "list(type)":
         return [tensors.enum_to_dtype(raw, f"{where}: attr '{attr.name}'")
                 for raw in value.list.type]
@@ -77,6 +83,9 @@ def attr_to_proto(value: Any, kind: str, proto: Any) -> None:
     if kind == "list(int)":
         proto.list.SetInParent()  # an empty list is still a list
         proto.list.i.extend(int(v) for v in value)
+    elif kind == "list(string)":
+        proto.list.SetInParent()
+        proto.list.s.extend(v.encode("utf-8") for v in value)
     elif kind == "list(type)":
         proto.list.SetInParent()
         proto.list.type.extend(tensors.dtype_to_enum(v) for v in value)

@@ -11,6 +11,8 @@ from minigraph.ops import (
     concat_ops,
     convolution_ops,
     elementwise_ops,
+    fused_ops,
+    fused_training_ops,
     image_ops,
     index_ops,
     layout_ops,
@@ -44,6 +46,7 @@ from minigraph.ops.training_ops import *  # noqa: F403
 from minigraph.ops.volumetric_ops import *  # noqa: F403
 
 _FAMILIES = (activation_ops, array_ops, batch_norm, concat_ops, convolution_ops,
-             elementwise_ops, image_ops, index_ops, layout_ops, linalg_ops, math_ops, nn_ops,
-             pooling_ops, reduction_ops, spatial_ops, state_ops, training_ops, volumetric_ops)
+             elementwise_ops, fused_ops, fused_training_ops, image_ops, index_ops, layout_ops,
+             linalg_ops, math_ops, nn_ops, pooling_ops, reduction_ops, spatial_ops, state_ops,
+             training_ops, volumetric_ops)
 __all__ = sorted(name for family in _FAMILIES for name in family.__all__)

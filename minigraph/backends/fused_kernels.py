@@ -1,0 +1,152 @@
+"""Kernels of the remapper's fused ops (``ops/fused_ops.py``): a convolution's or matmul's
+elementwise successors applied without another trip through memory, bit for bit as the
+chain's own kernels compute them.
+
+**Every backend** (``reference``, ``float64``, and the native one wherever its fast path does
+not apply): the member ops' own kernels of that backend, one after the other
+(:func:`run_members`), so a fused node's result is its chain's by construction.
+
+**Native, float32**: the head's kernel with the chain as an
+:class:`~minigraph.backends.activation_kernels.Epilogue`: a native NHWC ``Conv2D`` or a
+``MatMul`` applies it to each output tile in registers before storing it
+(``mg_conv2d_forward``'s epilogue); other heads (depthwise) in one C pass over cache-sized
+blocks of their result (``mg_channel_epilogue``). Each stage rounds exactly as the op's own
+native kernel does (the batch-norm coefficients ``k = scale * (1 / sqrt(variance +
+epsilon))`` are formed as the native batch norm forms them). Inputs the epilogue does not
+cover run the members' kernels instead: a batch-norm or activation stage whose native
+kernel does not take the op, a batch-norm offset beyond ``2**60`` (a channel the native
+batch norm treats as exceptional), vectors or a side input that do not match the result's
+channels and shape (a broadcasting side input).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from minigraph import backends
+from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
+from minigraph.backends.convolution_kernels import conv2d_native, conv2d_native_epilogue
+from minigraph.backends.nn_kernels import matmul_native, matmul_native_epilogue
+from minigraph.backends.registry import KernelContext, get_kernel, register_kernel
+from minigraph.framework import dtypes
+from minigraph.framework.graph import Operation
+from minigraph.ops.fused_ops import HEADS, Prepared, member_values, prepare
+
+# heads whose native kernel has a variant taking the epilogue into its tiles
+EPILOGUE_KERNELS = {conv2d_native: conv2d_native_epilogue,
+                    matmul_native: matmul_native_epilogue}
+ACTIVATIONS = {"Relu": 1, "Relu6": 2}
+# stages whose epilogue form is the native kernel's rounding: only when that kernel runs
+NATIVE_STAGES = ("FusedBatchNormV3", "Relu", "Relu6")
+_BIG_OFFSET = 2.0 ** 60  # the native batch norm's exceptional-channel bound on |offset|
+
+
+def _run(member: Operation, inputs: list, backend: str, state: Any) -> np.ndarray:
+    """Output 0 of ``member``'s kernel on ``backend`` (or that backend's fallback), as the
+    session runs it."""
+    kernel = get_kernel(member, backend)
+    ctx = KernelContext(kernel.backend, backends.math_for(kernel.backend), state)
+    result = kernel.kernel(member, inputs, ctx)[0]
+    return result if type(result) is np.ndarray else np.asarray(result)
+
+
+def run_members(pairs: list, backend: str, state: Any, y: np.ndarray | None = None
+                ) -> np.ndarray:
+    """The chain's result: each member's own kernel in turn (from the head's result ``y``,
+    when it already ran)."""
+    head, head_inputs = pairs[0]
+    if y is None:
+        y = _run(head, head_inputs, backend, state)
+    for member, args in pairs[1:]:
+        y = _run(member, [y, *args], backend, state)
+    return y
+
+
+@register_kernel(*HEADS, backend=("reference", "float64"))
+def fused_members(op, inputs, ctx):
+    return [run_members(member_values(op, inputs), ctx.backend, ctx.state)]
+
+
+@register_kernel(*HEADS, backend="native", dtypes=(dtypes.float32,))
+def fused_native(op, inputs, ctx):
+    prepared = prepare(op, inputs)
+    pairs = member_values(op, inputs, prepared)
+    plan = prepared.cache.get("native")
+    if plan is None:
+        plan = prepared.cache["native"] = _NativePlan(prepared.members)
+    head, head_inputs = pairs[0]
+    head_ctx = KernelContext(plan.head.backend, plan.math, ctx.state)
+    epilogue = _epilogue(pairs, prepared) if plan.epilogue else None
+    if epilogue is not None and plan.variant is not None:
+        [y] = plan.variant(head, head_inputs, head_ctx, epilogue)
+        if epilogue.fits(y.shape):  # applied in the head's tiles
+            return [y]
+    else:
+        [y] = plan.head.kernel(head, head_inputs, head_ctx)
+        if (epilogue is not None and type(y) is np.ndarray and y.flags.writeable
+                and y.dtype == np.float32 and epilogue.fits(y.shape)):
+            c_channel_epilogue(y, epilogue)
+            return [y]
+    return [run_members(pairs, "native", ctx.state, np.asarray(y))]
+
+
+class _NativePlan:
+    """What the native kernel looks up once per fused node and signature: the head's
+    kernel, its epilogue variant, and whether the epilogue may stand for the stages (every
+    batch-norm and activation stage runs a native kernel: the epilogue rounds as those)."""
+
+    __slots__ = ("head", "math", "variant", "epilogue")
+
+    def __init__(self, members: list[Operation]) -> None:
+        self.head = get_kernel(members[0], "native")
+        self.math = backends.math_for(self.head.backend)
+        self.variant = EPILOGUE_KERNELS.get(self.head.kernel)
+        self.epilogue = self.head.backend == "native" and all(
+            get_kernel(member, "native").backend == "native"
+            for member in members[1:] if member.type in NATIVE_STAGES)
+
+
+def _epilogue(pairs: list, prepared: Prepared) -> Epilogue | None:
+    """The stages as an :class:`Epilogue` of their input values, or None when one falls
+    outside what it computes bit for bit. The per-channel vectors of read-only arrays (a
+    graph's constants) are formed once: the same arrays as last time give the same ones."""
+    fixed = [a for member, args in pairs[1:] if member.type != "AddV2" for a in args]
+    last = prepared.cache.get("vectors")
+    if (last is not None and len(last[0]) == len(fixed)
+            and all(a is b and not a.flags.writeable for a, b in zip(fixed, last[0]))):
+        vectors = last[1]
+    else:
+        vectors = _vectors(pairs)
+        if vectors is None:
+            return None
+        prepared.cache["vectors"] = (fixed, vectors)
+    residual, activation = None, 0
+    for member, args in pairs[1:]:
+        if member.type == "AddV2":
+            [residual] = args
+        elif member.type in ACTIVATIONS:
+            activation = ACTIVATIONS[member.type]
+    return Epilogue(*vectors, residual, activation)
+
+
+def _vectors(pairs: list) -> tuple | None:
+    """(bias, mean, k, offset) of the stages (None where a stage is absent), or None when
+    the batch norm's falls outside what the epilogue computes bit for bit:
+    ``k = scale * (1 / sqrt(variance + epsilon))`` as the native batch norm forms it, and
+    no offset beyond ``2**60``."""
+    bias = mean = k = offset = None
+    for member, args in pairs[1:]:
+        if member.type == "BiasAdd":
+            [bias] = args
+        elif member.type == "FusedBatchNormV3":
+            scale, offset, mean, variance = args
+            if not all(type(v) is np.ndarray and v.dtype == np.float32
+                       and v.shape == scale.shape for v in args):
+                return None
+            if not np.all(np.abs(offset) <= _BIG_OFFSET):
+                return None
+            epsilon = np.float32(member.attrs["epsilon"])
+            k = scale * (np.float32(1) / np.sqrt(variance + epsilon))
+    return bias, mean, k, offset
