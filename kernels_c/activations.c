@@ -107,6 +107,27 @@ int mg_epilogue_check(const mg_epilogue *e)
     return MG_OK;
 }
 
+void mg_epilogue_tile(const mg_epilogue *e, float *y, int64_t ld, int64_t start, int64_t rows,
+                      int64_t cols)
+{
+    const act_kernel_table *t = act_kernels();
+    const int64_t ch0 = start % ld;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t at = start + r * ld;
+        float *yr = y + at;
+        if (e->bias)
+            t->channel_add(yr, e->bias + ch0, 1, cols);
+        if (e->mean)
+            t->channel_affine(yr, e->mean + ch0, e->k + ch0, e->offset + ch0, 1, cols);
+        if (e->residual)
+            t->add(yr, e->residual + at, cols);
+        if (e->activation == 1)
+            t->unary[ACT_relu](yr, yr, cols, 0.0f);
+        else if (e->activation == 2)
+            t->unary[ACT_relu6](yr, yr, cols, 0.0f);
+    }
+}
+
 typedef struct {
     const act_kernel_table *t;
     int64_t channels;

@@ -118,4 +118,12 @@ int mg_softmax_xent(int64_t rows, int64_t classes, const float *x, const float *
  * one. */
 int mg_epilogue_check(const mg_epilogue *e);
 
+/* The epilogue (checked already) on one tile of y [..][ld]: `rows` rows of `cols` values from
+ * y + start (row stride ld; channel of the tile's first column: start % ld; residual at the
+ * same offsets), each element through the stages in order: bit for bit what
+ * mg_channel_epilogue gives those elements. For the GEMM drivers, on each finished tile
+ * while it is in cache. */
+void mg_epilogue_tile(const mg_epilogue *e, float *y, int64_t ld, int64_t start, int64_t rows,
+                      int64_t cols);
+
 #endif

@@ -35,6 +35,8 @@ FAMILIES = {
                     ["convolution.h", "convolution_internal.h", "convolution_template.h"]),
     "gemm": (["gemm.c", "gemm_isa_scalar.c", "gemm_isa_avx2.c", "gemm_isa_avx512.c"],
              ["gemm.h", "gemm_internal.h"]),
+    "convolution on the GEMM": (["conv_gemm.c"], ["conv_gemm.h"]),
+    "convolution gradients on the GEMM": (["conv_gemm_grad.c"], ["conv_gemm_grad.h"]),
     "depthwise": (["depthwise.c", "depthwise_isa_scalar.c", "depthwise_isa_avx2.c",
                    "depthwise_isa_avx512.c"],
                   ["depthwise.h", "depthwise_internal.h", "depthwise_template.h"]),

@@ -8,8 +8,8 @@
  * output channels): a row group is mr row pointers, walked with step 1 (row-major A) or m
  * (transposed A, whose k-th row holds the group's values side by side). An element is
  * written by one item only and its chain of FMAs runs k = 0 .. K - 1 in order, whatever the
- * blocks and threads (gemm.h). The epilogue is one mg_channel_epilogue pass after the
- * product. */
+ * blocks and threads (gemm.h). The epilogue is applied by each item to its finished tile
+ * while it is in cache (mg_epilogue_tile, bit for bit mg_channel_epilogue). */
 #include <string.h>
 
 #include "gemm.h"
@@ -17,7 +17,7 @@
 
 enum { GEMM_MC = 96, GEMM_KC = 256, GEMM_NC_PANELS = 8 };
 
-static const gemm_kernel_table *gemm_kernels(void)
+const gemm_kernel_table *gemm_kernels(void)
 {
     static const void *const tables[MG_NISA] =
         MG_ISA_TABLES(&gemm_kernels_scalar, &gemm_kernels_avx2, &gemm_kernels_avx512);
@@ -84,6 +84,7 @@ typedef struct {
     const float *a, *bp;
     float *c;
     int64_t nblocks, nc_panels;
+    const mg_epilogue *ep;
 } gemm_call;
 
 static void gemm_item(void *ctx, int64_t item, int tid)
@@ -112,6 +113,9 @@ static void gemm_item(void *ctx, int64_t item, int tid)
             }
         }
     }
+    if (g->ep) /* the finished tile, while in cache */
+        mg_epilogue_tile(g->ep, g->c, g->n, m0 * g->n + p0 * MG_GEMM_NR, rows,
+                         (p1 * MG_GEMM_NR < g->n ? p1 * MG_GEMM_NR : g->n) - p0 * MG_GEMM_NR);
 }
 
 int mg_gemm(int64_t m, int64_t n, int64_t k, int trans_a, const float *a,
@@ -133,8 +137,9 @@ int mg_gemm(int64_t m, int64_t n, int64_t k, int trans_a, const float *a,
         while (ncp > 1 && mblocks * ((np + ncp - 1) / ncp) < 4 * (int64_t)nt)
             --ncp;
         gemm_call g = {gemm_kernels(), m, n, k, trans_a, a, packed_b, c, (np + ncp - 1) / ncp,
-                       ncp};
+                       ncp, epilogue};
         mg_pool_run(nt, mblocks * g.nblocks, gemm_item, &g);
+        return MG_OK;
     }
     return epilogue ? mg_channel_epilogue(m, n, c, epilogue, num_threads) : MG_OK;
 }

@@ -29,4 +29,8 @@ extern const gemm_kernel_table gemm_kernels_scalar;
 extern const gemm_kernel_table gemm_kernels_avx2, gemm_kernels_avx512;
 #endif
 
+/* The micro-kernels of the ISA in use (mg_isa_pick), for the GEMM drivers (gemm.c,
+ * conv_gemm.c) */
+const gemm_kernel_table *gemm_kernels(void);
+
 #endif

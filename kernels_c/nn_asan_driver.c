@@ -1,5 +1,5 @@
-/* Test driver for `make asan` (convolution.h, depthwise.h, pooling.h, activations.h,
- * broadcast.h, optimizers.h):
+/* Test driver for `make asan` (convolution.h, conv_gemm.h, depthwise.h, pooling.h,
+ * activations.h, broadcast.h, optimizers.h):
  * every entry point over awkward sizes, both layouts, SAME/VALID-like pads, every
  * instruction set this CPU has and 1 or 3 threads, under AddressSanitizer +
  * UndefinedBehaviorSanitizer. Inputs are allocated at their exact size (scalar over-reads
@@ -17,7 +17,9 @@
 #include "asan_check.h"
 #include "mg_runtime.h"
 #include "convolution.h"
+#include "conv_gemm.h"
 #include "depthwise.h"
+#include "gemm.h"
 #include "activations.h"
 #include "activations_internal.h"
 #include "broadcast.h"
@@ -141,6 +143,61 @@ static void conv_case(int64_t n, int64_t h, int64_t w, int64_t c, int64_t co, in
     free(x);
     free(f);
     free(dy);
+}
+
+/* Implicit-GEMM forward: x [n,h,w,c] NHWC, f [kh,kw,c/groups,co] packed per group, strides
+ * s, dilations d, pads pt/pl before (any size), out_h/out_w from pads pb/pr after. */
+static void conv_gemm_case(const int64_t *g, int threads, int shift)
+{
+    const int64_t n = g[0], h = g[1], w = g[2], c = g[3], co = g[4], kh = g[5], kw = g[6];
+    const int64_t groups = g[7], s = g[8], d = g[9], pt = g[10], pl = g[11], pb = g[12],
+                  pr = g[13];
+    const int64_t oh = (h + pt + pb - (kh - 1) * d - 1) / s + 1;
+    const int64_t ow = (w + pl + pr - (kw - 1) * d - 1) / s + 1;
+    const int64_t cg = c / groups, cog = co / groups, k = kh * kw * cg;
+    if (oh <= 0 || ow <= 0)
+        return;
+    const size_t nx = (size_t)(n * h * w * c), nf = (size_t)(k * co);
+    const size_t ny = (size_t)(n * oh * ow * co), gfloats = (size_t)mg_gemm_packed_floats(k, cog);
+    float *x = input(nx), *f = input(nf), *packed = malloc(gfloats * groups * sizeof(float));
+    float *block = malloc((size_t)(k * cog) * sizeof(float) + 1);
+    for (int64_t gr = 0; gr < groups; ++gr) { /* group gr's columns, then packed */
+        for (int64_t r = 0; r < k; ++r)
+            memcpy(block + r * cog, f + r * co + gr * cog, (size_t)cog * sizeof(float));
+        CHECK(mg_gemm_pack_b(k, cog, 0, block, packed + gr * gfloats, threads) == 0, "pack");
+    }
+    double *e = calloc(ny, sizeof(double)), *m = calloc(ny, sizeof(double));
+    for (int64_t b = 0; b < n; ++b)
+        for (int64_t y = 0; y < oh; ++y)
+            for (int64_t xo = 0; xo < ow; ++xo)
+                for (int64_t i = 0; i < kh; ++i)
+                    for (int64_t j = 0; j < kw; ++j) {
+                        const int64_t yy = y * s + i * d - pt, xx = xo * s + j * d - pl;
+                        if (yy < 0 || yy >= h || xx < 0 || xx >= w)
+                            continue;
+                        for (int64_t o = 0; o < co; ++o)
+                            for (int64_t ci = 0; ci < cg; ++ci) {
+                                const double v = (double)x[at(b, yy, xx, o / cog * cg + ci, h, w,
+                                                              c, 1)] *
+                                                 f[((i * kw + j) * cg + ci) * co + o];
+                                const size_t iy = at(b, y, xo, o, oh, ow, co, 1);
+                                e[iy] += v, m[iy] += fabs(v);
+                            }
+                    }
+    unsigned char *blk;
+    float *out = output(ny, shift, &blk);
+    const int rc = mg_conv_gemm_forward(n, h, w, c, kh, kw, co, groups, s, s, d, d, pt, pl,
+                                        oh, ow, x, packed, out, NULL, threads);
+    CHECK(rc == 0, "conv gemm rc %d", rc);
+    close_to(out, e, m, ny, "conv gemm forward");
+    check_guards(blk, ny, shift, "conv gemm forward");
+    free(blk);
+    free(e);
+    free(m);
+    free(x);
+    free(f);
+    free(packed);
+    free(block);
 }
 
 /* Depthwise: x [n,h,w,c], f [kh,kw,c,mult], strides s, dilations d, pads pt/pl before and
@@ -450,10 +507,20 @@ int main(void)
         {1, 5, 50, 3, 1, 3, 4, 3, 1, 2, 3},
         {4, 20, 20, 64, 1, 3, 3, 1, 1, 1, 1}, /* enough work for 3 threads */
     };
+    static const int64_t conv_gemms[][14] = {
+        /* n, h, w, c, co, kh, kw, groups, stride, dilation, pads top, left, bottom, right */
+        {2, 8, 8, 32, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1}, {1, 7, 5, 3, 5, 3, 3, 1, 2, 1, 0, 2, 1, 0},
+        {2, 9, 7, 12, 40, 3, 2, 4, 1, 2, 2, 1, 2, 1}, {1, 5, 6, 300, 33, 1, 1, 1, 2, 1, 0, 0, 0, 0},
+        {2, 6, 6, 100, 70, 3, 3, 1, 1, 1, 1, 1, 1, 1}, {1, 4, 4, 90, 9, 2, 2, 3, 1, 3, 3, 3, 0, 0},
+        {3, 10, 10, 16, 32, 3, 3, 2, 1, 1, 1, 1, 1, 1}, /* enough work for 3 threads */
+    };
     int shift = 0;
     for (int isa = MG_ISA_SCALAR; isa <= MG_ISA_AVX512; ++isa) {
         if (mg_set_isa(isa) != isa)
             continue;
+        for (int threads = 1; threads <= 3; threads += 2)
+            for (size_t i = 0; i < sizeof conv_gemms / sizeof conv_gemms[0]; ++i, shift = (shift + 1) % 16)
+                conv_gemm_case(conv_gemms[i], threads, shift);
         for (int threads = 1; threads <= 3; threads += 2)
             for (int cl = 0; cl < 2; ++cl)
                 for (int same = 0; same < 2; ++same) {

@@ -459,6 +459,19 @@ def test_native_matches_reference_bitwise(case):
         assert_bitwise(a, r, f"{name} {case_id(case)}")
 
 
+@needs_native
+@pytest.mark.parametrize("case", NATIVE_CASES, ids=case_id)
+def test_native_nchw_matches_reference_bitwise(case):
+    """NCHW runs the same C kernels (the tensors transposed around them): the reference's
+    bits too."""
+    x, f, dy, geo = draw(case, F32, 0)
+    attrs = attrs_for("NCHW", *geo)
+    got, ref = (run_all(to_fmt(x, "NCHW"), f, to_fmt(dy, "NCHW"), attrs, backend)
+                for backend in ("native", "reference"))
+    for name, a, r in zip(OPS, got, ref):
+        assert_bitwise(a, r, f"{name} NCHW {case_id(case)}")
+
+
 @pytest.fixture
 def restore_isa():
     from minigraph.backends import native
@@ -486,9 +499,10 @@ def test_every_isa_and_thread_count(restore_isa, monkeypatch):
 
 @needs_native
 def test_native_kernel_choice():
-    """NHWC float32 runs in C; NCHW and other dtypes on the numpy kernels."""
+    """float32 runs in C (NCHW transposed to NHWC around it); other dtypes on the numpy
+    kernels."""
     for fmt, dtype, kernel in (("NHWC", F32, "native:convolution_kernels.depthwise_conv2d_native"),
-                               ("NCHW", F32, "reference:convolution_kernels.depthwise_conv2d"),
+                               ("NCHW", F32, "native:convolution_kernels.depthwise_conv2d_native"),
                                ("NHWC", F64, "reference:convolution_kernels.depthwise_conv2d")):
         root = mg.Scope.NewRootScope()
         x = ops.Const(root, np.ones((1, 4, 4, 2), dtype))

@@ -1,5 +1,5 @@
 """The native float32 GEMM (kernels_c/gemm*.c, backends/gemm.py) and its users: MatMul on
-the native backend and few-pixel 1x1 Conv2D.
+the native backend, BatchMatMul, and the 1x1 Conv2D.
 
 Accuracy: every element is one chain of K fused multiply-adds (one rounding each), so by the
 recursive-summation bound ``|c - exact| <= gamma_K * sum_k |a_ik b_kj|`` with ``gamma_K =
@@ -183,20 +183,10 @@ def test_matmul_native_runs_the_gemm(m, k, n, ta, tb):
                                atol=1e-5 * max(1.0, float(mags.max(initial=0))))
 
 
-# (batch, h, w, c, co, stride, padding): few output pixels, so the GEMM route
+# (batch, h, w, c, co, stride, padding): the GEMM route
 CONV_CASES = [(2, 1, 1, 64, 70, 1, "SAME"), (1, 3, 3, 67, 64, 2, "VALID"),
               (2, 9, 7, 80, 65, 2, "SAME"), (8, 1, 1, 128, 1000, 1, "VALID"),
               (2, 7, 7, 64, 64, 1, "VALID")]
-
-
-def test_gemm_conv_rule():
-    from minigraph.backends.convolution_kernels import GEMM_CONV_RULE, gemm_conv_wins
-    pixels, channels = GEMM_CONV_RULE
-    assert gemm_conv_wins(pixels, channels, channels)
-    assert not gemm_conv_wins(pixels + 1, channels, channels)
-    assert not gemm_conv_wins(pixels, channels - 1, channels)
-    assert not gemm_conv_wins(pixels, channels, channels - 1)
-    assert not gemm_conv_wins(0, channels, channels)
 
 
 def conv_exact(x, f, stride):
@@ -215,7 +205,7 @@ def test_1x1_conv_on_the_gemm_matches_reference(case, restore_native):
     window = ck.conv_geometry({"strides": [1, s, s, 1], "padding": padding,
                                "data_format": "NHWC", "dilations": [1, 1, 1, 1],
                                "explicit_paddings": []}, ValueError, x.shape, f.shape)
-    assert ck._gemm_conv(x, f, window, True)  # the route under test
+    assert ck.forward_route(x.shape, f.shape, window, 1) == "gemm"  # the route under test
     out = run_native_and_reference(
         lambda root: ops.Conv2D(root, x, f, strides=[1, s, s, 1], padding=padding))
     assert out["native_kernel"] == "native:convolution_kernels.conv2d_native"
@@ -228,7 +218,7 @@ def test_1x1_conv_on_the_gemm_matches_reference(case, restore_native):
     _, native = _native()
     if native.set_isa("avx512") == "avx512":
         direct = ck.c_conv2d(x, f, window.pads, window.out, True, strides=window.strides)
-        assert direct.tobytes() == ck.c_conv2d_1x1(x, f, window).tobytes()
+        assert direct.tobytes() == ck.c_conv_gemm(x, f, window).tobytes()
 
 
 def test_gemm_epilogue_is_the_unfused_pass():
@@ -304,3 +294,65 @@ def test_fused_gemm_heads_are_bit_identical_to_the_unfused_ops(head, activation,
         one_by_one = session.Run(feed, [h, b, bn, add, act])[-1]  # nothing fuses
         assert metadata.kernel_of("act") == "native:fused_kernels.fused_native"
         assert fused.tobytes() == one_by_one.tobytes(), isa
+
+
+@st.composite
+def batch_matmul_cases(draw):
+    """Broadcasting batch dims (either side may hold 1s or fewer dims), adjoints, ragged
+    sizes, a shared 2-D y."""
+    rank = draw(st.integers(0, 3))
+    batch = [draw(st.integers(1, 3)) for _ in range(rank)]
+    bx = [d if draw(st.booleans()) else 1 for d in batch]
+    by = [d if draw(st.booleans()) else 1 for d in batch][draw(st.integers(0, rank)):]
+    m, k, n = draw(st.integers(1, 40)), draw(st.integers(0, 300)), draw(st.integers(1, 70))
+    return bx, by, m, k, n, draw(st.booleans()), draw(st.booleans()), draw(st.integers(0, 999))
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=batch_matmul_cases(), version=st.sampled_from(["BatchMatMul", "BatchMatMulV2",
+                                                           "BatchMatMulV3"]))
+def test_batch_matmul_native_matches_float64_within_gamma_k(case, version):
+    bx, by, m, k, n, adj_x, adj_y, seed = case
+    if version == "BatchMatMul":  # no broadcasting: the same batch dims
+        by = bx
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((*bx, k, m) if adj_x else (*bx, m, k)).astype(F32)
+    y = rng.standard_normal((*by, n, k) if adj_y else (*by, k, n)).astype(F32)
+    extra = {"Tout": mg.float32} if version == "BatchMatMulV3" else {}
+    out = run_native_and_reference(
+        lambda root: getattr(ops, version)(root, x, y, adj_x=adj_x, adj_y=adj_y, **extra))
+    assert out["native_kernel"] == "native:linalg_kernels.batch_matmul_native"
+    x64, y64 = x.astype(F64), y.astype(F64)
+    if adj_x:
+        x64 = np.swapaxes(x64, -1, -2)
+    if adj_y:
+        y64 = np.swapaxes(y64, -1, -2)
+    assert_within_gamma(out["native"], x64 @ y64, np.abs(x64) @ np.abs(y64), k)
+
+
+def test_batch_matmul_native_is_bit_identical_across_threads(restore_native):
+    _, native = _native()
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 2, 50, 300)).astype(F32)
+    y = rng.standard_normal((2, 70, 300)).astype(F32)
+    results = set()
+    for threads in (1, 2, 3):
+        native.set_num_threads(threads)
+        root = mg.Scope.NewRootScope()
+        z = ops.BatchMatMulV2(root, x, y, adj_y=True)
+        results.add(mg.ClientSession(root, backend="native").Run({}, z).tobytes())
+    assert len(results) == 1
+
+
+def test_grouped_packing_is_each_column_block_packed_alone():
+    gemm, _ = _native()
+    b = np.random.default_rng(2).standard_normal((7, 3 * 40)).astype(F32)
+    grouped = gemm.pack_b(b, groups=3)
+    blocks = [gemm.pack_b(np.ascontiguousarray(b[:, 40 * g:40 * (g + 1)])).data
+              for g in range(3)]
+    assert (grouped.k, grouped.n, grouped.groups) == (7, 40, 3)
+    np.testing.assert_array_equal(grouped.data, np.concatenate(blocks))
+    with pytest.raises(ValueError, match="groups"):
+        gemm.c_gemm(np.ones((2, 7), F32), grouped)
+    with pytest.raises(ValueError, match="in 7 groups"):
+        gemm.pack_b(b, groups=7)

@@ -30,12 +30,12 @@ def _kernels(root, fetch, feeds, backend):
     return metadata
 
 
-def _conv_graph(dtype, dilations):
+def _conv_graph(dtype, dilations, stride=1):
     root = mg.Scope.NewRootScope()
     x = ops.Placeholder(root.WithOpName("x"), dtype)
     f = ops.Const(root.WithOpName("f"), np.ones((3, 3, 2, 4), dtype.np_dtype))
-    y = ops.Conv2D(root.WithOpName("conv"), x, f, strides=[1, 1, 1, 1], padding="SAME",
-                   dilations=dilations)
+    y = ops.Conv2D(root.WithOpName("conv"), x, f, strides=[1, stride, stride, 1],
+                   padding="SAME", dilations=dilations)
     r = ops.Relu(root.WithOpName("relu"), y)
     # the convolution's output fetched too, so the Relu keeps its own kernel (not fused
     # after the convolution: tests/test_fusion.py)
@@ -43,16 +43,19 @@ def _conv_graph(dtype, dilations):
 
 
 @needs_native
-@pytest.mark.parametrize("dtype, dilations, conv, relu", [
-    (mg.float32, [1, 1, 1, 1], "native:convolution_kernels.conv2d_native",
+@pytest.mark.parametrize("dtype, dilations, stride, conv, relu", [
+    (mg.float32, [1, 1, 1, 1], 1, "native:convolution_kernels.conv2d_native",
      "native:activation_kernels.relu_native"),
-    (mg.float32, [1, 2, 2, 1], "reference:convolution_kernels.conv2d",
+    (mg.float32, [1, 2, 2, 1], 1, "native:convolution_kernels.conv2d_native",
      "native:activation_kernels.relu_native"),
-    (mg.float64, [1, 1, 1, 1], "reference:convolution_kernels.conv2d",
+    # a stride past int32: the native kernel's `when` refuses it
+    (mg.float32, [1, 1, 1, 1], 2**31, "reference:convolution_kernels.conv2d",
+     "native:activation_kernels.relu_native"),
+    (mg.float64, [1, 1, 1, 1], 1, "reference:convolution_kernels.conv2d",
      "reference:activation_kernels.relu"),
 ])
-def test_the_plan_picks_one_kernel_per_step(dtype, dilations, conv, relu):
-    root, fetch, feeds = _conv_graph(dtype, dilations)
+def test_the_plan_picks_one_kernel_per_step(dtype, dilations, stride, conv, relu):
+    root, fetch, feeds = _conv_graph(dtype, dilations, stride)
     metadata = _kernels(root, fetch, feeds, "native")
     assert metadata.kernel_of("conv") == conv
     assert metadata.kernel_of("relu") == relu

@@ -30,9 +30,6 @@ NO_ARITHMETIC = {"Const", "Variable", "VariableV2", "Assign", "Identity", "Resha
 # Scalar bookkeeping of the gradients (the loss's seed 1.0, a mean's element count as a
 # float): allowed only with 0-d outputs.
 SCALAR_BOOKKEEPING = {"Cast", "OnesLike"}
-# Native in helper `convgrad`'s branch (Conv2DBackprop* for every stride/padding on the GEMM
-# core): this set is emptied when that branch merges.
-AWAITING_CONVGRAD = {"Conv2DBackpropInput", "Conv2DBackpropFilter"}
 # A variable after the step: |native - reference| <= RTOL * max|reference| + ATOL. The two
 # backends' convolutions and gradients round differently (GEMM blocking against numpy's
 # einsum), each within K * 2^-24 * sum|a*b| per element; batch norm's backward subtracts
@@ -79,7 +76,7 @@ def float32_reference_nodes(root: mg.Scope, stats) -> list[str]:
     graph = root.graph()
     offenders = []
     for s in stats:
-        if s.backend != "reference" or s.op_type in NO_ARITHMETIC | AWAITING_CONVGRAD:
+        if s.backend != "reference" or s.op_type in NO_ARITHMETIC:
             continue
         outputs = graph.get_operation(s.node_name).outputs
         if not any(o.dtype == mg.float32 for o in outputs):

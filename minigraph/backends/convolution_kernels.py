@@ -11,16 +11,19 @@ number of spatial dims (the tensors' rank): ``backends.volumetric_kernels`` runs
 convolutions on them. float16/bfloat16 are computed in float32 and rounded once; float64
 (the gradient checker's evaluation) stays float64.
 
-native (``backend="native"``, float32, stride 1, dilation 1, SAME/VALID): the C kernels of
-kernels_c/convolution*.c through the ``c_*`` wrappers at the bottom, which check every buffer
-against what C reads and writes.
+native (``backend="native"``, float32): the forward on the C kernels of
+kernels_c/convolution*.c (dilation 1, SAME/VALID); the gradients for any strides, dilations,
+padding and groups on the GEMM micro-kernels (kernels_c/conv_gemm_grad.c,
+``backends.conv_gemm_grad``), or on the stride-1 direct kernels where those are faster
+(:func:`direct_grad_wins`). The ``c_*`` wrappers check every buffer against what C reads and
+writes.
 
 Depthwise (DepthwiseConv2dNative and its backprops): per filter tap, one vectorized
 multiply-add over every output pixel the tap reaches, so each sum is a chain in TF's order
 (the taps row-major) with TF's CPU rounding: one rounding per step in float32 and the half
 types (a fused multiply-add, emulated exactly in numpy), a product and a sum in float64. The
-native kernels (kernels_c/depthwise*.c, float32 NHWC, any window) compute the same chains:
-bit-identical results.
+native kernels (kernels_c/depthwise*.c, float32 NHWC, any window; NCHW tensors transposed
+around them) compute the same chains: bit-identical results.
 """
 
 from __future__ import annotations
@@ -33,7 +36,13 @@ from numpy.lib.stride_tricks import as_strided
 
 from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
 from minigraph.backends.compute import compute_dtype, fail_for, placed_rows
-from minigraph.backends.gemm import c_gemm, packed_b
+from minigraph.backends.conv_gemm_grad import (
+    c_gemm_backprop_filter,
+    c_gemm_backprop_input,
+    from_channels_last,
+    to_channels_last,
+)
+from minigraph.backends.gemm import packed_b
 from minigraph.backends.native import (
     as_f32,
     attrs_fit_int32,
@@ -204,17 +213,17 @@ def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tup
 
 
 def _c_convolution(op) -> bool:
-    """The cases the C convolution gradients handle (besides float32): stride 1, dilation 1,
-    SAME/VALID padding."""
-    return (op.attrs["padding"] != "EXPLICIT" and set(op.attrs["strides"]) == {1}
-            and set(op.attrs["dilations"]) == {1})
+    """The cases the C convolution gradients handle (besides float32): any strides,
+    dilations, padding (SAME/VALID/EXPLICIT) and groups whose attrs fit int32 (the GEMM
+    gradients of kernels_c/conv_gemm_grad.c; the stride-1 direct kernels where
+    :func:`direct_grad_wins`)."""
+    return attrs_fit_int32(op, "strides", "dilations", "explicit_paddings")
 
 
 def _c_forward_convolution(op) -> bool:
-    """The cases the C forward convolution handles (besides float32): any strides,
-    dilation 1, SAME/VALID padding."""
-    return (op.attrs["padding"] != "EXPLICIT" and set(op.attrs["dilations"]) == {1}
-            and attrs_fit_int32(op, "strides"))
+    """The cases the C forward convolutions handle (besides float32): any strides,
+    dilations and padding (SAME, VALID, EXPLICIT) whose sizes fit int32."""
+    return attrs_fit_int32(op, "strides", "dilations", "explicit_paddings")
 
 
 NATIVE_CONV = {"backend": "native", "dtypes": (dtypes.float32,), "when": _c_convolution}
@@ -285,82 +294,114 @@ def _as_depthwise(f: np.ndarray, channels: int) -> np.ndarray:
     return f.reshape(f.shape[0], f.shape[1], channels, f.shape[3] // channels)
 
 
-# 1x1 convolutions on the GEMM (backends.gemm): an NHWC input is a [pixels, C_in] matrix (a
-# strided one's pixels gathered first) times the filter seen as [C_in, C_out], packed once
-# when it is a constant. The direct kernel (kernels_c/convolution*.c) bands output rows over
-# the threads and tiles pixels within a row, so at small spatial extents it runs few, mostly
-# empty tiles; from about 128 pixels up it is as fast as the GEMM (benchmarks/gemm.py, AMD
-# Zen 4, 2 threads, GFLOP/s GEMM vs direct: 2x16x16 px 256->64 180 vs 184; 2x8x8 px
-# 256->256 170 vs 170; 2x7x7 px 256->256 168 vs 138; 2x4x4 px 256->1024 180 vs 129; 2x2x2
-# px 512->2048 183 vs 67; 8x1x1 px 512->512 154 vs 35). Below 64 channels the products are
-# small and both tie. The rule, (most output pixels, fewest input and output channels):
-GEMM_CONV_RULE = (100, 64)
+# The forward's kernel per shape (NHWC), chosen at plan time by one small rule:
+#   * depthwise (kernels_c/depthwise*.c): groups > 1 with one input channel per group;
+#   * the implicit GEMM (kernels_c/conv_gemm.c): every other grouped, dilated or explicitly
+#     padded (pads beyond the window) convolution, and the dense ones the table gives it;
+#   * the direct kernel (kernels_c/convolution*.c): the other dense ones.
+# On AVX-512 both dense kernels sum each output in the same chain (tests/test_conv_gemm.py):
+# the route changes speed only. Measured with one thread in CPU time (the machine is shared;
+# AMD Zen 4, FMA peak about 115 GFLOP/s per thread), GFLOP/s GEMM vs direct, as (batch,
+# h = w, c, k, co): both reach 100-110 over large shapes with 128+ channels ((8, 16, 128, 1,
+# 128) 109 vs 109; (32, 8, 128, 3, 128) 107 vs 106; (32, 4, 256, 3, 256) 108 vs 98); the
+# direct kernel wins with few channels over many pixels ((8, 32, 64, 1, 64) 98 vs 108;
+# (8, 32, 16, 3, 32) 83 vs 104; ResNet's stem (2, 70, 3, 7, 64) stride 2: 76 vs 108); the
+# GEMM wins over few pixels ((1, 8, 32, 3, 32) 64 vs 55; (2, 8, 64, 3, 64) 99 vs 93; (2, 4,
+# 256, 1, 1024) 106 vs 72; earlier, 2 threads: (2, 2, 512, 1, 2048) 183 vs 67) but not with
+# very few channels ((2, 8, 16, 3, 16) 28 vs 48). The rule: (most output pixels of a "few
+# pixels" shape, fewest channels for the GEMM there, fewest channels elsewhere), channels
+# being min(kw * c, co) (the GEMM's K block is a tap row of kw * c floats).
+CONV_ROUTE_RULE = (256, 32, 128)
+# Grouped convolutions with at most this many channels per group run the direct kernel
+# group by group: the GEMM's K blocks are single taps of cg floats there, its panels 32
+# output channels wide (same measurement, GFLOP/s GEMM vs direct per group, (batch, h, c,
+# groups, co): RegNetX's (8, 14, 160, 10, 160) cg 16: 31 vs 42; (8, 28, 64, 8, 64) cg 8:
+# 12 vs 19; cg 24: (8, 28, 168, 7, 168) stride 2 48 vs 29, (8, 14, 408, 17, 408) 47 vs 39).
+GROUPED_DIRECT_CHANNELS = 16
 
 
-def gemm_conv_wins(pixels: int, in_channels: int, out_channels: int) -> bool:
-    """Whether a 1x1 NHWC convolution with ``pixels`` output pixels (batch * out_h * out_w)
-    runs on the GEMM (the one rule, GEMM_CONV_RULE; see above)."""
-    most_pixels, fewest_channels = GEMM_CONV_RULE
-    return (0 < pixels <= most_pixels
-            and min(in_channels, out_channels) >= fewest_channels)
+def forward_route(x_shape: tuple, f_shape: tuple, window: Window, groups: int) -> str:
+    """The kernel of an NHWC Conv2D forward: "depthwise", "gemm" or "direct" (the rule
+    above, CONV_ROUTE_RULE)."""
+    kh, kw, cg, co = f_shape
+    if groups > 1 and cg == 1:
+        return "depthwise"
+    (top, _), (left, _) = window.pads
+    if window.dilations != (1, 1) or top >= kh or left >= kw:
+        return "gemm"
+    if groups > 1:
+        return "direct" if cg <= GROUPED_DIRECT_CHANNELS else "gemm"
+    few_pixels, few_pixel_channels, channels = CONV_ROUTE_RULE
+    pixels = x_shape[0] * window.out[0] * window.out[1]
+    fewest = min(kw * cg, co)
+    if pixels <= few_pixels:
+        return "gemm" if fewest >= few_pixel_channels else "direct"
+    return "gemm" if fewest >= channels else "direct"
 
 
-def _gemm_conv(x: np.ndarray, f: np.ndarray, window: Window, channels_last: bool) -> bool:
-    """Whether conv(x, f) goes to the GEMM: NHWC, a 1x1 filter of x's channels (groups 1),
-    no padding, and :func:`gemm_conv_wins`."""
-    return (channels_last and f.shape[:2] == (1, 1) and f.shape[2] == x.shape[-1]
-            and not any(any(p) for p in window.pads)
-            and gemm_conv_wins(x.shape[0] * window.out[0] * window.out[1], f.shape[2],
-                               f.shape[3]))
+def conv2d_forward_nhwc(x, f, window: Window, groups: int,
+                        epilogue: Epilogue | None = None) -> np.ndarray:
+    """The native Conv2D of NHWC x (float32, non-empty) on the kernel :func:`forward_route`
+    picks, then ``epilogue`` (which must fit y; the depthwise kernel applies it in one pass
+    after)."""
+    route = forward_route(x.shape, f.shape, window, groups)
+    if route == "gemm":
+        return c_conv_gemm(x, f, window, groups, epilogue)
+    if route == "direct" and groups == 1:
+        return c_conv2d(x, f, window.pads, window.out, True, epilogue, window.strides)
+    if route == "direct":
+        y = _direct_per_group(x, f, window, groups, True)
+    else:
+        y = c_depthwise(x, _as_depthwise(f, groups), window)
+    if epilogue is not None:
+        c_channel_epilogue(y, epilogue)
+    return y
 
 
-def c_conv2d_1x1(x, f, window: Window, epilogue: Epilogue | None = None) -> np.ndarray:
-    """The 1x1 NHWC convolution (no padding) as one GEMM: ``y[n, p, q] = x[n, p * sh,
-    q * sw] @ f[0, 0]``; then ``epilogue`` (which must fit y)."""
-    (sh, sw), (oh, ow) = window.strides, window.out
-    if (sh, sw) != (1, 1):
-        x = x[:, ::sh, ::sw][:, :oh, :ow]
-    c, co = f.shape[2:]
-    rows = as_f32(x).reshape(-1, c)
-    return c_gemm(rows, packed_b(f.reshape(c, co), owner=f), epilogue=epilogue,
-                  out_shape=(x.shape[0], oh, ow, co))
+def _direct_per_group(x, f, window: Window, groups: int, channels_last: bool) -> np.ndarray:
+    """A grouped convolution on the direct kernel, one call per group (its channels of x
+    and its filter columns), the results side by side."""
+    axis = _channel_axis(channels_last)
+    return np.concatenate([c_conv2d(xg, fg, window.pads, window.out, channels_last,
+                                    strides=window.strides)
+                           for xg, fg in zip(_split(x, groups, axis), _split(f, groups, -1))],
+                          axis=axis)
+
+
+def _conv2d_native(x, f, op, epilogue: Epilogue | None = None) -> np.ndarray:
+    """The native Conv2D of non-empty x in the op's data_format: NHWC directly, NCHW
+    transposed to NHWC and back (the direct kernel reads NCHW itself, when it is the
+    route); ``epilogue`` (NHWC only) applied."""
+    window = _window(op, x.shape, f.shape)
+    if op.attrs["data_format"] == "NHWC":
+        return conv2d_forward_nhwc(x, f, window, groups_of(x.shape[-1], f), epilogue)
+    groups = groups_of(x.shape[1], f)
+    nhwc = (x.shape[0], *x.shape[2:], x.shape[1])
+    if forward_route(nhwc, f.shape, window, groups) == "direct":
+        return _direct_per_group(x, f, window, groups, False)
+    y = conv2d_forward_nhwc(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), f, window, groups)
+    return np.ascontiguousarray(y.transpose(0, 3, 1, 2))
 
 
 @register_kernel("Conv2D", **NATIVE_FORWARD_CONV)
 def conv2d_native(op, inputs, ctx):
     x, f = inputs
     window = _window(op, x.shape, f.shape)
-    if x.size == 0 or 0 in window.out:  # nothing for C to do: the numpy kernel's zeros
-        return conv2d(op, inputs, ctx)
-    channels_last = op.attrs["data_format"] == "NHWC"
-    if _gemm_conv(x, f, window, channels_last):
-        return [c_conv2d_1x1(x, f, window)]
-    axis = _channel_axis(channels_last)
-    groups = groups_of(x.shape[axis], f)
-    if groups == 1:
-        return [c_conv2d(x, f, window.pads, window.out, channels_last,
-                         strides=window.strides)]
-    if _depthwise_route(groups, f.shape, channels_last):
-        return [c_depthwise(x, _as_depthwise(f, groups), window)]
-    return [np.concatenate([c_conv2d(xg, fg, window.pads, window.out, channels_last,
-                                     strides=window.strides)
-                            for xg, fg in zip(_split(x, groups, axis), _split(f, groups, -1))],
-                           axis=axis)]
+    if x.size == 0 or 0 in window.out or not _c_takes(window, x.shape, f.shape):
+        return conv2d(op, inputs, ctx)  # zeros, or absurd geometry: the numpy kernel
+    return [_conv2d_native(x, f, op)]
 
 
 def conv2d_native_epilogue(op, inputs, ctx, epilogue: Epilogue) -> list:
     """conv2d_native, then ``epilogue`` (the convolution's fused successors) where it fits
-    the result: in the convolution's tiles (NHWC, not grouped), else in one pass after it.
-    Where it does not fit, the plain result (the caller runs the successors' own
-    kernels)."""
+    the result: in the convolution's tiles (NHWC), else in one pass after it. Where it does
+    not fit, the plain result (the caller runs the successors' own kernels)."""
     x, f = inputs
     window = _window(op, x.shape, f.shape)
     shape = (x.shape[0], *window.out, f.shape[-1])
     if (op.attrs["data_format"] == "NHWC" and x.size and 0 not in window.out
-            and x.shape[-1] == f.shape[2] and epilogue.fits(shape)):
-        if _gemm_conv(x, f, window, True):
-            return [c_conv2d_1x1(x, f, window, epilogue)]
-        return [c_conv2d(x, f, window.pads, window.out, True, epilogue, window.strides)]
+            and _c_takes(window, x.shape, f.shape) and epilogue.fits(shape)):
+        return [_conv2d_native(x, f, op, epilogue)]
     [y] = conv2d_native(op, inputs, ctx)
     if epilogue.fits(y.shape):
         c_channel_epilogue(y, epilogue)
@@ -374,6 +415,27 @@ def _window(op, x_shape: tuple, f_shape: tuple):
     return conv_geometry(op.attrs, fail_for(op), x_shape, f_shape)
 
 
+# The convolution gradients run on the GEMM micro-kernels (backends.conv_gemm_grad) for
+# every shape, except where the stride-1 direct kernels of kernels_c/convolution.c (stride 1,
+# dilation 1, one group, SAME/VALID) were faster: they keep their outputs in registers over
+# all taps, where the GEMM's input gradient stores its C tile after each tap and runs half
+# empty 32-column panels below 32 input channels. benchmarks/conv_grads.py (AMD EPYC Zen 4,
+# 1 thread, busy shared machine, ms GEMM / direct): ResNet-8 batch 32 16->16 3x3 input
+# 26.8 / 7.9, filter 10.9 / 6.0; 64->64 8x8 input 6.2 / 5.6, filter 6.8 / 5.8; ResNet50
+# batch 8 3x3 256->256 7x7 input 17.1 / 17.5, filter 26.0 / 17.2; 512->512 4x4 input 35.7 /
+# 57.0, filter 37.0 / 51.8. The rule: the direct kernels where they apply and the fewer of
+# the channels is below DIRECT_GRAD_MAX_CHANNELS.
+DIRECT_GRAD_MAX_CHANNELS = 512
+
+
+def direct_grad_wins(op, window: Window, in_channels: int, out_channels: int,
+                     groups: int) -> bool:
+    """Whether a convolution gradient runs on the stride-1 direct kernels (see above)."""
+    return (op.attrs["padding"] != "EXPLICIT" and groups == 1
+            and window.strides == (1, 1) and window.dilations == (1, 1)
+            and min(in_channels, out_channels) < DIRECT_GRAD_MAX_CHANNELS)
+
+
 @register_kernel("Conv2DBackpropInput", **NATIVE_CONV)
 def conv2d_backprop_input_native(op, inputs, ctx):
     sizes, f, dy = inputs
@@ -383,16 +445,17 @@ def conv2d_backprop_input_native(op, inputs, ctx):
     if dy.size == 0 or 0 in x_shape:
         return conv2d_backprop_input(op, inputs, ctx)
     window = conv_geometry(op.attrs, fail_for(op), x_shape, f.shape)
+    if not _c_takes(window, x_shape, f.shape):
+        return conv2d_backprop_input(op, inputs, ctx)
     channels_last = fmt == "NHWC"
-    axis = _channel_axis(channels_last)
-    input_hw = to_nhwc(x_shape, fmt)[1:3]
-    groups = groups_of(x_shape[axis], f)
+    nhwc_shape = to_nhwc(x_shape, fmt)
+    groups = groups_of(nhwc_shape[-1], f)
     if _depthwise_route(groups, f.shape, channels_last):
-        return [c_depthwise_backprop_input(dy, _as_depthwise(f, groups), input_hw, window)]
-    return [np.concatenate([c_conv2d_backprop_input(dyg, fg, input_hw, window.pads,
-                                                    channels_last)
-                            for dyg, fg in zip(_split(dy, groups, axis),
-                                               _split(f, groups, -1))], axis=axis)]
+        return [c_depthwise_backprop_input(dy, _as_depthwise(f, groups), nhwc_shape[1:3],
+                                           window)]
+    if direct_grad_wins(op, window, nhwc_shape[-1], f.shape[-1], groups):
+        return [c_conv2d_backprop_input(dy, f, nhwc_shape[1:3], window.pads, channels_last)]
+    return [c_gemm_backprop_input(dy, f, nhwc_shape, window, channels_last)]
 
 
 @register_kernel("Conv2DBackpropFilter", **NATIVE_CONV)
@@ -402,17 +465,18 @@ def conv2d_backprop_filter_native(op, inputs, ctx):
     if x.size == 0 or dy.size == 0:
         return conv2d_backprop_filter(op, inputs, ctx)
     window = conv_geometry(op.attrs, fail_for(op), x.shape, f_shape)
+    if not _c_takes(window, x.shape, f_shape):
+        return conv2d_backprop_filter(op, inputs, ctx)
     channels_last = op.attrs["data_format"] == "NHWC"
-    axis = _channel_axis(channels_last)
-    groups = groups_of(x.shape[axis], f_shape)
+    channels = x.shape[_channel_axis(channels_last)]
+    groups = groups_of(channels, f_shape)
     if _depthwise_route(groups, f_shape, channels_last):
         df = c_depthwise_backprop_filter(x, dy, (*f_shape[:2], groups, f_shape[3] // groups),
                                          window)
         return [df.reshape(f_shape)]
-    return [np.concatenate([c_conv2d_backprop_filter(xg, dyg, f_shape[:2], window.pads,
-                                                     channels_last)
-                            for xg, dyg in zip(_split(x, groups, axis),
-                                               _split(dy, groups, axis))], axis=-1)]
+    if direct_grad_wins(op, window, channels, f_shape[-1], groups):
+        return [c_conv2d_backprop_filter(x, dy, f_shape[:2], window.pads, channels_last)]
+    return [c_gemm_backprop_filter(x, dy, f_shape, window, channels_last)]
 
 
 # ----------------------------------------------------------------------------- depthwise core
@@ -529,10 +593,9 @@ def depthwise_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: 
 
 
 def _depthwise_native(op) -> bool:
-    """The cases the C depthwise kernels handle (besides float32): NHWC, any window whose
-    geometry fits int32."""
-    return op.attrs["data_format"] == "NHWC" and attrs_fit_int32(
-        op, "strides", "dilations", "explicit_paddings")
+    """The cases the C depthwise kernels handle (besides float32): any window whose
+    geometry fits int32, NHWC (NCHW tensors transposed to NHWC and back around them)."""
+    return attrs_fit_int32(op, "strides", "dilations", "explicit_paddings")
 
 
 NATIVE_DEPTHWISE = {"backend": "native", "dtypes": (dtypes.float32,),
@@ -595,7 +658,8 @@ def depthwise_conv2d_native(op, inputs, ctx):
     window = depthwise_geometry(op.attrs, fail_for(op), x.shape, f.shape)
     if not _c_takes(window, x.shape, f.shape):
         return depthwise_conv2d(op, inputs, ctx)
-    return [c_depthwise(x, f, window)]
+    last = op.attrs["data_format"] == "NHWC"
+    return [from_channels_last(c_depthwise(to_channels_last(x, last), f, window), last)]
 
 
 @register_kernel("DepthwiseConv2dNativeBackpropInput", **NATIVE_DEPTHWISE)
@@ -605,7 +669,10 @@ def depthwise_conv2d_backprop_input_native(op, inputs, ctx):
     window = depthwise_geometry(op.attrs, fail_for(op), x_shape, f.shape, "input_sizes")
     if not _c_takes(window, x_shape, f.shape):
         return depthwise_conv2d_backprop_input(op, inputs, ctx)
-    return [c_depthwise_backprop_input(dy, f, x_shape[1:3], window)]
+    last = op.attrs["data_format"] == "NHWC"
+    dx = c_depthwise_backprop_input(to_channels_last(dy, last), f,
+                                    to_nhwc(x_shape, op.attrs["data_format"])[1:3], window)
+    return [from_channels_last(dx, last)]
 
 
 @register_kernel("DepthwiseConv2dNativeBackpropFilter", **NATIVE_DEPTHWISE)
@@ -615,7 +682,9 @@ def depthwise_conv2d_backprop_filter_native(op, inputs, ctx):
     window = depthwise_geometry(op.attrs, fail_for(op), x.shape, f_shape)
     if not _c_takes(window, x.shape, f_shape):
         return depthwise_conv2d_backprop_filter(op, inputs, ctx)
-    return [c_depthwise_backprop_filter(x, dy, f_shape, window)]
+    last = op.attrs["data_format"] == "NHWC"
+    return [c_depthwise_backprop_filter(to_channels_last(x, last), to_channels_last(dy, last),
+                                        f_shape, window)]
 
 
 # ----------------------------------------------------------------------------- C wrappers
@@ -651,6 +720,35 @@ def c_conv2d(x, f, pads, out_hw, channels_last, epilogue: Epilogue | None = None
     check_code(lib.mg_conv2d_forward(
         n, h, w, c, kh, kw, co, sh, sw, top, left, oh, ow, int(channels_last), fbuf(x),
         fbuf(f), fbuf(y), c_epilogue, num_threads()), "Conv2D")
+    return y
+
+
+def c_conv_gemm(x, f, window: Window, groups: int = 1,
+                epilogue: Epilogue | None = None) -> np.ndarray:
+    """Cross-correlation of NHWC x with the HWIO filter f (``groups`` groups of f's
+    in_channels) over ``window`` (any strides, dilations, pads) as an implicit GEMM
+    (kernels_c/conv_gemm.h): ``y[n, p, q, g*cog + o] = sum_{i, j, ci} x[n, p*sh + i*dh - top,
+    q*sw + j*dw - left, g*cg + ci] * f[i, j, ci, g*cog + o]`` (zero outside x), the filter
+    packed once when it is a constant; then ``epilogue`` (which must fit y) on each tile."""
+    x, f = as_f32(x), as_f32(f)
+    check_rank4("Conv2D", x=x, filter=f)
+    n, h, w, c = x.shape
+    kh, kw, cg, co = f.shape
+    if groups < 1 or cg * groups != c or co % groups:
+        raise ValueError(f"native Conv2D: filter shape {f.shape} does not split {c} input "
+                         f"channels in {groups} groups")
+    (sh, sw), (dh, dw) = window.strides, window.dilations
+    geometry = checked_sizes("Conv2D", stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw,
+                             pad_top=window.pads[0][0], pad_left=window.pads[1][0],
+                             out_h=window.out[0], out_w=window.out[1])
+    packing = packed_b(f.reshape(kh * kw * cg, co), owner=f, groups=groups)
+    if packing.data.size != groups * lib.mg_gemm_packed_floats(kh * kw * cg, co // groups):
+        raise ValueError(f"native Conv2D: the packed filter does not hold {f.shape}")
+    y = np.empty((n, *window.out, co), F32)
+    c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(y.shape)
+    check_code(lib.mg_conv_gemm_forward(n, h, w, c, kh, kw, co, groups, *geometry, fbuf(x),
+                                        fbuf(packing.data), fbuf(y), c_epilogue,
+                                        num_threads()), "Conv2D")
     return y
 
 

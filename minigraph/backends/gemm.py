@@ -22,12 +22,14 @@ from minigraph.backends.native import F32, as_f32, check_code, fbuf, ffi, lib, n
 
 
 class PackedB:
-    """B ([k, n]) packed into panels of 32 columns (``mg_gemm_pack_b``)."""
+    """B ([k, groups * n]) packed into panels of 32 columns (``mg_gemm_pack_b``), each of its
+    ``groups`` column blocks of n on its own (one after the other: a grouped convolution's
+    filter, kernels_c/conv_gemm.h)."""
 
-    __slots__ = ("k", "n", "data")
+    __slots__ = ("k", "n", "groups", "data")
 
-    def __init__(self, k: int, n: int, data: np.ndarray) -> None:
-        self.k, self.n, self.data = k, n, data
+    def __init__(self, k: int, n: int, data: np.ndarray, groups: int = 1) -> None:
+        self.k, self.n, self.groups, self.data = k, n, groups, data
 
 
 def _matrix(what: str, array) -> np.ndarray:
@@ -37,17 +39,25 @@ def _matrix(what: str, array) -> np.ndarray:
     return array
 
 
-def pack_b(b, trans_b: bool = False) -> PackedB:
-    """The packing of the matrix ``b`` (``b.T`` when ``trans_b``) for :func:`c_gemm`."""
+def pack_b(b, trans_b: bool = False, groups: int = 1) -> PackedB:
+    """The packing of the matrix ``b`` (``b.T`` when ``trans_b``) for :func:`c_gemm`; with
+    ``groups`` > 1 (no transpose), of each of its ``groups`` equal column blocks in turn."""
     b = _matrix("GEMM pack", b)
     k, n = b.shape[::-1] if trans_b else b.shape
+    if groups < 1 or n % groups or (trans_b and groups > 1):
+        raise ValueError(f"native GEMM pack: {n} columns in {groups} groups")
+    n //= groups
     floats = lib.mg_gemm_packed_floats(k, n)
-    if floats < 0:
-        raise ValueError(f"native GEMM pack: a {k}x{n} matrix is too large")
-    data = np.empty(floats, F32)
-    check_code(lib.mg_gemm_pack_b(k, n, int(trans_b), fbuf(b), fbuf(data), num_threads()),
-               "GEMM pack")
-    return PackedB(k, n, data)
+    if floats < 0 or floats * groups * 4 >= 2**63:
+        raise ValueError(f"native GEMM pack: a {k}x{n * groups} matrix is too large")
+    data = np.empty(floats * groups, F32)
+    blocks = [b] if groups == 1 else [np.ascontiguousarray(block)
+                                      for block in np.split(b, groups, axis=1)]
+    for g, block in enumerate(blocks):
+        check_code(lib.mg_gemm_pack_b(k, n, int(trans_b), fbuf(block),
+                                      fbuf(data[g * floats:(g + 1) * floats]), num_threads()),
+                   "GEMM pack")
+    return PackedB(k, n, data, groups)
 
 
 def _frozen(array: np.ndarray) -> bool:
@@ -61,24 +71,25 @@ def _frozen(array: np.ndarray) -> bool:
     return node is None or type(node) is bytes
 
 
-# id(owner) -> (weak reference to owner, trans_b, b's shape, packing)
-_CACHE: dict[int, tuple[weakref.ref, bool, tuple, PackedB]] = {}
+# id(owner) -> (weak reference to owner, (trans_b, groups), b's shape, packing)
+_CACHE: dict[int, tuple[weakref.ref, tuple[bool, int], tuple, PackedB]] = {}
 
 
-def packed_b(b: np.ndarray, trans_b: bool = False, owner: np.ndarray | None = None) -> PackedB:
+def packed_b(b: np.ndarray, trans_b: bool = False, owner: np.ndarray | None = None,
+             groups: int = 1) -> PackedB:
     """:func:`pack_b` of ``b``, cached while ``owner`` (the array ``b`` was reshaped from;
     default ``b``) lives when it is frozen (see the module docstring)."""
     owner = b if owner is None else owner
     if type(owner) is not np.ndarray or not _frozen(owner):
-        return pack_b(b, trans_b)
-    key = id(owner)
+        return pack_b(b, trans_b, groups)
+    key, how = id(owner), (trans_b, groups)
     entry = _CACHE.get(key)
-    if entry is not None and entry[0]() is owner and entry[1] == trans_b \
+    if entry is not None and entry[0]() is owner and entry[1] == how \
             and entry[2] == b.shape:
         return entry[3]
-    packing = pack_b(b, trans_b)
+    packing = pack_b(b, trans_b, groups)
     ref = weakref.ref(owner, lambda _ref, key=key: _drop(key, _ref))
-    _CACHE[key] = (ref, trans_b, b.shape, packing)
+    _CACHE[key] = (ref, how, b.shape, packing)
     return packing
 
 
@@ -89,18 +100,27 @@ def _drop(key: int, ref: weakref.ref) -> None:
 
 
 def c_gemm(a, b: PackedB, trans_a: bool = False, epilogue: Epilogue | None = None,
-           out_shape: tuple[int, ...] | None = None) -> np.ndarray:
+           out_shape: tuple[int, ...] | None = None, out: np.ndarray | None = None
+           ) -> np.ndarray:
     """``op(a) @ B`` (op: transpose when ``trans_a``) as a new float32 array of
     ``out_shape`` (default ``[m, n]``; its size must be ``m * n``, its last axis n), then
-    ``epilogue`` (which must fit it) as ``mg_channel_epilogue`` applies it."""
+    ``epilogue`` (which must fit it) as ``mg_channel_epilogue`` applies it (on each tile as
+    it is finished). With ``out`` (a C-contiguous, aligned float32 array of ``m * n``
+    elements whose last axis is n), the product is written there and ``out`` returned."""
     a = _matrix("GEMM", a)
     m, k = a.shape[::-1] if trans_a else a.shape
-    if k != b.k or b.data.size != lib.mg_gemm_packed_floats(b.k, b.n):
-        raise ValueError(f"native GEMM: A is {m}x{k} but the packed B is {b.k}x{b.n}")
+    if k != b.k or b.groups != 1 or b.data.size != lib.mg_gemm_packed_floats(b.k, b.n):
+        raise ValueError(f"native GEMM: A is {m}x{k} but the packed B is {b.k}x{b.n} in "
+                         f"{b.groups} groups")
     shape = (m, b.n) if out_shape is None else tuple(out_shape)
+    if out is not None:
+        shape = out.shape
+        if (out.dtype != F32 or not out.flags.c_contiguous or not out.flags.aligned
+                or not out.flags.writeable):
+            raise ValueError("native GEMM: out must be a writable C-contiguous float32 array")
     if int(np.prod(shape)) != m * b.n or (shape and shape[-1] != b.n) or not shape:
         raise ValueError(f"native GEMM: output shape {shape} does not hold {m}x{b.n}")
-    c = np.empty(shape, F32)
+    c = np.empty(shape, F32) if out is None else out
     c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(c.shape)
     check_code(lib.mg_gemm(m, b.n, k, int(trans_a), fbuf(a), fbuf(b.data), fbuf(c),
                            c_epilogue, num_threads()), "GEMM")

@@ -8,10 +8,16 @@ then transposed and reshaped to [batch, rows, contracted] and [batch, contracted
 products.
 
 float32 and float64 products go to numpy's BLAS, which starts its own threads: each call
-limits them to minigraph's thread count (``native.num_threads()``) with threadpoolctl when
-it is installed (the ``examples`` extra), so a matmul never oversubscribes the machine;
-without it the BLAS keeps its own setting. float16/bfloat16 are computed in float32 and
-rounded once; integers stay in their type (wrapping on overflow, as TF).
+limits them to minigraph's thread count (``native.num_threads()``) with threadpoolctl (a
+core dependency; without it the BLAS keeps its own setting), so a matmul never
+oversubscribes the machine. float16/bfloat16 are computed in float32 and rounded once;
+integers stay in their type (wrapping on overflow, as TF).
+
+native (float32 BatchMatMul, V2, V3): minigraph's GEMM (``backends.gemm``, kernels_c/gemm.c)
+per batch element, each product one chain of fused multiply-adds over k in order
+(bit-identical for any thread count, within ``k * 2**-24 * sum |x y|`` of the exact
+product); a y without batch elements of its own (a shared weight) is packed once and every
+x matrix runs as one GEMM of all their rows.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ import functools
 import numpy as np
 
 from minigraph.backends.compute import compute_dtype
-from minigraph.backends.native import num_threads
+from minigraph.backends.gemm import c_gemm, pack_b, packed_b
+from minigraph.backends.native import as_f32, num_threads
 from minigraph.backends.registry import register_kernel
+from minigraph.framework import dtypes
 from minigraph.ops.linalg_ops import EinsumPlan, parse_einsum
 
 
@@ -57,6 +65,35 @@ def batch_matmul(op, inputs, ctx):
     left = np.swapaxes(x, -1, -2) if op.attrs["adj_x"] else x
     right = np.swapaxes(y, -1, -2) if op.attrs["adj_y"] else y
     return [blas_matmul(_in(left), _in(right)).astype(x.dtype, copy=False)]
+
+
+@register_kernel("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", backend="native",
+                 dtypes=(dtypes.float32,))
+def batch_matmul_native(op, inputs, ctx):
+    """x @ y (adjoints as the attrs say) over the broadcast batch dims on the native GEMM
+    (see the module docstring)."""
+    x, y = inputs
+    adj_x, adj_y = op.attrs["adj_x"], op.attrs["adj_y"]
+    if x.dtype != np.float32 or y.dtype != np.float32 or 0 in x.shape or 0 in y.shape:
+        return batch_matmul(op, inputs, ctx)  # empty: numpy's zeros
+    m, k = x.shape[-1:-3:-1] if adj_x else x.shape[-2:]
+    n = y.shape[-2] if adj_y else y.shape[-1]
+    batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    if int(np.prod(y.shape[:-2])) == 1 and not adj_x:  # one shared y: one GEMM
+        right = y.reshape(y.shape[-2:])
+        packing = packed_b(right, adj_y, owner=y)
+        return [c_gemm(as_f32(x).reshape(-1, k), packing, out_shape=(*batch, m, n))]
+    out = np.empty((*batch, m, n), np.float32)
+    xs = np.broadcast_to(x, (*batch, *x.shape[-2:]))
+    ys = np.broadcast_to(y, (*batch, *y.shape[-2:]))
+    packs: dict[int, object] = {}  # per distinct y matrix (by address): packed once
+    for index in np.ndindex(*batch):
+        right = ys[index]
+        key = right.__array_interface__["data"][0]
+        if key not in packs:
+            packs[key] = pack_b(right, adj_y)
+        c_gemm(xs[index], packs[key], adj_x, out=out[index])
+    return [out]
 
 
 @functools.lru_cache(maxsize=256)

@@ -23,6 +23,7 @@ they have no gradient (the remapper runs after the gradients exist).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -151,6 +152,7 @@ def _check_counts(op_type: str, name: str, attrs: dict[str, Any], arg_count: int
         raise InvalidArgumentError(f"{op_type} '{name}': minigraph takes no host_args")
 
 
+_lock = threading.Lock()  # sessions run steps from several threads at once
 _members: OrderedDict[tuple, tuple[dict, list[Operation]]] = OrderedDict()
 
 
@@ -163,10 +165,11 @@ def members(op_type: str, name: str, attrs: dict[str, Any],
     # is not reused while the entry lives)
     key = (op_type, name, id(attrs),
            tuple((d, tuple(s.dims) if s.rank is not None else None) for d, s in specs))
-    found = _members.get(key)
-    if found is not None and found[0] is attrs:
-        _members.move_to_end(key)
-        return found[1]
+    with _lock:
+        found = _members.get(key)
+        if found is not None and found[0] is attrs:
+            _members.move_to_end(key)
+            return found[1]
     _check_counts(op_type, name, attrs, len(specs) - 2)
     root = Scope(Graph(notify=False))
     placeholder = get_op_def("Placeholder")
@@ -191,9 +194,10 @@ def members(op_type: str, name: str, attrs: dict[str, Any],
         built.append(build_operation(root.WithOpName(f"{name}/{stage_def.name}"), stage_def,
                                      arguments, stage_attrs))
         y = built[-1].outputs[0]
-    _members[key] = (attrs, built)
-    if len(_members) > MAX_CACHED:
-        _members.popitem(last=False)
+    with _lock:
+        _members[key] = (attrs, built)
+        if len(_members) > MAX_CACHED:
+            _members.popitem(last=False)
     return built
 
 
@@ -221,14 +225,17 @@ _prepared: OrderedDict[tuple, Prepared] = OrderedDict()
 def prepare(op: Operation, values: Sequence[Any]) -> Prepared:
     """The :class:`Prepared` of ``op`` for ``values`` (cached per node and signature)."""
     key = (id(op.attrs), tuple((type(v), v.dtype, v.shape) for v in values))
-    found = _prepared.get(key)
-    if found is not None and found.attrs is op.attrs:
-        _prepared.move_to_end(key)
-        return found
+    with _lock:
+        found = _prepared.get(key)
+        if found is not None and found.attrs is op.attrs:
+            _prepared.move_to_end(key)
+            return found
     specs = [(inp.dtype, TensorShape(v.shape)) for inp, v in zip(op.inputs, values)]
-    found = _prepared[key] = Prepared(op.attrs, members(op.type, op.name, op.attrs, specs))
-    if len(_prepared) > MAX_CACHED:
-        _prepared.popitem(last=False)
+    found = Prepared(op.attrs, members(op.type, op.name, op.attrs, specs))
+    with _lock:
+        _prepared[key] = found
+        if len(_prepared) > MAX_CACHED:
+            _prepared.popitem(last=False)
     return found
 
 

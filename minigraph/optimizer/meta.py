@@ -100,10 +100,10 @@ def _copy(item: GraphItem) -> Graph:
 def _tensor(graph: Graph, value: Any) -> Output:
     if isinstance(value, str):
         return graph.get_tensor_by_name(value)
+    if not isinstance(value, Output) and isinstance(getattr(value, "output", None), Output):
+        value = value.output  # a wrapper's result object
     if isinstance(value, Output) and value.graph is graph:
         return value
-    if hasattr(value, "output") and isinstance(value.output, Output):
-        return _tensor(graph, value.output)
     raise InvalidArgumentError(f"mg.optimize: each fetch and feed must be an Output of the "
                                f"graph or a tensor name, got {value!r}")
 

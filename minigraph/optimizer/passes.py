@@ -30,7 +30,10 @@ The contract every pass keeps:
   graph is rebuilt; a pass that changes nothing leaves the item untouched (then the session
   runs the original graph, at no cost).
 * **Static information.** ``item.output("x:0")`` gives the dtype and static shape of a tensor
-  of the current nodes; passes must not assume more than those (feeds match them).
+  (from the source graph while the name is the source's: a rewrite keeps every tensor's
+  meaning under its name); passes must not assume more than those (feeds match them). A
+  pass that changes a node's op or attrs in place sets ``node.origin = None`` (the node is
+  then rebuilt with every check instead of from its source op's specs).
 
 A pass that rewrites op patterns inside the remapper (a fusion) registers with
 :func:`minigraph.optimizer.remapper.register_fusion` instead: the remapper runs those in

@@ -1,0 +1,178 @@
+/* minigraph native convolution forward as an implicit GEMM: the driver; see conv_gemm.h.
+ *
+ * An item (group g, block of CG_MC output pixels, block of panels) first notes each pixel's
+ * image offset and the input row / column of its top-left tap, then walks the K blocks in
+ * order (segments: one tap or one tap row, seg_mode; each cut into chunks of at most
+ * CG_KC floats). Per K block it points every pixel's row at its chunk (in x, at zeros, or at
+ * a copy in the thread's scratch) once, and runs the micro-kernel over every (panel, group
+ * of mr pixels): the block's rows stay in L2 while a panel's chunk of B sits in L1. After
+ * the last block the item's tile gets the epilogue. An output element is written by one
+ * item only, its chain in the order conv_gemm.h gives. */
+#include "conv_gemm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm_internal.h"
+
+enum { CG_MC = 96, CG_KC = 256, CG_NC_PANELS = 8 };
+
+static const float cg_zeros[CG_KC]; /* the row of a tap in the padding */
+
+/* How K is cut into segments, each read in chunks of at most CG_KC floats: per tap row (kw
+ * * c floats, in x, zeros or, cut by the padding, a copy; groups 1 and dilation_w 1), else
+ * per tap (its group's channels, in x or zeros). (Gathering a grouped convolution's short
+ * tap rows into the scratch measured slower than its per-tap blocks.) */
+enum seg_mode { SEG_TAP, SEG_ROW };
+
+typedef struct {
+    const gemm_kernel_table *t;
+    int64_t h, w, c, kw, co, cg, cog, sh, sw, dh, dw, pt, pl, oh, ow;
+    int64_t m, k;        /* pixels; K = kh * kw * cg */
+    int64_t nseg, seglen; /* segments of K (see seg_mode), floats each */
+    int mode;
+    const float *x, *bp;
+    float *y;
+    int64_t gfloats, np;  /* packed floats per group; panels per group */
+    int64_t mblocks, nblocks, ncp;
+    const mg_epilogue *ep;
+    float *scratch;       /* CG_MC * CG_KC floats per thread (SEG_ROW) */
+} cg_call;
+
+static int64_t panels_of(int64_t n) { return (n + MG_GEMM_NR - 1) / MG_GEMM_NR; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Floats [s0, s0 + kc) of a pixel's tap row (float s0 + j * cg + ci: column q0 + j * dw,
+ * channel ci; `row` at channel 0 of column 0), zero in the padding, into dst */
+static void gather_row(const cg_call *g, const float *row, int64_t q0, int64_t s0,
+                       int64_t kc, float *dst)
+{
+    int64_t j = s0 / g->cg, ci = s0 % g->cg;
+    for (int64_t t = 0; t < kc; ++j, ci = 0) {
+        const int64_t col = q0 + j * g->dw, run = min64(g->cg - ci, kc - t);
+        if (col < 0 || col >= g->w)
+            memset(dst + t, 0, (size_t)run * sizeof(float));
+        else
+            memcpy(dst + t, row + col * g->c + ci, (size_t)run * sizeof(float));
+        t += run;
+    }
+}
+
+/* Every pixel's row pointer (rows of the item) for K chunk [s0, s0 + kc) of tap row i (tap
+ * (i, j) per tap): into x, at zeros, or at a copy in `scratch` (CG_KC floats per row) */
+static void chunk_rows(const cg_call *g, const int64_t *base, const int64_t *r0,
+                       const int64_t *q0, int64_t rows, int64_t i, int64_t j, int64_t s0,
+                       int64_t kc, int64_t group, float *scratch, const float **ptrs)
+{
+    /* SEG_ROW: the chunk's first and last columns, relative to q0 */
+    const int64_t jf = s0 / g->cg * g->dw, jl = (s0 + kc - 1) / g->cg * g->dw;
+    for (int64_t p = 0; p < rows; ++p) {
+        const int64_t r = r0[p] + i * g->dh;
+        if (r < 0 || r >= g->h) {
+            ptrs[p] = cg_zeros;
+            continue;
+        }
+        const int64_t row = base[p] + r * g->w * g->c + group * g->cg;
+        if (g->mode == SEG_TAP) { /* one tap: its channels of the group */
+            const int64_t col = q0[p] + j * g->dw;
+            ptrs[p] = col < 0 || col >= g->w ? cg_zeros : g->x + row + col * g->c + s0;
+        } else if (q0[p] + jf >= 0 && q0[p] + jl < g->w) { /* inside */
+            ptrs[p] = g->x + (row + q0[p] * g->c + s0);
+        } else if (q0[p] + jl < 0 || q0[p] + jf >= g->w) {
+            ptrs[p] = cg_zeros;
+        } else { /* cut by the padding */
+            gather_row(g, g->x + row, q0[p], s0, kc, scratch + p * CG_KC);
+            ptrs[p] = scratch + p * CG_KC;
+        }
+    }
+}
+
+static void cg_item(void *ctx, int64_t item, int tid)
+{
+    const cg_call *g = ctx;
+    const int mr = g->t->mr;
+    const int64_t per_group = g->mblocks * g->nblocks;
+    const int64_t group = item / per_group, rest = item % per_group;
+    const int64_t m0 = rest / g->nblocks * CG_MC, p0 = rest % g->nblocks * g->ncp;
+    const int64_t rows = min64(g->m - m0, CG_MC), p1 = min64(p0 + g->ncp, g->np);
+    int64_t base[CG_MC], r0[CG_MC], q0[CG_MC];
+    { /* the pixels (image, p, q) of rows m0 .. m0 + rows - 1, walked without divisions */
+        const int64_t plane = g->oh * g->ow;
+        int64_t img = m0 / plane, p = m0 % plane / g->ow, q = m0 % g->ow;
+        for (int64_t r = 0; r < rows; ++r) {
+            base[r] = img * g->h * g->w * g->c;
+            r0[r] = p * g->sh - g->pt;
+            q0[r] = q * g->sw - g->pl;
+            if (++q == g->ow) {
+                q = 0;
+                if (++p == g->oh) {
+                    p = 0;
+                    ++img;
+                }
+            }
+        }
+    }
+    const float *ptrs[CG_MC + GEMM_MR_MAX];
+    float *scratch = g->scratch ? g->scratch + (int64_t)tid * CG_MC * CG_KC : NULL;
+    const float *bg = g->bp + group * g->gfloats;
+    float *yg = g->y + group * g->cog;
+    for (int64_t seg = 0; seg < g->nseg; ++seg)
+        for (int64_t s0 = 0; s0 < g->seglen; s0 += CG_KC) {
+            const int64_t kc = min64(g->seglen - s0, CG_KC), kk = seg * g->seglen + s0;
+            const int64_t i = g->mode == SEG_ROW ? seg : seg / g->kw;
+            chunk_rows(g, base, r0, q0, rows, i, seg % g->kw, s0, kc, group, scratch, ptrs);
+            for (int r = 0; r < mr; ++r)
+                ptrs[rows + r] = ptrs[rows - 1];
+            for (int64_t p = p0; p < p1; ++p) {
+                const int64_t j0 = p * MG_GEMM_NR;
+                const int nr = (int)min64(g->cog - j0, MG_GEMM_NR);
+                const float *bpp = bg + p * g->k * MG_GEMM_NR + kk * MG_GEMM_NR;
+                for (int64_t r = 0; r < rows; r += mr)
+                    g->t->micro(kc, ptrs + r, 1, bpp, yg + (m0 + r) * g->co + j0, g->co,
+                                (int)min64(rows - r, mr), nr, kk > 0);
+            }
+        }
+    if (g->ep)
+        mg_epilogue_tile(g->ep, g->y, g->co, m0 * g->co + group * g->cog + p0 * MG_GEMM_NR,
+                         rows, min64(p1 * MG_GEMM_NR, g->cog) - p0 * MG_GEMM_NR);
+}
+
+int mg_conv_gemm_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                         int64_t co, int64_t groups, int64_t stride_h, int64_t stride_w,
+                         int64_t dilation_h, int64_t dilation_w, int64_t pad_top,
+                         int64_t pad_left, int64_t out_h, int64_t out_w, const float *x,
+                         const float *packed_f, float *y, const mg_epilogue *epilogue,
+                         int num_threads)
+{
+    if (n < 0 || h < 0 || w < 0 || c < 0 || kh < 0 || kw < 0 || co < 0 || groups < 1 ||
+        c % groups || co % groups || stride_h < 1 || stride_w < 1 || dilation_h < 1 ||
+        dilation_w < 1 || pad_top < 0 || pad_left < 0 || out_h < 0 || out_w < 0 ||
+        (epilogue && mg_epilogue_check(epilogue) != MG_OK))
+        return MG_EINVAL;
+    const int64_t cg = c / groups, cog = co / groups, k = kh * kw * cg;
+    const int64_t m = n * out_h * out_w, gfloats = mg_gemm_packed_floats(k, cog);
+    if (gfloats < 0 || (m && co && !y) || (m && k && co && (!x || !packed_f)))
+        return MG_EINVAL;
+    if (!m || !co)
+        return MG_OK;
+    if (!k) { /* an empty sum */
+        memset(y, 0, (size_t)(m * co) * sizeof(float));
+        return epilogue ? mg_channel_epilogue(m, co, y, epilogue, num_threads) : MG_OK;
+    }
+    const int nt = mg_work_threads(num_threads, (double)m * (double)co * (double)k);
+    const int mode = kw > 1 && groups == 1 && dilation_w == 1 ? SEG_ROW : SEG_TAP;
+    const int64_t nseg = mode == SEG_ROW ? kh : kh * kw;
+    const int64_t mblocks = (m + CG_MC - 1) / CG_MC, np = panels_of(cog);
+    int64_t ncp = np < CG_NC_PANELS ? np : CG_NC_PANELS;
+    while (ncp > 1 && groups * mblocks * ((np + ncp - 1) / ncp) < 4 * (int64_t)nt)
+        --ncp;
+    cg_call g = {gemm_kernels(), h, w, c, kw, co, cg, cog, stride_h, stride_w, dilation_h,
+                 dilation_w, pad_top, pad_left, out_h, out_w, m, k,
+                 nseg, k / nseg, mode, x, packed_f, y,
+                 gfloats, np, mblocks, (np + ncp - 1) / ncp, ncp, epilogue, NULL};
+    if (mode == SEG_ROW && !(g.scratch = mg_alloc_floats((int64_t)nt * CG_MC * CG_KC)))
+        return MG_ENOMEM;
+    mg_pool_run(nt, groups * mblocks * g.nblocks, cg_item, &g);
+    free(g.scratch);
+    return MG_OK;
+}

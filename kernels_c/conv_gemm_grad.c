@@ -1,0 +1,599 @@
+/* minigraph native convolution gradients on the GEMM micro-kernels: see conv_gemm_grad.h.
+ *
+ * Input gradient: an implicit GEMM per stride phase. The dx pixels (Y, X) with
+ * Y mod sh = py and X mod sw = px (a phase) are reached by the same taps: tap row i when
+ * (py + pt - i*dh) is a multiple of sh, through dy row a + di with di = (py + pt - i*dh) / sh
+ * (Y = py + a*sh), and likewise for columns. So for one phase dx = A * B with M = the phase's
+ * pixels, N = cig (one group) and K = its taps x cog: A's row for pixel m and tap t is the
+ * dy pixel (a + di, b + dj) of m's image, cog contiguous floats (or a row of zeros where
+ * that pixel lies outside dy), read in place by the micro-kernel's row pointers; B is the
+ * filter transposed to [taps x cog][cig] per group, packed once into 32-column panels. In
+ * the packing the taps of a filter row that one column phase uses are adjacent, j
+ * descending: with dilation_w dividing stride_w they read adjacent dy pixels (one column
+ * further per tap), so with one group a pixel whose window row lies inside dy reads the
+ * whole row's K (taps x cog floats) as one run from dy, one micro-kernel call for the
+ * row's taps. Items of the worker pool: (phase, group, block of 96 pixels, block of panels);
+ * an item runs, per filter row, the tiles of mr pixels each of whose pixels reads all or
+ * none of the row's taps in one pass (runs of up to 256 of K), the other tiles tap by tap
+ * (pixels outside dy read a row of zeros), in the same order (i, then j descending, then
+ * o), into a per-thread block of C, then writes the block's rows to their dx pixels (a
+ * phase's pixels are not evenly spaced in dx). A tile none of whose pixels a tap reaches
+ * skips it (its chain has no term there); pixels no tap reaches are written as zero.
+ *
+ * Filter gradient: df^T = dy^T * im2col(x) per group: M = cog (A's row o is dy's column
+ * g*cog + o), N = kh*kw*cig (column tap*cig + c), K = the n*out_h*out_w output pixels. Per
+ * block of 256 pixels an item packs B, the im2col of x, for its panels only (copies of the
+ * contiguous runs of x channels from tables built once per item, zeros outside x), and
+ * dy's block per tile of mr channels [k][mr] (in dy a tile's step of k is co floats away:
+ * a cache line per row and step), then runs every (panel, tile). Putting
+ * the output channels on M (not N) wastes nothing when cog is 16 (tiles of 12 and 4 rows)
+ * where 32-column panels of cog would be half empty. Items: (group, pixel range, block of
+ * panels); the pixel ranges (mg_conv2d_gemm_filter_chunks, a function of the shapes only)
+ * give the first layers (27 x 16 outputs, one panel) enough items; each writes its partial
+ * sums to its own buffer, added in range order by a last pass that also transposes them
+ * into HWIO.
+ */
+#include "conv_gemm_grad.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm_internal.h"
+
+enum { MB = 96, KC = 256, NCP_MAX = 8, FILTER_ITEMS = 16, CHUNK_MIN = 2048 };
+
+static const gemm_kernel_table *kernels(void)
+{
+    static const void *const tables[MG_NISA] =
+        MG_ISA_TABLES(&gemm_kernels_scalar, &gemm_kernels_avx2, &gemm_kernels_avx512);
+    return mg_isa_pick(tables);
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t floor_mod(int64_t a, int64_t b)
+{
+    const int64_t r = a % b;
+    return r < 0 ? r + b : r;
+}
+
+typedef struct {
+    int64_t n, h, w, c, kh, kw, co, groups, sh, sw, dh, dw, pt, pl, oh, ow, cig, cog;
+} geometry;
+
+static int geometry_check(const geometry *g)
+{
+    if (g->n < 0 || g->h < 0 || g->w < 0 || g->c < 0 || g->kh < 0 || g->kw < 0 || g->co < 0 ||
+        g->groups < 1 || g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->pt < 0 ||
+        g->pl < 0 || g->oh < 0 || g->ow < 0 || g->c % g->groups || g->co % g->groups)
+        return MG_EINVAL;
+    return MG_OK;
+}
+
+/* Blocks of up to NCP_MAX panels, fewer while the items would not give every thread about
+ * 4 (the split changes no result: each element's chain is the same). */
+static int64_t panels_per_block(int64_t panels, int64_t other_items, int nt)
+{
+    int64_t ncp = min64(panels, NCP_MAX);
+    while (ncp > 1 && other_items * ceil_div(panels, ncp) < 4 * (int64_t)nt)
+        --ncp;
+    return ncp < 1 ? 1 : ncp;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Input gradient                                                                              */
+
+typedef struct {
+    int64_t tap, delta; /* filter row (column) and the dy row (column) offset of the phase */
+} phase_tap;
+
+typedef struct {
+    int64_t py, px, ah, bw; /* the phase's origin and its rows / columns in dx */
+    int64_t first_item;
+} phase;
+
+typedef struct {
+    const gemm_kernel_table *t;
+    geometry g;
+    const float *dy, *packed, *zeros;
+    float *dx, *scratch;
+    const phase *phases;
+    int64_t nphases;
+    const phase_tap *row_taps, *col_taps; /* [py][kh], [px][kw] (columns: j descending) */
+    const int64_t *nrow_taps, *ncol_taps, *col_start; /* col_start: prefix sums of ncol_taps */
+    const unsigned char *col_runs; /* per px: its taps read adjacent dy pixels */
+    int64_t ncols, panels, ncp, nblocks, k_group; /* k_group = kh*ncols*cog */
+} input_call;
+
+typedef struct {
+    const input_call *b;
+    const float *f;
+    float *packed;
+} pack_filter_call;
+
+/* packed[g][p][(i*ncols + col_start[px] + t)*cog + o][jj] = f[i][j][32p + jj][g*cog + o] for
+ * tap j = col_taps[px][t] (zero past cig): the taps of a filter row within a column phase
+ * are adjacent, j descending (a tap no phase has is left out). */
+static void pack_filter(void *ctx, int64_t lo, int64_t hi)
+{
+    const pack_filter_call *pc = ctx;
+    const input_call *b = pc->b;
+    const geometry *g = &b->g;
+    const int64_t phx = min64(g->sw, g->w);
+    for (int64_t gp = lo; gp < hi; ++gp) {
+        const int64_t grp = gp / b->panels, p = gp % b->panels;
+        float *dst = pc->packed + gp * b->k_group * MG_GEMM_NR;
+        const int64_t j0 = p * MG_GEMM_NR, width = min64(MG_GEMM_NR, g->cig - j0);
+        if (width < MG_GEMM_NR)
+            memset(dst, 0, (size_t)(b->k_group * MG_GEMM_NR) * sizeof(float));
+        for (int64_t i = 0; i < g->kh; ++i)
+            for (int64_t px = 0; px < phx; ++px)
+                for (int64_t t = 0; t < b->ncol_taps[px]; ++t) {
+                    const int64_t tap = i * g->kw + b->col_taps[px * g->kw + t].tap;
+                    const int64_t row = i * b->ncols + b->col_start[px] + t;
+                    for (int64_t jj = 0; jj < width; ++jj) {
+                        const float *src = pc->f + (tap * g->cig + j0 + jj) * g->co + grp * g->cog;
+                        float *d = dst + row * g->cog * MG_GEMM_NR + jj;
+                        for (int64_t o = 0; o < g->cog; ++o)
+                            d[o * MG_GEMM_NR] = src[o];
+                    }
+                }
+    }
+}
+
+/* Row pointers of a block for one pass: ptr[r] = base[r] + k0 (the zero row where base is
+ * NULL), the rows past the block's last copying it. */
+static void block_pointers(const float **ptr, const float *const *base, int64_t rows,
+                           int64_t padded, int64_t k0, const float *zeros)
+{
+    for (int64_t r = 0; r < rows; ++r)
+        ptr[r] = base[r] ? base[r] + k0 : zeros;
+    for (int64_t r = rows; r < padded; ++r)
+        ptr[r] = ptr[rows - 1];
+}
+
+static void input_item(void *ctx, int64_t item, int tid)
+{
+    const input_call *b = ctx;
+    const geometry *g = &b->g;
+    const int mr = b->t->mr;
+    int64_t lo = 0, hi = b->nphases - 1; /* the phase holding the item */
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (b->phases[mid].first_item <= item)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const phase *ph = &b->phases[lo];
+    const int64_t pixels = ph->ah * ph->bw, m_total = g->n * pixels;
+    const int64_t local = item - ph->first_item, per_group = ceil_div(m_total, MB) * b->nblocks;
+    const int64_t grp = local / per_group, rest = local % per_group;
+    const int64_t m0 = rest / b->nblocks * MB, p0 = rest % b->nblocks * b->ncp;
+    const int64_t p1 = min64(p0 + b->ncp, b->panels), rows = min64(MB, m_total - m0);
+    const int64_t ldc = (p1 - p0) * MG_GEMM_NR, ntiles = ceil_div(rows, mr);
+    float *cb = b->scratch + (int64_t)tid * MB * b->ncp * MG_GEMM_NR;
+
+    int64_t img[MB], ra[MB], rb[MB];
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t m = m0 + r, within = m % pixels;
+        img[r] = m / pixels;
+        ra[r] = within / ph->bw;
+        rb[r] = within % ph->bw;
+    }
+    unsigned char started[MB], live[MB], merged[MB];
+    memset(started, 0, sizeof started);
+    const float *ptr[MB + GEMM_MR_MAX], *base[MB];
+    const phase_tap *rt = b->row_taps + ph->py * g->kh, *ct = b->col_taps + ph->px * g->kw;
+    const int64_t nrt = b->nrow_taps[ph->py], nct = b->ncol_taps[ph->px];
+    const int runs = nct > 0 && b->col_runs[ph->px] && g->groups == 1;
+    const float *group_b = b->packed + grp * b->panels * b->k_group * MG_GEMM_NR;
+    for (int64_t ti = 0; ti < (nct ? nrt : 0); ++ti) {
+        const int64_t first_row = (rt[ti].tap * b->ncols + b->col_start[ph->px]) * g->cog;
+        /* The merged pass: tiles whose pixels each read all the row's taps (adjacent dy
+         * pixels: nct * cog contiguous floats) or none of them, one run of K per pixel. */
+        memset(live, 0, (size_t)ntiles);
+        memset(merged, runs, (size_t)ntiles);
+        for (int64_t r = 0; r < rows && runs; ++r) {
+            const int64_t y = ra[r] + rt[ti].delta;
+            const int64_t x0 = rb[r] + ct[0].delta, x1 = rb[r] + ct[nct - 1].delta;
+            base[r] = NULL;
+            if (y >= 0 && y < g->oh && x0 >= 0 && x1 < g->ow) {
+                base[r] = b->dy + ((img[r] * g->oh + y) * g->ow + x0) * g->co;
+                live[r / mr] = 1;
+            } else if (y >= 0 && y < g->oh && x1 >= 0 && x0 < g->ow) {
+                merged[r / mr] = 0; /* some of the taps: per tap below */
+            }
+        }
+        for (int64_t k0 = 0; runs && k0 < nct * g->cog; k0 += KC) {
+            const int64_t kc = min64(KC, nct * g->cog - k0);
+            block_pointers(ptr, base, rows, ntiles * mr, k0, b->zeros);
+            for (int64_t p = p0; p < p1; ++p) {
+                const int nr = (int)min64(MG_GEMM_NR, g->cig - p * MG_GEMM_NR);
+                const float *bp = group_b + p * b->k_group * MG_GEMM_NR +
+                                  (first_row + k0) * MG_GEMM_NR;
+                for (int64_t tile = 0; tile < ntiles; ++tile)
+                    if (merged[tile] && live[tile])
+                        b->t->micro(kc, ptr + tile * mr, 1, bp,
+                                    cb + tile * mr * ldc + (p - p0) * MG_GEMM_NR, ldc,
+                                    (int)min64(mr, rows - tile * mr), nr, started[tile]);
+            }
+            for (int64_t tile = 0; tile < ntiles; ++tile)
+                started[tile] |= merged[tile] & live[tile];
+        }
+        /* The other tiles: tap by tap, in the same order (j descending, then o). */
+        for (int64_t tj = 0; tj < nct; ++tj) {
+            int any = 0;
+            memset(live, 0, (size_t)ntiles);
+            for (int64_t r = 0; r < rows; ++r) {
+                const int64_t y = ra[r] + rt[ti].delta, x = rb[r] + ct[tj].delta;
+                base[r] = NULL;
+                if (!merged[r / mr] && y >= 0 && y < g->oh && x >= 0 && x < g->ow) {
+                    base[r] = b->dy + ((img[r] * g->oh + y) * g->ow + x) * g->co + grp * g->cog;
+                    live[r / mr] = 1;
+                    any = 1;
+                }
+            }
+            for (int64_t k0 = 0; any && k0 < g->cog; k0 += KC) {
+                const int64_t kc = min64(KC, g->cog - k0);
+                block_pointers(ptr, base, rows, ntiles * mr, k0, b->zeros);
+                for (int64_t p = p0; p < p1; ++p) {
+                    const int nr = (int)min64(MG_GEMM_NR, g->cig - p * MG_GEMM_NR);
+                    const float *bp = group_b + p * b->k_group * MG_GEMM_NR +
+                                      (first_row + tj * g->cog + k0) * MG_GEMM_NR;
+                    for (int64_t tile = 0; tile < ntiles; ++tile)
+                        if (live[tile])
+                            b->t->micro(kc, ptr + tile * mr, 1, bp,
+                                        cb + tile * mr * ldc + (p - p0) * MG_GEMM_NR, ldc,
+                                        (int)min64(mr, rows - tile * mr), nr, started[tile]);
+                }
+                for (int64_t tile = 0; tile < ntiles; ++tile)
+                    started[tile] |= live[tile];
+            }
+        }
+    }
+    const int64_t col0 = p0 * MG_GEMM_NR, width = min64(g->cig, p1 * MG_GEMM_NR) - col0;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t y = ph->py + ra[r] * g->sh, x = ph->px + rb[r] * g->sw;
+        float *dst = b->dx + ((img[r] * g->h + y) * g->w + x) * g->c + grp * g->cig + col0;
+        if (started[r / mr])
+            memcpy(dst, cb + r * ldc, (size_t)width * sizeof(float));
+        else
+            memset(dst, 0, (size_t)width * sizeof(float));
+    }
+}
+
+/* The taps of each phase along one axis: for origin v < phases, the taps t < k with
+ * (v + pad - t*dil) a multiple of stride (ascending, or descending when `descending`), and
+ * their offsets (v + pad - t*dil) / stride. */
+static void phase_taps(int64_t phases, int64_t k, int64_t stride, int64_t dil, int64_t pad,
+                       int descending, phase_tap *taps, int64_t *counts)
+{
+    for (int64_t v = 0; v < phases; ++v) {
+        counts[v] = 0;
+        for (int64_t u = 0; u < k; ++u) {
+            const int64_t t = descending ? k - 1 - u : u, off = v + pad - t * dil;
+            if (floor_mod(off, stride) == 0)
+                taps[v * k + counts[v]++] = (phase_tap){t, (off - floor_mod(off, stride)) / stride};
+        }
+    }
+}
+
+int mg_conv2d_gemm_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
+                                  int64_t kw, int64_t co, int64_t groups, int64_t stride_h,
+                                  int64_t stride_w, int64_t dilation_h, int64_t dilation_w,
+                                  int64_t pad_top, int64_t pad_left, int64_t out_h,
+                                  int64_t out_w, const float *f, const float *dy, float *dx,
+                                  int num_threads)
+{
+    const geometry g = {n, h, w, c, kh, kw, co, groups, stride_h, stride_w, dilation_h,
+                        dilation_w, pad_top, pad_left, out_h, out_w, groups ? c / groups : 0,
+                        groups ? co / groups : 0};
+    if (geometry_check(&g) != MG_OK)
+        return MG_EINVAL;
+    const int64_t dx_size = n * h * w * c;
+    if (!dx_size)
+        return MG_OK;
+    if (!dx || (kh * kw * co != 0 && !f) || (n * out_h * out_w * co != 0 && !dy))
+        return MG_EINVAL;
+    if (kh * kw * g.cog == 0 || out_h * out_w == 0) { /* no term: zeros */
+        memset(dx, 0, (size_t)dx_size * sizeof(float));
+        return MG_OK;
+    }
+    const int64_t phy = min64(stride_h, h), phx = min64(stride_w, w);
+    const int64_t panels = ceil_div(g.cig, MG_GEMM_NR);
+    const int nt = mg_work_threads(num_threads, (double)dx_size * (double)(kh * kw * g.cog) /
+                                                    (double)(stride_h * stride_w));
+    phase_tap *row_taps = malloc((size_t)(phy * kh + phx * kw) * sizeof(phase_tap));
+    int64_t *counts = malloc((size_t)(phy + 2 * phx) * sizeof(int64_t));
+    unsigned char *col_runs = malloc((size_t)phx);
+    phase *phases = malloc((size_t)(phy * phx) * sizeof(phase));
+    float *zeros = calloc(KC, sizeof(float)), *packed = NULL, *scratch = NULL;
+    int code = MG_ENOMEM;
+    if (!row_taps || !counts || !col_runs || !phases || !zeros)
+        goto done;
+    phase_tap *col_taps = row_taps + phy * kh;
+    int64_t *ncol = counts + phy, *col_start = counts + phy + phx, ncols = 0;
+    phase_taps(phy, kh, stride_h, dilation_h, pad_top, 0, row_taps, counts);
+    phase_taps(phx, kw, stride_w, dilation_w, pad_left, 1, col_taps, ncol);
+    for (int64_t px = 0; px < phx; ++px) {
+        col_start[px] = ncols;
+        ncols += ncol[px];
+        col_runs[px] = 1;
+        for (int64_t t = 1; t < ncol[px]; ++t)
+            col_runs[px] &= col_taps[px * kw + t].delta == col_taps[px * kw + t - 1].delta + 1;
+    }
+    const int64_t k_group = kh * ncols * g.cog;
+    int64_t mblocks = 0, nphases = 0;
+    for (int64_t py = 0; py < phy; ++py)
+        for (int64_t px = 0; px < phx; ++px) {
+            const phase ph = {py, px, ceil_div(h - py, stride_h), ceil_div(w - px, stride_w), 0};
+            phases[nphases++] = ph;
+            mblocks += ceil_div(n * ph.ah * ph.bw, MB);
+        }
+    const int64_t ncp = panels_per_block(panels, mblocks * groups, nt);
+    const int64_t nblocks = ceil_div(panels, ncp);
+    int64_t items = 0;
+    for (int64_t p = 0; p < nphases; ++p) {
+        phases[p].first_item = items;
+        items += groups * ceil_div(n * phases[p].ah * phases[p].bw, MB) * nblocks;
+    }
+    packed = mg_alloc_floats(groups * panels * k_group * MG_GEMM_NR);
+    scratch = mg_alloc_floats((int64_t)nt * MB * ncp * MG_GEMM_NR);
+    if (!packed || !scratch)
+        goto done;
+    input_call call = {kernels(), g, dy, packed, zeros, dx, scratch, phases, nphases,
+                       row_taps, col_taps, counts, ncol, col_start, col_runs, ncols, panels,
+                       ncp, nblocks, k_group};
+    pack_filter_call pc = {&call, f, packed};
+    mg_pool_rows(mg_stream_threads(nt, groups * panels * k_group * MG_GEMM_NR),
+                 groups * panels, 1, pack_filter, &pc);
+    mg_pool_run(nt, items, input_item, &call);
+    code = MG_OK;
+done:
+    free(row_taps);
+    free(counts);
+    free(col_runs);
+    free(phases);
+    free(packed);
+    free(zeros);
+    free(scratch);
+    return code;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Filter gradient                                                                             */
+
+int64_t mg_conv2d_gemm_filter_chunks(int64_t pixels, int64_t groups, int64_t kh, int64_t kw,
+                                     int64_t cig)
+{
+    if (pixels <= 0 || groups <= 0 || kh <= 0 || kw <= 0 || cig <= 0)
+        return 1;
+    const int64_t base = groups * ceil_div(kh * kw * cig, MG_GEMM_NR);
+    const int64_t want = ceil_div(FILTER_ITEMS, base), most = max64(1, pixels / CHUNK_MIN);
+    return ceil_div(pixels, ceil_div(pixels, min64(want, most))); /* no range left empty */
+}
+
+typedef struct {
+    const gemm_kernel_table *t;
+    geometry g;
+    const float *x, *dy;
+    float *part, *scratch;
+    int64_t cols, panels, ncp, nblocks, nchunks, chunk, pixels;
+    int64_t scratch_floats; /* per thread: the packed im2col block, then the packed dy block */
+} filter_call;
+
+/* One copy of the im2col packing: `len` floats of x at `offset` from a pixel's window
+ * origin (its tap's rows and columns, channel) to column `off` of panel `panel`. A tap
+ * piece also carries the tap's offsets (dy_, dx_) to test whether it lies inside x. */
+typedef struct {
+    int64_t offset, dy_, dx_;
+    int32_t panel, off, len;
+} piece;
+
+/* The copies of columns [c0, c1) of group grp (at most NCP_MAX panels): per tap, its
+ * columns cut at panel edges (`taps`, for pixels whose window crosses x's edges), and the
+ * same with the copies whose sources are adjacent in x merged (`runs`: the taps of a filter
+ * row with dilation 1 and one group are one run of kw * c floats), for interior pixels.
+ * Returns the tap pieces' count; *nruns gets the runs'. Also the window's extent (rows
+ * ymin .. ymax, columns xmin .. xmax from the origin). */
+enum { PIECES = NCP_MAX * MG_GEMM_NR };
+
+static int64_t im2col_pieces(const geometry *g, int64_t grp, int64_t c0, int64_t c1,
+                             piece *taps, piece *runs, int64_t *nruns, int64_t extent[4])
+{
+    int64_t count = 0;
+    extent[0] = extent[2] = INT64_MAX;
+    extent[1] = extent[3] = INT64_MIN;
+    for (int64_t tap = c0 / g->cig; tap * g->cig < c1; ++tap) {
+        const int64_t ty = tap / g->kw * g->dh - g->pt, tx = tap % g->kw * g->dw - g->pl;
+        extent[0] = min64(extent[0], ty), extent[1] = max64(extent[1], ty);
+        extent[2] = min64(extent[2], tx), extent[3] = max64(extent[3], tx);
+        int64_t col = max64(c0, tap * g->cig);
+        const int64_t end = min64(c1, (tap + 1) * g->cig);
+        while (col < end) {
+            const int64_t rel = col - c0, off = rel % MG_GEMM_NR;
+            const int64_t len = min64(MG_GEMM_NR - off, end - col);
+            taps[count++] = (piece){(ty * g->w + tx) * g->c + grp * g->cig + col - tap * g->cig,
+                                    ty, tx, (int32_t)(rel / MG_GEMM_NR), (int32_t)off,
+                                    (int32_t)len};
+            col += len;
+        }
+    }
+    int64_t n = 0;
+    for (int64_t i = 0; i < count; ++i) {
+        piece *last = n ? &runs[n - 1] : NULL;
+        if (last && last->offset + last->len == taps[i].offset &&
+            last->panel == taps[i].panel && last->off + last->len == taps[i].off)
+            last->len += taps[i].len;
+        else
+            runs[n++] = taps[i];
+    }
+    *nruns = n;
+    return count;
+}
+
+/* im2col of x for pixels k0 .. k0 + kc - 1 and columns [32 p0, 32 p1) of group grp:
+ * bp[p - p0][k - k0][jj] = x at pixel k's tap (col / cig), channel grp*cig + col % cig
+ * (col = 32 p + jj; zero outside x and past the columns). */
+static void pack_im2col(const filter_call *fc, int64_t grp, int64_t k0, int64_t kc, int64_t p0,
+                        int64_t p1, float *bp)
+{
+    const geometry *g = &fc->g;
+    const int64_t c0 = p0 * MG_GEMM_NR, c1 = min64(fc->cols, p1 * MG_GEMM_NR);
+    const int64_t width = (p1 - p0) * MG_GEMM_NR, panel_floats = kc * MG_GEMM_NR;
+    piece taps[PIECES], runs[PIECES];
+    int64_t nruns, e[4];
+    const int64_t ntaps = im2col_pieces(g, grp, c0, c1, taps, runs, &nruns, e);
+    if (c1 - c0 < width) /* the columns past the last: zero in every row */
+        for (int64_t k = 0; k < kc; ++k)
+            memset(bp + (p1 - p0 - 1) * panel_floats + k * MG_GEMM_NR +
+                       (c1 - c0) % MG_GEMM_NR, 0,
+                   (size_t)(width - (c1 - c0)) * sizeof(float));
+    int64_t img = k0 / (g->oh * g->ow), p = k0 / g->ow % g->oh, q = k0 % g->ow;
+    for (int64_t k = 0; k < kc; ++k) {
+        const int64_t y = p * g->sh, x = q * g->sw;
+        const float *origin = fc->x + ((img * g->h + y) * g->w + x) * g->c;
+        float *row = bp + k * MG_GEMM_NR;
+        if (y + e[0] >= 0 && y + e[1] < g->h && x + e[2] >= 0 && x + e[3] < g->w) {
+            for (int64_t i = 0; i < nruns; ++i)
+                memcpy(row + runs[i].panel * panel_floats + runs[i].off,
+                       origin + runs[i].offset, (size_t)runs[i].len * sizeof(float));
+        } else {
+            for (int64_t i = 0; i < ntaps; ++i) {
+                const piece *t = &taps[i];
+                float *dst = row + t->panel * panel_floats + t->off;
+                if (y + t->dy_ >= 0 && y + t->dy_ < g->h && x + t->dx_ >= 0 && x + t->dx_ < g->w)
+                    memcpy(dst, origin + t->offset, (size_t)t->len * sizeof(float));
+                else
+                    memset(dst, 0, (size_t)t->len * sizeof(float));
+            }
+        }
+        if (++q == g->ow) {
+            q = 0;
+            if (++p == g->oh) {
+                p = 0;
+                ++img;
+            }
+        }
+    }
+}
+
+/* dy's columns of group grp for pixels k0 .. k0 + kc - 1, per tile of mr output channels
+ * [k][mr] (the tile of o0 at ap + o0 * kc): the micro-kernel then reads one cache line per
+ * step of k, where dy itself has its pixels co floats apart. */
+static void pack_dy(const filter_call *fc, int64_t grp, int64_t k0, int64_t kc, int mr,
+                    float *ap)
+{
+    const geometry *g = &fc->g;
+    for (int64_t o0 = 0; o0 < g->cog; o0 += mr) {
+        const int64_t valid = min64(mr, g->cog - o0);
+        const float *src = fc->dy + k0 * g->co + grp * g->cog + o0;
+        float *dst = ap + o0 * kc;
+        for (int64_t k = 0; k < kc; ++k)
+            memcpy(dst + k * mr, src + k * g->co, (size_t)valid * sizeof(float));
+    }
+}
+
+static void filter_item(void *ctx, int64_t item, int tid)
+{
+    const filter_call *fc = ctx;
+    const geometry *g = &fc->g;
+    const int mr = fc->t->mr;
+    const int64_t pb = item % fc->nblocks, rest = item / fc->nblocks;
+    const int64_t chunk = rest % fc->nchunks, grp = rest / fc->nchunks;
+    const int64_t p0 = pb * fc->ncp, p1 = min64(p0 + fc->ncp, fc->panels);
+    const int64_t kb = chunk * fc->chunk, ke = min64(fc->pixels, kb + fc->chunk);
+    const int64_t ldc = fc->panels * MG_GEMM_NR;
+    float *bp = fc->scratch + (int64_t)tid * fc->scratch_floats;
+    float *ap = bp + fc->ncp * KC * MG_GEMM_NR;
+    float *part = fc->part + (chunk * g->groups + grp) * g->cog * ldc;
+    for (int64_t k0 = kb; k0 < ke; k0 += KC) {
+        const int64_t kc = min64(KC, ke - k0);
+        pack_im2col(fc, grp, k0, kc, p0, p1, bp);
+        pack_dy(fc, grp, k0, kc, mr, ap);
+        for (int64_t p = p0; p < p1; ++p) {
+            const int nr = (int)min64(MG_GEMM_NR, fc->cols - p * MG_GEMM_NR);
+            for (int64_t o0 = 0; o0 < g->cog; o0 += mr) {
+                const int valid = (int)min64(mr, g->cog - o0);
+                const float *tile = ap + o0 * kc, *rows[GEMM_MR_MAX];
+                for (int i = 0; i < mr; ++i)
+                    rows[i] = tile + (i < valid ? i : valid - 1);
+                fc->t->micro(kc, rows, mr, bp + (p - p0) * kc * MG_GEMM_NR,
+                             part + o0 * ldc + p * MG_GEMM_NR, ldc, valid, nr, k0 > kb);
+            }
+        }
+    }
+}
+
+typedef struct {
+    const filter_call *fc;
+    float *df;
+} reduce_call;
+
+/* df[col][grp*cog + o] = the chunks' part[chunk][grp][o][col] added in chunk order, for
+ * columns [lo, hi) in blocks of 16 (contiguous reads of part, 16 rows of df written
+ * side by side). */
+static void reduce_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const reduce_call *rc = ctx;
+    const filter_call *fc = rc->fc;
+    const geometry *g = &fc->g;
+    const int64_t ldc = fc->panels * MG_GEMM_NR, stride = g->groups * g->cog * ldc;
+    for (int64_t c0 = lo; c0 < hi; c0 += 16) {
+        const int64_t cw = min64(16, hi - c0);
+        for (int64_t oc = 0; oc < g->co; ++oc) { /* grp * cog + o == oc */
+            const float *src = fc->part + oc * ldc + c0;
+            float sum[16];
+            memcpy(sum, src, (size_t)cw * sizeof(float));
+            for (int64_t chunk = 1; chunk < fc->nchunks; ++chunk)
+                for (int64_t j = 0; j < cw; ++j)
+                    sum[j] += src[chunk * stride + j];
+            for (int64_t j = 0; j < cw; ++j)
+                rc->df[(c0 + j) * g->co + oc] = sum[j];
+        }
+    }
+}
+
+int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
+                                   int64_t kw, int64_t co, int64_t groups, int64_t stride_h,
+                                   int64_t stride_w, int64_t dilation_h, int64_t dilation_w,
+                                   int64_t pad_top, int64_t pad_left, int64_t out_h,
+                                   int64_t out_w, const float *x, const float *dy, float *df,
+                                   int num_threads)
+{
+    const geometry g = {n, h, w, c, kh, kw, co, groups, stride_h, stride_w, dilation_h,
+                        dilation_w, pad_top, pad_left, out_h, out_w, groups ? c / groups : 0,
+                        groups ? co / groups : 0};
+    if (geometry_check(&g) != MG_OK)
+        return MG_EINVAL;
+    const int64_t cols = kh * kw * g.cig, df_size = cols * co, pixels = n * out_h * out_w;
+    if (!df_size)
+        return MG_OK;
+    if (!df || (n * h * w * c != 0 && !x) || (pixels * co != 0 && !dy))
+        return MG_EINVAL;
+    if (!pixels) {
+        memset(df, 0, (size_t)df_size * sizeof(float));
+        return MG_OK;
+    }
+    const int64_t panels = ceil_div(cols, MG_GEMM_NR);
+    const int64_t nchunks = mg_conv2d_gemm_filter_chunks(pixels, groups, kh, kw, g.cig);
+    const int nt = mg_work_threads(num_threads, (double)pixels * (double)df_size);
+    const int64_t ncp = panels_per_block(panels, groups * nchunks, nt);
+    filter_call fc = {kernels(), g, x, dy, NULL, NULL, cols, panels, ncp,
+                      ceil_div(panels, ncp), nchunks, ceil_div(pixels, nchunks), pixels,
+                      ncp * KC * MG_GEMM_NR + (g.cog + GEMM_MR_MAX) * KC};
+    fc.part = mg_alloc_floats(nchunks * groups * g.cog * panels * MG_GEMM_NR);
+    fc.scratch = mg_alloc_floats((int64_t)nt * fc.scratch_floats);
+    int code = MG_ENOMEM;
+    if (fc.part && fc.scratch) {
+        mg_pool_run(nt, groups * nchunks * fc.nblocks, filter_item, &fc);
+        reduce_call rc = {&fc, df};
+        mg_pool_rows(mg_stream_threads(nt, df_size * nchunks), cols, 16, reduce_rows, &rc);
+        code = MG_OK;
+    }
+    free(fc.part);
+    free(fc.scratch);
+    return code;
+}
