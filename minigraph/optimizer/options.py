@@ -37,7 +37,11 @@ class OptimizerOptions:
       step's variable updates into one op (``optimizer/training_fusions.py``);
     * ``fold_batch_norm`` (off by default: it changes rounding): fold an inference batch
       norm with constant statistics into its ``Conv2D``'s constant filter and a ``BiasAdd``
-      (``optimizer/batch_norm_folding.py``).
+      (``optimizer/batch_norm_folding.py``);
+    * ``memory_planner`` (not a graph pass: the plan's memory, ``client/planner.py``): drop
+      each intermediate after its last reader, let kernels write into inputs that die
+      there, join a concat's inputs in place, and run steady-state steps bound to their
+      feed signature.
     """
 
     pruning: bool = True
@@ -46,6 +50,7 @@ class OptimizerOptions:
     constant_folding: bool = True
     remapper: bool = True
     fold_batch_norm: bool = False
+    memory_planner: bool = True
 
     def __post_init__(self) -> None:
         for item in fields(self):
