@@ -252,11 +252,11 @@ def test_optimizer_options_are_checked(monkeypatch):
 # duplicated subexpressions, shape subgraphs (Reshape to a Shape, a Sum over Range(Size(Shape)),
 # BroadcastGradientArgs through a broadcasting add's gradient), max pools, fed
 # intermediates, and sometimes the gradient graph of the whole thing.
-PASSES = ("pruning", "identity_removal", "common_subexpression", "constant_folding",
+PASSES = ("pruning", "identity_removal", "common_subexpression", "constant_folding", "layout",
           "remapper")
 PASS_ONLY_ACTIONS = ("identity", "identity_n", "stop_gradient", "noop", "duplicate",
-                     "duplicate", "reshape", "reduce", "pool", "feed", "unused", "pad_conv",
-                     "pad_conv")
+                     "duplicate", "reshape", "reduce", "pool", "pool", "feed", "unused",
+                     "pad_conv", "pad_conv", "bn_train", "scale")
 PASS_ACTIONS = ACTIONS + PASS_ONLY_ACTIONS
 
 
@@ -300,9 +300,28 @@ class _PassBuilder(_Builder):
         return self.add(ops.Reshape(self.root, total, shape))
 
     def pool(self, t: mg.Output) -> mg.Output:
-        if t.shape.rank != 4 or self.layout != "NHWC":
+        """A max or average pool, 2x2 or 3x3, stride 1 or 2, in the graph's layout."""
+        if t.shape.rank != 4:
             return t
-        return self.add(ops.MaxPool(self.root, t, [1, 2, 2, 1], [1, 2, 2, 1], "SAME"))
+        size, pool = self.pick([2, 3]), self.pick([ops.MaxPool, ops.AvgPool])
+        window = [1, 1, size, size] if self.layout == "NCHW" else [1, size, size, 1]
+        return self.add(pool(self.root, t, window, self.strides(self.pick([1, 2])), "SAME",
+                             data_format=self.layout))
+
+    def bn_train(self, t: mg.Output) -> mg.Output:
+        """A training batch norm (its statistics from the batch)."""
+        if t.shape.rank != 4:
+            return t
+        c = self.channels(t)
+        scale, offset = self.weight((c,), positive=True), self.weight((c,))
+        empty = np.zeros((0,), F32)
+        return self.add(ops.FusedBatchNormV3(self.root, t, scale, offset, empty, empty,
+                                             epsilon=1e-3, is_training=True,
+                                             data_format=self.layout).y)
+
+    def scale(self, t: mg.Output) -> mg.Output:
+        """``t`` times a scalar constant."""
+        return self.add(ops.Mul(self.root, t, ops.Const(self.root, F32(self.rng.uniform(-2, 2)))))
 
     def pad_conv(self, t: mg.Output) -> mg.Output:
         """A zero Pad of the spatial dims, then a VALID Conv2D or depthwise convolution."""
@@ -341,8 +360,8 @@ class _PassBuilder(_Builder):
 
 
 @st.composite
-def random_pass_graphs(draw):
-    layout = draw(st.sampled_from(["NHWC", "NHWC", "NCHW"]))
+def random_pass_graphs(draw, layouts=("NHWC", "NHWC", "NCHW")):
+    layout = draw(st.sampled_from(layouts))
     builder = _PassBuilder(draw, layout)
     n, h, w, c = (draw(st.integers(1, 3)), draw(st.integers(1, 6)), draw(st.integers(1, 6)),
                   draw(st.integers(1, 6)))
@@ -370,6 +389,20 @@ def _passes_run(root, feeds, fetches, backend, options):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(graph=random_pass_graphs())
 def test_each_pass_keeps_every_fetch_bit_for_bit(only, graph):
+    _check_pass(only, graph)
+
+
+@pytest.mark.parametrize("only", ["layout", "all"])
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(graph=random_pass_graphs(layouts=("NCHW",)))
+def test_layout_pass_keeps_every_fetch_of_nchw_graphs_bit_for_bit(only, graph):
+    """NCHW graphs only (conv/BN/ReLU/pool/add stacks, their gradients, fan-out, fetched
+    NCHW intermediates, control edges): the layout pass alone and with the others."""
+    _check_pass(only, graph)
+
+
+def _check_pass(only, graph):
     root, feeds, fetches = graph
     off = mg.OptimizerOptions.all_off()
     on = mg.OptimizerOptions() if only == "all" else dataclasses.replace(off, **{only: True})
