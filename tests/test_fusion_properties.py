@@ -416,3 +416,45 @@ def _check_pass(only, graph):
         for a, b, fetch in zip(optimized, plain, fetches):
             assert a.dtype == b.dtype and a.shape == b.shape, fetch.name
             assert a.tobytes() == b.tobytes(), (backend, fetch.name)
+
+
+@settings(max_examples=8, deadline=None)
+@given(depth=st.integers(1, 3), channels=st.lists(st.integers(1, 7), min_size=5, max_size=5),
+       strides=st.lists(st.sampled_from([1, 2]), min_size=4, max_size=4),
+       gradient=st.booleans())
+def test_nchw_conv_chain_keeps_only_boundary_transposes(depth, channels, strides, gradient):
+    """Conv2D -> BiasAdd -> Relu stacks (the last fetched in NCHW; maybe the gradient of a
+    sum of squares w.r.t. the input) run NHWC inside: transposes only at the boundaries
+    (the input, the fetches, the loss's reduction, which stays NCHW), none between two
+    NHWC ops; the fetches keep their names and bits."""
+    rng = np.random.default_rng(depth)
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[2, channels[0], 9, 8])
+    h = x
+    for i in range(depth):
+        w = rng.standard_normal((3, 3, channels[i], channels[i + 1])).astype(F32)
+        h = ops.Conv2D(root, h, w, [1, 1, strides[i], strides[i]], "SAME", data_format="NCHW")
+        h = ops.BiasAdd(root, h, rng.standard_normal(channels[i + 1]).astype(F32),
+                        data_format="NCHW")
+        h = ops.Relu(root, h)
+    fetches = [h]
+    if gradient:
+        fetches += mg.AddSymbolicGradients(root, [ops.Sum(root, ops.Square(root, h),
+                                                          [0, 1, 2, 3])], [x])
+    graph = mg.optimize(root, fetches)
+    transposes = [op for op in graph if op.type == "Transpose"]
+    if not gradient:  # x in, the fetch out
+        assert len(transposes) == 2
+    inside = {op.name for op in graph if op.attrs.get("data_format") == "NHWC"
+              or op.type in ("Relu", "ReluGrad", "Square", "Mul")}
+    for t in transposes:
+        readers = {c.name for c in t.outputs[0].consumers()}
+        assert not (t.inputs[0].op.name in inside and readers and readers <= inside), t.name
+        assert t.inputs[0].op.type != "Transpose", t.name  # pairs cancel
+    assert {op.name for op in graph} >= {f.op.name for f in fetches}
+    feeds = {x: rng.standard_normal(x.shape.as_list()).astype(F32)}
+    for backend in ("native", "reference"):
+        plain = _passes_run(root, feeds, fetches, backend, mg.OptimizerOptions.all_off())
+        optimized = _passes_run(root, feeds, fetches, backend, mg.OptimizerOptions())
+        for a, b in zip(optimized, plain):
+            assert a.shape == b.shape and a.tobytes() == b.tobytes(), backend
