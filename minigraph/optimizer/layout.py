@@ -26,7 +26,8 @@ order than their NHWC kernels are left out (measured: they differ in the last bi
 ``BiasAddGrad`` (native NCHW sums each image's plane pairwise), training batch norms and
 every batch-norm gradient (the native kernels' per-channel sums over an (outer, C, inner)
 view run in another order for each layout; inference batch norms have no sums and are
-converted) and the reductions (``Mean``/``Sum`` over [2, 3]: numpy's pairwise sum follows
+converted), grouped ``Conv2D`` gradients of one input channel per group (their NHWC form
+runs on the depthwise kernels, the NCHW form on the dense ones) and the reductions (``Mean``/``Sum`` over [2, 3]: numpy's pairwise sum follows
 memory order).
 
 Contract (``passes.py``): a fetched node keeps its name and NCHW meaning (the transpose
@@ -38,7 +39,7 @@ converted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -81,6 +82,7 @@ LAYOUT_OPS: dict[str, LayoutSpec] = {
     "FusedBatchNorm": _INFERENCE, "FusedBatchNormV2": _INFERENCE,
     "FusedBatchNormV3": _INFERENCE, "_FusedBatchNormEx": _INFERENCE,
 }
+_CONV_GRADS = frozenset({"Conv2DBackpropInput", "Conv2DBackpropFilter"})
 # ops computing each output element from the same-index elements of their inputs
 ELEMENTWISE_OPS = frozenset({
     "Relu", "Relu6", "Neg", "Abs", "Square", "Identity", "Snapshot", "StopGradient",
@@ -104,6 +106,7 @@ class _Rewriter:
         self.added: dict[str, tuple] = {}  # new tensor -> (dtype, shape)
         self.perms: dict[tuple, str] = {}
         self.transposes: set[str] = set()  # the Transpose nodes this pass added
+        self.saved = 0  # the transposes the converted ops' NCHW kernels would have run
 
     # -- queries -------------------------------------------------------------------------
     def spec(self, text: str) -> tuple:
@@ -164,10 +167,25 @@ class _Rewriter:
         data = node.data_inputs
         if spec.shape is not None and self._constant_shape(data[spec.shape]) is None:
             return False
+        if node.op in _CONV_GRADS and not self._ungrouped_or_dense(node):
+            return False
         layout = [text for i, text in enumerate(data)
                   if i not in spec.keep and i != spec.shape]
         return bool(layout) and self.rank(layout[0]) == 4 and all(
             self.rank(text) in (0, 1, 4) for text in layout)
+
+    def _ungrouped_or_dense(self, node: Node) -> bool:
+        """A Conv2D gradient whose NHWC kernel is its NCHW kernel's: not a grouped one of
+        one input channel per group (NHWC runs those on the depthwise kernels, NCHW not)."""
+        if node.op == "Conv2DBackpropInput":
+            f_shape, x_shape = self.spec(node.data_inputs[1])[1], self.spec(node.name)[1]
+        else:
+            f_shape, x_shape = self.spec(node.name)[1], self.spec(node.data_inputs[0])[1]
+        if f_shape.rank != 4 or x_shape.rank != 4:
+            return False
+        in_per_group, channels = f_shape.as_list()[2], x_shape.as_list()[1]
+        return in_per_group is not None and channels is not None and (
+            in_per_group != 1 or channels == 1)
 
     def _elementwise_fits(self, node: Node, outputs: list[str]) -> bool:
         if len(outputs) != 1:
@@ -227,6 +245,7 @@ class _Rewriter:
                     "dtype": dtypes.as_dtype(value.dtype)}))
                 inputs.append(const)
             elif i not in spec.keep and self.rank(text) == 4:
+                self.saved += node.op in LAYOUT_OPS
                 inputs.append(self.transpose(text, TO_NHWC,
                                              item.unique_name(f"{new_name}/in{i}"), node.device))
             else:
@@ -244,6 +263,7 @@ class _Rewriter:
         for index, out in enumerate(outputs):
             source = tensor_name(new_name, index)
             if index not in spec.keep_outputs and self.rank(out) == 4:
+                self.saved += node.op in LAYOUT_OPS
                 name = node.name if preserved else item.unique_name(f"{new_name}/out{index}")
                 source = self.transpose(source, TO_NCHW, name, node.device)
             if not preserved:
@@ -283,15 +303,28 @@ class _Rewriter:
                 item.remove(name)
 
 
+    def remaining(self) -> int:
+        """How many of the added transposes are left."""
+        return len(self.transposes & self.item.nodes.keys())
+
+
 @register_pass("layout", order=42)
 def convert_layout(item: GraphItem) -> GraphItem:
+    """Convert, move and cancel (see the module docstring); undone when the transposes left
+    are as many as the converted ops' NCHW kernels would run themselves (an NCHW training
+    graph whose batch norms stay NCHW gains nothing)."""
+    before = {name: replace(node, inputs=list(node.inputs), attrs=dict(node.attrs))
+              for name, node in item.nodes.items()}
+    state = (item.changed, item.stale)
     rewriter = _Rewriter(item)
-    converted = False
     for node in item._ordered():
         if node.name in item.nodes and rewriter.convertible(node):
             rewriter.convert(node)
-            converted = True
-    if converted:
-        rewriter.cancel()
+    if not rewriter.saved:
+        return item
+    rewriter.cancel()
+    if rewriter.remaining() >= rewriter.saved:
+        item.nodes = before
+        item.changed, item.stale = state
     return item
 
