@@ -29,6 +29,8 @@ class OptimizerOptions:
     * ``constant_folding``: replace integer/shape subgraphs whose value is known before a
       step runs (``Shape``/``ShapeN``/``Size``/``Rank`` of static shapes,
       ``BroadcastGradientArgs``, reduction indices) by small constants;
+    * ``layout``: run an NCHW graph's convolutions, pools and bias adds in NHWC, with
+      transposes only at its boundaries (``optimizer/layout.py``);
     * ``remapper``: fuse a convolution's or matmul's elementwise successors into one op
       (``BiasAdd -> FusedBatchNormV3 (inference) -> AddV2 -> Relu/Relu6``, see
       ``optimizer/remapper.py``) and a constant ``Pad`` into its convolution; in training,
@@ -48,6 +50,7 @@ class OptimizerOptions:
     identity_removal: bool = True
     common_subexpression: bool = True
     constant_folding: bool = True
+    layout: bool = True
     remapper: bool = True
     fold_batch_norm: bool = False
     memory_planner: bool = True
