@@ -64,9 +64,12 @@ static int pool_setup(pool_geo *g, int64_t n, int64_t h, int64_t w, int64_t c, i
     return 0;
 }
 
-int mg_max_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
-                int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
-                int64_t out_w, int channels_last, const float *x, float *y, int num_threads)
+/* A forward pool (fn: the table's max_pool or avg_pool): check the geometry and buffers,
+ * then fn over the output rows */
+static int pool_forward(pool_rows_fn fn, int64_t n, int64_t h, int64_t w, int64_t c,
+                        int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t pad_top,
+                        int64_t pad_left, int64_t out_h, int64_t out_w, int channels_last,
+                        const float *x, float *y, int num_threads)
 {
     pool_geo g = {.x = x, .y = y};
     int64_t rows;
@@ -74,9 +77,16 @@ int mg_max_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t 
                                out_w, channels_last, &rows);
     if (err || (rows * out_w * g.c > 0 && (!x || !y)))
         return err ? err : MG_EINVAL;
-    run_rows(pool_kernels()->max_pool, &g, rows,
-             mg_stream_threads(num_threads, n * h * w * c));
+    run_rows(fn, &g, rows, mg_stream_threads(num_threads, n * h * w * c));
     return 0;
+}
+
+int mg_max_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
+                int64_t out_w, int channels_last, const float *x, float *y, int num_threads)
+{
+    return pool_forward(pool_kernels()->max_pool, n, h, w, c, kh, kw, sh, sw, pad_top,
+                        pad_left, out_h, out_w, channels_last, x, y, num_threads);
 }
 
 /* The overlapping-window max-pool gradient: each output's argmax first (over output rows),
@@ -128,15 +138,8 @@ int mg_avg_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t 
                 int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
                 int64_t out_w, int channels_last, const float *x, float *y, int num_threads)
 {
-    pool_geo g = {.x = x, .y = y};
-    int64_t rows;
-    const int err = pool_setup(&g, n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h,
-                               out_w, channels_last, &rows);
-    if (err || (rows * out_w * g.c > 0 && (!x || !y)))
-        return err ? err : MG_EINVAL;
-    run_rows(pool_kernels()->avg_pool, &g, rows,
-             mg_stream_threads(num_threads, n * h * w * c));
-    return 0;
+    return pool_forward(pool_kernels()->avg_pool, n, h, w, c, kh, kw, sh, sw, pad_top,
+                        pad_left, out_h, out_w, channels_last, x, y, num_threads);
 }
 
 int mg_avg_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
