@@ -265,15 +265,19 @@ def max_pool_grad(op, inputs, ctx):
     return [dx.reshape(x.shape).astype(x.dtype, copy=False)]
 
 
-@register_kernel("MaxPool", backend="native", dtypes=(dtypes.float32,), when=_c_pool)
-def max_pool_native(op, inputs, ctx):
+def _pool_native(op, inputs, ctx, c_pool, numpy_pool):
+    """A forward pool on the C kernel ``c_pool``; an empty output on ``numpy_pool``."""
     x = inputs[0]
     out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
     if 0 in out_shape:
-        return max_pool(op, inputs, ctx)
+        return numpy_pool(op, inputs, ctx)
     w = pool.window
-    return [c_max_pool(x, w.ksize, w.strides, w.pads, w.out,
-                            op.attrs["data_format"] == "NHWC")]
+    return [c_pool(x, w.ksize, w.strides, w.pads, w.out, op.attrs["data_format"] == "NHWC")]
+
+
+@register_kernel("MaxPool", backend="native", dtypes=(dtypes.float32,), when=_c_pool)
+def max_pool_native(op, inputs, ctx):
+    return _pool_native(op, inputs, ctx, c_max_pool, max_pool)
 
 
 @register_kernel("MaxPoolGrad", backend="native", dtypes=(dtypes.float32,), when=_c_pool)
@@ -314,12 +318,7 @@ def avg_pool(op, inputs, ctx):
 
 @register_kernel("AvgPool", backend="native", dtypes=(dtypes.float32,), when=_c_pool)
 def avg_pool_native(op, inputs, ctx):
-    x = inputs[0]
-    out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
-    if 0 in out_shape:
-        return avg_pool(op, inputs, ctx)
-    w = pool.window
-    return [c_avg_pool(x, w.ksize, w.strides, w.pads, w.out, op.attrs["data_format"] == "NHWC")]
+    return _pool_native(op, inputs, ctx, c_avg_pool, avg_pool)
 
 
 @register_kernel("AvgPoolGrad")
