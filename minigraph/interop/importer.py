@@ -12,7 +12,6 @@ library (``PartitionedCall``...) are inlined as they are reached (``interop.func
 
 from __future__ import annotations
 
-import heapq
 import os
 import warnings
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ from minigraph.framework.op_def import (
     get_op_def,
 )
 from minigraph.framework.scope import Scope
+from minigraph.framework.toposort import stable_topological_order
 from minigraph.interop import attrs, functions, protos, versions
 from minigraph.interop.tensors import tf_type_name
 
@@ -153,32 +153,18 @@ def _topological_order(nodes: Sequence[Any], inputs: dict[str, list[tuple[str, i
     """Nodes with every input before its consumers; among the nodes that are ready, the one
     first in the file goes first, so a file already in order keeps its order (Kahn). Inputs
     from outside ``nodes`` (a function body's reads of the graph) are already there."""
-    position = {node.name: i for i, node in enumerate(nodes)}
-    sources = {node.name: {source for source, _ in inputs[node.name] if source in position}
+    names = {node.name for node in nodes}
+    sources = {node.name: {source for source, _ in inputs[node.name] if source in names}
                for node in nodes}
-    waiting = {name: len(found) for name, found in sources.items()}
-    consumers: dict[str, list[str]] = {}
-    for node in nodes:
-        for source in sources[node.name]:
-            consumers.setdefault(source, []).append(node.name)
-    ready = [position[name] for name, count in waiting.items() if count == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        node = nodes[heapq.heappop(ready)]
-        order.append(node)
-        for consumer in consumers.get(node.name, []):
-            waiting[consumer] -= 1
-            if waiting[consumer] == 0:
-                heapq.heappush(ready, position[consumer])
-    if len(order) != len(nodes):
-        cycle = _a_cycle({name for name, count in waiting.items() if count > 0}, inputs)
+    order, stuck = stable_topological_order([node.name for node in nodes], sources)
+    if stuck:
+        cycle = _a_cycle(set(stuck), inputs)
         shown_cycle = " -> ".join(f"'{shown(name)}'" for name in cycle[:8])
         if len(cycle) > 8:
             shown_cycle += f" -> ... ({len(cycle) - 1} nodes)"
         raise InvalidArgumentError(f"{len(nodes) - len(order)} nodes in a cycle; one cycle: "
                                    f"{shown_cycle}")
-    return order
+    return [nodes[i] for i in order]
 
 
 def _node_attrs(node: Any, op_def: OpDef) -> dict[str, Any]:

@@ -17,7 +17,6 @@ value is whatever the caller feeds, not what its node computes).
 
 from __future__ import annotations
 
-import heapq
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.op_def import OpDef, build_operation, get_op_def
 from minigraph.framework.scope import Scope
+from minigraph.framework.toposort import stable_topological_order
 
 
 def tensor_name(node: str, index: int) -> str:
@@ -253,29 +253,12 @@ class GraphItem:
         """The nodes with every input before its consumers; among ready nodes, the one
         first in ``nodes`` goes first, so an order that is already topological is kept."""
         nodes = list(self.nodes.values())
-        position = {node.name: i for i, node in enumerate(nodes)}
-        waiting = {}
-        consumers: dict[str, list[str]] = {}
-        for node in nodes:
-            sources = {parse_input(text)[0] for text in node.inputs}
-            waiting[node.name] = len(sources)
-            for source in sources:
-                consumers.setdefault(source, []).append(node.name)
-        ready = [position[name] for name, count in waiting.items() if count == 0]
-        heapq.heapify(ready)
-        order = []
-        while ready:
-            node = nodes[heapq.heappop(ready)]
-            order.append(node)
-            for consumer in consumers.get(node.name, ()):
-                waiting[consumer] -= 1
-                if waiting[consumer] == 0:
-                    heapq.heappush(ready, position[consumer])
-        if len(order) != len(nodes):
-            stuck = sorted(name for name, count in waiting.items() if count > 0)[:5]
+        sources = {node.name: {parse_input(text)[0] for text in node.inputs} for node in nodes}
+        order, stuck = stable_topological_order([node.name for node in nodes], sources)
+        if stuck:
             raise ValueError(f"GraphItem: the rewritten graph has a cycle or a missing input "
-                             f"(at {stuck})")
-        return order
+                             f"(at {sorted(stuck)[:5]})")
+        return [nodes[i] for i in order]
 
 
 def _arguments(op_def: OpDef, attrs: dict[str, Any], sources: list[Output]) -> list[Any]:
