@@ -62,22 +62,40 @@ class GraphPass:
         return self.rewrite(item)
 
 
-_PASSES: dict[str, GraphPass] = {}
+class RewriteRegistry:
+    """Named rewrites, each with an ``order``: the graph passes here, the remapper's fusions
+    in :mod:`minigraph.optimizer.remapper`. ``kind`` names an entry in the error a second
+    registration of one name raises."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, GraphPass] = {}
+
+    def register(self, name: str, order: int) -> Callable[[Rewrite], Rewrite]:
+        """A decorator registering its function as ``name``, run at ``order``."""
+
+        def register(rewrite: Rewrite) -> Rewrite:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} '{name}' is already registered")
+            self._entries[name] = GraphPass(name, order, rewrite)
+            return rewrite
+
+        return register
+
+    def ordered(self) -> list[GraphPass]:
+        """Every entry, by increasing order."""
+        return sorted(self._entries.values(), key=lambda p: p.order)
+
+
+_PASSES = RewriteRegistry("graph pass")
 
 
 def register_pass(name: str, order: int) -> Callable[[Rewrite], Rewrite]:
     """Register ``rewrite`` as the pass ``name`` (an ``OptimizerOptions`` field), run at
     ``order`` among the others."""
-
-    def register(rewrite: Rewrite) -> Rewrite:
-        if name in _PASSES:
-            raise ValueError(f"graph pass '{name}' is already registered")
-        _PASSES[name] = GraphPass(name, order, rewrite)
-        return rewrite
-
-    return register
+    return _PASSES.register(name, order)
 
 
 def registered_passes() -> list[GraphPass]:
     """Every registered pass, in the order the meta-optimizer runs them."""
-    return sorted(_PASSES.values(), key=lambda p: p.order)
+    return _PASSES.ordered()

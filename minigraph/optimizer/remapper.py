@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,33 +20,18 @@ from minigraph.framework import dtypes
 from minigraph.framework.op_def import get_op_def, output_args
 from minigraph.ops.fused_ops import members
 from minigraph.optimizer.item import GraphItem, Node, is_control, parse_input, tensor_name
-from minigraph.optimizer.passes import Rewrite, register_pass
+from minigraph.optimizer.passes import GraphPass, Rewrite, RewriteRegistry, register_pass
 
-
-@dataclass(frozen=True)
-class Fusion:
-    name: str
-    order: int
-    rewrite: Rewrite
-
-
-_FUSIONS: dict[str, Fusion] = {}
+_FUSIONS = RewriteRegistry("remapper fusion")
 
 
 def register_fusion(name: str, order: int) -> Callable[[Rewrite], Rewrite]:
     """Register ``rewrite`` as the remapper's fusion ``name``, run at ``order``."""
-
-    def register(rewrite: Rewrite) -> Rewrite:
-        if name in _FUSIONS:
-            raise ValueError(f"remapper fusion '{name}' is already registered")
-        _FUSIONS[name] = Fusion(name, order, rewrite)
-        return rewrite
-
-    return register
+    return _FUSIONS.register(name, order)
 
 
-def registered_fusions() -> list[Fusion]:
-    return sorted(_FUSIONS.values(), key=lambda f: f.order)
+def registered_fusions() -> list[GraphPass]:
+    return _FUSIONS.ordered()
 
 
 @register_pass("remapper", order=50)
