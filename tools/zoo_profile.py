@@ -71,20 +71,24 @@ def _feeds(graph, batch: int) -> dict:
 def profile(model: str, batch: int, threads: int, runs: int, wall: bool = False
             ) -> list[tuple]:
     """(node, op type, kernel, route or None, median seconds) per executed step."""
-    if not wall:  # the executor times steps with time.perf_counter: give it CPU time
-        session_module.time = types.SimpleNamespace(perf_counter=time.process_time)
     native.set_num_threads(threads)
     graph = keras_zoo.load(model)
     feeds = _feeds(graph, batch)
     session = mg.ClientSession(mg.import_graph_def(graph.graph_def), backend="native")
     for _ in range(2):
         session.Run(feeds, graph.fetches)
-    convolution_kernels.forward_route = _tracing(convolution_kernels.forward_route)
-    samples = []
-    for _ in range(runs):
-        metadata = _RouteMetadata()
-        session.Run(feeds, graph.fetches, run_metadata=metadata)
-        samples.append(metadata)
+    route_function, clock = convolution_kernels.forward_route, session_module.time
+    convolution_kernels.forward_route = _tracing(route_function)
+    if not wall:  # the executor times steps with time.perf_counter: give it CPU time
+        session_module.time = types.SimpleNamespace(perf_counter=time.process_time)
+    try:
+        samples = []
+        for _ in range(runs):
+            metadata = _RouteMetadata()
+            session.Run(feeds, graph.fetches, run_metadata=metadata)
+            samples.append(metadata)
+    finally:
+        convolution_kernels.forward_route, session_module.time = route_function, clock
     first = samples[0]
     return [(s.node_name, s.op_type, s.kernel, route,
              statistics.median(m.step_stats[i].seconds for m in samples))
