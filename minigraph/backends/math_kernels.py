@@ -66,6 +66,29 @@ def cast(op, inputs, ctx):
     return [inputs[0].astype(op.attrs["DstT"].np_dtype)]
 
 
+@register_kernel("Cast", backend="native", dtypes=(dtypes.float32,),
+                 when=lambda op: op.attrs["SrcT"] is dtypes.int32)
+def cast_int32_native(op, inputs, ctx):
+    """int32 -> float32 in C (round to nearest even: numpy's astype bit for bit)."""
+    x = np.asarray(inputs[0], np.int32, order="C")  # (keeps a 0-d tensor 0-d)
+    y = np.empty(x.shape, F32)
+    check_code(lib.mg_int32_to_float(x.size, ffi.from_buffer("int32_t[]", x), fbuf(y),
+                                     num_threads()), "Cast")
+    return [y]
+
+
+@register_kernel("OnesLike", "ZerosLike", backend="native", dtypes=(dtypes.float32,))
+def fill_like_native(op, inputs, ctx):
+    return [c_fill(inputs[0].shape, 1.0 if op.type == "OnesLike" else 0.0)]
+
+
+def c_fill(shape: tuple[int, ...], value: float) -> np.ndarray:
+    """A new float32 array of ``shape`` holding ``value`` everywhere, written in C."""
+    y = np.empty(shape, F32)
+    check_code(lib.mg_fill(y.size, float(value), fbuf(y), num_threads()), "Fill")
+    return y
+
+
 @register_kernel("Cast", backend="float64", when=lambda op: op.attrs["DstT"].is_floating)
 def cast_float64(op, inputs, ctx):
     """A cast to a floating type stays float64 in the float64 session."""
@@ -189,6 +212,52 @@ def reshape(op, inputs, ctx):
 def transpose(op, inputs, ctx):
     x, perm = inputs
     return [np.array(x.transpose(perm.tolist()), order="C")]  # keeps a 0-d tensor 0-d
+
+
+@register_kernel("Transpose", backend="native", dtypes=(dtypes.float32,))
+def transpose_native(op, inputs, ctx):
+    """``c_transpose``; the numpy kernel for the rare permutation that keeps more than 8
+    axes apart after merging."""
+    x, perm = inputs
+    axes = [int(p) % max(x.ndim, 1) for p in perm.tolist()]
+    if len(_merged_permutation(x.shape, axes)[0]) > 8:
+        return transpose(op, inputs, ctx)
+    return [c_transpose(x, axes)]
+
+
+def _merged_permutation(shape: tuple[int, ...], perm: list[int]) -> tuple[list, list]:
+    """(dims, perm) of the same transpose with size-1 axes dropped and axes that stay
+    neighbours (in order) merged: NHWC -> NCHW is [N, HW, C] -> (0, 2, 1)."""
+    kept = [a for a in perm if shape[a] != 1]
+    groups: list[list[int]] = []
+    for axis in kept:
+        if groups and axis == groups[-1][-1] + 1:
+            groups[-1].append(axis)
+        else:
+            groups.append([axis])
+    order = sorted(range(len(groups)), key=lambda g: groups[g][0])  # groups in x's order
+    dims = [math.prod(shape[a] for a in groups[g]) for g in order]
+    rank_of = {g: i for i, g in enumerate(order)}
+    return dims, [rank_of[g] for g in range(len(groups))]
+
+
+def c_transpose(x: np.ndarray, perm: list[int]) -> np.ndarray:
+    """x with its axes permuted (y's axis i is x's axis perm[i]; a permutation of x's
+    axes, checked), copied in C; a new C-contiguous float32 array."""
+    x = as_f32(x)
+    if sorted(perm) != list(range(x.ndim)):
+        raise ValueError(f"native Transpose: {perm} is not a permutation of {x.ndim} axes")
+    y = np.empty(tuple(x.shape[a] for a in perm), F32)
+    dims, merged = _merged_permutation(x.shape, perm)
+    if len(dims) > 8:
+        raise ValueError(f"native Transpose: {len(dims)} axes after merging (at most 8)")
+    if not dims:  # a scalar, or only size-1 axes: one element
+        dims, merged = [1], [0]
+    if x.size:
+        check_code(lib.mg_transpose(len(dims), ffi.new("int64_t[]", dims),
+                                    ffi.new("int[]", merged), fbuf(x), fbuf(y),
+                                    num_threads()), "Transpose")
+    return y
 
 
 @register_kernel("InvertPermutation")
