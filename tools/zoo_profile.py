@@ -54,8 +54,8 @@ class _RouteMetadata(RunMetadata):
         super().__init__()
         self.routes: list[str | None] = []
 
-    def record(self, step, seconds: float) -> None:
-        super().record(step, seconds)
+    def record(self, step, seconds: float, *more) -> None:
+        super().record(step, seconds, *more)
         self.routes.append(_routes[-1] if _routes else None)
         _routes.clear()
 
