@@ -7,7 +7,15 @@ import math
 
 import numpy as np
 
-from minigraph.backends.native import as_f32, check_code, fbuf, ffi, lib, num_threads
+from minigraph.backends.native import (
+    as_f32,
+    check_code,
+    fbuf,
+    ffi,
+    lib,
+    num_threads,
+    out_array,
+)
 from minigraph.backends.registry import find_kernel, register_kernel
 from minigraph.framework import dtypes
 
@@ -378,12 +386,14 @@ def _unbroadcast(array: np.ndarray) -> np.ndarray:
                        for stride in array.strides)]
 
 
-def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None
+                ) -> np.ndarray | None:
     """``x OP y`` with numpy broadcasting, OP the op ``c_name`` of kernels_c/broadcast's
     list, for C-contiguous aligned float32 arrays and broadcast views of them (C reads what
-    they repeat; where both repeat along an axis, so does z: a broadcast view); None for
-    anything else (other dtypes or layouts, empty results, more merged dimensions than C
-    takes)."""
+    they repeat; where both repeat along an axis, so does z: a broadcast view), written into
+    ``out`` where it fits (x or y of the result's shape: each loop reads element i before
+    writing it); None for anything else (other dtypes or layouts, empty results, more
+    merged dimensions than C takes)."""
     z_shape = np.broadcast_shapes(x.shape, y.shape)
     x, y = _unbroadcast(x), _unbroadcast(y)
     if not (_plain_f32(x) and _plain_f32(y)):
@@ -392,7 +402,7 @@ def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     if plan is None:
         return None
     computed, rank, dims, x_dims, y_dims = plan
-    z = np.empty(computed, np.float32)
+    z = out_array(out, computed, x, y)
     check_code(lib.mg_broadcast(_broadcast_ops()[c_name], rank, dims, x_dims, y_dims,
                                 fbuf(x), fbuf(y), fbuf(z), num_threads()), c_name)
     return z if computed == z_shape else np.broadcast_to(z, z_shape)
@@ -402,14 +412,15 @@ def register_native_binary(op_type: str, c_name: str) -> None:
     """Register ``op_type``'s float32 kernel on the native backend: ``c_broadcast(c_name,
     x, y)``, and the op's reference kernel where C takes no such arrays (one line per op:
     ``register_native_binary("Maximum", "maximum")`` once the list has a maximum)."""
-    def kernel(op, inputs, ctx):
-        z = c_broadcast(c_name, *inputs)
+    def kernel(op, inputs, ctx, out=None):
+        z = c_broadcast(c_name, *inputs, out=out)
         if z is None:
             return find_kernel(op, "reference").kernel(op, inputs, ctx)
         return [z]
 
     kernel.__name__ = f"{c_name}_native"
-    register_kernel(op_type, backend="native", dtypes=(dtypes.float32,))(kernel)
+    register_kernel(op_type, backend="native", dtypes=(dtypes.float32,),
+                    inplace=(0, 1))(kernel)
 
 
 for _name, _c_name in {"Add": "add", "AddV2": "add", "Sub": "sub", "Mul": "mul",
