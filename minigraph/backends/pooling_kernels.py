@@ -371,13 +371,20 @@ def _c_pool_args(what, x, ksize, strides, pads, out_hw, channels_last):
     return (n, h, w, c, kh, kw, sh, sw, top, left, oh, ow, int(channels_last))
 
 
+def _c_pool_forward(what, c_fn, x, ksize, strides, pads, out_hw, channels_last):
+    """The forward pool ``what`` on the checked C entry point ``c_fn`` (mg_max_pool or
+    mg_avg_pool: the same arguments)."""
+    x = as_f32(x)
+    args = _c_pool_args(what, x, ksize, strides, pads, out_hw, channels_last)
+    y = np.empty(shaped(args[0], args[10], args[11], args[3], channels_last), F32)
+    check_code(c_fn(*args, fbuf(x), fbuf(y), num_threads()), what)
+    return y
+
+
 def c_max_pool(x, ksize, strides, pads, out_hw, channels_last):
     """Max over each window's in-bounds elements (NaN propagates, as numpy.maximum)."""
-    x = as_f32(x)
-    args = _c_pool_args("MaxPool", x, ksize, strides, pads, out_hw, channels_last)
-    y = np.empty(shaped(args[0], args[10], args[11], args[3], channels_last), F32)
-    check_code(lib.mg_max_pool(*args, fbuf(x), fbuf(y), num_threads()), "MaxPool")
-    return y
+    return _c_pool_forward("MaxPool", lib.mg_max_pool, x, ksize, strides, pads, out_hw,
+                           channels_last)
 
 
 def _check_grad(what: str, g: np.ndarray, args: tuple, channels_last: bool) -> None:
@@ -402,11 +409,8 @@ def c_max_pool_grad(x, g, ksize, strides, pads, out_hw, channels_last):
 
 def c_avg_pool(x, ksize, strides, pads, out_hw, channels_last):
     """Mean over each window's in-bounds elements (kernels_c/pooling.h's order)."""
-    x = as_f32(x)
-    args = _c_pool_args("AvgPool", x, ksize, strides, pads, out_hw, channels_last)
-    y = np.empty(shaped(args[0], args[10], args[11], args[3], channels_last), F32)
-    check_code(lib.mg_avg_pool(*args, fbuf(x), fbuf(y), num_threads()), "AvgPool")
-    return y
+    return _c_pool_forward("AvgPool", lib.mg_avg_pool, x, ksize, strides, pads, out_hw,
+                           channels_last)
 
 
 def c_avg_pool_grad(g, x_shape, ksize, strides, pads, out_hw, channels_last):
