@@ -5,7 +5,8 @@
  * order (segments: one tap or one tap row, seg_mode; each cut into chunks of at most
  * CG_KC floats). Per K block it points every pixel's row at its chunk (in x, at zeros, or at
  * a copy in the thread's scratch) once, and runs the micro-kernel over every (panel, group
- * of mr pixels): the block's rows stay in L2 while a panel's chunk of B sits in L1. After
+ * of mr pixels; the narrow micro-kernel, with its own mr, for a panel of at most 16 output
+ * channels, as a grouped convolution's 8-16 channels per group): the block's rows stay in L2 while a panel's chunk of B sits in L1. After
  * the last block the item's tile gets the epilogue. An output element is written by one
  * item only, its chain in the order conv_gemm.h gives. */
 #include "conv_gemm.h"
@@ -90,7 +91,6 @@ static void chunk_rows(const cg_call *g, const int64_t *base, const int64_t *r0,
 static void cg_item(void *ctx, int64_t item, int tid)
 {
     const cg_call *g = ctx;
-    const int mr = g->t->mr;
     const int64_t per_group = g->mblocks * g->nblocks;
     const int64_t group = item / per_group, rest = item % per_group;
     const int64_t m0 = rest / g->nblocks * CG_MC, p0 = rest % g->nblocks * g->ncp;
@@ -121,14 +121,16 @@ static void cg_item(void *ctx, int64_t item, int tid)
             const int64_t kc = min64(g->seglen - s0, CG_KC), kk = seg * g->seglen + s0;
             const int64_t i = g->mode == SEG_ROW ? seg : seg / g->kw;
             chunk_rows(g, base, r0, q0, rows, i, seg % g->kw, s0, kc, group, scratch, ptrs);
-            for (int r = 0; r < mr; ++r)
+            for (int r = 0; r < GEMM_MR_MAX; ++r)
                 ptrs[rows + r] = ptrs[rows - 1];
             for (int64_t p = p0; p < p1; ++p) {
                 const int64_t j0 = p * MG_GEMM_NR;
                 const int nr = (int)min64(g->cog - j0, MG_GEMM_NR);
                 const float *bpp = bg + p * g->k * MG_GEMM_NR + kk * MG_GEMM_NR;
+                int mr;
+                const gemm_micro_fn micro = gemm_micro_for(g->t, nr, &mr);
                 for (int64_t r = 0; r < rows; r += mr)
-                    g->t->micro(kc, ptrs + r, 1, bpp, yg + (m0 + r) * g->co + j0, g->co,
+                    micro(kc, ptrs + r, 1, bpp, yg + (m0 + r) * g->co + j0, g->co,
                                 (int)min64(rows - r, mr), nr, kk > 0);
             }
         }
