@@ -13,7 +13,9 @@
  * descending: with dilation_w dividing stride_w they read adjacent dy pixels (one column
  * further per tap), so with one group a pixel whose window row lies inside dy reads the
  * whole row's K (taps x cog floats) as one run from dy, one micro-kernel call for the
- * row's taps. Items of the worker pool: (phase, group, block of 96 pixels, block of panels);
+ * row's taps (a pixel at dy's left or right edge, whose row run is at most 256 floats, reads
+ * a copy of it with zeros for the taps outside dy, so that small-channel tiles stay on
+ * this path). Items of the worker pool: (phase, group, block of 96 pixels, block of panels);
  * an item runs, per filter row, the tiles of mr pixels each of whose pixels reads all or
  * none of the row's taps in one pass (runs of up to 256 of K), the other tiles tap by tap
  * (pixels outside dy read a row of zeros), in the same order (i, then j descending, then
@@ -100,7 +102,7 @@ typedef struct {
     int mr;
     geometry g;
     const float *dy, *packed, *zeros;
-    float *dx, *scratch;
+    float *dx, *scratch, *edge; /* edge: MB * KC floats per thread */
     const phase *phases;
     int64_t nphases;
     const phase_tap *row_taps, *col_taps; /* [py][kh], [px][kw] (columns: j descending) */
@@ -191,6 +193,9 @@ static void input_item(void *ctx, int64_t item, int tid)
     const phase_tap *rt = b->row_taps + ph->py * g->kh, *ct = b->col_taps + ph->px * g->kw;
     const int64_t nrt = b->nrow_taps[ph->py], nct = b->ncol_taps[ph->px];
     const int runs = nct > 0 && b->col_runs[ph->px] && g->groups == 1;
+    /* an edge pixel's short run (<= KC floats) is copied, its missing taps zeros */
+    const int gather = runs && nct * g->cog <= KC;
+    float *edge = b->edge + (int64_t)tid * MB * KC;
     const float *group_b = b->packed + grp * b->panels * b->k_group * MG_GEMM_NR;
     for (int64_t ti = 0; ti < (nct ? nrt : 0); ++ti) {
         const int64_t first_row = (rt[ti].tap * b->ncols + b->col_start[ph->px]) * g->cog;
@@ -204,6 +209,17 @@ static void input_item(void *ctx, int64_t item, int tid)
             base[r] = NULL;
             if (y >= 0 && y < g->oh && x0 >= 0 && x1 < g->ow) {
                 base[r] = b->dy + ((img[r] * g->oh + y) * g->ow + x0) * g->co;
+                live[r / mr] = 1;
+            } else if (y >= 0 && y < g->oh && x1 >= 0 && x0 < g->ow && gather) {
+                /* some of the taps, the run short: a copy, zeros for the others */
+                float *dst = edge + r * KC;
+                const float *src = b->dy + (img[r] * g->oh + y) * g->ow * g->co;
+                for (int64_t t = 0, x = x0; t < nct; ++t, ++x, dst += g->co)
+                    if (x >= 0 && x < g->ow)
+                        memcpy(dst, src + x * g->co, (size_t)g->co * sizeof(float));
+                    else
+                        memset(dst, 0, (size_t)g->co * sizeof(float));
+                base[r] = edge + r * KC;
                 live[r / mr] = 1;
             } else if (y >= 0 && y < g->oh && x1 >= 0 && x0 < g->ow) {
                 merged[r / mr] = 0; /* some of the taps: per tap below */
@@ -343,12 +359,13 @@ int mg_conv2d_gemm_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, in
         items += groups * ceil_div(n * phases[p].ah * phases[p].bw, MB) * nblocks;
     }
     packed = mg_alloc_floats(groups * panels * k_group * MG_GEMM_NR);
-    scratch = mg_alloc_floats((int64_t)nt * MB * ncp * MG_GEMM_NR);
+    scratch = mg_alloc_floats((int64_t)nt * (MB * ncp * MG_GEMM_NR + MB * KC));
     if (!packed || !scratch)
         goto done;
     int mr;
     const gemm_micro_fn micro = gemm_micro_for(kernels(), (int)min64(g.cig, MG_GEMM_NR), &mr);
-    input_call call = {micro, mr, g, dy, packed, zeros, dx, scratch, phases, nphases,
+    input_call call = {micro, mr, g, dy, packed, zeros, dx, scratch,
+                       scratch + (int64_t)nt * MB * ncp * MG_GEMM_NR, phases, nphases,
                        row_taps, col_taps, counts, ncol, col_start, col_runs, ncols, panels,
                        ncp, nblocks, k_group};
     pack_filter_call pc = {&call, f, packed};
