@@ -18,12 +18,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def time_interleaved(functions: dict[str, Callable[[], object]], repeats: int = 15,
-                     min_sample: float = 2e-3, settle: float = 0.005) -> dict[str, float]:
+                     min_sample: float = 2e-3, settle: float = 0.005,
+                     clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """Median seconds per call of each function, sampled round-robin in rotating order.
 
     As in shared/bench/ANCHORS.md: before each sample the previous library's worker threads
     get a moment to stop spinning (a short sleep), then two untimed calls warm this one up;
     a sample times k back-to-back calls, k chosen so it lasts at least ``min_sample``.
+    ``clock``: wall time by default (``time.thread_time`` counts the calling thread's CPU).
     """
     counts = {}
     for name, function in functions.items():
@@ -41,10 +43,10 @@ def time_interleaved(functions: dict[str, Callable[[], object]], repeats: int = 
             time.sleep(settle)
             function()
             function()
-            start = time.perf_counter()
+            start = clock()
             for _ in range(k):
                 function()
-            samples[name].append((time.perf_counter() - start) / k)
+            samples[name].append((clock() - start) / k)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

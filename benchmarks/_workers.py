@@ -1,11 +1,11 @@
 """Peers in their own processes: a worker loop, its coordinator-side handle, interleaved medians.
 
-Why processes: in one process the first library to load libgomp sets the OpenMP spin policy
-for every library after it (minigraph loads it with ``GOMP_SPINCOUNT=1000``; PyTorch ships
-its own libgomp and keeps libgomp's default), and two runtimes' idle threads then compete for
-the same cores. Each framework therefore runs in a worker process started in the default
-environment; the coordinator (which imports no framework) asks the workers for samples in
-turn, so every ratio is measured in the same run.
+Why processes: in one process two thread runtimes' idle threads compete for the same cores
+(minigraph's worker pool beside PyTorch's OpenMP team; before minigraph's batch norm moved
+to the pool, the first library to load libgomp also set its spin policy for the other). Each
+framework therefore runs in a worker process started in the default environment; the
+coordinator (which imports no framework) asks the workers for samples in turn, so every
+ratio is measured in the same run.
 
 The protocol is one line each way. The worker prints ``ready <json>`` once it is set up (its
 own facts: losses, time to first step, ...), then answers ``time K`` (seconds for K calls,

@@ -236,16 +236,17 @@ def summary(dtype, results, warm_gbs) -> list[list[str]]:
                          "PASS" if value >= target else "FAIL", f"{ceiling:.2f}"])
     worst = min((r["ratio"] for r in results.values() if np.isfinite(r["ratio"])),
                 default=float("nan"))
-    rows.append([dtype.name, "all", "worst cell", f"{worst:.2f}", ">= 0.9",
-                 "PASS" if worst >= 0.9 else "FAIL", "-"])
+    rows.append([dtype.name, "all", "worst cell", f"{worst:.2f}", ">= 1.0",
+                 "PASS" if worst >= 1.0 else "FAIL", "-"])
     if dtype is mg.float32:
-        bandwidth = [r["gbs"] / warm_gbs for (shape, fmt, op), r in results.items()
-                     if op == "bwd-train" and shape in LARGE]
-        if bandwidth:
-            value = float(np.mean(bandwidth))
-            rows.append([dtype.name, "bwd-train", "mean % warm STREAM (large)",
-                         f"{100 * value:.0f}%", ">= 85%", "PASS" if value >= 0.85 else "FAIL",
-                         "100%"])
+        for op in ("fwd-train", "bwd-train"):
+            bandwidth = [r["gbs"] / warm_gbs for (shape, fmt, o), r in results.items()
+                         if o == op and shape in LARGE]
+            if bandwidth:
+                value = float(np.mean(bandwidth))
+                rows.append([dtype.name, op, "mean % warm STREAM (large)",
+                             f"{100 * value:.0f}%", ">= 90%",
+                             "PASS" if value >= 0.9 else "FAIL", "100%"])
         tiny = [r["session"] - r["kernel"] for (shape, fmt, op), r in results.items()
                 if shape == (16, 8, 8, 16)]
         if tiny:
@@ -338,7 +339,8 @@ def main(argv=None) -> int:
     warm = statistics.median(stream_triad(26) for _ in range(5))
     dram = statistics.median(stream_triad(256, reps=5) for _ in range(3))
     print(f"# Batch-norm kernels: minigraph native vs peers\n\nthreads: {native.num_threads()}"
-          f", GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']}, ISA: {native.isa()}, "
+          f", GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']} (PyTorch's OpenMP), ISA: "
+          f"{native.isa()}, L3 {native.lib.mg_cache_size(3) >> 20} MB, "
           f"peers: {', '.join(peers) or 'none'}; STREAM triad "
           f"(measured now): warm (3x26 MB) {warm:.1f} GB/s, DRAM (3x256 MB) {dram:.1f} GB/s\n")
     shapes = [SHAPES[0], SHAPES[5]] if args.quick else SHAPES

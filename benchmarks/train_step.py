@@ -10,7 +10,8 @@ prints where minigraph's step time goes, per op type and kernel backend (``RunMe
     python benchmarks/train_step.py [--data-format NCHW] [--threads 2] [--profile] [--quick]
 
 Earlier versions imported minigraph and PyTorch into one process: PyTorch then ran on the
-libgomp minigraph had loaded, with its ``GOMP_SPINCOUNT=1000``, and slowed down.
+libgomp minigraph had loaded (for batch norm, then on OpenMP), with its
+``GOMP_SPINCOUNT=1000``, and slowed down.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 /* Test driver for `make asan`: runs every entry point of batch_norm.h over awkward sizes,
- * every dtype, every instruction set this CPU has and 1 or 2 threads, under
- * AddressSanitizer + UndefinedBehaviorSanitizer. Outputs sit at varying alignments between
+ * every dtype, every instruction set this CPU has, 1 or 2 threads and plain or non-temporal
+ * stores, under AddressSanitizer + UndefinedBehaviorSanitizer. Outputs sit at varying alignments between
  * guard bytes (masked vector stores are not seen by ASan), results must be finite, and the
  * forward statistics and output are checked against a naive double-precision computation. */
 #include <math.h>
@@ -271,7 +271,10 @@ int main(void)
         if (mg_set_isa(isa) != isa)
             continue;
         for (int dtype = MG_BN_F32; dtype <= MG_BN_BF16; ++dtype)
-            for (int threads = 1; threads <= 2; ++threads) {
+            for (int variant = 0; variant < 3; ++variant) {
+                /* 1 thread, 2 threads, 2 threads with non-temporal stores forced on */
+                const int threads = variant ? 2 : 1;
+                mg_bn_set_streaming(variant == 2 ? 1 : -1);
                 for (size_t a = 0; a < sizeof outers / sizeof *outers; ++a)
                     for (size_t b = 0; b < sizeof channels / sizeof *channels; ++b)
                         for (size_t c = 0; c < sizeof inners / sizeof *inners; ++c, ++cases)

@@ -157,3 +157,106 @@ int mg_concat(int64_t outer, int count, const int64_t *widths, const float *cons
     free(starts);
     return MG_OK;
 }
+
+/* Transpose: y's axes are x's permuted; y walks row by row (its last axis innermost) */
+typedef struct {
+    int rank;
+    int64_t ydims[8], xstride[8]; /* y's dims; x's stride (elements) along each y axis */
+    const float *x;
+    float *y;
+} transpose_call;
+
+/* x's offset of the first element of y's row `row` (y's axes but the last) */
+static int64_t transpose_base(const transpose_call *k, int64_t row)
+{
+    int64_t base = 0;
+    for (int d = k->rank - 2; d >= 0; --d) {
+        base += (row % k->ydims[d]) * k->xstride[d];
+        row /= k->ydims[d];
+    }
+    return base;
+}
+
+static void transpose_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const transpose_call *k = ctx;
+    const int64_t n = k->ydims[k->rank - 1], step = k->xstride[k->rank - 1];
+    for (int64_t row = lo; row < hi; ++row) {
+        const float *restrict src = k->x + transpose_base(k, row);
+        float *restrict dst = k->y + row * n;
+        for (int64_t i = 0; i < n; ++i)
+            dst[i] = src[i * step];
+    }
+}
+
+int mg_transpose(int rank, const int64_t *dims, const int *perm, const float *x, float *y,
+                 int num_threads)
+{
+    if (rank < 1 || rank > 8 || !dims || !perm)
+        return MG_EINVAL;
+    transpose_call k = {.rank = rank, .x = x, .y = y};
+    int64_t stride[8], count = 1;
+    int seen = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+        if (dims[d] < 0 || (dims[d] && count > INT64_MAX / dims[d]))
+            return MG_EINVAL;
+        stride[d] = count;
+        count *= dims[d];
+    }
+    for (int d = 0; d < rank; ++d) {
+        if (perm[d] < 0 || perm[d] >= rank || (seen >> perm[d]) & 1)
+            return MG_EINVAL;
+        seen |= 1 << perm[d];
+        k.ydims[d] = dims[perm[d]];
+        k.xstride[d] = stride[perm[d]];
+    }
+    if (count == 0)
+        return MG_OK;
+    if (!x || !y)
+        return MG_EINVAL;
+    mg_pool_rows(mg_stream_threads(num_threads, count), count / k.ydims[rank - 1], 1,
+                 transpose_chunk, &k);
+    return MG_OK;
+}
+
+/* Fill and Int32ToFloat: elementwise, chunks of whole cache lines on the pool */
+typedef struct {
+    const int32_t *x;
+    float *y;
+    float value;
+} fill_call;
+
+static void fill_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const fill_call *k = ctx;
+    float *restrict y = k->y;
+    for (int64_t i = lo; i < hi; ++i)
+        y[i] = k->value;
+}
+
+static void int_to_float_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const fill_call *k = ctx;
+    const int32_t *restrict x = k->x;
+    float *restrict y = k->y;
+    for (int64_t i = lo; i < hi; ++i)
+        y[i] = (float)x[i];
+}
+
+int mg_fill(int64_t count, float value, float *y, int num_threads)
+{
+    if (count < 0 || (count && !y))
+        return MG_EINVAL;
+    fill_call k = {NULL, y, value};
+    mg_pool_rows(mg_stream_threads(num_threads, count), count, 16, fill_chunk, &k);
+    return MG_OK;
+}
+
+int mg_int32_to_float(int64_t count, const int32_t *x, float *y, int num_threads)
+{
+    if (count < 0 || (count && (!x || !y)))
+        return MG_EINVAL;
+    fill_call k = {x, y, 0.0f};
+    mg_pool_rows(mg_stream_threads(num_threads, count), count, 16, int_to_float_chunk, &k);
+    return MG_OK;
+}

@@ -23,6 +23,7 @@
 #include "activations.h"
 #include "activations_internal.h"
 #include "broadcast.h"
+#include "broadcast_internal.h"
 #include "optimizers.h"
 #include "pooling.h"
 
@@ -442,6 +443,19 @@ static void exponential_case(int64_t count, int threads, int shift)
     free(x);
 }
 
+/* The scalar result of broadcast op `op` (MG_BROADCAST_OPS' own expressions) */
+static float broadcast_want(int op, float a, float b)
+{
+    switch (op) {
+#define BC_CASE(name, expr)                                                                 \
+    case BC_##name:                                                                         \
+        return expr;
+        MG_BROADCAST_OPS(BC_CASE)
+#undef BC_CASE
+    }
+    return 0.0f;
+}
+
 /* z = x OP y broadcast, for every op of the list: exactly the scalar operation, element by
  * element (naive index arithmetic), z between guard bytes, inputs at their exact sizes */
 static void broadcast_case(int rank, const int64_t *dims, const int64_t *x_dims,
@@ -470,7 +484,7 @@ static void broadcast_case(int rank, const int64_t *dims, const int64_t *x_dims,
                 ys *= y_dims[d];
             }
             const float a = x[xi], b = y[yi];
-            const float want = op == 0 ? a + b : op == 1 ? a - b : op == 2 ? a * b : a / b;
+            const float want = broadcast_want(op, a, b);
             CHECK(memcmp(&z[i], &want, sizeof want) == 0, "%s at %ld",
                   mg_broadcast_op_name(op), (long)i);
         }

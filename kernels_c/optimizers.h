@@ -3,7 +3,8 @@
  *
  * TF's formulas (tensorflow/core/kernels/training_ops.cc), one float32 rounding per
  * operation in the order written (no FMA contraction: the numpy kernels' results, and TF's
- * CPU kernels' bit for bit):
+ * CPU kernels' bit for bit wherever no result is subnormal: TF's threads flush subnormals to
+ * zero, these kernels and numpy keep them):
  *
  * ApplyGradientDescent: var' = var - alpha * delta.
  * ApplyMomentum: accum' = accum * momentum + grad; var' = var - lr * accum', or with

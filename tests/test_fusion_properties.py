@@ -12,6 +12,7 @@ session's public behaviour only, so it holds whatever the fusion is made of.
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 import minigraph as mg
 from minigraph import ops
+from minigraph.optimizer import layout
 
 pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="fusion runs on native kernels")
 F32 = np.float32
@@ -252,11 +254,11 @@ def test_optimizer_options_are_checked(monkeypatch):
 # duplicated subexpressions, shape subgraphs (Reshape to a Shape, a Sum over Range(Size(Shape)),
 # BroadcastGradientArgs through a broadcasting add's gradient), max pools, fed
 # intermediates, and sometimes the gradient graph of the whole thing.
-PASSES = ("pruning", "identity_removal", "common_subexpression", "constant_folding",
+PASSES = ("pruning", "identity_removal", "common_subexpression", "constant_folding", "layout",
           "remapper")
 PASS_ONLY_ACTIONS = ("identity", "identity_n", "stop_gradient", "noop", "duplicate",
-                     "duplicate", "reshape", "reduce", "pool", "feed", "unused", "pad_conv",
-                     "pad_conv")
+                     "duplicate", "reshape", "reduce", "pool", "pool", "feed", "unused",
+                     "pad_conv", "pad_conv", "bn_train", "scale")
 PASS_ACTIONS = ACTIONS + PASS_ONLY_ACTIONS
 
 
@@ -300,9 +302,28 @@ class _PassBuilder(_Builder):
         return self.add(ops.Reshape(self.root, total, shape))
 
     def pool(self, t: mg.Output) -> mg.Output:
-        if t.shape.rank != 4 or self.layout != "NHWC":
+        """A max or average pool, 2x2 or 3x3, stride 1 or 2, in the graph's layout."""
+        if t.shape.rank != 4:
             return t
-        return self.add(ops.MaxPool(self.root, t, [1, 2, 2, 1], [1, 2, 2, 1], "SAME"))
+        size, pool = self.pick([2, 3]), self.pick([ops.MaxPool, ops.AvgPool])
+        window = [1, 1, size, size] if self.layout == "NCHW" else [1, size, size, 1]
+        return self.add(pool(self.root, t, window, self.strides(self.pick([1, 2])), "SAME",
+                             data_format=self.layout))
+
+    def bn_train(self, t: mg.Output) -> mg.Output:
+        """A training batch norm (its statistics from the batch)."""
+        if t.shape.rank != 4:
+            return t
+        c = self.channels(t)
+        scale, offset = self.weight((c,), positive=True), self.weight((c,))
+        empty = np.zeros((0,), F32)
+        return self.add(ops.FusedBatchNormV3(self.root, t, scale, offset, empty, empty,
+                                             epsilon=1e-3, is_training=True,
+                                             data_format=self.layout).y)
+
+    def scale(self, t: mg.Output) -> mg.Output:
+        """``t`` times a scalar constant."""
+        return self.add(ops.Mul(self.root, t, ops.Const(self.root, F32(self.rng.uniform(-2, 2)))))
 
     def pad_conv(self, t: mg.Output) -> mg.Output:
         """A zero Pad of the spatial dims, then a VALID Conv2D or depthwise convolution."""
@@ -341,8 +362,8 @@ class _PassBuilder(_Builder):
 
 
 @st.composite
-def random_pass_graphs(draw):
-    layout = draw(st.sampled_from(["NHWC", "NHWC", "NCHW"]))
+def random_pass_graphs(draw, layouts=("NHWC", "NHWC", "NCHW")):
+    layout = draw(st.sampled_from(layouts))
     builder = _PassBuilder(draw, layout)
     n, h, w, c = (draw(st.integers(1, 3)), draw(st.integers(1, 6)), draw(st.integers(1, 6)),
                   draw(st.integers(1, 6)))
@@ -370,6 +391,22 @@ def _passes_run(root, feeds, fetches, backend, options):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(graph=random_pass_graphs())
 def test_each_pass_keeps_every_fetch_bit_for_bit(only, graph):
+    _check_pass(only, graph)
+
+
+@pytest.mark.parametrize("only", ["layout", "all"])
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(graph=random_pass_graphs(layouts=("NCHW",)))
+def test_layout_pass_keeps_every_fetch_of_nchw_graphs_bit_for_bit(only, graph):
+    """NCHW graphs only (conv/BN/ReLU/pool/add stacks, their gradients, fan-out, fetched
+    NCHW intermediates, control edges): the layout pass alone and with the others, made to
+    convert every op it can (not only where that saves transposes)."""
+    with mock.patch.object(layout, "REQUIRE_SAVING", False):
+        _check_pass(only, graph)
+
+
+def _check_pass(only, graph):
     root, feeds, fetches = graph
     off = mg.OptimizerOptions.all_off()
     on = mg.OptimizerOptions() if only == "all" else dataclasses.replace(off, **{only: True})
@@ -377,9 +414,54 @@ def test_each_pass_keeps_every_fetch_bit_for_bit(only, graph):
     kept = {op.name: op.type for op in rewritten}
     rewrites = sum(kept.get(op.name) != op.type for op in root.graph())
     event(f"nodes dropped or replaced: {'0' if not rewrites else '1-4' if rewrites < 5 else '5+'}")
+    if on.layout:
+        nhwc = sum(op.attrs.get("data_format") == "NHWC" for op in rewritten)
+        event(f"ops run NHWC: {'0' if not nhwc else '1-4' if nhwc < 5 else '5+'}")
     for backend in ("native", "reference"):
         plain = _passes_run(root, feeds, fetches, backend, off)
         optimized = _passes_run(root, feeds, fetches, backend, on)
         for a, b, fetch in zip(optimized, plain, fetches):
             assert a.dtype == b.dtype and a.shape == b.shape, fetch.name
             assert a.tobytes() == b.tobytes(), (backend, fetch.name)
+
+
+@settings(max_examples=8, deadline=None)
+@given(depth=st.integers(1, 3), channels=st.lists(st.integers(1, 7), min_size=5, max_size=5),
+       strides=st.lists(st.sampled_from([1, 2]), min_size=4, max_size=4),
+       gradient=st.booleans())
+def test_nchw_conv_chain_keeps_only_boundary_transposes(depth, channels, strides, gradient):
+    """Conv2D -> BiasAdd -> Relu stacks (the last fetched in NCHW; maybe the gradient of a
+    sum of squares w.r.t. the input) run NHWC inside: transposes only at the boundaries
+    (the input, the fetches, the loss's reduction, which stays NCHW), none between two
+    NHWC ops; the fetches keep their names and bits."""
+    rng = np.random.default_rng(depth)
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[2, channels[0], 9, 8])
+    h = x
+    for i in range(depth):
+        w = rng.standard_normal((3, 3, channels[i], channels[i + 1])).astype(F32)
+        h = ops.Conv2D(root, h, w, [1, 1, strides[i], strides[i]], "SAME", data_format="NCHW")
+        h = ops.BiasAdd(root, h, rng.standard_normal(channels[i + 1]).astype(F32),
+                        data_format="NCHW")
+        h = ops.Relu(root, h)
+    fetches = [h]
+    if gradient:
+        fetches += mg.AddSymbolicGradients(root, [ops.Sum(root, ops.Square(root, h),
+                                                          [0, 1, 2, 3])], [x])
+    graph = mg.optimize(root, fetches)
+    transposes = [op for op in graph if op.type == "Transpose"]
+    if not gradient:  # x in, the fetch out
+        assert len(transposes) == 2
+    inside = {op.name for op in graph if op.attrs.get("data_format") == "NHWC"
+              or op.type in ("Relu", "ReluGrad", "Square", "Mul")}
+    for t in transposes:
+        readers = {c.name for c in t.outputs[0].consumers()}
+        assert not (t.inputs[0].op.name in inside and readers and readers <= inside), t.name
+        assert t.inputs[0].op.type != "Transpose", t.name  # pairs cancel
+    assert {op.name for op in graph} >= {f.op.name for f in fetches}
+    feeds = {x: rng.standard_normal(x.shape.as_list()).astype(F32)}
+    for backend in ("native", "reference"):
+        plain = _passes_run(root, feeds, fetches, backend, mg.OptimizerOptions.all_off())
+        optimized = _passes_run(root, feeds, fetches, backend, mg.OptimizerOptions())
+        for a, b in zip(optimized, plain):
+            assert a.shape == b.shape and a.tobytes() == b.tobytes(), backend

@@ -546,17 +546,34 @@ def test_non_temporal_stores_give_the_same_bits(isa, dtype, shape, channels_last
     segments that are or are not a whole number of vectors apart, the two outputs of the
     second-order functions), nothing written outside the outputs."""
     d = make_inputs(shape, channels_last, dtype, seed=13)
+
+    def every_function(d):
+        return call_all(d, channels_last) + call_fused(d, channels_last)
+
     native.lib.mg_bn_set_streaming(0)
     try:
-        plain = call_all(d, channels_last)
+        plain = every_function(d)
         native.lib.mg_bn_set_streaming(1)
-        assert_bitwise_equal(plain, call_all(d, channels_last))
+        assert_bitwise_equal(plain, every_function(d))
         for shift in (4, 16, 36):
             moved = {k: shifted_copy(v, shift) if isinstance(v, np.ndarray) and v.ndim > 1
                      else v for k, v in d.items()}
-            assert_bitwise_equal(plain, call_all(moved, channels_last))
+            assert_bitwise_equal(plain, every_function(moved))
     finally:
         native.lib.mg_bn_set_streaming(-1)
+
+
+def call_fused(d, channels_last):
+    """The fused training entry points (_FusedBatchNormEx / _FusedBatchNormGradEx): side
+    input and Relu in the apply pass; the backward writes dx and the side input's gradient."""
+    x, dy, gx = d["x"], d["dy"], d["gx"]
+    s, o, m, v = d["scale"], d["offset"], d["mean"], d["var"]
+    fused = native.bn_forward_training_ex(x, s, o, EPS, channels_last, side=dy, relu=True)
+    return [fused,
+            (native.bn_forward_inference_ex(x, s, o, m, v, EPS, channels_last, side=gx,
+                                            relu=True),),
+            native.bn_backward_training_ex(dy, x, s, m, v, fused[0], EPS, channels_last,
+                                           side_backprop=True)]
 
 
 def _forked_child(queue, d, expected):

@@ -504,3 +504,55 @@ def test_avg_pool_and_its_gradient_against_float64_loops():
             want_dx[:, ys, xs, :] += g[:, oy, ox, :].astype(np.float64)[:, None, None] / count
     np.testing.assert_allclose(y, want_y, rtol=0, atol=16 * EPS32 * np.abs(x).max())
     np.testing.assert_allclose(dx, want_dx, rtol=0, atol=16 * EPS32 * np.abs(g).max())
+
+
+# ----------------------------------------------------------------------------- transpose
+
+
+@SETTINGS
+@given(shape=hnp.array_shapes(min_dims=0, max_dims=6, min_side=1, max_side=6),
+       data=st.data())
+def test_transpose_of_any_permutation_is_numpys_copy(shape, data):
+    """Transpose (an NCHW model's layout changes) runs native for every permutation: the
+    same elements as numpy's, on every thread count."""
+    perm = data.draw(st.permutations(range(len(shape))), "perm")
+    x = data.draw(specials(shape), "x")
+    for isa, threads in each_isa_and_thread_count():
+        (y,), stats = run_ops("native", x, lambda root, xp: [
+            ops.Transpose(root.WithOpName("t"), xp, np.array(perm, np.int32))])
+        assert [s.backend for s in stats if s.op_type == "Transpose"] == ["native"]
+        assert_bits(y, x.transpose(perm), f"{shape} {perm} {isa} x{threads}")
+
+
+def test_transpose_of_images_splits_across_threads_alike():
+    x = np.random.default_rng(5).standard_normal((8, 32, 32, 16)).astype(F32)
+    for perm in ((0, 3, 1, 2), (0, 2, 3, 1), (3, 2, 1, 0)):
+        for isa, threads in each_isa_and_thread_count():
+            (y,), _ = run_ops("native", x, lambda root, xp, p=perm: [
+                ops.Transpose(root, xp, np.array(p, np.int32))])
+            assert_bits(y, x.transpose(perm), f"{perm} {isa} x{threads}")
+
+
+# ----------------------------------------------------------------------------- gradient seeds
+
+
+@SETTINGS
+@given(x=hnp.arrays(np.int32, hnp.array_shapes(min_dims=0, max_dims=3, max_side=9),
+                    elements=st.integers(-2**31, 2**31 - 1)))
+def test_int32_to_float32_casts_and_fills_are_numpys(x):
+    """Cast int32 -> float32 (a mean gradient's element count; round to nearest even above
+    2^24) and OnesLike / ZerosLike (a loss gradient's seed) run native, numpy's bits."""
+    root = mg.Scope.NewRootScope()
+    xp = ops.Placeholder(root.WithOpName("x"), mg.int32, shape=x.shape)
+    cast = ops.Cast(root.WithOpName("cast"), xp, DstT=mg.float32)
+    fetches = [cast, ops.OnesLike(root.WithOpName("ones"), cast),
+               ops.ZerosLike(root.WithOpName("zeros"), cast)]
+    for isa, threads in each_isa_and_thread_count():
+        metadata = mg.RunMetadata()
+        values = mg.ClientSession(root, backend="native").Run({xp: x}, fetches,
+                                                              run_metadata=metadata)
+        assert all(s.backend == "native" for s in metadata.step_stats
+                   if s.op_type in ("Cast", "OnesLike", "ZerosLike"))
+        for value, want in zip(values, (x.astype(F32), np.ones(x.shape, F32),
+                                        np.zeros(x.shape, F32))):
+            assert_bits(np.asarray(value), want, f"{x.shape} {isa} x{threads}")

@@ -25,6 +25,7 @@ from minigraph.backends.native import (
     ffi,
     lib,
     num_threads,
+    out_array,
 )
 from minigraph.backends.registry import register_kernel
 from minigraph.framework import dtypes
@@ -137,32 +138,36 @@ def relu6_grad(op, inputs, ctx):
 
 
 NATIVE = {"backend": "native", "dtypes": (dtypes.float32,)}
+# the C loops read element i of every input before writing element i and never read it
+# again, so the output may be one of the inputs (the memory planner's ``out=``)
+UNARY_INPLACE = {**NATIVE, "inplace": (0,)}
+BINARY_INPLACE = {**NATIVE, "inplace": (0, 1)}
 
 
-@register_kernel("Relu", **NATIVE)
-def relu_native(op, inputs, ctx):
-    return [c_unary(lib.mg_relu, inputs[0], "Relu")]
+@register_kernel("Relu", **UNARY_INPLACE)
+def relu_native(op, inputs, ctx, out=None):
+    return [c_unary(lib.mg_relu, inputs[0], "Relu", out=out)]
 
 
-@register_kernel("Relu6", **NATIVE)
-def relu6_native(op, inputs, ctx):
-    return [c_unary(lib.mg_relu6, inputs[0], "Relu6")]
+@register_kernel("Relu6", **UNARY_INPLACE)
+def relu6_native(op, inputs, ctx, out=None):
+    return [c_unary(lib.mg_relu6, inputs[0], "Relu6", out=out)]
 
 
-@register_kernel("ReluGrad", **NATIVE)
-def relu_grad_native(op, inputs, ctx):
-    return [c_binary(lib.mg_relu_grad, *inputs, "ReluGrad")]
+@register_kernel("ReluGrad", **BINARY_INPLACE)
+def relu_grad_native(op, inputs, ctx, out=None):
+    return [c_binary(lib.mg_relu_grad, *inputs, "ReluGrad", out=out)]
 
 
-@register_kernel("Relu6Grad", **NATIVE)
-def relu6_grad_native(op, inputs, ctx):
-    return [c_binary(lib.mg_relu6_grad, *inputs, "Relu6Grad")]
+@register_kernel("Relu6Grad", **BINARY_INPLACE)
+def relu6_grad_native(op, inputs, ctx, out=None):
+    return [c_binary(lib.mg_relu6_grad, *inputs, "Relu6Grad", out=out)]
 
 
 def _native_unary(op_type: str, c_name: str):
     """The float32 kernel of ``op_type``: the C activation ``mg_<c_name>``."""
-    def kernel(op, inputs, ctx):
-        return [c_unary(getattr(lib, c_name), inputs[0], op_type)]
+    def kernel(op, inputs, ctx, out=None):
+        return [c_unary(getattr(lib, c_name), inputs[0], op_type, out=out)]
     kernel.__name__ = f"{c_name}_native"
     return kernel
 
@@ -170,33 +175,35 @@ def _native_unary(op_type: str, c_name: str):
 for _name, _c_name in {"Sigmoid": "mg_sigmoid", "Tanh": "mg_tanh", "Elu": "mg_elu",
                        "Selu": "mg_selu", "Softplus": "mg_softplus",
                        "Softsign": "mg_softsign"}.items():
-    register_kernel(_name, **NATIVE)(_native_unary(_name, _c_name))
+    register_kernel(_name, **UNARY_INPLACE)(_native_unary(_name, _c_name))
 
 
-@register_kernel("LeakyRelu", **NATIVE)
-def leaky_relu_native(op, inputs, ctx):
-    return [c_unary(lib.mg_leaky_relu, inputs[0], "LeakyRelu", op.attrs["alpha"])]
+@register_kernel("LeakyRelu", **UNARY_INPLACE)
+def leaky_relu_native(op, inputs, ctx, out=None):
+    return [c_unary(lib.mg_leaky_relu, inputs[0], "LeakyRelu", op.attrs["alpha"], out=out)]
 
 
 # ----------------------------------------------------------------------------- C wrappers
 
 
-def c_unary(function, x, what: str, *params: float) -> np.ndarray:
+def c_unary(function, x, what: str, *params: float, out: np.ndarray | None = None
+            ) -> np.ndarray:
     """``function`` (an ``mg_<activation>`` of kernels_c/activations.h, with its float
     ``params`` such as LeakyRelu's alpha) over a float32 copy of x; the result has x's shape
-    (0-d included)."""
+    (0-d included), written into ``out`` where it fits (``native.out_array``)."""
     x = as_f32(x)
-    y = np.empty(x.shape, F32)
+    y = out_array(out, x.shape, x)
     check_code(function(x.size, fbuf(x), fbuf(y), *params, num_threads()), what)
     return y
 
 
-def c_binary(function, g, features, what: str) -> np.ndarray:
+def c_binary(function, g, features, what: str, out: np.ndarray | None = None
+             ) -> np.ndarray:
     """``function`` (an ``mg_<activation>_grad``) of float32 arrays of one shape, which the
-    result has: C reads ``g.size`` elements of each."""
+    result has (written into ``out`` where it fits): C reads ``g.size`` elements of each."""
     g, features = as_f32(g), as_f32(features)
     check_same_shape(what, g, features=features)
-    dx = np.empty(g.shape, F32)
+    dx = out_array(out, g.shape, g, features)
     check_code(function(g.size, fbuf(g), fbuf(features), fbuf(dx), num_threads()), what)
     return dx
 

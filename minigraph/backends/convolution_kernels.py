@@ -68,10 +68,12 @@ F32, F64 = np.float32, np.float64
 
 
 def _nhwc(x: np.ndarray, data_format: str) -> np.ndarray:
-    """``x`` (data_format) viewed channels-last (NHWC or NDHWC)."""
+    """``x`` (data_format) as a contiguous channels-last (NHWC or NDHWC) array: the NHWC
+    kernels' BLAS calls then see the very array an NHWC graph gives them, so a layout's
+    result does not depend on strides (the layout pass relies on it)."""
     if data_format.endswith("C"):
         return x
-    return x.transpose(0, *range(2, x.ndim), 1)
+    return np.ascontiguousarray(x.transpose(0, *range(2, x.ndim), 1))
 
 
 def _from_nhwc(y: np.ndarray, data_format: str) -> np.ndarray:

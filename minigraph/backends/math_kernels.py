@@ -7,7 +7,15 @@ import math
 
 import numpy as np
 
-from minigraph.backends.native import as_f32, check_code, fbuf, ffi, lib, num_threads
+from minigraph.backends.native import (
+    as_f32,
+    check_code,
+    fbuf,
+    ffi,
+    lib,
+    num_threads,
+    out_array,
+)
 from minigraph.backends.registry import find_kernel, register_kernel
 from minigraph.framework import dtypes
 
@@ -64,6 +72,29 @@ def c_add_n(inputs: list[np.ndarray]) -> np.ndarray:
 @register_kernel("Cast")
 def cast(op, inputs, ctx):
     return [inputs[0].astype(op.attrs["DstT"].np_dtype)]
+
+
+@register_kernel("Cast", backend="native", dtypes=(dtypes.float32,),
+                 when=lambda op: op.attrs["SrcT"] is dtypes.int32)
+def cast_int32_native(op, inputs, ctx):
+    """int32 -> float32 in C (round to nearest even: numpy's astype bit for bit)."""
+    x = np.asarray(inputs[0], np.int32, order="C")  # (keeps a 0-d tensor 0-d)
+    y = np.empty(x.shape, F32)
+    check_code(lib.mg_int32_to_float(x.size, ffi.from_buffer("int32_t[]", x), fbuf(y),
+                                     num_threads()), "Cast")
+    return [y]
+
+
+@register_kernel("OnesLike", "ZerosLike", backend="native", dtypes=(dtypes.float32,))
+def fill_like_native(op, inputs, ctx):
+    return [c_fill(inputs[0].shape, 1.0 if op.type == "OnesLike" else 0.0)]
+
+
+def c_fill(shape: tuple[int, ...], value: float) -> np.ndarray:
+    """A new float32 array of ``shape`` holding ``value`` everywhere, written in C."""
+    y = np.empty(shape, F32)
+    check_code(lib.mg_fill(y.size, float(value), fbuf(y), num_threads()), "Fill")
+    return y
 
 
 @register_kernel("Cast", backend="float64", when=lambda op: op.attrs["DstT"].is_floating)
@@ -191,6 +222,52 @@ def transpose(op, inputs, ctx):
     return [np.array(x.transpose(perm.tolist()), order="C")]  # keeps a 0-d tensor 0-d
 
 
+@register_kernel("Transpose", backend="native", dtypes=(dtypes.float32,))
+def transpose_native(op, inputs, ctx):
+    """``c_transpose``; the numpy kernel for the rare permutation that keeps more than 8
+    axes apart after merging."""
+    x, perm = inputs
+    axes = [int(p) % max(x.ndim, 1) for p in perm.tolist()]
+    if len(_merged_permutation(x.shape, axes)[0]) > 8:
+        return transpose(op, inputs, ctx)
+    return [c_transpose(x, axes)]
+
+
+def _merged_permutation(shape: tuple[int, ...], perm: list[int]) -> tuple[list, list]:
+    """(dims, perm) of the same transpose with size-1 axes dropped and axes that stay
+    neighbours (in order) merged: NHWC -> NCHW is [N, HW, C] -> (0, 2, 1)."""
+    kept = [a for a in perm if shape[a] != 1]
+    groups: list[list[int]] = []
+    for axis in kept:
+        if groups and axis == groups[-1][-1] + 1:
+            groups[-1].append(axis)
+        else:
+            groups.append([axis])
+    order = sorted(range(len(groups)), key=lambda g: groups[g][0])  # groups in x's order
+    dims = [math.prod(shape[a] for a in groups[g]) for g in order]
+    rank_of = {g: i for i, g in enumerate(order)}
+    return dims, [rank_of[g] for g in range(len(groups))]
+
+
+def c_transpose(x: np.ndarray, perm: list[int]) -> np.ndarray:
+    """x with its axes permuted (y's axis i is x's axis perm[i]; a permutation of x's
+    axes, checked), copied in C; a new C-contiguous float32 array."""
+    x = as_f32(x)
+    if sorted(perm) != list(range(x.ndim)):
+        raise ValueError(f"native Transpose: {perm} is not a permutation of {x.ndim} axes")
+    y = np.empty(tuple(x.shape[a] for a in perm), F32)
+    dims, merged = _merged_permutation(x.shape, perm)
+    if len(dims) > 8:
+        raise ValueError(f"native Transpose: {len(dims)} axes after merging (at most 8)")
+    if not dims:  # a scalar, or only size-1 axes: one element
+        dims, merged = [1], [0]
+    if x.size:
+        check_code(lib.mg_transpose(len(dims), ffi.new("int64_t[]", dims),
+                                    ffi.new("int[]", merged), fbuf(x), fbuf(y),
+                                    num_threads()), "Transpose")
+    return y
+
+
 @register_kernel("InvertPermutation")
 def invert_permutation(op, inputs, ctx):
     return [np.argsort(inputs[0]).astype(inputs[0].dtype)]
@@ -309,12 +386,14 @@ def _unbroadcast(array: np.ndarray) -> np.ndarray:
                        for stride in array.strides)]
 
 
-def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None
+                ) -> np.ndarray | None:
     """``x OP y`` with numpy broadcasting, OP the op ``c_name`` of kernels_c/broadcast's
     list, for C-contiguous aligned float32 arrays and broadcast views of them (C reads what
-    they repeat; where both repeat along an axis, so does z: a broadcast view); None for
-    anything else (other dtypes or layouts, empty results, more merged dimensions than C
-    takes)."""
+    they repeat; where both repeat along an axis, so does z: a broadcast view), written into
+    ``out`` where it fits (x or y of the result's shape: each loop reads element i before
+    writing it); None for anything else (other dtypes or layouts, empty results, more
+    merged dimensions than C takes)."""
     z_shape = np.broadcast_shapes(x.shape, y.shape)
     x, y = _unbroadcast(x), _unbroadcast(y)
     if not (_plain_f32(x) and _plain_f32(y)):
@@ -323,7 +402,7 @@ def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     if plan is None:
         return None
     computed, rank, dims, x_dims, y_dims = plan
-    z = np.empty(computed, np.float32)
+    z = out_array(out, computed, x, y)
     check_code(lib.mg_broadcast(_broadcast_ops()[c_name], rank, dims, x_dims, y_dims,
                                 fbuf(x), fbuf(y), fbuf(z), num_threads()), c_name)
     return z if computed == z_shape else np.broadcast_to(z, z_shape)
@@ -333,14 +412,15 @@ def register_native_binary(op_type: str, c_name: str) -> None:
     """Register ``op_type``'s float32 kernel on the native backend: ``c_broadcast(c_name,
     x, y)``, and the op's reference kernel where C takes no such arrays (one line per op:
     ``register_native_binary("Maximum", "maximum")`` once the list has a maximum)."""
-    def kernel(op, inputs, ctx):
-        z = c_broadcast(c_name, *inputs)
+    def kernel(op, inputs, ctx, out=None):
+        z = c_broadcast(c_name, *inputs, out=out)
         if z is None:
             return find_kernel(op, "reference").kernel(op, inputs, ctx)
         return [z]
 
     kernel.__name__ = f"{c_name}_native"
-    register_kernel(op_type, backend="native", dtypes=(dtypes.float32,))(kernel)
+    register_kernel(op_type, backend="native", dtypes=(dtypes.float32,),
+                    inplace=(0, 1))(kernel)
 
 
 for _name, _c_name in {"Add": "add", "AddV2": "add", "Sub": "sub", "Mul": "mul",

@@ -408,6 +408,21 @@ def as_f32(array) -> np.ndarray:
     return np.require(array, F32, ("C", "A", "E"))
 
 
+def out_array(out: np.ndarray | None, shape: tuple[int, ...], *inputs: np.ndarray
+              ) -> np.ndarray:
+    """The float32 array of ``shape`` an elementwise kernel writes: ``out`` when it fits
+    (C-contiguous, aligned, writeable float32 of ``shape``, and either one of ``inputs``
+    itself, which the loop reads element i of before writing element i, or sharing no
+    memory with any), else a fresh one. The session's memory planner passes a dying input
+    as ``out`` (``client/planner.py``)."""
+    if out is not None and type(out) is np.ndarray and out.dtype == F32 and out.shape == shape:
+        flags = out.flags
+        if (flags.c_contiguous and flags.aligned and flags.writeable
+                and all(out is x or not np.may_share_memory(out, x) for x in inputs)):
+            return out
+    return np.empty(shape, F32)
+
+
 _INT32_MAX = 2**31 - 1
 
 

@@ -81,13 +81,17 @@ Kernel = Callable[[Operation, list, KernelContext], list]
 @dataclass(frozen=True)
 class KernelDef:
     """One registration: the kernel for ``op_type`` on ``backend`` when the op's dtype is
-    in ``dtypes`` (None: any) and ``when(op)`` holds (None: always)."""
+    in ``dtypes`` (None: any) and ``when(op)`` holds (None: always). ``inplace``: the inputs
+    the kernel may write its output 0 into: it then takes ``out=`` (one of those inputs,
+    which the session's memory planner offers only where nothing else holds it) and returns
+    it as the result when the array fits, or a fresh array when not."""
 
     op_type: str
     backend: str
     kernel: Kernel
     dtypes: frozenset[DType] | None = None
     when: Callable[[Operation], bool] | None = field(default=None, compare=False)
+    inplace: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
@@ -116,11 +120,12 @@ def op_dtype(op: Operation) -> DType | None:
 
 def register_kernel(*op_types: str, backend: str | Sequence[str] = "reference",
                     dtypes: Sequence[DType] | None = None,
-                    when: Callable[[Operation], bool] | None = None
-                    ) -> Callable[[Kernel], Kernel]:
+                    when: Callable[[Operation], bool] | None = None,
+                    inplace: Sequence[int] = ()) -> Callable[[Kernel], Kernel]:
     """Decorator: register the kernel for ``op_types`` on ``backend`` (one name or several),
-    for the ``dtypes`` and attrs (``when``) it handles. Registrations of one op and backend
-    are tried in order; the first that matches runs."""
+    for the ``dtypes`` and attrs (``when``) it handles; ``inplace``: the inputs it may write
+    its output into (see :class:`KernelDef`). Registrations of one op and backend are tried
+    in order; the first that matches runs."""
     backends = (backend,) if isinstance(backend, str) else tuple(backend)
     unknown = set(backends) - set(BACKENDS)
     if unknown:
@@ -134,7 +139,7 @@ def register_kernel(*op_types: str, backend: str | Sequence[str] = "reference",
                 if any(e.dtypes == allowed and e.when is None and when is None for e in entries):
                     raise ValueError(f"a {name} kernel for '{op_type}' with these dtypes is "
                                      f"already registered")
-                entries.append(KernelDef(op_type, name, kernel, allowed, when))
+                entries.append(KernelDef(op_type, name, kernel, allowed, when, tuple(inplace)))
         return kernel
 
     return decorate

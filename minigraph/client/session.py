@@ -26,6 +26,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ import numpy as np
 from minigraph import backends
 from minigraph.backends import opencl  # pyopencl itself is imported when a device is used
 from minigraph.backends.registry import Kernel, KernelContext, KernelDef, get_kernel
-from minigraph.client import memory
+from minigraph.client import memory, planner
 from minigraph.client.options import OptimizerOptions
 from minigraph.client.state import SessionState
 from minigraph.framework import dtypes
@@ -92,7 +93,7 @@ class _Step:
 
     __slots__ = ("op", "kernel_def", "kernel", "kernel_context", "validate", "context",
                  "inputs", "outputs", "device", "refs", "reads_state", "value_inputs",
-                 "verdicts")
+                 "verdicts", "inplace", "out_dtype", "undetermined", "region", "joins")
 
     def __init__(self, op: Operation, device: Any, inputs: list[_Key | None],
                  outputs: list[_Key | None], state: SessionState) -> None:
@@ -112,6 +113,16 @@ class _Step:
         self.reads_state = op.op_def.is_stateful and not op.inputs
         self.value_inputs: tuple[int, ...] = ()  # inputs whose values the shape function reads
         self.verdicts: dict[tuple, list[TensorShape]] = {}
+        # inputs the kernel may overwrite with output 0 (set by the plan's memory planner)
+        self.inplace: tuple[int, ...] = ()
+        self.out_dtype = op.outputs[0].dtype.np_dtype if op.outputs else None
+        # an output shape the shape function left open for concrete inputs (the kernel
+        # decides it): later steps' shapes are not a function of the plan's signature
+        self.undetermined = False
+        # zero-copy ConcatV2 (``planner.ConcatGroup``): the (group, part) this step's output
+        # 0 is written into, and the group a concat step joins
+        self.region: tuple[planner.ConcatGroup, int] | None = None
+        self.joins: planner.ConcatGroup | None = None
 
     def output_shapes(self, values: list, state: SessionState) -> list[TensorShape]:
         """The op's output shapes for these input values; raises what the shape function
@@ -130,6 +141,8 @@ class _Step:
             for shape, output in zip(shapes, self.op.outputs):
                 check_allocation(shape, output.dtype.itemsize,
                                  f"{self.op.type} '{self.op.name}': output {output.index}")
+            if not all(shape.is_fully_defined() for shape in shapes):
+                self.undetermined = True
             if ctx.value_inputs - set(self.value_inputs):  # the key missed them: next time
                 self.value_inputs = tuple(sorted(ctx.value_inputs | set(self.value_inputs)))
             else:
@@ -138,22 +151,39 @@ class _Step:
                 self.verdicts[key] = shapes
         return shapes
 
-    def run(self, env: dict, session: ClientSession, kernel: Kernel | None = None) -> None:
+    def run(self, env: dict, session: ClientSession, kernel: Kernel | None = None,
+            checked: bool = False) -> None:
         """Check the inputs, run the kernel (``kernel`` in place of the planned one: a fused
-        step's variant of it) and store its results in ``env``."""
+        step's variant of it) and store its results in ``env``. ``checked``: the plan is
+        bound to its inputs' signature and this step's checks passed for it (see
+        ``planner.bind``): they are skipped."""
         values = [env[key] for key in self.inputs]
-        if self.validate is not None:
-            self.validate(self.context, values)
-        shapes = self.output_shapes(values, session.state)
+        if checked:
+            shapes = None
+        else:
+            if self.validate is not None:
+                self.validate(self.context, values)
+            shapes = self.output_shapes(values, session.state)
+        joined = None
+        if kernel is None:
+            kernel = self.kernel
+            if self.region is not None:  # its part of a concat's output
+                kernel = partial(kernel, out=self.region[0].region(env, self.region[1]))
+            elif self.inplace:  # an input only this run holds, dying here: the output's buffer
+                out = planner.reusable(values, self.inplace, self.out_dtype)
+                if out is not None:
+                    kernel = partial(kernel, out=out)
+            elif self.joins is not None:  # the inputs already lie in place, joined
+                joined = self.joins.joined(env, values)
         try:
-            results = self.device.run(kernel or self.kernel, self.op, values,
-                                      self.kernel_context)
+            results = ([joined] if joined is not None else
+                       self.device.run(kernel, self.op, values, self.kernel_context))
         except MemoryError as exc:
             if isinstance(exc, ResourceExhaustedError):
                 raise
             raise ResourceExhaustedError(f"{self.op.type} '{self.op.name}': out of memory "
                                          f"while running its kernel ({exc})") from None
-        if session.check_outputs and not self.reads_state:
+        if shapes is not None and session.check_outputs and not self.reads_state:
             _check_results(self.op, results, shapes, session.promote_float64)
         for key, result in zip(self.outputs, results):
             if key is not None:
@@ -197,31 +227,109 @@ class _Plan(list):
     pass a constant on (a frozen TensorFlow graph reads every weight through ``Const ->
     Identity``, two thirds of its nodes). The first run runs every step; later runs start
     from the values those steps gave and run the others (``folded``).
+
+    With the memory planner (``client/planner.py``), each value is dropped after its last
+    reader (``release``, per step of the full and of the folded list) and steps whose kernel
+    may write into a dying input are told which (``_Step.inplace``). A run whose signature
+    (fed values' shapes and dtypes, variables' shapes) repeats that of a run in which every
+    check passed runs bound (``bound``): the steps whose checks can only pass again
+    (``planner.bind``) skip them; a new signature runs every check and rebinds. Sessions
+    that check every kernel's output (the tests) never run bound.
     """
 
-    def __init__(self, steps: list) -> None:
+    def __init__(self, steps: list, fetch_keys: Sequence = (), fed_keys: Sequence = (),
+                 memory_planner: bool = False) -> None:
         super().__init__(steps)
         self.updates_state = any(isinstance(step, _Step) and step.refs for step in steps)
         self.constant_steps = _constant_steps(steps)
-        self.folded: tuple[dict, list] | None = None  # (constant values, the other steps)
+        self.constant_keys = frozenset(key for step in self.constant_steps
+                                       for key in step.outputs)
+        self.fetch_keys = tuple(fetch_keys)
+        self.memory_planner = memory_planner
+        self.release = self._release(steps)
+        # (constant values, the other steps, their release lists)
+        self.folded: tuple[dict, list, tuple] | None = None
+        self.fed_keys = tuple(fed_keys)
+        self.variables = sorted({step.op.name for step in steps
+                                 if isinstance(step, _Step) and step.reads_state}
+                                | {name for step in steps if isinstance(step, _Step)
+                                   for _, name in step.refs})
+        # a variable whose shape a step may change (Assign without validate_shape): the
+        # signature at the start of a run does not fix later shapes
+        self.bindable = memory_planner and not any(
+            isinstance(step, _Step) and step.op.type == "Assign"
+            and not step.op.attrs["validate_shape"] for step in steps)
+        self.bound: tuple | None = None  # (signature, the steps bound, their flags)
+
+    def _release(self, steps: list) -> tuple[tuple, ...]:
+        """What to drop after each of ``steps``; sets each step's in-place inputs."""
+        if not self.memory_planner:
+            return ((),) * len(steps)
+        memory_plan = planner.plan_memory(steps, self.fetch_keys, self.constant_keys)
+        for step, inplace in zip(steps, memory_plan.inplace):
+            if inplace:
+                step.inplace = inplace
+        for concat, makers, group in planner.concat_groups(steps, self.fetch_keys,
+                                                           self.constant_keys):
+            concat.joins = group
+            for index, maker in enumerate(makers):
+                maker.region = (group, index)
+        return memory_plan.release
         self.feeds: dict[Output, Output] = {}  # each fed Output -> its key's in the plan
 
     def run(self, env: dict, session: ClientSession, metadata: RunMetadata | None) -> None:
         folded = self.folded
-        steps = self if folded is None else folded[1]
-        if folded is not None:
-            env.update(folded[0])
-        if metadata is None:
-            for step in steps:
-                step.run(env, session)
+        if folded is None:
+            steps, release = self, self.release
         else:
-            for step in steps:
+            env.update(folded[0])
+            steps, release = folded[1], folded[2]
+        signature = self._signature(env, session)
+        bound = self.bound
+        if (metadata is None and signature is not None and bound is not None
+                and bound[0] == signature and bound[1] is steps):
+            for step, dead, checked in zip(steps, release, bound[2]):
+                if checked:
+                    step.run(env, session, checked=True)
+                else:
+                    step.run(env, session)
+                for key in dead:
+                    env.pop(key, None)
+            return
+        if metadata is None:
+            for step, dead in zip(steps, release):
+                step.run(env, session)
+                for key in dead:
+                    env.pop(key, None)
+        else:
+            live = planner.LiveBytes(env, session.state.variables.values(), self.constant_keys)
+            for step, dead in zip(steps, release):
                 start = time.perf_counter()
                 step.run(env, session)
-                metadata.record(step, time.perf_counter() - start)
+                seconds = time.perf_counter() - start
+                metadata.record(step, seconds, live.add(env, planner.step_writes(step)))
+                for key in dead:
+                    env.pop(key, None)
+                live.drop(dead)
+            metadata.peak_bytes = live.peak
         if folded is None and self.constant_steps:
-            values = {key: env[key] for step in self.constant_steps for key in step.outputs}
-            self.folded = (values, [step for step in self if step not in self.constant_steps])
+            values = {key: env[key] for key in self.constant_keys}
+            rest = [step for step in self if step not in self.constant_steps]
+            self.folded = (values, rest, self._release(rest))
+        elif signature is not None and (bound is None or bound[0] != signature
+                                        or bound[1] is not steps):  # every check passed
+            determined = (*self.fed_keys, *self.constant_keys)
+            self.bound = (signature, steps, planner.bind(steps, determined))
+
+    def _signature(self, env: dict, session: ClientSession) -> tuple | None:
+        """The fed values' shapes and dtypes and the variables' shapes, or None when this
+        plan or session never runs bound."""
+        if not self.bindable or session.check_outputs:
+            return None
+        variables = session.state.variables
+        return (tuple((value.shape, value.dtype) for value in map(env.__getitem__,
+                                                                   self.fed_keys)),
+                tuple(getattr(variables.get(name), "shape", None) for name in self.variables))
 
 
 # Ops whose outputs are their inputs: of constants, they are constants too.
@@ -255,23 +363,30 @@ class NodeStats:
     kernel: str  # ``module.function`` of the kernel, or ``transfer`` between devices
     backend: str  # the backend the kernel was registered for (its math)
     seconds: float
+    live_bytes: int = 0  # intermediates' bytes alive while it ran (``client/planner.py``)
 
 
 @dataclass
 class RunMetadata:
     """Pass one to ``Run(..., run_metadata=...)`` to learn, per step, which kernel ran each
-    op and for how long (TF's ``RunMetadata.step_stats``); timing costs nothing otherwise."""
+    op, for how long and how many bytes of intermediates were alive meanwhile (TF's
+    ``RunMetadata.step_stats``), and the run's ``peak_bytes`` of intermediates (values the
+    run produced, views counted once; fed values, constants and variables not); timing and
+    counting cost nothing otherwise."""
 
     step_stats: list[NodeStats] = field(default_factory=list)
+    peak_bytes: int = 0  # of the last Run
 
-    def record(self, step: _Step | _Transfer, seconds: float) -> None:
+    def record(self, step: _Step | _Transfer, seconds: float,
+               live_bytes: int = 0) -> None:
         if isinstance(step, _Step):
             self.step_stats.append(NodeStats(step.op.name, step.op.type, step.device.name,
                                              step.kernel_def.name, step.kernel_def.backend,
-                                             seconds))
+                                             seconds, live_bytes))
         else:
             self.step_stats.append(NodeStats(step.source[0].name, "transfer",
-                                             step.target[1].name, "transfer", "", seconds))
+                                             step.target[1].name, "transfer", "", seconds,
+                                             live_bytes))
 
     def kernel_of(self, node_name: str) -> str:
         """``backend:module.function`` of the kernel that ran ``node_name`` (last Run)."""
@@ -370,8 +485,8 @@ def _as_operation(value: Any, graph: Graph) -> Operation:
 
 
 def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[Operation],
-          place: Callable[[Operation], Any], host: _HostDevice, state: SessionState
-          ) -> tuple[_Plan, list[_Key]]:
+          place: Callable[[Operation], Any], host: _HostDevice, state: SessionState,
+          memory_planner: bool = True) -> tuple[_Plan, list[_Key]]:
     """The steps computing ``fetches``/``targets`` (ops in a topological order, each placed
     by ``place``, with transfers where edges cross devices) and the fetches' host keys."""
     needed: dict[int, Operation] = {}
@@ -417,7 +532,8 @@ def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[O
                 home[out] = device
                 present.add((out, device))
     fetch_keys = [key_on(f, host) for f in fetches]
-    return _Plan(steps), fetch_keys
+    fed_keys = [(output, host) for output in sorted(fed, key=lambda output: output.name)]
+    return _Plan(steps, fetch_keys, fed_keys, memory_planner), fetch_keys
 
 
 def _check_feed(output: Output, value: Any, promote_float64: bool = False) -> np.ndarray:
@@ -526,7 +642,7 @@ class ClientSession:
         if plan is None:
             run = rewrite_for_run(self.graph, fetches, fed, targets, self.optimizer)
             plan = _plan(run.fetches, frozenset(run.feeds.values()), run.targets, self._place,
-                         self.host, self.state)
+                         self.host, self.state, self.optimizer.memory_planner)
             plan[0].feeds = run.feeds
             with self._lock:
                 self._plans[key] = plan

@@ -20,6 +20,7 @@ from minigraph.optimizer import (  # noqa: F401 (each module registers its pass)
     constant_folding,
     cse,
     dependency,
+    layout,
     pruning,
     remapper,
     training_fusions,

@@ -29,6 +29,8 @@ class OptimizerOptions:
     * ``constant_folding``: replace integer/shape subgraphs whose value is known before a
       step runs (``Shape``/``ShapeN``/``Size``/``Rank`` of static shapes,
       ``BroadcastGradientArgs``, reduction indices) by small constants;
+    * ``layout``: run an NCHW graph's convolutions, pools and bias adds in NHWC, with
+      transposes only at its boundaries (``optimizer/layout.py``);
     * ``remapper``: fuse a convolution's or matmul's elementwise successors into one op
       (``BiasAdd -> FusedBatchNormV3 (inference) -> AddV2 -> Relu/Relu6``, see
       ``optimizer/remapper.py``) and a constant ``Pad`` into its convolution; in training,
@@ -37,15 +39,21 @@ class OptimizerOptions:
       step's variable updates into one op (``optimizer/training_fusions.py``);
     * ``fold_batch_norm`` (off by default: it changes rounding): fold an inference batch
       norm with constant statistics into its ``Conv2D``'s constant filter and a ``BiasAdd``
-      (``optimizer/batch_norm_folding.py``).
+      (``optimizer/batch_norm_folding.py``);
+    * ``memory_planner`` (not a graph pass: the plan's memory, ``client/planner.py``): drop
+      each intermediate after its last reader, let kernels write into inputs that die
+      there, join a concat's inputs in place, and run steady-state steps bound to their
+      feed signature.
     """
 
     pruning: bool = True
     identity_removal: bool = True
     common_subexpression: bool = True
     constant_folding: bool = True
+    layout: bool = True
     remapper: bool = True
     fold_batch_norm: bool = False
+    memory_planner: bool = True
 
     def __post_init__(self) -> None:
         for item in fields(self):

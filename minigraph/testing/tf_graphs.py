@@ -378,6 +378,41 @@ def _concrete(name: str, body: Callable, specs: list, values: list[np.ndarray]) 
                    [t.name for t in function.outputs], [o.numpy() for o in outputs])
 
 
+def nchw_conv_net(batch: int = 2, size: int = 9, width: int = 6) -> TFGraph:
+    """A channels-first CNN as TF writes it for a GPU: ``Conv2D -> BiasAdd -> Relu ->
+    MaxPool -> Conv2D (stride 2) -> FusedBatchNormV3 (inference) -> Relu -> AvgPool``, all
+    NCHW, with the gradients of ``sum(y * y)`` w.r.t. the input and both filters
+    (Conv2DBackpropInput/Filter, MaxPoolGrad, AvgPoolGrad, BiasAddGrad in NCHW). Traced
+    only: TF's CPU kernels refuse NCHW convolutions and pools, so ``expected`` is empty
+    (the layout pass's tests compare minigraph's plans with each other)."""
+    tf = tensorflow()
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((batch, 3, size, size)).astype(np.float32)
+    values = [rng.standard_normal((3, 3, 3, width)) * 0.3,
+              rng.standard_normal((3, 3, width, width)) * 0.3, rng.standard_normal(width),
+              *(rng.uniform(0.5, 1.5, width) for _ in range(4))]
+
+    def net(x):
+        f1, f2, bias, *stats = (tf.constant(v.astype(np.float32)) for v in values)
+        with tf.GradientTape() as tape:
+            tape.watch([x, f1, f2])
+            h = tf.nn.conv2d(x, f1, 1, "SAME", data_format="NCHW")
+            h = tf.nn.relu(tf.nn.bias_add(h, bias, data_format="NCHW"))
+            h = tf.nn.max_pool2d(h, 2, 2, "SAME", data_format="NCHW")
+            h = tf.nn.conv2d(h, f2, 2, "SAME", data_format="NCHW")
+            h = tf.raw_ops.FusedBatchNormV3(x=h, scale=stats[0], offset=stats[1],
+                                            mean=stats[2], variance=stats[3], epsilon=1e-3,
+                                            data_format="NCHW", is_training=False)[0]
+            y = tf.nn.avg_pool2d(tf.nn.relu(h), 2, 1, "VALID", data_format="NCHW")
+            loss = tf.reduce_sum(y * y)
+        return (y, *tape.gradient(loss, [x, f1, f2]))
+
+    spec = tf.TensorSpec(x.shape, tf.float32)
+    function = tf.function(net).get_concrete_function(spec)
+    return TFGraph("nchw_conv_net", function.graph.as_graph_def().SerializeToString(),
+                   {function.inputs[0].name: x}, [t.name for t in function.outputs])
+
+
 def batch_norm_training(data_format: str = "NHWC", dtype: str = "float32") -> TFGraph:
     """A training step's batch norm: ``FusedBatchNormV3(is_training=True)`` feeding its
     reserve spaces to ``FusedBatchNormGradV3`` (the raw ops, as a Keras model called with

@@ -1,0 +1,72 @@
+"""Per-node executor overhead: a chain of N tiny ops (8 floats each: Relu, AddV2 with the
+previous value, Sigmoid, Mul...), so the time per node is the session's Python around each
+kernel call, not the kernel. Prints microseconds per node for each configuration, measured
+interleaved in one process: the calling thread's CPU time (``time.thread_time``, which a
+busy shared machine disturbs much less than wall time; kernels this small run on the calling
+thread) and wall time, medians of the samples.
+
+    python benchmarks/executor_overhead.py [--nodes 200] [--backend native]
+
+Run it on two checkouts (``PYTHONPATH=<checkout>``) for a before/after comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import markdown_table, time_interleaved  # noqa: E402
+
+import minigraph as mg  # noqa: E402
+from minigraph import ops  # noqa: E402
+
+CYCLE = ("Relu", "AddV2", "Sigmoid", "Mul", "Tanh", "Sub")
+
+
+def chain(nodes: int):
+    """A Placeholder and ``nodes`` ops, each reading the previous value (and the one before
+    it, for binary ops)."""
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[8])
+    previous, current = x, x
+    for i in range(nodes):
+        op_type = CYCLE[i % len(CYCLE)]
+        if op_type in ("AddV2", "Mul", "Sub"):
+            value = getattr(ops, op_type)(root, current, previous)
+        else:
+            value = getattr(ops, op_type)(root, current)
+        previous, current = current, value
+    return root, x, current
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=200)
+    parser.add_argument("--backend", default="native")
+    args = parser.parse_args(argv)
+    root, x, y = chain(args.nodes)
+    feed = {x: np.linspace(-1, 1, 8, dtype=np.float32)}
+    fields = {f.name for f in dataclasses.fields(mg.OptimizerOptions)}
+    configurations = {"default": mg.OptimizerOptions()}
+    if "memory_planner" in fields:
+        configurations["memory planner off"] = mg.OptimizerOptions(memory_planner=False)
+    runs = {}
+    for name, options in configurations.items():
+        session = mg.ClientSession(root, backend=args.backend, optimizer=options)
+        runs[name] = (lambda s: lambda: s.Run(feed, y))(session)
+    cpu = time_interleaved(runs, repeats=15, clock=time.thread_time)
+    wall = time_interleaved(runs, repeats=15)
+    print(f"{args.nodes} nodes of 8 floats, backend {args.backend}, "
+          f"check_outputs={os.environ.get('MINIGRAPH_CHECK_OUTPUTS', '0')}")
+    print(markdown_table(["configuration", "us per node (thread CPU)", "us per node (wall)"],
+                         [[name, f"{cpu[name] / args.nodes * 1e6:.2f}",
+                           f"{wall[name] / args.nodes * 1e6:.2f}"] for name in runs]))
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,302 @@
+"""The memory plan of a fixed step list: when each value dies, which steps may write their
+output into a dying input, and how many bytes of intermediates a run holds.
+
+TensorFlow's executor drops a tensor when its last consumer has run (reference counts per
+edge) and lets kernels forward an input buffer to an output (``forward_input_or_allocate_
+output``) when nothing else holds it; PyTorch frees on the last Python reference and offers
+``out=``/in-place ops to the user. minigraph plans both once per plan, from its def-use edges:
+
+* **Liveness.** Every value a step produces is dropped right after its last reader runs
+  (``MemoryPlan.release``), or right after its producer when nothing reads it (a batch
+  norm's reserve spaces). Fetched values live to the end of the run; fed values and the
+  folded constants are owned elsewhere and are never counted or dropped.
+* **In place.** A kernel registered with ``inplace=(i, ...)`` (``backends.registry``) may
+  write its output 0 into input ``i`` when given ``out=`` that array. The plan offers it
+  where input ``i`` dies at that step (its only reader there, not fetched, produced by a step
+  of this plan, not a constant); at run time :func:`reusable` also requires that no one else
+  holds the array (its reference count, so an ``Identity`` alias, a view, a variable that an
+  ``Assign`` stored it into, a cached coefficient or a caller's reference all veto it) and
+  that it owns its memory, is writeable, C-contiguous and of the output's dtype. The kernel
+  itself checks the shape and falls back to a fresh array for anything else.
+* **Peak bytes.** With ``RunMetadata``, each step records the bytes of distinct
+  intermediate buffers alive while it ran (inputs, outputs and everything held for later
+  steps; views counted once, by the array owning the memory), and the run its peak
+  (:class:`LiveBytes`).
+
+``OptimizerOptions(memory_planner=False)`` keeps every value to the end of the run and
+turns in-place execution off: results are bit for bit the same either way
+(``tests/test_planner.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+def _references(values: list, index: int) -> int:
+    """The reference count of ``values[index]`` as seen from here."""
+    value = values[index]
+    return sys.getrefcount(value)
+
+
+def _sole_references() -> int:
+    """:func:`_references` of an array held once by a dict (the run's environment) and once
+    by a list (the step's inputs): measured, not assumed, since what getrefcount counts
+    (stack references, its own argument) differs between Python versions."""
+    value = np.empty(1)
+    env, values = {0: value}, [value]
+    del value
+    count = _references(values, 0)
+    del env
+    return count
+
+
+_SOLE_REFERENCES = _sole_references()
+# Smaller arrays are not overwritten: malloc serves them from its free lists faster than the
+# checks below run, and they weigh nothing in the peak (tests lower it to reach tiny graphs).
+MIN_INPLACE_BYTES = 1 << 15
+
+
+def step_reads(step: Any) -> list:
+    """The environment keys ``step`` reads: a step's inputs, a transfer's source (None
+    entries, ref inputs, left out)."""
+    if hasattr(step, "source"):
+        keys = [step.source]
+    else:
+        keys = list(step.inputs)
+    return [key for key in keys if key is not None]
+
+
+def step_writes(step: Any) -> list:
+    """The environment keys ``step`` stores."""
+    if hasattr(step, "target"):
+        keys = [step.target]
+    else:
+        keys = list(step.outputs)
+    return [key for key in keys if key is not None]
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """``release[i]``: the keys to drop after step ``i``; ``inplace[i]``: the inputs step
+    ``i`` may overwrite (indices into its ``inputs``), empty when none."""
+
+    release: tuple[tuple, ...]
+    inplace: tuple[tuple[int, ...], ...]
+
+
+def plan_memory(steps: Sequence, fetch_keys: Iterable, keep: Iterable = ()) -> MemoryPlan:
+    """Liveness and in-place candidates of ``steps`` (run in this order); ``fetch_keys``
+    live to the end, ``keep`` (constants' keys) are never dropped or overwritten."""
+    pinned = set(fetch_keys) | set(keep)
+    produced: set = set()
+    last_read: dict = {}
+    for index, step in enumerate(steps):
+        for key in step_writes(step):
+            produced.add(key)
+            last_read.setdefault(key, index)  # unread: dropped after its producer
+        for key in step_reads(step):
+            last_read[key] = index
+    release: list[list] = [[] for _ in steps]
+    for key, index in last_read.items():
+        if key in produced and key not in pinned:
+            release[index].append(key)
+    inplace = []
+    for index, step in enumerate(steps):
+        candidates = getattr(getattr(step, "kernel_def", None), "inplace", ())
+        if not candidates:
+            inplace.append(())
+            continue
+        dying = set(release[index])
+        inputs = step.inputs
+        inplace.append(tuple(i for i in candidates if i < len(inputs) and inputs[i] in dying
+                             and inputs.count(inputs[i]) == 1))
+    return MemoryPlan(tuple(tuple(keys) for keys in release), tuple(inplace))
+
+
+def reusable(values: list, candidates: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+    """The first input among ``candidates`` (of at least ``MIN_INPLACE_BYTES``) that only the
+    run holds and that a kernel may overwrite with an output of ``dtype``, or None. Call
+    with ``values`` the step's input list and the environment holding each value once."""
+    for index in candidates:
+        if (type(values[index]) is not np.ndarray or values[index].nbytes < MIN_INPLACE_BYTES
+                or _references(values, index) > _SOLE_REFERENCES):
+            continue
+        value = values[index]
+        if value.dtype == dtype:
+            flags = value.flags
+            if flags.owndata and flags.writeable and flags.c_contiguous:
+                return value
+    return None
+
+
+def bind(steps: Sequence, determined: Iterable) -> tuple[bool, ...]:
+    """Which of ``steps`` may skip their checks (``_Step.run(checked=True)``) in a run whose
+    signature equals that of a run in which every check passed: the signature fixes the
+    shapes and dtypes of the ``determined`` keys (fed values; constants are the same arrays
+    on every run) and of the variables, so every value whose producer's shape function
+    reads no input values and leaves no dimension open has the shape it had then, and a
+    check that looks at nothing else (no ``validate``, no variable to update) passes again.
+    Transfers run as always."""
+    known = set(determined)
+    flags = []
+    for step in steps:
+        writes = step_writes(step)
+        inputs_known = all(key in known for key in step_reads(step))
+        if hasattr(step, "source"):
+            static, skip = True, False
+        else:
+            static = _shape_static(step)
+            skip = inputs_known and static and step.validate is None and not step.refs
+        if inputs_known and static:
+            known.update(writes)
+        flags.append(skip)
+    return tuple(flags)
+
+
+def _shape_static(step: Any) -> bool:
+    """Whether ``step``'s output shapes follow from its input shapes alone."""
+    return not step.value_inputs and not step.undetermined
+
+
+class ConcatGroup:
+    """A ``ConcatV2`` whose inputs' producers write straight into its output (no copy).
+
+    Each input is output 0 of a native kernel taking ``out=`` (``KernelDef.inplace``), read
+    by the concat alone, not fetched; the concatenated output's static shape is fully
+    known and every input's part of it is contiguous (all dimensions before the axis are
+    1: an axis-0 concat, a batch-1 NCHW channel concat). The first producer to run
+    allocates the output (kept in the run's environment under the group), each producer is
+    given its part as ``out=``, and the concat checks that every input value is its part,
+    in place: then the output is the concatenation as it stands, bit for bit what the copy
+    gives; otherwise (a kernel that returned another array) it copies as always.
+    """
+
+    def __init__(self, shape: tuple[int, ...], axis: int, parts: list[tuple[int, ...]]
+                 ) -> None:
+        self.shape = shape
+        self.parts = parts
+        inner = math.prod(shape[axis + 1:])
+        self.starts = list(itertools.accumulate((p[axis] * inner for p in parts), initial=0))
+
+    def region(self, env: dict, index: int) -> np.ndarray:
+        """Part ``index`` of this run's output (allocated by the first producer)."""
+        output = env.get(self)
+        if output is None:
+            output = env[self] = np.empty(self.shape, np.float32)
+        return output.reshape(-1)[self.starts[index]:self.starts[index + 1]].reshape(
+            self.parts[index])
+
+    def joined(self, env: dict, values: list) -> np.ndarray | None:
+        """This run's output when every input value is its part, in place; else None."""
+        output = env.pop(self, None)
+        if output is None:
+            return None
+        base = output.ctypes.data
+        for value, start, part in zip(values, self.starts, self.parts):
+            if not (type(value) is np.ndarray and value.shape == part
+                    and value.dtype == np.float32 and value.flags.c_contiguous
+                    and value.ctypes.data == base + 4 * start):
+                return None
+        return output
+
+
+def concat_groups(steps: Sequence, fetch_keys: Iterable, keep: Iterable = ()
+                  ) -> list[tuple[Any, list, ConcatGroup]]:
+    """The (concat step, producer steps, group) of every ``ConcatV2`` of ``steps`` whose
+    inputs can be written in place (:class:`ConcatGroup`)."""
+    pinned = set(fetch_keys) | set(keep)
+    reads: Counter = Counter(key for step in steps for key in step_reads(step))
+    producer = {key: step for step in steps if hasattr(step, "kernel_def")
+                for key in step.outputs[:1] if key is not None}
+    claimed: set[int] = set()
+    groups = []
+    for step in steps:
+        op = getattr(step, "op", None)
+        if (op is None or op.type != "ConcatV2" or step.kernel_def.backend != "native"
+                or op.outputs[0].dtype.np_dtype != np.float32):
+            continue
+        count = op.attrs["N"]
+        keys, axis_input = step.inputs[:count], op.inputs[count]
+        shape = op.outputs[0].shape
+        if axis_input.op.type != "Const" or not shape.is_fully_defined():
+            continue
+        dims = tuple(shape.as_list())
+        axis = int(axis_input.op.attrs["value"]) % len(dims)
+        makers = [producer.get(key) for key in keys]
+        if (math.prod(dims[:axis]) != 1 or len(set(keys)) != count
+                or any(key in pinned or reads[key] != 1 for key in keys)
+                or any(maker is None or not maker.kernel_def.inplace or id(maker) in claimed
+                       or not maker.op.outputs[0].shape.is_fully_defined()
+                       for maker in makers)):
+            continue
+        parts = [tuple(maker.op.outputs[0].shape.as_list()) for maker in makers]
+        claimed.update(id(maker) for maker in makers)
+        groups.append((step, makers, ConcatGroup(dims, axis, parts)))
+    return groups
+
+
+def _root(value: Any) -> Any:
+    """The array owning ``value``'s memory (a view's base, followed to the end)."""
+    while isinstance(getattr(value, "base", None), np.ndarray):
+        value = value.base
+    return value
+
+
+class LiveBytes:
+    """Bytes of distinct intermediate buffers alive during a run, tracked per key.
+
+    The values already in ``env`` (fed values, folded constants) and ``owned`` (variables'
+    storage) were produced outside the run, and so are the values under ``skip_keys`` (the
+    constants of a plan's first run): values living in them are not intermediates."""
+
+    def __init__(self, env: dict, owned: Iterable = (), skip_keys: Iterable = ()) -> None:
+        # held, so that no intermediate made during the run can reuse one of their ids
+        self.owners = [_root(value) for value in (*env.values(), *owned) if value is not None]
+        self.outside = {id(owner) for owner in self.owners}
+        self.skip_keys = frozenset(skip_keys)
+        self.held: dict[int, list] = {}  # root id -> [bytes, number of keys on it]
+        self.keys: dict = {}  # key -> root id
+        self.current = 0
+        self.peak = 0
+
+    def add(self, env: dict, keys: Iterable) -> int:
+        """Count the values just stored under ``keys``; returns the bytes now alive."""
+        for key in keys:
+            value = env.get(key)
+            if value is None or key in self.keys or key in self.skip_keys:
+                continue
+            root = _root(value)
+            ident = id(root)
+            if ident in self.outside:
+                continue
+            self.keys[key] = ident
+            entry = self.held.get(ident)
+            if entry is None:
+                nbytes = int(getattr(root, "nbytes", 0))
+                self.held[ident] = [nbytes, 1]
+                self.current += nbytes
+            else:
+                entry[1] += 1
+        self.peak = max(self.peak, self.current)
+        return self.current
+
+    def drop(self, keys: Iterable) -> None:
+        """Forget the values under ``keys`` (dropped from the environment)."""
+        for key in keys:
+            ident = self.keys.pop(key, None)
+            if ident is None:
+                continue
+            entry = self.held[ident]
+            entry[1] -= 1
+            if entry[1] == 0:
+                self.current -= entry[0]
+                del self.held[ident]
