@@ -97,6 +97,47 @@ static void chunk_rows(const cg_call *g, const int64_t *base, const int64_t *r0,
     }
 }
 
+/* The epilogue of an item's finished tile, while in cache */
+static void finish_tile(const cg_call *g, int64_t group, int64_t m0, int64_t rows, int64_t p0,
+                        int64_t p1)
+{
+    if (g->ep)
+        mg_epilogue_tile(g->ep, g->y, g->co, m0 * g->co + group * g->cog + p0 * MG_GEMM_NR,
+                         rows, min64(p1 * MG_GEMM_NR, g->cog) - p0 * MG_GEMM_NR);
+}
+
+enum { TAP_BATCH = 16 };
+
+/* The item's tile when one narrow panel holds all the group's outputs (cog <= 16) and K is
+ * cut per tap: the taps in batches of TAP_BATCH, each batch one call per tile of the
+ * kernel's narrow_taps (the tile's sums stay in registers over the batch's taps: the same
+ * chains, tap after tap, as the per-tap loop of cg_item) */
+static void taps_item(const cg_call *g, int64_t group, int64_t m0, int64_t rows,
+                      const int64_t *base, const int64_t *r0, const int64_t *q0,
+                      const int64_t *origin)
+{
+    enum { STRIDE = CG_MC + GEMM_MR_MAX };
+    const float *ptrs[TAP_BATCH * STRIDE];
+    const int nr = (int)g->cog, mr = g->t->mr_narrow;
+    const float *bg = g->bp + group * g->gfloats;
+    float *yg = g->y + group * g->cog;
+    for (int64_t t0 = 0; t0 < g->nseg; t0 += TAP_BATCH) {
+        const int64_t nb = min64(TAP_BATCH, g->nseg - t0);
+        for (int64_t t = 0; t < nb; ++t) {
+            const float **pt = ptrs + t * STRIDE;
+            const int64_t seg = t0 + t;
+            chunk_rows(g, base, r0, q0, origin, rows, seg / g->kw, seg % g->kw, 0, g->cg,
+                       group, NULL, pt);
+            for (int r = 0; r < GEMM_MR_MAX; ++r)
+                pt[rows + r] = pt[rows - 1];
+        }
+        const float *bpp = bg + t0 * g->cg * MG_GEMM_NR;
+        for (int64_t r = 0; r < rows; r += mr)
+            g->t->narrow_taps(nb, STRIDE, g->cg, ptrs + r, 1, bpp, yg + (m0 + r) * g->co,
+                              g->co, (int)min64(rows - r, mr), nr, t0 > 0);
+    }
+}
+
 static void cg_item(void *ctx, int64_t item, int tid)
 {
     const cg_call *g = ctx;
@@ -127,6 +168,11 @@ static void cg_item(void *ctx, int64_t item, int tid)
         }
     }
     const float *ptrs[CG_MC + GEMM_MR_MAX];
+    if (g->mode == SEG_TAP && g->cog <= GEMM_NR_NARROW && g->cg <= CG_KC && g->t->narrow_taps) {
+        taps_item(g, group, m0, rows, base, r0, q0, origin);
+        finish_tile(g, group, m0, rows, p0, p1);
+        return;
+    }
     float *scratch = g->scratch ? g->scratch + (int64_t)tid * CG_MC * CG_KC : NULL;
     const float *bg = g->bp + group * g->gfloats;
     float *yg = g->y + group * g->cog;
@@ -148,9 +194,7 @@ static void cg_item(void *ctx, int64_t item, int tid)
                                 (int)min64(rows - r, mr), nr, kk > 0);
             }
         }
-    if (g->ep)
-        mg_epilogue_tile(g->ep, g->y, g->co, m0 * g->co + group * g->cog + p0 * MG_GEMM_NR,
-                         rows, min64(p1 * MG_GEMM_NR, g->cog) - p0 * MG_GEMM_NR);
+    finish_tile(g, group, m0, rows, p0, p1);
 }
 
 int mg_conv_gemm_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,

@@ -32,6 +32,12 @@ typedef struct {
     gemm_micro_fn micro;
     int mr_narrow; /* likewise for the narrow kernel (nr <= GEMM_NR_NARROW) */
     gemm_micro_fn narrow;
+    /* NULL, or the narrow kernel over ntaps segments of kc steps of k in one call (segment
+     * t's rows at rows[t * rstride], B read on from bp; the C tile stays in registers):
+     * the same chains as ntaps calls of `narrow` */
+    void (*narrow_taps)(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows,
+                        int64_t ks, const float *bp, float *c, int64_t ldc, int mr, int nr,
+                        int load);
 } gemm_kernel_table;
 
 /* The micro-kernel for tiles nr columns wide, its rows per tile in *mr */

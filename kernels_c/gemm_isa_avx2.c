@@ -52,7 +52,7 @@ static void gemm_micro_avx2(int64_t kc, const float *const *rows, int64_t ks, co
     }
 }
 
-const gemm_kernel_table gemm_kernels_avx2 = {MR, gemm_micro_avx2, MR, gemm_micro_avx2};
+const gemm_kernel_table gemm_kernels_avx2 = {MR, gemm_micro_avx2, MR, gemm_micro_avx2, NULL};
 
 MG_TARGET_END
 #endif

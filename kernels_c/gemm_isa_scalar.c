@@ -41,4 +41,4 @@ static void gemm_narrow_scalar(int64_t kc, const float *const *rows, int64_t ks,
 }
 
 const gemm_kernel_table gemm_kernels_scalar = {MR, gemm_micro_scalar, MR_NARROW,
-                                               gemm_narrow_scalar};
+                                               gemm_narrow_scalar, NULL};
