@@ -322,8 +322,10 @@ CONV_ROUTE_RULE = (256, 32, 128)
 # Re-measured with the narrow micro-kernel (panels of <= 16 columns: 24 rows x 16 on
 # AVX-512, kernels_c/gemm_internal.h), same method, noisy: cg 16 (8, 14, 160, 10, 160) 28-31
 # vs 32-46, (8, 28, 64, 4, 64) 34-43 vs 33-64; cg 12 (8, 28, 96, 8, 96) 22-24 vs 34-46; cg 8
-# (8, 28, 64, 8, 64) 9-10 vs 17-21: faster, still behind the direct kernel (which keeps its
-# outputs in registers over the taps), so the threshold stays (docs/performance.md).
+# (8, 28, 64, 8, 64) 9-10 vs 17-21; then with batches of taps per call (the tile kept in
+# registers: conv_gemm.c taps_item): cg 16 40-53 vs 34-65, cg 12 31 vs 34-46, cg 8 19-21 vs
+# 17-28, 14-15 vs 17-22: within about 0.8x, still mostly behind the direct kernel (which
+# keeps its outputs in registers over all taps), so the threshold stays (docs/performance.md).
 GROUPED_DIRECT_CHANNELS = 16
 
 
