@@ -48,11 +48,36 @@ INLINE void FN(tile_block)(const dw_taps *t, const float *src, const float *fq, 
     UNROLL for (int p = 0; p < NP; ++p) dw_store(out + p * t->out_step, acc[p], lanes);
 }
 
-/* NP pixels, every channel: full vectors, then the masked last one. */
+/* One output pixel x DW_TILE full vectors of channels: the single-pixel tiles' independent
+ * chains come from the channels instead (a pixel near the border, or a row too narrow for
+ * a pixel tile, as a 5x5 map's: one chain would wait on each multiply-add's latency). Each
+ * lane's chain is tile_block's, tap for tap: the same bits. */
+INLINE void FN(tile_channels)(const dw_taps *t, const float *src, const float *fq, float *out,
+                              int64_t nm)
+{
+    dw_vec acc[DW_TILE];
+    UNROLL for (int v = 0; v < DW_TILE; ++v) acc[v] = dw_zero();
+    for (int64_t i = 0; i < t->ni; ++i)
+        for (int64_t j = 0; j < t->nj; ++j)
+            for (int64_t m = 0; m < nm; ++m) {
+                const int64_t at = i * t->row_step + j * t->tap_step + m * t->m_step;
+                const int64_t ft = i * t->f_row + j * t->f_tap + m * t->m_step;
+                UNROLL for (int v = 0; v < DW_TILE; ++v)
+                    acc[v] = dw_fma(dw_load(src + at + v * DW_LANES, DW_LANES),
+                                    dw_load(fq + ft + v * DW_LANES, DW_LANES), acc[v]);
+            }
+    UNROLL for (int v = 0; v < DW_TILE; ++v) dw_store(out + v * DW_LANES, acc[v], DW_LANES);
+}
+
+/* NP pixels, every channel: full vectors (one pixel: DW_TILE of them at a time first), then
+ * the masked last one. */
 INLINE void FN(tile)(const dw_taps *t, const float *src, const float *fq, float *out,
                      int64_t nm, const int NP)
 {
     int64_t c0 = 0;
+    if (NP == 1)
+        for (; c0 + DW_TILE * DW_LANES <= t->c; c0 += DW_TILE * DW_LANES)
+            FN(tile_channels)(t, src + c0, fq + c0, out + c0, nm);
     for (; c0 + DW_LANES <= t->c; c0 += DW_LANES)
         FN(tile_block)(t, src + c0, fq + c0, out + c0, nm, DW_LANES, NP);
     if (c0 < t->c)

@@ -485,7 +485,10 @@ def test_every_isa_and_thread_count(restore_isa, monkeypatch):
     """Each ISA's loops (and 1, 2, 3 threads) give the reference's bits."""
     native = restore_isa
     big = ((4, 24, 24, 64), (3, 3, 64, 1), (1, 1), (1, 1), "SAME", None)  # 3 threads' work
-    cases = [NATIVE_CASES[i] for i in (1, 3, 6, 9)] + [big]
+    # narrow maps of many channels: single pixels, several channel vectors at a time
+    wide = [((2, 5, 5, 139), (3, 3, 139, 1), (1, 1), (1, 1), "SAME", None),
+            ((1, 4, 6, 136), (3, 3, 136, 2), (2, 1), (1, 1), "SAME", None)]
+    cases = [NATIVE_CASES[i] for i in (1, 3, 6, 9)] + [big, *wide]
     expected = [native_vs_reference(case)[1] for case in cases]
     isas = native.ISAS[:native.ISAS.index(native.best_isa()) + 1]
     for isa, threads in itertools.product(isas, ("1", "2", "3")):

@@ -225,7 +225,7 @@ class Epilogue:
     skipped where its values are None. Each vector holds one float32 per channel, the
     residual is laid out as the result."""
 
-    __slots__ = ("bias", "mean", "k", "offset", "residual", "activation", "_fits")
+    __slots__ = ("bias", "mean", "k", "offset", "residual", "activation", "_fits", "_struct")
 
     def __init__(self, bias: np.ndarray | None = None, mean: np.ndarray | None = None,
                  k: np.ndarray | None = None, offset: np.ndarray | None = None,
@@ -233,6 +233,7 @@ class Epilogue:
         self.bias, self.mean, self.k, self.offset = bias, mean, k, offset
         self.residual, self.activation = residual, activation
         self._fits: tuple | None = None  # (y_shape, verdict) of the last question
+        self._struct: tuple | None = None  # (y_shape, mg_epilogue *) of the last c_struct
 
     def fits(self, y_shape: tuple[int, ...]) -> bool:
         """Whether C can apply it to a float32 result of ``y_shape``: every vector one
@@ -255,7 +256,12 @@ class Epilogue:
 
     def c_struct(self, y_shape: tuple[int, ...]):
         """The ``mg_epilogue *`` for a result of ``y_shape`` (ValueError unless it
-        :meth:`fits`); keep ``self`` alive while C uses it."""
+        :meth:`fits`); keep ``self`` alive while C uses it. The arrays are never replaced
+        (and numpy never moves an array's data): the struct of the last shape is kept, so a
+        cached epilogue (a fused node's constant vectors) builds it once."""
+        last = self._struct
+        if last is not None and last[0] == y_shape:
+            return last[1]
         if not self.fits(y_shape):
             raise ValueError(f"epilogue: does not fit a float32 result of shape {y_shape}")
         struct = ffi.new("mg_epilogue *")
@@ -264,6 +270,7 @@ class Epilogue:
             if array is not None:
                 setattr(struct, name, fbuf(array))
         struct.activation = self.activation
+        self._struct = (y_shape, struct)
         return struct
 
 

@@ -128,7 +128,14 @@ def _epilogue(pairs: list, prepared: Prepared) -> Epilogue | None:
             [residual] = args
         elif member.type in ACTIVATIONS:
             activation = ACTIVATIONS[member.type]
-    return Epilogue(*vectors, residual, activation)
+    if residual is not None:
+        return Epilogue(*vectors, residual, activation)
+    kept = prepared.cache.get("epilogue")  # the same vectors: the same Epilogue (and its
+    if kept is not None and kept[0] is vectors and kept[1] == activation:  # C struct)
+        return kept[2]
+    epilogue = Epilogue(*vectors, None, activation)
+    prepared.cache["epilogue"] = (vectors, activation, epilogue)
+    return epilogue
 
 
 def _vectors(pairs: list) -> tuple | None:

@@ -441,6 +441,12 @@ def attrs_fit_int32(op, *names: str) -> bool:
 def checked_sizes(what: str, **values) -> list[int]:
     """The integer geometry arguments, each checked to lie in [0, 2**31): C computes offsets
     like ``row * stride + ksize`` in int64, which such values can never overflow."""
+    checked = list(values.values())
+    for value in checked:  # the usual case, plain ints, without isinstance's cost
+        if type(value) is not int or not 0 <= value <= _INT32_MAX:
+            break
+    else:
+        return checked
     checked = []
     for name, value in values.items():
         if not isinstance(value, (int, np.integer)) or not 0 <= value <= _INT32_MAX:

@@ -89,10 +89,24 @@ def _replace(item: GraphItem, old: list[Node], fused: Node) -> None:
 @register_fusion("batch_norm_relu", order=10)
 def fuse_batch_norm_relu(item: GraphItem) -> GraphItem:
     """``FusedBatchNormV3 (training) -> [AddV2] -> Relu`` -> ``_FusedBatchNormEx``."""
+    return _fuse_batch_norm_relu(item, training=True)
+
+
+@register_fusion("inference_batch_norm_relu", order=55)
+def fuse_inference_batch_norm_relu(item: GraphItem) -> GraphItem:
+    """``FusedBatchNormV3 (inference) -> [AddV2] -> Relu`` chains the convolution epilogue
+    fusion (order 50) left, such as a pre-activation ResNet's batch norm of a residual sum,
+    -> ``_FusedBatchNormEx``: one pass over x instead of two or three."""
+    return _fuse_batch_norm_relu(item, training=False)
+
+
+def _fuse_batch_norm_relu(item: GraphItem, training: bool) -> GraphItem:
+    """Fuse the ``FusedBatchNormV3 -> [AddV2] -> Relu`` chains whose ``is_training`` is
+    ``training``."""
     edges = Edges(item)
     for bn in item:
         if not (bn.op == "FusedBatchNormV3" and item.nodes.get(bn.name) is bn
-                and bn.attrs["is_training"]
+                and bool(bn.attrs["is_training"]) == training
                 and _float32(bn) and bn.attrs["data_format"] in ("NHWC", "NCHW")
                 and edges.free(bn) and not any(item.is_fed(bn.name, i) for i in range(6))):
             continue
@@ -230,7 +244,8 @@ def fuse_variable_updates(item: GraphItem) -> GraphItem:
 @register_fusion("relu_max_pool", order=25)
 def fuse_relu_max_pool(item: GraphItem) -> GraphItem:
     """``Relu -> MaxPool`` -> ``_FusedReluMaxPool`` named as the pool (the Relu's readers
-    read its output 1), and ``MaxPoolGrad(r, pool, g) -> ReluGrad(., r)`` ->
+    read its output 1) where the Relu's output is read beyond the pool (training: by the
+    gradients), and ``MaxPoolGrad(r, pool, g) -> ReluGrad(., r)`` ->
     ``_FusedMaxPoolGradReluGrad`` named as the ReluGrad, where ``r`` is the pool's input."""
     edges = Edges(item)
     for pool in item:
@@ -242,6 +257,8 @@ def fuse_relu_max_pool(item: GraphItem) -> GraphItem:
         if not (relu is not None and relu.op == "Relu" and source[1] == 0
                 and edges.free(relu) and relu.device == pool.device and _float32(relu)):
             continue
+        if edges.only_reader(tensor_name(relu.name, 0)) is pool:
+            continue  # inference: the Relu stays free to join its producer's epilogue
         fused = Node(pool.name, "_FusedReluMaxPool", relu.data_inputs + _controls(relu, pool),
                      dict(pool.attrs), pool.device)
         _replace(item, [relu, pool], fused)

@@ -1,0 +1,45 @@
+"""tools/zoo_profile.py: every step of a zoo model's run appears once in the breakdown, each
+convolution with the route its kernel took, and the tables add up to the steps' time."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from conftest import NATIVE_AVAILABLE
+
+pytestmark = [pytest.mark.oracle,  # a cold zoo cache needs TensorFlow to freeze the graph
+              pytest.mark.skipif(not NATIVE_AVAILABLE, reason="profiles the native backend")]
+
+TOOL = Path(__file__).resolve().parent.parent / "tools" / "zoo_profile.py"
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("zoo_profile", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_profile_lists_every_step_with_its_convolution_route():
+    from minigraph.backends import convolution_kernels
+    from minigraph.client import session
+
+    tool = _tool()
+    route_function, clock = convolution_kernels.forward_route, session.time
+    rows = tool.profile("regnet_x002", batch=1, threads=1, runs=2)
+    assert (convolution_kernels.forward_route, session.time) == (route_function, clock)
+    names = [r[0] for r in rows]
+    assert len(names) == len(set(names)) and "Identity" in {r[1] for r in rows}
+    convolutions = [r for r in rows if r[1] in ("Conv2D", "_FusedConv2D")]
+    assert convolutions and all(r[3] is not None for r in convolutions)
+    assert all(r[3] is None for r in rows if "Conv" not in r[1])
+    routes = {r[3].split()[0] for r in convolutions}
+    assert routes <= {"gemm", "direct", "depthwise"} and len(routes) >= 2
+    assert all(r[4] >= 0 for r in rows)
+    text = tool.report(rows, top=100)
+    whole = sum(r[4] for r in rows)
+    by_type = text.split("by op type")[1].split("by kernel")[0].strip().splitlines()[1:]
+    assert sum(float(line.split()[0]) for line in by_type) == pytest.approx(whole * 1e3,
+                                                                            abs=0.01 * len(rows))
