@@ -5,7 +5,8 @@
  * order (segments: one tap or one tap row, seg_mode; each cut into chunks of at most
  * CG_KC floats). Per K block it points every pixel's row at its chunk (in x, at zeros, or at
  * a copy in the thread's scratch) once, and runs the micro-kernel over every (panel, group
- * of mr pixels): the block's rows stay in L2 while a panel's chunk of B sits in L1. After
+ * of mr pixels; the narrow micro-kernel, with its own mr, for a panel of at most 16 output
+ * channels, as a grouped convolution's 8-16 channels per group): the block's rows stay in L2 while a panel's chunk of B sits in L1. After
  * the last block the item's tile gets the epilogue. An output element is written by one
  * item only, its chain in the order conv_gemm.h gives. */
 #include "conv_gemm.h"
@@ -27,7 +28,7 @@ enum seg_mode { SEG_TAP, SEG_ROW };
 
 typedef struct {
     const gemm_kernel_table *t;
-    int64_t h, w, c, kw, co, cg, cog, sh, sw, dh, dw, pt, pl, oh, ow;
+    int64_t h, w, c, kh, kw, co, cg, cog, sh, sw, dh, dw, pt, pl, oh, ow;
     int64_t m, k;        /* pixels; K = kh * kw * cg */
     int64_t nseg, seglen; /* segments of K (see seg_mode), floats each */
     int mode;
@@ -61,12 +62,21 @@ static void gather_row(const cg_call *g, const float *row, int64_t q0, int64_t s
 /* Every pixel's row pointer (rows of the item) for K chunk [s0, s0 + kc) of tap row i (tap
  * (i, j) per tap): into x, at zeros, or at a copy in `scratch` (CG_KC floats per row) */
 static void chunk_rows(const cg_call *g, const int64_t *base, const int64_t *r0,
-                       const int64_t *q0, int64_t rows, int64_t i, int64_t j, int64_t s0,
-                       int64_t kc, int64_t group, float *scratch, const float **ptrs)
+                       const int64_t *q0, const int64_t *origin, int64_t rows, int64_t i,
+                       int64_t j, int64_t s0, int64_t kc, int64_t group, float *scratch,
+                       const float **ptrs)
 {
+    if (g->mode == SEG_TAP) { /* pixels whose window lies inside x: their origin + the tap */
+        const float *tap = g->x + (i * g->dh * g->w + j * g->dw) * g->c + group * g->cg + s0;
+        for (int64_t p = 0; p < rows; ++p)
+            if (origin[p] >= 0)
+                ptrs[p] = tap + origin[p];
+    }
     /* SEG_ROW: the chunk's first and last columns, relative to q0 */
     const int64_t jf = s0 / g->cg * g->dw, jl = (s0 + kc - 1) / g->cg * g->dw;
     for (int64_t p = 0; p < rows; ++p) {
+        if (g->mode == SEG_TAP && origin[p] >= 0)
+            continue;
         const int64_t r = r0[p] + i * g->dh;
         if (r < 0 || r >= g->h) {
             ptrs[p] = cg_zeros;
@@ -87,15 +97,56 @@ static void chunk_rows(const cg_call *g, const int64_t *base, const int64_t *r0,
     }
 }
 
+/* The epilogue of an item's finished tile, while in cache */
+static void finish_tile(const cg_call *g, int64_t group, int64_t m0, int64_t rows, int64_t p0,
+                        int64_t p1)
+{
+    if (g->ep)
+        mg_epilogue_tile(g->ep, g->y, g->co, m0 * g->co + group * g->cog + p0 * MG_GEMM_NR,
+                         rows, min64(p1 * MG_GEMM_NR, g->cog) - p0 * MG_GEMM_NR);
+}
+
+enum { TAP_BATCH = 16 };
+
+/* The item's tile when one narrow panel holds all the group's outputs (cog <= 16) and K is
+ * cut per tap: the taps in batches of TAP_BATCH, each batch one call per tile of the
+ * kernel's narrow_taps (the tile's sums stay in registers over the batch's taps: the same
+ * chains, tap after tap, as the per-tap loop of cg_item) */
+static void taps_item(const cg_call *g, int64_t group, int64_t m0, int64_t rows,
+                      const int64_t *base, const int64_t *r0, const int64_t *q0,
+                      const int64_t *origin)
+{
+    enum { STRIDE = CG_MC + GEMM_MR_MAX };
+    const float *ptrs[TAP_BATCH * STRIDE];
+    const int nr = (int)g->cog, mr = g->t->mr_narrow;
+    const float *bg = g->bp + group * g->gfloats;
+    float *yg = g->y + group * g->cog;
+    for (int64_t t0 = 0; t0 < g->nseg; t0 += TAP_BATCH) {
+        const int64_t nb = min64(TAP_BATCH, g->nseg - t0);
+        for (int64_t t = 0; t < nb; ++t) {
+            const float **pt = ptrs + t * STRIDE;
+            const int64_t seg = t0 + t;
+            chunk_rows(g, base, r0, q0, origin, rows, seg / g->kw, seg % g->kw, 0, g->cg,
+                       group, NULL, pt);
+            for (int r = 0; r < GEMM_MR_MAX; ++r)
+                pt[rows + r] = pt[rows - 1];
+        }
+        const float *bpp = bg + t0 * g->cg * MG_GEMM_NR;
+        for (int64_t r = 0; r < rows; r += mr)
+            g->t->narrow_taps(nb, STRIDE, g->cg, ptrs + r, 1, bpp, yg + (m0 + r) * g->co,
+                              g->co, (int)min64(rows - r, mr), nr, t0 > 0);
+    }
+}
+
 static void cg_item(void *ctx, int64_t item, int tid)
 {
     const cg_call *g = ctx;
-    const int mr = g->t->mr;
     const int64_t per_group = g->mblocks * g->nblocks;
     const int64_t group = item / per_group, rest = item % per_group;
     const int64_t m0 = rest / g->nblocks * CG_MC, p0 = rest % g->nblocks * g->ncp;
     const int64_t rows = min64(g->m - m0, CG_MC), p1 = min64(p0 + g->ncp, g->np);
-    int64_t base[CG_MC], r0[CG_MC], q0[CG_MC];
+    int64_t base[CG_MC], r0[CG_MC], q0[CG_MC], origin[CG_MC];
+    const int64_t span_h = (g->kh - 1) * g->dh, span_w = (g->kw - 1) * g->dw;
     { /* the pixels (image, p, q) of rows m0 .. m0 + rows - 1, walked without divisions */
         const int64_t plane = g->oh * g->ow;
         int64_t img = m0 / plane, p = m0 % plane / g->ow, q = m0 % g->ow;
@@ -103,6 +154,10 @@ static void cg_item(void *ctx, int64_t item, int tid)
             base[r] = img * g->h * g->w * g->c;
             r0[r] = p * g->sh - g->pt;
             q0[r] = q * g->sw - g->pl;
+            /* x offset of the window's top-left tap, -1 where the window leaves x */
+            origin[r] = r0[r] >= 0 && r0[r] + span_h < g->h && q0[r] >= 0 && q0[r] + span_w < g->w
+                            ? base[r] + (r0[r] * g->w + q0[r]) * g->c
+                            : -1;
             if (++q == g->ow) {
                 q = 0;
                 if (++p == g->oh) {
@@ -113,6 +168,11 @@ static void cg_item(void *ctx, int64_t item, int tid)
         }
     }
     const float *ptrs[CG_MC + GEMM_MR_MAX];
+    if (g->mode == SEG_TAP && g->cog <= GEMM_NR_NARROW && g->cg <= CG_KC && g->t->narrow_taps) {
+        taps_item(g, group, m0, rows, base, r0, q0, origin);
+        finish_tile(g, group, m0, rows, p0, p1);
+        return;
+    }
     float *scratch = g->scratch ? g->scratch + (int64_t)tid * CG_MC * CG_KC : NULL;
     const float *bg = g->bp + group * g->gfloats;
     float *yg = g->y + group * g->cog;
@@ -120,21 +180,21 @@ static void cg_item(void *ctx, int64_t item, int tid)
         for (int64_t s0 = 0; s0 < g->seglen; s0 += CG_KC) {
             const int64_t kc = min64(g->seglen - s0, CG_KC), kk = seg * g->seglen + s0;
             const int64_t i = g->mode == SEG_ROW ? seg : seg / g->kw;
-            chunk_rows(g, base, r0, q0, rows, i, seg % g->kw, s0, kc, group, scratch, ptrs);
-            for (int r = 0; r < mr; ++r)
+            chunk_rows(g, base, r0, q0, origin, rows, i, seg % g->kw, s0, kc, group, scratch, ptrs);
+            for (int r = 0; r < GEMM_MR_MAX; ++r)
                 ptrs[rows + r] = ptrs[rows - 1];
             for (int64_t p = p0; p < p1; ++p) {
                 const int64_t j0 = p * MG_GEMM_NR;
                 const int nr = (int)min64(g->cog - j0, MG_GEMM_NR);
                 const float *bpp = bg + p * g->k * MG_GEMM_NR + kk * MG_GEMM_NR;
+                int mr;
+                const gemm_micro_fn micro = gemm_micro_for(g->t, nr, &mr);
                 for (int64_t r = 0; r < rows; r += mr)
-                    g->t->micro(kc, ptrs + r, 1, bpp, yg + (m0 + r) * g->co + j0, g->co,
+                    micro(kc, ptrs + r, 1, bpp, yg + (m0 + r) * g->co + j0, g->co,
                                 (int)min64(rows - r, mr), nr, kk > 0);
             }
         }
-    if (g->ep)
-        mg_epilogue_tile(g->ep, g->y, g->co, m0 * g->co + group * g->cog + p0 * MG_GEMM_NR,
-                         rows, min64(p1 * MG_GEMM_NR, g->cog) - p0 * MG_GEMM_NR);
+    finish_tile(g, group, m0, rows, p0, p1);
 }
 
 int mg_conv_gemm_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
@@ -166,7 +226,7 @@ int mg_conv_gemm_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
     int64_t ncp = np < CG_NC_PANELS ? np : CG_NC_PANELS;
     while (ncp > 1 && groups * mblocks * ((np + ncp - 1) / ncp) < 4 * (int64_t)nt)
         --ncp;
-    cg_call g = {gemm_kernels(), h, w, c, kw, co, cg, cog, stride_h, stride_w, dilation_h,
+    cg_call g = {gemm_kernels(), h, w, c, kh, kw, co, cg, cog, stride_h, stride_w, dilation_h,
                  dilation_w, pad_top, pad_left, out_h, out_w, m, k,
                  nseg, k / nseg, mode, x, packed_f, y,
                  gfloats, np, mblocks, (np + ncp - 1) / ncp, ncp, epilogue, NULL};

@@ -12,7 +12,9 @@
  * so a K block points each row at its pixel's channel run in x (or at zeros for a tap in the
  * padding): K is blocked per tap, or per tap row (kw * c contiguous floats) when groups is 1
  * and dilation_w 1; a pixel whose tap row is cut by the left/right padding has that block
- * copied, with its zeros, into the thread's scratch.
+ * copied, with its zeros, into the thread's scratch. With cog <= 16 (one narrow panel per
+ * group) and an ISA that has the narrow kernel's tap batches (AVX-512), up to 16 taps run in
+ * one micro-kernel call, the tile's sums held in registers across them.
  *
  * Work items of (group, block of 96 pixels, block of up to 8 panels of 32 output channels)
  * go to the worker pool; an item walks K in order and applies `epilogue` (NULL: none) to its

@@ -7,12 +7,15 @@
  * pixels, N = cig (one group) and K = its taps x cog: A's row for pixel m and tap t is the
  * dy pixel (a + di, b + dj) of m's image, cog contiguous floats (or a row of zeros where
  * that pixel lies outside dy), read in place by the micro-kernel's row pointers; B is the
- * filter transposed to [taps x cog][cig] per group, packed once into 32-column panels. In
+ * filter transposed to [taps x cog][cig] per group, packed once into 32-column panels (with
+ * cig <= 16 the narrow micro-kernel runs the one half-empty panel, gemm_internal.h). In
  * the packing the taps of a filter row that one column phase uses are adjacent, j
  * descending: with dilation_w dividing stride_w they read adjacent dy pixels (one column
  * further per tap), so with one group a pixel whose window row lies inside dy reads the
  * whole row's K (taps x cog floats) as one run from dy, one micro-kernel call for the
- * row's taps. Items of the worker pool: (phase, group, block of 96 pixels, block of panels);
+ * row's taps (a pixel at dy's left or right edge, whose row run is at most 256 floats, reads
+ * a copy of it with zeros for the taps outside dy, so that small-channel tiles stay on
+ * this path). Items of the worker pool: (phase, group, block of 96 pixels, block of panels);
  * an item runs, per filter row, the tiles of mr pixels each of whose pixels reads all or
  * none of the row's taps in one pass (runs of up to 256 of K), the other tiles tap by tap
  * (pixels outside dy read a row of zeros), in the same order (i, then j descending, then
@@ -25,7 +28,8 @@
  * block of 256 pixels an item packs B, the im2col of x, for its panels only (copies of the
  * contiguous runs of x channels from tables built once per item, zeros outside x), and
  * dy's block per tile of mr channels [k][mr] (in dy a tile's step of k is co floats away:
- * a cache line per row and step), then runs every (panel, tile). Putting
+ * a cache line per row and step), then runs every (panel, tile) (a panel of at most 16
+ * columns on the narrow micro-kernel, its tiles of more rows made of the packed ones). Putting
  * the output channels on M (not N) wastes nothing when cog is 16 (tiles of 12 and 4 rows)
  * where 32-column panels of cog would be half empty. Items: (group, pixel range, block of
  * panels); the pixel ranges (mg_conv2d_gemm_filter_chunks, a function of the shapes only)
@@ -94,10 +98,11 @@ typedef struct {
 } phase;
 
 typedef struct {
-    const gemm_kernel_table *t;
+    gemm_micro_fn micro; /* the narrow kernel when cig <= 16 (one panel, gemm_internal.h) */
+    int mr;
     geometry g;
     const float *dy, *packed, *zeros;
-    float *dx, *scratch;
+    float *dx, *scratch, *edge; /* edge: MB * KC floats per thread */
     const phase *phases;
     int64_t nphases;
     const phase_tap *row_taps, *col_taps; /* [py][kh], [px][kw] (columns: j descending) */
@@ -157,7 +162,7 @@ static void input_item(void *ctx, int64_t item, int tid)
 {
     const input_call *b = ctx;
     const geometry *g = &b->g;
-    const int mr = b->t->mr;
+    const int mr = b->mr;
     int64_t lo = 0, hi = b->nphases - 1; /* the phase holding the item */
     while (lo < hi) {
         const int64_t mid = (lo + hi + 1) / 2;
@@ -188,6 +193,9 @@ static void input_item(void *ctx, int64_t item, int tid)
     const phase_tap *rt = b->row_taps + ph->py * g->kh, *ct = b->col_taps + ph->px * g->kw;
     const int64_t nrt = b->nrow_taps[ph->py], nct = b->ncol_taps[ph->px];
     const int runs = nct > 0 && b->col_runs[ph->px] && g->groups == 1;
+    /* an edge pixel's short run (<= KC floats) is copied, its missing taps zeros */
+    const int gather = runs && nct * g->cog <= KC;
+    float *edge = b->edge + (int64_t)tid * MB * KC;
     const float *group_b = b->packed + grp * b->panels * b->k_group * MG_GEMM_NR;
     for (int64_t ti = 0; ti < (nct ? nrt : 0); ++ti) {
         const int64_t first_row = (rt[ti].tap * b->ncols + b->col_start[ph->px]) * g->cog;
@@ -202,6 +210,17 @@ static void input_item(void *ctx, int64_t item, int tid)
             if (y >= 0 && y < g->oh && x0 >= 0 && x1 < g->ow) {
                 base[r] = b->dy + ((img[r] * g->oh + y) * g->ow + x0) * g->co;
                 live[r / mr] = 1;
+            } else if (y >= 0 && y < g->oh && x1 >= 0 && x0 < g->ow && gather) {
+                /* some of the taps, the run short: a copy, zeros for the others */
+                float *dst = edge + r * KC;
+                const float *src = b->dy + (img[r] * g->oh + y) * g->ow * g->co;
+                for (int64_t t = 0, x = x0; t < nct; ++t, ++x, dst += g->co)
+                    if (x >= 0 && x < g->ow)
+                        memcpy(dst, src + x * g->co, (size_t)g->co * sizeof(float));
+                    else
+                        memset(dst, 0, (size_t)g->co * sizeof(float));
+                base[r] = edge + r * KC;
+                live[r / mr] = 1;
             } else if (y >= 0 && y < g->oh && x1 >= 0 && x0 < g->ow) {
                 merged[r / mr] = 0; /* some of the taps: per tap below */
             }
@@ -215,7 +234,7 @@ static void input_item(void *ctx, int64_t item, int tid)
                                   (first_row + k0) * MG_GEMM_NR;
                 for (int64_t tile = 0; tile < ntiles; ++tile)
                     if (merged[tile] && live[tile])
-                        b->t->micro(kc, ptr + tile * mr, 1, bp,
+                        b->micro(kc, ptr + tile * mr, 1, bp,
                                     cb + tile * mr * ldc + (p - p0) * MG_GEMM_NR, ldc,
                                     (int)min64(mr, rows - tile * mr), nr, started[tile]);
             }
@@ -244,7 +263,7 @@ static void input_item(void *ctx, int64_t item, int tid)
                                       (first_row + tj * g->cog + k0) * MG_GEMM_NR;
                     for (int64_t tile = 0; tile < ntiles; ++tile)
                         if (live[tile])
-                            b->t->micro(kc, ptr + tile * mr, 1, bp,
+                            b->micro(kc, ptr + tile * mr, 1, bp,
                                         cb + tile * mr * ldc + (p - p0) * MG_GEMM_NR, ldc,
                                         (int)min64(mr, rows - tile * mr), nr, started[tile]);
                 }
@@ -340,10 +359,13 @@ int mg_conv2d_gemm_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, in
         items += groups * ceil_div(n * phases[p].ah * phases[p].bw, MB) * nblocks;
     }
     packed = mg_alloc_floats(groups * panels * k_group * MG_GEMM_NR);
-    scratch = mg_alloc_floats((int64_t)nt * MB * ncp * MG_GEMM_NR);
+    scratch = mg_alloc_floats((int64_t)nt * (MB * ncp * MG_GEMM_NR + MB * KC));
     if (!packed || !scratch)
         goto done;
-    input_call call = {kernels(), g, dy, packed, zeros, dx, scratch, phases, nphases,
+    int mr;
+    const gemm_micro_fn micro = gemm_micro_for(kernels(), (int)min64(g.cig, MG_GEMM_NR), &mr);
+    input_call call = {micro, mr, g, dy, packed, zeros, dx, scratch,
+                       scratch + (int64_t)nt * MB * ncp * MG_GEMM_NR, phases, nphases,
                        row_taps, col_taps, counts, ncol, col_start, col_runs, ncols, panels,
                        ncp, nblocks, k_group};
     pack_filter_call pc = {&call, f, packed};
@@ -515,13 +537,17 @@ static void filter_item(void *ctx, int64_t item, int tid)
         pack_dy(fc, grp, k0, kc, mr, ap);
         for (int64_t p = p0; p < p1; ++p) {
             const int nr = (int)min64(MG_GEMM_NR, fc->cols - p * MG_GEMM_NR);
-            for (int64_t o0 = 0; o0 < g->cog; o0 += mr) {
-                const int valid = (int)min64(mr, g->cog - o0);
-                const float *tile = ap + o0 * kc, *rows[GEMM_MR_MAX];
-                for (int i = 0; i < mr; ++i)
-                    rows[i] = tile + (i < valid ? i : valid - 1);
-                fc->t->micro(kc, rows, mr, bp + (p - p0) * kc * MG_GEMM_NR,
-                             part + o0 * ldc + p * MG_GEMM_NR, ldc, valid, nr, k0 > kb);
+            int tr; /* rows per tile: the narrow kernel's for a panel of <= 16 columns */
+            const gemm_micro_fn micro = gemm_micro_for(fc->t, nr, &tr);
+            for (int64_t o0 = 0; o0 < g->cog; o0 += tr) {
+                const int valid = (int)min64(tr, g->cog - o0);
+                const float *rows[GEMM_MR_MAX];
+                for (int i = 0; i < tr; ++i) { /* channel o at k: ap[(o - o % mr) kc + k mr + o % mr] */
+                    const int64_t o = o0 + (i < valid ? i : valid - 1);
+                    rows[i] = ap + o / mr * mr * kc + o % mr;
+                }
+                micro(kc, rows, mr, bp + (p - p0) * kc * MG_GEMM_NR,
+                      part + o0 * ldc + p * MG_GEMM_NR, ldc, valid, nr, k0 > kb);
             }
         }
     }

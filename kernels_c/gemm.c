@@ -2,7 +2,8 @@
  *
  * A call is one job of the worker pool (mg_pool_run): items of (M block of GEMM_MC rows,
  * N block of whole panels). An item walks K in blocks of GEMM_KC and, per block, runs the
- * micro-kernel over every (panel, row group) of its tile: the panel's kc x 32 floats stay in
+ * micro-kernel (the narrow one for a panel of <= 16 columns: gemm_internal.h) over every
+ * (panel, row group) of its tile: the panel's kc x 32 floats stay in
  * L1 while the block's rows of A (<= 96 KiB) sit in L2. A is read where it lies (no packing:
  * packing it cost as much as the product when N is small, as in a 1x1 convolution with 64
  * output channels): a row group is mr row pointers, walked with step 1 (row-major A) or m
@@ -91,7 +92,6 @@ static void gemm_item(void *ctx, int64_t item, int tid)
 {
     (void)tid;
     const gemm_call *g = ctx;
-    const int mr = g->t->mr;
     const int64_t m0 = item / g->nblocks * GEMM_MC, p0 = item % g->nblocks * g->nc_panels;
     const int64_t rows = g->m - m0 < GEMM_MC ? g->m - m0 : GEMM_MC;
     const int64_t np = panels_of(g->n), p1 = p0 + g->nc_panels < np ? p0 + g->nc_panels : np;
@@ -101,6 +101,8 @@ static void gemm_item(void *ctx, int64_t item, int tid)
             const int64_t j0 = p * MG_GEMM_NR;
             const int nr = g->n - j0 < MG_GEMM_NR ? (int)(g->n - j0) : MG_GEMM_NR;
             const float *bp = g->bp + p * g->k * MG_GEMM_NR + k0 * MG_GEMM_NR;
+            int mr;
+            const gemm_micro_fn micro = gemm_micro_for(g->t, nr, &mr);
             for (int64_t g0 = 0; g0 < rows; g0 += mr) {
                 const int valid = rows - g0 < mr ? (int)(rows - g0) : mr;
                 const float *a_rows[GEMM_MR_MAX];
@@ -108,7 +110,7 @@ static void gemm_item(void *ctx, int64_t item, int tid)
                     const int64_t row = m0 + g0 + (i < valid ? i : valid - 1);
                     a_rows[i] = g->trans_a ? g->a + k0 * g->m + row : g->a + row * g->k + k0;
                 }
-                g->t->micro(kc, a_rows, g->trans_a ? g->m : 1, bp,
+                micro(kc, a_rows, g->trans_a ? g->m : 1, bp,
                             g->c + (m0 + g0) * g->n + j0, g->n, valid, nr, k0 > 0);
             }
         }

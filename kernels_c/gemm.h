@@ -6,7 +6,8 @@
  * zero-padded to a whole panel; the packing is the same for every ISA. mg_gemm blocks over M
  * (96 rows), K (256) and N (panels), packs each A block per thread, and runs a register-
  * blocked micro-kernel (AVX-512: 12 rows x 32 columns in 24 zmm accumulators; AVX2 + FMA: 6
- * x 16 twice; baseline: 4 x 32 with fmaf) over it; items of (M block, N block) go to the
+ * x 16 twice; baseline: 4 x 32 with fmaf; a panel of at most 16 columns on the narrow
+ * kernel, gemm_internal.h) over it; items of (M block, N block) go to the
  * worker pool (mg_pool_run).
  *
  * Summation order: every element is one chain of fused multiply-adds from +0 over k = 0, 1,

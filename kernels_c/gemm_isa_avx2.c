@@ -1,5 +1,7 @@
 /* AVX2 + FMA GEMM micro-kernel: 6 rows x 16 columns in 12 ymm accumulators, run for each half
- * of the 32-column panel (one broadcast of A feeds two FMAs). Compiled for these extensions
+ * of the 32-column panel (one broadcast of A feeds two FMAs); for a narrow tile (nr <= 16)
+ * only the first half runs, so the same function is the narrow kernel (16 ymm registers
+ * hold no more rows). Compiled for these extensions
  * and used only when the runtime's ISA is AVX2 (mg_isa_pick in gemm.c). */
 #include "gemm_internal.h"
 
@@ -50,7 +52,7 @@ static void gemm_micro_avx2(int64_t kc, const float *const *rows, int64_t ks, co
     }
 }
 
-const gemm_kernel_table gemm_kernels_avx2 = {MR, gemm_micro_avx2};
+const gemm_kernel_table gemm_kernels_avx2 = {MR, gemm_micro_avx2, MR, gemm_micro_avx2, NULL};
 
 MG_TARGET_END
 #endif

@@ -2,7 +2,8 @@
  * vectors are loaded and each row's A value broadcast into two FMAs. The full tile (12 rows,
  * 32 columns) is its own instantiation, so its loads and stores have no masks or row tests; a
  * tile of at most 4, 6 or 8 rows computes only that many (few-pixel 1x1 convolutions, dense
- * layers).
+ * layers). The narrow kernel (nr <= 16): 24 rows x 16 columns, one zmm accumulator per row,
+ * one B vector per k and an FMA per row with A's value broadcast from memory.
  * Compiled for these extensions and used only when the runtime's ISA is AVX-512 (mg_isa_pick
  * in gemm.c). */
 #include "gemm_internal.h"
@@ -69,7 +70,65 @@ static void gemm_micro_avx512(int64_t kc, const float *const *rows, int64_t ks, 
     }
 }
 
-const gemm_kernel_table gemm_kernels_avx512 = {MR, gemm_micro_avx512};
+enum { MR_NARROW = 24 };
+
+/* ntaps segments of kc steps: segment t reads rows[t * rstride + i] (and B on from where
+ * the one before stopped), the accumulators kept in registers across them */
+static inline __attribute__((always_inline)) void
+narrow_body(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows, int64_t ks,
+            const float *bp, float *c, int64_t ldc, const int mr, const int nr, const int load,
+            const int R)
+{
+    const __mmask16 m0 = lanes16(nr);
+    __m512 acc[MR_NARROW];
+    UNROLL for (int i = 0; i < R; ++i)
+        acc[i] = load && i < mr ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
+    for (int64_t t = 0; t < ntaps; ++t, rows += rstride) {
+        const float *r[MR_NARROW];
+        UNROLL for (int i = 0; i < R; ++i) r[i] = rows[i];
+        for (int64_t k = 0, o = 0; k < kc; ++k, o += ks, bp += MG_GEMM_NR) {
+            const __m512 b0 = _mm512_loadu_ps(bp);
+            UNROLL for (int i = 0; i < R; ++i)
+                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(r[i][o]), b0, acc[i]);
+        }
+    }
+    UNROLL for (int i = 0; i < R; ++i) if (i < mr)
+        _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i]);
+}
+
+static void gemm_narrow_taps_avx512(int64_t ntaps, int64_t rstride, int64_t kc,
+                                    const float *const *rows, int64_t ks, const float *bp,
+                                    float *c, int64_t ldc, int mr, int nr, int load)
+{
+#define NARROW(MR_, NR_, LOAD_, R_) \
+    narrow_body(ntaps, rstride, kc, rows, ks, bp, c, ldc, MR_, NR_, LOAD_, R_)
+    if (mr == MR_NARROW && nr == GEMM_NR_NARROW) {
+        if (load)
+            NARROW(MR_NARROW, GEMM_NR_NARROW, 1, MR_NARROW);
+        else
+            NARROW(MR_NARROW, GEMM_NR_NARROW, 0, MR_NARROW);
+    } else if (mr <= 4) {
+        NARROW(mr, nr, load, 4);
+    } else if (mr <= 8) {
+        NARROW(mr, nr, load, 8);
+    } else if (mr <= 12) {
+        NARROW(mr, nr, load, 12);
+    } else if (mr <= 16) {
+        NARROW(mr, nr, load, 16);
+    } else {
+        NARROW(mr, nr, load, MR_NARROW);
+    }
+#undef NARROW
+}
+
+static void gemm_narrow_avx512(int64_t kc, const float *const *rows, int64_t ks, const float *bp,
+                               float *c, int64_t ldc, int mr, int nr, int load)
+{
+    gemm_narrow_taps_avx512(1, 0, kc, rows, ks, bp, c, ldc, mr, nr, load);
+}
+
+const gemm_kernel_table gemm_kernels_avx512 = {MR, gemm_micro_avx512, MR_NARROW,
+                                               gemm_narrow_avx512, gemm_narrow_taps_avx512};
 
 MG_TARGET_END
 #endif

@@ -59,10 +59,10 @@ def assert_within_gamma(got, exact, mags, k):
 
 
 @st.composite
-def conv_cases(draw, max_channels=9):
+def conv_cases(draw, max_channels=9, group_counts=(1, 1, 2, 3, 4)):
     """A Conv2D drawn from the shapes real models have, and odd ones: groups, strides,
     dilations, SAME / VALID / EXPLICIT (asymmetric) padding, NHWC / NCHW."""
-    groups = draw(st.sampled_from([1, 1, 2, 3, 4]))
+    groups = draw(st.sampled_from(group_counts))
     cg = draw(st.integers(1, max_channels))
     cog = draw(st.integers(1, 40))
     kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
@@ -181,6 +181,34 @@ def test_conv_gemm_is_bit_identical_for_any_thread_count_and_isa(case):
         native.set_isa(isa)
         native.set_num_threads(None)
     assert len(results) == 1
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=conv_cases(max_channels=40, group_counts=(1, 2, 4, 6)))
+def test_narrow_groups_bit_identical_and_within_gamma(case):
+    """Grouped convolutions of 1-40 channels per group and 1-40 outputs per group (RegNet /
+    ResNeXt widths: panels of <= 16 columns run the narrow micro-kernel), all groups in one
+    call: every ISA, 1 and 2 threads give the same bits, within the gamma bound."""
+    from minigraph.backends import convolution_kernels as ck
+    from minigraph.backends import native
+    assume(min(output_hw(case)) > 0)
+    x, f = data(case)
+    isa, results = native.isa(), set()
+    try:
+        for name in ("scalar", "avx2", "avx512"):
+            if native.set_isa(name) != name:
+                continue  # this CPU lacks it
+            for threads in (1, 2):
+                native.set_num_threads(threads)
+                results.add(ck.c_conv_gemm(x, f, window_of(case), case["groups"]).tobytes())
+    finally:
+        native.set_isa(isa)
+        native.set_num_threads(None)
+    assert len(results) == 1
+    exact, mags = exact_conv(x, f, case["strides"], case["dilations"], pads_of(case),
+                             case["groups"])
+    got = np.frombuffer(results.pop(), F32).reshape(exact.shape)
+    assert_within_gamma(got, exact, mags, case["kh"] * case["kw"] * case["cg"])
 
 
 @settings(max_examples=20, deadline=None)

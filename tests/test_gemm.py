@@ -96,6 +96,33 @@ def test_gemm_bit_identical_across_threads_and_isas(m, k, n, ta, tb, restore_nat
     assert_within_gamma(first, exact, mags, k)
 
 
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 120), k=st.integers(1, 300), n=st.integers(1, 40),
+       ta=st.booleans(), tb=st.booleans(), seed=st.integers(0, 2**16))
+def test_narrow_panels_bit_identical_across_threads_and_isas(m, k, n, ta, tb, seed):
+    """n of 1-40 columns: panels of at most 16 columns run the narrow micro-kernel (more rows
+    per tile, gemm_internal.h), wider ones the 32-column kernel; every ISA, 1 and 2 threads
+    give the same bits, within the gamma_k bound of the float64 product."""
+    gemm, native = _native()
+    a, b = random_pair(np.random.default_rng(seed), m, k, n, ta, tb)
+    packing = gemm.pack_b(b, tb)
+    isa, results = native.isa(), {}
+    try:
+        for name in ("scalar", "avx2", "avx512"):
+            if native.set_isa(name) != name:
+                continue  # this CPU lacks it
+            for threads in (1, 2):
+                native.set_num_threads(threads)
+                results[name, threads] = gemm.c_gemm(a, packing, ta).tobytes()
+    finally:
+        native.set_isa(isa)
+        native.set_num_threads(None)
+    assert len(set(results.values())) == 1, sorted(results)
+    exact, mags = product(a, b, ta, tb)
+    got = np.frombuffer(next(iter(results.values())), np.float32).reshape(m, n)
+    assert_within_gamma(got, exact, mags, k)
+
+
 def test_wrapper_refuses_what_c_would_misread():
     gemm, _ = _native()
     b = gemm.pack_b(np.ones((4, 5), F32))

@@ -319,6 +319,13 @@ CONV_ROUTE_RULE = (256, 32, 128)
 # output channels wide (same measurement, GFLOP/s GEMM vs direct per group, (batch, h, c,
 # groups, co): RegNetX's (8, 14, 160, 10, 160) cg 16: 31 vs 42; (8, 28, 64, 8, 64) cg 8:
 # 12 vs 19; cg 24: (8, 28, 168, 7, 168) stride 2 48 vs 29, (8, 14, 408, 17, 408) 47 vs 39).
+# Re-measured with the narrow micro-kernel (panels of <= 16 columns: 24 rows x 16 on
+# AVX-512, kernels_c/gemm_internal.h), same method, noisy: cg 16 (8, 14, 160, 10, 160) 28-31
+# vs 32-46, (8, 28, 64, 4, 64) 34-43 vs 33-64; cg 12 (8, 28, 96, 8, 96) 22-24 vs 34-46; cg 8
+# (8, 28, 64, 8, 64) 9-10 vs 17-21; then with batches of taps per call (the tile kept in
+# registers: conv_gemm.c taps_item): cg 16 40-53 vs 34-65, cg 12 31 vs 34-46, cg 8 19-21 vs
+# 17-28, 14-15 vs 17-22: within about 0.8x, still mostly behind the direct kernel (which
+# keeps its outputs in registers over all taps), so the threshold stays (docs/performance.md).
 GROUPED_DIRECT_CHANNELS = 16
 
 
@@ -426,7 +433,10 @@ def _window(op, x_shape: tuple, f_shape: tuple):
 # 26.8 / 7.9, filter 10.9 / 6.0; 64->64 8x8 input 6.2 / 5.6, filter 6.8 / 5.8; ResNet50
 # batch 8 3x3 256->256 7x7 input 17.1 / 17.5, filter 26.0 / 17.2; 512->512 4x4 input 35.7 /
 # 57.0, filter 37.0 / 51.8. The rule: the direct kernels where they apply and the fewer of
-# the channels is below DIRECT_GRAD_MAX_CHANNELS.
+# the channels is below DIRECT_GRAD_MAX_CHANNELS. Re-measured (1 thread, CPU time, noisy)
+# with the narrow micro-kernel and zero-filled edge runs (kernels_c/conv_gemm_grad.c):
+# ResNet-8 16->16 input 3.5 / 1.6-1.9 (was 5.3), filter 2.5 / 1.6: the rule stands.
+# (The stride-2 16->32 input gradient, GEMM only, went from 2.7 to 1.95 ms.)
 DIRECT_GRAD_MAX_CHANNELS = 512
 
 
