@@ -37,15 +37,6 @@ FLOP_PER_CYCLE = 64  # float32 per core: two AVX-512 FMA units x 16 lanes x 2
 # ----------------------------------------------------------------------------- workers
 
 
-def _feeds(graph, batch: int) -> dict:
-    """The zoo's feeds with ``batch`` rows (its rows repeated; token ids stay ids)."""
-    feeds = {}
-    for name, value in graph.feeds.items():
-        reps = -(-batch // value.shape[0])
-        feeds[name] = np.ascontiguousarray(np.concatenate([value] * reps)[:batch])
-    return feeds
-
-
 def _tensorflow_runner(graph, feeds: dict, threads: int):
     from minigraph.testing import tf_graphs
 
@@ -104,7 +95,7 @@ def worker(framework: str, model: str, batch: int, threads: int) -> None:
     from minigraph.testing import keras_zoo
 
     graph = keras_zoo.load(model)
-    feeds = _feeds(graph, batch)
+    feeds = keras_zoo.batch_feeds(graph, batch)
     make = _tensorflow_runner if framework == "tensorflow" else _minigraph_runner
     run, flops = make(graph, feeds, threads)
     run()

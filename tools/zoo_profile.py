@@ -24,7 +24,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
 
 import minigraph as mg  # noqa: E402
 from minigraph.backends import convolution_kernels, native  # noqa: E402
@@ -60,20 +59,12 @@ class _RouteMetadata(RunMetadata):
         _routes.clear()
 
 
-def _feeds(graph, batch: int) -> dict:
-    feeds = {}
-    for name, value in graph.feeds.items():
-        reps = -(-batch // value.shape[0])
-        feeds[name] = np.ascontiguousarray(np.concatenate([value] * reps)[:batch])
-    return feeds
-
-
 def profile(model: str, batch: int, threads: int, runs: int, wall: bool = False
             ) -> list[tuple]:
     """(node, op type, kernel, route or None, median seconds) per executed step."""
     native.set_num_threads(threads)
     graph = keras_zoo.load(model)
-    feeds = _feeds(graph, batch)
+    feeds = keras_zoo.batch_feeds(graph, batch)
     session = mg.ClientSession(mg.import_graph_def(graph.graph_def), backend="native")
     for _ in range(2):
         session.Run(feeds, graph.fetches)

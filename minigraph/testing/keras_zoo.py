@@ -223,6 +223,16 @@ def load(name: str) -> TFGraph:
     return graph
 
 
+def batch_feeds(graph: TFGraph, batch: int) -> dict[str, np.ndarray]:
+    """The graph's feeds with ``batch`` rows (its rows repeated; token ids stay ids), for the
+    benchmarks and profilers that run a zoo graph at other batch sizes."""
+    feeds = {}
+    for name, value in graph.feeds.items():
+        reps = -(-batch // value.shape[0])
+        feeds[name] = np.ascontiguousarray(np.concatenate([value] * reps)[:batch])
+    return feeds
+
+
 # ----------------------------------------------------------------------------- comparison
 
 
