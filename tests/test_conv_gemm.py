@@ -291,8 +291,8 @@ def test_forward_route_follows_the_rule(n, h, c, co, stride):
     dense = ck.forward_route((n, h, h, c), (3, 3, c, co), window, 1)
     assert dense == ("gemm" if min(3 * c, co) >= least else "direct")
     assert ck.forward_route((n, h, h, c), (3, 3, 1, c), window, c) == "depthwise"
-    small, large = ck.GROUPED_DIRECT_CHANNELS, ck.GROUPED_DIRECT_CHANNELS + 1
-    assert ck.forward_route((n, h, h, 2 * small), (3, 3, small, co), window, 2) == "direct"
-    assert ck.forward_route((n, h, h, 2 * large), (3, 3, large, co), window, 2) == "gemm"
+    for per_group in (2, 8, 16, 17, 64):  # grouped: every group in one implicit GEMM call
+        assert ck.forward_route((n, h, h, 2 * per_group), (3, 3, per_group, co), window,
+                                2) == "gemm"
     dilated = Window((3, 3), (1, 1), (2, 2), ((2, 2), (2, 2)), (h, h))
     assert ck.forward_route((n, h, h, c), (3, 3, c, co), dilated, 1) == "gemm"

@@ -3,8 +3,8 @@
 Output channel ``g * cog + o`` (``cog = out_channels / groups``) convolves input channels
 ``g * ci .. (g + 1) * ci`` with filter column ``g * cog + o``: the float64 references below
 run the dense loop references of ``test_nn_ops`` on each group's channels. Every CPU backend
-(the native one takes the depthwise kernels for one in_channel per group, the plain C
-convolution per group otherwise), TensorFlow's kernels, finite differences (first and second
+(the native one takes the depthwise kernels for one in_channel per group, the GEMM kernels
+with every group in one call otherwise), TensorFlow's kernels, finite differences (first and second
 order) and TF's error words are checked.
 """
 

@@ -273,16 +273,12 @@ def conv2d_backprop_filter(op, inputs, ctx):
 # ``groups`` equal to the channels (Keras' Conv2D(groups=C): ConvNeXt's 7x7) is a depthwise
 # convolution whose filter is the same array seen as ``[kh, kw, C, out / C]`` (output
 # channel ``c * mult + m`` is input channel c through filter column ``c * mult + m``); any
-# other grouping runs the plain C kernel once per group on that group's channels.
+# other grouping runs the GEMM kernels (the forward's implicit GEMM, the gradients), every
+# group in one call.
 
 
 def _channel_axis(channels_last: bool) -> int:
     return -1 if channels_last else 1
-
-
-def _split(a: np.ndarray, groups: int, axis: int) -> list[np.ndarray]:
-    """``a`` cut into ``groups`` equal channel blocks along ``axis``."""
-    return np.split(a, groups, axis=axis)
 
 
 def _depthwise_route(groups: int, f_shape: tuple, channels_last: bool) -> bool:
@@ -314,19 +310,14 @@ def _as_depthwise(f: np.ndarray, channels: int) -> np.ndarray:
 # pixels" shape, fewest channels for the GEMM there, fewest channels elsewhere), channels
 # being min(kw * c, co) (the GEMM's K block is a tap row of kw * c floats).
 CONV_ROUTE_RULE = (256, 32, 128)
-# Grouped convolutions with at most this many channels per group run the direct kernel
-# group by group: the GEMM's K blocks are single taps of cg floats there, its panels 32
-# output channels wide (same measurement, GFLOP/s GEMM vs direct per group, (batch, h, c,
-# groups, co): RegNetX's (8, 14, 160, 10, 160) cg 16: 31 vs 42; (8, 28, 64, 8, 64) cg 8:
-# 12 vs 19; cg 24: (8, 28, 168, 7, 168) stride 2 48 vs 29, (8, 14, 408, 17, 408) 47 vs 39).
-# Re-measured with the narrow micro-kernel (panels of <= 16 columns: 24 rows x 16 on
-# AVX-512, kernels_c/gemm_internal.h), same method, noisy: cg 16 (8, 14, 160, 10, 160) 28-31
-# vs 32-46, (8, 28, 64, 4, 64) 34-43 vs 33-64; cg 12 (8, 28, 96, 8, 96) 22-24 vs 34-46; cg 8
-# (8, 28, 64, 8, 64) 9-10 vs 17-21; then with batches of taps per call (the tile kept in
-# registers: conv_gemm.c taps_item): cg 16 40-53 vs 34-65, cg 12 31 vs 34-46, cg 8 19-21 vs
-# 17-28, 14-15 vs 17-22: within about 0.8x, still mostly behind the direct kernel (which
-# keeps its outputs in registers over all taps), so the threshold stays (docs/performance.md).
-GROUPED_DIRECT_CHANNELS = 16
+# Grouped convolutions (more than one channel per group) run the implicit GEMM, all groups in
+# one call. Per FLOP the direct kernel group by group was up to 1.25x faster at 8-16
+# channels per group over large maps (single thread, CPU time: (8, 28, 64, 8, 64) cg 8 19-21
+# vs 17-28 GFLOP/s; docs/performance.md "Narrow panels"), but one call per group pays a
+# channel-slice copy, a C call and a concatenation per group: at the sizes real models run
+# (quiet, 2 threads, 2026-11-27) RegNetX-400MF's 3x3 g16 layer at batch 2 ran 83 GFLOP/s on
+# the GEMM against 22 per group, and whole models went from 0.94x to 2.08x TensorFlow
+# (RegNetX002) and 0.83x to 1.75x (RegNetY002).
 
 
 def forward_route(x_shape: tuple, f_shape: tuple, window: Window, groups: int) -> str:
@@ -339,7 +330,7 @@ def forward_route(x_shape: tuple, f_shape: tuple, window: Window, groups: int) -
     if window.dilations != (1, 1) or top >= kh or left >= kw:
         return "gemm"
     if groups > 1:
-        return "direct" if cg <= GROUPED_DIRECT_CHANNELS else "gemm"
+        return "gemm"
     few_pixels, few_pixel_channels, channels = CONV_ROUTE_RULE
     pixels = x_shape[0] * window.out[0] * window.out[1]
     fewest = min(kw * cg, co)
@@ -356,25 +347,12 @@ def conv2d_forward_nhwc(x, f, window: Window, groups: int,
     route = forward_route(x.shape, f.shape, window, groups)
     if route == "gemm":
         return c_conv_gemm(x, f, window, groups, epilogue)
-    if route == "direct" and groups == 1:
-        return c_conv2d(x, f, window.pads, window.out, True, epilogue, window.strides)
     if route == "direct":
-        y = _direct_per_group(x, f, window, groups, True)
-    else:
-        y = c_depthwise(x, _as_depthwise(f, groups), window)
+        return c_conv2d(x, f, window.pads, window.out, True, epilogue, window.strides)
+    y = c_depthwise(x, _as_depthwise(f, groups), window)
     if epilogue is not None:
         c_channel_epilogue(y, epilogue)
     return y
-
-
-def _direct_per_group(x, f, window: Window, groups: int, channels_last: bool) -> np.ndarray:
-    """A grouped convolution on the direct kernel, one call per group (its channels of x
-    and its filter columns), the results side by side."""
-    axis = _channel_axis(channels_last)
-    return np.concatenate([c_conv2d(xg, fg, window.pads, window.out, channels_last,
-                                    strides=window.strides)
-                           for xg, fg in zip(_split(x, groups, axis), _split(f, groups, -1))],
-                          axis=axis)
 
 
 def _conv2d_native(x, f, op, epilogue: Epilogue | None = None) -> np.ndarray:
@@ -386,8 +364,8 @@ def _conv2d_native(x, f, op, epilogue: Epilogue | None = None) -> np.ndarray:
         return conv2d_forward_nhwc(x, f, window, groups_of(x.shape[-1], f), epilogue)
     groups = groups_of(x.shape[1], f)
     nhwc = (x.shape[0], *x.shape[2:], x.shape[1])
-    if forward_route(nhwc, f.shape, window, groups) == "direct":
-        return _direct_per_group(x, f, window, groups, False)
+    if forward_route(nhwc, f.shape, window, groups) == "direct":  # one group: reads NCHW
+        return c_conv2d(x, f, window.pads, window.out, False, strides=window.strides)
     y = conv2d_forward_nhwc(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), f, window, groups)
     return np.ascontiguousarray(y.transpose(0, 3, 1, 2))
 
