@@ -14,6 +14,7 @@ typedef struct {
     float *y, *dx;
     int64_t *arg; /* overlapping max-pool gradients: each output's argmax, yy * w + xx */
     int64_t h, w, c, kh, kw, sh, sw, pt, pl, oh, ow;
+    int relu; /* max-pool gradients: x is a Relu's output and dx gets ReluGrad's mask */
 } pool_geo;
 
 /* Output row `row` (image *img, output y = row % oh) reads input rows [*ya, *yb): its window
@@ -55,6 +56,15 @@ static inline int64_t window_count(int64_t o, int64_t k, int64_t s, int64_t p, i
 
 /* best = v where v > best or v is NaN (numpy.maximum-like: NaN propagates) */
 static inline float max_nan(float best, float v) { return (v > best || v != v) ? v : best; }
+
+/* What the max-pool gradient stores at an element whose input is x, given the gradient v
+ * routed there: v itself, or with g->relu ReluGrad(v, x) = x > 0 ? v : v * 0 (so an
+ * infinite or NaN v where x <= 0 or NaN gives NaN and a negative one -0, as the unfused
+ * ReluGrad). */
+static inline float relu_gate(const pool_geo *g, float v, float x)
+{
+    return g->relu && !(x > 0.0f) ? v * 0.0f : v;
+}
 
 /* Output rows [lo, hi) of a call (row = image * out_h + y); NCHW tensors come as n * c
  * single-channel NHWC images (c == 1). */

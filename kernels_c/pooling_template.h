@@ -69,7 +69,7 @@ static void FN(max_pool_grad_c1)(const pool_geo *g, int64_t lo, int64_t hi)
                     dplane[yy * w + xx] = 0.0f;
                 }
             if (at >= 0)
-                dplane[at] = 0.0f + grad[ox];
+                dplane[at] = relu_gate(g, 0.0f + grad[ox], plane[at]);
         }
     }
 }
@@ -145,9 +145,17 @@ static void FN(max_pool_grad_channels)(const pool_geo *g, int64_t lo, int64_t hi
                 k = 0;
                 for (int64_t yy = ya; yy < yb; ++yy)
                     for (int64_t xx = xa; xx < xb; ++xx, ++k) {
-                        float *restrict d = g->dx + ((img * g->h + yy) * g->w + xx) * c + c0;
-                        for (int64_t ci = 0; ci < cl; ++ci)
-                            d[ci] = arg[ci] == k ? 0.0f + gg[c0 + ci] : 0.0f;
+                        const int64_t at = ((img * g->h + yy) * g->w + xx) * c + c0;
+                        float *restrict d = g->dx + at;
+                        const float *restrict s = g->x + at;
+                        if (g->relu) /* ReluGrad's mask in the same store */
+                            for (int64_t ci = 0; ci < cl; ++ci) {
+                                const float v = 0.0f + gg[c0 + ci];
+                                d[ci] = arg[ci] != k ? 0.0f : s[ci] > 0.0f ? v : v * 0.0f;
+                            }
+                        else
+                            for (int64_t ci = 0; ci < cl; ++ci)
+                                d[ci] = arg[ci] == k ? 0.0f + gg[c0 + ci] : 0.0f;
                     }
             }
         }
@@ -216,8 +224,14 @@ static void FN(max_pool_grad_in)(const pool_geo *g, int64_t lo, int64_t hi)
                         for (int64_t ci = 0; ci < cl; ++ci)
                             acc[ci] += arg[ci] == at ? gg[ci] : 0.0f;
                     }
-                for (int64_t ci = 0; ci < cl; ++ci)
-                    d[c0 + ci] = acc[ci];
+                if (g->relu) { /* ReluGrad's mask in the same store */
+                    const float *restrict s = g->x + (row * g->w + ix) * c + c0;
+                    for (int64_t ci = 0; ci < cl; ++ci)
+                        d[c0 + ci] = s[ci] > 0.0f ? acc[ci] : acc[ci] * 0.0f;
+                } else {
+                    for (int64_t ci = 0; ci < cl; ++ci)
+                        d[c0 + ci] = acc[ci];
+                }
             }
         }
     }

@@ -17,7 +17,7 @@ from functools import partial
 
 import numpy as np
 
-from minigraph.backends import native, training_kernels
+from minigraph.backends import native, pooling_kernels, training_kernels
 from minigraph.backends.activation_kernels import c_relu, c_relu_grad, relu, relu_grad
 from minigraph.backends.batch_norm_kernels import batch_norm_forward, fused_batch_norm_grad
 from minigraph.backends.math_kernels import c_broadcast
@@ -288,3 +288,39 @@ def fused_max_pool_grad_relu_grad(op: Operation, inputs: list, ctx: KernelContex
     """MaxPoolGrad's kernel, then ReluGrad's with the pool's input as the features."""
     routed = _run_member("MaxPoolGrad", op, inputs, ctx)
     return [_run_member("ReluGrad", op, [routed, inputs[0]], ctx)]
+
+
+def _c_pool_window(op: Operation, x: np.ndarray):
+    """The pool's C geometry (ksize, strides, pads, out, channels_last) where the native
+    kernels take it (a float32 input, a window that fits int32, something to pool), else
+    None: the chain of single-op kernels runs instead."""
+    if x.dtype != np.float32 or not pooling_kernels.c_pool_fits(op):
+        return None
+    out_shape, pool = pooling_kernels.pool_setup(op, x.shape, op.attrs["data_format"])
+    if 0 in out_shape or x.size == 0:
+        return None
+    w = pool.window
+    return w.ksize, w.strides, w.pads, w.out, op.attrs["data_format"] == "NHWC"
+
+
+@register_kernel("_FusedReluMaxPool", **NATIVE)
+def fused_relu_max_pool_native(op: Operation, inputs: list, ctx: KernelContext
+                               ) -> list[np.ndarray]:
+    """One pass over the input (``mg_relu_max_pool``): the pool written as Relu(MaxPool(x))
+    block by block, each block's input rows Relu'd while in cache."""
+    window = _c_pool_window(op, inputs[0])
+    if window is None:
+        return fused_relu_max_pool(op, inputs, ctx)
+    return list(pooling_kernels.c_relu_max_pool(inputs[0], *window))
+
+
+@register_kernel("_FusedMaxPoolGradReluGrad", **NATIVE)
+def fused_max_pool_grad_relu_grad_native(op: Operation, inputs: list, ctx: KernelContext
+                                         ) -> list[np.ndarray]:
+    """One pass (``mg_max_pool_grad_relu``): each window's gradient routed to its first
+    maximum with ReluGrad's mask (the pool's input > 0) applied in the same store."""
+    x, _, g = inputs
+    window = _c_pool_window(op, x)
+    if window is None:
+        return fused_max_pool_grad_relu_grad(op, inputs, ctx)
+    return [pooling_kernels.c_max_pool_grad(x, g, *window, relu=True)]
