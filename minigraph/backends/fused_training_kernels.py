@@ -275,14 +275,14 @@ def _run_member(op_type: str, op: Operation, inputs: list, ctx: KernelContext) -
     return kernel_def.kernel(member, inputs, member_ctx)[0]
 
 
-@register_kernel("_FusedReluMaxPool", backend=("reference", "native"))
+@register_kernel("_FusedReluMaxPool")
 def fused_relu_max_pool(op: Operation, inputs: list, ctx: KernelContext) -> list[np.ndarray]:
     """Relu's kernel, then MaxPool's on its result: (the pool, the Relu's output)."""
     activation = _run_member("Relu", op, inputs, ctx)
     return [_run_member("MaxPool", op, [activation], ctx), activation]
 
 
-@register_kernel("_FusedMaxPoolGradReluGrad", backend=("reference", "native"))
+@register_kernel("_FusedMaxPoolGradReluGrad")
 def fused_max_pool_grad_relu_grad(op: Operation, inputs: list, ctx: KernelContext
                                   ) -> list[np.ndarray]:
     """MaxPoolGrad's kernel, then ReluGrad's with the pool's input as the features."""
