@@ -223,10 +223,10 @@ int mg_relu_max_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int
             t->unary[ACT_relu](x, r, size, 0.0f);
         return 0;
     }
-    /* blocks of about 64 KiB of input rows */
+    /* blocks of about 16 KiB of input rows */
     const int64_t per_row = (sh < kh ? sh : kh) * w * g.c * (int64_t)sizeof(float);
     relu_pool_call call = {pool_kernels()->max_pool, t->unary[ACT_relu], &g, r,
-                           per_row >= (1 << 16) ? 1 : (1 << 16) / (per_row ? per_row : 1)};
+                           per_row >= (1 << 14) ? 1 : (1 << 14) / (per_row ? per_row : 1)};
     mg_pool_rows(mg_stream_threads(num_threads, size), rows, 1, relu_pool_chunk, &call);
     return 0;
 }
