@@ -23,6 +23,12 @@ output``) when nothing else holds it; PyTorch frees on the last Python reference
   steps; views counted once, by the array owning the memory), and the run its peak
   (:class:`LiveBytes`).
 
+* **Arena.** A plan bound to a signature (``client/executor.py``) keeps the output buffers of
+  its steps whose kernels take ``out=`` from one run to the next (:class:`Arena`, planned by
+  :func:`plan_arena` from the first bound run: buffers shared between values of one shape
+  and dtype whose lifetimes, views included, do not overlap), so a steady step allocates
+  none of them. A buffer is handed to a kernel only while the arena alone holds it.
+
 ``OptimizerOptions(memory_planner=False)`` keeps every value to the end of the run and
 turns in-place execution off: results are bit for bit the same either way
 (``tests/test_planner.py``).
@@ -36,7 +42,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -244,7 +250,7 @@ def concat_groups(steps: Sequence, fetch_keys: Iterable, keep: Iterable = ()
     return groups
 
 
-def _root(value: Any) -> Any:
+def root(value: Any) -> Any:
     """The array owning ``value``'s memory (a view's base, followed to the end)."""
     while isinstance(getattr(value, "base", None), np.ndarray):
         value = value.base
@@ -260,7 +266,7 @@ class LiveBytes:
 
     def __init__(self, env: dict, owned: Iterable = (), skip_keys: Iterable = ()) -> None:
         # held, so that no intermediate made during the run can reuse one of their ids
-        self.owners = [_root(value) for value in (*env.values(), *owned) if value is not None]
+        self.owners = [root(value) for value in (*env.values(), *owned) if value is not None]
         self.outside = {id(owner) for owner in self.owners}
         self.skip_keys = frozenset(skip_keys)
         self.held: dict[int, list] = {}  # root id -> [bytes, number of keys on it]
@@ -274,14 +280,14 @@ class LiveBytes:
             value = env.get(key)
             if value is None or key in self.keys or key in self.skip_keys:
                 continue
-            root = _root(value)
-            ident = id(root)
+            owner = root(value)
+            ident = id(owner)
             if ident in self.outside:
                 continue
             self.keys[key] = ident
             entry = self.held.get(ident)
             if entry is None:
-                nbytes = int(getattr(root, "nbytes", 0))
+                nbytes = int(getattr(owner, "nbytes", 0))
                 self.held[ident] = [nbytes, 1]
                 self.current += nbytes
             else:
@@ -300,3 +306,96 @@ class LiveBytes:
             if entry[1] == 0:
                 self.current -= entry[0]
                 del self.held[ident]
+
+
+class Made(NamedTuple):
+    """A result a bound program's first run observed: its register, the id of the array
+    owning its memory (:func:`root`), its shape and dtype, whether it is that owning
+    C-contiguous array itself, and whether the kernel wrote it into an input (in place)."""
+
+    register: int
+    root: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    owns: bool
+    in_place: bool
+
+
+def _free_references() -> int:
+    """What ``sys.getrefcount`` reports in :meth:`Arena.take` for a buffer only the arena's
+    list holds (measured, as :func:`_sole_references`)."""
+    buffers = [np.empty(1)]
+    buffer = buffers[0]
+    return sys.getrefcount(buffer)
+
+
+_FREE_REFERENCES = _free_references()
+
+
+@dataclass
+class Arena:
+    """The output buffers of a bound program: ``slots`` maps an entry (a step) to its
+    buffer in ``buffers``."""
+
+    slots: dict[int, int]
+    buffers: list[np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(buffer.nbytes for buffer in self.buffers)
+
+    @staticmethod
+    def take(buffers: list[np.ndarray], index: int) -> np.ndarray:
+        """Buffer ``index`` when nothing but the arena holds it (no value of this run, no
+        array or view a Run returned, no other thread's run); else a fresh one, which
+        becomes the arena's (the old one is left to whoever holds it)."""
+        buffer = buffers[index]
+        if sys.getrefcount(buffer) <= _FREE_REFERENCES:
+            return buffer
+        buffer = buffers[index] = np.empty(buffer.shape, buffer.dtype)
+        return buffer
+
+
+def plan_arena(made: Sequence[Sequence[Made]], reads: Sequence[Sequence[int]],
+               candidates: Iterable[int], fetched: Iterable[int]) -> Arena:
+    """The arena of a bound program from its first run: ``made[e]`` the results of entry
+    ``e``, ``reads[e]`` the registers it reads, ``candidates`` the entries whose kernels
+    take ``out=``, ``fetched`` the fetched registers.
+
+    A candidate's buffer lives from its step to the last step reading any value with the
+    same root (views, aliases; ids of arrays freed during the run may be reused, which
+    only lengthens lifetimes). A candidate gets none when a fetched value shares its root
+    (the caller keeps it), when its result was written in place or a later step writes in
+    place into it (the run holds that memory already: an arena buffer would veto the in-place
+    write), or when its result is not an owning C-contiguous array of at least
+    ``MIN_INPLACE_BYTES``. Candidates of one shape and dtype share a buffer when their
+    lifetimes do not overlap (greedy in step order)."""
+    root_of = {m.register: m.root for results in made for m in results}
+    last: dict[int, int] = {}
+    for entry, registers in enumerate(reads):
+        for register in registers:
+            if register in root_of:
+                last[root_of[register]] = entry
+    excluded = {root_of[r] for r in fetched if r in root_of}
+    excluded.update(m.root for results in made for m in results if m.in_place)
+    slots: dict[int, int] = {}
+    buffers: list[np.ndarray] = []
+    ends: list[int] = []
+    for entry in candidates:
+        if not made[entry]:
+            continue
+        m = made[entry][0]
+        nbytes = math.prod(m.shape) * m.dtype.itemsize
+        if not m.owns or m.root in excluded or nbytes < MIN_INPLACE_BYTES:
+            continue
+        end = last.get(m.root, entry)
+        for index, buffer in enumerate(buffers):
+            if ends[index] < entry and buffer.shape == m.shape and buffer.dtype == m.dtype:
+                break
+        else:
+            index = len(buffers)
+            buffers.append(np.empty(m.shape, m.dtype))
+            ends.append(end)
+        ends[index] = end
+        slots[entry] = index
+    return Arena(slots, buffers)
