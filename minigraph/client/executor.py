@@ -51,11 +51,11 @@ def _transfer(copy: Any, values: list, scratch: dict, session: Any) -> list:
 
 
 class BoundProgram:
-    """``steps`` (with their release lists and ``planner.bind`` flags) compiled for one
+    """``steps`` (with their release lists and ``planner.bind`` verdicts) compiled for one
     signature; ``fetch_keys`` are copied back into the run's environment."""
 
     def __init__(self, signature: tuple, steps: Sequence, release: Sequence,
-                 checked: Sequence[bool], fetch_keys: Sequence) -> None:
+                 checked: Sequence[int], fetch_keys: Sequence) -> None:
         self.signature = signature
         self.steps = steps
         registers: dict = {}
@@ -69,11 +69,13 @@ class BoundProgram:
             return index
 
         written = {key for step in steps for key in planner.step_writes(step)}
-        self.preset = tuple((register(key), key) for step in steps
-                            for key in planner.step_reads(step) if key not in written)
+        outside = dict.fromkeys(key for step in steps for key in planner.step_reads(step)
+                                if key not in written)  # fed values, folded constants
+        self.preset = tuple((register(key), key) for key in outside)
         self.entries: list[tuple] = []
         self.candidates: list[int] = []  # entries that may take an arena buffer
-        for index, (step, dead, ok) in enumerate(zip(steps, release, checked)):
+        self.probes: list[int] = []  # entries to check once: is their validate shape-only?
+        for index, (step, dead, flag) in enumerate(zip(steps, release, checked)):
             ins = tuple(register(key) for key in
                         ((step.source,) if hasattr(step, "source") else step.inputs))
             outs = tuple(_TRASH if key is None else register(key) for key in
@@ -82,22 +84,29 @@ class BoundProgram:
             if hasattr(step, "source"):
                 entry = (_GENERIC, partial(_transfer, step.copy), None, None, ins, outs, drop,
                          None)
-            elif ok and step.on_host and step.region is None and step.joins is None:
-                if step.kernel_def.inplace:
-                    self.candidates.append(index)
-                    entry = (_OUT, step.kernel, step.op, step.kernel_context, ins, outs, drop,
-                             [step.inplace, step.out_dtype, -1])
-                else:
-                    entry = (_DIRECT, step.kernel, step.op, step.kernel_context, ins, outs,
-                             drop, None)
+            elif (flag == planner.CHECK or not step.on_host or step.region is not None
+                  or step.joins is not None):
+                entry = (_GENERIC, partial(step.execute, checked=False), step.op, None, ins,
+                         outs, drop, step)
+            elif flag == planner.PROBE:
+                self.probes.append(index)
+                entry = (_GENERIC, partial(step.execute, checked=False), step.op, None, ins,
+                         outs, drop, step)
             else:
-                entry = (_GENERIC, partial(step.execute, checked=ok), step.op, None, ins,
-                         outs, drop, None)
+                entry = self._direct(index, step, ins, outs, drop)
             self.entries.append(entry)
         self.size = len(registers) + 2
         self.fetches = tuple((register(key), key) for key in fetch_keys
                              if key in registers)
         self.arena: planner.Arena | None = None  # planned by the first run
+
+    def _direct(self, index: int, step: Any, ins: tuple, outs: tuple, drop: tuple) -> tuple:
+        """The entry calling ``step``'s kernel itself (with ``out=`` where it takes one)."""
+        if step.kernel_def.inplace:
+            self.candidates.append(index)
+            return (_OUT, step.kernel, step.op, step.kernel_context, ins, outs, drop,
+                    (step.inplace, step.out_dtype, -1))
+        return (_DIRECT, step.kernel, step.op, step.kernel_context, ins, outs, drop, None)
 
     @property
     def arena_bytes(self) -> int:
@@ -109,7 +118,11 @@ class BoundProgram:
         for index, key in self.preset:
             regs[index] = env[key]
         if self.arena is None:
-            observed = self._observe(regs, session)
+            observed, shape_only = self._observe(regs, session)
+            for index in shape_only:  # their validate passes for any data of these shapes
+                kind, call, op, ctx, ins, outs, drop, step = self.entries[index]
+                self.entries[index] = self._direct(index, step, ins, outs, drop)
+            self.candidates.sort()
             self.arena = planner.plan_arena(observed, [entry[4] for entry in self.entries],
                                             self.candidates,
                                             {index for index, _ in self.fetches})
@@ -174,12 +187,14 @@ class BoundProgram:
         except MemoryError as exc:
             _reraise(exc, entry)
 
-    def _observe(self, regs: list, session: Any) -> list:
+    def _observe(self, regs: list, session: Any) -> tuple[list, list[int]]:
         """The loop without the arena, recording each result (``planner.Made``): what
-        :func:`planner.plan_arena` plans from."""
+        :func:`planner.plan_arena` plans from; and the ``PROBE`` entries whose validate
+        is shape-only (``planner.shape_only``)."""
         reusable = planner.reusable
         scratch: dict = {}
         made: list = []  # per entry: a planner.Made per output
+        probes, shape_only = set(self.probes), []
         entry = None
         try:
             for entry in self.entries:
@@ -187,6 +202,9 @@ class BoundProgram:
                 values = [regs[i] for i in ins]
                 out = None
                 if kind == _GENERIC:
+                    if len(made) in probes and planner.shape_only(extra.validate,
+                                                                  extra.context, values):
+                        shape_only.append(len(made))
                     results = call(values, scratch, session)
                 else:
                     out = (reusable(values, extra[0], extra[1])
@@ -208,7 +226,7 @@ class BoundProgram:
                 results = result = values = base = out = None
         except MemoryError as exc:
             _reraise(exc, entry)
-        return made
+        return made, shape_only
 
 
 def _reraise(exc: MemoryError, entry: tuple | None) -> None:

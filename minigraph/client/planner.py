@@ -144,33 +144,84 @@ def reusable(values: list, candidates: tuple[int, ...], dtype: np.dtype) -> np.n
     return None
 
 
-def bind(steps: Sequence, determined: Iterable) -> tuple[bool, ...]:
+# Ops whose outputs are functions of their inputs' shapes alone (not of their values).
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+
+
+CHECK, SKIP, PROBE = 0, 1, 2  # what :func:`bind` says of a step
+
+
+def bind(steps: Sequence, determined: Iterable, fixed: Iterable = ()) -> tuple[int, ...]:
     """Which of ``steps`` may skip their checks (``_Step.run(checked=True)``) in a run whose
-    signature equals that of a run in which every check passed: the signature fixes the
-    shapes and dtypes of the ``determined`` keys (fed values; constants are the same arrays
-    on every run) and of the variables, so every value whose producer's shape function
-    reads no input values and leaves no dimension open has the shape it had then, and a
-    check that looks at nothing else (no ``validate``, no variable to update) passes again.
-    Transfers run as always."""
-    known = set(determined)
+    signature equals that of a run in which every check passed.
+
+    The signature fixes the shapes and dtypes of the ``determined`` keys (fed values and
+    constants) and of the variables, and the values of the ``fixed`` keys (constants, the
+    same arrays on every run). A step's output shapes are then fixed too when its inputs'
+    shapes are and its shape function leaves no dimension open and reads only fixed values
+    (a ``Reshape`` whose shape is a constant, or computed by a ``Shape`` of a fixed-shape
+    value: the outputs of ``SHAPE_OPS`` and of stateless ops of fixed values are fixed).
+    Such a step's checks can only pass again (``SKIP``) unless it has a ``validate``, which
+    may read data (``PROBE``: :func:`shape_only` tells, in the first bound run); every other
+    step runs its checks (``CHECK``). A step that
+    updates a variable is checked against the variable's shape, which the signature fixes
+    (a plan whose ``Assign`` may change a shape never binds). Transfers run as always."""
+    known, fixed = set(determined), set(fixed)
     flags = []
     for step in steps:
-        writes = step_writes(step)
-        inputs_known = all(key in known for key in step_reads(step))
+        writes, reads = step_writes(step), step_reads(step)
+        inputs_known = all(key in known for key in reads)
         if hasattr(step, "source"):
-            static, skip = True, False
+            static, flag = True, CHECK
+            if step.source in fixed:
+                fixed.update(writes)
         else:
-            static = _shape_static(step)
-            skip = inputs_known and static and step.validate is None and not step.refs
+            static = not step.undetermined and all(step.inputs[i] in fixed
+                                                   for i in step.value_inputs)
+            flag = (CHECK if not (inputs_known and static)
+                    else SKIP if step.validate is None else PROBE)
+            if inputs_known and (step.op.type in SHAPE_OPS or not step.op.op_def.is_stateful
+                                 and all(key in fixed for key in reads)):
+                fixed.update(writes)
         if inputs_known and static:
             known.update(writes)
-        flags.append(skip)
+        flags.append(flag)
     return tuple(flags)
 
 
-def _shape_static(step: Any) -> bool:
-    """Whether ``step``'s output shapes follow from its input shapes alone."""
-    return not step.value_inputs and not step.undetermined
+class _ReadsData(Exception):
+    """A ``validate`` probed by :func:`shape_only` looked at more than shapes and dtypes."""
+
+
+class _ShapeOf:
+    """An array's shape and dtype, and nothing else: every other use raises _ReadsData."""
+
+    __slots__ = ("shape", "dtype", "ndim", "size", "itemsize", "nbytes")
+
+    def __init__(self, value: np.ndarray) -> None:
+        self.shape, self.dtype, self.ndim = value.shape, value.dtype, value.ndim
+        self.size, self.itemsize, self.nbytes = value.size, value.itemsize, value.nbytes
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise _ReadsData
+
+    __getattr__ = __array__ = __getitem__ = __iter__ = __len__ = __bool__ = _refuse
+    __float__ = __int__ = __index__ = __complex__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse  # type: ignore[assignment]
+    __add__ = __sub__ = __mul__ = __truediv__ = __mod__ = __neg__ = __abs__ = _refuse
+    __array_ufunc__ = __array_function__ = _refuse
+    __hash__ = object.__hash__
+
+
+def shape_only(validate: Any, context: Any, values: list) -> bool:
+    """Whether ``validate(context, values)`` passes when it is shown only the values' shapes
+    and dtypes (each ndarray replaced by an object refusing any other use): then it passes
+    for every value of those shapes and dtypes, and a bound run may skip it."""
+    try:
+        validate(context, [_ShapeOf(v) if type(v) is np.ndarray else v for v in values])
+    except Exception:  # noqa: BLE001 - any failure: it needs the data (or raises): keep it
+        return False
+    return True
 
 
 class ConcatGroup:

@@ -322,7 +322,8 @@ class _Plan(list):
                                         or bound.steps is not steps):  # every check passed
             determined = (*self.fed_keys, *self.constant_keys)
             self.bound = executor.BoundProgram(signature, steps, release,
-                                               planner.bind(steps, determined),
+                                               planner.bind(steps, determined,
+                                                            self.constant_keys),
                                                self.fetch_keys)
 
     def _signature(self, env: dict, session: ClientSession) -> tuple | None:
