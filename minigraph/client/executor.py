@@ -195,6 +195,7 @@ class BoundProgram:
         scratch: dict = {}
         made: list = []  # per entry: a planner.Made per output
         probes, shape_only = set(self.probes), []
+        identity = planner.Identities()
         entry = None
         try:
             for entry in self.entries:
@@ -217,7 +218,7 @@ class BoundProgram:
                         result = np.asarray(result)
                     regs[i] = result
                     base = planner.root(result)
-                    record.append(planner.Made(i, id(base), result.shape, result.dtype,
+                    record.append(planner.Made(i, identity(base), result.shape, result.dtype,
                                                base is result and result.flags.c_contiguous,
                                                out is not None and base is planner.root(out)))
                 made.append(record)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+import weakref
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -359,10 +360,28 @@ class LiveBytes:
                 del self.held[ident]
 
 
+class Identities:
+    """Numbers arrays for as long as they live: unlike ``id``, a number is never reused by
+    an array made after the first one died (a weak reference tells)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple[weakref.ref, int]] = {}
+        self.count = 0
+
+    def __call__(self, array: np.ndarray) -> int:
+        known = self.seen.get(id(array))
+        if known is not None and known[0]() is array:
+            return known[1]
+        self.count += 1
+        self.seen[id(array)] = (weakref.ref(array), self.count)
+        return self.count
+
+
 class Made(NamedTuple):
-    """A result a bound program's first run observed: its register, the id of the array
-    owning its memory (:func:`root`), its shape and dtype, whether it is that owning
-    C-contiguous array itself, and whether the kernel wrote it into an input (in place)."""
+    """A result a bound program's first run observed: its register, the number
+    (:class:`Identities`) of the array owning its memory (:func:`root`), its shape and
+    dtype, whether it is that owning C-contiguous array itself, and whether the kernel
+    wrote it into an input (in place)."""
 
     register: int
     root: int
@@ -414,8 +433,7 @@ def plan_arena(made: Sequence[Sequence[Made]], reads: Sequence[Sequence[int]],
     take ``out=``, ``fetched`` the fetched registers.
 
     A candidate's buffer lives from its step to the last step reading any value with the
-    same root (views, aliases; ids of arrays freed during the run may be reused, which
-    only lengthens lifetimes). A candidate gets none when a fetched value shares its root
+    same root (views, aliases). A candidate gets none when a fetched value shares its root
     (the caller keeps it), when its result was written in place or a later step writes in
     place into it (the run holds that memory already: an arena buffer would veto the in-place
     write), or when its result is not an owning C-contiguous array of at least
