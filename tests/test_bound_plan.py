@@ -236,3 +236,47 @@ def test_arena_plans_disjoint_lifetimes_and_leaves_out_what_others_hold(sizes, s
             if other != e and other_slot == slot:
                 assert end[e] < other or end[other] < e
     assert set(arena.slots) == {e for e in range(count) if e not in fetched | in_place}
+
+
+def test_shapes_that_data_decide_are_guarded():
+    """A Reshape to a fed shape: a bound run given another shape value (same signature)
+    runs the later steps with their checks: a MatMul that no longer fits is refused with its
+    message, a Relu gives the new shape; the right shape runs bound again."""
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[6])
+    s = ops.Placeholder(root.WithOpName("s"), mg.int32, shape=[2])
+    y = ops.Reshape(root.WithOpName("y"), x, s)
+    w = np.arange(6, dtype=F32).reshape(3, 2)
+    m = ops.MatMul(root.WithOpName("m"), y, w)
+    r = ops.Relu(root.WithOpName("r"), y)
+    xs = np.linspace(-1, 1, 6, dtype=F32)
+    good = {x: xs, s: np.array([2, 3], np.int32)}
+    session = _bound_session(root, good, [m, r])
+    for _ in range(2):
+        got_m, got_r = session.Run(good, [m, r])
+        np.testing.assert_allclose(got_m, xs.reshape(2, 3).astype(np.float64) @ w, rtol=1e-6)
+        np.testing.assert_array_equal(got_r, np.maximum(xs.reshape(2, 3), 0))
+    with pytest.raises(mg.errors.InvalidArgumentError, match="'m'"):
+        session.Run({x: xs, s: np.array([3, 2], np.int32)}, [m, r])
+    np.testing.assert_array_equal(session.Run({x: xs, s: np.array([1, 6], np.int32)}, r),
+                                  np.maximum(xs.reshape(1, 6), 0))
+    for _ in range(3):
+        got_m = session.Run(good, m)
+        np.testing.assert_allclose(got_m, xs.reshape(2, 3).astype(np.float64) @ w, rtol=1e-6)
+
+
+def test_sparse_labels_are_checked_on_every_bound_run():
+    root = mg.Scope.NewRootScope()
+    logits = ops.Placeholder(root.WithOpName("logits"), mg.float32, shape=[4, 3])
+    labels = ops.Placeholder(root.WithOpName("labels"), mg.int32, shape=[4])
+    loss = ops.SparseSoftmaxCrossEntropyWithLogits(root.WithOpName("xent"), logits, labels)
+    total = ops.Sum(root.WithOpName("total"), loss.loss, [0])
+    values = np.linspace(-1, 1, 12, dtype=F32).reshape(4, 3)
+    good = {logits: values, labels: np.array([0, 2, 1, 2], np.int32)}
+    session = _bound_session(root, good, total)
+    with pytest.raises(mg.errors.InvalidArgumentError, match="xent"):
+        session.Run({**good, labels: np.array([0, 3, 1, 2], np.int32)}, total)
+    v = values.astype(np.float64)
+    log_softmax = v - np.log(np.exp(v).sum(1, keepdims=True))
+    np.testing.assert_allclose(session.Run(good, total),
+                               -log_softmax[np.arange(4), [0, 2, 1, 2]].sum(), rtol=1e-5)

@@ -13,7 +13,10 @@ already did:
   (``planner.reusable``, as unbound runs do) or else its buffer of the plan's arena
   (:class:`planner.Arena`);
 * every other step (a check to run, a transfer, a device, a zero-copy concat) runs as
-  unbound runs run it (``_Step.execute``), so what is new is checked as always.
+  unbound runs run it (``_Step.execute``), so what is new is checked as always; where a
+  step's shapes depend on data (``planner.GUARD``), its results' shapes are compared with
+  the first run's, and the rest of a run where they differ runs with every check (the
+  plan then binds anew).
 
 The first bound run of a signature also observes each arena candidate's result (shape,
 dtype, which later values are views of it) and plans the arena from it
@@ -42,6 +45,7 @@ from minigraph.framework.errors import ResourceExhaustedError
 _DIRECT = 0  # kernel(op, values, ctx)
 _OUT = 1  # kernel(op, values, ctx, out=...): in place or into the arena
 _GENERIC = 2  # step.execute(values, scratch, session, checked) / a transfer's copy
+_GUARD = 3  # _GENERIC, then its results' shapes must be those of the first run
 
 _NONE, _TRASH = 0, 1  # registers: a ref input's None; where a fed output's result goes
 
@@ -92,6 +96,9 @@ class BoundProgram:
                 self.probes.append(index)
                 entry = (_GENERIC, partial(step.execute, checked=False), step.op, None, ins,
                          outs, drop, step)
+            elif flag == planner.GUARD:  # its expected shapes: from the first run
+                entry = (_GUARD, partial(step.execute, checked=False), step.op, None, ins,
+                         outs, drop, None)
             else:
                 entry = self._direct(index, step, ins, outs, drop)
             self.entries.append(entry)
@@ -99,6 +106,8 @@ class BoundProgram:
         self.fetches = tuple((register(key), key) for key in fetch_keys
                              if key in registers)
         self.arena: planner.Arena | None = None  # planned by the first run
+        # a guard failed: the plan must rebind (``session._Plan`` drops this program)
+        self.stale = False
 
     def _direct(self, index: int, step: Any, ins: tuple, outs: tuple, drop: tuple) -> tuple:
         """The entry calling ``step``'s kernel itself (with ``out=`` where it takes one)."""
@@ -122,6 +131,10 @@ class BoundProgram:
             for index in shape_only:  # their validate passes for any data of these shapes
                 kind, call, op, ctx, ins, outs, drop, step = self.entries[index]
                 self.entries[index] = self._direct(index, step, ins, outs, drop)
+            for index, entry in enumerate(self.entries):
+                if entry[0] == _GUARD:
+                    shapes = tuple(m.shape for m in observed[index])
+                    self.entries[index] = (*entry[:7], shapes)
             self.candidates.sort()
             self.arena = planner.plan_arena(observed, [entry[4] for entry in self.entries],
                                             self.candidates,
@@ -174,6 +187,8 @@ class BoundProgram:
                     out = None
                 else:
                     results = call(values, scratch, session)
+                    if kind == _GUARD and tuple(r.shape for r in results) != extra:
+                        raise _ShapeChanged
                 if len(outs) == 1:
                     result = results[0]
                     regs[outs[0]] = result if type(result) is ndarray else asarray(result)
@@ -186,6 +201,26 @@ class BoundProgram:
                 results = result = values = None
         except MemoryError as exc:
             _reraise(exc, entry)
+        except _ShapeChanged:  # this entry's results stand; later shapes are not known
+            self.stale = True
+            for i, result in zip(entry[5], results):
+                regs[i] = result if type(result) is ndarray else asarray(result)
+            for i in entry[6]:
+                regs[i] = None
+            results = result = values = None
+            self._checked_rest(self.entries.index(entry) + 1, regs, scratch, session)
+
+    def _checked_rest(self, start: int, regs: list, scratch: dict, session: Any) -> None:
+        """Entries ``start`` on with every check, as an unbound run runs them."""
+        for entry, step in zip(self.entries[start:], self.steps[start:]):
+            values = [regs[i] for i in entry[4]]
+            results = (entry[1](values, scratch, session) if hasattr(step, "source")
+                       else step.execute(values, scratch, session))
+            for i, result in zip(entry[5], results):
+                regs[i] = result if type(result) is np.ndarray else np.asarray(result)
+            for i in entry[6]:
+                regs[i] = None
+            results = result = values = None
 
     def _observe(self, regs: list, session: Any) -> tuple[list, list[int]]:
         """The loop without the arena, recording each result (``planner.Made``): what
@@ -202,7 +237,7 @@ class BoundProgram:
                 kind, call, op, ctx, ins, outs, drop, extra = entry
                 values = [regs[i] for i in ins]
                 out = None
-                if kind == _GENERIC:
+                if kind == _GENERIC or kind == _GUARD:
                     if len(made) in probes and planner.shape_only(extra.validate,
                                                                   extra.context, values):
                         shape_only.append(len(made))
@@ -228,6 +263,10 @@ class BoundProgram:
         except MemoryError as exc:
             _reraise(exc, entry)
         return made, shape_only
+
+
+class _ShapeChanged(Exception):
+    """A ``GUARD`` entry's results do not have the shapes of the first bound run."""
 
 
 def _reraise(exc: MemoryError, entry: tuple | None) -> None:

@@ -149,7 +149,7 @@ def reusable(values: list, candidates: tuple[int, ...], dtype: np.dtype) -> np.n
 SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 
 
-CHECK, SKIP, PROBE = 0, 1, 2  # what :func:`bind` says of a step
+CHECK, SKIP, PROBE, GUARD = 0, 1, 2, 3  # what :func:`bind` says of a step
 
 
 def bind(steps: Sequence, determined: Iterable, fixed: Iterable = ()) -> tuple[int, ...]:
@@ -163,10 +163,14 @@ def bind(steps: Sequence, determined: Iterable, fixed: Iterable = ()) -> tuple[i
     (a ``Reshape`` whose shape is a constant, or computed by a ``Shape`` of a fixed-shape
     value: the outputs of ``SHAPE_OPS`` and of stateless ops of fixed values are fixed).
     Such a step's checks can only pass again (``SKIP``) unless it has a ``validate``, which
-    may read data (``PROBE``: :func:`shape_only` tells, in the first bound run); every other
-    step runs its checks (``CHECK``). A step that
-    updates a variable is checked against the variable's shape, which the signature fixes
-    (a plan whose ``Assign`` may change a shape never binds). Transfers run as always."""
+    may read data (``PROBE``: :func:`shape_only` tells, in the first bound run). A step whose
+    shape function reads values the signature does not fix (a check of sparse labels'
+    range) runs its checks, and its outputs count as of fixed shapes for the steps after it
+    (``GUARD``): the bound program checks at run time that they have the shapes they had,
+    and runs the rest of the run with every check where not. Every other step runs its
+    checks (``CHECK``). A step that updates a variable is checked against the variable's
+    shape, which the signature fixes (a plan whose ``Assign`` may change a shape never
+    binds). Transfers run as always."""
     known, fixed = set(determined), set(fixed)
     flags = []
     for step in steps:
@@ -177,10 +181,13 @@ def bind(steps: Sequence, determined: Iterable, fixed: Iterable = ()) -> tuple[i
             if step.source in fixed:
                 fixed.update(writes)
         else:
-            static = not step.undetermined and all(step.inputs[i] in fixed
-                                                   for i in step.value_inputs)
-            flag = (CHECK if not (inputs_known and static)
-                    else SKIP if step.validate is None else PROBE)
+            static = not step.undetermined
+            if not inputs_known or not static:
+                flag = CHECK
+            elif not all(step.inputs[i] in fixed for i in step.value_inputs):
+                flag = GUARD
+            else:
+                flag = SKIP if step.validate is None else PROBE
             if inputs_known and (step.op.type in SHAPE_OPS or not step.op.op_def.is_stateful
                                  and all(key in fixed for key in reads)):
                 fixed.update(writes)

@@ -296,6 +296,8 @@ class _Plan(list):
         if (metadata is None and signature is not None and bound is not None
                 and bound.signature == signature and bound.steps is steps):
             bound.run(env, session)
+            if bound.stale:  # a shape the signature did not fix changed: bind anew
+                self.bound = None
             return
         if metadata is None:
             for step, dead in zip(steps, release):
