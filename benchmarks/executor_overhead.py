@@ -1,6 +1,8 @@
 """Per-node executor overhead: a chain of N tiny ops (8 floats each: Relu, AddV2 with the
 previous value, Sigmoid, Mul...), so the time per node is the session's Python around each
-kernel call, not the kernel. Prints microseconds per node for each configuration, measured
+kernel call (and the kernels' own wrappers), not the math; and a chain of N ``Identity``
+ops (kept: ``identity_removal`` off), whose kernel returns its input, so the time per node
+is the session's alone. Prints microseconds per node for each configuration, measured
 interleaved in one process: the calling thread's CPU time (``time.thread_time``, which a
 busy shared machine disturbs much less than wall time; kernels this small run on the calling
 thread) and wall time, medians of the samples.
@@ -45,6 +47,16 @@ def chain(nodes: int):
     return root, x, current
 
 
+def identity_chain(nodes: int):
+    """A Placeholder and ``nodes`` Identity ops in a row."""
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[8])
+    current = x
+    for _ in range(nodes):
+        current = ops.Identity(root, current)
+    return root, x, current
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=200)
@@ -60,6 +72,11 @@ def main(argv: list[str] | None = None) -> None:
     for name, options in configurations.items():
         session = mg.ClientSession(root, backend=args.backend, optimizer=options)
         runs[name] = (lambda s: lambda: s.Run(feed, y))(session)
+    identity_root, ix, iy = identity_chain(args.nodes)
+    session = mg.ClientSession(identity_root, backend=args.backend,
+                               optimizer=mg.OptimizerOptions(identity_removal=False))
+    identity_feed = {ix: feed[x]}
+    runs["Identity chain (session only)"] = lambda: session.Run(identity_feed, iy)
     cpu = time_interleaved(runs, repeats=15, clock=time.thread_time)
     wall = time_interleaved(runs, repeats=15)
     print(f"{args.nodes} nodes of 8 floats, backend {args.backend}, "
