@@ -168,11 +168,13 @@ def test_shape_only_tells_validators_apart():
 
 
 @native_only
-def test_bound_runs_from_several_threads():
-    """Two threads running one bound read-only plan: each gets its own arena buffer or a
-    fresh one (the arena hands a buffer only to one holder), so every result is right."""
+@pytest.mark.parametrize("warm_runs", [2, 4])  # bound, its arena not yet planned; planned
+def test_bound_runs_from_several_threads(warm_runs):
+    """Two threads running one bound read-only plan: one plans the arena while the other
+    waits, and each gets its own arena buffer or a fresh one (the arena hands a buffer only
+    to one holder), so every result is right."""
     root, x, fetches = _graph(2)
-    session = _bound_session(root, {x: np.zeros((2, UNIT), F32)}, fetches)
+    session = _bound_session(root, {x: np.zeros((2, UNIT), F32)}, fetches, warm_runs)
     errors = []
 
     def work(seed):

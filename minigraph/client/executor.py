@@ -32,6 +32,7 @@ run concurrently from several threads as unbound plans do.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -108,6 +109,7 @@ class BoundProgram:
         self.arena: planner.Arena | None = None  # planned by the first run
         # a guard failed: the plan must rebind (``session._Plan`` drops this program)
         self.stale = False
+        self._planning = threading.Lock()
 
     def _direct(self, index: int, step: Any, ins: tuple, outs: tuple, drop: tuple) -> tuple:
         """The entry calling ``step``'s kernel itself (with ``out=`` where it takes one)."""
@@ -126,33 +128,42 @@ class BoundProgram:
         regs: list = [None] * self.size
         for index, key in self.preset:
             regs[index] = env[key]
+        planned = False
         if self.arena is None:
-            observed, shape_only = self._observe(regs, session)
-            for index in shape_only:  # their validate passes for any data of these shapes
-                kind, call, op, ctx, ins, outs, drop, step = self.entries[index]
-                self.entries[index] = self._direct(index, step, ins, outs, drop)
-            for index, entry in enumerate(self.entries):
-                if entry[0] == _GUARD:
-                    shapes = tuple(m.shape for m in observed[index])
-                    self.entries[index] = (*entry[:7], shapes)
-            self.candidates.sort()
-            self.arena = planner.plan_arena(observed, [entry[4] for entry in self.entries],
-                                            self.candidates,
-                                            {index for index, _ in self.fetches})
-            self._assign_buffers(observed)
-        else:
+            with self._planning:  # one thread observes and plans; the others wait
+                if self.arena is None:
+                    self._plan(regs, session)
+                    planned = True
+        if not planned:
             self._loop(regs, session)
         for index, key in self.fetches:
             env[key] = regs[index]
 
-    def _assign_buffers(self, made: list) -> None:
+    def _plan(self, regs: list, session: Any) -> None:
+        """The first run (:meth:`_observe`), then the entries refined with what it saw and
+        the arena planned; ``self.arena`` is set last (other threads then run the loop)."""
+        observed, shape_only = self._observe(regs, session)
+        for index in shape_only:  # their validate passes for any data of these shapes
+            kind, call, op, ctx, ins, outs, drop, step = self.entries[index]
+            self.entries[index] = self._direct(index, step, ins, outs, drop)
+        for index, entry in enumerate(self.entries):
+            if entry[0] == _GUARD:
+                shapes = tuple(m.shape for m in observed[index])
+                self.entries[index] = (*entry[:7], shapes)
+        self.candidates.sort()
+        arena = planner.plan_arena(observed, [entry[4] for entry in self.entries],
+                                   self.candidates, {index for index, _ in self.fetches})
+        self._assign_buffers(observed, arena)
+        self.arena = arena
+
+    def _assign_buffers(self, made: list, arena: planner.Arena) -> None:
         """Refine the ``_OUT`` entries with what the first run saw (the signature fixes
         their inputs' shapes): in-place candidates below ``planner.MIN_INPLACE_BYTES`` are
         dropped, and an entry left with neither an in-place candidate nor an arena buffer
         calls its kernel directly."""
         sizes = {m.register: math.prod(m.shape) * m.dtype.itemsize
                  for results in made for m in results}
-        slots = self.arena.slots
+        slots = arena.slots
         for index in self.candidates:
             kind, call, op, ctx, ins, outs, drop, (inplace, dtype, _) = self.entries[index]
             inplace = tuple(i for i in inplace
