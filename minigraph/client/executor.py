@@ -26,7 +26,8 @@ nothing but the arena holds it (a reference count, like ``planner.reusable``), s
 a Run returned, or a view of one, is never overwritten by a later Run.
 
 All per-run state (the registers, the concat regions) is local to ``run``: bound programs
-run concurrently from several threads as unbound plans do.
+run concurrently from several threads as unbound plans do (the first bound run observes
+and plans under a lock; other threads wait for it, then run the loop).
 """
 
 from __future__ import annotations
