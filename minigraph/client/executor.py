@@ -90,17 +90,17 @@ class BoundProgram:
             if hasattr(step, "source"):
                 entry = (_GENERIC, partial(_transfer, step.copy), None, None, ins, outs, drop,
                          None)
+            elif flag == planner.GUARD:  # its expected shapes: from the first run
+                entry = (_GUARD, partial(step.execute, checked=False), step.op, None, ins,
+                         outs, drop, None)
             elif (flag == planner.CHECK or not step.on_host or step.region is not None
-                  or step.joins is not None):
-                entry = (_GENERIC, partial(step.execute, checked=False), step.op, None, ins,
-                         outs, drop, step)
+                  or step.joins is not None):  # as unbound runs run it
+                entry = (_GENERIC, partial(step.execute, checked=flag == planner.SKIP),
+                         step.op, None, ins, outs, drop, step)
             elif flag == planner.PROBE:
                 self.probes.append(index)
                 entry = (_GENERIC, partial(step.execute, checked=False), step.op, None, ins,
                          outs, drop, step)
-            elif flag == planner.GUARD:  # its expected shapes: from the first run
-                entry = (_GUARD, partial(step.execute, checked=False), step.op, None, ins,
-                         outs, drop, None)
             else:
                 entry = self._direct(index, step, ins, outs, drop)
             self.entries.append(entry)
