@@ -9,6 +9,12 @@ and the backward's two passes read ``dy`` masked by ``y > 0`` in registers, so n
 pre-activation nor the masked gradient is written and read back. Each stage rounds as the
 unfused kernel does (``tests/test_training_fusion.py`` compares every ISA); inputs C does not
 take (empty tensors, inference-mode gradients) run the chain of native kernels instead.
+
+The Relu / max-pool pair runs in the pooling C kernels (kernels_c/pooling.h):
+``mg_relu_max_pool`` writes the pool as Relu(MaxPool(x)) and the Relu of each block's input
+rows while they are in cache, ``mg_max_pool_grad_relu`` applies ReluGrad's mask in the store
+that routes each window's gradient (``tests/test_pool_fusion.py``: the unfused bits on every
+ISA and thread count).
 """
 
 from __future__ import annotations
