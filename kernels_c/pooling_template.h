@@ -31,7 +31,32 @@ static void FN(max_pool_c1)(const pool_geo *g, int64_t lo, int64_t hi)
                 out[ox] = max_nan(r0[2 * ox], r1[2 * ox]);
             continue;
         }
-        for (int64_t ox = 0; ox < g->ow; ++ox) {
+        /* outputs [in0, in1) have whole windows (no column clipped): a window offset at a
+         * time over all of them, branch-free selects the compiler vectorizes (a data-
+         * dependent branch per element mispredicts on real data); each output still scans
+         * its window in row-major order, so the same NaN and signed-zero picks */
+        const int64_t sw = g->sw, pl = g->pl;
+        const int64_t in0 = (pl + sw - 1) / sw;
+        int64_t in1 = w - kw + pl < 0 ? 0 : (w - kw + pl) / sw + 1;
+        in1 = in1 < in0 ? in0 : in1 > g->ow ? g->ow : in1;
+        for (int64_t yy = ya; yy < yb; ++yy)
+            for (int64_t dx = 0; dx < kw; ++dx) {
+                const float *restrict src = plane + yy * w + dx - pl;
+                float *restrict o = out;
+                if (yy == ya && dx == 0)
+                    for (int64_t ox = in0; ox < in1; ++ox)
+                        o[ox] = src[ox * sw];
+                else
+                    for (int64_t ox = in0; ox < in1; ++ox) {
+                        const float v = src[ox * sw], b = o[ox];
+                        o[ox] = (v > b || v != v) ? v : b;
+                    }
+            }
+        for (int64_t ox = 0; ox < g->ow; ++ox) { /* the clipped windows */
+            if (ox == in0)
+                ox = in1;
+            if (ox >= g->ow)
+                break;
             int64_t xa, xb;
             window_cols(g, ox, &xa, &xb);
             float b = -__builtin_inff();

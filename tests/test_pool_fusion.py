@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import minigraph as mg
 from minigraph import ops
-from minigraph.backends import native
+from minigraph.backends import native, pooling_kernels
 
 pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="the fused C kernels")
 
@@ -137,3 +137,47 @@ def test_fused_pool_kernels_give_the_same_bits_for_any_thread_count(case, seed):
     shape, attrs = case
     assert np.prod(shape) >= 1 << 15  # (mg_stream_threads: smaller tensors take one thread)
     _compare(shape, attrs, seed, 0.05, threads=[1, 2, 3, 7])
+
+
+def _row_major_max(plane: np.ndarray, k, s, pads, out) -> np.ndarray:
+    """Each window's in-bounds elements scanned row-major from the first, a later element
+    replacing the maximum when greater or NaN (kernels_c/pooling.h's MaxPool: the last NaN,
+    else the first of equal maxima, so +0 and -0 keep their order)."""
+    h, w = plane.shape
+    result = np.empty(out, F32)
+    for oy in range(out[0]):
+        for ox in range(out[1]):
+            top, left = oy * s[0] - pads[0], ox * s[1] - pads[1]
+            window = [plane[y, x] for y in range(max(top, 0), min(top + k[0], h))
+                      for x in range(max(left, 0), min(left + k[1], w))]
+            best = window[0]
+            for v in window[1:]:
+                best = v if (v > best or v != v) else best
+            result[oy, ox] = best
+    return result
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(1, 3), st.integers(1, 3),
+       st.integers(1, 30), st.integers(1, 12), st.data())
+def test_single_channel_max_pool_scans_each_window_row_major(kh, kw, sh, sw, w, h, data):
+    """NCHW planes (MaxPool's single-channel loops, whole windows a window offset at a time
+    over a row of outputs, clipped ones alone): every output's bits, signed zeros and NaN
+    payloads included, are the row-major scan's, on every ISA."""
+    pt, pl = data.draw(st.integers(0, kh - 1)), data.draw(st.integers(0, kw - 1))
+    h, w = max(h, kh - pt), max(w, kw - pl)
+    out = ((h + pt - kh) // sh + 1, (w + pl - kw) // sw + 1)
+    out = tuple(max(o, 1) for o in out)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
+    x = rng.choice(VALUES, (2, 3, h, w))
+    x.view(np.uint32)[rng.random(x.shape) < 0.1] = 0x7FC00001  # a NaN of another payload
+    try:
+        for isa in _isas():
+            native.set_isa(isa)
+            got = pooling_kernels.c_max_pool(x, (kh, kw), (sh, sw), ((pt, 0), (pl, 0)), out,
+                                             False)
+            for i in np.ndindex(x.shape[:2]):
+                expected = _row_major_max(x[i], (kh, kw), (sh, sw), (pt, pl), out)
+                np.testing.assert_array_equal(got[i].view(np.uint32), expected.view(np.uint32))
+    finally:
+        native.set_isa(native.best_isa())
