@@ -101,7 +101,10 @@ static int max_pool_grad_overlapping(pool_geo *geo, int64_t rows, int nt)
         return MG_ENOMEM;
     const pool_kernel_table *t = pool_kernels();
     run_rows(t->max_pool_arg, geo, rows, nt);
-    run_rows(t->max_pool_grad_in, geo, images * geo->h, nt);
+    if (geo->c == 1) /* NCHW planes: a scatter per image, no branch per element */
+        run_rows(t->max_pool_grad_c1_images, geo, images, nt);
+    else
+        run_rows(t->max_pool_grad_in, geo, images * geo->h, nt);
     free(geo->arg);
     return 0;
 }

@@ -36,6 +36,17 @@ static inline void window_cols(const pool_geo *g, int64_t ox, int64_t *xa, int64
     *xb = right > g->w ? g->w : right;
 }
 
+/* Outputs [*in0, *in1) of a row have whole windows along the width (none clipped by the left
+ * or right edge): ox * sw - pl >= 0 and ox * sw - pl + kw <= w; an empty range when none do */
+static inline void whole_cols(const pool_geo *g, int64_t *in0, int64_t *in1)
+{
+    const int64_t first = (g->pl + g->sw - 1) / g->sw;
+    int64_t end = g->w - g->kw + g->pl < 0 ? 0 : (g->w - g->kw + g->pl) / g->sw + 1;
+    end = end > g->ow ? g->ow : end;
+    *in0 = first;
+    *in1 = end < first ? first : end;
+}
+
 /* The outputs whose windows cover input index i along one axis (size n, window k, stride s,
  * leading pad p, `out` outputs): [*lo, *hi), possibly empty */
 static inline void covering(int64_t i, int64_t k, int64_t s, int64_t p, int64_t out,
@@ -78,6 +89,7 @@ typedef struct {
     pool_rows_fn max_pool_grad; /* dx: g at each window's first maximum, +0 elsewhere      */
     pool_rows_fn max_pool_arg;  /* arg: each window's first maximum (overlapping windows)  */
     pool_rows_fn max_pool_grad_in; /* dx from arg and g (overlapping windows)             */
+    pool_rows_fn max_pool_grad_c1_images; /* the same over single-channel images [lo, hi) */
     pool_rows_fn avg_pool;      /* y: each window's mean                                    */
     pool_rows_fn avg_pool_grad_in; /* dx: each covering window's g / count, added up       */
 } pool_kernel_table;
