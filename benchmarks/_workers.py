@@ -9,7 +9,9 @@ ratio is measured in the same run.
 
 The protocol is one line each way. The worker prints ``ready <json>`` once it is set up (its
 own facts: losses, time to first step, ...), then answers ``time K`` (seconds for K calls,
-after two untimed ones), ``rss`` (peak resident bytes, ``VmHWM``), any command of its
+after two untimed ones), ``cputime K`` (the same in the process's CPU seconds, all its
+threads: with one thread, a measure that a busy machine's preemptions leave out), ``rss``
+(peak resident bytes, ``VmHWM``), any command of its
 ``handlers`` (``name argument`` -> one line back) and stops at ``quit`` or end of input.
 """
 
@@ -46,13 +48,14 @@ def serve(run: Callable[[], object], ready: dict,
     print("ready " + json.dumps(ready), flush=True)
     for line in sys.stdin:
         command, _, argument = line.strip().partition(" ")
-        if command == "time":
+        if command in ("time", "cputime"):
+            clock = time.perf_counter if command == "time" else time.process_time
             for _ in range(WARMUP_CALLS):
                 run()
-            start = time.perf_counter()
+            start = clock()
             for _ in range(int(argument)):
                 run()
-            reply = str(time.perf_counter() - start)
+            reply = str(clock() - start)
         elif command == "rss":
             reply = str(peak_rss_bytes())
         elif command in handlers:
@@ -104,12 +107,13 @@ class Worker:
                 self.process.wait()
 
 
-def interleaved_medians(workers: dict[str, Worker], repeats: int, min_sample: float = 0.02,
-                        settle: float = 0.005) -> dict[str, float]:
-    """Median seconds per call of each worker's ``run``, sampled round-robin, the order
-    rotating each round; before each sample the previous worker's threads get ``settle``
-    seconds to stop spinning, and a sample times k calls, k chosen so it lasts at least
-    ``min_sample`` (as ``_common.time_interleaved`` does inside one process)."""
+def interleaved_samples(workers: dict[str, Worker], repeats: int, min_sample: float = 0.02,
+                        settle: float = 0.005, clock: str = "time") -> dict[str, list[float]]:
+    """``repeats`` samples of seconds per call of each worker's ``run``, taken round-robin,
+    the order rotating each round; before each sample the previous worker's threads get
+    ``settle`` seconds to stop spinning, and a sample times k calls, k chosen so it lasts at
+    least ``min_sample`` (as ``_common.time_interleaved`` does inside one process). ``clock``:
+    ``time`` (wall) or ``cputime`` (the worker's CPU seconds)."""
     counts = {name: max(1, int(min_sample / max(float(w.ask("time 1")), 1e-7)))
               for name, w in workers.items()}
     samples: dict[str, list[float]] = {name: [] for name in workers}
@@ -117,6 +121,13 @@ def interleaved_medians(workers: dict[str, Worker], repeats: int, min_sample: fl
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
             time.sleep(settle)
-            samples[name].append(float(workers[name].ask(f"time {counts[name]}"))
+            samples[name].append(float(workers[name].ask(f"{clock} {counts[name]}"))
                                  / counts[name])
+    return samples
+
+
+def interleaved_medians(workers: dict[str, Worker], repeats: int, min_sample: float = 0.02,
+                        settle: float = 0.005) -> dict[str, float]:
+    """Median seconds per call of each worker's ``run`` (:func:`interleaved_samples`)."""
+    samples = interleaved_samples(workers, repeats, min_sample, settle)
     return {name: statistics.median(values) for name, values in samples.items()}
