@@ -637,8 +637,13 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
             k.K < k.tab->bwf_rows[nvec] ? k.tab->bwf_small_rows : k.tab->bwf_rows[nvec];
         *(last ? &k.tlast : &k.tfull) = (k.K + R - 1) / R;
     }
-    /* images per chunk: the chunk's padded x and dy stay in L1 (~24 KB) */
-    const int64_t img_bytes = (k.pad.hp * k.pad.wp * c + out_h * out_w * co) * 4;
+    /* images per chunk: what a work item's tiles read of the chunk stays in L1 (~24 KB):
+     * per padded pixel a 64-byte line of x (a tile's rows; the item's tiles are mostly of
+     * one tap row, their rows adjacent), per output pixel a block's 64 channels of dy.
+     * (Counting every channel held 4 x 4 images of 128 channels at one image a chunk,
+     * their tiles storing and reloading their sums every 16 pixels.) */
+    const int64_t img_bytes = (k.pad.hp * k.pad.wp * (c < 16 ? c : 16) +
+                               out_h * out_w * (co < 64 ? co : 64)) * 4;
     k.chunk = 24576 / img_bytes > 1 ? 24576 / img_bytes : 1;
     int err = 0;
     k.xp = mg_alloc_floats(n * k.pad.hp * k.pad.wp * c + NN_SLACK);

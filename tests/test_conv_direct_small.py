@@ -1,12 +1,14 @@
-"""The direct convolution engine (kernels_c/convolution.c: Conv2D and the stride-1
-Conv2DBackpropInput) on batches of small images, whose work items hold several whole images
-and whose tiles take pixels across rows and images: shape families of 1-9 pixel sides, 4-40
-images, 1-70 channels, both layouts, the forward's strides 1-2, SAME / VALID.
+"""The direct convolution kernels (kernels_c/convolution.c: Conv2D and the stride-1
+Conv2DBackpropInput, whose work items hold several whole small images and whose tiles take
+pixels across rows and images; Conv2DBackpropFilter, whose chunks hold several small
+images) on batches of small images: shape families of 1-9 pixel sides, 4-40 images, 1-70
+channels, both layouts, the forward's strides 1-2, SAME / VALID.
 
 Accuracy: every output is one chain of K fused multiply-adds (taps row-major, then
 channels; K = kh * kw * c forward, kh * kw * co for the input gradient), so
 ``|result - exact| <= gamma_K * sum |terms|`` against the float64 correlation
-(test_conv_gemm.exact_conv, independent of the kernels). Determinism: the chain depends on
+(test_conv_gemm.exact_conv, independent of the kernels; the filter gradient's K is the
+n * out_h * out_w pixels). Determinism: the chain depends on
 the shape only, so the bits do not change with the thread count (which changes how many
 images an item holds), nor (AVX-512) between the direct and the implicit GEMM routes, and
 the fused epilogue gives the bits of the separate pass.
@@ -141,3 +143,30 @@ def test_forward_is_the_gemm_route_bit_for_bit_and_fuses_its_epilogue(case, acti
                 == ck.c_conv_gemm(x, f, window).tobytes())
     finally:
         native.set_isa(isa)
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=small_image_cases())
+def test_filter_gradient_within_gamma_and_bit_identical_for_any_thread_count(case):
+    """df[i, j, ci, o] = sum over images and output pixels of x[n, p + i - top, q + j - left,
+    ci] * dy[n, p, q, o]: one chain per element over n * out_h * out_w pixels, image by image
+    (chunks of several small images carry it through df), whatever the thread count."""
+    from minigraph.backends import convolution_kernels as ck
+    from minigraph.backends import native
+    pads, out = geometry(case, (1, 1))
+    assume(min(out) > 0)
+    rng = np.random.default_rng(case["seed"])
+    x = rng.standard_normal((case["n"], case["h"], case["w"], case["c"])).astype(F32)
+    dy = rng.standard_normal((case["n"], *out, case["co"])).astype(F32)
+    last = case["channels_last"]
+    df = each_thread_count(native, lambda: ck.c_conv2d_backprop_filter(
+        layout(x, last), layout(dy, last), case["k"], pads, last))
+    # the correlation of x (as [c images of one channel]) with dy (as a [out, n, co] filter)
+    xt = x.transpose(3, 1, 2, 0)  # [c, h, w, n]
+    (top, bottom), (left, right) = pads
+    back = ((top, bottom + out[0] - 1 - (case["h"] + top + bottom - case["k"][0])),
+            (left, right + out[1] - 1 - (case["w"] + left + right - case["k"][1])))
+    exact, mags = exact_conv(xt, dy.transpose(1, 2, 0, 3), (1, 1), (1, 1), back, 1)
+    exact, mags = (a.transpose(1, 2, 0, 3) for a in (exact, mags))
+    assert_within_gamma(df, exact[:case["k"][0], :case["k"][1]],
+                        mags[:case["k"][0], :case["k"][1]], case["n"] * out[0] * out[1])
