@@ -236,6 +236,8 @@ static nn_fwd_fn block_init(const fwd_ctx *k, int64_t b, nn_fwd_tile *t, int *pi
     t->f = k->fp + b * 64;
     t->ch0 = b * 64;
     *pixels = k->tab->fwd_pixels[nvec];
+    if (t->last_lanes <= 8 && k->tab->fwd_half[nvec])
+        return k->tab->fwd_half[nvec];
     return k->tab->fwd[nvec];
 }
 

@@ -66,6 +66,7 @@ typedef void (*nn_transpose_fn)(const float *const *src, int nsrc, int lanes,
 typedef struct {
     int fwd_pixels[5];
     nn_fwd_fn fwd[5];
+    nn_fwd_fn fwd_half[5]; /* the same for last_lanes <= 8 (NULL: use fwd) */
     int bwf_rows[5];
     nn_bwf_fn bwf[5];
     int bwf_small_rows;
