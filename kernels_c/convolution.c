@@ -575,9 +575,12 @@ static void bwf_units(bwf_ctx *k, int64_t lo, int64_t hi)
             const int nvec = (int)block_nvec(co, b);
             const int small = k->K < k->tab->bwf_rows[nvec];
             const int R = small ? k->tab->bwf_small_rows : k->tab->bwf_rows[nvec];
-            const nn_bwf_fn fn = small ? k->tab->bwf_small[nvec] : k->tab->bwf[nvec];
             t.nvec = nvec;
             t.last_lanes = (b + 1) * 64 >= co ? (int)(co - b * 64 - (nvec - 1) * 16) : 16;
+            const nn_bwf_fn half = t.last_lanes > 8 ? NULL
+                                   : small ? k->tab->bwf_small_half[nvec] : k->tab->bwf_half[nvec];
+            const nn_bwf_fn fn = half ? half
+                                 : small ? k->tab->bwf_small[nvec] : k->tab->bwf[nvec];
             for (int64_t u = u0; u < u1; ++u) {
                 const int64_t i = (u - first) / tpr, t0 = (u - first) % tpr * R;
                 t.nrows = (int)(k->K - t0 < R ? k->K - t0 : R);

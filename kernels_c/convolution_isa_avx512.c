@@ -6,7 +6,7 @@
  * vectors; per pixel, V dy vectors are loaded and each row's input value broadcast.
  * P x V (forward): 10x1, 12x2, 8x3, 6x4 (also with a last vector of at most 8 channels
  * in a ymm register: `fwd_half`); R x V (filter gradient): 12x1, 12x2, 8x3, 6x4
- * (and 4xV for short filter rows). 10 pixels, not 12, for one vector: with 12, the pixels'
+ * (and 4xV for short filter rows; each also with a ymm last vector). 10 pixels, not 12, for one vector: with 12, the pixels'
  * 12 input pointers and the loop's own registers outgrow the 15 general registers, GCC
  * moves two pointers through vector registers on every tap, and the tile ran ~7% slower.
  *
@@ -114,10 +114,13 @@ static inline __attribute__((always_inline)) void fwd_body(const nn_fwd_tile *t,
     }
 }
 
+/* H = 1: the last vector (at most 8 channels) in a ymm register, as fwd_body's */
 static inline __attribute__((always_inline)) void bwf_body(const nn_bwf_tile *t, const int R,
-                                                           const int V)
+                                                           const int V, const int H)
 {
     __m512 acc[NN_MAX_TILE][4];
+    __m256 half[NN_MAX_TILE];
+    const int W = V - H; /* zmm vectors */
     __mmask16 m[4];
     UNROLL for (int v = 0; v < V; ++v) m[v] = v == V - 1 ? lane_mask(t->last_lanes) : 0xffff;
     UNROLL for (int r = 0; r < R; ++r)
@@ -125,6 +128,7 @@ static inline __attribute__((always_inline)) void bwf_body(const nn_bwf_tile *t,
         const float *d = t->df + (r < t->nrows ? r : t->nrows - 1) * t->df_stride;
         UNROLL for (int v = 0; v < V; ++v) acc[r][v] =
             t->accumulate ? _mm512_maskz_loadu_ps(m[v], d + 16 * v) : _mm512_setzero_ps();
+        half[r] = _mm512_castps512_ps256(acc[r][V - 1]);
     }
     const int64_t c = t->c, ds = t->dy_stride;
     for (int64_t n = 0; n < t->nimg; ++n)
@@ -133,16 +137,22 @@ static inline __attribute__((always_inline)) void bwf_body(const nn_bwf_tile *t,
             const float *dq = t->dy + ((n * t->oh + y) * t->ow) * ds;
             for (int64_t x = 0; x < t->ow; ++x, xq += c, dq += ds) {
                 __m512 d[4];
-                UNROLL for (int v = 0; v < V; ++v) d[v] = _mm512_maskz_loadu_ps(m[v], dq + 16 * v);
+                UNROLL for (int v = 0; v < W; ++v) d[v] = _mm512_maskz_loadu_ps(m[v], dq + 16 * v);
+                const __m256 dh = H ? _mm256_maskz_loadu_ps((__mmask8)m[W], dq + 16 * W)
+                                    : _mm256_setzero_ps();
                 UNROLL for (int r = 0; r < R; ++r)
                 {
                     const __m512 b = _mm512_set1_ps(xq[r]);
-                    UNROLL for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(b, d[v], acc[r][v]);
+                    UNROLL for (int v = 0; v < W; ++v) acc[r][v] = _mm512_fmadd_ps(b, d[v], acc[r][v]);
+                    if (H)
+                        half[r] = _mm256_fmadd_ps(_mm256_set1_ps(xq[r]), dh, half[r]);
                 }
             }
         }
     UNROLL for (int r = 0; r < R; ++r)
     {
+        if (H)
+            acc[r][W] = _mm512_zextps256_ps512(half[r]);
         if (r < t->nrows) {
             float *d = t->df + r * t->df_stride;
             UNROLL for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(d + 16 * v, m[v], acc[r][v]);
@@ -154,7 +164,8 @@ static inline __attribute__((always_inline)) void bwf_body(const nn_bwf_tile *t,
     static void fwd_##P##x##V(const nn_fwd_tile *t) { fwd_body(t, P, V, 0); }                \
     static void fwd_##P##x##V##h(const nn_fwd_tile *t) { fwd_body(t, P, V, 1); }
 #define BWF(R, V)                                                                            \
-    static void bwf_##R##x##V(const nn_bwf_tile *t) { bwf_body(t, R, V); }
+    static void bwf_##R##x##V(const nn_bwf_tile *t) { bwf_body(t, R, V, 0); }                \
+    static void bwf_##R##x##V##h(const nn_bwf_tile *t) { bwf_body(t, R, V, 1); }
 
 FWD(10, 1)
 FWD(12, 2)
@@ -218,8 +229,10 @@ const conv_kernel_table conv_kernels_avx512 = {
     .fwd_half = {0, fwd_10x1h, fwd_12x2h, fwd_8x3h, fwd_6x4h},
     .bwf_rows = {0, 12, 12, 8, 6},
     .bwf = {0, bwf_12x1, bwf_12x2, bwf_8x3, bwf_6x4},
+    .bwf_half = {0, bwf_12x1h, bwf_12x2h, bwf_8x3h, bwf_6x4h},
     .bwf_small_rows = 4,
     .bwf_small = {0, bwf_4x1, bwf_4x2, bwf_4x3, bwf_4x4},
+    .bwf_small_half = {0, bwf_4x1h, bwf_4x2h, bwf_4x3h, bwf_4x4h},
     .transpose = transpose_16,
 };
 
