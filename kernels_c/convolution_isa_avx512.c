@@ -4,11 +4,12 @@
  * accumulators (24 of the 32 registers); per filter tap, V filter vectors are loaded and
  * each pixel's input value is broadcast into V FMAs. Filter gradient: R filter rows x V
  * vectors; per pixel, V dy vectors are loaded and each row's input value broadcast.
- * P x V (forward): 10x1, 12x2, 8x3, 6x4 (also with a last vector of at most 8 channels
- * in a ymm register: `fwd_half`); R x V (filter gradient): 12x1, 12x2, 8x3, 6x4
- * (and 4xV for short filter rows; each also with a ymm last vector). 10 pixels, not 12, for one vector: with 12, the pixels'
- * 12 input pointers and the loop's own registers outgrow the 15 general registers, GCC
- * moves two pointers through vector registers on every tap, and the tile ran ~7% slower.
+ * P x V (forward): 10x1, 12x2, 8x3, 6x4; R x V (filter gradient): 12x1, 12x2, 8x3, 6x4
+ * (and 4xV for short filter rows); each also with its last vector of at most 8 channels in
+ * a ymm register (`fwd_half`, `bwf_half`, `bwf_small_half`). 10 pixels, not 12, for one
+ * vector: with 12, the pixels' 12 input pointers and the loop's own registers outgrow the
+ * 15 general registers, GCC moves two pointers through vector registers on every tap, and
+ * the tile ran ~7% slower.
  *
  * The AVX-512 instantiation of the family (its table is conv_kernels_avx512, as
  * convolution_template.h defines the others'), hand-written for speed. Compiled for these
