@@ -383,7 +383,7 @@ typedef struct {
     const float *x, *dy;
     float *part, *scratch;
     int64_t cols, panels, ncp, nblocks, nchunks, chunk, pixels;
-    int64_t scratch_floats; /* per thread: the packed im2col block, then the packed dy block */
+    int64_t scratch_floats; /* per thread: the packed im2col block */
 } filter_call;
 
 /* One copy of the im2col packing: `len` floats of x at `offset` from a pixel's window
@@ -436,6 +436,30 @@ static int64_t im2col_pieces(const geometry *g, int64_t grp, int64_t c0, int64_t
     return count;
 }
 
+/* The packing's short copies (runs of a few dozen floats): inline 16-byte moves, not library
+ * calls (a call costs as much as such a copy; the attribute keeps GCC from turning the loops
+ * back into memmove / memset calls) */
+typedef float floats4 __attribute__((vector_size(16), aligned(4), may_alias));
+#define NO_LIBCALL __attribute__((optimize("no-tree-loop-distribute-patterns")))
+
+static NO_LIBCALL void copy_floats(float *dst, const float *src, int64_t len)
+{
+    int64_t j = 0;
+    for (; j + 4 <= len; j += 4)
+        *(floats4 *)(dst + j) = *(const floats4 *)(src + j);
+    for (; j < len; ++j)
+        dst[j] = src[j];
+}
+
+static NO_LIBCALL void zero_floats(float *dst, int64_t len)
+{
+    int64_t j = 0;
+    for (; j + 4 <= len; j += 4)
+        *(floats4 *)(dst + j) = (floats4){0.0f, 0.0f, 0.0f, 0.0f};
+    for (; j < len; ++j)
+        dst[j] = 0.0f;
+}
+
 /* im2col of x for pixels k0 .. k0 + kc - 1 and columns [32 p0, 32 p1) of group grp:
  * bp[p - p0][k - k0][jj] = x at pixel k's tap (col / cig), channel grp*cig + col % cig
  * (col = 32 p + jj; zero outside x and past the columns). */
@@ -450,9 +474,8 @@ static void pack_im2col(const filter_call *fc, int64_t grp, int64_t k0, int64_t 
     const int64_t ntaps = im2col_pieces(g, grp, c0, c1, taps, runs, &nruns, e);
     if (c1 - c0 < width) /* the columns past the last: zero in every row */
         for (int64_t k = 0; k < kc; ++k)
-            memset(bp + (p1 - p0 - 1) * panel_floats + k * MG_GEMM_NR +
-                       (c1 - c0) % MG_GEMM_NR, 0,
-                   (size_t)(width - (c1 - c0)) * sizeof(float));
+            zero_floats(bp + (p1 - p0 - 1) * panel_floats + k * MG_GEMM_NR +
+                            (c1 - c0) % MG_GEMM_NR, width - (c1 - c0));
     int64_t img = k0 / (g->oh * g->ow), p = k0 / g->ow % g->oh, q = k0 % g->ow;
     for (int64_t k = 0; k < kc; ++k) {
         const int64_t y = p * g->sh, x = q * g->sw;
@@ -460,16 +483,16 @@ static void pack_im2col(const filter_call *fc, int64_t grp, int64_t k0, int64_t 
         float *row = bp + k * MG_GEMM_NR;
         if (y + e[0] >= 0 && y + e[1] < g->h && x + e[2] >= 0 && x + e[3] < g->w) {
             for (int64_t i = 0; i < nruns; ++i)
-                memcpy(row + runs[i].panel * panel_floats + runs[i].off,
-                       origin + runs[i].offset, (size_t)runs[i].len * sizeof(float));
+                copy_floats(row + runs[i].panel * panel_floats + runs[i].off,
+                            origin + runs[i].offset, runs[i].len);
         } else {
             for (int64_t i = 0; i < ntaps; ++i) {
                 const piece *t = &taps[i];
                 float *dst = row + t->panel * panel_floats + t->off;
                 if (y + t->dy_ >= 0 && y + t->dy_ < g->h && x + t->dx_ >= 0 && x + t->dx_ < g->w)
-                    memcpy(dst, origin + t->offset, (size_t)t->len * sizeof(float));
+                    copy_floats(dst, origin + t->offset, t->len);
                 else
-                    memset(dst, 0, (size_t)t->len * sizeof(float));
+                    zero_floats(dst, t->len);
             }
         }
         if (++q == g->ow) {
@@ -482,39 +505,21 @@ static void pack_im2col(const filter_call *fc, int64_t grp, int64_t k0, int64_t 
     }
 }
 
-/* dy's columns of group grp for pixels k0 .. k0 + kc - 1, per tile of mr output channels
- * [k][mr] (the tile of o0 at ap + o0 * kc): the micro-kernel then reads one cache line per
- * step of k, where dy itself has its pixels co floats apart. */
-static void pack_dy(const filter_call *fc, int64_t grp, int64_t k0, int64_t kc, int mr,
-                    float *ap)
-{
-    const geometry *g = &fc->g;
-    for (int64_t o0 = 0; o0 < g->cog; o0 += mr) {
-        const int64_t valid = min64(mr, g->cog - o0);
-        const float *src = fc->dy + k0 * g->co + grp * g->cog + o0;
-        float *dst = ap + o0 * kc;
-        for (int64_t k = 0; k < kc; ++k)
-            memcpy(dst + k * mr, src + k * g->co, (size_t)valid * sizeof(float));
-    }
-}
-
 static void filter_item(void *ctx, int64_t item, int tid)
 {
     const filter_call *fc = ctx;
     const geometry *g = &fc->g;
-    const int mr = fc->t->mr;
     const int64_t pb = item % fc->nblocks, rest = item / fc->nblocks;
     const int64_t chunk = rest % fc->nchunks, grp = rest / fc->nchunks;
     const int64_t p0 = pb * fc->ncp, p1 = min64(p0 + fc->ncp, fc->panels);
     const int64_t kb = chunk * fc->chunk, ke = min64(fc->pixels, kb + fc->chunk);
     const int64_t ldc = fc->panels * MG_GEMM_NR;
     float *bp = fc->scratch + (int64_t)tid * fc->scratch_floats;
-    float *ap = bp + fc->ncp * KC * MG_GEMM_NR;
     float *part = fc->part + (chunk * g->groups + grp) * g->cog * ldc;
     for (int64_t k0 = kb; k0 < ke; k0 += KC) {
         const int64_t kc = min64(KC, ke - k0);
         pack_im2col(fc, grp, k0, kc, p0, p1, bp);
-        pack_dy(fc, grp, k0, kc, mr, ap);
+        const float *ap = fc->dy + k0 * g->co + grp * g->cog; /* A[o][k] = ap[k * co + o] */
         for (int64_t p = p0; p < p1; ++p) {
             const int nr = (int)min64(MG_GEMM_NR, fc->cols - p * MG_GEMM_NR);
             int tr; /* rows per tile: the narrow kernel's for a panel of <= 16 columns */
@@ -522,11 +527,9 @@ static void filter_item(void *ctx, int64_t item, int tid)
             for (int64_t o0 = 0; o0 < g->cog; o0 += tr) {
                 const int valid = (int)min64(tr, g->cog - o0);
                 const float *rows[GEMM_MR_MAX];
-                for (int i = 0; i < tr; ++i) { /* channel o at k: ap[(o - o % mr) kc + k mr + o % mr] */
-                    const int64_t o = o0 + (i < valid ? i : valid - 1);
-                    rows[i] = ap + o / mr * mr * kc + o % mr;
-                }
-                micro(kc, rows, mr, bp + (p - p0) * kc * MG_GEMM_NR,
+                for (int i = 0; i < tr; ++i)
+                    rows[i] = ap + o0 + (i < valid ? i : valid - 1);
+                micro(kc, rows, g->co, bp + (p - p0) * kc * MG_GEMM_NR,
                       part + o0 * ldc + p * MG_GEMM_NR, ldc, valid, nr, k0 > kb);
             }
         }
@@ -589,7 +592,7 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
     const int64_t ncp = panels_per_block(panels, groups * nchunks, nt);
     filter_call fc = {kernels(), g, x, dy, NULL, NULL, cols, panels, ncp,
                       ceil_div(panels, ncp), nchunks, ceil_div(pixels, nchunks), pixels,
-                      ncp * KC * MG_GEMM_NR + (g.cog + GEMM_MR_MAX) * KC};
+                      ncp * KC * MG_GEMM_NR};
     fc.part = mg_alloc_floats(nchunks * groups * g.cog * panels * MG_GEMM_NR);
     fc.scratch = mg_alloc_floats((int64_t)nt * fc.scratch_floats);
     int code = MG_ENOMEM;
