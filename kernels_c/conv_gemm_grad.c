@@ -171,20 +171,25 @@ static void input_tile(const input_call *b, const float **rows, unsigned char *l
     const phase_tap *rt = b->row_taps + py * g->kh, *ct = b->col_taps + px * g->kw;
     for (int64_t ti = 0; ti < nrt; ++ti) {
         const int64_t dyr = a + rt[ti].delta;
+        const int row_in = dyr >= 0 && dyr < g->oh;
         for (int64_t tj = 0; tj < nct; ++tj) {
-            const int64_t t = ti * nct + tj;
+            const int64_t t = ti * nct + tj, first = b0 + ct[tj].delta; /* pixel 0's dy column */
             const float **r = rows + t * GEMM_MR_MAX;
-            live[t] = 0;
-            for (int i = 0; i < cnt; ++i) {
-                const int64_t dyc = b0 + i + ct[tj].delta;
+            /* the pixels i in [lo, hi) read dy pixels inside dy, one after the other */
+            const int lo = row_in ? (int)min64(cnt, max64(0, -first)) : cnt;
+            const int hi = row_in ? (int)max64(lo, min64(cnt, g->ow - first)) : cnt;
+            const float *src = b->dy + ((img * g->oh + dyr) * g->ow + first) * g->co +
+                               grp * g->cog;
+            int i = 0;
+            for (; i < lo; ++i)
                 r[i] = b->zeros;
-                if (dyr >= 0 && dyr < g->oh && dyc >= 0 && dyc < g->ow) {
-                    r[i] = b->dy + ((img * g->oh + dyr) * g->ow + dyc) * g->co + grp * g->cog;
-                    live[t] = 1;
-                }
-            }
-            for (int i = cnt; i < GEMM_MR_MAX; ++i)
+            for (; i < hi; ++i)
+                r[i] = src + i * g->co;
+            for (; i < cnt; ++i)
+                r[i] = b->zeros;
+            for (; i < GEMM_MR_MAX; ++i)
                 r[i] = r[cnt - 1];
+            live[t] = hi > lo;
         }
     }
     float *c = b->dx + ((img * g->h + y) * g->w + px + b0 * g->sw) * g->c + grp * g->cig;
