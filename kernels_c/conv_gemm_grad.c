@@ -44,7 +44,9 @@
 
 #include "gemm_internal.h"
 
-enum { MB = 96, KC = 256, NCP_MAX = 8, FILTER_ITEMS = 16, CHUNK_MIN = 2048 };
+/* TILE_PIXELS: the most pixels of an input gradient tile: the narrow kernel's 24 rows would
+ * keep 24 row pointers, more than the general registers, and ran ~10% slower than 8-12 */
+enum { MB = 96, KC = 256, TILE_PIXELS = 12, NCP_MAX = 8, FILTER_ITEMS = 16, CHUNK_MIN = 2048 };
 
 static const gemm_kernel_table *kernels(void)
 {
@@ -351,6 +353,7 @@ int mg_conv2d_gemm_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, in
         goto done;
     int mr;
     gemm_micro_for(kernels(), (int)min64(g.cig, MG_GEMM_NR), &mr);
+    mr = mr < TILE_PIXELS ? mr : TILE_PIXELS;
     input_call call = {kernels(), g, dy, packed, zeros, dx, row_taps, col_taps, nrow, ncol,
                        phase_k, rows, live, phx, panels, ncp, nblocks, k_group, row_block,
                        row_blocks, max_taps, mr};
