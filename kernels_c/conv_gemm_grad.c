@@ -7,29 +7,29 @@
  * pixels, N = cig (one group) and K = its taps x cog: A's row for pixel m and tap t is the
  * dy pixel (a + di, b + dj) of m's image, cog contiguous floats (or a row of zeros where
  * that pixel lies outside dy), read in place by the micro-kernel's row pointers; B is the
- * filter transposed to [taps x cog][cig] per group, packed once into 32-column panels (with
- * cig <= 16 the narrow micro-kernel runs the one half-empty panel, gemm_internal.h). In
- * the packing the taps of a filter row that one column phase uses are adjacent, j
- * descending: with dilation_w dividing stride_w they read adjacent dy pixels (one column
- * further per tap), so with one group a pixel whose window row lies inside dy reads the
- * whole row's K (taps x cog floats) as one run from dy, one micro-kernel call for the
- * row's taps (a pixel at dy's left or right edge, whose row run is at most 256 floats, reads
- * a copy of it with zeros for the taps outside dy, so that small-channel tiles stay on
- * this path). Items of the worker pool: (phase, group, block of 96 pixels, block of panels);
- * an item runs, per filter row, the tiles of mr pixels each of whose pixels reads all or
- * none of the row's taps in one pass (runs of up to 256 of K), the other tiles tap by tap
- * (pixels outside dy read a row of zeros), in the same order (i, then j descending, then
- * o), into a per-thread block of C, then writes the block's rows to their dx pixels (a
- * phase's pixels are not evenly spaced in dx). A tile none of whose pixels a tap reaches
- * skips it (its chain has no term there); pixels no tap reaches are written as zero.
+ * filter transposed per group and phase to [the phase's taps (i ascending, j descending)
+ * x cog][cig], packed once into 32-column panels, the phases one after the other (with
+ * cig <= 16 the narrow micro-kernel runs the one half-empty panel, gemm_internal.h).
+ * A tile is up to TILE_PIXELS consecutive pixels of one phase row (b0 .. b0 + cnt - 1 of
+ * dx row Y, column phase px): they read consecutive dy pixels through every tap (a range
+ * of them inside dy, zero rows outside), and their dx pixels are sw * c floats apart, so
+ * the micro-kernel stores the C tile in dx in place (ldc = sw * c; no scratch, no copy).
+ * With one narrow panel a tile runs each run of consecutive taps that reach some of its
+ * pixels in one call of the narrow kernel over all of them (gemm_kernel_table.narrow_taps:
+ * the tile in registers for all its K), else tap by tap, per block of KC of cog, per
+ * panel. Items of the worker pool: (group, block of panels, image, block of dx rows); an
+ * item first writes the zeros of its rows' phases that no tap reaches (the whole row,
+ * contiguous, where it owns every channel: for a 1x1 stride-2 convolution 3/4 of dx), then
+ * the tiles. A tap that reaches no pixel of a tile is left out of its chain (no term);
+ * a tile no tap reaches is written as zero.
  *
  * Filter gradient: df^T = dy^T * im2col(x) per group: M = cog (A's row o is dy's column
  * g*cog + o), N = kh*kw*cig (column tap*cig + c), K = the n*out_h*out_w output pixels. Per
  * block of 256 pixels an item packs B, the im2col of x, for its panels only (copies of the
- * contiguous runs of x channels from tables built once per item, zeros outside x), and
- * dy's block per tile of mr channels [k][mr] (in dy a tile's step of k is co floats away:
- * a cache line per row and step), then runs every (panel, tile) (a panel of at most 16
- * columns on the narrow micro-kernel, its tiles of more rows made of the packed ones). Putting
+ * contiguous runs of x channels from tables built once per item, zeros outside x, copied
+ * inline), then runs every (panel, tile) with A read in dy in place (a tile's rows are
+ * adjacent channels, its step of k co floats; packing it per tile measured no faster) (a
+ * panel of at most 16 columns on the narrow micro-kernel). Putting
  * the output channels on M (not N) wastes nothing when cog is 16 (tiles of 12 and 4 rows)
  * where 32-column panels of cog would be half empty. Items: (group, pixel range, block of
  * panels); the pixel ranges (mg_conv2d_gemm_filter_chunks, a function of the shapes only)
