@@ -4,7 +4,7 @@
 process (``_workers``), ``--threads`` threads each.
 
     python benchmarks/strided_grads.py [--threads 2] [--rounds 11] [--only resnet8]
-        [--clock wall|cpu] [--statistic median|min]
+        [--clock wall|cpu] [--statistic median|min] [--baseline DIR]
 
 The layers are the stride-2 convolutions of a CIFAR ResNet-8 (batch 32), shapes no kernel
 was tuned on, and ResNet50's (batch 8, 112x112 input, so stage 3 starts at 28x28). Both
@@ -14,7 +14,9 @@ pads 0 before and 1 after for these stride-2 layers, the same work), the same ra
 and return digest numbers of its result, which must agree), then ``time K``; the
 coordinator (which imports no framework) samples the two interleaved
 (``_workers.interleaved_medians``). Columns: ms per call (median), GFLOP/s (2 x multiply-adds
-/ time), PyTorch's time over minigraph's (above 1: minigraph is faster).
+/ time), PyTorch's time over minigraph's (above 1: minigraph is faster). ``--baseline DIR``
+adds a third worker importing minigraph from DIR (another checkout with its extension
+built): before / after in the same run.
 """
 
 from __future__ import annotations
@@ -145,37 +147,45 @@ def main() -> None:
                         help="cpu: the worker's process CPU seconds (all its threads), "
                              "steadier than wall time on a busy machine with --threads 1")
     parser.add_argument("--statistic", choices=("median", "min"), default="median")
+    parser.add_argument("--baseline", help="a checkout whose minigraph to time beside")
     args = parser.parse_args()
     command = "time" if args.clock == "wall" else "cpu"
     statistic = statistics.median if args.statistic == "median" else min
-    workers = {name: Worker([__file__, "--worker", name, "--threads", str(args.threads)],
-                            name=name) for name in ("minigraph", "torch")}
+    def start(name: str, kind: str, env: dict | None = None) -> Worker:
+        return Worker([__file__, "--worker", kind, "--threads", str(args.threads)], env, name)
+
+    workers = {name: start(name, name) for name in ("minigraph", "torch")}
+    if args.baseline:
+        workers["baseline"] = start("baseline", "minigraph",
+                                    dict(os.environ, PYTHONPATH=os.path.abspath(args.baseline)))
     rows = []
     try:
         for index, (model, layer, *_rest) in enumerate(LAYERS):
             if args.only and model != args.only:
                 continue
             for gradient in GRADIENTS:
-                digests = {name: json.loads(w.ask(f"select {index} {gradient}"))
+                digests = {name: np.array(json.loads(w.ask(f"select {index} {gradient}")))
                            for name, w in workers.items()}
-                a, b = np.array(digests["minigraph"]), np.array(digests["torch"])
-                scale = np.abs(a).max() + 1.0
-                agree = np.abs(a - b).max() <= DIGEST_RTOL * scale
+                ours = digests["minigraph"]
+                agree = all(np.abs(ours - d).max() <= DIGEST_RTOL * (np.abs(ours).max() + 1.0)
+                            for d in digests.values())
                 times = interleaved_medians(workers, args.rounds, command=command,
                                             statistic=statistic)
-                mg, pt = times["minigraph"], times["torch"]
-                rows.append([model, layer, gradient, f"{mg * 1e3:.3f}",
-                             f"{flops(index) / mg / 1e9:.0f}", f"{pt * 1e3:.3f}",
-                             f"{flops(index) / pt / 1e9:.0f}", f"{pt / mg:.2f}x",
+                before = [times["baseline"]] if args.baseline else []
+                rows.append([model, layer, gradient,
+                             *(f"{t * 1e3:.3f} ({flops(index) / t / 1e9:.0f})"
+                               for t in [*before, times["minigraph"], times["torch"]]),
+                             f"{times['torch'] / times['minigraph']:.2f}x",
                              "yes" if agree else "NO"])
     finally:
         for w in workers.values():
             w.close()
     print(f"threads: {args.threads}, {args.clock} clock, {args.statistic} of {args.rounds} "
           f"interleaved samples, {time.strftime('%Y-%m-%d %H:%M')}")
-    print(markdown_table(["model", "layer (stride 2)", "gradient", "minigraph ms",
-                          "GFLOP/s", "PyTorch ms", "GFLOP/s", "PyTorch / minigraph",
-                          "results agree"], rows))
+    before = ["baseline ms (GFLOP/s)"] if args.baseline else []
+    print(markdown_table(["model", "layer (stride 2)", "gradient", *before,
+                          "minigraph ms (GFLOP/s)", "PyTorch ms (GFLOP/s)",
+                          "PyTorch / minigraph", "results agree"], rows))
 
 
 if __name__ == "__main__":
