@@ -348,7 +348,7 @@ int mg_conv2d_gemm_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, in
     const int64_t nblocks = ceil_div(panels, ncp);
     packed = mg_alloc_floats(groups * panels * k_group * MG_GEMM_NR);
     rows = malloc((size_t)(nt * (max_taps + 1) * GEMM_MR_MAX) * sizeof(float *));
-    live = malloc((size_t)(nt * max_taps));
+    live = malloc((size_t)(nt * max_taps + 1));
     if (!packed || !rows || !live)
         goto done;
     int mr;
