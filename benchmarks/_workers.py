@@ -107,47 +107,31 @@ class Worker:
                 self.process.wait()
 
 
-<<<<<<< HEAD
 def interleaved_samples(workers: dict[str, Worker], repeats: int, min_sample: float = 0.02,
-                        settle: float = 0.005, clock: str = "time") -> dict[str, list[float]]:
+                        settle: float = 0.005, command: str = "time") -> dict[str, list[float]]:
     """``repeats`` samples of seconds per call of each worker's ``run``, taken round-robin,
     the order rotating each round; before each sample the previous worker's threads get
     ``settle`` seconds to stop spinning, and a sample times k calls, k chosen so it lasts at
-    least ``min_sample`` (as ``_common.time_interleaved`` does inside one process). ``clock``:
-    ``time`` (wall) or ``cputime`` (the worker's CPU seconds)."""
-    counts = {name: max(1, int(min_sample / max(float(w.ask("time 1")), 1e-7)))
-=======
-def interleaved_medians(workers: dict[str, Worker], repeats: int, min_sample: float = 0.02,
-                        settle: float = 0.005, command: str = "time",
-                        statistic: Callable[[list[float]], float] = statistics.median
-                        ) -> dict[str, float]:
-    """Median seconds per call of each worker's ``run``, sampled round-robin, the order
-    rotating each round; before each sample the previous worker's threads get ``settle``
-    seconds to stop spinning, and a sample times k calls, k chosen so it lasts at least
-    ``min_sample`` (as ``_common.time_interleaved`` does inside one process). ``command``:
-    the worker's timing command (``time``: wall seconds; a worker may add others, e.g. CPU
-    seconds), ``statistic``: how the samples reduce (the median; ``min`` on a busy machine)."""
+    least ``min_sample`` (as ``_common.time_interleaved`` does inside one process).
+    ``command``: the worker's timing command (``time``: wall seconds, ``cputime``: the
+    worker's CPU seconds; a worker may add others)."""
     counts = {name: max(1, int(min_sample / max(float(w.ask(f"{command} 1")), 1e-7)))
->>>>>>> main
               for name, w in workers.items()}
     samples: dict[str, list[float]] = {name: [] for name in workers}
     names = list(workers)
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
             time.sleep(settle)
-<<<<<<< HEAD
-            samples[name].append(float(workers[name].ask(f"{clock} {counts[name]}"))
+            samples[name].append(float(workers[name].ask(f"{command} {counts[name]}"))
                                  / counts[name])
     return samples
 
 
 def interleaved_medians(workers: dict[str, Worker], repeats: int, min_sample: float = 0.02,
-                        settle: float = 0.005) -> dict[str, float]:
-    """Median seconds per call of each worker's ``run`` (:func:`interleaved_samples`)."""
-    samples = interleaved_samples(workers, repeats, min_sample, settle)
-    return {name: statistics.median(values) for name, values in samples.items()}
-=======
-            samples[name].append(float(workers[name].ask(f"{command} {counts[name]}"))
-                                 / counts[name])
+                        settle: float = 0.005, command: str = "time",
+                        statistic: Callable[[list[float]], float] = statistics.median
+                        ) -> dict[str, float]:
+    """Per worker, ``statistic`` (the median; ``min`` on a busy machine) of its
+    :func:`interleaved_samples` timed with ``command``."""
+    samples = interleaved_samples(workers, repeats, min_sample, settle, command)
     return {name: statistic(values) for name, values in samples.items()}
->>>>>>> main

@@ -173,7 +173,7 @@ def measure(args) -> tuple[list[list[str]], dict]:
                 for w in workers.values():
                     w.ask(f"case {index} {direction}")
                 samples = interleaved_samples(workers, args.rounds, args.min_sample,
-                                              clock=args.clock)
+                                              command=args.clock)
                 med = {p: statistics.median(s) for p, s in samples.items()}
                 low = {p: min(s) for p, s in samples.items()}
                 for p in med:
