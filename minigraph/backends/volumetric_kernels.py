@@ -1,6 +1,6 @@
-"""numpy kernels of the volumetric ops (``ops.volumetric_ops``).
+"""Kernels of the volumetric ops (``ops.volumetric_ops``).
 
-Conv3D and its backprops run the convolution family's im2col kernels, and MaxPool3D,
+numpy: Conv3D and its backprops run the convolution family's im2col kernels, and MaxPool3D,
 AvgPool3D and AvgPool3DGrad the pooling family's pools (one clipped 1-D pass per spatial
 axis): they take any number of spatial dims, so they are registered here for the 3-D ops as
 they are.
@@ -18,6 +18,11 @@ step is a strided slice of the whole batch, and padding is never visited.
   every addition, as TF's Eigen arithmetic does.
 * MaxPool3DGradGrad: each output takes grad at the first in-bounds element of its window
   (row-major: planes, height, width) equal to orig_output; 0 when none is.
+
+native (``backend="native"``, float32): Conv3D, Conv3DBackpropInputV2 and
+Conv3DBackpropFilterV2 on the GEMM micro-kernels (kernels_c/conv3d_gemm.c, wrapped by
+``backends.conv3d_kernels``) for every stride, dilation and padding, NDHWC and NCDHW; an
+empty tensor, or a size of 2**31 or more, runs the numpy kernel.
 """
 
 from __future__ import annotations
@@ -28,8 +33,16 @@ from collections.abc import Iterator
 import numpy as np
 
 from minigraph.backends import convolution_kernels, pooling_kernels
+from minigraph.backends.compute import fail_for
+from minigraph.backends.conv3d_kernels import (
+    c_conv3d,
+    c_conv3d_backprop_filter,
+    c_conv3d_backprop_input,
+)
+from minigraph.backends.convolution_kernels import NATIVE_CONV, _c_takes
 from minigraph.backends.pooling_kernels import Pool, PoolAxis, pool_setup
 from minigraph.backends.registry import register_kernel
+from minigraph.ops.window import conv_geometry, sizes_to_shape, to_nhwc
 
 register_kernel("Conv3D")(convolution_kernels.conv2d)
 register_kernel("Conv3DBackpropInputV2")(convolution_kernels.conv2d_backprop_input)
@@ -37,6 +50,41 @@ register_kernel("Conv3DBackpropFilterV2")(convolution_kernels.conv2d_backprop_fi
 register_kernel("MaxPool3D")(pooling_kernels.max_pool)
 register_kernel("AvgPool3D")(pooling_kernels.avg_pool)
 register_kernel("AvgPool3DGrad")(pooling_kernels.avg_pool_grad)
+
+
+
+@register_kernel("Conv3D", **NATIVE_CONV)
+def conv3d_native(op, inputs, ctx):
+    x, f = inputs
+    window = conv_geometry(op.attrs, fail_for(op), x.shape, f.shape)
+    if x.size == 0 or f.size == 0 or not _c_takes(window, x.shape, f.shape):
+        return convolution_kernels.conv2d(op, inputs, ctx)
+    return [c_conv3d(x, f, window, op.attrs["data_format"] == "NDHWC")]
+
+
+@register_kernel("Conv3DBackpropInputV2", **NATIVE_CONV)
+def conv3d_backprop_input_native(op, inputs, ctx):
+    sizes, f, dy = inputs
+    fmt = op.attrs["data_format"]
+    fail = fail_for(op)
+    x_shape = sizes_to_shape(sizes.tolist(), "input_sizes", fail, fmt,
+                             to_nhwc(dy.shape, fmt)[0], f.shape[-2])
+    window = conv_geometry(op.attrs, fail, x_shape, f.shape)
+    if dy.size == 0 or 0 in x_shape or not _c_takes(window, x_shape, f.shape):
+        return convolution_kernels.conv2d_backprop_input(op, inputs, ctx)
+    return [c_conv3d_backprop_input(dy, f, to_nhwc(x_shape, fmt), window, fmt == "NDHWC")]
+
+
+@register_kernel("Conv3DBackpropFilterV2", **NATIVE_CONV)
+def conv3d_backprop_filter_native(op, inputs, ctx):
+    x, sizes, dy = inputs
+    f_shape = tuple(sizes.tolist())
+    window = conv_geometry(op.attrs, fail_for(op), x.shape, f_shape)
+    if x.size == 0 or dy.size == 0 or not _c_takes(window, x.shape, f_shape):
+        return convolution_kernels.conv2d_backprop_filter(op, inputs, ctx)
+    return [c_conv3d_backprop_filter(x, dy, f_shape, window,
+                                     op.attrs["data_format"] == "NDHWC")]
+
 
 # TF's tie tolerance of MaxPool3DGrad, converted to the inputs' type as Eigen does.
 TIE_TOLERANCE = 1e-5
