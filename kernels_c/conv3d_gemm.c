@@ -170,6 +170,20 @@ static int placement(const source *s, const kblock *b, const int64_t coord[3])
     return inside ? INSIDE : CROSSING;
 }
 
+/* The filter's taps in row-major order, each at its offset a * dilation (malloc'd; NULL when
+ * out of memory). */
+static tap3 *filter_taps(const mg_conv3d_shape *s)
+{
+    const int64_t ntaps = volume(s->k);
+    tap3 *taps = malloc((size_t)max64(ntaps, 1) * sizeof(tap3));
+    for (int64_t t = 0; taps && t < ntaps; ++t) {
+        const int64_t a[3] = {t / (s->k[1] * s->k[2]), t / s->k[2] % s->k[1], t % s->k[2]};
+        for (int d = 0; d < 3; ++d)
+            taps[t].off[d] = a[d] * s->dilation[d];
+    }
+    return taps;
+}
+
 /* A grid walker: voxel u of a grid, row-major, with its image. */
 typedef struct {
     int64_t img, u[3];
@@ -312,14 +326,9 @@ int mg_conv3d_gemm_forward(const mg_conv3d_shape *s, const float *x, const float
         memset(y, 0, (size_t)(m * s->co) * sizeof(float));
         return MG_OK;
     }
-    tap3 *taps = malloc((size_t)ntaps * sizeof(tap3));
+    tap3 *taps = filter_taps(s);
     if (!taps)
         return MG_ENOMEM;
-    for (int64_t t = 0; t < ntaps; ++t) {
-        const int64_t a[3] = {t / (s->k[1] * s->k[2]), t / s->k[2] % s->k[1], t % s->k[2]};
-        for (int d = 0; d < 3; ++d)
-            taps[t].off[d] = a[d] * s->dilation[d];
-    }
     igemm g = {.src = {x, {s->in[0], s->in[1], s->in[2]}, s->c}, .m = m, .dst = y,
                .ncols = s->co, .direct = 1, .taps = taps, .bp = packed_f};
     for (int d = 0; d < 3; ++d) {
@@ -449,6 +458,7 @@ typedef struct {
     const tap3 *taps;
     const float *dy;
     float *out; /* [chunk][rows][co]: partial sums, or df itself with one chunk */
+    float *df;
     int64_t rows, pixels, chunk, nchunks, mblocks, np, ncp, nblocks;
     float *scratch; /* per thread: A block KC x MB, B block ncp x KC x MG_GEMM_NR */
 } filter_call;
@@ -508,22 +518,16 @@ static void filter_item(void *ctx, int64_t item, int tid)
     }
 }
 
-typedef struct {
-    const filter_call *fc;
-    float *df;
-} reduce_call;
-
 /* df's rows [lo, hi): the chunks' partial sums added in chunk order */
 static void reduce_rows(void *ctx, int64_t lo, int64_t hi)
 {
-    const reduce_call *rc = ctx;
-    const filter_call *fc = rc->fc;
-    const int64_t co = fc->s->co, stride = fc->rows * co;
-    for (int64_t i = lo * co; i < hi * co; ++i) {
+    const filter_call *fc = ctx;
+    const int64_t size = fc->rows * fc->s->co;
+    for (int64_t i = lo * fc->s->co; i < hi * fc->s->co; ++i) {
         float sum = fc->out[i];
         for (int64_t chunk = 1; chunk < fc->nchunks; ++chunk)
-            sum += fc->out[chunk * stride + i];
-        rc->df[i] = sum;
+            sum += fc->out[chunk * size + i];
+        fc->df[i] = sum;
     }
 }
 
@@ -543,18 +547,13 @@ int mg_conv3d_gemm_backprop_filter(const mg_conv3d_shape *s, const float *x, con
         memset(df, 0, (size_t)df_size * sizeof(float));
         return MG_OK;
     }
-    tap3 *taps = malloc((size_t)ntaps * sizeof(tap3));
+    tap3 *taps = filter_taps(s);
     if (!taps)
         return MG_ENOMEM;
-    for (int64_t t = 0; t < ntaps; ++t) {
-        const int64_t a[3] = {t / (s->k[1] * s->k[2]), t / s->k[2] % s->k[1], t % s->k[2]};
-        for (int d = 0; d < 3; ++d)
-            taps[t].off[d] = a[d] * s->dilation[d];
-    }
     const int64_t nchunks = mg_conv3d_gemm_filter_chunks(s), np = ceil_div(s->co, MG_GEMM_NR);
     const int nt = mg_work_threads(num_threads, (double)pixels * (double)df_size);
     filter_call fc = {gemm_kernels(), s, {x, {s->in[0], s->in[1], s->in[2]}, s->c}, taps, dy,
-                      NULL, rows, pixels, ceil_div(pixels, nchunks), nchunks,
+                      NULL, df, rows, pixels, ceil_div(pixels, nchunks), nchunks,
                       ceil_div(rows, MB), np, 0, 0, NULL};
     fc.ncp = panels_per_block(np, nchunks * fc.mblocks, nt);
     fc.nblocks = ceil_div(np, fc.ncp);
@@ -564,10 +563,8 @@ int mg_conv3d_gemm_backprop_filter(const mg_conv3d_shape *s, const float *x, con
     int code = MG_ENOMEM;
     if (fc.out && fc.scratch) {
         mg_pool_run(nt, nchunks * fc.mblocks * fc.nblocks, filter_item, &fc);
-        if (nchunks > 1) {
-            reduce_call rc = {&fc, df};
-            mg_pool_rows(mg_stream_threads(nt, df_size * nchunks), rows, 1, reduce_rows, &rc);
-        }
+        if (nchunks > 1)
+            mg_pool_rows(mg_stream_threads(nt, df_size * nchunks), rows, 1, reduce_rows, &fc);
         code = MG_OK;
     }
     free(part);

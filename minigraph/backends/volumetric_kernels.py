@@ -22,7 +22,10 @@ step is a strided slice of the whole batch, and padding is never visited.
 native (``backend="native"``, float32): Conv3D, Conv3DBackpropInputV2 and
 Conv3DBackpropFilterV2 on the GEMM micro-kernels (kernels_c/conv3d_gemm.c, wrapped by
 ``backends.conv3d_kernels``) for every stride, dilation and padding, NDHWC and NCDHW; an
-empty tensor, or a size of 2**31 or more, runs the numpy kernel.
+empty tensor, or a size of 2**31 or more, runs the numpy kernel, and so does an input
+gradient whose filter holds a NaN or an infinity: the numpy kernel multiplies every tap
+with every dx element (zeros where no dy voxel reaches it: 0 * inf = NaN spreads through
+the channel), the native one only the taps of the element's stride phase.
 """
 
 from __future__ import annotations
@@ -39,10 +42,14 @@ from minigraph.backends.conv3d_kernels import (
     c_conv3d_backprop_filter,
     c_conv3d_backprop_input,
 )
-from minigraph.backends.convolution_kernels import NATIVE_CONV, _c_takes
+from minigraph.backends.convolution_kernels import (
+    NATIVE_CONV,
+    _c_takes,
+    backprop_input_geometry,
+)
 from minigraph.backends.pooling_kernels import Pool, PoolAxis, pool_setup
 from minigraph.backends.registry import register_kernel
-from minigraph.ops.window import conv_geometry, sizes_to_shape, to_nhwc
+from minigraph.ops.window import conv_geometry, to_nhwc
 
 register_kernel("Conv3D")(convolution_kernels.conv2d)
 register_kernel("Conv3DBackpropInputV2")(convolution_kernels.conv2d_backprop_input)
@@ -66,11 +73,9 @@ def conv3d_native(op, inputs, ctx):
 def conv3d_backprop_input_native(op, inputs, ctx):
     sizes, f, dy = inputs
     fmt = op.attrs["data_format"]
-    fail = fail_for(op)
-    x_shape = sizes_to_shape(sizes.tolist(), "input_sizes", fail, fmt,
-                             to_nhwc(dy.shape, fmt)[0], f.shape[-2])
-    window = conv_geometry(op.attrs, fail, x_shape, f.shape)
-    if dy.size == 0 or 0 in x_shape or not _c_takes(window, x_shape, f.shape):
+    x_shape, window = backprop_input_geometry(op, sizes, f, dy)
+    if (dy.size == 0 or 0 in x_shape or not _c_takes(window, x_shape, f.shape)
+            or not np.isfinite(f).all()):
         return convolution_kernels.conv2d_backprop_input(op, inputs, ctx)
     return [c_conv3d_backprop_input(dy, f, to_nhwc(x_shape, fmt), window, fmt == "NDHWC")]
 

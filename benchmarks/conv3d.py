@@ -1,0 +1,100 @@
+"""3-D convolution benchmark: ``Conv3D``, ``Conv3DBackpropInputV2`` and
+``Conv3DBackpropFilterV2`` (float32 NDHWC) on the GEMM micro-kernels
+(kernels_c/conv3d_gemm.c) against the numpy reference (im2col + BLAS, its threads limited to
+the same count with threadpoolctl), at layers of C3D- and 3-D U-Net-style video / volume
+networks. Medians in one process (native, then numpy); prints ms per call and GFLOP/s
+(2 * MACs / time) as a markdown table. The filter is a writable array, as a training
+step's variable is: the forward packs it at every call.
+
+    python benchmarks/conv3d.py [--threads 2] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import markdown_table, time_interleaved  # noqa: E402
+
+from minigraph.backends import native  # noqa: E402
+from minigraph.backends.conv3d_kernels import (  # noqa: E402
+    c_conv3d,
+    c_conv3d_backprop_filter,
+    c_conv3d_backprop_input,
+)
+from minigraph.backends.convolution_kernels import (  # noqa: E402
+    conv2d_backprop_filter_nhwc,
+    conv2d_backprop_input_nhwc,
+    conv2d_nhwc,
+)
+from minigraph.ops.window import Window  # noqa: E402
+
+SAMPLE = 0.02
+# (layer, input NDHWC, filter (kd, kh, kw), out channels, stride); SAME padding
+LAYERS = [
+    ("C3D conv1 3x3x3 3->64", (1, 8, 56, 56, 3), (3, 3, 3), 64, 1),
+    ("C3D conv2 3x3x3 64->128", (1, 8, 28, 28, 64), (3, 3, 3), 128, 1),
+    ("U-Net 3x3x3 32->32", (1, 16, 32, 32, 32), (3, 3, 3), 32, 1),
+    ("U-Net down 3x3x3 32->64 s2", (1, 16, 32, 32, 32), (3, 3, 3), 64, 2),
+    ("U-Net 1x1x1 64->16", (1, 16, 32, 32, 64), (1, 1, 1), 16, 1),
+]
+QUICK = ("U-Net 3x3x3 32->32", "U-Net down 3x3x3 32->64 s2")
+
+
+def same_window(sizes: tuple, k: tuple, stride: int) -> Window:
+    """TF's SAME window of a k-sized filter over ``sizes`` with this stride."""
+    out, pads = [], []
+    for size, ks in zip(sizes, k):
+        o = -(-size // stride)
+        total = max((o - 1) * stride + ks - size, 0)
+        out.append(o)
+        pads.append((total // 2, total - total // 2))
+    return Window(k, (stride,) * 3, (1, 1, 1), tuple(pads), tuple(out))
+
+
+def calls(x, f, dy, window: Window) -> dict:
+    """Per op, (native, numpy) calls."""
+    return {
+        "Conv3D": (lambda: c_conv3d(x, f, window, True), lambda: conv2d_nhwc(x, f, window)),
+        "input grad": (lambda: c_conv3d_backprop_input(dy, f, x.shape, window, True),
+                       lambda: conv2d_backprop_input_nhwc(dy, f, x.shape, window)),
+        "filter grad": (lambda: c_conv3d_backprop_filter(x, dy, f.shape, window, True),
+                        lambda: conv2d_backprop_filter_nhwc(x, dy, f.shape, window)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="two layers only")
+    args = parser.parse_args()
+    native.set_num_threads(args.threads)
+    rng = np.random.default_rng(0)
+    rows = []
+    for layer, shape, k, co, stride in LAYERS:
+        if args.quick and layer not in QUICK:
+            continue
+        window = same_window(shape[1:4], k, stride)
+        x = rng.standard_normal(shape).astype(np.float32)
+        f = rng.standard_normal((*k, shape[4], co)).astype(np.float32)
+        dy = rng.standard_normal((shape[0], *window.out, co)).astype(np.float32)
+        flops = 2 * shape[0] * int(np.prod(window.out)) * int(np.prod(k)) * shape[4] * co
+        for op, (ours, numpy_call) in calls(x, f, dy, window).items():
+            ms = time_interleaved({"native": ours}, min_sample=SAMPLE)["native"]
+            with threadpool_limits(args.threads):
+                ref = time_interleaved({"numpy": numpy_call}, min_sample=SAMPLE)["numpy"]
+            rows.append([layer, op, f"{ms * 1e3:.2f}", f"{ref * 1e3:.2f}",
+                         f"{flops / ms / 1e9:.0f}", f"{flops / ref / 1e9:.0f}",
+                         f"{ref / ms:.1f}x"])
+    print(f"threads: {args.threads}, ISA: {native.isa()}")
+    print(markdown_table(["layer", "op", "native ms", "numpy ms", "native GFLOP/s",
+                          "numpy GFLOP/s", "numpy / native"], rows))
+
+
+if __name__ == "__main__":
+    main()
