@@ -16,8 +16,8 @@
  * The filter gradient is df = im2col(x)^T * dy with M = df's rows (tap, c), N = co and K =
  * the output voxels: per block of KC voxels an item (voxel range, block of MB rows of df,
  * block of panels) gathers its rows' im2col block [voxel][row] (the micro-kernel reads A
- * transposed through it: row i at block + i, a step of k MB floats further) and packs dy's
- * block into panels. Voxel ranges (mg_conv3d_gemm_filter_chunks) write their own partial
+ * transposed through it: row i at block + i, a step of k MB floats further); dy is packed
+ * into panels once, before the items. Voxel ranges (mg_conv3d_gemm_filter_chunks) write their own partial
  * sums, added in range order by a last pass.
  */
 #include "conv3d_gemm.h"
@@ -140,11 +140,18 @@ static int64_t cut_k(const tap3 *taps, int64_t ntaps, int64_t chan, const source
 }
 
 /* A K block's pieces for a row whose origin voxel is `coord` (offset `origin` in the
- * source) into dst; with `check`, zeros for the taps outside the source. */
+ * source) into dst (pieces adjacent in the source in one copy); with `check`, zeros for the
+ * taps outside the source. */
 static void gather(const source *s, const tap3 *taps, const piece *p, int64_t count,
                    const int64_t coord[3], int64_t origin, int check, float *dst)
 {
-    for (int64_t i = 0; i < count; ++i) {
+    for (int64_t i = 0, j; i < count && !check; i = j) {
+        int64_t len = p[i].len;
+        for (j = i + 1; j < count && p[j].src == p[i].src + len; ++j)
+            len += p[j].len;
+        memcpy(dst + p[i].dst, s->data + origin + p[i].src, (size_t)len * sizeof(float));
+    }
+    for (int64_t i = 0; i < count && check; ++i) {
         const int64_t *off = taps[p[i].tap].off;
         int in = 1;
         for (int d = 0; d < 3 && check; ++d)
@@ -460,8 +467,24 @@ typedef struct {
     float *out; /* [chunk][rows][co]: partial sums, or df itself with one chunk */
     float *df;
     int64_t rows, pixels, chunk, nchunks, mblocks, np, ncp, nblocks;
-    float *scratch; /* per thread: A block KC x MB, B block ncp x KC x MG_GEMM_NR */
+    float *packed_dy; /* B: [panel][voxel][MG_GEMM_NR], zero past co */
+    float *scratch;   /* per thread: the A block, KC x MB */
 } filter_call;
+
+/* dy's voxels [lo, hi) into its panels */
+static void pack_dy_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const filter_call *fc = ctx;
+    const int64_t co = fc->s->co;
+    for (int64_t p = 0; p < fc->np; ++p) {
+        const int64_t w = min64(MG_GEMM_NR, co - p * MG_GEMM_NR);
+        float *dst = fc->packed_dy + (p * fc->pixels + lo) * MG_GEMM_NR;
+        for (int64_t k = lo; k < hi; ++k, dst += MG_GEMM_NR) {
+            memcpy(dst, fc->dy + k * co + p * MG_GEMM_NR, (size_t)w * sizeof(float));
+            memset(dst + w, 0, (size_t)(MG_GEMM_NR - w) * sizeof(float));
+        }
+    }
+}
 
 static void filter_item(void *ctx, int64_t item, int tid)
 {
@@ -472,8 +495,7 @@ static void filter_item(void *ctx, int64_t item, int tid)
     const int64_t p0 = pb * fc->ncp, p1 = min64(p0 + fc->ncp, fc->np);
     const int64_t m0 = mb * MB, mrows = min64(MB, fc->rows - m0);
     const int64_t kb = chunk * fc->chunk, ke = min64(fc->pixels, kb + fc->chunk);
-    float *ab = fc->scratch + (int64_t)tid * (KC * MB + fc->ncp * KC * MG_GEMM_NR);
-    float *bb = ab + KC * MB;
+    float *ab = fc->scratch + (int64_t)tid * KC * MB;
     float *out = fc->out + (chunk * fc->rows + m0) * s->co;
     piece pieces[MB];
     kblock blk;
@@ -494,14 +516,6 @@ static void filter_item(void *ctx, int64_t item, int tid)
                        pos.img * x_img + voxel_offset(&fc->src, coord), where == CROSSING,
                        ab + k * mrows);
         }
-        for (int64_t p = p0; p < p1; ++p) { /* B: dy's block, panel p */
-            const int64_t w = min64(MG_GEMM_NR, s->co - p * MG_GEMM_NR);
-            float *dst = bb + (p - p0) * kc * MG_GEMM_NR;
-            for (int64_t k = 0; k < kc; ++k, dst += MG_GEMM_NR) {
-                memcpy(dst, fc->dy + (k0 + k) * s->co + p * MG_GEMM_NR, (size_t)w * sizeof(float));
-                memset(dst + w, 0, (size_t)(MG_GEMM_NR - w) * sizeof(float));
-            }
-        }
         for (int64_t p = p0; p < p1; ++p) {
             const int nr = (int)min64(MG_GEMM_NR, s->co - p * MG_GEMM_NR);
             int mr;
@@ -511,7 +525,7 @@ static void filter_item(void *ctx, int64_t item, int tid)
                 const float *rows[GEMM_MR_MAX];
                 for (int i = 0; i < mr; ++i)
                     rows[i] = ab + r + (i < valid ? i : valid - 1);
-                micro(kc, rows, mrows, bb + (p - p0) * kc * MG_GEMM_NR,
+                micro(kc, rows, mrows, fc->packed_dy + (p * fc->pixels + k0) * MG_GEMM_NR,
                       out + r * s->co + p * MG_GEMM_NR, s->co, valid, nr, k0 > kb);
             }
         }
@@ -554,20 +568,24 @@ int mg_conv3d_gemm_backprop_filter(const mg_conv3d_shape *s, const float *x, con
     const int nt = mg_work_threads(num_threads, (double)pixels * (double)df_size);
     filter_call fc = {gemm_kernels(), s, {x, {s->in[0], s->in[1], s->in[2]}, s->c}, taps, dy,
                       NULL, df, rows, pixels, ceil_div(pixels, nchunks), nchunks,
-                      ceil_div(rows, MB), np, 0, 0, NULL};
+                      ceil_div(rows, MB), np, 0, 0, NULL, NULL};
     fc.ncp = panels_per_block(np, nchunks * fc.mblocks, nt);
     fc.nblocks = ceil_div(np, fc.ncp);
     float *part = nchunks > 1 ? mg_alloc_floats(nchunks * df_size) : NULL;
     fc.out = nchunks > 1 ? part : df;
-    fc.scratch = mg_alloc_floats((int64_t)nt * (KC * MB + fc.ncp * KC * MG_GEMM_NR));
+    fc.scratch = mg_alloc_floats((int64_t)nt * KC * MB);
+    fc.packed_dy = mg_alloc_floats(np * pixels * MG_GEMM_NR);
     int code = MG_ENOMEM;
-    if (fc.out && fc.scratch) {
+    if (fc.out && fc.scratch && fc.packed_dy) {
+        mg_pool_rows(mg_stream_threads(nt, pixels * np * MG_GEMM_NR), pixels, 1, pack_dy_rows,
+                     &fc);
         mg_pool_run(nt, nchunks * fc.mblocks * fc.nblocks, filter_item, &fc);
         if (nchunks > 1)
             mg_pool_rows(mg_stream_threads(nt, df_size * nchunks), rows, 1, reduce_rows, &fc);
         code = MG_OK;
     }
     free(part);
+    free(fc.packed_dy);
     free(fc.scratch);
     free(taps);
     return code;
