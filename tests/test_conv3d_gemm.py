@@ -219,3 +219,31 @@ def test_against_tensorflow(tf, case):
     terms = [taps * f.shape[3], taps * f.shape[4], dy.size // dy.shape[-1]]
     for got, want, mag, k, what in zip(ours, theirs, mags, terms, ("Conv3D", "input", "filter")):
         assert_within(got, want.astype(F64), 2 * mag, k, what)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_max_pool3d_native_matches_the_reference(data):
+    """MaxPool3D on the native backend (the 2-D C max pool, planes pass then height and
+    width) gives the reference backend's values, NaN and infinities included. The sign of a
+    zero maximum between -0 and +0 may differ, as it does between the 2-D MaxPool's native
+    and numpy kernels (the C kernel keeps the first of equal values, numpy.maximum the
+    second)."""
+    fmt = data.draw(st.sampled_from(["NDHWC", "NCDHW"]))
+    padding = data.draw(st.sampled_from(["SAME", "VALID"]))
+    ksize = tuple(data.draw(st.integers(1, 3)) for _ in range(3))
+    strides = tuple(data.draw(st.integers(1, 3)) for _ in range(3))
+    sizes = tuple(data.draw(st.integers(k, 8)) for k in ksize)
+    shape = (data.draw(st.integers(1, 3)), *sizes, data.draw(st.integers(1, 20)))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    x = rng.choice(np.array([-1.5, -0.0, 0.0, 0.5, 2.0, np.inf, -np.inf, np.nan], F32),
+                   shape, p=[0.3, 0.1, 0.1, 0.2, 0.2, 0.03, 0.03, 0.04])
+    x = to_fmt(x + rng.standard_normal(shape).astype(F32) * (rng.random(shape) < 0.5), fmt)
+    root = mg.Scope.NewRootScope()
+    y = ops.MaxPool3D(root.WithOpName("pool"), x, ksize=attr5(fmt, ksize),
+                      strides=attr5(fmt, strides), padding=padding, data_format=fmt)
+    metadata = mg.RunMetadata()
+    got = mg.ClientSession(root, backend="native").Run({}, [y], run_metadata=metadata)[0]
+    assert metadata.kernel_of("pool") == "native:volumetric_kernels.max_pool3d_native"
+    want = mg.ClientSession(root, backend="reference").Run({}, [y])[0]
+    assert np.array_equal(got, want, equal_nan=True)

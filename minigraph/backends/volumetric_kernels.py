@@ -25,7 +25,8 @@ Conv3DBackpropFilterV2 on the GEMM micro-kernels (kernels_c/conv3d_gemm.c, wrapp
 empty tensor, or a size of 2**31 or more, runs the numpy kernel, and so does an input
 gradient whose filter holds a NaN or an infinity: the numpy kernel multiplies every tap
 with every dx element (zeros where no dy voxel reaches it: 0 * inf = NaN spreads through
-the channel), the native one only the taps of the element's stride phase.
+the channel), the native one only the taps of the element's stride phase. MaxPool3D
+(float32) runs the numpy kernel's three passes on the 2-D C max pool.
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ from minigraph.backends.convolution_kernels import (
     _c_takes,
     backprop_input_geometry,
 )
-from minigraph.backends.pooling_kernels import Pool, PoolAxis, pool_setup
+from minigraph.backends.native import attrs_fit_int32
+from minigraph.backends.pooling_kernels import Pool, PoolAxis, c_max_pool, pool_setup
 from minigraph.backends.registry import register_kernel
+from minigraph.framework import dtypes
 from minigraph.ops.window import conv_geometry, to_nhwc
 
 register_kernel("Conv3D")(convolution_kernels.conv2d)
@@ -89,6 +92,30 @@ def conv3d_backprop_filter_native(op, inputs, ctx):
         return convolution_kernels.conv2d_backprop_filter(op, inputs, ctx)
     return [c_conv3d_backprop_filter(x, dy, f_shape, window,
                                      op.attrs["data_format"] == "NDHWC")]
+
+
+@register_kernel("MaxPool3D", backend="native", dtypes=(dtypes.float32,),
+                 when=lambda op: attrs_fit_int32(op, "ksize", "strides"))
+def max_pool3d_native(op, inputs, ctx):
+    """The numpy kernel's passes (planes, then height, then width) on the 2-D C max pool:
+    the planes pass is a (kd, 1) window over the tensor seen as [n, d, h*w, c] (NCDHW:
+    [n, c, d, h*w]), then height and width over [n*od, h, w, c] ([n, c*od, h, w]): the same
+    maxima (NaN propagating), as the 2-D MaxPool's C kernel gives its numpy kernel's (but
+    for the sign of a zero maximum of -0 and +0: C keeps the first)."""
+    x = inputs[0]
+    fmt = op.attrs["data_format"]
+    out_shape, pool = pool_setup(op, x.shape, fmt)
+    w = pool.window
+    n, d, h, wd, c = to_nhwc(x.shape, fmt)
+    if 0 in out_shape or max(w.ksize + w.strides + (h * wd, c * w.out[0])) >= 2**31:
+        return pooling_kernels.max_pool(op, inputs, ctx)
+    last = fmt == "NDHWC"
+    planes = c_max_pool(x.reshape((n, d, h * wd, c) if last else (n, c, d, h * wd)),
+                        (w.ksize[0], 1), (w.strides[0], 1), (w.pads[0], (0, 0)),
+                        (w.out[0], h * wd), last)
+    rows = planes.reshape((n * w.out[0], h, wd, c) if last else (n, c * w.out[0], h, wd))
+    return [c_max_pool(rows, w.ksize[1:], w.strides[1:], w.pads[1:], w.out[1:],
+                       last).reshape(out_shape)]
 
 
 # TF's tie tolerance of MaxPool3DGrad, converted to the inputs' type as Eigen does.
