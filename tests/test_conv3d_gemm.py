@@ -154,9 +154,9 @@ def test_wide_channels_and_many_voxels_within_the_bound():
 
 @pytest.mark.parametrize("fmt", ["NDHWC", "NCDHW"])
 def test_a_conv3d_training_step_runs_native(fmt):
-    """Conv3D -> Relu -> Conv3D (stride 2) -> sum(y * r), gradient descent on both filters: no
-    float32 node picks a ``reference:`` kernel, and the updated filters match the reference
-    backend's step."""
+    """Conv3D -> Relu -> AvgPool3D -> Conv3D (stride 2) -> sum(y * r), gradient descent on
+    both filters: no float32 node picks a ``reference:`` kernel, and the updated filters
+    match the reference backend's step."""
     rng = np.random.default_rng(8)
     root = mg.Scope.NewRootScope()
     x = to_fmt(rng.standard_normal((2, 6, 7, 5, 3)).astype(F32), fmt)
@@ -166,6 +166,8 @@ def test_a_conv3d_training_step_runs_native(fmt):
               "f2": rng.standard_normal((2, 3, 2, 8, 4)).astype(F32) * 0.2}
     inits = [ops.Assign(root, f1, values["f1"]), ops.Assign(root, f2, values["f2"])]
     h = ops.Relu(root, ops.Conv3D(root, x, f1, **attrs_of(fmt, (1, 1, 1), (1, 2, 1), "SAME")))
+    h = ops.AvgPool3D(root, h, ksize=attr5(fmt, (2, 2, 2)), strides=attr5(fmt, (1, 1, 1)),
+                      padding="SAME", data_format=fmt)
     y = ops.Conv3D(root, h, f2, **attrs_of(fmt, (2, 2, 2), (1, 1, 1), "VALID"))
     r = rng.standard_normal(tuple(y.shape)).astype(F32)
     loss = ops.Sum(root, ops.Mul(root, y, r), [0, 1, 2, 3, 4])
@@ -181,7 +183,8 @@ def test_a_conv3d_training_step_runs_native(fmt):
         if backend == "native":
             assert float32_reference_nodes(root, metadata.step_stats) == []
             kinds = {s.op_type for s in metadata.step_stats}
-            assert {"Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2"} <= kinds
+            assert {"Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
+                    "AvgPool3D", "AvgPool3DGrad"} <= kinds
         updated[backend] = session.Run({}, [f1, f2])
     for got, want in zip(updated["native"], updated["reference"]):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
@@ -247,3 +250,34 @@ def test_max_pool3d_native_matches_the_reference(data):
     assert metadata.kernel_of("pool") == "native:volumetric_kernels.max_pool3d_native"
     want = mg.ClientSession(root, backend="reference").Run({}, [y])[0]
     assert np.array_equal(got, want, equal_nan=True)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_avg_pool3d_and_its_gradient_native_bit_for_bit(data):
+    """AvgPool3D and AvgPool3DGrad on the native backend (the numpy kernels' passes, each
+    in C) give the reference backend's bits, non-finite values included."""
+    fmt = data.draw(st.sampled_from(["NDHWC", "NCDHW"]))
+    padding = data.draw(st.sampled_from(["SAME", "VALID"]))
+    ksize = tuple(data.draw(st.integers(1, 4)) for _ in range(3))
+    strides = tuple(data.draw(st.integers(1, 4)) for _ in range(3))
+    sizes = tuple(data.draw(st.integers(k, 9)) for k in ksize)
+    shape = (data.draw(st.integers(1, 3)), *sizes, data.draw(st.integers(1, 20)))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    x = rng.standard_normal(shape).astype(F32)
+    x[rng.random(shape) < 0.02] = np.inf
+    x[rng.random(shape) < 0.02] = -0.0
+    x = to_fmt(x, fmt)
+    attrs = {"ksize": attr5(fmt, ksize), "strides": attr5(fmt, strides), "padding": padding,
+             "data_format": fmt}
+    root = mg.Scope.NewRootScope()
+    y = ops.AvgPool3D(root.WithOpName("pool"), x, **attrs)
+    g = rng.standard_normal(tuple(y.shape)).astype(F32)
+    dx = ops.AvgPool3DGrad(root.WithOpName("grad"), list(x.shape), g, **attrs)
+    metadata = mg.RunMetadata()
+    got = mg.ClientSession(root, backend="native").Run({}, [y, dx], run_metadata=metadata)
+    assert metadata.kernel_of("pool") == "native:volumetric_kernels.avg_pool3d_native"
+    assert metadata.kernel_of("grad") == "native:volumetric_kernels.avg_pool3d_grad_native"
+    want = mg.ClientSession(root, backend="reference").Run({}, [y, dx])
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype == F32 and a.tobytes() == b.tobytes()

@@ -26,7 +26,8 @@ empty tensor, or a size of 2**31 or more, runs the numpy kernel, and so does an 
 gradient whose filter holds a NaN or an infinity: the numpy kernel multiplies every tap
 with every dx element (zeros where no dy voxel reaches it: 0 * inf = NaN spreads through
 the channel), the native one only the taps of the element's stride phase. MaxPool3D
-(float32) runs the numpy kernel's three passes on the 2-D C max pool.
+(float32) runs the numpy kernel's three passes on the 2-D C max pool, AvgPool3D and
+AvgPool3DGrad the numpy kernels' passes each in C (kernels_c/window_pass.c), bit for bit.
 """
 
 from __future__ import annotations
@@ -48,7 +49,15 @@ from minigraph.backends.convolution_kernels import (
     _c_takes,
     backprop_input_geometry,
 )
-from minigraph.backends.native import attrs_fit_int32
+from minigraph.backends.native import (
+    as_f32,
+    attrs_fit_int32,
+    check_code,
+    checked_sizes,
+    fbuf,
+    lib,
+    num_threads,
+)
 from minigraph.backends.pooling_kernels import Pool, PoolAxis, c_max_pool, pool_setup
 from minigraph.backends.registry import register_kernel
 from minigraph.framework import dtypes
@@ -116,6 +125,59 @@ def max_pool3d_native(op, inputs, ctx):
     rows = planes.reshape((n * w.out[0], h, wd, c) if last else (n, c * w.out[0], h, wd))
     return [c_max_pool(rows, w.ksize[1:], w.strides[1:], w.pads[1:], w.out[1:],
                        last).reshape(out_shape)]
+
+
+# AvgPool3D and AvgPool3DGrad: the numpy kernels' passes (Pool.reduce with np.add, one per
+# spatial axis, then the division by the window counts; the division, then Pool.spread in
+# reverse) with each pass in C (kernels_c/window_pass.c), the same additions in the same
+# order: bit for bit.
+
+
+def _window_pass(what: str, c_fn, a: np.ndarray, axis: int, geo: PoolAxis, result_len: int,
+                 source_len: int) -> np.ndarray:
+    """One C pass along ``axis`` of ``a`` (whose length there must be ``source_len``):
+    the result has ``result_len`` there."""
+    a = as_f32(a)
+    if a.shape[axis] != source_len:
+        raise ValueError(f"native {what}: axis {axis} of {a.shape} is not {source_len}")
+    outer, inner = int(np.prod(a.shape[:axis])), int(np.prod(a.shape[axis + 1:]))
+    sizes = checked_sizes(what, outer=outer, n=geo.size, inner=inner, k=geo.k,
+                          stride=geo.stride, before=geo.before, out=geo.out)
+    result = np.empty(a.shape[:axis] + (result_len,) + a.shape[axis + 1:], np.float32)
+    check_code(c_fn(*sizes, fbuf(a), fbuf(result), num_threads()), what)
+    return result
+
+
+def _c_avg_pool3d(op) -> bool:
+    return attrs_fit_int32(op, "ksize", "strides")
+
+
+@register_kernel("AvgPool3D", backend="native", dtypes=(dtypes.float32,), when=_c_avg_pool3d)
+def avg_pool3d_native(op, inputs, ctx):
+    x = inputs[0]
+    out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
+    if 0 in out_shape or x.size == 0:
+        return pooling_kernels.avg_pool(op, inputs, ctx)
+    total = x
+    for axis, geo in zip(pool.tensor_axes, pool.axes):
+        total = _window_pass("AvgPool3D", lib.mg_window_sum, total, axis, geo, geo.out,
+                             geo.size)
+    return [total / pool.counts().astype(np.float32)]
+
+
+@register_kernel("AvgPool3DGrad", backend="native", dtypes=(dtypes.float32,),
+                 when=_c_avg_pool3d)
+def avg_pool3d_grad_native(op, inputs, ctx):
+    sizes, g = inputs
+    x_shape = tuple(sizes.tolist())
+    out_shape, pool = pool_setup(op, x_shape, op.attrs["data_format"])
+    if 0 in out_shape or 0 in x_shape:
+        return pooling_kernels.avg_pool_grad(op, inputs, ctx)
+    dx = as_f32(g) / pool.counts().astype(np.float32)
+    for axis, geo in reversed(list(zip(pool.tensor_axes, pool.axes))):
+        dx = _window_pass("AvgPool3DGrad", lib.mg_window_spread, dx, axis, geo, geo.size,
+                          geo.out)
+    return [dx]
 
 
 # TF's tie tolerance of MaxPool3DGrad, converted to the inputs' type as Eigen does.
