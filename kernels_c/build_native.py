@@ -39,6 +39,7 @@ FAMILIES = {
     "convolution gradients on the GEMM": (["conv_gemm_grad.c"], ["conv_gemm_grad.h"]),
     "3-D convolutions on the GEMM": (["conv3d_gemm.c"], ["conv3d_gemm.h"]),
     "window sums along one axis": (["window_pass.c"], ["window_pass.h"]),
+    "MaxPool3DGrad": (["pool3d_grad.c"], ["pool3d_grad.h"]),
     "depthwise": (["depthwise.c", "depthwise_isa_scalar.c", "depthwise_isa_avx2.c",
                    "depthwise_isa_avx512.c"],
                   ["depthwise.h", "depthwise_internal.h", "depthwise_template.h"]),

@@ -154,8 +154,8 @@ def test_wide_channels_and_many_voxels_within_the_bound():
 
 @pytest.mark.parametrize("fmt", ["NDHWC", "NCDHW"])
 def test_a_conv3d_training_step_runs_native(fmt):
-    """Conv3D -> Relu -> AvgPool3D -> Conv3D (stride 2) -> sum(y * r), gradient descent on
-    both filters: no float32 node picks a ``reference:`` kernel, and the updated filters
+    """Conv3D -> Relu -> MaxPool3D -> AvgPool3D -> Conv3D (stride 2) -> sum(y * r), gradient
+    descent on both filters: no float32 node picks a ``reference:`` kernel, and the updated filters
     match the reference backend's step."""
     rng = np.random.default_rng(8)
     root = mg.Scope.NewRootScope()
@@ -166,6 +166,8 @@ def test_a_conv3d_training_step_runs_native(fmt):
               "f2": rng.standard_normal((2, 3, 2, 8, 4)).astype(F32) * 0.2}
     inits = [ops.Assign(root, f1, values["f1"]), ops.Assign(root, f2, values["f2"])]
     h = ops.Relu(root, ops.Conv3D(root, x, f1, **attrs_of(fmt, (1, 1, 1), (1, 2, 1), "SAME")))
+    h = ops.MaxPool3D(root, h, ksize=attr5(fmt, (1, 2, 2)), strides=attr5(fmt, (1, 1, 2)),
+                      padding="SAME", data_format=fmt)
     h = ops.AvgPool3D(root, h, ksize=attr5(fmt, (2, 2, 2)), strides=attr5(fmt, (1, 1, 1)),
                       padding="SAME", data_format=fmt)
     y = ops.Conv3D(root, h, f2, **attrs_of(fmt, (2, 2, 2), (1, 1, 1), "VALID"))
@@ -184,7 +186,7 @@ def test_a_conv3d_training_step_runs_native(fmt):
             assert float32_reference_nodes(root, metadata.step_stats) == []
             kinds = {s.op_type for s in metadata.step_stats}
             assert {"Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
-                    "AvgPool3D", "AvgPool3DGrad"} <= kinds
+                    "MaxPool3D", "MaxPool3DGrad", "AvgPool3D", "AvgPool3DGrad"} <= kinds
         updated[backend] = session.Run({}, [f1, f2])
     for got, want in zip(updated["native"], updated["reference"]):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
@@ -281,3 +283,36 @@ def test_avg_pool3d_and_its_gradient_native_bit_for_bit(data):
     want = mg.ClientSession(root, backend="reference").Run({}, [y, dx])
     for a, b in zip(got, want):
         assert a.dtype == b.dtype == F32 and a.tobytes() == b.tobytes()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_max_pool3d_grad_native_bit_for_bit(data):
+    """MaxPool3DGrad on the native backend (TF's CPU rule in C) gives the reference
+    backend's bits: exact ties, near ties within and beyond 1e-5, infinities and NaN in
+    the input and the output (orig_output as given, not recomputed)."""
+    fmt = data.draw(st.sampled_from(["NDHWC", "NCDHW"]))
+    padding = data.draw(st.sampled_from(["SAME", "VALID"]))
+    ksize = tuple(data.draw(st.integers(1, 3)) for _ in range(3))
+    strides = tuple(data.draw(st.integers(1, 3)) for _ in range(3))
+    sizes = tuple(data.draw(st.integers(k, 8)) for k in ksize)
+    shape = (data.draw(st.integers(1, 2)), *sizes, data.draw(st.integers(1, 20)))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    x = rng.integers(-3, 4, shape).astype(F32) * 0.5  # many exact ties
+    x += (rng.random(shape) < 0.2) * rng.choice(np.array([4e-6, -8e-6, 2e-5], F32), shape)
+    x[rng.random(shape) < 0.02] = np.inf
+    x[rng.random(shape) < 0.02] = np.nan
+    attrs = {"ksize": attr5(fmt, ksize), "strides": attr5(fmt, strides), "padding": padding,
+             "data_format": fmt}
+    root = mg.Scope.NewRootScope()
+    xf = to_fmt(x, fmt)
+    y = mg.ClientSession(root, backend="reference").Run(
+        {}, [ops.MaxPool3D(root, xf, **attrs)])[0]
+    y[rng.random(y.shape) < 0.05] = np.inf
+    g = rng.standard_normal(y.shape).astype(F32)
+    dx = ops.MaxPool3DGrad(root.WithOpName("grad"), xf, y, g, **attrs)
+    metadata = mg.RunMetadata()
+    got = mg.ClientSession(root, backend="native").Run({}, [dx], run_metadata=metadata)[0]
+    assert metadata.kernel_of("grad") == "native:volumetric_kernels.max_pool3d_grad_native"
+    want = mg.ClientSession(root, backend="reference").Run({}, [dx])[0]
+    assert got.tobytes() == want.tobytes()

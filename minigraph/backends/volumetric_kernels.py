@@ -27,7 +27,8 @@ gradient whose filter holds a NaN or an infinity: the numpy kernel multiplies ev
 with every dx element (zeros where no dy voxel reaches it: 0 * inf = NaN spreads through
 the channel), the native one only the taps of the element's stride phase. MaxPool3D
 (float32) runs the numpy kernel's three passes on the 2-D C max pool, AvgPool3D and
-AvgPool3DGrad the numpy kernels' passes each in C (kernels_c/window_pass.c), bit for bit.
+AvgPool3DGrad the numpy kernels' passes each in C (kernels_c/window_pass.c), MaxPool3DGrad
+its rule and order in C (kernels_c/pool3d_grad.c), bit for bit.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from minigraph.backends.conv3d_kernels import (
     c_conv3d,
     c_conv3d_backprop_filter,
     c_conv3d_backprop_input,
+    channels_last,
+    from_channels_last,
 )
 from minigraph.backends.convolution_kernels import (
     NATIVE_CONV,
@@ -229,6 +232,35 @@ def max_pool3d_grad(op, inputs, ctx):
             tie = np.abs(x[window] - y[outputs]) < tolerance
             dx[window] += np.where(tie, g[outputs], zero)
     return [dx]
+
+
+@register_kernel("MaxPool3DGrad", backend="native", dtypes=(dtypes.float32,),
+                 when=lambda op: op.attrs["TInput"] == dtypes.float32
+                 and attrs_fit_int32(op, "ksize", "strides"))
+def max_pool3d_grad_native(op, inputs, ctx):
+    """max_pool3d_grad's rule and order in C (kernels_c/pool3d_grad.c), bit for bit; NCDHW
+    tensors transposed to NDHWC and back."""
+    x, y, g = inputs
+    fmt = op.attrs["data_format"]
+    out_shape, pool = pool_setup(op, x.shape, fmt)
+    if 0 in out_shape or x.size == 0:
+        return max_pool3d_grad(op, inputs, ctx)
+    last = fmt == "NDHWC"
+    x, y, g = (channels_last(a, last) for a in (x, y, g))
+    w = pool.window
+    n, *spatial, c = x.shape
+    if y.shape != g.shape or y.shape != (n, *w.out, c):
+        raise ValueError(f"native MaxPool3DGrad: orig_output {y.shape} and grad {g.shape} "
+                         f"must be {(n, *w.out, c)}")
+    sizes = checked_sizes("MaxPool3DGrad", n=n, c=c, in_0=spatial[0], in_1=spatial[1],
+                          in_2=spatial[2], k_0=w.ksize[0], k_1=w.ksize[1], k_2=w.ksize[2],
+                          s_0=w.strides[0], s_1=w.strides[1], s_2=w.strides[2],
+                          pad_0=w.pads[0][0], pad_1=w.pads[1][0], pad_2=w.pads[2][0],
+                          out_0=w.out[0], out_1=w.out[1], out_2=w.out[2])
+    dx = np.empty(x.shape, np.float32)
+    check_code(lib.mg_max_pool3d_grad(sizes, fbuf(x), fbuf(y), fbuf(g), fbuf(dx),
+                                      num_threads()), "MaxPool3DGrad")
+    return [from_channels_last(dx, last)]
 
 
 @register_kernel("MaxPool3DGradGrad")
