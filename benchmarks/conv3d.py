@@ -32,7 +32,7 @@ from minigraph.backends.convolution_kernels import (  # noqa: E402
     conv2d_backprop_input_nhwc,
     conv2d_nhwc,
 )
-from minigraph.ops.window import Window  # noqa: E402
+from minigraph.ops.window import Window, conv_geometry  # noqa: E402
 
 SAMPLE = 0.02
 # (layer, input NDHWC, filter (kd, kh, kw), out channels, stride); SAME padding
@@ -46,15 +46,11 @@ LAYERS = [
 QUICK = ("U-Net 3x3x3 32->32", "U-Net down 3x3x3 32->64 s2")
 
 
-def same_window(sizes: tuple, k: tuple, stride: int) -> Window:
-    """TF's SAME window of a k-sized filter over ``sizes`` with this stride."""
-    out, pads = [], []
-    for size, ks in zip(sizes, k):
-        o = -(-size // stride)
-        total = max((o - 1) * stride + ks - size, 0)
-        out.append(o)
-        pads.append((total // 2, total - total // 2))
-    return Window(k, (stride,) * 3, (1, 1, 1), tuple(pads), tuple(out))
+def same_window(x_shape: tuple, f_shape: tuple, stride: int) -> Window:
+    """The ops' own SAME window of the DHWIO filter over the NDHWC input."""
+    attrs = {"strides": [1, stride, stride, stride, 1], "dilations": [1] * 5,
+             "padding": "SAME", "data_format": "NDHWC"}
+    return conv_geometry(attrs, ValueError, x_shape, f_shape)
 
 
 def calls(x, f, dy, window: Window) -> dict:
@@ -79,9 +75,9 @@ def main() -> None:
     for layer, shape, k, co, stride in LAYERS:
         if args.quick and layer not in QUICK:
             continue
-        window = same_window(shape[1:4], k, stride)
         x = rng.standard_normal(shape).astype(np.float32)
         f = rng.standard_normal((*k, shape[4], co)).astype(np.float32)
+        window = same_window(x.shape, f.shape, stride)
         dy = rng.standard_normal((shape[0], *window.out, co)).astype(np.float32)
         flops = 2 * shape[0] * int(np.prod(window.out)) * int(np.prod(k)) * shape[4] * co
         for op, (ours, numpy_call) in calls(x, f, dy, window).items():

@@ -226,27 +226,33 @@ def test_against_tensorflow(tf, case):
         assert_within(got, want.astype(F64), 2 * mag, k, what)
 
 
+@st.composite
+def pool_cases(draw, max_k=3, max_size=8, max_batch=3):
+    """(fmt, attrs, NDHWC shape, rng) of a 3-D pool with a non-empty output."""
+    fmt = draw(st.sampled_from(["NDHWC", "NCDHW"]))
+    ksize = tuple(draw(st.integers(1, max_k)) for _ in range(3))
+    strides = tuple(draw(st.integers(1, max_k)) for _ in range(3))
+    sizes = tuple(draw(st.integers(k, max_size)) for k in ksize)
+    shape = (draw(st.integers(1, max_batch)), *sizes, draw(st.integers(1, 20)))
+    attrs = {"ksize": attr5(fmt, ksize), "strides": attr5(fmt, strides),
+             "padding": draw(st.sampled_from(["SAME", "VALID"])), "data_format": fmt}
+    return fmt, attrs, shape, np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_max_pool3d_native_matches_the_reference(data):
+@given(pool_cases())
+def test_max_pool3d_native_matches_the_reference(case):
     """MaxPool3D on the native backend (the 2-D C max pool, planes pass then height and
     width) gives the reference backend's values, NaN and infinities included. The sign of a
     zero maximum between -0 and +0 may differ, as it does between the 2-D MaxPool's native
     and numpy kernels (the C kernel keeps the first of equal values, numpy.maximum the
     second)."""
-    fmt = data.draw(st.sampled_from(["NDHWC", "NCDHW"]))
-    padding = data.draw(st.sampled_from(["SAME", "VALID"]))
-    ksize = tuple(data.draw(st.integers(1, 3)) for _ in range(3))
-    strides = tuple(data.draw(st.integers(1, 3)) for _ in range(3))
-    sizes = tuple(data.draw(st.integers(k, 8)) for k in ksize)
-    shape = (data.draw(st.integers(1, 3)), *sizes, data.draw(st.integers(1, 20)))
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    fmt, attrs, shape, rng = case
     x = rng.choice(np.array([-1.5, -0.0, 0.0, 0.5, 2.0, np.inf, -np.inf, np.nan], F32),
                    shape, p=[0.3, 0.1, 0.1, 0.2, 0.2, 0.03, 0.03, 0.04])
     x = to_fmt(x + rng.standard_normal(shape).astype(F32) * (rng.random(shape) < 0.5), fmt)
     root = mg.Scope.NewRootScope()
-    y = ops.MaxPool3D(root.WithOpName("pool"), x, ksize=attr5(fmt, ksize),
-                      strides=attr5(fmt, strides), padding=padding, data_format=fmt)
+    y = ops.MaxPool3D(root.WithOpName("pool"), x, **attrs)
     metadata = mg.RunMetadata()
     got = mg.ClientSession(root, backend="native").Run({}, [y], run_metadata=metadata)[0]
     assert metadata.kernel_of("pool") == "native:volumetric_kernels.max_pool3d_native"
@@ -255,23 +261,15 @@ def test_max_pool3d_native_matches_the_reference(data):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_avg_pool3d_and_its_gradient_native_bit_for_bit(data):
+@given(pool_cases(max_k=4, max_size=9))
+def test_avg_pool3d_and_its_gradient_native_bit_for_bit(case):
     """AvgPool3D and AvgPool3DGrad on the native backend (the numpy kernels' passes, each
     in C) give the reference backend's bits, non-finite values included."""
-    fmt = data.draw(st.sampled_from(["NDHWC", "NCDHW"]))
-    padding = data.draw(st.sampled_from(["SAME", "VALID"]))
-    ksize = tuple(data.draw(st.integers(1, 4)) for _ in range(3))
-    strides = tuple(data.draw(st.integers(1, 4)) for _ in range(3))
-    sizes = tuple(data.draw(st.integers(k, 9)) for k in ksize)
-    shape = (data.draw(st.integers(1, 3)), *sizes, data.draw(st.integers(1, 20)))
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    fmt, attrs, shape, rng = case
     x = rng.standard_normal(shape).astype(F32)
     x[rng.random(shape) < 0.02] = np.inf
     x[rng.random(shape) < 0.02] = -0.0
     x = to_fmt(x, fmt)
-    attrs = {"ksize": attr5(fmt, ksize), "strides": attr5(fmt, strides), "padding": padding,
-             "data_format": fmt}
     root = mg.Scope.NewRootScope()
     y = ops.AvgPool3D(root.WithOpName("pool"), x, **attrs)
     g = rng.standard_normal(tuple(y.shape)).astype(F32)
@@ -286,24 +284,16 @@ def test_avg_pool3d_and_its_gradient_native_bit_for_bit(data):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_max_pool3d_grad_native_bit_for_bit(data):
+@given(pool_cases(max_batch=2))
+def test_max_pool3d_grad_native_bit_for_bit(case):
     """MaxPool3DGrad on the native backend (TF's CPU rule in C) gives the reference
     backend's bits: exact ties, near ties within and beyond 1e-5, infinities and NaN in
     the input and the output (orig_output as given, not recomputed)."""
-    fmt = data.draw(st.sampled_from(["NDHWC", "NCDHW"]))
-    padding = data.draw(st.sampled_from(["SAME", "VALID"]))
-    ksize = tuple(data.draw(st.integers(1, 3)) for _ in range(3))
-    strides = tuple(data.draw(st.integers(1, 3)) for _ in range(3))
-    sizes = tuple(data.draw(st.integers(k, 8)) for k in ksize)
-    shape = (data.draw(st.integers(1, 2)), *sizes, data.draw(st.integers(1, 20)))
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    fmt, attrs, shape, rng = case
     x = rng.integers(-3, 4, shape).astype(F32) * 0.5  # many exact ties
     x += (rng.random(shape) < 0.2) * rng.choice(np.array([4e-6, -8e-6, 2e-5], F32), shape)
     x[rng.random(shape) < 0.02] = np.inf
     x[rng.random(shape) < 0.02] = np.nan
-    attrs = {"ksize": attr5(fmt, ksize), "strides": attr5(fmt, strides), "padding": padding,
-             "data_format": fmt}
     root = mg.Scope.NewRootScope()
     xf = to_fmt(x, fmt)
     y = mg.ClientSession(root, backend="reference").Run(
