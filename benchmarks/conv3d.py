@@ -4,7 +4,8 @@
 the same count with threadpoolctl), at layers of C3D- and 3-D U-Net-style video / volume
 networks. Medians in one process (native, then numpy); prints ms per call and GFLOP/s
 (2 * MACs / time) as a markdown table. The filter is a writable array, as a training
-step's variable is: the forward packs it at every call.
+step's variable is: the forward packs it at every call. A second table times the 3-D pools
+and their gradients (a graph of the op on each backend, same feeds).
 
     python benchmarks/conv3d.py [--threads 2] [--quick]
 """
@@ -17,6 +18,9 @@ import sys
 
 import numpy as np
 from threadpoolctl import threadpool_limits
+
+import minigraph as mg
+from minigraph import ops
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import markdown_table, time_interleaved  # noqa: E402
@@ -64,6 +68,45 @@ def calls(x, f, dy, window: Window) -> dict:
     }
 
 
+# (pool, input NDHWC, ksize, stride, padding)
+POOLS = [("MaxPool3D", (1, 16, 32, 32, 32), 2, 2, "VALID"),
+         ("MaxPool3D", (1, 8, 28, 28, 64), 3, 2, "SAME"),
+         ("AvgPool3D", (1, 16, 32, 32, 32), 2, 2, "VALID"),
+         ("AvgPool3D", (1, 8, 28, 28, 64), 3, 1, "SAME")]
+
+
+def pool_runs(pool: str, shape: tuple, k: int, stride: int, padding: str, rng) -> dict:
+    """Per backend, the pool and its gradient as one session call each."""
+    root = mg.Scope.NewRootScope()
+    x = rng.standard_normal(shape).astype(np.float32)
+    attrs = {"ksize": [1, k, k, k, 1], "strides": [1, stride, stride, stride, 1],
+             "padding": padding}
+    y = getattr(ops, pool)(root, x, **attrs)
+    g = rng.standard_normal(tuple(y.shape)).astype(np.float32)
+    grad = (ops.MaxPool3DGrad(root, x, y, g, **attrs) if pool == "MaxPool3D"
+            else ops.AvgPool3DGrad(root, list(shape), g, **attrs))
+    runs = {}
+    for backend in ("native", "reference"):
+        session = mg.ClientSession(root, backend=backend)
+        runs[backend] = {"forward": lambda s=session: s.Run({}, [y]),
+                         "gradient": lambda s=session: s.Run({}, [grad])}
+    return runs
+
+
+def pool_table(threads: int, rng) -> str:
+    rows = []
+    for pool, shape, k, stride, padding in POOLS:
+        runs = pool_runs(pool, shape, k, stride, padding, rng)
+        for which in ("forward", "gradient"):
+            ms = time_interleaved({"native": runs["native"][which]}, min_sample=SAMPLE)["native"]
+            with threadpool_limits(threads):
+                ref = time_interleaved({"numpy": runs["reference"][which]},
+                                       min_sample=SAMPLE)["numpy"]
+            rows.append([f"{pool} {k}x{k}x{k} s{stride} {padding} {shape[1:]}", which,
+                         f"{ms * 1e3:.2f}", f"{ref * 1e3:.2f}", f"{ref / ms:.1f}x"])
+    return markdown_table(["pool", "op", "native ms", "numpy ms", "numpy / native"], rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -90,6 +133,9 @@ def main() -> None:
     print(f"threads: {args.threads}, ISA: {native.isa()}")
     print(markdown_table(["layer", "op", "native ms", "numpy ms", "native GFLOP/s",
                           "numpy GFLOP/s", "numpy / native"], rows))
+    if not args.quick:
+        print()
+        print(pool_table(args.threads, rng))
 
 
 if __name__ == "__main__":

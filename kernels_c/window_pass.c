@@ -1,22 +1,20 @@
 /* minigraph native window sums along one axis: see window_pass.h. Rows of the result
  * ([outer][len] of them, `inner` floats each) go to the worker pool; a row is +0 plus its
- * source rows, one vectorizable loop over `inner` per addition. */
+ * source rows, one loop over `inner` per addition (compiled per ISA and picked with
+ * mg_isa_pick: window_pass_internal.h). */
 #include "window_pass.h"
 
 #include <string.h>
+
+#include "window_pass_internal.h"
 
 typedef struct {
     int64_t n, inner, k, s, b, out;
     const float *src;
     float *dst;
     int spread;
+    void (*add_row)(float *acc, const float *src, int64_t n);
 } pass_call;
-
-static void add_row(float *restrict acc, const float *restrict src, int64_t inner)
-{
-    for (int64_t j = 0; j < inner; ++j)
-        acc[j] += src[j];
-}
 
 static void pass_rows(void *ctx, int64_t lo, int64_t hi)
 {
@@ -32,14 +30,14 @@ static void pass_rows(void *ctx, int64_t lo, int64_t hi)
             for (int64_t i = 0; i < pc->k; ++i) {
                 const int64_t r = q * pc->s - pc->b + i;
                 if (r >= 0 && r < pc->n)
-                    add_row(acc, src + r * pc->inner, pc->inner);
+                    pc->add_row(acc, src + r * pc->inner, pc->inner);
             }
         } else { /* input q: outputs p with q = p*s - b + i, p descending */
             const int64_t top = (q + pc->b) / pc->s; /* the largest p with p*s - b <= q */
             for (int64_t p = top < pc->out - 1 ? top : pc->out - 1; p >= 0; --p) {
                 if (q - (p * pc->s - pc->b) >= pc->k)
                     break;
-                add_row(acc, src + p * pc->inner, pc->inner);
+                pc->add_row(acc, src + p * pc->inner, pc->inner);
             }
         }
     }
@@ -56,7 +54,10 @@ static int run_pass(int64_t outer, int64_t n, int64_t inner, int64_t k, int64_t 
         return MG_OK;
     if (!dst || (outer * (spread ? out : n) * inner != 0 && !src))
         return MG_EINVAL;
-    pass_call pc = {n, inner, k, stride, before, out, src, dst, spread};
+    static const void *const tables[MG_NISA] = MG_ISA_TABLES(
+        &window_pass_kernels_scalar, &window_pass_kernels_avx2, &window_pass_kernels_avx512);
+    const window_pass_table *t = mg_isa_pick(tables);
+    pass_call pc = {n, inner, k, stride, before, out, src, dst, spread, t->add_row};
     mg_pool_rows(mg_stream_threads(num_threads, rows * inner * (k < 8 ? k : 8)), rows, 1,
                  pass_rows, &pc);
     return MG_OK;
