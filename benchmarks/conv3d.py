@@ -5,7 +5,7 @@ the same count with threadpoolctl), at layers of C3D- and 3-D U-Net-style video 
 networks. Medians in one process (native, then numpy); prints ms per call and GFLOP/s
 (2 * MACs / time) as a markdown table. The filter is a writable array, as a training
 step's variable is: the forward packs it at every call. A second table times the 3-D pools
-and their gradients (a graph of the op on each backend, same feeds).
+and their gradients (a graph of the op on each backend, interleaved).
 
     python benchmarks/conv3d.py [--threads 2] [--quick]
 """
@@ -94,14 +94,14 @@ def pool_runs(pool: str, shape: tuple, k: int, stride: int, padding: str, rng) -
 
 
 def pool_table(threads: int, rng) -> str:
+    """The pools on both backends, interleaved (no BLAS in either)."""
     rows = []
     for pool, shape, k, stride, padding in POOLS:
         runs = pool_runs(pool, shape, k, stride, padding, rng)
         for which in ("forward", "gradient"):
-            ms = time_interleaved({"native": runs["native"][which]}, min_sample=SAMPLE)["native"]
-            with threadpool_limits(threads):
-                ref = time_interleaved({"numpy": runs["reference"][which]},
-                                       min_sample=SAMPLE)["numpy"]
+            times = time_interleaved({b: runs[b][which] for b in ("native", "reference")},
+                                     min_sample=SAMPLE)
+            ms, ref = times["native"], times["reference"]
             rows.append([f"{pool} {k}x{k}x{k} s{stride} {padding} {shape[1:]}", which,
                          f"{ms * 1e3:.2f}", f"{ref * 1e3:.2f}", f"{ref / ms:.1f}x"])
     return markdown_table(["pool", "op", "native ms", "numpy ms", "numpy / native"], rows)
