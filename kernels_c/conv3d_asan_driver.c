@@ -3,8 +3,8 @@
  * AddressSanitizer + UndefinedBehaviorSanitizer. Inputs are allocated at their exact size;
  * outputs sit between guard bytes that must survive (ASan does not see masked vector
  * stores), on every instruction set this CPU has. The convolutions are checked against naive loops in double precision within the
- * GEMM bound (K * 2^-24 * sum |a*b|, conv3d_gemm.h), the window passes and MaxPool3DGrad
- * against naive loops in the stated order bit for bit. */
+ * GEMM bound (K * 2^-24 * sum |a*b|, conv3d_gemm.h), the window passes, MaxPool3DGrad and
+ * MaxPool3DGradGrad against naive loops in the stated order bit for bit. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -152,6 +152,27 @@ static void check_pools(int nt)
                         }
                     CHECK(acc == gx[((z * 2 + r) * 3 + q) * inner + ci], "max pool grad");
                 }
+    /* MaxPool3DGradGrad: the first exact match, row-major over the window */
+    float *gg = guarded(ys), *gin = random_floats(xs);
+    CHECK(mg_max_pool3d_grad_grad(sizes, xin, yo, gin, gg, nt) == MG_OK, "grad grad failed");
+    for (int64_t pd = 0; pd < out; ++pd)
+        for (int64_t r = 0; r < 2; ++r)
+            for (int64_t pw = 0; pw < 2; ++pw)
+                for (int64_t ci = 0; ci < inner; ++ci) {
+                    float want = 0.0f;
+                    const int64_t oi = ((pd * 2 + r) * 2 + pw) * inner + ci;
+                    for (int64_t a = 0; a < k * 2; ++a) {
+                        const int64_t z = pd * s - before + a / 2, q = pw + a % 2;
+                        const int64_t xi = ((z * 2 + r) * 3 + q) * inner + ci;
+                        if (z >= 0 && z < n && xin[xi] == yo[oi]) {
+                            want = gin[xi];
+                            break;
+                        }
+                    }
+                    CHECK(want == gg[oi], "grad grad");
+                }
+    release(gg, ys, "grad grad");
+    free(gin);
     release(y, outer * out * inner, "sum");
     release(dx, outer * n * inner, "spread");
     release(gx, xs, "max pool grad");

@@ -1,5 +1,5 @@
-/* minigraph native float32 MaxPool3DGrad with TF's CPU rule (backends/volumetric_kernels.py,
- * max_pool3d_grad: bit for bit).
+/* minigraph native float32 MaxPool3DGrad with TF's CPU rule and MaxPool3DGradGrad
+ * (backends/volumetric_kernels.py, max_pool3d_grad and max_pool3d_grad_grad: bit for bit).
  *
  * NDHWC tensors: x [n][d][h][w][c], y = orig_output and g [n][od][oh][ow][c], dx like x.
  * Output o covers the inputs o * stride - pad + a for a in [0, k), per spatial dim. Every
@@ -10,7 +10,11 @@
  *           width index (outermost), then height, then planes, each increasing
  *           (TF's order: window offsets decreasing).
  *
- * One rounding per addition in that order, whatever the thread count. Return value
+ * One rounding per addition in that order, whatever the thread count.
+ *
+ * MaxPool3DGradGrad: out[o] = g[i] for the first in-bounds element i of o's window
+ * (row-major: planes, height, width) with x[i] == y[o] exactly, else +0 (out like y, g like
+ * x). Return value
  * (mg_runtime.h): MG_OK, or MG_EINVAL for negative sizes, a window or stride below 1, or a
  * NULL buffer.
  *
@@ -27,6 +31,8 @@
 /* sizes: {n, c, in[3], k[3], stride[3], pad[3] (before), out[3]} */
 int mg_max_pool3d_grad(const int64_t sizes[17], const float *x, const float *y,
                        const float *g, float *dx, int num_threads);
+int mg_max_pool3d_grad_grad(const int64_t sizes[17], const float *x, const float *y,
+                            const float *g, float *out, int num_threads);
 /* END CDEF */
 
 #endif

@@ -285,10 +285,11 @@ def test_avg_pool3d_and_its_gradient_native_bit_for_bit(case):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pool_cases(max_batch=2))
-def test_max_pool3d_grad_native_bit_for_bit(case):
-    """MaxPool3DGrad on the native backend (TF's CPU rule in C) gives the reference
-    backend's bits: exact ties, near ties within and beyond 1e-5, infinities and NaN in
-    the input and the output (orig_output as given, not recomputed)."""
+def test_max_pool3d_grads_native_bit_for_bit(case):
+    """MaxPool3DGrad (TF's CPU rule) and MaxPool3DGradGrad (the first exact match) on the
+    native backend give the reference backend's bits: exact ties, near ties within and
+    beyond 1e-5, infinities and NaN in the input and the output (orig_output as given, not
+    recomputed)."""
     fmt, attrs, shape, rng = case
     x = rng.integers(-3, 4, shape).astype(F32) * 0.5  # many exact ties
     x += (rng.random(shape) < 0.2) * rng.choice(np.array([4e-6, -8e-6, 2e-5], F32), shape)
@@ -301,8 +302,12 @@ def test_max_pool3d_grad_native_bit_for_bit(case):
     y[rng.random(y.shape) < 0.05] = np.inf
     g = rng.standard_normal(y.shape).astype(F32)
     dx = ops.MaxPool3DGrad(root.WithOpName("grad"), xf, y, g, **attrs)
+    gg = ops.MaxPool3DGradGrad(root.WithOpName("gradgrad"), xf, y,
+                               rng.standard_normal(xf.shape).astype(F32), **attrs)
     metadata = mg.RunMetadata()
-    got = mg.ClientSession(root, backend="native").Run({}, [dx], run_metadata=metadata)[0]
-    assert metadata.kernel_of("grad") == "native:volumetric_kernels.max_pool3d_grad_native"
-    want = mg.ClientSession(root, backend="reference").Run({}, [dx])[0]
-    assert got.tobytes() == want.tobytes()
+    got = mg.ClientSession(root, backend="native").Run({}, [dx, gg], run_metadata=metadata)
+    for name, kernel in (("grad", "grad"), ("gradgrad", "grad_grad")):
+        assert metadata.kernel_of(name) == f"native:volumetric_kernels.max_pool3d_{kernel}_native"
+    want = mg.ClientSession(root, backend="reference").Run({}, [dx, gg])
+    for a, b in zip(got, want):
+        assert a.tobytes() == b.tobytes()

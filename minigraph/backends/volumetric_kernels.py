@@ -28,7 +28,7 @@ with every dx element (zeros where no dy voxel reaches it: 0 * inf = NaN spreads
 the channel), the native one only the taps of the element's stride phase. MaxPool3D
 (float32) runs the numpy kernel's three passes on the 2-D C max pool, AvgPool3D and
 AvgPool3DGrad the numpy kernels' passes each in C (kernels_c/window_pass.c), MaxPool3DGrad
-its rule and order in C (kernels_c/pool3d_grad.c), bit for bit.
+and MaxPool3DGradGrad their rules and orders in C (kernels_c/pool3d_grad.c), bit for bit.
 """
 
 from __future__ import annotations
@@ -234,33 +234,44 @@ def max_pool3d_grad(op, inputs, ctx):
     return [dx]
 
 
-@register_kernel("MaxPool3DGrad", backend="native", dtypes=(dtypes.float32,),
-                 when=lambda op: op.attrs["TInput"] == dtypes.float32
-                 and attrs_fit_int32(op, "ksize", "strides"))
-def max_pool3d_grad_native(op, inputs, ctx):
-    """max_pool3d_grad's rule and order in C (kernels_c/pool3d_grad.c), bit for bit; NCDHW
-    tensors transposed to NDHWC and back."""
+def _c_max_pool3d_grads(op, inputs, c_fn, what: str, to_input: bool) -> np.ndarray:
+    """MaxPool3DGrad (``to_input``: the result has x's shape) or MaxPool3DGradGrad (y's) of
+    (x, y, g) on the C kernel ``c_fn`` (kernels_c/pool3d_grad.c), NCDHW transposed to NDHWC
+    and back; the caller routed empty tensors to numpy."""
     x, y, g = inputs
     fmt = op.attrs["data_format"]
-    out_shape, pool = pool_setup(op, x.shape, fmt)
-    if 0 in out_shape or x.size == 0:
-        return max_pool3d_grad(op, inputs, ctx)
+    _, pool = pool_setup(op, x.shape, fmt)
     last = fmt == "NDHWC"
     x, y, g = (channels_last(a, last) for a in (x, y, g))
     w = pool.window
     n, *spatial, c = x.shape
-    if y.shape != g.shape or y.shape != (n, *w.out, c):
-        raise ValueError(f"native MaxPool3DGrad: orig_output {y.shape} and grad {g.shape} "
-                         f"must be {(n, *w.out, c)}")
-    sizes = checked_sizes("MaxPool3DGrad", n=n, c=c, in_0=spatial[0], in_1=spatial[1],
+    out = (n, *w.out, c)
+    if y.shape != out or g.shape != (out if to_input else x.shape):
+        raise ValueError(f"native {what}: orig_output {y.shape} must be {out} and grad "
+                         f"{g.shape} {'orig_output' if to_input else 'orig_input'}'s shape")
+    sizes = checked_sizes(what, n=n, c=c, in_0=spatial[0], in_1=spatial[1],
                           in_2=spatial[2], k_0=w.ksize[0], k_1=w.ksize[1], k_2=w.ksize[2],
                           s_0=w.strides[0], s_1=w.strides[1], s_2=w.strides[2],
                           pad_0=w.pads[0][0], pad_1=w.pads[1][0], pad_2=w.pads[2][0],
                           out_0=w.out[0], out_1=w.out[1], out_2=w.out[2])
-    dx = np.empty(x.shape, np.float32)
-    check_code(lib.mg_max_pool3d_grad(sizes, fbuf(x), fbuf(y), fbuf(g), fbuf(dx),
-                                      num_threads()), "MaxPool3DGrad")
-    return [from_channels_last(dx, last)]
+    result = np.empty(x.shape if to_input else out, np.float32)
+    check_code(c_fn(sizes, fbuf(x), fbuf(y), fbuf(g), fbuf(result), num_threads()), what)
+    return from_channels_last(result, last)
+
+
+def _native_max_pool3d_grads(op) -> bool:
+    return op.attrs.get("TInput", op.attrs["T"]) == dtypes.float32 and attrs_fit_int32(
+        op, "ksize", "strides")
+
+
+@register_kernel("MaxPool3DGrad", backend="native", dtypes=(dtypes.float32,),
+                 when=_native_max_pool3d_grads)
+def max_pool3d_grad_native(op, inputs, ctx):
+    """max_pool3d_grad's rule and order in C, bit for bit."""
+    x = inputs[0]
+    if 0 in pool_setup(op, x.shape, op.attrs["data_format"])[0] or x.size == 0:
+        return max_pool3d_grad(op, inputs, ctx)
+    return [_c_max_pool3d_grads(op, inputs, lib.mg_max_pool3d_grad, "MaxPool3DGrad", True)]
 
 
 @register_kernel("MaxPool3DGradGrad")
@@ -277,3 +288,14 @@ def max_pool3d_grad_grad(op, inputs, ctx):
         np.copyto(out[outputs], g[window], where=take)
         found[outputs] |= take
     return [out]
+
+
+@register_kernel("MaxPool3DGradGrad", backend="native", dtypes=(dtypes.float32,),
+                 when=_native_max_pool3d_grads)
+def max_pool3d_grad_grad_native(op, inputs, ctx):
+    """max_pool3d_grad_grad's first exact match in C, bit for bit."""
+    x = inputs[0]
+    if 0 in pool_setup(op, x.shape, op.attrs["data_format"])[0] or x.size == 0:
+        return max_pool3d_grad_grad(op, inputs, ctx)
+    return [_c_max_pool3d_grads(op, inputs, lib.mg_max_pool3d_grad_grad, "MaxPool3DGradGrad",
+                                False)]
