@@ -234,13 +234,16 @@ def max_pool3d_grad(op, inputs, ctx):
     return [dx]
 
 
-def _c_max_pool3d_grads(op, inputs, c_fn, what: str, to_input: bool) -> np.ndarray:
+def _c_max_pool3d_grads(op, inputs, ctx, numpy_kernel, c_fn, what: str,
+                        to_input: bool) -> list:
     """MaxPool3DGrad (``to_input``: the result has x's shape) or MaxPool3DGradGrad (y's) of
     (x, y, g) on the C kernel ``c_fn`` (kernels_c/pool3d_grad.c), NCDHW transposed to NDHWC
-    and back; the caller routed empty tensors to numpy."""
+    and back; empty tensors on ``numpy_kernel``."""
     x, y, g = inputs
     fmt = op.attrs["data_format"]
-    _, pool = pool_setup(op, x.shape, fmt)
+    out_shape, pool = pool_setup(op, x.shape, fmt)
+    if 0 in out_shape or x.size == 0:
+        return numpy_kernel(op, inputs, ctx)
     last = fmt == "NDHWC"
     x, y, g = (channels_last(a, last) for a in (x, y, g))
     w = pool.window
@@ -256,7 +259,7 @@ def _c_max_pool3d_grads(op, inputs, c_fn, what: str, to_input: bool) -> np.ndarr
                           out_0=w.out[0], out_1=w.out[1], out_2=w.out[2])
     result = np.empty(x.shape if to_input else out, np.float32)
     check_code(c_fn(sizes, fbuf(x), fbuf(y), fbuf(g), fbuf(result), num_threads()), what)
-    return from_channels_last(result, last)
+    return [from_channels_last(result, last)]
 
 
 def _native_max_pool3d_grads(op) -> bool:
@@ -268,10 +271,8 @@ def _native_max_pool3d_grads(op) -> bool:
                  when=_native_max_pool3d_grads)
 def max_pool3d_grad_native(op, inputs, ctx):
     """max_pool3d_grad's rule and order in C, bit for bit."""
-    x = inputs[0]
-    if 0 in pool_setup(op, x.shape, op.attrs["data_format"])[0] or x.size == 0:
-        return max_pool3d_grad(op, inputs, ctx)
-    return [_c_max_pool3d_grads(op, inputs, lib.mg_max_pool3d_grad, "MaxPool3DGrad", True)]
+    return _c_max_pool3d_grads(op, inputs, ctx, max_pool3d_grad, lib.mg_max_pool3d_grad,
+                               "MaxPool3DGrad", True)
 
 
 @register_kernel("MaxPool3DGradGrad")
@@ -294,8 +295,5 @@ def max_pool3d_grad_grad(op, inputs, ctx):
                  when=_native_max_pool3d_grads)
 def max_pool3d_grad_grad_native(op, inputs, ctx):
     """max_pool3d_grad_grad's first exact match in C, bit for bit."""
-    x = inputs[0]
-    if 0 in pool_setup(op, x.shape, op.attrs["data_format"])[0] or x.size == 0:
-        return max_pool3d_grad_grad(op, inputs, ctx)
-    return [_c_max_pool3d_grads(op, inputs, lib.mg_max_pool3d_grad_grad, "MaxPool3DGradGrad",
-                                False)]
+    return _c_max_pool3d_grads(op, inputs, ctx, max_pool3d_grad_grad,
+                               lib.mg_max_pool3d_grad_grad, "MaxPool3DGradGrad", False)
