@@ -188,8 +188,48 @@ typedef struct {
     int64_t block; /* output rows per block */
 } relu_pool_call;
 
+/* The pool of output rows [lo, hi) marked for the fused Relu: an output whose window holds
+ * only NaN set to NaN. Relu(MaxPool(x)) is MaxPool(Relu(x)) bit for bit (Relu keeps NaN,
+ * maps every other non-positive value, -0 included, to +0, and is monotone) except there:
+ * MaxPool(Relu(x)) ignores the NaN and gives POOL_LOWEST, but Relu(POOL_LOWEST) = +0. A
+ * pooled output is never NaN, so NaN marks those outputs through the Relu (restore_nan_
+ * windows); only the rare outputs equal to POOL_LOWEST rescan their window. */
+static void mark_nan_windows(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    const int64_t c = g->c;
+    for (int64_t row = lo; row < hi; ++row) {
+        int64_t img, ya, yb;
+        window_rows(g, row, &img, &ya, &yb);
+        for (int64_t ox = 0; ox < g->ow; ++ox) {
+            float *o = g->y + (row * g->ow + ox) * c;
+            int64_t xa, xb;
+            window_cols(g, ox, &xa, &xb);
+            for (int64_t ci = 0; ci < c; ++ci) {
+                if (o[ci] != POOL_LOWEST)
+                    continue;
+                int all_nan = 1;
+                for (int64_t yy = ya; yy < yb && all_nan; ++yy)
+                    for (int64_t xx = xa; xx < xb && all_nan; ++xx) {
+                        const float v = g->x[((img * g->h + yy) * g->w + xx) * c + ci];
+                        all_nan = v != v;
+                    }
+                if (all_nan)
+                    o[ci] = __builtin_nanf("");
+            }
+        }
+    }
+}
+
+/* the NaN marks of mark_nan_windows back to POOL_LOWEST, MaxPool(Relu(x))'s value there */
+static void restore_nan_windows(float *y, int64_t count)
+{
+    for (int64_t i = 0; i < count; ++i)
+        y[i] = y[i] != y[i] ? POOL_LOWEST : y[i];
+}
+
 /* Output rows [lo, hi), a block at a time (the block's input still in cache): the max pool
- * of x, its Relu in place, then the Relu of the input rows the block owns into r */
+ * of x, its Relu in place (all-NaN windows kept at POOL_LOWEST), then the Relu of the input
+ * rows the block owns into r */
 static void relu_pool_chunk(void *ctx, int64_t lo, int64_t hi)
 {
     const relu_pool_call *c = ctx;
@@ -199,7 +239,9 @@ static void relu_pool_chunk(void *ctx, int64_t lo, int64_t hi)
         const int64_t e = hi - b < c->block ? hi : b + c->block;
         int64_t a0, a1, z0, z1;
         c->max_pool(g, b, e);
+        mark_nan_windows(g, b, e);
         c->relu(g->y + b * out_row, g->y + b * out_row, (e - b) * out_row, 0.0f);
+        restore_nan_windows(g->y + b * out_row, (e - b) * out_row);
         owned_rows(g, b, &a0, &a1);
         owned_rows(g, e - 1, &z0, &z1);
         c->relu(g->x + a0 * in_row, c->r + a0 * in_row, (z1 - a0) * in_row, 0.0f);

@@ -3,8 +3,10 @@
  * Tensors are C-contiguous float32, NHWC (`channels_last` != 0) or NCHW; input
  * [n, h, w, c], output [n, out_h, out_w, c] (NHWC terms). Output (y, x) covers input rows
  * y * sh - pad_top .. + kh - 1 and columns x * sw - pad_left .. + kw - 1, in bounds only
- * (TF's SAME / VALID geometry; no window may be empty). MaxPool propagates NaN like
- * numpy.maximum. MaxPoolGrad routes each output's gradient to the FIRST maximum of its window
+ * (TF's SAME / VALID geometry; no window may be empty). MaxPool follows TF's CPU kernel:
+ * from -FLT_MAX, each element of the window in row-major order replaces the maximum when
+ * strictly greater, so NaN is ignored, a window of NaN and -inf only gives -FLT_MAX and of
+ * equal zeros the first is kept (-0, +0 gives -0). MaxPoolGrad routes each output's gradient to the FIRST maximum of its window
  * in row-major order (a later element replaces the maximum only when strictly greater, as
  * TF's CPU kernel). Non-overlapping windows (sh >= kh, sw >= kw) give every input element at
  * most one gradient (0 + g); with overlapping ones each input element gathers +0 plus the
@@ -42,7 +44,8 @@ int mg_max_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int
 
 /* The two ops of a Relu -> MaxPool chain in one pass over x: r = Relu(x) (x > 0 ? x : +0,
  * NaN stays NaN) and y = MaxPool(r), computed as Relu(MaxPool(x)) (the same bits: both are
- * the window's last NaN where it has one, else its maximum where that is > 0, else +0);
+ * -FLT_MAX where every element of the window is NaN (MaxPool ignores NaN; those outputs are
+ * rescanned), else the window's maximum where that is > 0, else +0);
  * r has x's shape, y the pool's. */
 int mg_relu_max_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
                      int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,

@@ -5,6 +5,7 @@
 #ifndef MINIGRAPH_POOLING_INTERNAL_H
 #define MINIGRAPH_POOLING_INTERNAL_H
 
+#include <float.h>
 #include <stdint.h>
 
 #include "mg_runtime.h"
@@ -65,8 +66,12 @@ static inline int64_t window_count(int64_t o, int64_t k, int64_t s, int64_t p, i
     return (end < n ? end : n) - (start > 0 ? start : 0);
 }
 
-/* best = v where v > best or v is NaN (numpy.maximum-like: NaN propagates) */
-static inline float max_nan(float best, float v) { return (v > best || v != v) ? v : best; }
+/* TF's max-pool step (MaxPool, MaxPool3D on CPU): best = v only where v > best, from
+ * best = POOL_LOWEST. NaN never wins (v > best is false), ties keep the first element
+ * (-0 then +0 gives -0), -inf never beats the start, and a window of NaN and -inf only
+ * gives -FLT_MAX. The forward max pools only; the gradients keep their argmax rule. */
+#define POOL_LOWEST (-FLT_MAX)
+static inline float pool_max(float best, float v) { return v > best ? v : best; }
 
 /* What the max-pool gradient stores at an element whose input is x, given the gradient v
  * routed there: v itself, or with g->relu ReluGrad(v, x) = x > 0 ? v : v * 0 (so an

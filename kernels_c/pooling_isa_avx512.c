@@ -47,12 +47,16 @@ static inline int pool_2x2(const pool_geo *g)
     return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->pt == 0 && g->pl == 0;
 }
 
-/* best = v where v > best or v is NaN, in the lanes of `valid` (max_nan, 16 at a time) */
-static inline __m512 max_nan16(__m512 best, __m512 v, __mmask16 valid)
+/* best = v where v > best, in the lanes of `valid` (pool_max, 16 at a time) */
+static inline __m512 pool_max16(__m512 best, __m512 v, __mmask16 valid)
 {
-    const __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
-                           _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    return _mm512_mask_mov_ps(best, take & valid, v);
+    return _mm512_mask_mov_ps(best, _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) & valid, v);
+}
+
+/* pool_max(POOL_LOWEST, v), 16 at a time: a window's first element */
+static inline __m512 pool_first16(__m512 v)
+{
+    return _mm512_max_ps(v, _mm512_set1_ps(POOL_LOWEST)); /* v > lowest ? v : lowest */
 }
 
 /* relu_gate 16 at a time: gv, or with g->relu gv where x > 0 and gv * 0 elsewhere */
@@ -133,9 +137,9 @@ static void max_pool_flat(const pool_geo *g, int64_t lo, int64_t hi)
     for (int64_t b = b0; b < b1; ++b) {
         __m512 v[4];
         flat_load(&p, g->x + b * 64, v);
-        __m512 best = max_nan16(v[0], v[1], 0xffff);
-        best = max_nan16(best, v[2], 0xffff);
-        _mm512_storeu_ps(g->y + b * 16, max_nan16(best, v[3], 0xffff));
+        __m512 best = pool_max16(pool_first16(v[0]), v[1], 0xffff);
+        best = pool_max16(best, v[2], 0xffff);
+        _mm512_storeu_ps(g->y + b * 16, pool_max16(best, v[3], 0xffff));
     }
     if (lo < b0 * per)
         max_pool_rows_c1_avx512(g, lo, b0 * per);
@@ -196,11 +200,11 @@ static void max_pool_rows_c1_avx512(const pool_geo *g, int64_t lo, int64_t hi)
             const int64_t ncols = w - 2 * ox;
             const __mmask16 odd_ok = mask_n((ncols) / 2);
             const pair t = load_pair(r0 + 2 * ox, ncols);
-            __m512 b = max_nan16(t.even, t.odd, odd_ok);
+            __m512 b = pool_max16(pool_first16(t.even), t.odd, odd_ok);
             if (bottom) {
                 const pair u = load_pair(r0 + w + 2 * ox, ncols);
-                b = max_nan16(b, u.even, 0xffff);
-                b = max_nan16(b, u.odd, odd_ok);
+                b = pool_max16(b, u.even, 0xffff);
+                b = pool_max16(b, u.odd, odd_ok);
             }
             _mm512_mask_storeu_ps(out + ox, mask_n(g->ow - ox), b);
         }
@@ -266,13 +270,13 @@ static void pool_nhwc_2x2(const pool_geo *g, int64_t lo, int64_t hi)
             float *out = g->y + (row * g->ow + ox) * c;
             for (int64_t c0 = 0; c0 < c; c0 += 16) {
                 const __mmask16 m = mask_n(c - c0);
-                __m512 b = _mm512_maskz_loadu_ps(m, p0 + c0);
+                __m512 b = pool_first16(_mm512_maskz_loadu_ps(m, p0 + c0));
                 if (right)
-                    b = max_nan16(b, _mm512_maskz_loadu_ps(m, p0 + c + c0), 0xffff);
+                    b = pool_max16(b, _mm512_maskz_loadu_ps(m, p0 + c + c0), 0xffff);
                 if (bottom) {
-                    b = max_nan16(b, _mm512_maskz_loadu_ps(m, p1 + c0), 0xffff);
+                    b = pool_max16(b, _mm512_maskz_loadu_ps(m, p1 + c0), 0xffff);
                     if (right)
-                        b = max_nan16(b, _mm512_maskz_loadu_ps(m, p1 + c + c0), 0xffff);
+                        b = pool_max16(b, _mm512_maskz_loadu_ps(m, p1 + c + c0), 0xffff);
                 }
                 _mm512_mask_storeu_ps(out + c0, m, b);
             }

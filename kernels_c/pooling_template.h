@@ -22,13 +22,13 @@ static void FN(max_pool_c1)(const pool_geo *g, int64_t lo, int64_t hi)
             const float *r0 = plane + ya * w, *r1 = r0 + w;
             int64_t ox = 0;
             for (; ox < g->ow && 2 * ox + 1 < w; ++ox) {
-                float b = r0[2 * ox];
-                b = max_nan(b, r0[2 * ox + 1]);
-                b = max_nan(b, r1[2 * ox]);
-                out[ox] = max_nan(b, r1[2 * ox + 1]);
+                float b = pool_max(POOL_LOWEST, r0[2 * ox]);
+                b = pool_max(b, r0[2 * ox + 1]);
+                b = pool_max(b, r1[2 * ox]);
+                out[ox] = pool_max(b, r1[2 * ox + 1]);
             }
             for (; ox < g->ow; ++ox) /* a last window cut by the right edge */
-                out[ox] = max_nan(r0[2 * ox], r1[2 * ox]);
+                out[ox] = pool_max(pool_max(POOL_LOWEST, r0[2 * ox]), r1[2 * ox]);
             continue;
         }
         /* outputs [in0, in1) have whole windows (no column clipped): a window offset at a
@@ -44,11 +44,11 @@ static void FN(max_pool_c1)(const pool_geo *g, int64_t lo, int64_t hi)
                 float *restrict o = out;
                 if (yy == ya && dx == 0)
                     for (int64_t ox = in0; ox < in1; ++ox)
-                        o[ox] = src[ox * sw];
+                        o[ox] = pool_max(POOL_LOWEST, src[ox * sw]);
                 else
                     for (int64_t ox = in0; ox < in1; ++ox) {
                         const float v = src[ox * sw], b = o[ox];
-                        o[ox] = (v > b || v != v) ? v : b;
+                        o[ox] = pool_max(b, v);
                     }
             }
         for (int64_t ox = 0; ox < g->ow; ++ox) { /* the clipped windows */
@@ -58,14 +58,10 @@ static void FN(max_pool_c1)(const pool_geo *g, int64_t lo, int64_t hi)
                 break;
             int64_t xa, xb;
             window_cols(g, ox, &xa, &xb);
-            float b = -__builtin_inff();
-            int first = 1;
+            float b = POOL_LOWEST;
             for (int64_t yy = ya; yy < yb; ++yy)
-                for (int64_t xx = xa; xx < xb; ++xx) {
-                    const float v = plane[yy * w + xx];
-                    b = first ? v : max_nan(b, v);
-                    first = 0;
-                }
+                for (int64_t xx = xa; xx < xb; ++xx)
+                    b = pool_max(b, plane[yy * w + xx]);
             out[ox] = b;
         }
     }
@@ -109,24 +105,14 @@ static void FN(max_pool_channels)(const pool_geo *g, int64_t lo, int64_t hi)
             int64_t xa, xb;
             window_cols(g, ox, &xa, &xb);
             float *restrict o = g->y + (row * g->ow + ox) * c;
-            int first = 1;
+            for (int64_t ci = 0; ci < c; ++ci)
+                o[ci] = POOL_LOWEST;
             for (int64_t yy = ya; yy < yb; ++yy)
                 for (int64_t xx = xa; xx < xb; ++xx) {
                     const float *restrict s = g->x + ((img * g->h + yy) * g->w + xx) * c;
-                    if (first) {
-                        for (int64_t ci = 0; ci < c; ++ci)
-                            o[ci] = s[ci];
-                        first = 0;
-                    } else {
-                        for (int64_t ci = 0; ci < c; ++ci) {
-                            const float v = s[ci], b = o[ci];
-                            o[ci] = (v > b || v != v) ? v : b;
-                        }
-                    }
+                    for (int64_t ci = 0; ci < c; ++ci)
+                        o[ci] = pool_max(o[ci], s[ci]);
                 }
-            if (first) /* empty window (not produced by SAME / VALID) */
-                for (int64_t ci = 0; ci < c; ++ci)
-                    o[ci] = -__builtin_inff();
         }
     }
 }

@@ -28,6 +28,7 @@ REMAPPER_OFF = mg.OptimizerOptions(remapper=False)
 FUSED = ("_FusedReluMaxPool", "_FusedMaxPoolGradReluGrad")
 # few distinct values: ties in every window, and the exceptional ones
 VALUES = np.array([-2, -1, 0, 1, 2, 3, np.nan, np.inf, -np.inf, -0.0], F32)
+LOWEST = np.finfo(F32).min  # MaxPool's start (TF's): an all-NaN window's result
 
 
 def _isas() -> list[str]:
@@ -73,10 +74,14 @@ def _graph(attrs: dict):
 
 
 def _draw_values(rng: np.random.Generator, shape, special: float) -> np.ndarray:
-    """Mostly ties among a few integers; ``special`` of the elements drawn from VALUES."""
+    """Mostly ties among a few integers; ``special`` of the elements drawn from VALUES, and
+    with ``special`` 1 most elements NaN (windows of NaN only: Relu(MaxPool) would give +0,
+    MaxPool(Relu) -FLT_MAX)."""
     values = rng.integers(-2, 4, shape).astype(F32)
     pick = rng.random(shape) < special
     values[pick] = rng.choice(VALUES, int(pick.sum()))
+    if special == 1:
+        values[rng.random(shape) < 0.8] = np.nan
     return values
 
 
@@ -122,7 +127,7 @@ def _compare(shape, attrs, seed: int, special: float, threads: list[int]) -> Non
 
 
 @settings(max_examples=60, deadline=None)
-@given(_geometry(), st.integers(0, 2 ** 16), st.sampled_from([0.0, 0.1, 0.5]))
+@given(_geometry(), st.integers(0, 2 ** 16), st.sampled_from([0.0, 0.1, 0.5, 1.0]))
 def test_fused_relu_max_pool_and_its_gradient_give_the_unfused_bits(case, seed, special):
     """Small tensors (one thread runs them), every geometry, every ISA."""
     shape, attrs = case
@@ -130,19 +135,20 @@ def test_fused_relu_max_pool_and_its_gradient_give_the_unfused_bits(case, seed, 
 
 
 @settings(max_examples=6, deadline=None)
-@given(_geometry(hw_range=(24, 40), channels=(16, 24), batch=(4, 4)), st.integers(0, 2 ** 16))
-def test_fused_pool_kernels_give_the_same_bits_for_any_thread_count(case, seed):
+@given(_geometry(hw_range=(24, 40), channels=(16, 24), batch=(4, 4)), st.integers(0, 2 ** 16),
+       st.sampled_from([0.05, 1.0]))
+def test_fused_pool_kernels_give_the_same_bits_for_any_thread_count(case, seed, special):
     """Tensors large enough for the worker pool: chunks of output rows, each writing the
     Relu of the input rows it owns, give the one-thread (and unfused) bits."""
     shape, attrs = case
     assert np.prod(shape) >= 1 << 15  # (mg_stream_threads: smaller tensors take one thread)
-    _compare(shape, attrs, seed, 0.05, threads=[1, 2, 3, 7])
+    _compare(shape, attrs, seed, special, threads=[1, 2, 3, 7])
 
 
 def _row_major_max(plane: np.ndarray, k, s, pads, out) -> np.ndarray:
-    """Each window's in-bounds elements scanned row-major from the first, a later element
-    replacing the maximum when greater or NaN (kernels_c/pooling.h's MaxPool: the last NaN,
-    else the first of equal maxima, so +0 and -0 keep their order)."""
+    """Each window's in-bounds elements scanned row-major from -FLT_MAX, an element
+    replacing the maximum when greater (TF's MaxPool, kernels_c/pooling.h: NaN ignored, the
+    first of equal maxima kept, so +0 and -0 keep their order)."""
     h, w = plane.shape
     result = np.empty(out, F32)
     for oy in range(out[0]):
@@ -150,9 +156,9 @@ def _row_major_max(plane: np.ndarray, k, s, pads, out) -> np.ndarray:
             top, left = oy * s[0] - pads[0], ox * s[1] - pads[1]
             window = [plane[y, x] for y in range(max(top, 0), min(top + k[0], h))
                       for x in range(max(left, 0), min(left + k[1], w))]
-            best = window[0]
-            for v in window[1:]:
-                best = v if (v > best or v != v) else best
+            best = LOWEST
+            for v in window:
+                best = v if v > best else best
             result[oy, ox] = best
     return result
 

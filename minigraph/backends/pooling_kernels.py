@@ -4,9 +4,10 @@ numpy: one 1-D pass per spatial axis (height, width; planes first for the 3-D po
 ``backends.volumetric_kernels``) over the window offsets that some output reads in
 bounds (never over pixels), each step a strided slice of the whole batch, in the tensor's
 own layout; windows are clipped to the input (no padded copy), so the cost is the output
-size times the clipped window, whatever ksize is. Max-pool gradients locate each window's
-first maximum with the same passes, then scatter (or gather) at it. float16/bfloat16 are
-computed in float32 and rounded once; float64 stays float64.
+size times the clipped window, whatever ksize is. MaxPool is TF's (NaN ignored:
+``tf_max``). MaxPoolGrad locates each window's first maximum with the same passes, then
+scatters at it. float16/bfloat16 are computed in float32 and rounded once; float64 stays
+float64.
 
 native (``backend="native"``, float32): MaxPool, MaxPoolGrad, AvgPool and AvgPoolGrad for
 every window, stride and padding, in C (kernels_c/pooling*.c) through the ``c_*`` wrappers
@@ -16,6 +17,7 @@ order), whatever the thread count.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from minigraph.backends.compute import compute_dtype, fail_for, placed_rows
@@ -109,7 +111,7 @@ class Pool:
         return self.tensor_axes[d], self.axes[d]
 
     def reduce(self, x: np.ndarray, d: int, combine, init) -> np.ndarray:
-        """``combine`` (np.add, np.maximum) of each window of spatial axis ``d`` (0: the
+        """``combine`` (np.add, tf_max) of each window of spatial axis ``d`` (0: the
         first, height or planes), starting from ``init``; in bounds only, offsets in
         increasing order."""
         axis, geo = self._along(d)
@@ -214,8 +216,22 @@ def pool_setup(op, x_shape, data_format) -> tuple[tuple, Pool]:
     return tuple(out_shape), Pool(window, data_format, tuple(x_shape[a] for a in spatial))
 
 
-def _lowest(dtype: np.dtype):
-    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+def pool_lowest(dtype: np.dtype):
+    """TF's starting maximum of a max pool over ``dtype``: the lowest finite value, except
+    bfloat16's -inf (TF pools it from float32's lowest, which rounds to -inf)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.dtype(ml_dtypes.bfloat16):
+        return -np.inf
+    return np.finfo(dtype).min if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def tf_max(best: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """TF's max-pool step: ``out = x where x > best else best``. NaN never wins and ties
+    keep the earlier element (-0 then +0 gives -0); from :func:`pool_lowest`, a window of
+    NaN (and -inf) only gives that lowest value."""
+    np.copyto(out, best)
+    np.copyto(out, x, where=x > best)
+    return out
 
 
 def c_pool_fits(op) -> bool:
@@ -226,16 +242,19 @@ def c_pool_fits(op) -> bool:
 
 @register_kernel("MaxPool")
 def max_pool(op, inputs, ctx):
-    """The maximum over each window's in-bounds elements (NaN propagates), one spatial axis
-    after the other (any number of them: MaxPool3D runs it too)."""
+    """TF's CPU maximum of each window's in-bounds elements (:func:`tf_max` from
+    :func:`pool_lowest`: NaN ignored, the first of equal zeros kept), one spatial axis after
+    the other, innermost (width) first (any number of them: MaxPool3D runs it too). The
+    passes give the row-major scan's result: each keeps the largest non-NaN value at its
+    first occurrence, so the width pass the first in each row, the next the first row."""
     x = inputs[0]
     out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
     if 0 in out_shape:
         return [np.zeros(out_shape, x.dtype)]
     ct = compute_dtype(x.dtype)
     y = x.astype(ct, copy=False)
-    for d in range(len(pool.axes)):
-        y = pool.reduce(y, d, np.maximum, _lowest(ct))
+    for d in reversed(range(len(pool.axes))):  # innermost first: the row-major first
+        y = pool.reduce(y, d, tf_max, pool_lowest(x.dtype))
     return [y.astype(x.dtype, copy=False)]
 
 
@@ -288,16 +307,6 @@ def max_pool_grad_native(op, inputs, ctx):
     w = pool.window
     return [c_max_pool_grad(x, g, w.ksize, w.strides, w.pads, w.out,
                                  op.attrs["data_format"] == "NHWC")]
-
-
-@register_kernel("MaxPoolGradGrad")
-def max_pool_grad_grad(op, inputs, ctx):
-    """The adjoint of MaxPoolGrad: each output gathers grad at its window's first maximum."""
-    x, g, out_shape, pool = _max_pool_grad_inputs(op, inputs)
-    if 0 in out_shape or x.size == 0:
-        return [np.zeros(out_shape, x.dtype)]
-    rows, cols = pool.argmax(x.astype(compute_dtype(x.dtype), copy=False))
-    return [g.ravel()[pool.flat_index(x.shape, rows, cols)]]
 
 
 @register_kernel("AvgPool")
@@ -382,7 +391,7 @@ def _c_pool_forward(what, c_fn, x, ksize, strides, pads, out_hw, channels_last):
 
 
 def c_max_pool(x, ksize, strides, pads, out_hw, channels_last):
-    """Max over each window's in-bounds elements (NaN propagates, as numpy.maximum)."""
+    """TF's max of each window's in-bounds elements (NaN ignored; see ``max_pool``)."""
     return _c_pool_forward("MaxPool", lib.mg_max_pool, x, ksize, strides, pads, out_hw,
                            channels_last)
 

@@ -16,8 +16,9 @@ step is a strided slice of the whole batch, and padding is never visited.
   contributions to one element add up in TF's order (outputs by increasing width, then
   height, then planes index: window offsets decreasing), in T: float16/bfloat16 round after
   every addition, as TF's Eigen arithmetic does.
-* MaxPool3DGradGrad: each output takes grad at the first in-bounds element of its window
-  (row-major: planes, height, width) equal to orig_output; 0 when none is.
+* MaxPool3DGradGrad (and the 2-D MaxPoolGradGrad, TF's same rule, registered here): each
+  output takes grad at the first in-bounds element of its window (row-major: planes,
+  height, width) equal to orig_output; 0 when none is.
 
 native (``backend="native"``, float32): Conv3D, Conv3DBackpropInputV2 and
 Conv3DBackpropFilterV2 on the GEMM micro-kernels (kernels_c/conv3d_gemm.c, wrapped by
@@ -109,25 +110,25 @@ def conv3d_backprop_filter_native(op, inputs, ctx):
 @register_kernel("MaxPool3D", backend="native", dtypes=(dtypes.float32,),
                  when=lambda op: attrs_fit_int32(op, "ksize", "strides"))
 def max_pool3d_native(op, inputs, ctx):
-    """The numpy kernel's passes (planes, then height, then width) on the 2-D C max pool:
-    the planes pass is a (kd, 1) window over the tensor seen as [n, d, h*w, c] (NCDHW:
-    [n, c, d, h*w]), then height and width over [n*od, h, w, c] ([n, c*od, h, w]): the same
-    maxima (NaN propagating), as the 2-D MaxPool's C kernel gives its numpy kernel's (but
-    for the sign of a zero maximum of -0 and +0: C keeps the first)."""
+    """The numpy kernel's passes, innermost axis first, on the 2-D C max pool: height and
+    width over [n*d, h, w, c] (NCDHW: [n, c*d, h, w]), then the planes as a (kd, 1) window
+    over the result seen as [n, d, oh*ow, c] ([n, c, d, oh*ow]). The same bits: each pass
+    keeps its window's largest non-NaN value at its first occurrence (MaxPool's rule), so
+    the first plane, then the row-major first (h, w) in it: TF's row-major scan."""
     x = inputs[0]
     fmt = op.attrs["data_format"]
     out_shape, pool = pool_setup(op, x.shape, fmt)
     w = pool.window
     n, d, h, wd, c = to_nhwc(x.shape, fmt)
-    if 0 in out_shape or max(w.ksize + w.strides + (h * wd, c * w.out[0])) >= 2**31:
+    if 0 in out_shape or max(w.ksize + w.strides + (h * wd, c * d)) >= 2**31:
         return pooling_kernels.max_pool(op, inputs, ctx)
     last = fmt == "NDHWC"
-    planes = c_max_pool(x.reshape((n, d, h * wd, c) if last else (n, c, d, h * wd)),
-                        (w.ksize[0], 1), (w.strides[0], 1), (w.pads[0], (0, 0)),
-                        (w.out[0], h * wd), last)
-    rows = planes.reshape((n * w.out[0], h, wd, c) if last else (n, c * w.out[0], h, wd))
-    return [c_max_pool(rows, w.ksize[1:], w.strides[1:], w.pads[1:], w.out[1:],
-                       last).reshape(out_shape)]
+    oh, ow = w.out[1:]
+    rows = c_max_pool(x.reshape((n * d, h, wd, c) if last else (n, c * d, h, wd)),
+                      w.ksize[1:], w.strides[1:], w.pads[1:], w.out[1:], last)
+    planes = rows.reshape((n, d, oh * ow, c) if last else (n, c, d, oh * ow))
+    return [c_max_pool(planes, (w.ksize[0], 1), (w.strides[0], 1), (w.pads[0], (0, 0)),
+                       (w.out[0], oh * ow), last).reshape(out_shape)]
 
 
 # AvgPool3D and AvgPool3DGrad: the numpy kernels' passes (Pool.reduce with np.add, one per
@@ -227,7 +228,7 @@ def max_pool3d_grad(op, inputs, ctx):
         return [dx]
     tolerance = np.asarray(TIE_TOLERANCE, x.dtype)
     zero = np.zeros((), g.dtype)
-    with np.errstate(invalid="ignore"):  # inf - inf: NaN, no tie
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, no tie
         for outputs, window in _window_blocks(pool, tf_grad_order=True):
             tie = np.abs(x[window] - y[outputs]) < tolerance
             dx[window] += np.where(tie, g[outputs], zero)
@@ -275,9 +276,11 @@ def max_pool3d_grad_native(op, inputs, ctx):
                                "MaxPool3DGrad", True)
 
 
-@register_kernel("MaxPool3DGradGrad")
+@register_kernel("MaxPoolGradGrad", "MaxPool3DGradGrad")
 def max_pool3d_grad_grad(op, inputs, ctx):
-    """grad gathered at each window's first element equal to orig_output (0 if none)."""
+    """grad gathered at each window's first element equal to orig_output (0 if none): TF's
+    CPU rule for both ranks (2-D too: not MaxPoolGrad's argmax, so a window whose first
+    element is NaN gathers at its maximum, an all-NaN one gets 0)."""
     x, y, g = inputs
     out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
     out = np.zeros(out_shape, g.dtype)
