@@ -272,12 +272,13 @@ static bn_scratch thread_scratch(const bn_call *k, int tid)
     return s;
 }
 
-/* Row runs that only write tensors start at the first element of `ref` (their output) that
+/* Row runs in memory order start at the first element of `ref` (the call's output) that
  * is aligned to a vector, the elements before it being a masked head: aligned stores and
  * loads are faster, and numpy's large arrays sit 16 bytes past a 64-byte boundary. All
  * blocks and rows share that alignment when the period is a whole number of vectors
- * (otherwise: no head). Runs that accumulate never use a head, so that sums (and the
- * results) do not depend on where the buffers happen to be. */
+ * (otherwise: no head). The head does not change the sums: each position still adds its
+ * terms in row order, and fold reads the positions in row order (the results do not depend
+ * on where the buffers happen to be). */
 static int64_t row_head(const bn_plan *p, const void *ref, int vlen, size_t elsize)
 {
     const size_t align = (size_t)vlen * elsize, misalign = (uintptr_t)ref % align;
@@ -418,9 +419,11 @@ static void run_blocks(bn_call *k, bn_block_fn fn)
 }
 
 /* Run args for the block: tensors at its start, its length / segments, accumulators zeroed
- * (row runs add to them; plane runs overwrite them). */
+ * (row runs add to them; plane runs overwrite them). chunks: row runs walk the block in
+ * chunks with sums in registers, for a block already in cache (bn_runs_template.h); else in
+ * memory order from the aligned head (row_head) on. */
 static void block_args(const bn_call *k, const bn_block *blk, const bn_scratch *s, int nacc,
-                       bn_run_args *a)
+                       int chunks, bn_run_args *a)
 {
     const size_t off = (size_t)blk->start * k->elsize;
     memset(a, 0, sizeof *a);
@@ -431,7 +434,8 @@ static void block_args(const bn_call *k, const bn_block *blk, const bn_scratch *
     a->out1 = k->out1 ? k->out1 + off : NULL;
     a->len = blk->len;
     a->period = k->plan.period;
-    a->head = nacc ? 0 : k->plan.head; /* see row_head */
+    a->chunks = chunks;
+    a->head = chunks ? 0 : k->plan.head;
     a->nseg = k->plan.rows ? 1 : blk->nc;
     a->seg_stride = k->plan.inner;
     for (int i = 0; i < nacc; ++i) {
@@ -441,20 +445,24 @@ static void block_args(const bn_call *k, const bn_block *blk, const bn_scratch *
     }
 }
 
-/* out[i][c] = sum of accumulator i over the block's channel c (c local to the block). */
-static void fold(const bn_call *k, const bn_block *blk, float *const *acc, int nacc, double *out)
+/* out[i][c] = sum of accumulator i over the block's channel c (c local to the block), row
+ * blocks in the order of the positions counted from the row start whatever the run's head
+ * (its position arrays count from the head: see bn_runs_template.h), so that the sums do not
+ * depend on where the buffers happen to be. */
+static void fold(const bn_call *k, const bn_block *blk, const bn_run_args *run, double *out,
+                 int nacc)
 {
     const bn_plan *p = &k->plan;
     const int64_t nc = blk->nc;
     for (int i = 0; i < nacc; ++i) {
         double *o = out + (size_t)i * (size_t)nc;
-        const float *a = acc[i];
+        const float *a = run->acc[i];
         if (p->rows) { /* the positions the block touched */
-            const int64_t used = min64(p->period, blk->len);
+            const int64_t used = min64(p->period, blk->len), head = run->head;
             for (int64_t c = 0; c < nc; ++c)
                 o[c] = 0.0;
             for (int64_t pos = 0; pos < used; ++pos)
-                o[k->chan[pos]] += a[pos];
+                o[k->chan[pos]] += a[pos >= head ? pos - head : pos - head + p->period];
         } else { /* one sum per segment */
             for (int64_t c = 0; c < nc; ++c)
                 o[c] = a[c];
@@ -480,6 +488,7 @@ static int npairs(int nvars) { return nvars == 1 ? 1 : 4; }
 /* Statistics of one block (variables v: x; or x, dy, gx), two sub-passes over the block:
  *   1. s_v = sum(v)                    -> block mean m_v = s_v / count (float32)
  *   2. d_v = sum(v - m_v), P_ab = sum((a - m_a) * (b - m_b))
+ * (row blocks: the first from memory, in memory order; the second from L2, in chunks)
  * and the record, corrected for the rounding of m_v (corrected two-pass algorithm):
  *   mean_v = m_v + d_v / count,  M_ab = P_ab - d_a * d_b / count. */
 static void stats_block(bn_call *k, int64_t b, int tid)
@@ -492,11 +501,11 @@ static void stats_block(bn_call *k, int64_t b, int tid)
     const double inv_count = 1.0 / (double)blk.count; /* multiplied: divisions are slow */
     bn_run_args a;
 
-    block_args(k, &blk, &s, nvars, &a);
+    block_args(k, &blk, &s, nvars, 0, &a);
     k->runs[nvars == 1 ? BN_SUM_X : BN_GG_SUM](&a);
-    fold(k, &blk, s.acc, nvars, s.fold);
+    fold(k, &blk, &a, s.fold, nvars);
 
-    block_args(k, &blk, &s, nvars + np, &a);
+    block_args(k, &blk, &s, nvars + np, 1, &a);
     for (int v = 0; v < nvars; ++v) {
         float *m = s.means + v * nc;
         for (size_t c = 0; c < nc; ++c)
@@ -509,7 +518,7 @@ static void stats_block(bn_call *k, int64_t b, int tid)
         }
     }
     k->runs[nvars == 1 ? BN_DEV_X : BN_GG_DEV](&a);
-    fold(k, &blk, s.acc, nvars + np, s.fold);
+    fold(k, &blk, &a, s.fold, nvars + np);
 
     double *rec = record(k, b);
     const double *dev = s.fold, *prod = s.fold + nvars * nc;
@@ -580,11 +589,6 @@ static double combined(const bn_call *k, int i, int64_t c)
     return k->combined[(size_t)i * (size_t)k->plan.channels + (size_t)c];
 }
 
-/* One element pass over a block: run k->run with k->ncoef per-channel coefficient vectors
- * (chan_coef); its k->nacc accumulators are folded into the block's record. Row blocks
- * split the one-pass inference runs into their outputs, then their sums (re-reading the
- * block from L2): row runs that write are fastest in memory order with coefficients read
- * from position arrays, row runs that sum are fastest in chunks with sums in registers. */
 /* Whether a block's run may store whole vectors non-temporally: the call streams, and every
  * whole vector the run stores is aligned to a vector. Row runs: rows are whole vectors and
  * the block's outputs are aligned after the head (row_head). Plane runs: segments a whole
@@ -608,25 +612,23 @@ static int block_stream(const bn_call *k, const bn_run_args *a)
     return k->nacc == 0 || misalign == 0;
 }
 
+/* One element pass over a block: run k->run with k->ncoef per-channel coefficient vectors
+ * (chan_coef; row blocks: row_coef, from the head on) in memory order; its k->nacc
+ * accumulators are folded into the block's record. */
 static void pass_block(bn_call *k, int64_t b, int tid)
 {
     bn_block blk;
     plan_block(&k->plan, b, &blk);
     const bn_scratch s = thread_scratch(k, tid);
     bn_run_args a;
-    block_args(k, &blk, &s, k->nacc, &a);
+    block_args(k, &blk, &s, k->nacc, 0, &a);
     a.stream = block_stream(k, &a);
     for (int i = 0; i < k->ncoef; ++i)
         a.k[i] = k->plan.rows ? k->row_coef + (size_t)i * (size_t)k->plan.padded
                               : chan_coef(k, i) + blk.c0;
-    if (k->plan.rows && (k->run == BN_BWD_INFER || k->run == BN_GG_INFER)) {
-        k->runs[k->run == BN_BWD_INFER ? BN_BWD_INFER_DX : BN_GG_INFER_OUT](&a);
-        k->runs[k->run == BN_BWD_INFER ? BN_BWD_SUMS : BN_GG_DOT](&a);
-    } else {
-        k->runs[k->run](&a);
-    }
+    k->runs[k->run](&a);
     if (k->nacc)
-        fold(k, &blk, s.acc, k->nacc, record(k, b));
+        fold(k, &blk, &a, record(k, b), k->nacc);
 }
 
 /* Whether an element pass stores non-temporally: when the tensors the call touches (read
@@ -660,7 +662,7 @@ static void element_pass(bn_call *k, int run, int ncoef, int nacc)
     if (k->plan.rows)
         for (int i = 0; i < ncoef; ++i)
             expand(k, chan_coef(k, i), k->row_coef + (size_t)i * (size_t)k->plan.padded,
-                   nacc ? 0 : k->plan.head);
+                   k->plan.head);
     run_blocks(k, pass_block);
 }
 
