@@ -195,9 +195,9 @@
             for (int i = 0; i < (nacc); ++i)                                        \
                 ra_[i][u_] = vf_zero();                                             \
         }                                                                           \
-        int64_t h_ = 0; /* streaming runs that only write: a masked head up to the first \
-                           aligned output element (the driver checked out1 shares it) */ \
-        if (stream_ && (nacc) == 0) {                                               \
+        int64_t h_ = 0; /* runs that only write: a masked head up to the first aligned \
+                           output element (streaming: the driver checked out1 shares it) */ \
+        if ((nacc) == 0) {                                                          \
             BN_RUN_TENSORS(a, s * (a)->seg_stride);                                 \
             h_ = bn_align_head(out0, VLEN * sizeof(BN_T), sizeof(BN_T), (a)->len);  \
             if (h_) {                                                               \
