@@ -138,6 +138,8 @@ def minigraph_step(model: Model, data_format: str, weights, images, labels,
     def step():
         return session.Run(feeds, [loss], targets=targets)[0]
 
+    step.session = session  # for benchmarks/executor_overhead.py --models
+
     def profile(argument: str) -> str:
         """Seconds per step by op type and kernel backend over ``argument`` steps (from
         ``RunMetadata``), and the wall time per step, as JSON."""

@@ -105,18 +105,22 @@ class Worker:
 
 
 def interleaved_medians(workers: dict[str, Worker], repeats: int, min_sample: float = 0.02,
-                        settle: float = 0.005) -> dict[str, float]:
+                        settle: float = 0.005, command: str = "time",
+                        statistic: Callable[[list[float]], float] = statistics.median
+                        ) -> dict[str, float]:
     """Median seconds per call of each worker's ``run``, sampled round-robin, the order
     rotating each round; before each sample the previous worker's threads get ``settle``
     seconds to stop spinning, and a sample times k calls, k chosen so it lasts at least
-    ``min_sample`` (as ``_common.time_interleaved`` does inside one process)."""
-    counts = {name: max(1, int(min_sample / max(float(w.ask("time 1")), 1e-7)))
+    ``min_sample`` (as ``_common.time_interleaved`` does inside one process). ``command``:
+    the worker's timing command (``time``: wall seconds; a worker may add others, e.g. CPU
+    seconds), ``statistic``: how the samples reduce (the median; ``min`` on a busy machine)."""
+    counts = {name: max(1, int(min_sample / max(float(w.ask(f"{command} 1")), 1e-7)))
               for name, w in workers.items()}
     samples: dict[str, list[float]] = {name: [] for name in workers}
     names = list(workers)
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
             time.sleep(settle)
-            samples[name].append(float(workers[name].ask(f"time {counts[name]}"))
+            samples[name].append(float(workers[name].ask(f"{command} {counts[name]}"))
                                  / counts[name])
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return {name: statistic(values) for name, values in samples.items()}

@@ -13,7 +13,8 @@ each sample after the other worker has been idle for a few milliseconds and two 
 (``_workers.interleaved_medians``); the table gives the
 medians, TensorFlow's time over minigraph's (above 1: minigraph is faster), minigraph's
 GFLOP/s (2 x multiply-adds of its convolutions and matmuls) and share of the machine's FMA
-peak (threads x clock x 64 float32 FLOP per cycle: two AVX-512 FMA units), each process's
+peak at the same thread count, measured in the same run (``_common.fma_peak``: the nominal
+clock x 64 FLOP per cycle overstates what a hypervisor's cores sustain), each process's
 peak resident memory, and the largest difference between the two outputs.
 """
 
@@ -27,11 +28,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
-from _common import markdown_table  # noqa: E402
+from _common import fma_peak, markdown_table  # noqa: E402
 from _workers import Worker, interleaved_medians, serve  # noqa: E402
 
 FRAMEWORKS = ("tensorflow", "minigraph")
-FLOP_PER_CYCLE = 64  # float32 per core: two AVX-512 FMA units x 16 lanes x 2
 
 
 # ----------------------------------------------------------------------------- workers
@@ -116,15 +116,10 @@ def _start(framework: str, model: str, batch: int, threads: int) -> Worker:
                   name=f"{framework} ({model})")
 
 
-def _clock_ghz() -> float:
-    """The CPU clock /proc/cpuinfo reports (the nominal one under a hypervisor)."""
-    with open("/proc/cpuinfo") as file:
-        mhz = [float(line.split(":")[1]) for line in file if line.startswith("cpu MHz")]
-    return (max(mhz) if mhz else 2600.0) / 1000
-
-
-def measure(model: str, batch: int, threads: int, repeats: int, settle: float = 0.005
-            ) -> list:
+def measure(model: str, batch: int, threads: int, repeats: int, peak: float,
+            settle: float = 0.005) -> list:
+    """One table row: ``model`` at ``batch`` in both frameworks; ``peak`` is the FMA peak
+    in GFLOP/s at ``threads`` threads."""
     workers = {f: _start(f, model, batch, threads) for f in FRAMEWORKS}
     try:
         medians = interleaved_medians(workers, repeats, settle=settle)
@@ -145,7 +140,6 @@ def measure(model: str, batch: int, threads: int, repeats: int, settle: float = 
     diff = max(float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0
                for a, b in zip(outputs["minigraph"], outputs["tensorflow"]))
     gflops = flops / mg_s / 1e9
-    peak = threads * _clock_ghz() * FLOP_PER_CYCLE
     return [model, batch, f"{tf_s * 1e3:.2f}", f"{mg_s * 1e3:.2f}", f"{tf_s / mg_s:.2f}x",
             f"{flops / 1e9:.3f}", f"{gflops:.1f}", f"{100 * gflops / peak:.0f}%",
             f"{rss['tensorflow'] >> 20}", f"{rss['minigraph'] >> 20}", f"{diff:.1e}"]
@@ -174,10 +168,14 @@ def main() -> None:
     rows = []
     runs = [(m, args.batch) for m in args.models]
     runs += [(m, args.large_batch) for m in args.large_models if args.large_batch]
+    peak = fma_peak(args.threads)
+    print(f"FMA peak at {args.threads} threads (measured now): {peak:.0f} GFLOP/s",
+          file=sys.stderr, flush=True)
     for model, batch in runs:
-        rows.append(measure(model, batch, args.threads, args.repeats))
+        rows.append(measure(model, batch, args.threads, args.repeats, peak))
         print(" | ".join(str(c) for c in rows[-1]), file=sys.stderr, flush=True)
     ratios = [float(r[4][:-1]) for r in rows if r[1] == args.batch]
+    print(f"FMA peak at {args.threads} threads, measured in this run: {peak:.0f} GFLOP/s\n")
     print(markdown_table(header, rows))
     if ratios:
         print(f"\ngeometric mean TF / minigraph at batch {args.batch}: "

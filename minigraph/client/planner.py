@@ -23,6 +23,12 @@ output``) when nothing else holds it; PyTorch frees on the last Python reference
   steps; views counted once, by the array owning the memory), and the run its peak
   (:class:`LiveBytes`).
 
+* **Arena.** A plan bound to a signature (``client/executor.py``) keeps the output buffers of
+  its steps whose kernels take ``out=`` from one run to the next (:class:`Arena`, planned by
+  :func:`plan_arena` from the first bound run: buffers shared between values of one shape
+  and dtype whose lifetimes, views included, do not overlap), so a steady step allocates
+  none of them. A buffer is handed to a kernel only while the arena alone holds it.
+
 ``OptimizerOptions(memory_planner=False)`` keeps every value to the end of the run and
 turns in-place execution off: results are bit for bit the same either way
 (``tests/test_planner.py``).
@@ -33,10 +39,11 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+import weakref
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -138,33 +145,91 @@ def reusable(values: list, candidates: tuple[int, ...], dtype: np.dtype) -> np.n
     return None
 
 
-def bind(steps: Sequence, determined: Iterable) -> tuple[bool, ...]:
+# Ops whose outputs are functions of their inputs' shapes alone (not of their values).
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+
+
+CHECK, SKIP, PROBE, GUARD = 0, 1, 2, 3  # what :func:`bind` says of a step
+
+
+def bind(steps: Sequence, determined: Iterable, fixed: Iterable = ()) -> tuple[int, ...]:
     """Which of ``steps`` may skip their checks (``_Step.run(checked=True)``) in a run whose
-    signature equals that of a run in which every check passed: the signature fixes the
-    shapes and dtypes of the ``determined`` keys (fed values; constants are the same arrays
-    on every run) and of the variables, so every value whose producer's shape function
-    reads no input values and leaves no dimension open has the shape it had then, and a
-    check that looks at nothing else (no ``validate``, no variable to update) passes again.
-    Transfers run as always."""
-    known = set(determined)
+    signature equals that of a run in which every check passed.
+
+    The signature fixes the shapes and dtypes of the ``determined`` keys (fed values and
+    constants) and of the variables, and the values of the ``fixed`` keys (constants, the
+    same arrays on every run). A step's output shapes are then fixed too when its inputs'
+    shapes are and its shape function leaves no dimension open and reads only fixed values
+    (a ``Reshape`` whose shape is a constant, or computed by a ``Shape`` of a fixed-shape
+    value: the outputs of ``SHAPE_OPS`` and of stateless ops of fixed values are fixed).
+    Such a step's checks can only pass again (``SKIP``) unless it has a ``validate``, which
+    may read data (``PROBE``: :func:`shape_only` tells, in the first bound run). A step whose
+    shape function reads values the signature does not fix (a check of sparse labels'
+    range) runs its checks, and its outputs count as of fixed shapes for the steps after it
+    (``GUARD``): the bound program checks at run time that they have the shapes they had,
+    and runs the rest of the run with every check where not. Every other step runs its
+    checks (``CHECK``). A step that updates a variable is checked against the variable's
+    shape, which the signature fixes (a plan whose ``Assign`` may change a shape never
+    binds). Transfers run as always."""
+    known, fixed = set(determined), set(fixed)
     flags = []
     for step in steps:
-        writes = step_writes(step)
-        inputs_known = all(key in known for key in step_reads(step))
+        writes, reads = step_writes(step), step_reads(step)
+        inputs_known = all(key in known for key in reads)
         if hasattr(step, "source"):
-            static, skip = True, False
+            static, flag = True, CHECK
+            if step.source in fixed:
+                fixed.update(writes)
         else:
-            static = _shape_static(step)
-            skip = inputs_known and static and step.validate is None and not step.refs
+            static = not step.undetermined
+            if not inputs_known or not static:
+                flag = CHECK
+            elif not all(step.inputs[i] in fixed for i in step.value_inputs):
+                flag = GUARD
+            else:
+                flag = SKIP if step.validate is None else PROBE
+            if inputs_known and (step.op.type in SHAPE_OPS or not step.op.op_def.is_stateful
+                                 and all(key in fixed for key in reads)):
+                fixed.update(writes)
         if inputs_known and static:
             known.update(writes)
-        flags.append(skip)
+        flags.append(flag)
     return tuple(flags)
 
 
-def _shape_static(step: Any) -> bool:
-    """Whether ``step``'s output shapes follow from its input shapes alone."""
-    return not step.value_inputs and not step.undetermined
+class _ReadsData(Exception):
+    """A ``validate`` probed by :func:`shape_only` looked at more than shapes and dtypes."""
+
+
+class _ShapeOf:
+    """An array's shape and dtype, and nothing else: every other use raises _ReadsData."""
+
+    __slots__ = ("shape", "dtype", "ndim", "size", "itemsize", "nbytes")
+
+    def __init__(self, value: np.ndarray) -> None:
+        self.shape, self.dtype, self.ndim = value.shape, value.dtype, value.ndim
+        self.size, self.itemsize, self.nbytes = value.size, value.itemsize, value.nbytes
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise _ReadsData
+
+    __getattr__ = __array__ = __getitem__ = __iter__ = __len__ = __bool__ = _refuse
+    __float__ = __int__ = __index__ = __complex__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse  # type: ignore[assignment]
+    __add__ = __sub__ = __mul__ = __truediv__ = __mod__ = __neg__ = __abs__ = _refuse
+    __array_ufunc__ = __array_function__ = _refuse
+    __hash__ = object.__hash__
+
+
+def shape_only(validate: Any, context: Any, values: list) -> bool:
+    """Whether ``validate(context, values)`` passes when it is shown only the values' shapes
+    and dtypes (each ndarray replaced by an object refusing any other use): then it passes
+    for every value of those shapes and dtypes, and a bound run may skip it."""
+    try:
+        validate(context, [_ShapeOf(v) if type(v) is np.ndarray else v for v in values])
+    except Exception:  # noqa: BLE001 - any failure: it needs the data (or raises): keep it
+        return False
+    return True
 
 
 class ConcatGroup:
@@ -244,7 +309,7 @@ def concat_groups(steps: Sequence, fetch_keys: Iterable, keep: Iterable = ()
     return groups
 
 
-def _root(value: Any) -> Any:
+def root(value: Any) -> Any:
     """The array owning ``value``'s memory (a view's base, followed to the end)."""
     while isinstance(getattr(value, "base", None), np.ndarray):
         value = value.base
@@ -260,7 +325,7 @@ class LiveBytes:
 
     def __init__(self, env: dict, owned: Iterable = (), skip_keys: Iterable = ()) -> None:
         # held, so that no intermediate made during the run can reuse one of their ids
-        self.owners = [_root(value) for value in (*env.values(), *owned) if value is not None]
+        self.owners = [root(value) for value in (*env.values(), *owned) if value is not None]
         self.outside = {id(owner) for owner in self.owners}
         self.skip_keys = frozenset(skip_keys)
         self.held: dict[int, list] = {}  # root id -> [bytes, number of keys on it]
@@ -274,14 +339,14 @@ class LiveBytes:
             value = env.get(key)
             if value is None or key in self.keys or key in self.skip_keys:
                 continue
-            root = _root(value)
-            ident = id(root)
+            owner = root(value)
+            ident = id(owner)
             if ident in self.outside:
                 continue
             self.keys[key] = ident
             entry = self.held.get(ident)
             if entry is None:
-                nbytes = int(getattr(root, "nbytes", 0))
+                nbytes = int(getattr(owner, "nbytes", 0))
                 self.held[ident] = [nbytes, 1]
                 self.current += nbytes
             else:
@@ -300,3 +365,113 @@ class LiveBytes:
             if entry[1] == 0:
                 self.current -= entry[0]
                 del self.held[ident]
+
+
+class Identities:
+    """Numbers arrays for as long as they live: unlike ``id``, a number is never reused by
+    an array made after the first one died (a weak reference tells)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple[weakref.ref, int]] = {}
+        self.count = 0
+
+    def __call__(self, array: np.ndarray) -> int:
+        known = self.seen.get(id(array))
+        if known is not None and known[0]() is array:
+            return known[1]
+        self.count += 1
+        self.seen[id(array)] = (weakref.ref(array), self.count)
+        return self.count
+
+
+class Made(NamedTuple):
+    """A result a bound program's first run observed: its register, the number
+    (:class:`Identities`) of the array owning its memory (:func:`root`), its shape and
+    dtype, whether it is that owning C-contiguous array itself, and whether the kernel
+    wrote it into an input (in place)."""
+
+    register: int
+    root: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    owns: bool
+    in_place: bool
+
+
+def _free_references() -> int:
+    """What ``sys.getrefcount`` reports in :meth:`Arena.take` for a buffer only the arena's
+    list holds (measured, as :func:`_sole_references`)."""
+    buffers = [np.empty(1)]
+    buffer = buffers[0]
+    return sys.getrefcount(buffer)
+
+
+_FREE_REFERENCES = _free_references()
+
+
+@dataclass
+class Arena:
+    """The output buffers of a bound program: ``slots`` maps an entry (a step) to its
+    buffer in ``buffers``."""
+
+    slots: dict[int, int]
+    buffers: list[np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(buffer.nbytes for buffer in self.buffers)
+
+    @staticmethod
+    def take(buffers: list[np.ndarray], index: int) -> np.ndarray:
+        """Buffer ``index`` when nothing but the arena holds it (no value of this run, no
+        array or view a Run returned, no other thread's run); else a fresh one, which
+        becomes the arena's (the old one is left to whoever holds it)."""
+        buffer = buffers[index]
+        if sys.getrefcount(buffer) <= _FREE_REFERENCES:
+            return buffer
+        buffer = buffers[index] = np.empty(buffer.shape, buffer.dtype)
+        return buffer
+
+
+def plan_arena(made: Sequence[Sequence[Made]], reads: Sequence[Sequence[int]],
+               candidates: Iterable[int], fetched: Iterable[int]) -> Arena:
+    """The arena of a bound program from its first run: ``made[e]`` the results of entry
+    ``e``, ``reads[e]`` the registers it reads, ``candidates`` the entries whose kernels
+    take ``out=``, ``fetched`` the fetched registers.
+
+    A candidate's buffer lives from its step to the last step reading any value with the
+    same root (views, aliases). A candidate gets none when a fetched value shares its root
+    (the caller keeps it), when its result was written in place or a later step writes in
+    place into it (the run holds that memory already: an arena buffer would veto the in-place
+    write), or when its result is not an owning C-contiguous array of at least
+    ``MIN_INPLACE_BYTES``. Candidates of one shape and dtype share a buffer when their
+    lifetimes do not overlap (greedy in step order)."""
+    root_of = {m.register: m.root for results in made for m in results}
+    last: dict[int, int] = {}
+    for entry, registers in enumerate(reads):
+        for register in registers:
+            if register in root_of:
+                last[root_of[register]] = entry
+    excluded = {root_of[r] for r in fetched if r in root_of}
+    excluded.update(m.root for results in made for m in results if m.in_place)
+    slots: dict[int, int] = {}
+    buffers: list[np.ndarray] = []
+    ends: list[int] = []
+    for entry in candidates:
+        if not made[entry]:
+            continue
+        m = made[entry][0]
+        nbytes = math.prod(m.shape) * m.dtype.itemsize
+        if not m.owns or m.root in excluded or nbytes < MIN_INPLACE_BYTES:
+            continue
+        end = last.get(m.root, entry)
+        for index, buffer in enumerate(buffers):
+            if ends[index] < entry and buffer.shape == m.shape and buffer.dtype == m.dtype:
+                break
+        else:
+            index = len(buffers)
+            buffers.append(np.empty(m.shape, m.dtype))
+            ends.append(end)
+        ends[index] = end
+        slots[entry] = index
+    return Arena(slots, buffers)

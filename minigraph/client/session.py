@@ -34,7 +34,7 @@ import numpy as np
 from minigraph import backends
 from minigraph.backends import opencl  # pyopencl itself is imported when a device is used
 from minigraph.backends.registry import Kernel, KernelContext, KernelDef, get_kernel
-from minigraph.client import memory, planner
+from minigraph.client import executor, memory, planner
 from minigraph.client.options import OptimizerOptions
 from minigraph.client.state import SessionState
 from minigraph.framework import dtypes
@@ -151,13 +151,19 @@ class _Step:
                 self.verdicts[key] = shapes
         return shapes
 
-    def run(self, env: dict, session: ClientSession, kernel: Kernel | None = None,
-            checked: bool = False) -> None:
-        """Check the inputs, run the kernel (``kernel`` in place of the planned one: a fused
-        step's variant of it) and store its results in ``env``. ``checked``: the plan is
-        bound to its inputs' signature and this step's checks passed for it (see
+    def run(self, env: dict, session: ClientSession, checked: bool = False) -> None:
+        """:meth:`execute` on the values of ``env``, storing the results there."""
+        results = self.execute([env[key] for key in self.inputs], env, session, checked)
+        for key, result in zip(self.outputs, results):
+            if key is not None:
+                env[key] = result
+
+    def execute(self, values: list, env: dict, session: ClientSession,
+                checked: bool = False) -> list:
+        """Check the input ``values``, run the kernel and return its results (``env``: the
+        run's environment, where a zero-copy concat keeps its output). ``checked``: the
+        plan is bound to its inputs' signature and this step's checks passed for it (see
         ``planner.bind``): they are skipped."""
-        values = [env[key] for key in self.inputs]
         if checked:
             shapes = None
         else:
@@ -165,16 +171,15 @@ class _Step:
                 self.validate(self.context, values)
             shapes = self.output_shapes(values, session.state)
         joined = None
-        if kernel is None:
-            kernel = self.kernel
-            if self.region is not None:  # its part of a concat's output
-                kernel = partial(kernel, out=self.region[0].region(env, self.region[1]))
-            elif self.inplace:  # an input only this run holds, dying here: the output's buffer
-                out = planner.reusable(values, self.inplace, self.out_dtype)
-                if out is not None:
-                    kernel = partial(kernel, out=out)
-            elif self.joins is not None:  # the inputs already lie in place, joined
-                joined = self.joins.joined(env, values)
+        kernel = self.kernel
+        if self.region is not None:  # its part of a concat's output
+            kernel = partial(kernel, out=self.region[0].region(env, self.region[1]))
+        elif self.inplace:  # an input only this run holds, dying here: the output's buffer
+            out = planner.reusable(values, self.inplace, self.out_dtype)
+            if out is not None:
+                kernel = partial(kernel, out=out)
+        elif self.joins is not None:  # the inputs already lie in place, joined
+            joined = self.joins.joined(env, values)
         try:
             results = ([joined] if joined is not None else
                        self.device.run(kernel, self.op, values, self.kernel_context))
@@ -185,9 +190,11 @@ class _Step:
                                          f"while running its kernel ({exc})") from None
         if shapes is not None and session.check_outputs and not self.reads_state:
             _check_results(self.op, results, shapes, session.promote_float64)
-        for key, result in zip(self.outputs, results):
-            if key is not None:
-                env[key] = result
+        return results
+
+    @property
+    def on_host(self) -> bool:
+        return isinstance(self.device, _HostDevice)
 
 
 def _value_key(value: Any) -> bytes:
@@ -259,7 +266,8 @@ class _Plan(list):
         self.bindable = memory_planner and not any(
             isinstance(step, _Step) and step.op.type == "Assign"
             and not step.op.attrs["validate_shape"] for step in steps)
-        self.bound: tuple | None = None  # (signature, the steps bound, their flags)
+        self.bound: executor.BoundProgram | None = None  # the steps compiled for a signature
+        self.feeds: dict[Output, Output] = {}  # each fed Output -> its key's in the plan
 
     def _release(self, steps: list) -> tuple[tuple, ...]:
         """What to drop after each of ``steps``; sets each step's in-place inputs."""
@@ -275,7 +283,6 @@ class _Plan(list):
             for index, maker in enumerate(makers):
                 maker.region = (group, index)
         return memory_plan.release
-        self.feeds: dict[Output, Output] = {}  # each fed Output -> its key's in the plan
 
     def run(self, env: dict, session: ClientSession, metadata: RunMetadata | None) -> None:
         folded = self.folded
@@ -287,14 +294,10 @@ class _Plan(list):
         signature = self._signature(env, session)
         bound = self.bound
         if (metadata is None and signature is not None and bound is not None
-                and bound[0] == signature and bound[1] is steps):
-            for step, dead, checked in zip(steps, release, bound[2]):
-                if checked:
-                    step.run(env, session, checked=True)
-                else:
-                    step.run(env, session)
-                for key in dead:
-                    env.pop(key, None)
+                and bound.signature == signature and bound.steps is steps):
+            bound.run(env, session)
+            if bound.stale:  # a shape the signature did not fix changed: bind anew
+                self.bound = None
             return
         if metadata is None:
             for step, dead in zip(steps, release):
@@ -312,14 +315,18 @@ class _Plan(list):
                     env.pop(key, None)
                 live.drop(dead)
             metadata.peak_bytes = live.peak
+            metadata.arena_bytes = 0 if bound is None else bound.arena_bytes
         if folded is None and self.constant_steps:
             values = {key: env[key] for key in self.constant_keys}
             rest = [step for step in self if step not in self.constant_steps]
             self.folded = (values, rest, self._release(rest))
-        elif signature is not None and (bound is None or bound[0] != signature
-                                        or bound[1] is not steps):  # every check passed
+        elif signature is not None and (bound is None or bound.signature != signature
+                                        or bound.steps is not steps):  # every check passed
             determined = (*self.fed_keys, *self.constant_keys)
-            self.bound = (signature, steps, planner.bind(steps, determined))
+            self.bound = executor.BoundProgram(signature, steps, release,
+                                               planner.bind(steps, determined,
+                                                            self.constant_keys),
+                                               self.fetch_keys)
 
     def _signature(self, env: dict, session: ClientSession) -> tuple | None:
         """The fed values' shapes and dtypes and the variables' shapes, or None when this
@@ -376,6 +383,9 @@ class RunMetadata:
 
     step_stats: list[NodeStats] = field(default_factory=list)
     peak_bytes: int = 0  # of the last Run
+    # bytes the plan keeps between runs for its bound signature (``executor.BoundProgram``'s
+    # arena): not intermediates of this Run, which ``peak_bytes`` counts
+    arena_bytes: int = 0
 
     def record(self, step: _Step | _Transfer, seconds: float,
                live_bytes: int = 0) -> None:
