@@ -49,7 +49,8 @@ enum {
     BN_ROW_MAX_PERIOD = 4096,       /* but only while that stays below this many             */
     BN_PLANE_MIN_INNER = 32,        /* shorter channels-first planes use row blocks...        */
     BN_ROW_MAX_LEN = 1 << 16,       /* ...unless a row (C * inner) is longer than this        */
-    BN_PARALLEL_MIN_ELEMS = 1 << 15 /* smaller tensors run on the calling thread (overhead)   */
+    BN_PARALLEL_MIN_ELEMS = 1 << 15, /* smaller tensors run on the calling thread (overhead)  */
+    BN_PARALLEL_MIN_RECORDS = 1 << 14 /* block records x channels merged on the pool         */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -538,22 +539,27 @@ static void stats_block(bn_call *k, int64_t b, int tid)
 /* Merges the block records in block order (Chan, Golub & LeVeque's pairwise update):
  *   n = na + nb, f = nb / n, delta_v = mean_v(b) - mean_v(a),
  *   mean_v += delta_v * f,  M_ab += M_ab(b) + delta_a * delta_b * na * f.
- * combined[v][c] = mean of variable v, combined[nvars + q][c] = co-moment of pair q. */
-static void combine_moments(const bn_call *k)
+ * combined[v][c] = mean of variable v, combined[nvars + q][c] = co-moment of pair q.
+ * Channels [lo, hi) only: channels merge independently (see combine). */
+static void combine_moments(const bn_call *k, int64_t lo, int64_t hi)
 {
     const size_t C = (size_t)k->plan.channels;
     const int nvars = k->nvars, np = npairs(nvars);
-    memset(k->combined, 0, (size_t)(nvars + np) * C * sizeof(double));
-    memset(k->counts, 0, C * sizeof(double));
+    for (int i = 0; i < nvars + np; ++i)
+        memset(k->combined + (size_t)i * C + (size_t)lo, 0, (size_t)(hi - lo) * sizeof(double));
+    memset(k->counts + lo, 0, (size_t)(hi - lo) * sizeof(double));
     for (int64_t b = 0; b < k->plan.nblocks; ++b) {
         bn_block blk;
         plan_block(&k->plan, b, &blk);
+        const int64_t c0 = max64(blk.c0, lo), c1 = min64(blk.c0 + blk.nc, hi);
+        if (c0 >= c1)
+            continue;
         const double *rec = record(k, b);
         const size_t nc = (size_t)blk.nc;
         /* all channels of a block have the same running count (same blocks so far) */
-        const double na = k->counts[blk.c0], n = na + (double)blk.count;
+        const double na = k->counts[c0], n = na + (double)blk.count;
         const double f = (double)blk.count / n, w = na * f;
-        for (size_t c = 0; c < nc; ++c) {
+        for (size_t c = (size_t)(c0 - blk.c0); c < (size_t)(c1 - blk.c0); ++c) {
             double delta[3];
             double *out = k->combined + blk.c0 + c;
             for (int v = 0; v < nvars; ++v) {
@@ -568,19 +574,47 @@ static void combine_moments(const bn_call *k)
     }
 }
 
-/* combined[i][c] = sum over blocks (in block order) of the records' field i. */
-static void combine_sums(const bn_call *k)
+/* combined[i][c] = sum over blocks (in block order) of the records' field i, channels
+ * [lo, hi). */
+static void combine_sums(const bn_call *k, int64_t lo, int64_t hi)
 {
     const size_t C = (size_t)k->plan.channels;
-    memset(k->combined, 0, (size_t)k->nfields * C * sizeof(double));
+    for (int i = 0; i < k->nfields; ++i)
+        memset(k->combined + (size_t)i * C + (size_t)lo, 0, (size_t)(hi - lo) * sizeof(double));
     for (int64_t b = 0; b < k->plan.nblocks; ++b) {
         bn_block blk;
         plan_block(&k->plan, b, &blk);
+        const int64_t c0 = max64(blk.c0, lo), c1 = min64(blk.c0 + blk.nc, hi);
         const double *rec = record(k, b);
         const size_t nc = (size_t)blk.nc;
         for (int i = 0; i < k->nfields; ++i)
-            for (size_t c = 0; c < nc; ++c)
-                k->combined[i * C + (size_t)blk.c0 + c] += rec[i * nc + c];
+            for (int64_t c = c0; c < c1; ++c)
+                k->combined[i * C + (size_t)c] += rec[i * nc + (size_t)(c - blk.c0)];
+    }
+}
+
+typedef struct {
+    const bn_call *k;
+    void (*fn)(const bn_call *k, int64_t lo, int64_t hi);
+} bn_combine_job;
+
+static void combine_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const bn_combine_job *job = ctx;
+    job->fn(job->k, lo, hi);
+}
+
+/* fn over all channels: every channel merges its own records in block order, so channel
+ * ranges run on the worker pool (bit-identical for any split) once there are enough
+ * records to pay for waking it (256 blocks x 512 channels serially: ~5% of a call). */
+static void combine(const bn_call *k, void (*fn)(const bn_call *k, int64_t lo, int64_t hi))
+{
+    const int64_t C = k->plan.channels;
+    if (k->nthreads > 1 && k->plan.nblocks * C >= BN_PARALLEL_MIN_RECORDS) {
+        bn_combine_job job = {k, fn};
+        mg_pool_rows(k->nthreads, C, 16, combine_rows, &job);
+    } else {
+        fn(k, 0, C);
     }
 }
 
@@ -670,7 +704,7 @@ static void statistics_pass(bn_call *k, int nvars)
 {
     k->nvars = nvars;
     run_blocks(k, stats_block);
-    combine_moments(k);
+    combine(k, combine_moments);
 }
 
 /* rsqrt(variance + epsilon) in float32, exactly as the reference computes it:
@@ -1075,7 +1109,7 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         k.out0 = dx;
         element_pass(&k, BN_BWD_INFER, 2, 2);
     }
-    combine_sums(&k);
+    combine(&k, combine_sums);
     int exceptional = 0;
     for (int64_t c = 0; c < channels; ++c) {
         const float r = rsqrt_f32(variance[c], epsilon);
@@ -1247,7 +1281,7 @@ int mg_bn_grad_grad_inference(int dtype, int64_t outer, int64_t channels, int64_
         chan_coef(&k, 4)[c] = r;
     }
     element_pass(&k, BN_GG_INFER, 5, 1);
-    combine_sums(&k);
+    combine(&k, combine_sums);
     for (int64_t c = 0; c < channels; ++c) {
         d_scale[c] = (float)combined(&k, 0, c) * rsqrt_f32(variance[c], epsilon);
         if (grad_grad_inference_exceptional(&k, c, scale, mean, variance, gscale, goffset))

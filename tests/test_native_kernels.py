@@ -441,6 +441,7 @@ def shifted_copy(array, shift_bytes):
                                                   ((8, 17, 33, 35), False),
                                                   ((16, 3, 64, 64), False),
                                                   ((64, 32, 7, 7), False),
+                                                  ((256, 64, 7, 7), False),
                                                   ((600, 6, 3, 3), False)], ids=str)
 def test_deterministic_for_any_thread_count_and_alignment(monkeypatch, dtype, shape,
                                                           channels_last):
