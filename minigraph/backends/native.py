@@ -423,6 +423,16 @@ def out_array(out: np.ndarray | None, shape: tuple[int, ...], *inputs: np.ndarra
     return np.empty(shape, F32)
 
 
+def output_array(out: np.ndarray | None, shape: tuple[int, ...], *inputs: np.ndarray
+                 ) -> np.ndarray:
+    """The float32 array of ``shape`` a kernel that writes every element of its output
+    (and reads its inputs after writing some) fills: ``out`` when it fits as for
+    :func:`out_array` and is none of ``inputs`` nor shares memory with one, else a fresh
+    one. A bound plan passes its arena's buffers (``KernelDef.takes_out``)."""
+    z = out_array(out, tuple(shape), *inputs)
+    return np.empty(shape, F32) if any(z is x for x in inputs) else z
+
+
 _INT32_MAX = 2**31 - 1
 
 
