@@ -3,9 +3,10 @@
 Each kernel given ``out=`` (a buffer of its output's shape sharing no memory with its inputs)
 must return that buffer holding, bit for bit, what it returns without one, write every
 element of it (the buffer starts as NaN), and ignore an ``out`` it cannot use: one of its
-inputs, another shape, a read-only or strided array. The ResNet-8 and digits training steps then run bound
-with their convolution, matmul and gradient outputs in the arena, bit for bit as an unbound
-session without the memory planner, without touching arrays earlier runs returned.
+inputs, another shape, a read-only or strided array. The ResNet-8 and digits training steps
+then run bound with their convolution, batch-norm, matmul and gradient outputs in the arena,
+bit for bit as an unbound session without the memory planner, without touching arrays
+earlier runs returned.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import minigraph as mg
-from minigraph import ops
+from minigraph import backends, ops
 from minigraph.backends.registry import KernelContext, find_kernel
 from minigraph.client import planner
 
@@ -94,7 +95,8 @@ def matmul_cases(draw):
 def _kernel_and_op(kind: str, inputs: list, attrs: dict):
     root = mg.Scope.NewRootScope()
     holders = [ops.Const(root, value) for value in inputs]
-    op = getattr(ops, kind)(root, *holders, **attrs).op
+    result = getattr(ops, kind)(root, *holders, **attrs)
+    op = (result if isinstance(result, mg.Output) else result[0]).op
     kernel_def = find_kernel(op, "native", fallback=False)
     assert kernel_def is not None and kernel_def.takes_out, kind
     return kernel_def, op
@@ -107,27 +109,33 @@ def _same_bits(actual: np.ndarray, expected: np.ndarray) -> None:
 
 def _check_out(kind: str, inputs: list, attrs: dict) -> None:
     kernel_def, op = _kernel_and_op(kind, inputs, attrs)
-    ctx = KernelContext("native", None)
+    ctx = KernelContext("native", backends.math_for("native"))
     kept = [value.copy() for value in inputs]
-    [expected] = kernel_def.kernel(op, inputs, ctx)
-    out = np.full(expected.shape, np.nan, F32)
-    [result] = kernel_def.kernel(op, inputs, ctx, out=out)
-    assert result is out, kind
-    _same_bits(result, expected)
+
+    def run(**out):
+        return [np.asarray(r) for r in kernel_def.kernel(op, inputs, ctx, **out)]
+
+    expected = run()
+    shape = expected[0].shape
+    out = np.full(shape, np.nan, F32)
+    results = run(out=out)
+    assert results[0] is out, kind
+    for result, reference in zip(results, expected, strict=True):
+        _same_bits(result, reference)
     # outs it must not use: an input (aliasing), another shape, a read-only or strided array
-    refused = [value for value in inputs if value.shape == expected.shape]
-    read_only = np.full(expected.shape, np.nan, F32)
+    refused = [value for value in inputs if value.shape == shape]
+    read_only = np.full(shape, np.nan, F32)
     read_only.setflags(write=False)
-    refused += [np.full((expected.size + 1,), np.nan, F32), read_only]
-    if expected.size > 1:  # (an array of one element is contiguous whatever its strides)
-        refused.append(np.full((*expected.shape, 2), np.nan, F32)[..., 0])
+    refused += [np.full((expected[0].size + 1,), np.nan, F32), read_only]
+    if expected[0].size > 1:  # (an array of one element is contiguous whatever its strides)
+        refused.append(np.full((*shape, 2), np.nan, F32)[..., 0])
     for bad in refused:
-        [result] = kernel_def.kernel(op, inputs, ctx, out=bad)
-        assert result is not bad and not np.may_share_memory(result, bad), kind
-        _same_bits(result, expected)
+        results = run(out=bad)
+        assert not np.may_share_memory(results[0], bad), kind
+        for result, reference in zip(results, expected, strict=True):
+            _same_bits(result, reference)
     for value, before in zip(inputs, kept):
-        _same_bits(value, before) if value.dtype == F32 else np.testing.assert_array_equal(
-            value, before)
+        np.testing.assert_array_equal(value.view(np.uint8), before.view(np.uint8))
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -139,6 +147,30 @@ def test_convolution_kernels_write_their_bits_into_out(case):
 @settings(max_examples=40, deadline=None)
 @given(matmul_cases())
 def test_matmul_kernels_write_their_bits_into_out(case):
+    _check_out(*case)
+
+
+@st.composite
+def batch_norm_cases(draw):
+    """FusedBatchNormV3 (training and inference) and FusedBatchNormGradV3, both layouts."""
+    fmt = draw(st.sampled_from(["NHWC", "NCHW"]))
+    n, h, w = (draw(st.integers(1, 6)) for _ in range(3))
+    c = draw(st.integers(1, 20))
+    training = draw(st.booleans())
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    x = rng.standard_normal(_layout((n, h, w, c), fmt)).astype(F32)
+    scale, offset = rng.uniform(0.5, 1.5, c).astype(F32), rng.standard_normal(c).astype(F32)
+    mean, variance = rng.standard_normal(c).astype(F32), rng.uniform(0.5, 2, c).astype(F32)
+    attrs = {"data_format": fmt, "is_training": training, "epsilon": 1e-3}
+    if draw(st.booleans()):
+        return "FusedBatchNormV3", [x, scale, offset, mean, variance], attrs
+    dy = rng.standard_normal(x.shape).astype(F32)
+    return "FusedBatchNormGradV3", [dy, x, scale, mean, variance, np.zeros(0, F32)], attrs
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch_norm_cases())
+def test_batch_norm_kernels_write_their_bits_into_out(case):
     _check_out(*case)
 
 
@@ -187,7 +219,8 @@ def test_training_steps_run_bound_from_the_arena_bit_for_bit(model, batch, fmt, 
     """Six steps bound (the arena planned on the third) against six unbound without the
     memory planner: the same losses, fetched activations and variables, bit for bit; the
     arrays earlier runs returned are untouched by later runs; the arena holds the outputs
-    of the convolution forward and both gradients and of the dense layer's matmuls."""
+    of the convolution forward and both gradients, the batch norms both ways and the dense
+    layer's matmuls."""
     monkeypatch.setattr(planner, "MIN_INPLACE_BYTES", 1024)  # small batches' tensors
     root, feeds, loss, train = model(fmt, batch)
     conv = _first_output(root, ("Conv2D",))
@@ -215,3 +248,5 @@ def test_training_steps_run_bound_from_the_arena_bit_for_bit(model, batch, fmt, 
     assert {"Conv2DBackpropInput", "Conv2DBackpropFilter"} <= held, held
     assert held & {"Conv2D", "_FusedConv2D"}, held
     assert held & {"MatMul", "_FusedMatMul"}, held
+    assert held & {"FusedBatchNormV3", "_FusedBatchNormEx"}, held
+    assert held & {"FusedBatchNormGradV3", "_FusedBatchNormGradEx"}, held

@@ -86,17 +86,19 @@ def fused_batch_norm_ex(op: Operation, inputs: list[np.ndarray], ctx: KernelCont
     return outputs
 
 
-@register_kernel("_FusedBatchNormEx", **NATIVE)
-def fused_batch_norm_ex_native(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
-                               ) -> list[np.ndarray]:
+@register_kernel("_FusedBatchNormEx", **NATIVE, out=True)
+def fused_batch_norm_ex_native(op: Operation, inputs: list[np.ndarray], ctx: KernelContext,
+                               out: np.ndarray | None = None) -> list[np.ndarray]:
     """One C call: the statistics pass, then y = relu?(bn(x) + side) in one pass
-    (``mg_bn_forward_training_ex`` / ``mg_bn_forward_inference_ex``)."""
+    (``mg_bn_forward_training_ex`` / ``mg_bn_forward_inference_ex``); y in ``out`` where it
+    fits."""
     side, relu_on = _ex_attrs(op, inputs, 5)
     if side is not None:
         side = native.as_f32(side)
     return batch_norm_forward(
-        op, inputs[:5], ctx, partial(native.bn_forward_training_ex, side=side, relu=relu_on),
-        partial(native.bn_forward_inference_ex, side=side, relu=relu_on))
+        op, inputs[:5], ctx,
+        partial(native.bn_forward_training_ex, side=side, relu=relu_on, out=out),
+        partial(native.bn_forward_inference_ex, side=side, relu=relu_on, out=out))
 
 
 # ------------------------------------------------------------------ _FusedBatchNormGradEx
@@ -120,12 +122,14 @@ def fused_batch_norm_grad_ex(op: Operation, inputs: list[np.ndarray], ctx: Kerne
     return _grad_ex_chain(op, inputs, ctx, False)
 
 
-@register_kernel("_FusedBatchNormGradEx", **NATIVE)
+@register_kernel("_FusedBatchNormGradEx", **NATIVE, out=True)
 def fused_batch_norm_grad_ex_native(op: Operation, inputs: list[np.ndarray],
-                                    ctx: KernelContext) -> list[np.ndarray]:
+                                    ctx: KernelContext, out: np.ndarray | None = None
+                                    ) -> list[np.ndarray]:
     """Training with Relu: one C call, both backward passes reading dy masked by y > 0 in
     registers and the apply pass storing the masked dy as the side gradient
-    (``mg_bn_backward_training_ex``); otherwise the native kernels of the chain."""
+    (``mg_bn_backward_training_ex``; x_backprop in ``out`` where it fits); otherwise the
+    native kernels of the chain."""
     attrs = op.attrs
     dy, x, scale, mean, variance, _reserve_3, _offset, y = inputs
     if not (attrs["is_training"] and attrs["activation_mode"] == "Relu" and x.size):
@@ -133,7 +137,8 @@ def fused_batch_norm_grad_ex_native(op: Operation, inputs: list[np.ndarray],
     f32 = native.as_f32
     dx, scale_backprop, offset_backprop, side = native.bn_backward_training_ex(
         f32(dy), f32(x), f32(scale), f32(mean), f32(variance), f32(y), attrs["epsilon"],
-        channels_last(attrs["data_format"]), side_backprop=bool(attrs["num_side_inputs"]))
+        channels_last(attrs["data_format"]), side_backprop=bool(attrs["num_side_inputs"]),
+        out=out)
     empty = np.zeros(0, np.float32)
     outputs = [dx, scale_backprop, offset_backprop, empty, empty.copy()]
     return outputs + ([side] if side is not None else [])
