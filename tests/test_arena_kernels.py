@@ -151,6 +151,36 @@ def test_matmul_kernels_write_their_bits_into_out(case):
 
 
 @st.composite
+def pool_cases(draw):
+    """MaxPool, AvgPool and their gradients: windows 1-3, strides 1-3, SAME and VALID,
+    both layouts."""
+    fmt = draw(st.sampled_from(["NHWC", "NCHW"]))
+    kind = draw(st.sampled_from(["MaxPool", "AvgPool", "MaxPoolGrad", "AvgPoolGrad"]))
+    n, h, w, c = (draw(st.integers(1, 7)) for _ in range(4))
+    k, stride = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    padding = draw(st.sampled_from(["SAME", "VALID"]))
+    oh, ow = (_out_hw(s, k, stride, 1, padding) for s in (h, w))
+    assume(oh > 0 and ow > 0)
+    window = [1, 1, k, k] if fmt == "NCHW" else [1, k, k, 1]
+    spread = [1, 1, stride, stride] if fmt == "NCHW" else [1, stride, stride, 1]
+    attrs = {"ksize": window, "strides": spread, "padding": padding, "data_format": fmt}
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    x = rng.standard_normal(_layout((n, h, w, c), fmt)).astype(F32)
+    g = rng.standard_normal(_layout((n, oh, ow, c), fmt)).astype(F32)
+    if kind == "MaxPoolGrad":
+        return kind, [x, np.zeros_like(g), g], attrs
+    if kind == "AvgPoolGrad":
+        return kind, [np.array(x.shape, np.int32), g], attrs
+    return kind, [x], attrs
+
+
+@settings(max_examples=40, deadline=None)
+@given(pool_cases())
+def test_pool_kernels_write_their_bits_into_out(case):
+    _check_out(*case)
+
+
+@st.composite
 def batch_norm_cases(draw):
     """FusedBatchNormV3 (training and inference) and FusedBatchNormGradV3, both layouts."""
     fmt = draw(st.sampled_from(["NHWC", "NCHW"]))

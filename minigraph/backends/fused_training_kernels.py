@@ -314,24 +314,27 @@ def _c_pool_window(op: Operation, x: np.ndarray):
     return w.ksize, w.strides, w.pads, w.out, op.attrs["data_format"] == "NHWC"
 
 
-@register_kernel("_FusedReluMaxPool", **NATIVE)
-def fused_relu_max_pool_native(op: Operation, inputs: list, ctx: KernelContext
-                               ) -> list[np.ndarray]:
+@register_kernel("_FusedReluMaxPool", **NATIVE, out=True)
+def fused_relu_max_pool_native(op: Operation, inputs: list, ctx: KernelContext,
+                               out: np.ndarray | None = None) -> list[np.ndarray]:
     """One pass over the input (``mg_relu_max_pool``): the pool written as Relu(MaxPool(x))
-    block by block, each block's input rows Relu'd while in cache."""
+    block by block, each block's input rows Relu'd while in cache; the pool in ``out`` where
+    it fits."""
     window = _c_pool_window(op, inputs[0])
     if window is None:
         return fused_relu_max_pool(op, inputs, ctx)
-    return list(pooling_kernels.c_relu_max_pool(inputs[0], *window))
+    return list(pooling_kernels.c_relu_max_pool(inputs[0], *window, out=out))
 
 
-@register_kernel("_FusedMaxPoolGradReluGrad", **NATIVE)
-def fused_max_pool_grad_relu_grad_native(op: Operation, inputs: list, ctx: KernelContext
-                                         ) -> list[np.ndarray]:
+@register_kernel("_FusedMaxPoolGradReluGrad", **NATIVE, out=True)
+def fused_max_pool_grad_relu_grad_native(op: Operation, inputs: list, ctx: KernelContext,
+                                         out: np.ndarray | None = None) -> list[np.ndarray]:
     """One pass (``mg_max_pool_grad_relu``): each window's gradient routed to its first
-    maximum with ReluGrad's mask (the pool's input > 0) applied in the same store."""
-    x, _, g = inputs
+    maximum with ReluGrad's mask (the pool's input > 0) applied in the same store; into
+    ``out`` where it fits."""
+    x, pooled, g = inputs
     window = _c_pool_window(op, x)
     if window is None:
         return fused_max_pool_grad_relu_grad(op, inputs, ctx)
-    return [pooling_kernels.c_max_pool_grad(x, g, *window, relu=True)]
+    return [pooling_kernels.c_max_pool_grad(x, g, *window, relu=True,
+                                            out=native.unshared(out, pooled))]

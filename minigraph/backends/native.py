@@ -445,6 +445,14 @@ def output_array(out: np.ndarray | None, shape: tuple[int, ...], *inputs: np.nda
     return np.empty(shape, F32) if any(z is x for x in inputs) else z
 
 
+def unshared(out: np.ndarray | None, *unread: np.ndarray) -> np.ndarray | None:
+    """``out``, or None where it shares memory with an input the C call does not read (a
+    MaxPoolGrad's orig_output): a kernel never writes into any of its inputs."""
+    if out is None or not any(np.may_share_memory(out, array) for array in unread):
+        return out
+    return None
+
+
 _INT32_MAX = 2**31 - 1
 
 
