@@ -280,3 +280,28 @@ def test_training_steps_run_bound_from_the_arena_bit_for_bit(model, batch, fmt, 
     assert held & {"MatMul", "_FusedMatMul"}, held
     assert held & {"FusedBatchNormV3", "_FusedBatchNormEx"}, held
     assert held & {"FusedBatchNormGradV3", "_FusedBatchNormGradEx"}, held
+
+
+@pytest.mark.parametrize("planner_on", [True, False])
+def test_convolutions_write_their_parts_of_a_concat(planner_on):
+    """A batch-1 NCHW channel concat of two convolutions: with the memory planner, each
+    convolution writes its part of the concat's output (the first allocates all of it: its
+    step's live bytes are the concat's), bit for bit the copying concat's result."""
+    root = mg.Scope.NewRootScope()
+    rng = np.random.default_rng(3)
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[1, 3, 9, 9])
+    attrs = _conv_attrs("NCHW", 1, 1, "SAME")
+    filters = [rng.standard_normal((3, 3, 3, co)).astype(F32) for co in (4, 6)]
+    a = ops.Conv2D(root.WithOpName("a"), x, filters[0], **attrs)
+    b = ops.Conv2D(root.WithOpName("b"), x, filters[1], **attrs)
+    c = ops.ConcatV2(root.WithOpName("c"), [a, b], 1)
+    session = mg.ClientSession(root, optimizer=mg.OptimizerOptions(memory_planner=planner_on))
+    plain = mg.ClientSession(root, optimizer=mg.OptimizerOptions(memory_planner=False))
+    feeds = {x: rng.standard_normal((1, 3, 9, 9)).astype(F32)}
+    parts = plain.Run(feeds, [a, b])
+    for _ in range(2):
+        metadata = mg.RunMetadata()
+        [value] = session.Run(feeds, [c], run_metadata=metadata)
+        _same_bits(value, np.concatenate(parts, 1))
+    live = {s.node_name: s.live_bytes for s in metadata.step_stats}
+    assert live["a"] == (value.nbytes if planner_on else parts[0].nbytes)
