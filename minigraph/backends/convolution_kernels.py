@@ -160,37 +160,45 @@ def conv2d_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
 
 def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple,
                                window: Window) -> np.ndarray:
-    """d input of a convolution, as a stride-1 convolution of out_backprop.
+    """d input of a convolution as TensorFlow's CPU kernel forms it: column gradients then
+    col2im.
 
-    With out_backprop spread onto a grid of step ``stride`` (zeros between) and padded so
-    that output row h sees the rows h + pad_before - i*dilation for every filter row i,
-    correlating with the filter flipped in every spatial dim (in/out channels swapped within
-    each group) gives d input[h] = sum_i dy[(h + pad_before - i*d) / s] f[i]. Out-of-range
-    rows are cropped. Any number of spatial dims; ``input_shape`` is channels-last.
+    ``cols[pixel, tap, c] = sum_o dy[pixel, o] * f[tap, c, o]`` (one matmul per group), then
+    each tap's columns are added into the input positions that tap reads from its output
+    pixels: ``dx[h] = sum_i cols[(h + pad_before - i*d) / s, i]`` over the taps i whose
+    position lies inside the input. Padding positions are never multiplied, so a non-finite
+    filter weight gives +-inf only where that tap reaches real pixels (TensorFlow's values;
+    spreading dy with zeros would make 0 * inf = NaN at the borders). Any number of spatial
+    dims; ``input_shape`` is channels-last.
     """
     n, *sizes, c = input_shape
     *k_sizes, ci, co = f.shape
-    groups = groups_of(c, f)
-    lengths = [size + (k - 1) * d for size, k, d in zip(sizes, k_sizes, window.dilations)]
-    offsets = [(k - 1) * d - before
-               for k, d, (before, _) in zip(k_sizes, window.dilations, window.pads)]
-    rows = [placed_rows(off, s, count, length) for off, s, count, length
-            in zip(offsets, window.strides, dy.shape[1:-1], lengths)]
-    spread = _zeros((n, *lengths, co), dy.dtype)
-    if all(p1 > p0 for p0, p1 in rows):
-        target = tuple(slice(off + p0 * s, off + (p1 - 1) * s + 1, s)
-                       for off, (p0, p1), s in zip(offsets, rows, window.strides))
-        spread[(slice(None), *target)] = dy[(slice(None), *(slice(p0, p1) for p0, p1 in rows))]
-    flip = tuple(slice(None, None, -1) for _ in k_sizes)
-    # group g's [k..., ci, cog] block becomes [k..., cog, ci], the groups side by side
-    rank = len(k_sizes)
-    flipped = np.ascontiguousarray(
-        f[flip].reshape(*k_sizes, ci, groups, co // groups)
-        .transpose(*range(rank), rank + 2, rank + 1, rank)
-        .reshape(*k_sizes, co // groups, groups * ci))
-    unit = Window(tuple(k_sizes), (1,) * len(sizes), window.dilations,
-                  ((0, 0),) * len(sizes), tuple(sizes))
-    return conv2d_nhwc(spread, flipped, unit)
+    groups, cog = groups_of(c, f), co // groups_of(c, f)
+    taps = int(np.prod(k_sizes))
+    out = dy.shape[1:-1]
+    pixels = n * int(np.prod(out))
+    dx = _zeros((n, *sizes, c), dy.dtype)
+    if pixels == 0 or taps * ci == 0:
+        return dx
+    # [groups, pixels, cog] @ [groups, cog, taps * ci] -> [pixels, taps, groups, ci]
+    per_group = dy.reshape(pixels, groups, cog).transpose(1, 0, 2)
+    weights = f.reshape(taps, ci, groups, cog).transpose(2, 3, 0, 1).reshape(groups, cog, -1)
+    cols = np.matmul(per_group, weights).reshape(groups, n, *out, taps, ci)
+    for tap, offsets in enumerate(np.ndindex(*k_sizes)):
+        source, target = [], []
+        for i, d, s, (before, _), count, size in zip(offsets, window.dilations,
+                                                     window.strides, window.pads, out, sizes):
+            p0, p1 = placed_rows(i * d - before, s, count, size)
+            if p1 <= p0:
+                break
+            source.append(slice(p0, p1))
+            first = p0 * s + i * d - before
+            target.append(slice(first, first + (p1 - p0 - 1) * s + 1, s))
+        else:
+            part = cols[(slice(None), slice(None), *source, tap)]  # [groups, n, out..., ci]
+            view = dx[(slice(None), *target)]
+            view += np.moveaxis(part, 0, -2).reshape(view.shape)
+    return dx
 
 
 def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tuple,
@@ -445,7 +453,9 @@ def conv2d_backprop_input_native(op, inputs, ctx, out=None):
     if dy.size == 0 or 0 in x_shape:
         return conv2d_backprop_input(op, inputs, ctx)
     window = conv_geometry(op.attrs, fail_for(op), x_shape, f.shape)
-    if not _c_takes(window, x_shape, f.shape):
+    # a non-finite filter takes the column kernel: the C kernels' zero terms (padding, a
+    # tile's other pixels) would turn its infinities into NaNs where TensorFlow has none
+    if not _c_takes(window, x_shape, f.shape) or not np.isfinite(f).all():
         return conv2d_backprop_input(op, inputs, ctx)
     channels_last = fmt == "NHWC"
     nhwc_shape = to_nhwc(x_shape, fmt)
