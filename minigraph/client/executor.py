@@ -114,7 +114,7 @@ class BoundProgram:
 
     def _direct(self, index: int, step: Any, ins: tuple, outs: tuple, drop: tuple) -> tuple:
         """The entry calling ``step``'s kernel itself (with ``out=`` where it takes one)."""
-        if step.kernel_def.inplace:
+        if step.kernel_def.takes_out:
             self.candidates.append(index)
             return (_OUT, step.kernel, step.op, step.kernel_context, ins, outs, drop,
                     (step.inplace, step.out_dtype, -1))

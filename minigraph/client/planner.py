@@ -235,7 +235,7 @@ def shape_only(validate: Any, context: Any, values: list) -> bool:
 class ConcatGroup:
     """A ``ConcatV2`` whose inputs' producers write straight into its output (no copy).
 
-    Each input is output 0 of a native kernel taking ``out=`` (``KernelDef.inplace``), read
+    Each input is output 0 of a native kernel taking ``out=`` (``KernelDef.takes_out``), read
     by the concat alone, not fetched; the concatenated output's static shape is fully
     known and every input's part of it is contiguous (all dimensions before the axis are
     1: an axis-0 concat, a batch-1 NCHW channel concat). The first producer to run
@@ -299,7 +299,7 @@ def concat_groups(steps: Sequence, fetch_keys: Iterable, keep: Iterable = ()
         makers = [producer.get(key) for key in keys]
         if (math.prod(dims[:axis]) != 1 or len(set(keys)) != count
                 or any(key in pinned or reads[key] != 1 for key in keys)
-                or any(maker is None or not maker.kernel_def.inplace or id(maker) in claimed
+                or any(maker is None or not maker.kernel_def.takes_out or id(maker) in claimed
                        or not maker.op.outputs[0].shape.is_fully_defined()
                        for maker in makers)):
             continue
