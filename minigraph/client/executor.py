@@ -169,8 +169,8 @@ class BoundProgram:
             kind, call, op, ctx, ins, outs, drop, (inplace, dtype, _) = self.entries[index]
             inplace = tuple(i for i in inplace
                             if sizes.get(ins[i], 0) >= planner.MIN_INPLACE_BYTES)
-            slot = slots.get(index, -1)
-            if inplace or slot >= 0:
+            slot = slots.get(index)
+            if inplace or slot is not None:
                 self.entries[index] = (kind, call, op, ctx, ins, outs, drop,
                                        (inplace, dtype, slot))
             else:
@@ -192,7 +192,7 @@ class BoundProgram:
                 elif kind == _OUT:
                     inplace, dtype, slot = extra
                     out = reusable(values, inplace, dtype) if inplace else None
-                    if out is None and slot >= 0:
+                    if out is None and slot is not None:
                         out = take(buffers, slot)
                     results = (call(op, values, ctx) if out is None
                                else call(op, values, ctx, out=out))
