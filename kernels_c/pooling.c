@@ -189,14 +189,21 @@ typedef struct {
 } relu_pool_call;
 
 /* The pool of output rows [lo, hi) marked for the fused Relu: an output whose window holds
- * only NaN set to NaN. Relu(MaxPool(x)) is MaxPool(Relu(x)) bit for bit (Relu keeps NaN,
+ * only NaN set to NaN (returns whether one was). Relu(MaxPool(x)) is MaxPool(Relu(x)) bit for bit (Relu keeps NaN,
  * maps every other non-positive value, -0 included, to +0, and is monotone) except there:
  * MaxPool(Relu(x)) ignores the NaN and gives POOL_LOWEST, but Relu(POOL_LOWEST) = +0. A
  * pooled output is never NaN, so NaN marks those outputs through the Relu (restore_nan_
  * windows); only the rare outputs equal to POOL_LOWEST rescan their window. */
-static void mark_nan_windows(const pool_geo *g, int64_t lo, int64_t hi)
+static int mark_nan_windows(const pool_geo *g, int64_t lo, int64_t hi)
 {
-    const int64_t c = g->c;
+    const int64_t c = g->c, count = (hi - lo) * g->ow * c;
+    const float *y = g->y + lo * g->ow * c;
+    int any = 0; /* (a branch-free scan first: the block's outputs are still in cache) */
+    for (int64_t i = 0; i < count; ++i)
+        any |= y[i] == POOL_LOWEST;
+    if (!any)
+        return 0;
+    int marked = 0;
     for (int64_t row = lo; row < hi; ++row) {
         int64_t img, ya, yb;
         window_rows(g, row, &img, &ya, &yb);
@@ -214,10 +221,11 @@ static void mark_nan_windows(const pool_geo *g, int64_t lo, int64_t hi)
                         all_nan = v != v;
                     }
                 if (all_nan)
-                    o[ci] = __builtin_nanf("");
+                    o[ci] = __builtin_nanf(""), marked = 1;
             }
         }
     }
+    return marked;
 }
 
 /* the NaN marks of mark_nan_windows back to POOL_LOWEST, MaxPool(Relu(x))'s value there */
@@ -239,9 +247,10 @@ static void relu_pool_chunk(void *ctx, int64_t lo, int64_t hi)
         const int64_t e = hi - b < c->block ? hi : b + c->block;
         int64_t a0, a1, z0, z1;
         c->max_pool(g, b, e);
-        mark_nan_windows(g, b, e);
+        const int marked = mark_nan_windows(g, b, e);
         c->relu(g->y + b * out_row, g->y + b * out_row, (e - b) * out_row, 0.0f);
-        restore_nan_windows(g->y + b * out_row, (e - b) * out_row);
+        if (marked)
+            restore_nan_windows(g->y + b * out_row, (e - b) * out_row);
         owned_rows(g, b, &a0, &a1);
         owned_rows(g, e - 1, &z0, &z1);
         c->relu(g->x + a0 * in_row, c->r + a0 * in_row, (z1 - a0) * in_row, 0.0f);
