@@ -15,6 +15,7 @@ from minigraph.backends.native import (
     lib,
     num_threads,
     out_array,
+    plain_f32,
 )
 from minigraph.backends.registry import find_kernel, register_kernel
 from minigraph.framework import dtypes
@@ -371,11 +372,6 @@ def _broadcast_ops() -> dict[str, int]:
             for i in range(lib.mg_broadcast_op_count())}
 
 
-def _plain_f32(array) -> bool:
-    flags = array.flags
-    return array.dtype == np.float32 and flags.c_contiguous and flags.aligned
-
-
 def _unbroadcast(array: np.ndarray) -> np.ndarray:
     """A broadcast view (stride 0 along some axes: BroadcastTo's output) as the array it
     repeats: size 1 along those axes, which broadcasting then stretches again. Any other
@@ -394,18 +390,23 @@ def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray, out: np.ndarray | Non
     ``out`` where it fits (x or y of the result's shape: each loop reads element i before
     writing it); None for anything else (other dtypes or layouts, empty results, more
     merged dimensions than C takes)."""
-    z_shape = np.broadcast_shapes(x.shape, y.shape)
-    x, y = _unbroadcast(x), _unbroadcast(y)
-    if not (_plain_f32(x) and _plain_f32(y)):
-        return None
+    if plain_f32(x) and plain_f32(y):  # the usual case: z's shape is the plan's (cached)
+        z_shape = None
+    else:
+        z_shape = np.broadcast_shapes(x.shape, y.shape)
+        x, y = _unbroadcast(x), _unbroadcast(y)
+        if not (plain_f32(x) and plain_f32(y)):
+            return None
     plan = broadcast_plan(x.shape, y.shape)
     if plan is None:
         return None
     computed, rank, dims, x_dims, y_dims = plan
     z = out_array(out, computed, x, y)
-    check_code(lib.mg_broadcast(_broadcast_ops()[c_name], rank, dims, x_dims, y_dims,
-                                fbuf(x), fbuf(y), fbuf(z), num_threads()), c_name)
-    return z if computed == z_shape else np.broadcast_to(z, z_shape)
+    code = lib.mg_broadcast(_broadcast_ops()[c_name], rank, dims, x_dims, y_dims,
+                            fbuf(x), fbuf(y), fbuf(z), num_threads())
+    if code:
+        check_code(code, c_name)
+    return z if z_shape is None or computed == z_shape else np.broadcast_to(z, z_shape)
 
 
 def register_native_binary(op_type: str, c_name: str) -> None:
