@@ -146,6 +146,41 @@ def _offsets(runs: list[list], strides: list[int]) -> np.ndarray:
     return offsets
 
 
+@functools.lru_cache(maxsize=1024)
+def reduce_plan(shape: tuple[int, ...], axes: tuple[int, ...], mean: bool):
+    """``c_reduce``'s C calls for x of ``shape`` reduced over ``axes`` (in [0, rank)), which
+    follow from the shapes alone (cached: a model reduces a few shapes over and over):
+    None when only size-1 axes are reduced; else ``(inner, outer)``: ``inner`` the
+    ``(outer, rows, divisor)`` of ``mg_reduce_inner`` over a trailing run of reduced axes
+    (or None), ``outer`` the ``(outer, rows, channels, divisor, offsets)`` of what remains
+    (None when nothing does), ``offsets`` None for ``mg_reduce_rows`` or the two int64
+    buffers of ``mg_reduce_gather`` (cffi keeps their arrays alive)."""
+    runs = _runs(shape, set(axes))
+    if not any(reduced for _, reduced in runs):  # only size-1 axes: each sum is +0 + x
+        return None
+    count = math.prod(shape[a] for a in axes)
+    inner = None
+    if runs[-1][1]:  # a trailing run: pairwise rows
+        final = len(runs) == 1 or not any(reduced for _, reduced in runs[:-1])
+        inner = (math.prod(n for n, _ in runs[:-1]), runs[-1][0],
+                 count if mean and final else 0)
+        if final:
+            return inner, None
+        runs = runs[:-1]
+    channels = runs[-1][0]
+    strides = [math.prod(n for n, _ in runs[i + 1:]) for i in range(len(runs))]
+    kept = [(run, stride) for run, stride in zip(runs[:-1], strides) if not run[1]]
+    reduced = [(run, stride) for run, stride in zip(runs, strides) if run[1]]
+    offsets = None
+    if not (len(reduced) == 1 and len(kept) <= 1):  # not [outer][rows][channels]: gather
+        offsets = tuple(ffi.from_buffer("int64_t[]", _offsets([r for r, _ in part],
+                                                              [s for _, s in part]))
+                        for part in (kept, reduced))
+    return inner, (math.prod(run[0] for run, _ in kept),
+                   math.prod(run[0] for run, _ in reduced), channels,
+                   count if mean else 0, offsets)
+
+
 def c_reduce(x: np.ndarray, axes: tuple[int, ...], mean: bool) -> np.ndarray:
     """Sum (mean) of float32 x over ``axes`` in C, flat ([kept elements] in x's order), in
     numpy's order, so its float32 results bit for bit:
@@ -160,39 +195,30 @@ def c_reduce(x: np.ndarray, axes: tuple[int, ...], mean: bool) -> np.ndarray:
     mean divides the final sums by the count of reduced elements once, in double (numpy's
     true_divide by its integer count)."""
     x = as_f32(x)
-    runs = _runs(x.shape, set(axes))
-    if not any(reduced for _, reduced in runs):  # only size-1 axes: each sum is +0 + x
+    plan = reduce_plan(x.shape, tuple(axes), mean)
+    if plan is None:
         return c_broadcast("add", x, np.zeros((), F32)).ravel()
-    count = math.prod(x.shape[a] for a in axes)
+    inner, outer_plan = plan
     what = "Mean" if mean else "Sum"
-    if runs[-1][1]:  # a trailing run: pairwise rows
-        outer, rows = math.prod(n for n, _ in runs[:-1]), runs[-1][0]
-        final = len(runs) == 1 or not any(reduced for _, reduced in runs[:-1])
+    if inner is not None:
+        outer, rows, divisor = inner
         y = np.empty(outer, F32)
-        check_code(lib.mg_reduce_inner(outer, rows, fbuf(x), fbuf(y),
-                                       count if mean and final else 0, num_threads()), what)
-        if final:
+        code = lib.mg_reduce_inner(outer, rows, fbuf(x), fbuf(y), divisor, num_threads())
+        if code:
+            check_code(code, what)
+        if outer_plan is None:
             return y
-        x, runs = y, runs[:-1]
-    channels = runs[-1][0]
-    strides = [math.prod(n for n, _ in runs[i + 1:]) for i in range(len(runs))]
-    kept = [(run, stride) for run, stride in zip(runs[:-1], strides) if not run[1]]
-    reduced = [(run, stride) for run, stride in zip(runs, strides) if run[1]]
-    outer = math.prod(run[0] for run, _ in kept)
-    rows = math.prod(run[0] for run, _ in reduced)
+        x = y
+    outer, rows, channels, divisor, offsets = outer_plan
     y = np.empty(outer * channels, F32)
-    divisor = count if mean else 0
-    if len(reduced) == 1 and len(kept) <= 1:  # [outer][rows][channels]
+    if offsets is None:
         code = lib.mg_reduce_rows(outer, rows, channels, fbuf(x), fbuf(y), divisor,
                                   num_threads())
     else:
-        outer_off = _offsets([r for r, _ in kept], [s for _, s in kept])
-        row_off = _offsets([r for r, _ in reduced], [s for _, s in reduced])
-        code = lib.mg_reduce_gather(outer, rows, channels,
-                                    ffi.from_buffer("int64_t[]", outer_off),
-                                    ffi.from_buffer("int64_t[]", row_off), fbuf(x), fbuf(y),
+        code = lib.mg_reduce_gather(outer, rows, channels, *offsets, fbuf(x), fbuf(y),
                                     divisor, num_threads())
-    check_code(code, what)
+    if code:
+        check_code(code, what)
     return y
 
 
