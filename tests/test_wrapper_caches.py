@@ -1,0 +1,113 @@
+"""The native wrappers' per-signature caches (``math_kernels.broadcast_plan`` and
+``reduce_plan``, layout_kernels' StridedSlice spec): a cached plan gives the same bits as
+numpy for every shape family, a second call with the same shapes and other values too, and
+bad input still raises an error naming the op."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import minigraph as mg
+from minigraph import ops
+from minigraph.backends import math_kernels, native
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="native backend not built")
+
+F32 = np.float32
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, F32).view(np.uint32)
+
+
+@st.composite
+def reductions(draw):
+    """A float32 array of rank 1-5 (some size-1 dims) and a non-empty set of axes."""
+    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 5, 8, 17]), min_size=1, max_size=5)))
+    axes = tuple(sorted(draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
+    seed = draw(st.integers(0, 2**16))
+    return shape, axes, seed
+
+
+@settings(max_examples=60, deadline=None)
+@given(reductions())
+def test_c_reduce_equals_numpy_bit_for_bit_on_repeated_calls(case):
+    """Every route of c_reduce (pairwise trailing rows, rows, gather, and the trailing rows
+    followed by the others), twice per shape: the second call reads the cached plan."""
+    shape, axes, seed = case
+    rng = np.random.default_rng(seed)
+    for mean in (False, True):
+        for _ in range(2):
+            x = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)).astype(F32)
+            expected = x.mean(axis=axes) if mean else x.sum(axis=axes)
+            ours = math_kernels.c_reduce(x, axes, mean)
+            np.testing.assert_array_equal(_bits(ours), _bits(np.ravel(expected)))
+
+
+@st.composite
+def broadcasts(draw):
+    """Two shapes that broadcast (each dim of one either the other's or 1), as plain
+    arrays or broadcast views."""
+    rank = draw(st.integers(1, 4))
+    full = draw(st.lists(st.sampled_from([1, 2, 3, 7]), min_size=rank, max_size=rank))
+    shapes = [tuple(n if draw(st.booleans()) else 1 for n in full) for _ in range(2)]
+    shapes[1] = shapes[1][draw(st.integers(0, rank - 1)):]  # y of lower rank at times
+    return shapes, draw(st.booleans()), draw(st.integers(0, 2**16))
+
+
+@settings(max_examples=60, deadline=None)
+@given(broadcasts())
+def test_c_broadcast_equals_numpy_bit_for_bit_on_repeated_calls(case):
+    (x_shape, y_shape), view, seed = case
+    rng = np.random.default_rng(seed)
+    z_shape = np.broadcast_shapes(x_shape, y_shape)
+    for _ in range(2):
+        x = rng.standard_normal(x_shape).astype(F32)
+        y = rng.standard_normal(y_shape).astype(F32)
+        if view:  # BroadcastTo's read-only views: C reads what they repeat
+            x = np.broadcast_to(x, z_shape)
+        for c_name, function in (("add", np.add), ("mul", np.multiply),
+                                 ("sub", np.subtract)):
+            z = math_kernels.c_broadcast(c_name, x, y)
+            assert z.shape == z_shape
+            np.testing.assert_array_equal(_bits(z), _bits(function(x, y)))
+
+
+def test_c_broadcast_of_shapes_that_do_not_broadcast_raises_every_time():
+    """A failed plan is not cached: the second call raises too."""
+    x, y = np.ones((2, 3), F32), np.ones((4,), F32)
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            math_kernels.c_broadcast("add", x, y)
+
+
+def _strided_slice(x, begin, end, strides, **masks):
+    root = mg.Scope.NewRootScope()
+    feed = ops.Placeholder(root.WithOpName("x"), mg.float32)
+    specs = [ops.Placeholder(root.WithOpName(n), mg.int32) for n in ("b", "e", "s")]
+    y = ops.StridedSlice(root.WithOpName("cut"), feed, *specs, **masks)
+    session = mg.ClientSession(root, backend="native")
+
+    def run(b, e, s):
+        return session.Run({feed: x, specs[0]: np.array(b, np.int32),
+                            specs[1]: np.array(e, np.int32),
+                            specs[2]: np.array(s, np.int32)}, [y])[0]
+    return run
+
+
+def test_strided_slice_cached_spec_follows_the_values_and_still_rejects_bad_ones():
+    """One node run with several specs of one shape: each result is numpy's slice (the
+    cache is keyed by the values, not the node); a zero stride after good runs still names
+    the op."""
+    x = np.arange(4 * 6, dtype=F32).reshape(4, 6)
+    run = _strided_slice(x, None, None, None, shrink_axis_mask=1)
+    for b, e, s in [([1, 0], [2, 6], [1, 2]), ([-1, 1], [0, 5], [1, 1]), ([1, 0], [2, 6], [1, 2]),
+                    ([2, 5], [3, 0], [1, -2])]:
+        np.testing.assert_array_equal(run(b, e, s), x[b[0], b[1]:e[1]:s[1]])
+    with pytest.raises(mg.errors.InvalidArgumentError, match="cut"):
+        run([0, 0], [1, 6], [1, 0])
+    with pytest.raises(mg.errors.InvalidArgumentError, match="cut"):
+        run([0, 0], [1, 6], [1, 0])
