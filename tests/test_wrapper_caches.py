@@ -111,3 +111,44 @@ def test_strided_slice_cached_spec_follows_the_values_and_still_rejects_bad_ones
         run([0, 0], [1, 6], [1, 0])
     with pytest.raises(mg.errors.InvalidArgumentError, match="cut"):
         run([0, 0], [1, 6], [1, 0])
+
+
+def _outcome(function, *args):
+    """A geometry function's Window (its repr: 1.0 is not 1), or the message it failed
+    with."""
+    try:
+        return repr(function(*args))
+    except ValueError as error:
+        return f"error: {error}"
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["NHWC", "NCHW"]), st.sampled_from(["SAME", "VALID", "EXPLICIT"]),
+       st.lists(st.integers(0, 3), min_size=4, max_size=4),
+       st.lists(st.integers(1, 2), min_size=4, max_size=4),
+       st.lists(st.integers(0, 2), min_size=8, max_size=8),
+       st.tuples(st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.integers(1, 4)),
+       st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4), st.integers(1, 3)),
+       st.booleans())
+def test_cached_conv_geometry_is_the_uncached_one_also_for_bad_attrs(
+        fmt, padding, strides, dilations, pads, input_shape, filter_shape, depthwise):
+    """conv_geometry / depthwise_geometry through their cache, called twice, give what the
+    uncached functions give: the same Window, or the same error (bad strides, pads, channel
+    counts; an error is not cached): each attr is part of the key, with its type (1.0 is not
+    1)."""
+    from minigraph.ops.convolution_ops import depthwise_geometry
+    from minigraph.ops.window import conv_geometry
+
+    function = depthwise_geometry if depthwise else conv_geometry
+    attrs = {"data_format": fmt, "padding": padding, "strides": strides,
+             "dilations": dilations, "explicit_paddings": pads if padding == "EXPLICIT" else []}
+
+    def fail(message):
+        return ValueError(message)
+
+    variants = (attrs, {**attrs, "strides": [s + 1 for s in strides]},
+                {**attrs, "strides": [float(s) for s in strides]}, attrs)
+    for attrs_now in variants:
+        expected = _outcome(function.__wrapped__, attrs_now, fail, input_shape, filter_shape)
+        for _ in range(2):
+            assert _outcome(function, attrs_now, fail, input_shape, filter_shape) == expected

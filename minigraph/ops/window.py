@@ -14,6 +14,7 @@ Messages lead with TensorFlow's words where TF has some for the problem.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -261,6 +262,46 @@ def conv_groups(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
     return groups
 
 
+_GEOMETRY_ATTRS = ("data_format", "padding", "strides", "dilations", "explicit_paddings")
+_MAX_CACHED = 4096
+
+
+def _typed(value: object) -> object:
+    """An attr value as part of a cache key that tells 1, 1.0 and True apart (a bad attr
+    must fail its checks at every call, even after a good one of equal value)."""
+    if type(value) is list or type(value) is tuple:
+        return tuple(value), tuple(map(type, value))
+    return type(value), value
+
+
+def cached_geometry(function: Callable[..., Window]) -> Callable[..., Window]:
+    """``function(attrs, fail, input_shape, filter_shape, input_name="input")`` (a
+    convolution's checks and window) memoized on the shapes, the input's name and the values
+    of the window attrs it reads: kernels call it at every step with the same few
+    signatures, and it returns a frozen :class:`Window`. A failing check raises through
+    ``fail`` at every call (errors are not cached); unhashable attrs are not cached."""
+    cache: dict[tuple, Window] = {}
+
+    @functools.wraps(function)
+    def cached(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
+               input_name: str = "input") -> Window:
+        try:
+            key = (tuple(input_shape), tuple(filter_shape), input_name,
+                   *map(_typed, map(attrs.get, _GEOMETRY_ATTRS)))
+            window = cache.get(key)
+        except TypeError:  # an unhashable attr value: checked (and rejected) uncached
+            return function(attrs, fail, input_shape, filter_shape, input_name)
+        if window is None:
+            window = function(attrs, fail, input_shape, filter_shape, input_name)
+            if len(cache) >= _MAX_CACHED:
+                cache.clear()
+            cache[key] = window
+        return window
+
+    return cached
+
+
+@cached_geometry
 def conv_geometry(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
                   input_name: str = "input") -> Window:
     """Check a convolution's input (data_format order; the shape of input ``input_name``)
