@@ -124,31 +124,44 @@ def _outcome(function, *args):
 
 @settings(max_examples=80, deadline=None)
 @given(st.sampled_from(["NHWC", "NCHW"]), st.sampled_from(["SAME", "VALID", "EXPLICIT"]),
-       st.lists(st.integers(0, 3), min_size=4, max_size=4),
-       st.lists(st.integers(1, 2), min_size=4, max_size=4),
-       st.lists(st.integers(0, 2), min_size=8, max_size=8),
+       st.tuples(st.integers(0, 3), st.integers(1, 3)),
+       st.tuples(st.integers(1, 2), st.integers(1, 2)),
+       st.lists(st.integers(0, 2), min_size=4, max_size=4),
        st.tuples(st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.integers(1, 4)),
        st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4), st.integers(1, 3)),
-       st.booleans())
-def test_cached_conv_geometry_is_the_uncached_one_also_for_bad_attrs(
-        fmt, padding, strides, dilations, pads, input_shape, filter_shape, depthwise):
-    """conv_geometry / depthwise_geometry through their cache, called twice, give what the
-    uncached functions give: the same Window, or the same error (bad strides, pads, channel
-    counts; an error is not cached): each attr is part of the key, with its type (1.0 is not
-    1)."""
+       st.sampled_from(["conv", "depthwise", "pool"]))
+def test_cached_window_geometry_is_the_uncached_one_also_for_bad_attrs(
+        fmt, padding, strides, dilations, pads, input_shape, filter_shape, which):
+    """conv_geometry, depthwise_geometry and pool_output_shape through their cache, called
+    twice, give what the uncached functions give: the same Window, or the same error (bad
+    strides, pads, channel counts; an error is not cached): each attr is part of the key,
+    with its type (1.0 is not 1)."""
     from minigraph.ops.convolution_ops import depthwise_geometry
+    from minigraph.ops.pooling_ops import pool_output_shape
     from minigraph.ops.window import conv_geometry
 
-    function = depthwise_geometry if depthwise else conv_geometry
+    function = {"conv": conv_geometry, "depthwise": depthwise_geometry,
+                "pool": pool_output_shape}[which]
+    args = (input_shape,) if which == "pool" else (input_shape, filter_shape)
+    spatial_first = fmt == "NHWC"  # (a stride of 0 and pads too large are bad attrs)
+    strides = [1, *strides, 1] if spatial_first else [1, 1, *strides]
+    dilations = [1, *dilations, 1] if spatial_first else [1, 1, *dilations]
+    pads = [0, 0, *pads, 0, 0] if spatial_first else [0, 0, 0, 0, *pads]
     attrs = {"data_format": fmt, "padding": padding, "strides": strides,
-             "dilations": dilations, "explicit_paddings": pads if padding == "EXPLICIT" else []}
+             "explicit_paddings": pads if padding == "EXPLICIT" else []}
+    if which == "pool":
+        attrs["ksize"] = [1, *filter_shape[:2], 1] if spatial_first else [1, 1, *filter_shape[:2]]
+    else:
+        attrs["dilations"] = dilations
 
     def fail(message):
         return ValueError(message)
 
-    variants = (attrs, {**attrs, "strides": [s + 1 for s in strides]},
+    variants = (attrs, {**attrs, "strides": [s + 1 if s > 1 else s for s in strides]},
                 {**attrs, "strides": [float(s) for s in strides]}, attrs)
+    if which == "pool":
+        variants += ({**attrs, "ksize": [1, 2, 3, 1] if spatial_first else [1, 1, 2, 3]},)
     for attrs_now in variants:
-        expected = _outcome(function.__wrapped__, attrs_now, fail, input_shape, filter_shape)
+        expected = _outcome(function.__wrapped__, attrs_now, fail, *args)
         for _ in range(2):
-            assert _outcome(function, attrs_now, fail, input_shape, filter_shape) == expected
+            assert _outcome(function, attrs_now, fail, *args) == expected

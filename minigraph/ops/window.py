@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from minigraph.framework.graph import Operation
 from minigraph.framework.op_def import InferenceContext
@@ -29,6 +30,7 @@ PADDINGS_EXPLICIT = ("SAME", "VALID", "EXPLICIT")
 
 Fail = Callable[[str], Exception]
 Dims = Sequence[int | None]
+T = TypeVar("T")
 
 # ----------------------------------------------------------------------------- geometry
 
@@ -262,41 +264,40 @@ def conv_groups(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
     return groups
 
 
-_GEOMETRY_ATTRS = ("data_format", "padding", "strides", "dilations", "explicit_paddings")
+_GEOMETRY_ATTRS = ("data_format", "padding", "strides", "dilations", "explicit_paddings",
+                   "ksize")
 _MAX_CACHED = 4096
 
 
 def _typed(value: object) -> object:
-    """An attr value as part of a cache key that tells 1, 1.0 and True apart (a bad attr
-    must fail its checks at every call, even after a good one of equal value)."""
+    """An attr value or argument as part of a cache key: lists as tuples, with the type of
+    each value (1.0 is not 1: a window of float sizes must stay what it is)."""
     if type(value) is list or type(value) is tuple:
         return tuple(value), tuple(map(type, value))
     return type(value), value
 
 
-def cached_geometry(function: Callable[..., Window]) -> Callable[..., Window]:
-    """``function(attrs, fail, input_shape, filter_shape, input_name="input")`` (a
-    convolution's checks and window) memoized on the shapes, the input's name and the values
-    of the window attrs it reads: kernels call it at every step with the same few
-    signatures, and it returns a frozen :class:`Window`. A failing check raises through
-    ``fail`` at every call (errors are not cached); unhashable attrs are not cached."""
-    cache: dict[tuple, Window] = {}
+def cached_geometry(function: Callable[..., T]) -> Callable[..., T]:
+    """``function(attrs, fail, *args)`` (a convolution's or pool's checks and window; args:
+    shapes and the input's name, positional) memoized on the args and the values of the
+    window attrs: kernels call it at every step with the same few signatures, and what it
+    returns is immutable (a frozen :class:`Window`, tuples). A failing check raises through
+    ``fail`` at every call (errors are not cached); unhashable values are not cached."""
+    cache: dict[tuple, T] = {}
 
     @functools.wraps(function)
-    def cached(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
-               input_name: str = "input") -> Window:
+    def cached(attrs: dict, fail: Fail, *args) -> T:
         try:
-            key = (tuple(input_shape), tuple(filter_shape), input_name,
-                   *map(_typed, map(attrs.get, _GEOMETRY_ATTRS)))
-            window = cache.get(key)
-        except TypeError:  # an unhashable attr value: checked (and rejected) uncached
-            return function(attrs, fail, input_shape, filter_shape, input_name)
-        if window is None:
-            window = function(attrs, fail, input_shape, filter_shape, input_name)
+            key = (*map(_typed, args), *map(_typed, map(attrs.get, _GEOMETRY_ATTRS)))
+            found = cache.get(key)
+        except TypeError:  # an unhashable value: checked (and rejected) uncached
+            return function(attrs, fail, *args)
+        if found is None:
+            found = function(attrs, fail, *args)
             if len(cache) >= _MAX_CACHED:
                 cache.clear()
-            cache[key] = window
-        return window
+            cache[key] = found
+        return found
 
     return cached
 
