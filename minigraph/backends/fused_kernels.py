@@ -21,7 +21,7 @@ channels and shape (a broadcasting side input).
 
 from __future__ import annotations
 
-from typing import Any
+import functools
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from minigraph import backends
 from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
 from minigraph.backends.convolution_kernels import conv2d_native, conv2d_native_epilogue
 from minigraph.backends.nn_kernels import matmul_native, matmul_native_epilogue
-from minigraph.backends.registry import KernelContext, get_kernel, register_kernel
+from minigraph.backends.registry import KernelContext, KernelDef, get_kernel, register_kernel
 from minigraph.framework import dtypes
 from minigraph.framework.graph import Operation
 from minigraph.ops.fused_ops import HEADS, Prepared, member_values, prepare
@@ -43,30 +43,43 @@ NATIVE_STAGES = ("FusedBatchNormV3", "Relu", "Relu6")
 _BIG_OFFSET = 2.0 ** 60  # the native batch norm's exceptional-channel bound on |offset|
 
 
-def _run(member: Operation, inputs: list, backend: str, state: Any) -> np.ndarray:
-    """Output 0 of ``member``'s kernel on ``backend`` (or that backend's fallback), as the
-    session runs it."""
-    kernel = get_kernel(member, backend)
-    ctx = KernelContext(kernel.backend, backends.math_for(kernel.backend), state)
-    result = kernel.kernel(member, inputs, ctx)[0]
+@functools.lru_cache(maxsize=4096)
+def _member_kernel(member: Operation, backend: str) -> KernelDef:
+    """The kernel ``member`` runs on ``backend`` (or its fallback), looked up once: a
+    member op never changes (``ops.fused_ops.members`` keeps it)."""
+    return get_kernel(member, backend)
+
+
+def _context(kernel: KernelDef, ctx: KernelContext) -> KernelContext:
+    """The context ``kernel`` runs in: the fused node's own where the backends agree (no
+    new frozen dataclass per call)."""
+    if kernel.backend == ctx.backend:
+        return ctx
+    return KernelContext(kernel.backend, backends.math_for(kernel.backend), ctx.state)
+
+
+def _run(member: Operation, inputs: list, ctx: KernelContext) -> np.ndarray:
+    """Output 0 of ``member``'s kernel on ``ctx``'s backend (or that backend's fallback),
+    as the session runs it."""
+    kernel = _member_kernel(member, ctx.backend)
+    result = kernel.kernel(member, inputs, _context(kernel, ctx))[0]
     return result if type(result) is np.ndarray else np.asarray(result)
 
 
-def run_members(pairs: list, backend: str, state: Any, y: np.ndarray | None = None
-                ) -> np.ndarray:
-    """The chain's result: each member's own kernel in turn (from the head's result ``y``,
-    when it already ran)."""
+def run_members(pairs: list, ctx: KernelContext, y: np.ndarray | None = None) -> np.ndarray:
+    """The chain's result: each member's own kernel on ``ctx``'s backend in turn (from the
+    head's result ``y``, when it already ran)."""
     head, head_inputs = pairs[0]
     if y is None:
-        y = _run(head, head_inputs, backend, state)
+        y = _run(head, head_inputs, ctx)
     for member, args in pairs[1:]:
-        y = _run(member, [y, *args], backend, state)
+        y = _run(member, [y, *args], ctx)
     return y
 
 
 @register_kernel(*HEADS, backend=("reference", "float64"))
 def fused_members(op, inputs, ctx):
-    return [run_members(member_values(op, inputs), ctx.backend, ctx.state)]
+    return [run_members(member_values(op, inputs), ctx)]
 
 
 @register_kernel(*HEADS, backend="native", dtypes=(dtypes.float32,))
@@ -77,7 +90,7 @@ def fused_native(op, inputs, ctx):
     if plan is None:
         plan = prepared.cache["native"] = _NativePlan(prepared.members)
     head, head_inputs = pairs[0]
-    head_ctx = KernelContext(plan.head.backend, plan.math, ctx.state)
+    head_ctx = _context(plan.head, ctx)
     epilogue = _epilogue(pairs, prepared) if plan.epilogue else None
     if epilogue is not None and plan.variant is not None:
         [y] = plan.variant(head, head_inputs, head_ctx, epilogue)
@@ -89,7 +102,7 @@ def fused_native(op, inputs, ctx):
                 and y.dtype == np.float32 and epilogue.fits(y.shape)):
             c_channel_epilogue(y, epilogue)
             return [y]
-    return [run_members(pairs, "native", ctx.state, np.asarray(y))]
+    return [run_members(pairs, ctx, np.asarray(y))]
 
 
 class _NativePlan:
@@ -97,11 +110,10 @@ class _NativePlan:
     kernel, its epilogue variant, and whether the epilogue may stand for the stages (every
     batch-norm and activation stage runs a native kernel: the epilogue rounds as those)."""
 
-    __slots__ = ("head", "math", "variant", "epilogue")
+    __slots__ = ("head", "variant", "epilogue")
 
     def __init__(self, members: list[Operation]) -> None:
         self.head = get_kernel(members[0], "native")
-        self.math = backends.math_for(self.head.backend)
         self.variant = EPILOGUE_KERNELS.get(self.head.kernel)
         self.epilogue = self.head.backend == "native" and all(
             get_kernel(member, "native").backend == "native"
