@@ -9,7 +9,9 @@ ratio is measured in the same run.
 
 The protocol is one line each way. The worker prints ``ready <json>`` once it is set up (its
 own facts: losses, time to first step, ...), then answers ``time K`` (seconds for K calls,
-after two untimed ones), ``rss`` (peak resident bytes, ``VmHWM``), any command of its
+after two untimed ones), ``cputime K`` (the same in the process's CPU seconds, all its
+threads: with one thread, a measure that a busy machine's preemptions leave out), ``rss``
+(peak resident bytes, ``VmHWM``), any command of its
 ``handlers`` (``name argument`` -> one line back) and stops at ``quit`` or end of input.
 """
 
@@ -46,13 +48,14 @@ def serve(run: Callable[[], object], ready: dict,
     print("ready " + json.dumps(ready), flush=True)
     for line in sys.stdin:
         command, _, argument = line.strip().partition(" ")
-        if command == "time":
+        if command in ("time", "cputime"):
+            clock = time.perf_counter if command == "time" else time.process_time
             for _ in range(WARMUP_CALLS):
                 run()
-            start = time.perf_counter()
+            start = clock()
             for _ in range(int(argument)):
                 run()
-            reply = str(time.perf_counter() - start)
+            reply = str(clock() - start)
         elif command == "rss":
             reply = str(peak_rss_bytes())
         elif command in handlers:
@@ -104,19 +107,31 @@ class Worker:
                 self.process.wait()
 
 
-def interleaved_medians(workers: dict[str, Worker], repeats: int, min_sample: float = 0.02,
-                        settle: float = 0.005) -> dict[str, float]:
-    """Median seconds per call of each worker's ``run``, sampled round-robin, the order
-    rotating each round; before each sample the previous worker's threads get ``settle``
-    seconds to stop spinning, and a sample times k calls, k chosen so it lasts at least
-    ``min_sample`` (as ``_common.time_interleaved`` does inside one process)."""
-    counts = {name: max(1, int(min_sample / max(float(w.ask("time 1")), 1e-7)))
+def interleaved_samples(workers: dict[str, Worker], repeats: int, min_sample: float = 0.02,
+                        settle: float = 0.005, command: str = "time") -> dict[str, list[float]]:
+    """``repeats`` samples of seconds per call of each worker's ``run``, taken round-robin,
+    the order rotating each round; before each sample the previous worker's threads get
+    ``settle`` seconds to stop spinning, and a sample times k calls, k chosen so it lasts at
+    least ``min_sample`` (as ``_common.time_interleaved`` does inside one process).
+    ``command``: the worker's timing command (``time``: wall seconds, ``cputime``: the
+    worker's CPU seconds; a worker may add others)."""
+    counts = {name: max(1, int(min_sample / max(float(w.ask(f"{command} 1")), 1e-7)))
               for name, w in workers.items()}
     samples: dict[str, list[float]] = {name: [] for name in workers}
     names = list(workers)
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
             time.sleep(settle)
-            samples[name].append(float(workers[name].ask(f"time {counts[name]}"))
+            samples[name].append(float(workers[name].ask(f"{command} {counts[name]}"))
                                  / counts[name])
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
+
+
+def interleaved_medians(workers: dict[str, Worker], repeats: int, min_sample: float = 0.02,
+                        settle: float = 0.005, command: str = "time",
+                        statistic: Callable[[list[float]], float] = statistics.median
+                        ) -> dict[str, float]:
+    """Per worker, ``statistic`` (the median; ``min`` on a busy machine) of its
+    :func:`interleaved_samples` timed with ``command``."""
+    samples = interleaved_samples(workers, repeats, min_sample, settle, command)
+    return {name: statistic(values) for name, values in samples.items()}

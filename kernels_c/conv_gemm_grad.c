@@ -7,29 +7,29 @@
  * pixels, N = cig (one group) and K = its taps x cog: A's row for pixel m and tap t is the
  * dy pixel (a + di, b + dj) of m's image, cog contiguous floats (or a row of zeros where
  * that pixel lies outside dy), read in place by the micro-kernel's row pointers; B is the
- * filter transposed to [taps x cog][cig] per group, packed once into 32-column panels (with
- * cig <= 16 the narrow micro-kernel runs the one half-empty panel, gemm_internal.h). In
- * the packing the taps of a filter row that one column phase uses are adjacent, j
- * descending: with dilation_w dividing stride_w they read adjacent dy pixels (one column
- * further per tap), so with one group a pixel whose window row lies inside dy reads the
- * whole row's K (taps x cog floats) as one run from dy, one micro-kernel call for the
- * row's taps (a pixel at dy's left or right edge, whose row run is at most 256 floats, reads
- * a copy of it with zeros for the taps outside dy, so that small-channel tiles stay on
- * this path). Items of the worker pool: (phase, group, block of 96 pixels, block of panels);
- * an item runs, per filter row, the tiles of mr pixels each of whose pixels reads all or
- * none of the row's taps in one pass (runs of up to 256 of K), the other tiles tap by tap
- * (pixels outside dy read a row of zeros), in the same order (i, then j descending, then
- * o), into a per-thread block of C, then writes the block's rows to their dx pixels (a
- * phase's pixels are not evenly spaced in dx). A tile none of whose pixels a tap reaches
- * skips it (its chain has no term there); pixels no tap reaches are written as zero.
+ * filter transposed per group and phase to [the phase's taps (i ascending, j descending)
+ * x cog][cig], packed once into 32-column panels, the phases one after the other (with
+ * cig <= 16 the narrow micro-kernel runs the one half-empty panel, gemm_internal.h).
+ * A tile is up to TILE_PIXELS consecutive pixels of one phase row (b0 .. b0 + cnt - 1 of
+ * dx row Y, column phase px): they read consecutive dy pixels through every tap (a range
+ * of them inside dy, zero rows outside), and their dx pixels are sw * c floats apart, so
+ * the micro-kernel stores the C tile in dx in place (ldc = sw * c; no scratch, no copy).
+ * With one narrow panel a tile runs each run of consecutive taps that reach some of its
+ * pixels in one call of the narrow kernel over all of them (gemm_kernel_table.narrow_taps:
+ * the tile in registers for all its K), else tap by tap, per block of KC of cog, per
+ * panel. Items of the worker pool: (group, block of panels, image, block of dx rows); an
+ * item first writes the zeros of its rows' phases that no tap reaches (the whole row,
+ * contiguous, where it owns every channel: for a 1x1 stride-2 convolution 3/4 of dx), then
+ * the tiles. A tap that reaches no pixel of a tile is left out of its chain (no term);
+ * a tile no tap reaches is written as zero.
  *
  * Filter gradient: df^T = dy^T * im2col(x) per group: M = cog (A's row o is dy's column
  * g*cog + o), N = kh*kw*cig (column tap*cig + c), K = the n*out_h*out_w output pixels. Per
  * block of 256 pixels an item packs B, the im2col of x, for its panels only (copies of the
- * contiguous runs of x channels from tables built once per item, zeros outside x), and
- * dy's block per tile of mr channels [k][mr] (in dy a tile's step of k is co floats away:
- * a cache line per row and step), then runs every (panel, tile) (a panel of at most 16
- * columns on the narrow micro-kernel, its tiles of more rows made of the packed ones). Putting
+ * contiguous runs of x channels from tables built once per item, zeros outside x, copied
+ * inline), then runs every (panel, tile) with A read in dy in place (a tile's rows are
+ * adjacent channels, its step of k co floats; packing it per tile measured no faster) (a
+ * panel of at most 16 columns on the narrow micro-kernel). Putting
  * the output channels on M (not N) wastes nothing when cog is 16 (tiles of 12 and 4 rows)
  * where 32-column panels of cog would be half empty. Items: (group, pixel range, block of
  * panels); the pixel ranges (mg_conv2d_gemm_filter_chunks, a function of the shapes only)
@@ -44,7 +44,9 @@
 
 #include "gemm_internal.h"
 
-enum { MB = 96, KC = 256, NCP_MAX = 8, FILTER_ITEMS = 16, CHUNK_MIN = 2048 };
+/* TILE_PIXELS: the most pixels of an input gradient tile: the narrow kernel's 24 rows would
+ * keep 24 row pointers, more than the general registers, and ran ~10% slower than 8-12 */
+enum { MB = 96, KC = 256, TILE_PIXELS = 12, NCP_MAX = 8, FILTER_ITEMS = 16, CHUNK_MIN = 2048 };
 
 static const gemm_kernel_table *kernels(void)
 {
@@ -93,22 +95,16 @@ typedef struct {
 } phase_tap;
 
 typedef struct {
-    int64_t py, px, ah, bw; /* the phase's origin and its rows / columns in dx */
-    int64_t first_item;
-} phase;
-
-typedef struct {
-    gemm_micro_fn micro; /* the narrow kernel when cig <= 16 (one panel, gemm_internal.h) */
-    int mr;
+    const gemm_kernel_table *t;
     geometry g;
-    const float *dy, *packed, *zeros;
-    float *dx, *scratch, *edge; /* edge: MB * KC floats per thread */
-    const phase *phases;
-    int64_t nphases;
+    const float *dy, *packed, *zeros; /* zeros: cog floats */
+    float *dx;
     const phase_tap *row_taps, *col_taps; /* [py][kh], [px][kw] (columns: j descending) */
-    const int64_t *nrow_taps, *ncol_taps, *col_start; /* col_start: prefix sums of ncol_taps */
-    const unsigned char *col_runs; /* per px: its taps read adjacent dy pixels */
-    int64_t ncols, panels, ncp, nblocks, k_group; /* k_group = kh*ncols*cog */
+    const int64_t *nrow, *ncol, *phase_k; /* phase_k[py * phx + px]: its first B row / cog */
+    const float **rows; /* per thread: (max_taps + 1) * GEMM_MR_MAX */
+    unsigned char *live; /* per thread: max_taps */
+    int64_t phx, panels, ncp, nblocks, k_group, row_block, row_blocks, max_taps;
+    int mr; /* pixels per tile: the rows of the first panel's micro-kernel */
 } input_call;
 
 typedef struct {
@@ -117,169 +113,171 @@ typedef struct {
     float *packed;
 } pack_filter_call;
 
-/* packed[g][p][(i*ncols + col_start[px] + t)*cog + o][jj] = f[i][j][32p + jj][g*cog + o] for
- * tap j = col_taps[px][t] (zero past cig): the taps of a filter row within a column phase
- * are adjacent, j descending (a tap no phase has is left out). */
+/* packed[g][p][(phase_k[py][px] + ti * ncol[px] + tj) * cog + o][jj] = f[i][j][32p + jj]
+ * [g*cog + o] for the phase's row tap ti (filter row i) and column tap tj (filter column j,
+ * descending), zero past cig: each phase's taps in its summation order, one after the other,
+ * so that one run of B serves a phase's consecutive taps. */
 static void pack_filter(void *ctx, int64_t lo, int64_t hi)
 {
     const pack_filter_call *pc = ctx;
     const input_call *b = pc->b;
     const geometry *g = &b->g;
-    const int64_t phx = min64(g->sw, g->w);
+    const int64_t phy = min64(g->sh, g->h);
     for (int64_t gp = lo; gp < hi; ++gp) {
         const int64_t grp = gp / b->panels, p = gp % b->panels;
         float *dst = pc->packed + gp * b->k_group * MG_GEMM_NR;
         const int64_t j0 = p * MG_GEMM_NR, width = min64(MG_GEMM_NR, g->cig - j0);
         if (width < MG_GEMM_NR)
             memset(dst, 0, (size_t)(b->k_group * MG_GEMM_NR) * sizeof(float));
-        for (int64_t i = 0; i < g->kh; ++i)
-            for (int64_t px = 0; px < phx; ++px)
-                for (int64_t t = 0; t < b->ncol_taps[px]; ++t) {
-                    const int64_t tap = i * g->kw + b->col_taps[px * g->kw + t].tap;
-                    const int64_t row = i * b->ncols + b->col_start[px] + t;
-                    for (int64_t jj = 0; jj < width; ++jj) {
-                        const float *src = pc->f + (tap * g->cig + j0 + jj) * g->co + grp * g->cog;
-                        float *d = dst + row * g->cog * MG_GEMM_NR + jj;
-                        for (int64_t o = 0; o < g->cog; ++o)
-                            d[o * MG_GEMM_NR] = src[o];
+        for (int64_t py = 0; py < phy; ++py)
+            for (int64_t px = 0; px < b->phx; ++px)
+                for (int64_t ti = 0; ti < b->nrow[py]; ++ti)
+                    for (int64_t tj = 0; tj < b->ncol[px]; ++tj) {
+                        const int64_t tap = b->row_taps[py * g->kh + ti].tap * g->kw +
+                                            b->col_taps[px * g->kw + tj].tap;
+                        const int64_t row = b->phase_k[py * b->phx + px] + ti * b->ncol[px] + tj;
+                        for (int64_t jj = 0; jj < width; ++jj) {
+                            const float *src = pc->f + (tap * g->cig + j0 + jj) * g->co +
+                                               grp * g->cog;
+                            float *d = dst + row * g->cog * MG_GEMM_NR + jj;
+                            for (int64_t o = 0; o < g->cog; ++o)
+                                d[o * MG_GEMM_NR] = src[o];
+                        }
                     }
-                }
     }
 }
 
-/* Row pointers of a block for one pass: ptr[r] = base[r] + k0 (the zero row where base is
- * NULL), the rows past the block's last copying it. */
-static void block_pointers(const float **ptr, const float *const *base, int64_t rows,
-                           int64_t padded, int64_t k0, const float *zeros)
+/* Zeros in `width` floats at dst, `count` times `stride` floats apart */
+static void zero_strided(float *dst, int64_t count, int64_t stride, int64_t width)
 {
-    for (int64_t r = 0; r < rows; ++r)
-        ptr[r] = base[r] ? base[r] + k0 : zeros;
-    for (int64_t r = rows; r < padded; ++r)
-        ptr[r] = ptr[rows - 1];
+    for (int64_t i = 0; i < count; ++i, dst += stride)
+        for (int64_t j = 0; j < width; ++j)
+            dst[j] = 0.0f;
 }
 
+/* The tile of `cnt` pixels b0 .. b0 + cnt - 1 of phase row a (dx row y) and phase column px,
+ * columns of panels p0 .. p1 - 1: every tap of the phase in order, a pixel a tap does not
+ * reach reading zeros (a tap that reaches no pixel of the tile is left out), its C tile
+ * stored in dx in place (the tile's pixels are sw * c floats apart). One narrow panel:
+ * the narrow micro-kernel over each run of consecutive taps in one call where the ISA has
+ * it (the tile stays in registers); else per tap, per block of KC of its cog, per panel
+ * (the block of A reused from L1 across the panels). rows: the thread's table of
+ * GEMM_MR_MAX pointers per tap, then as many for a block's. */
+static void input_tile(const input_call *b, const float **rows, unsigned char *live,
+                       int64_t grp, int64_t img, int64_t y, int64_t px, int64_t b0, int cnt,
+                       int64_t p0, int64_t p1)
+{
+    const geometry *g = &b->g;
+    const int64_t py = y % g->sh, a = y / g->sh;
+    const int64_t nrt = b->nrow[py], nct = b->ncol[px], ntaps = nrt * nct;
+    const phase_tap *rt = b->row_taps + py * g->kh, *ct = b->col_taps + px * g->kw;
+    for (int64_t ti = 0; ti < nrt; ++ti) {
+        const int64_t dyr = a + rt[ti].delta;
+        const int row_in = dyr >= 0 && dyr < g->oh;
+        for (int64_t tj = 0; tj < nct; ++tj) {
+            const int64_t t = ti * nct + tj, first = b0 + ct[tj].delta; /* pixel 0's dy column */
+            const float **r = rows + t * GEMM_MR_MAX;
+            /* the pixels i in [lo, hi) read dy pixels inside dy, one after the other */
+            const int lo = row_in ? (int)min64(cnt, max64(0, -first)) : cnt;
+            const int hi = row_in ? (int)max64(lo, min64(cnt, g->ow - first)) : cnt;
+            const float *src = b->dy + ((img * g->oh + dyr) * g->ow + first) * g->co +
+                               grp * g->cog;
+            int i = 0;
+            for (; i < lo; ++i)
+                r[i] = b->zeros;
+            for (; i < hi; ++i)
+                r[i] = src + i * g->co;
+            for (; i < cnt; ++i)
+                r[i] = b->zeros;
+            for (; i < GEMM_MR_MAX; ++i)
+                r[i] = r[cnt - 1];
+            live[t] = hi > lo;
+        }
+    }
+    float *c = b->dx + ((img * g->h + y) * g->w + px + b0 * g->sw) * g->c + grp * g->cig;
+    const int64_t ldc = g->sw * g->c, kc_all = g->cog;
+    const float *group_b = b->packed + (grp * b->panels * b->k_group +
+                                        b->phase_k[py * b->phx + px] * g->cog) * MG_GEMM_NR;
+    int started = 0;
+    if (p1 - p0 == 1 && g->cig - p0 * MG_GEMM_NR <= GEMM_NR_NARROW && b->t->narrow_taps) {
+        const int nr = (int)(g->cig - p0 * MG_GEMM_NR);
+        const float *bp = group_b + p0 * b->k_group * MG_GEMM_NR;
+        for (int64_t t0 = 0, t1; t0 < ntaps; t0 = t1) {
+            for (t1 = t0 + 1; t1 < ntaps && live[t1] == live[t0];)
+                ++t1;
+            if (live[t0]) {
+                b->t->narrow_taps(t1 - t0, GEMM_MR_MAX, kc_all, rows + t0 * GEMM_MR_MAX, 1,
+                                  bp + t0 * kc_all * MG_GEMM_NR, c + p0 * MG_GEMM_NR, ldc, cnt,
+                                  nr, started);
+                started = 1;
+            }
+        }
+    } else {
+        const float **block = rows + ntaps * GEMM_MR_MAX;
+        for (int64_t t = 0; t < ntaps; ++t) {
+            for (int64_t k0 = 0; live[t] && k0 < kc_all; k0 += KC) {
+                const int64_t kc = min64(KC, kc_all - k0);
+                for (int i = 0; i < GEMM_MR_MAX; ++i)
+                    block[i] = rows[t * GEMM_MR_MAX + i] + k0;
+                for (int64_t p = p0; p < p1; ++p) {
+                    const int nr = (int)min64(MG_GEMM_NR, g->cig - p * MG_GEMM_NR);
+                    int tile_mr;
+                    const gemm_micro_fn micro = gemm_micro_for(b->t, nr, &tile_mr);
+                    micro(kc, block, 1,
+                          group_b + (p * b->k_group + t * kc_all + k0) * MG_GEMM_NR,
+                          c + p * MG_GEMM_NR, ldc, cnt, nr, started || k0 > 0);
+                }
+            }
+            started |= live[t];
+        }
+    }
+    if (!started)
+        for (int64_t p = p0; p < p1; ++p)
+            zero_strided(c + p * MG_GEMM_NR, cnt, ldc, min64(MG_GEMM_NR, g->cig - p * MG_GEMM_NR));
+}
+
+/* Item (group, block of panels, image, block of dx rows): per dx row, its row phase's
+ * pixels of every column phase in tiles of at most mr; the pixels no tap reaches (a phase
+ * without taps) are zeros, written first (the whole row, contiguous, when the item owns
+ * all its channels). */
 static void input_item(void *ctx, int64_t item, int tid)
 {
     const input_call *b = ctx;
     const geometry *g = &b->g;
-    const int mr = b->mr;
-    int64_t lo = 0, hi = b->nphases - 1; /* the phase holding the item */
-    while (lo < hi) {
-        const int64_t mid = (lo + hi + 1) / 2;
-        if (b->phases[mid].first_item <= item)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    const phase *ph = &b->phases[lo];
-    const int64_t pixels = ph->ah * ph->bw, m_total = g->n * pixels;
-    const int64_t local = item - ph->first_item, per_group = ceil_div(m_total, MB) * b->nblocks;
-    const int64_t grp = local / per_group, rest = local % per_group;
-    const int64_t m0 = rest / b->nblocks * MB, p0 = rest % b->nblocks * b->ncp;
-    const int64_t p1 = min64(p0 + b->ncp, b->panels), rows = min64(MB, m_total - m0);
-    const int64_t ldc = (p1 - p0) * MG_GEMM_NR, ntiles = ceil_div(rows, mr);
-    float *cb = b->scratch + (int64_t)tid * MB * b->ncp * MG_GEMM_NR;
-
-    int64_t img[MB], ra[MB], rb[MB];
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t m = m0 + r, within = m % pixels;
-        img[r] = m / pixels;
-        ra[r] = within / ph->bw;
-        rb[r] = within % ph->bw;
-    }
-    unsigned char started[MB], live[MB], merged[MB];
-    memset(started, 0, sizeof started);
-    const float *ptr[MB + GEMM_MR_MAX], *base[MB];
-    const phase_tap *rt = b->row_taps + ph->py * g->kh, *ct = b->col_taps + ph->px * g->kw;
-    const int64_t nrt = b->nrow_taps[ph->py], nct = b->ncol_taps[ph->px];
-    const int runs = nct > 0 && b->col_runs[ph->px] && g->groups == 1;
-    /* an edge pixel's short run (<= KC floats) is copied, its missing taps zeros */
-    const int gather = runs && nct * g->cog <= KC;
-    float *edge = b->edge + (int64_t)tid * MB * KC;
-    const float *group_b = b->packed + grp * b->panels * b->k_group * MG_GEMM_NR;
-    for (int64_t ti = 0; ti < (nct ? nrt : 0); ++ti) {
-        const int64_t first_row = (rt[ti].tap * b->ncols + b->col_start[ph->px]) * g->cog;
-        /* The merged pass: tiles whose pixels each read all the row's taps (adjacent dy
-         * pixels: nct * cog contiguous floats) or none of them, one run of K per pixel. */
-        memset(live, 0, (size_t)ntiles);
-        memset(merged, runs, (size_t)ntiles);
-        for (int64_t r = 0; r < rows && runs; ++r) {
-            const int64_t y = ra[r] + rt[ti].delta;
-            const int64_t x0 = rb[r] + ct[0].delta, x1 = rb[r] + ct[nct - 1].delta;
-            base[r] = NULL;
-            if (y >= 0 && y < g->oh && x0 >= 0 && x1 < g->ow) {
-                base[r] = b->dy + ((img[r] * g->oh + y) * g->ow + x0) * g->co;
-                live[r / mr] = 1;
-            } else if (y >= 0 && y < g->oh && x1 >= 0 && x0 < g->ow && gather) {
-                /* some of the taps, the run short: a copy, zeros for the others */
-                float *dst = edge + r * KC;
-                const float *src = b->dy + (img[r] * g->oh + y) * g->ow * g->co;
-                for (int64_t t = 0, x = x0; t < nct; ++t, ++x, dst += g->co)
-                    if (x >= 0 && x < g->ow)
-                        memcpy(dst, src + x * g->co, (size_t)g->co * sizeof(float));
-                    else
-                        memset(dst, 0, (size_t)g->co * sizeof(float));
-                base[r] = edge + r * KC;
-                live[r / mr] = 1;
-            } else if (y >= 0 && y < g->oh && x1 >= 0 && x0 < g->ow) {
-                merged[r / mr] = 0; /* some of the taps: per tap below */
+    const int64_t rb = item % b->row_blocks, img = item / b->row_blocks % g->n;
+    const int64_t pb = item / (b->row_blocks * g->n) % b->nblocks;
+    const int64_t grp = item / (b->row_blocks * g->n * b->nblocks);
+    const int64_t p0 = pb * b->ncp, p1 = min64(p0 + b->ncp, b->panels);
+    const int64_t col0 = grp * g->cig + p0 * MG_GEMM_NR;
+    const int64_t width = min64(g->cig, p1 * MG_GEMM_NR) - p0 * MG_GEMM_NR;
+    const int whole = width == g->c; /* the item owns every channel of its rows */
+    const int64_t y1 = min64(g->h, (rb + 1) * b->row_block);
+    const float **rows = b->rows + (int64_t)tid * (b->max_taps + 1) * GEMM_MR_MAX;
+    unsigned char *live = b->live + (int64_t)tid * b->max_taps;
+    for (int64_t y = rb * b->row_block; y < y1; ++y) {
+        const int64_t py = y % g->sh;
+        float *row = b->dx + (img * g->h + y) * g->w * g->c;
+        int gaps = b->nrow[py] == 0;
+        for (int64_t px = 0; px < b->phx; ++px)
+            gaps |= b->ncol[px] == 0;
+        if (gaps && whole)
+            memset(row, 0, (size_t)(g->w * g->c) * sizeof(float));
+        else if (gaps)
+            for (int64_t px = 0; px < b->phx; ++px)
+                if (b->nrow[py] == 0 || b->ncol[px] == 0)
+                    zero_strided(row + px * g->c + col0, ceil_div(g->w - px, g->sw),
+                                 g->sw * g->c, width);
+        if (b->nrow[py] == 0)
+            continue;
+        for (int64_t px = 0; px < b->phx; ++px) {
+            if (b->ncol[px] == 0)
+                continue;
+            const int64_t bw = ceil_div(g->w - px, g->sw), tiles = ceil_div(bw, b->mr);
+            for (int64_t t = 0; t < tiles; ++t) { /* tiles of balanced sizes */
+                const int64_t b0 = bw * t / tiles, b1 = bw * (t + 1) / tiles;
+                input_tile(b, rows, live, grp, img, y, px, b0, (int)(b1 - b0), p0, p1);
             }
         }
-        for (int64_t k0 = 0; runs && k0 < nct * g->cog; k0 += KC) {
-            const int64_t kc = min64(KC, nct * g->cog - k0);
-            block_pointers(ptr, base, rows, ntiles * mr, k0, b->zeros);
-            for (int64_t p = p0; p < p1; ++p) {
-                const int nr = (int)min64(MG_GEMM_NR, g->cig - p * MG_GEMM_NR);
-                const float *bp = group_b + p * b->k_group * MG_GEMM_NR +
-                                  (first_row + k0) * MG_GEMM_NR;
-                for (int64_t tile = 0; tile < ntiles; ++tile)
-                    if (merged[tile] && live[tile])
-                        b->micro(kc, ptr + tile * mr, 1, bp,
-                                    cb + tile * mr * ldc + (p - p0) * MG_GEMM_NR, ldc,
-                                    (int)min64(mr, rows - tile * mr), nr, started[tile]);
-            }
-            for (int64_t tile = 0; tile < ntiles; ++tile)
-                started[tile] |= merged[tile] & live[tile];
-        }
-        /* The other tiles: tap by tap, in the same order (j descending, then o). */
-        for (int64_t tj = 0; tj < nct; ++tj) {
-            int any = 0;
-            memset(live, 0, (size_t)ntiles);
-            for (int64_t r = 0; r < rows; ++r) {
-                const int64_t y = ra[r] + rt[ti].delta, x = rb[r] + ct[tj].delta;
-                base[r] = NULL;
-                if (!merged[r / mr] && y >= 0 && y < g->oh && x >= 0 && x < g->ow) {
-                    base[r] = b->dy + ((img[r] * g->oh + y) * g->ow + x) * g->co + grp * g->cog;
-                    live[r / mr] = 1;
-                    any = 1;
-                }
-            }
-            for (int64_t k0 = 0; any && k0 < g->cog; k0 += KC) {
-                const int64_t kc = min64(KC, g->cog - k0);
-                block_pointers(ptr, base, rows, ntiles * mr, k0, b->zeros);
-                for (int64_t p = p0; p < p1; ++p) {
-                    const int nr = (int)min64(MG_GEMM_NR, g->cig - p * MG_GEMM_NR);
-                    const float *bp = group_b + p * b->k_group * MG_GEMM_NR +
-                                      (first_row + tj * g->cog + k0) * MG_GEMM_NR;
-                    for (int64_t tile = 0; tile < ntiles; ++tile)
-                        if (live[tile])
-                            b->micro(kc, ptr + tile * mr, 1, bp,
-                                        cb + tile * mr * ldc + (p - p0) * MG_GEMM_NR, ldc,
-                                        (int)min64(mr, rows - tile * mr), nr, started[tile]);
-                }
-                for (int64_t tile = 0; tile < ntiles; ++tile)
-                    started[tile] |= live[tile];
-            }
-        }
-    }
-    const int64_t col0 = p0 * MG_GEMM_NR, width = min64(g->cig, p1 * MG_GEMM_NR) - col0;
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t y = ph->py + ra[r] * g->sh, x = ph->px + rb[r] * g->sw;
-        float *dst = b->dx + ((img[r] * g->h + y) * g->w + x) * g->c + grp * g->cig + col0;
-        if (started[r / mr])
-            memcpy(dst, cb + r * ldc, (size_t)width * sizeof(float));
-        else
-            memset(dst, 0, (size_t)width * sizeof(float));
     }
 }
 
@@ -325,62 +323,52 @@ int mg_conv2d_gemm_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, in
     const int nt = mg_work_threads(num_threads, (double)dx_size * (double)(kh * kw * g.cog) /
                                                     (double)(stride_h * stride_w));
     phase_tap *row_taps = malloc((size_t)(phy * kh + phx * kw) * sizeof(phase_tap));
-    int64_t *counts = malloc((size_t)(phy + 2 * phx) * sizeof(int64_t));
-    unsigned char *col_runs = malloc((size_t)phx);
-    phase *phases = malloc((size_t)(phy * phx) * sizeof(phase));
-    float *zeros = calloc(KC, sizeof(float)), *packed = NULL, *scratch = NULL;
+    int64_t *counts = malloc((size_t)(phy + phx + phy * phx) * sizeof(int64_t));
+    float *zeros = calloc((size_t)g.cog, sizeof(float)), *packed = NULL;
+    const float **rows = NULL;
+    unsigned char *live = NULL;
     int code = MG_ENOMEM;
-    if (!row_taps || !counts || !col_runs || !phases || !zeros)
+    if (!row_taps || !counts || !zeros)
         goto done;
     phase_tap *col_taps = row_taps + phy * kh;
-    int64_t *ncol = counts + phy, *col_start = counts + phy + phx, ncols = 0;
-    phase_taps(phy, kh, stride_h, dilation_h, pad_top, 0, row_taps, counts);
+    int64_t *nrow = counts, *ncol = counts + phy, *phase_k = counts + phy + phx, k_taps = 0;
+    int64_t max_taps = 0;
+    phase_taps(phy, kh, stride_h, dilation_h, pad_top, 0, row_taps, nrow);
     phase_taps(phx, kw, stride_w, dilation_w, pad_left, 1, col_taps, ncol);
-    for (int64_t px = 0; px < phx; ++px) {
-        col_start[px] = ncols;
-        ncols += ncol[px];
-        col_runs[px] = 1;
-        for (int64_t t = 1; t < ncol[px]; ++t)
-            col_runs[px] &= col_taps[px * kw + t].delta == col_taps[px * kw + t - 1].delta + 1;
-    }
-    const int64_t k_group = kh * ncols * g.cog;
-    int64_t mblocks = 0, nphases = 0;
     for (int64_t py = 0; py < phy; ++py)
         for (int64_t px = 0; px < phx; ++px) {
-            const phase ph = {py, px, ceil_div(h - py, stride_h), ceil_div(w - px, stride_w), 0};
-            phases[nphases++] = ph;
-            mblocks += ceil_div(n * ph.ah * ph.bw, MB);
+            phase_k[py * phx + px] = k_taps;
+            k_taps += nrow[py] * ncol[px];
+            max_taps = max64(max_taps, nrow[py] * ncol[px]);
         }
-    const int64_t ncp = panels_per_block(panels, mblocks * groups, nt);
+    const int64_t k_group = k_taps * g.cog;
+    const int64_t row_block = min64(h, max64(1, ceil_div(MB, w)));
+    const int64_t row_blocks = ceil_div(h, row_block);
+    const int64_t ncp = panels_per_block(panels, groups * n * row_blocks, nt);
     const int64_t nblocks = ceil_div(panels, ncp);
-    int64_t items = 0;
-    for (int64_t p = 0; p < nphases; ++p) {
-        phases[p].first_item = items;
-        items += groups * ceil_div(n * phases[p].ah * phases[p].bw, MB) * nblocks;
-    }
     packed = mg_alloc_floats(groups * panels * k_group * MG_GEMM_NR);
-    scratch = mg_alloc_floats((int64_t)nt * (MB * ncp * MG_GEMM_NR + MB * KC));
-    if (!packed || !scratch)
+    rows = malloc((size_t)(nt * (max_taps + 1) * GEMM_MR_MAX) * sizeof(float *));
+    live = malloc((size_t)(nt * max_taps + 1));
+    if (!packed || !rows || !live)
         goto done;
     int mr;
-    const gemm_micro_fn micro = gemm_micro_for(kernels(), (int)min64(g.cig, MG_GEMM_NR), &mr);
-    input_call call = {micro, mr, g, dy, packed, zeros, dx, scratch,
-                       scratch + (int64_t)nt * MB * ncp * MG_GEMM_NR, phases, nphases,
-                       row_taps, col_taps, counts, ncol, col_start, col_runs, ncols, panels,
-                       ncp, nblocks, k_group};
+    gemm_micro_for(kernels(), (int)min64(g.cig, MG_GEMM_NR), &mr);
+    mr = mr < TILE_PIXELS ? mr : TILE_PIXELS;
+    input_call call = {kernels(), g, dy, packed, zeros, dx, row_taps, col_taps, nrow, ncol,
+                       phase_k, rows, live, phx, panels, ncp, nblocks, k_group, row_block,
+                       row_blocks, max_taps, mr};
     pack_filter_call pc = {&call, f, packed};
     mg_pool_rows(mg_stream_threads(nt, groups * panels * k_group * MG_GEMM_NR),
                  groups * panels, 1, pack_filter, &pc);
-    mg_pool_run(nt, items, input_item, &call);
+    mg_pool_run(nt, groups * nblocks * n * row_blocks, input_item, &call);
     code = MG_OK;
 done:
     free(row_taps);
     free(counts);
-    free(col_runs);
-    free(phases);
     free(packed);
     free(zeros);
-    free(scratch);
+    free(rows);
+    free(live);
     return code;
 }
 
@@ -403,7 +391,7 @@ typedef struct {
     const float *x, *dy;
     float *part, *scratch;
     int64_t cols, panels, ncp, nblocks, nchunks, chunk, pixels;
-    int64_t scratch_floats; /* per thread: the packed im2col block, then the packed dy block */
+    int64_t scratch_floats; /* per thread: the packed im2col block */
 } filter_call;
 
 /* One copy of the im2col packing: `len` floats of x at `offset` from a pixel's window
@@ -456,6 +444,30 @@ static int64_t im2col_pieces(const geometry *g, int64_t grp, int64_t c0, int64_t
     return count;
 }
 
+/* The packing's short copies (runs of a few dozen floats): inline 16-byte moves, not library
+ * calls (a call costs as much as such a copy; the attribute keeps GCC from turning the loops
+ * back into memmove / memset calls) */
+typedef float floats4 __attribute__((vector_size(16), aligned(4), may_alias));
+#define NO_LIBCALL __attribute__((optimize("no-tree-loop-distribute-patterns")))
+
+static NO_LIBCALL void copy_floats(float *dst, const float *src, int64_t len)
+{
+    int64_t j = 0;
+    for (; j + 4 <= len; j += 4)
+        *(floats4 *)(dst + j) = *(const floats4 *)(src + j);
+    for (; j < len; ++j)
+        dst[j] = src[j];
+}
+
+static NO_LIBCALL void zero_floats(float *dst, int64_t len)
+{
+    int64_t j = 0;
+    for (; j + 4 <= len; j += 4)
+        *(floats4 *)(dst + j) = (floats4){0.0f, 0.0f, 0.0f, 0.0f};
+    for (; j < len; ++j)
+        dst[j] = 0.0f;
+}
+
 /* im2col of x for pixels k0 .. k0 + kc - 1 and columns [32 p0, 32 p1) of group grp:
  * bp[p - p0][k - k0][jj] = x at pixel k's tap (col / cig), channel grp*cig + col % cig
  * (col = 32 p + jj; zero outside x and past the columns). */
@@ -470,9 +482,8 @@ static void pack_im2col(const filter_call *fc, int64_t grp, int64_t k0, int64_t 
     const int64_t ntaps = im2col_pieces(g, grp, c0, c1, taps, runs, &nruns, e);
     if (c1 - c0 < width) /* the columns past the last: zero in every row */
         for (int64_t k = 0; k < kc; ++k)
-            memset(bp + (p1 - p0 - 1) * panel_floats + k * MG_GEMM_NR +
-                       (c1 - c0) % MG_GEMM_NR, 0,
-                   (size_t)(width - (c1 - c0)) * sizeof(float));
+            zero_floats(bp + (p1 - p0 - 1) * panel_floats + k * MG_GEMM_NR +
+                            (c1 - c0) % MG_GEMM_NR, width - (c1 - c0));
     int64_t img = k0 / (g->oh * g->ow), p = k0 / g->ow % g->oh, q = k0 % g->ow;
     for (int64_t k = 0; k < kc; ++k) {
         const int64_t y = p * g->sh, x = q * g->sw;
@@ -480,16 +491,16 @@ static void pack_im2col(const filter_call *fc, int64_t grp, int64_t k0, int64_t 
         float *row = bp + k * MG_GEMM_NR;
         if (y + e[0] >= 0 && y + e[1] < g->h && x + e[2] >= 0 && x + e[3] < g->w) {
             for (int64_t i = 0; i < nruns; ++i)
-                memcpy(row + runs[i].panel * panel_floats + runs[i].off,
-                       origin + runs[i].offset, (size_t)runs[i].len * sizeof(float));
+                copy_floats(row + runs[i].panel * panel_floats + runs[i].off,
+                            origin + runs[i].offset, runs[i].len);
         } else {
             for (int64_t i = 0; i < ntaps; ++i) {
                 const piece *t = &taps[i];
                 float *dst = row + t->panel * panel_floats + t->off;
                 if (y + t->dy_ >= 0 && y + t->dy_ < g->h && x + t->dx_ >= 0 && x + t->dx_ < g->w)
-                    memcpy(dst, origin + t->offset, (size_t)t->len * sizeof(float));
+                    copy_floats(dst, origin + t->offset, t->len);
                 else
-                    memset(dst, 0, (size_t)t->len * sizeof(float));
+                    zero_floats(dst, t->len);
             }
         }
         if (++q == g->ow) {
@@ -502,39 +513,21 @@ static void pack_im2col(const filter_call *fc, int64_t grp, int64_t k0, int64_t 
     }
 }
 
-/* dy's columns of group grp for pixels k0 .. k0 + kc - 1, per tile of mr output channels
- * [k][mr] (the tile of o0 at ap + o0 * kc): the micro-kernel then reads one cache line per
- * step of k, where dy itself has its pixels co floats apart. */
-static void pack_dy(const filter_call *fc, int64_t grp, int64_t k0, int64_t kc, int mr,
-                    float *ap)
-{
-    const geometry *g = &fc->g;
-    for (int64_t o0 = 0; o0 < g->cog; o0 += mr) {
-        const int64_t valid = min64(mr, g->cog - o0);
-        const float *src = fc->dy + k0 * g->co + grp * g->cog + o0;
-        float *dst = ap + o0 * kc;
-        for (int64_t k = 0; k < kc; ++k)
-            memcpy(dst + k * mr, src + k * g->co, (size_t)valid * sizeof(float));
-    }
-}
-
 static void filter_item(void *ctx, int64_t item, int tid)
 {
     const filter_call *fc = ctx;
     const geometry *g = &fc->g;
-    const int mr = fc->t->mr;
     const int64_t pb = item % fc->nblocks, rest = item / fc->nblocks;
     const int64_t chunk = rest % fc->nchunks, grp = rest / fc->nchunks;
     const int64_t p0 = pb * fc->ncp, p1 = min64(p0 + fc->ncp, fc->panels);
     const int64_t kb = chunk * fc->chunk, ke = min64(fc->pixels, kb + fc->chunk);
     const int64_t ldc = fc->panels * MG_GEMM_NR;
     float *bp = fc->scratch + (int64_t)tid * fc->scratch_floats;
-    float *ap = bp + fc->ncp * KC * MG_GEMM_NR;
     float *part = fc->part + (chunk * g->groups + grp) * g->cog * ldc;
     for (int64_t k0 = kb; k0 < ke; k0 += KC) {
         const int64_t kc = min64(KC, ke - k0);
         pack_im2col(fc, grp, k0, kc, p0, p1, bp);
-        pack_dy(fc, grp, k0, kc, mr, ap);
+        const float *ap = fc->dy + k0 * g->co + grp * g->cog; /* A[o][k] = ap[k * co + o] */
         for (int64_t p = p0; p < p1; ++p) {
             const int nr = (int)min64(MG_GEMM_NR, fc->cols - p * MG_GEMM_NR);
             int tr; /* rows per tile: the narrow kernel's for a panel of <= 16 columns */
@@ -542,11 +535,9 @@ static void filter_item(void *ctx, int64_t item, int tid)
             for (int64_t o0 = 0; o0 < g->cog; o0 += tr) {
                 const int valid = (int)min64(tr, g->cog - o0);
                 const float *rows[GEMM_MR_MAX];
-                for (int i = 0; i < tr; ++i) { /* channel o at k: ap[(o - o % mr) kc + k mr + o % mr] */
-                    const int64_t o = o0 + (i < valid ? i : valid - 1);
-                    rows[i] = ap + o / mr * mr * kc + o % mr;
-                }
-                micro(kc, rows, mr, bp + (p - p0) * kc * MG_GEMM_NR,
+                for (int i = 0; i < tr; ++i)
+                    rows[i] = ap + o0 + (i < valid ? i : valid - 1);
+                micro(kc, rows, g->co, bp + (p - p0) * kc * MG_GEMM_NR,
                       part + o0 * ldc + p * MG_GEMM_NR, ldc, valid, nr, k0 > kb);
             }
         }
@@ -609,7 +600,7 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
     const int64_t ncp = panels_per_block(panels, groups * nchunks, nt);
     filter_call fc = {kernels(), g, x, dy, NULL, NULL, cols, panels, ncp,
                       ceil_div(panels, ncp), nchunks, ceil_div(pixels, nchunks), pixels,
-                      ncp * KC * MG_GEMM_NR + (g.cog + GEMM_MR_MAX) * KC};
+                      ncp * KC * MG_GEMM_NR};
     fc.part = mg_alloc_floats(nchunks * groups * g.cog * panels * MG_GEMM_NR);
     fc.scratch = mg_alloc_floats((int64_t)nt * fc.scratch_floats);
     int code = MG_ENOMEM;

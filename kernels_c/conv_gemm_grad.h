@@ -18,7 +18,9 @@
  * Summation order (fixed by the shapes; bit-identical for any thread count):
  *   - input gradient: one chain of fused multiply-adds from +0 over the taps (i, j) that
  *     reach the element, i ascending and within a filter row j descending, and within a
- *     tap over o = 0 .. cog - 1;
+ *     tap over o = 0 .. cog - 1 (a tap that reaches another pixel of the element's tile, a
+ *     fixed function of the shapes and the ISA, adds 0 * f terms to the chain: they change
+ *     no finite sum but the sign of a zero, and make a NaN where that f is infinite);
  *   - filter gradient: the pixels (n, p, q) in row-major order are cut into `chunks` ranges
  *     (a number that depends on the shapes only: mg_conv2d_gemm_filter_chunks); each range
  *     is one chain of fused multiply-adds from +0 in pixel order, and the ranges' sums are

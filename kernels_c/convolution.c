@@ -10,15 +10,18 @@
  *   1. pack the filter as [kh * kw * c][cop] (cop = co rounded up to 16, zero tail; skipped,
  *      with no job, when the forward filter already is that);
  *   2. work items of output rows (a band: a whole image while there are enough images to
- *      share out, fewer rows otherwise). An item's thread copies what its border pixels read
+ *      share out, fewer rows otherwise; several whole images when they are small, under
+ *      SMALL_PLANE output pixels). An item's thread copies what its border pixels read
  *      (pixels whose window crosses the source's edges: the padded rows above and below,
  *      the edge columns between) into its own zero-padded NHWC scratch, then runs tiles of
  *      up to 10 (12, 8, 6) pixels x blocks of up to 64 output channels; each tile is one
  *      micro-kernel call that keeps its outputs in registers over all kh * kw * c taps (and
  *      applies a fused epilogue to them there, when given). NHWC: interior pixels' tiles
- *      read the source itself (no copy), tiles write the output. NCHW: the item is one image,
- *      padded (transposed) whole into the scratch, its tiles written to an NHWC buffer after
- *      it that is transposed into the output while in cache.
+ *      read the source itself (no copy), tiles write the output. Small images, and NCHW:
+ *      the item's images are padded (transposed) whole into the scratch and its tiles take
+ *      their pixels across rows and images (no tile left part empty at each image's end);
+ *      NCHW tiles write an NHWC buffer after them that is transposed into the output while
+ *      in cache.
  * The filter gradient sums x[pixel + tap] * dy[pixel] over all pixels: after a job that
  * copies x into a zero-padded NHWC scratch, image by image (dy transposed too for NCHW), tiles of filter rows x channel blocks in a few
  * groups per thread; a group walks the images in order, in chunks that fit in L1, calling
@@ -194,7 +197,8 @@ typedef struct {
     int channels_last;
     int64_t nblk;            /* blocks of (up to) 64 output channels */
     int64_t band, nbands;    /* output rows per work item; items per image */
-    int64_t scratch_floats;  /* per thread: the band's padded source (+ NCHW: its result) */
+    int64_t imgs;            /* images per work item (> 1: whole small images, band = oh) */
+    int64_t scratch_floats;  /* per thread: the item's padded source (+ NCHW: its result) */
     float *scratch;          /* one per thread */
     const mg_epilogue *ep;   /* applied by the tiles (NHWC), or NULL */
 } fwd_ctx;
@@ -232,6 +236,8 @@ static nn_fwd_fn block_init(const fwd_ctx *k, int64_t b, nn_fwd_tile *t, int *pi
     t->f = k->fp + b * 64;
     t->ch0 = b * 64;
     *pixels = k->tab->fwd_pixels[nvec];
+    if (t->last_lanes <= 8 && k->tab->fwd_half[nvec])
+        return k->tab->fwd_half[nvec];
     return k->tab->fwd[nvec];
 }
 
@@ -253,6 +259,9 @@ static int interior(const fwd_ctx *k, int64_t y, int64_t x)
            x - k->pad.pl + k->kw <= k->pad.w;
 }
 
+/* Fills tiles with output pixels and runs each when full: a tile may take pixels of several
+ * rows, and of several images of a work item (xbase, ybase: the image's first padded
+ * source float and first output float, relative to the tile's x and y). */
 typedef struct {
     const fwd_ctx *k;
     nn_fwd_tile *t;
@@ -260,6 +269,7 @@ typedef struct {
     int P, np;
     const tile_source *src;
     int64_t y0;
+    int64_t xbase, ybase;
 } tile_filler;
 
 /* Adds output pixels [x0, x1) of row yy to the tile, running it whenever it is full. */
@@ -267,8 +277,9 @@ static void add_pixels(tile_filler *f, int64_t yy, int64_t x0, int64_t x1)
 {
     const int64_t c = f->k->c, ps = f->src->row_stride / c;
     nn_fwd_tile *t = f->t;
-    int64_t off = ((yy * f->k->sh - f->src->row0) * ps + x0 * f->k->sw - f->src->col0) * c;
-    int64_t yoff = ((yy - f->y0) * f->k->ow + x0) * f->k->co;
+    int64_t off = f->xbase +
+                  ((yy * f->k->sh - f->src->row0) * ps + x0 * f->k->sw - f->src->col0) * c;
+    int64_t yoff = f->ybase + ((yy - f->y0) * f->k->ow + x0) * f->k->co;
     const int64_t step = f->k->sw * c;
     for (int64_t x = x0; x < x1; ++x, off += step, yoff += f->k->co) {
         t->off[f->np] = off;
@@ -281,12 +292,12 @@ static void add_pixels(tile_filler *f, int64_t yy, int64_t x0, int64_t x1)
     }
 }
 
-/* Runs a channel block's tiles (t set up for it, fn its micro-kernel) over the band's pixels
- * (rows [y0, y0 + rows)) of one class (`which`), P at a time in row-major order. */
-static void band_tiles(const fwd_ctx *k, nn_fwd_tile *t, nn_fwd_fn fn, int P, int which,
-                       const tile_source *src, int64_t y0, int64_t rows)
+/* Adds the band's pixels (rows [f->y0, f->y0 + rows)) of one class (`which`) to the tiles,
+ * in row-major order. */
+static void band_pixels(tile_filler *f, int which, int64_t rows)
 {
-    tile_filler f = {k, t, fn, P, 0, src, y0};
+    const fwd_ctx *k = f->k;
+    const int64_t y0 = f->y0;
     /* interior rows [ya, yb) and columns [xa, xb) */
     const int64_t ya = k->pad.pt, yb = k->pad.h - k->kh + 1 + k->pad.pt;
     const int64_t xa = k->pad.pl < k->ow ? k->pad.pl : k->ow;
@@ -295,20 +306,28 @@ static void band_tiles(const fwd_ctx *k, nn_fwd_tile *t, nn_fwd_fn fn, int P, in
     for (int64_t yy = y0; yy < y0 + rows; ++yy) {
         const int inner_row = yy >= ya && yy < yb;
         if (which == ALL_PIXELS || (which == BORDER_PIXELS && !inner_row)) {
-            add_pixels(&f, yy, 0, k->ow);
+            add_pixels(f, yy, 0, k->ow);
         } else if (which == BORDER_PIXELS) {
-            add_pixels(&f, yy, 0, xa);
-            add_pixels(&f, yy, xb, k->ow);
+            add_pixels(f, yy, 0, xa);
+            add_pixels(f, yy, xb, k->ow);
         } else if (inner_row) {
-            add_pixels(&f, yy, xa, xb);
+            add_pixels(f, yy, xa, xb);
         }
     }
-    if (f.np) {
-        t->npix = f.np;
-        for (int p = f.np; p < P; ++p) /* the last pixel again: read, never stored */
-            t->off[p] = t->off[f.np - 1], t->yoff[p] = t->yoff[f.np - 1];
-        fn(t);
-    }
+}
+
+/* Runs the last, partly filled tile (its missing pixels repeat its last one: read, never
+ * stored). */
+static void flush_tiles(tile_filler *f)
+{
+    nn_fwd_tile *t = f->t;
+    if (!f->np)
+        return;
+    t->npix = f->np;
+    for (int p = f->np; p < f->P; ++p)
+        t->off[p] = t->off[f->np - 1], t->yoff[p] = t->yoff[f->np - 1];
+    f->fn(t);
+    f->np = 0;
 }
 
 /* The padded rows [y0 * sh, (y0 + rows - 1) * sh + kh) a band reads, into xp: whole rows,
@@ -337,32 +356,37 @@ static void pad_band(const fwd_ctx *k, int64_t img, int64_t y0, int64_t rows, in
     }
 }
 
-/* Work item: output rows [y0, y0 + band) of one image. NHWC: tiles of interior pixels read
- * the source itself; the thread copies what border pixels read into its zero-padded
- * scratch (pad_band). NCHW: the whole image is padded (transposed) into the scratch, and the
- * tiles write an NHWC buffer after it, transposed into the output at the end (an NCHW band
- * is a whole image). */
+/* Work item: output rows [y0, y0 + band) of one image, or (imgs > 1) `imgs` whole images.
+ * NHWC, one image: tiles of interior pixels read the source itself; the thread copies what
+ * border pixels read into its zero-padded scratch (pad_band). Several images (small ones,
+ * whose border pixels are a large share and would leave many tiles part empty) or NCHW:
+ * each image is padded (NCHW: transposed) whole into the scratch and the tiles run over all
+ * the item's pixels, P at a time across rows and images; NCHW tiles write an NHWC buffer
+ * after the padded images, transposed into the output at the end (an NCHW band is a whole
+ * image). */
 static void fwd_band_item(void *ctx, int64_t item, int tid)
 {
     fwd_ctx *k = ctx;
-    const int64_t img = item / k->nbands, y0 = item % k->nbands * k->band;
+    const int64_t img = item / k->nbands * k->imgs, y0 = item % k->nbands * k->band;
     const int64_t rows = k->oh - y0 < k->band ? k->oh - y0 : k->band, plane = k->oh * k->ow;
-    const int64_t c = k->c, wp = k->pad.wp;
+    const int64_t c = k->c, wp = k->pad.wp, nimg = k->n - img < k->imgs ? k->n - img : k->imgs;
+    const int64_t img_floats = k->pad.hp * wp * c;
     float *xp = k->scratch + (int64_t)tid * k->scratch_floats;
     /* split: some pixels are interior (then column pl of row pt is), and their tap rows
      * are long enough (a vector) for the copy they save to outweigh a second set of tiles */
-    const int split = k->channels_last && k->sh == 1 && k->sw == 1 && k->kw * c >= 16 &&
-                      k->pad.pl < k->ow && k->pad.pt < k->oh &&
+    const int split = k->channels_last && k->imgs == 1 && k->sh == 1 && k->sw == 1 &&
+                      k->kw * c >= 16 && k->pad.pl < k->ow && k->pad.pt < k->oh &&
                       interior(k, k->pad.pt, k->pad.pl);
-    if (k->channels_last)
+    if (k->channels_last && k->imgs == 1)
         pad_band(k, img, y0, rows, split, xp);
     else
-        pad_image(&k->pad, img, xp);
+        for (int64_t i = 0; i < nimg; ++i)
+            pad_image(&k->pad, img + i, xp + i * img_floats);
     const tile_source padded = {xp, wp * c, y0 * k->sh, 0};
     const tile_source direct = {k->pad.src + img * k->pad.h * k->pad.w * c, k->pad.w * c,
                                 k->pad.pt, k->pad.pl};
     float *y = k->channels_last ? k->out + (img * plane + y0 * k->ow) * k->co
-                                : xp + ((k->band - 1) * k->sh + k->kh) * wp * c;
+                                : xp + k->imgs * img_floats;
     nn_fwd_tile t;
     t.kh = k->kh;
     t.K = k->kw * c;
@@ -378,16 +402,27 @@ static void fwd_band_item(void *ctx, int64_t item, int tid)
         for (int which = split ? BORDER_PIXELS : ALL_PIXELS; which <= (split ? 1 : -1);
              ++which) {
             const tile_source *src = which == INTERIOR_PIXELS ? &direct : &padded;
+            tile_filler f = {k, &t, fn, P, 0, src, y0, 0, 0};
             t.x = src->x;
             t.row_stride = src->row_stride;
-            band_tiles(k, &t, fn, P, which, src, y0, rows);
+            for (int64_t i = 0; i < nimg; ++i, f.xbase += img_floats, f.ybase += plane * k->co)
+                band_pixels(&f, which, rows);
+            flush_tiles(&f);
         }
     }
     if (!k->channels_last)
-        transpose_plane(k->tab->transpose, y, k->out + img * plane * k->co, plane, k->co, 1);
+        for (int64_t i = 0; i < nimg; ++i)
+            transpose_plane(k->tab->transpose, y + i * plane * k->co,
+                            k->out + (img + i) * plane * k->co, plane, k->co, 1);
 }
 
-enum { PACK_ROWS = 256, ITEMS_PER_THREAD = 4, BAND_BYTES = 256 << 10 };
+enum {
+    PACK_ROWS = 256,
+    ITEMS_PER_THREAD = 4,
+    BAND_BYTES = 256 << 10,
+    SMALL_PLANE = 256,
+    GROUP_PIXELS = 256
+};
 
 static void fwd_pack_item(void *ctx, int64_t item, int tid)
 {
@@ -397,13 +432,31 @@ static void fwd_pack_item(void *ctx, int64_t item, int tid)
     pack_rows(k, lo, lo + PACK_ROWS < rows ? lo + PACK_ROWS : rows);
 }
 
+/* Images per work item: one, except for images of fewer than SMALL_PLANE output pixels,
+ * which go GROUP_PIXELS' worth at a time (a tile of P pixels wastes up to P - 1 slots at
+ * the end of each item and class of pixels: with one 8 x 8 image per item, 12-pixel tiles
+ * were 11 % empty), while that leaves ITEMS_PER_THREAD items per thread and the padded
+ * images fit BAND_BYTES. */
+static int64_t item_images(const fwd_ctx *k, int nt)
+{
+    const int64_t plane = k->oh * k->ow;
+    if (plane >= SMALL_PLANE)
+        return 1;
+    int64_t imgs = (GROUP_PIXELS + plane - 1) / plane;
+    const int64_t img_bytes = k->pad.hp * k->pad.wp * k->c * (int64_t)sizeof(float);
+    while (imgs > 1 && ((k->n + imgs - 1) / imgs < (int64_t)nt * ITEMS_PER_THREAD ||
+                        imgs * img_bytes > BAND_BYTES))
+        --imgs;
+    return imgs;
+}
+
 /* Output rows per work item: whole images while there are enough of them to share out
  * (ITEMS_PER_THREAD each), else fewer rows (more items), and never more than fit a padded
- * band of BAND_BYTES; NCHW: whole images. */
+ * band of BAND_BYTES; NCHW or several images per item: whole images. */
 static int64_t band_rows(const fwd_ctx *k, int nt)
 {
     int64_t band = k->oh;
-    if (!k->channels_last)
+    if (!k->channels_last || k->imgs > 1)
         return band;
     const int64_t row_bytes = k->pad.wp * k->c * (int64_t)sizeof(float);
     while (band > 1 && (k->n * ((k->oh + band - 1) / band) < (int64_t)nt * ITEMS_PER_THREAD ||
@@ -435,11 +488,12 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
     k.nblk = (co + 63) / 64;
     const double work = (double)n * oh * ow * kh * kw * c * k.cop;
     const int nt = mg_work_threads(num_threads, work);
+    k.imgs = item_images(&k, nt);
     k.band = band_rows(&k, nt);
     k.nbands = (oh + k.band - 1) / k.band;
     /* a tile reads its pixels' kh rows of kw * c floats: all inside the padded band */
-    k.scratch_floats = ((k.band - 1) * sh + kh) * k.pad.wp * c +
-                       (channels_last ? 0 : oh * ow * co);
+    k.scratch_floats = k.imgs * ((k.band - 1) * sh + kh) * k.pad.wp * c +
+                       (channels_last ? 0 : k.imgs * oh * ow * co);
     int err = 0;
     k.fp = (!flip && k.cop == co) ? (float *)f : mg_alloc_floats(kh * kw * c * k.cop);
     k.scratch = mg_alloc_floats((int64_t)nt * k.scratch_floats);
@@ -449,7 +503,7 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
         const int64_t rows = kh * kw * c;
         const phase phases[2] = {
             {k.fp != f ? (rows + PACK_ROWS - 1) / PACK_ROWS : 0, fwd_pack_item},
-            {n * k.nbands, fwd_band_item}};
+            {(n + k.imgs - 1) / k.imgs * k.nbands, fwd_band_item}};
         run_phases(&k, phases, 2, nt);
     }
     if (k.fp != f)
@@ -498,6 +552,17 @@ typedef struct {
 
 enum { BWF_ITEMS = 2 }; /* work items per thread */
 
+/* Whether filter rows of K floats run the short-row tiles: when they compute fewer rows in
+ * all (rows past K are computed and thrown away), else the wide ones, which read dy fewer
+ * times (a 3-channel 3x3 stem, K = 9: one tile of 12 rows per tap row, not three of 4;
+ * 1 thread, CPU time, min: 72 -> 81-83 GFLOP/s; and 5 channels into 32, K = 15: four
+ * tiles of 4 rows, 16 in all, not two of 12: 64 -> 87). */
+static int bwf_short_rows(const conv_kernel_table *tab, int64_t K, int64_t nvec)
+{
+    const int64_t wide = tab->bwf_rows[nvec], narrow = tab->bwf_small_rows;
+    return (K + narrow - 1) / narrow * narrow < (K + wide - 1) / wide * wide;
+}
+
 static void bwf_units(bwf_ctx *k, int64_t lo, int64_t hi)
 {
     const int64_t wp = k->pad.wp, hp = k->pad.hp, c = k->c, co = k->co;
@@ -519,11 +584,14 @@ static void bwf_units(bwf_ctx *k, int64_t lo, int64_t hi)
             if (u0 >= u1)
                 continue;
             const int nvec = (int)block_nvec(co, b);
-            const int small = k->K < k->tab->bwf_rows[nvec];
+            const int small = bwf_short_rows(k->tab, k->K, nvec);
             const int R = small ? k->tab->bwf_small_rows : k->tab->bwf_rows[nvec];
-            const nn_bwf_fn fn = small ? k->tab->bwf_small[nvec] : k->tab->bwf[nvec];
             t.nvec = nvec;
             t.last_lanes = (b + 1) * 64 >= co ? (int)(co - b * 64 - (nvec - 1) * 16) : 16;
+            const nn_bwf_fn half = t.last_lanes > 8 ? NULL
+                                   : small ? k->tab->bwf_small_half[nvec] : k->tab->bwf_half[nvec];
+            const nn_bwf_fn fn = half ? half
+                                 : small ? k->tab->bwf_small[nvec] : k->tab->bwf[nvec];
             for (int64_t u = u0; u < u1; ++u) {
                 const int64_t i = (u - first) / tpr, t0 = (u - first) % tpr * R;
                 t.nrows = (int)(k->K - t0 < R ? k->K - t0 : R);
@@ -582,11 +650,16 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
     for (int last = 0; last < 2; ++last) {
         const int64_t nvec = last ? block_nvec(co, k.nblk - 1) : 4;
         const int64_t R =
-            k.K < k.tab->bwf_rows[nvec] ? k.tab->bwf_small_rows : k.tab->bwf_rows[nvec];
+            bwf_short_rows(k.tab, k.K, nvec) ? k.tab->bwf_small_rows : k.tab->bwf_rows[nvec];
         *(last ? &k.tlast : &k.tfull) = (k.K + R - 1) / R;
     }
-    /* images per chunk: the chunk's padded x and dy stay in L1 (~24 KB) */
-    const int64_t img_bytes = (k.pad.hp * k.pad.wp * c + out_h * out_w * co) * 4;
+    /* images per chunk: what a work item's tiles read of the chunk stays in L1 (~24 KB):
+     * per padded pixel a 64-byte line of x (a tile's rows; the item's tiles are mostly of
+     * one tap row, their rows adjacent), per output pixel a block's 64 channels of dy.
+     * (Counting every channel held 4 x 4 images of 128 channels at one image a chunk,
+     * their tiles storing and reloading their sums every 16 pixels.) */
+    const int64_t img_bytes = (k.pad.hp * k.pad.wp * (c < 16 ? c : 16) +
+                               out_h * out_w * (co < 64 ? co : 64)) * 4;
     k.chunk = 24576 / img_bytes > 1 ? 24576 / img_bytes : 1;
     int err = 0;
     k.xp = mg_alloc_floats(n * k.pad.hp * k.pad.wp * c + NN_SLACK);

@@ -66,10 +66,13 @@ typedef void (*nn_transpose_fn)(const float *const *src, int nsrc, int lanes,
 typedef struct {
     int fwd_pixels[5];
     nn_fwd_fn fwd[5];
+    nn_fwd_fn fwd_half[5]; /* the same for last_lanes <= 8 (NULL: use fwd) */
     int bwf_rows[5];
     nn_bwf_fn bwf[5];
+    nn_bwf_fn bwf_half[5]; /* the same for last_lanes <= 8 (NULL: use bwf) */
     int bwf_small_rows;
     nn_bwf_fn bwf_small[5]; /* bwf_small_rows rows, for short filter rows (K < bwf_rows) */
+    nn_bwf_fn bwf_small_half[5];
     nn_transpose_fn transpose;
 } conv_kernel_table;
 

@@ -5,9 +5,11 @@
  * each pixel's input value is broadcast into V FMAs. Filter gradient: R filter rows x V
  * vectors; per pixel, V dy vectors are loaded and each row's input value broadcast.
  * P x V (forward): 10x1, 12x2, 8x3, 6x4; R x V (filter gradient): 12x1, 12x2, 8x3, 6x4
- * (and 4xV for short filter rows). 10 pixels, not 12, for one vector: with 12, the pixels'
- * 12 input pointers and the loop's own registers outgrow the 15 general registers, GCC
- * moves two pointers through vector registers on every tap, and the tile ran ~7% slower.
+ * (and 4xV for short filter rows); each also with its last vector of at most 8 channels in
+ * a ymm register (`fwd_half`, `bwf_half`, `bwf_small_half`). 10 pixels, not 12, for one
+ * vector: with 12, the pixels' 12 input pointers and the loop's own registers outgrow the
+ * 15 general registers, GCC moves two pointers through vector registers on every tap, and
+ * the tile ran ~7% slower.
  *
  * The AVX-512 instantiation of the family (its table is conv_kernels_avx512, as
  * convolution_template.h defines the others'), hand-written for speed. Compiled for these
@@ -63,15 +65,21 @@ fwd_epilogue(const nn_fwd_tile *t, __m512 acc[NN_MAX_TILE][4], const int P, cons
     }
 }
 
+/* H = 1: the last vector holds at most 8 channels and is summed in a ymm register (lanes
+ * 0-7 of the same fused multiply-adds: the same bits), half the work of a zmm one on CPUs
+ * that split a 512-bit operation in two (AMD Zen 4). */
 static inline __attribute__((always_inline)) void fwd_body(const nn_fwd_tile *t, const int P,
-                                                           const int V)
+                                                           const int V, const int H)
 {
     __m512 acc[NN_MAX_TILE][4];
+    __m256 half[NN_MAX_TILE];
     const float *xp[NN_MAX_TILE];
+    const int W = V - H; /* zmm vectors */
     UNROLL for (int p = 0; p < P; ++p)
     {
         xp[p] = t->x + t->off[p];
-        UNROLL for (int v = 0; v < V; ++v) acc[p][v] = _mm512_setzero_ps();
+        UNROLL for (int v = 0; v < W; ++v) acc[p][v] = _mm512_setzero_ps();
+        half[p] = _mm256_setzero_ps();
     }
     const int64_t K = t->K, cop = t->cop, rs = t->row_stride;
     const float *f = t->f;
@@ -79,16 +87,21 @@ static inline __attribute__((always_inline)) void fwd_body(const nn_fwd_tile *t,
         const float *fk = f;
         for (int64_t k = 0; k < K; ++k, fk += cop) {
             __m512 fv[4];
-            UNROLL for (int v = 0; v < V; ++v) fv[v] = _mm512_loadu_ps(fk + 16 * v);
+            UNROLL for (int v = 0; v < W; ++v) fv[v] = _mm512_loadu_ps(fk + 16 * v);
+            const __m256 fh = H ? _mm256_loadu_ps(fk + 16 * W) : _mm256_setzero_ps();
             UNROLL for (int p = 0; p < P; ++p)
             {
                 const __m512 b = _mm512_set1_ps(xp[p][k]);
-                UNROLL for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(b, fv[v], acc[p][v]);
+                UNROLL for (int v = 0; v < W; ++v) acc[p][v] = _mm512_fmadd_ps(b, fv[v], acc[p][v]);
+                if (H)
+                    half[p] = _mm256_fmadd_ps(_mm256_set1_ps(xp[p][k]), fh, half[p]);
             }
         }
         f += K * cop;
         UNROLL for (int p = 0; p < P; ++p) xp[p] += rs;
     }
+    if (H)
+        UNROLL for (int p = 0; p < P; ++p) acc[p][W] = _mm512_zextps256_ps512(half[p]);
     const __mmask16 last = lane_mask(t->last_lanes);
     if (t->ep)
         fwd_epilogue(t, acc, P, V, last);
@@ -102,10 +115,13 @@ static inline __attribute__((always_inline)) void fwd_body(const nn_fwd_tile *t,
     }
 }
 
+/* H = 1: the last vector (at most 8 channels) in a ymm register, as fwd_body's */
 static inline __attribute__((always_inline)) void bwf_body(const nn_bwf_tile *t, const int R,
-                                                           const int V)
+                                                           const int V, const int H)
 {
     __m512 acc[NN_MAX_TILE][4];
+    __m256 half[NN_MAX_TILE];
+    const int W = V - H; /* zmm vectors */
     __mmask16 m[4];
     UNROLL for (int v = 0; v < V; ++v) m[v] = v == V - 1 ? lane_mask(t->last_lanes) : 0xffff;
     UNROLL for (int r = 0; r < R; ++r)
@@ -113,6 +129,7 @@ static inline __attribute__((always_inline)) void bwf_body(const nn_bwf_tile *t,
         const float *d = t->df + (r < t->nrows ? r : t->nrows - 1) * t->df_stride;
         UNROLL for (int v = 0; v < V; ++v) acc[r][v] =
             t->accumulate ? _mm512_maskz_loadu_ps(m[v], d + 16 * v) : _mm512_setzero_ps();
+        half[r] = _mm512_castps512_ps256(acc[r][V - 1]);
     }
     const int64_t c = t->c, ds = t->dy_stride;
     for (int64_t n = 0; n < t->nimg; ++n)
@@ -121,16 +138,22 @@ static inline __attribute__((always_inline)) void bwf_body(const nn_bwf_tile *t,
             const float *dq = t->dy + ((n * t->oh + y) * t->ow) * ds;
             for (int64_t x = 0; x < t->ow; ++x, xq += c, dq += ds) {
                 __m512 d[4];
-                UNROLL for (int v = 0; v < V; ++v) d[v] = _mm512_maskz_loadu_ps(m[v], dq + 16 * v);
+                UNROLL for (int v = 0; v < W; ++v) d[v] = _mm512_maskz_loadu_ps(m[v], dq + 16 * v);
+                const __m256 dh = H ? _mm256_maskz_loadu_ps((__mmask8)m[W], dq + 16 * W)
+                                    : _mm256_setzero_ps();
                 UNROLL for (int r = 0; r < R; ++r)
                 {
                     const __m512 b = _mm512_set1_ps(xq[r]);
-                    UNROLL for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(b, d[v], acc[r][v]);
+                    UNROLL for (int v = 0; v < W; ++v) acc[r][v] = _mm512_fmadd_ps(b, d[v], acc[r][v]);
+                    if (H)
+                        half[r] = _mm256_fmadd_ps(_mm256_set1_ps(xq[r]), dh, half[r]);
                 }
             }
         }
     UNROLL for (int r = 0; r < R; ++r)
     {
+        if (H)
+            acc[r][W] = _mm512_zextps256_ps512(half[r]);
         if (r < t->nrows) {
             float *d = t->df + r * t->df_stride;
             UNROLL for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(d + 16 * v, m[v], acc[r][v]);
@@ -139,9 +162,11 @@ static inline __attribute__((always_inline)) void bwf_body(const nn_bwf_tile *t,
 }
 
 #define FWD(P, V)                                                                            \
-    static void fwd_##P##x##V(const nn_fwd_tile *t) { fwd_body(t, P, V); }
+    static void fwd_##P##x##V(const nn_fwd_tile *t) { fwd_body(t, P, V, 0); }                \
+    static void fwd_##P##x##V##h(const nn_fwd_tile *t) { fwd_body(t, P, V, 1); }
 #define BWF(R, V)                                                                            \
-    static void bwf_##R##x##V(const nn_bwf_tile *t) { bwf_body(t, R, V); }
+    static void bwf_##R##x##V(const nn_bwf_tile *t) { bwf_body(t, R, V, 0); }                \
+    static void bwf_##R##x##V##h(const nn_bwf_tile *t) { bwf_body(t, R, V, 1); }
 
 FWD(10, 1)
 FWD(12, 2)
@@ -202,10 +227,13 @@ static void transpose_16(const float *const *src, int nsrc, int lanes, float *co
 const conv_kernel_table conv_kernels_avx512 = {
     .fwd_pixels = {0, 10, 12, 8, 6},
     .fwd = {0, fwd_10x1, fwd_12x2, fwd_8x3, fwd_6x4},
+    .fwd_half = {0, fwd_10x1h, fwd_12x2h, fwd_8x3h, fwd_6x4h},
     .bwf_rows = {0, 12, 12, 8, 6},
     .bwf = {0, bwf_12x1, bwf_12x2, bwf_8x3, bwf_6x4},
+    .bwf_half = {0, bwf_12x1h, bwf_12x2h, bwf_8x3h, bwf_6x4h},
     .bwf_small_rows = 4,
     .bwf_small = {0, bwf_4x1, bwf_4x2, bwf_4x3, bwf_4x4},
+    .bwf_small_half = {0, bwf_4x1h, bwf_4x2h, bwf_4x3h, bwf_4x4h},
     .transpose = transpose_16,
 };
 

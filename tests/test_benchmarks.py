@@ -9,6 +9,8 @@
   losses bit for bit unchanged.
 * Oracle: TensorFlow's peer (the model written once over the op vocabulary) gives the same
   losses as minigraph's example builders.
+* benchmarks/conv_peers.py's minigraph cases compute their layers (forward and both
+  gradients, NHWC and NCHW) as the float64 numpy reference does.
 
 PyTorch is not needed (CI has none); its peer is checked by the benchmark's own loss column.
 """
@@ -174,3 +176,31 @@ def test_unknown_peer_is_refused():
     with pytest.raises(ValueError, match="unknown peer"):
         make_step(MODELS["digits"], "jax", initial_arrays(MODELS["digits"]))
 
+
+
+@pytest.mark.parametrize("nchw", [False, True])
+@pytest.mark.parametrize("index", range(len(__import__("conv_peers").LAYERS)))
+def test_conv_peers_minigraph_cases_compute_their_layers(index, nchw):
+    """benchmarks/conv_peers.py times minigraph's registered kernels on each layer: what they
+    return is the layer's convolution, input gradient and filter gradient (SAME, the layer's
+    stride) as the numpy reference kernels compute them in float64."""
+    import conv_peers
+
+    from minigraph.backends import convolution_kernels as ck
+    from minigraph.ops.window import Window
+    x, f, dy = conv_peers.case_arrays(index)
+    _, _, (n, h, w, c), k, co, stride, _, _ = conv_peers.LAYERS[index]
+    out = (conv_peers.out_size(h, k, stride), conv_peers.out_size(w, k, stride))
+    pads = tuple((t // 2, t - t // 2) for t in (max((o - 1) * stride + k - size, 0)
+                                                for o, size in zip(out, (h, w))))
+    window = Window((k, k), (stride, stride), (1, 1), pads, out)
+    x64, f64, dy64 = (a.astype(np.float64) for a in (x, f, dy))
+    expected = {"forward": ck.conv2d_nhwc(x64, f64, window),
+                "input": ck.conv2d_backprop_input_nhwc(dy64, f64, x.shape, window),
+                "filter": ck.conv2d_backprop_filter_nhwc(x64, dy64, f.shape, window)}
+    for direction, want in expected.items():
+        (got,) = conv_peers.minigraph_call(index, direction, nchw, threads=2)()
+        if nchw and direction != "filter":
+            got = got.transpose(0, 2, 3, 1)
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * scale, err_msg=direction)

@@ -297,3 +297,86 @@ def test_every_convolution_of_a_resnet8_step_runs_native(fmt):
     assert {op for op, _ in convolutions} == {"Conv2D", "Conv2DBackpropInput",
                                               "Conv2DBackpropFilter"}
     assert all(kernel.startswith("native:") for _, kernel in convolutions), convolutions
+
+
+@st.composite
+def phase_cases(draw):
+    """Convolutions for the input gradient's phase tiles (kernels_c/conv_gemm_grad.c):
+    strides 2-3 mostly (phases without taps where the filter is smaller than the stride or
+    the input than a stride), 1 with filters up to 7x7 (a phase of 49 taps), dilations,
+    SAME/VALID/EXPLICIT, groups, odd sizes, 1-48 input channels per group (the narrow
+    micro-kernel's runs of taps up to 16; wide panels, the last one narrow, above) and output
+    channels per group past the K block of 256 (the wide path's blocks of a tap)."""
+    groups = draw(st.sampled_from((1, 1, 2, 3)))
+    cig = draw(st.one_of(st.integers(1, 16), st.integers(17, 48)))
+    cog = draw(st.one_of(st.integers(1, 40), st.integers(1, 40), st.integers(257, 280)))
+    strides = (draw(st.sampled_from((1, 2, 2, 3))), draw(st.sampled_from((1, 2, 2, 3))))
+    kmax = 7 if strides == (1, 1) else 4
+    kh, kw = draw(st.integers(1, kmax)), draw(st.integers(1, kmax))
+    dilations = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = draw(st.sampled_from(["SAME", "VALID", "EXPLICIT"]))
+    explicit = ((0, 0), (0, 0))
+    if padding == "EXPLICIT":
+        explicit = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(2))
+    n, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 13)), draw(st.integers(1, 13))
+    out = conv_out_hw((h, w), (kh, kw), strides, dilations, padding, explicit)
+    if min(out) <= 0:
+        h, w = h + (kh - 1) * dilations[0], w + (kw - 1) * dilations[1]
+        out = conv_out_hw((h, w), (kh, kw), strides, dilations, padding, explicit)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = rng.standard_normal((n, h, w, groups * cig)).astype(F32)
+    f = rng.standard_normal((kh, kw, cig, groups * cog)).astype(F32)
+    dy = rng.standard_normal((n, *out, groups * cog)).astype(F32)
+    return x, f, dy, strides, dilations, padding, explicit, draw(st.sampled_from(["NHWC",
+                                                                                  "NCHW"]))
+
+
+def _input_over_nans(dy, f, x_shape, window):
+    """The C input gradient (NHWC) written over a buffer of NaNs: every element must be
+    written (the wrapper's fresh buffer may hold zeros already)."""
+    from minigraph.backends.conv_gemm_grad import _geometry
+    from minigraph.backends.native import fbuf, lib
+
+    dx = np.full(x_shape, np.nan, F32)
+    groups = x_shape[3] // f.shape[2]
+    code = lib.mg_conv2d_gemm_backprop_input(
+        *x_shape, f.shape[0], f.shape[1], f.shape[3], groups, *_geometry("test", window),
+        fbuf(f), fbuf(dy), fbuf(dx), native.num_threads())
+    assert code == 0
+    return dx
+
+
+@needs_native
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(phase_cases())
+def test_phase_tiles_within_the_bound_and_bit_identical(case):
+    """The input gradient per stride phase (tiles of a phase row written in place, every tap
+    of the phase in one chain) and the filter gradient (dy read in place): within the bound
+    of the float64 sums, NHWC and NCHW, and the same bits for 1 and 2 threads on every ISA."""
+    from minigraph.backends.conv_gemm_grad import c_gemm_backprop_filter, c_gemm_backprop_input
+
+    x, f, dy, strides, dilations, padding, explicit, fmt = case
+    window = _window(x.shape, f.shape, strides, dilations, padding, explicit)
+    last = fmt == "NHWC"
+    before_isa, results = native.isa(), set()
+    isas = native.ISAS[:native.ISAS.index(native.best_isa()) + 1]
+    try:
+        for isa, threads in itertools.product(isas, (1, 2)):
+            native.set_isa(isa)
+            native.set_num_threads(threads)
+            dx = c_gemm_backprop_input(to_fmt(dy, fmt), f, x.shape, window, last)
+            df = c_gemm_backprop_filter(to_fmt(x, fmt), to_fmt(dy, fmt), f.shape, window, last)
+            results.add((from_fmt(dx, fmt).tobytes(), df.tobytes()))
+            results.add((_input_over_nans(dy, f, x.shape, window).tobytes(), df.tobytes()))
+    finally:
+        native.set_isa(before_isa)
+        native.set_num_threads(None)
+    assert len(results) == 1
+    dx_bytes, df_bytes = results.pop()
+    exact_dx, mags_dx, exact_df, mags_df = references(x, f, dy, strides, dilations, padding,
+                                                      explicit)
+    taps, cog = f.shape[0] * f.shape[1], f.shape[3] // (x.shape[3] // f.shape[2])
+    assert_within(np.frombuffer(dx_bytes, F32).reshape(x.shape), exact_dx, mags_dx,
+                  taps * cog, "input gradient")
+    assert_within(np.frombuffer(df_bytes, F32).reshape(f.shape), exact_df, mags_df,
+                  dy.shape[0] * dy.shape[1] * dy.shape[2], "filter gradient")
