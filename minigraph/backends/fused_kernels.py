@@ -124,22 +124,26 @@ def _epilogue(pairs: list, prepared: Prepared) -> Epilogue | None:
     """The stages as an :class:`Epilogue` of their input values, or None when one falls
     outside what it computes bit for bit. The per-channel vectors of read-only arrays (a
     graph's constants) are formed once: the same arrays as last time give the same ones."""
-    fixed = [a for member, args in pairs[1:] if member.type != "AddV2" for a in args]
+    fixed = [a for member, args in pairs[1:] for a in args
+             if member.type != "AddV2" or getattr(a, "ndim", 2) <= 1]
     last = prepared.cache.get("vectors")
     if (last is not None and len(last[0]) == len(fixed)
             and all(a is b and not a.flags.writeable for a, b in zip(fixed, last[0]))):
-        vectors = last[1]
+        vectors, absorbed = last[1]
     else:
-        vectors = _vectors(pairs)
-        if vectors is None:
+        found = _vectors(pairs)
+        if found is None:
             return None
-        prepared.cache["vectors"] = (fixed, vectors)
+        vectors, absorbed = found
+        prepared.cache["vectors"] = (fixed, found)
     residual, activation = None, 0
     for member, args in pairs[1:]:
         if member.type == "AddV2":
             [residual] = args
         elif member.type in ACTIVATIONS:
             activation = ACTIVATIONS[member.type]
+    if absorbed:
+        residual = None  # a constant addend: in the affine's offset (_vectors)
     if residual is not None:
         return Epilogue(*vectors, residual, activation)
     kept = prepared.cache.get("epilogue")  # the same vectors: the same Epilogue (and its
@@ -150,15 +154,34 @@ def _epilogue(pairs: list, prepared: Prepared) -> Epilogue | None:
     return epilogue
 
 
-def _vectors(pairs: list) -> tuple | None:
-    """(bias, mean, k, offset) of the stages (None where a stage is absent), or None when
-    the batch norm's falls outside what the epilogue computes bit for bit:
-    ``k = scale * (1 / sqrt(variance + epsilon))`` as the native batch norm forms it, and
-    no offset beyond ``2**60``."""
+def _constant_addend(value, bias, mean) -> bool:
+    """Whether an AddV2 stage's ``value`` goes into the epilogue's affine (``_vectors``): a
+    read-only (a graph constant's) finite float32 scalar or per-channel vector, after a
+    float32 bias and without a batch-norm stage (whose affine slot it takes). Finite: a NaN
+    addend would leave NaN payloads to the add's and the fma's operand order."""
+    return (mean is None and type(value) is np.ndarray and value.dtype == np.float32
+            and value.ndim <= 1 and not value.flags.writeable and type(bias) is np.ndarray
+            and bias.dtype == np.float32 and bias.ndim == 1
+            and value.size in (1, bias.size) and bool(np.isfinite(value).all()))
+
+
+def _vectors(pairs: list) -> tuple[tuple, bool] | None:
+    """((bias, mean, k, offset) of the stages (None where a stage is absent), whether the
+    AddV2 stage's constant addend is in them), or None when the batch norm's falls outside
+    what the epilogue computes bit for bit: ``k = scale * (1 / sqrt(variance + epsilon))``
+    as the native batch norm forms it, and no offset beyond ``2**60``."""
     bias = mean = k = offset = None
+    absorbed = False
     for member, args in pairs[1:]:
         if member.type == "BiasAdd":
             [bias] = args
+        elif member.type == "AddV2" and _constant_addend(args[0], bias, mean):
+            # y + r of a constant scalar or per-channel r, after the bias and no batch
+            # norm (MobileNetV3's hard sigmoid: Relu6(conv + b + 3)) as the affine
+            # fma(y - 0, 1, r), which is y + r: the same single rounding
+            mean, k = np.zeros_like(bias), np.ones_like(bias)
+            offset = np.ascontiguousarray(np.broadcast_to(args[0], bias.shape))
+            absorbed = True
         elif member.type == "FusedBatchNormV3":
             scale, offset, mean, variance = args
             if not all(type(v) is np.ndarray and v.dtype == np.float32
@@ -168,4 +191,4 @@ def _vectors(pairs: list) -> tuple | None:
                 return None
             epsilon = np.float32(member.attrs["epsilon"])
             k = scale * (np.float32(1) / np.sqrt(variance + epsilon))
-    return bias, mean, k, offset
+    return (bias, mean, k, offset), absorbed
