@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "mg_runtime.h"
+#include "activations_internal.h"
 #include "pooling_internal.h"
 
 
@@ -100,17 +101,21 @@ static int max_pool_grad_overlapping(pool_geo *geo, int64_t rows, int nt)
         return MG_ENOMEM;
     const pool_kernel_table *t = pool_kernels();
     run_rows(t->max_pool_arg, geo, rows, nt);
-    run_rows(t->max_pool_grad_in, geo, images * geo->h, nt);
+    if (geo->c == 1) /* NCHW planes: a scatter per image, no branch per element */
+        run_rows(t->max_pool_grad_c1_images, geo, images, nt);
+    else
+        run_rows(t->max_pool_grad_in, geo, images * geo->h, nt);
     free(geo->arg);
     return 0;
 }
 
-int mg_max_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
-                     int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
-                     int64_t out_w, int channels_last, const float *x, const float *g,
-                     float *dx, int num_threads)
+/* mg_max_pool_grad, and with `relu` mg_max_pool_grad_relu (ReluGrad's mask in each store) */
+static int max_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                         int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left,
+                         int64_t out_h, int64_t out_w, int channels_last, const float *x,
+                         const float *g, float *dx, int relu, int num_threads)
 {
-    pool_geo geo = {.x = x, .g = g, .dx = dx};
+    pool_geo geo = {.x = x, .g = g, .dx = dx, .relu = relu};
     int64_t rows;
     const int err = pool_setup(&geo, n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h,
                                out_w, channels_last, &rows);
@@ -131,6 +136,101 @@ int mg_max_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int
     if (!(sh == kh && sw == kw && out_h * sh - pad_top >= h && out_w * sw - pad_left >= w))
         memset(dx, 0, (size_t)(n * h * w * c) * sizeof(float));
     run_rows(pool_kernels()->max_pool_grad, &geo, rows, nt);
+    return 0;
+}
+
+int mg_max_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                     int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
+                     int64_t out_w, int channels_last, const float *x, const float *g,
+                     float *dx, int num_threads)
+{
+    return max_pool_grad(n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h, out_w,
+                         channels_last, x, g, dx, 0, num_threads);
+}
+
+int mg_max_pool_grad_relu(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                          int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left,
+                          int64_t out_h, int64_t out_w, int channels_last, const float *r,
+                          const float *g, float *dx, int num_threads)
+{
+    return max_pool_grad(n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h, out_w,
+                         channels_last, r, g, dx, 1, num_threads);
+}
+
+/* ------------------------------------------------------------------ Relu -> MaxPool fused */
+
+static const act_kernel_table *act_kernels(void)
+{
+    static const void *const tables[MG_NISA] =
+        MG_ISA_TABLES(&act_kernels_scalar, &act_kernels_avx2, &act_kernels_avx512);
+    return mg_isa_pick(tables);
+}
+
+/* The input rows (image * h + y) whose Relu output row `row` (image * out_h + oy) writes:
+ * [oy * sh - pt, (oy + 1) * sh - pt) clipped to the image, the first output row's from 0
+ * and the last one's to h, so consecutive output rows own consecutive input rows and all of
+ * them together own every input row once (each window starts inside the image). */
+static void owned_rows(const pool_geo *g, int64_t row, int64_t *a, int64_t *b)
+{
+    const int64_t img = row / g->oh, oy = row % g->oh;
+    int64_t lo = oy * g->sh - g->pt, hi = lo + g->sh;
+    lo = oy == 0 || lo < 0 ? 0 : lo > g->h ? g->h : lo;
+    hi = oy == g->oh - 1 || hi > g->h ? g->h : hi < 0 ? 0 : hi;
+    *a = img * g->h + lo;
+    *b = img * g->h + hi;
+}
+
+typedef struct {
+    pool_rows_fn max_pool;
+    act_unary_fn relu;
+    const pool_geo *g;
+    float *r;
+    int64_t block; /* output rows per block */
+} relu_pool_call;
+
+/* Output rows [lo, hi), a block at a time (the block's input still in cache): the max pool
+ * of x, its Relu in place, then the Relu of the input rows the block owns into r */
+static void relu_pool_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const relu_pool_call *c = ctx;
+    const pool_geo *g = c->g;
+    const int64_t out_row = g->ow * g->c, in_row = g->w * g->c;
+    for (int64_t b = lo; b < hi; b += c->block) {
+        const int64_t e = hi - b < c->block ? hi : b + c->block;
+        int64_t a0, a1, z0, z1;
+        c->max_pool(g, b, e);
+        c->relu(g->y + b * out_row, g->y + b * out_row, (e - b) * out_row, 0.0f);
+        owned_rows(g, b, &a0, &a1);
+        owned_rows(g, e - 1, &z0, &z1);
+        c->relu(g->x + a0 * in_row, c->r + a0 * in_row, (z1 - a0) * in_row, 0.0f);
+    }
+}
+
+int mg_relu_max_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                     int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
+                     int64_t out_w, int channels_last, const float *x, float *y, float *r,
+                     int num_threads)
+{
+    pool_geo g = {.x = x, .y = y};
+    int64_t rows;
+    const int err = pool_setup(&g, n, h, w, c, kh, kw, sh, sw, pad_top, pad_left, out_h,
+                               out_w, channels_last, &rows);
+    if (err)
+        return err;
+    const int64_t size = n * h * w * c;
+    if (size > 0 && (!x || !r || (rows * out_w * g.c > 0 && !y)))
+        return MG_EINVAL;
+    const act_kernel_table *t = act_kernels();
+    if (rows * out_w == 0) { /* no window: the Relu alone */
+        if (size > 0)
+            t->unary[ACT_relu](x, r, size, 0.0f);
+        return 0;
+    }
+    /* blocks of about 16 KiB of input rows */
+    const int64_t per_row = (sh < kh ? sh : kh) * w * g.c * (int64_t)sizeof(float);
+    relu_pool_call call = {pool_kernels()->max_pool, t->unary[ACT_relu], &g, r,
+                           per_row >= (1 << 14) ? 1 : (1 << 14) / (per_row ? per_row : 1)};
+    mg_pool_rows(mg_stream_threads(num_threads, size), rows, 1, relu_pool_chunk, &call);
     return 0;
 }
 

@@ -40,6 +40,22 @@ int mg_max_pool_grad(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int
                      int64_t out_w, int channels_last, const float *x, const float *g,
                      float *dx, int num_threads);
 
+/* The two ops of a Relu -> MaxPool chain in one pass over x: r = Relu(x) (x > 0 ? x : +0,
+ * NaN stays NaN) and y = MaxPool(r), computed as Relu(MaxPool(x)) (the same bits: both are
+ * the window's last NaN where it has one, else its maximum where that is > 0, else +0);
+ * r has x's shape, y the pool's. */
+int mg_relu_max_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                     int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
+                     int64_t out_w, int channels_last, const float *x, float *y, float *r,
+                     int num_threads);
+
+/* MaxPoolGrad -> ReluGrad in one pass: mg_max_pool_grad of the pool of r (a Relu's output)
+ * with ReluGrad's mask applied in the same store, dx = r > 0 ? routed : routed * 0. */
+int mg_max_pool_grad_relu(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
+                          int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left,
+                          int64_t out_h, int64_t out_w, int channels_last, const float *r,
+                          const float *g, float *dx, int num_threads);
+
 int mg_avg_pool(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
                 int64_t sh, int64_t sw, int64_t pad_top, int64_t pad_left, int64_t out_h,
                 int64_t out_w, int channels_last, const float *x, float *y, int num_threads);

@@ -14,6 +14,7 @@ typedef struct {
     float *y, *dx;
     int64_t *arg; /* overlapping max-pool gradients: each output's argmax, yy * w + xx */
     int64_t h, w, c, kh, kw, sh, sw, pt, pl, oh, ow;
+    int relu; /* max-pool gradients: x is a Relu's output and dx gets ReluGrad's mask */
 } pool_geo;
 
 /* Output row `row` (image *img, output y = row % oh) reads input rows [*ya, *yb): its window
@@ -33,6 +34,17 @@ static inline void window_cols(const pool_geo *g, int64_t ox, int64_t *xa, int64
     const int64_t left = ox * g->sw - g->pl, right = left + g->kw;
     *xa = left < 0 ? 0 : left;
     *xb = right > g->w ? g->w : right;
+}
+
+/* Outputs [*in0, *in1) of a row have whole windows along the width (none clipped by the left
+ * or right edge): ox * sw - pl >= 0 and ox * sw - pl + kw <= w; an empty range when none do */
+static inline void whole_cols(const pool_geo *g, int64_t *in0, int64_t *in1)
+{
+    const int64_t first = (g->pl + g->sw - 1) / g->sw;
+    int64_t end = g->w - g->kw + g->pl < 0 ? 0 : (g->w - g->kw + g->pl) / g->sw + 1;
+    end = end > g->ow ? g->ow : end;
+    *in0 = first;
+    *in1 = end < first ? first : end;
 }
 
 /* The outputs whose windows cover input index i along one axis (size n, window k, stride s,
@@ -56,6 +68,15 @@ static inline int64_t window_count(int64_t o, int64_t k, int64_t s, int64_t p, i
 /* best = v where v > best or v is NaN (numpy.maximum-like: NaN propagates) */
 static inline float max_nan(float best, float v) { return (v > best || v != v) ? v : best; }
 
+/* What the max-pool gradient stores at an element whose input is x, given the gradient v
+ * routed there: v itself, or with g->relu ReluGrad(v, x) = x > 0 ? v : v * 0 (so an
+ * infinite or NaN v where x <= 0 or NaN gives NaN and a negative one -0, as the unfused
+ * ReluGrad). */
+static inline float relu_gate(const pool_geo *g, float v, float x)
+{
+    return g->relu && !(x > 0.0f) ? v * 0.0f : v;
+}
+
 /* Output rows [lo, hi) of a call (row = image * out_h + y); NCHW tensors come as n * c
  * single-channel NHWC images (c == 1). */
 typedef void (*pool_rows_fn)(const pool_geo *g, int64_t lo, int64_t hi);
@@ -68,6 +89,7 @@ typedef struct {
     pool_rows_fn max_pool_grad; /* dx: g at each window's first maximum, +0 elsewhere      */
     pool_rows_fn max_pool_arg;  /* arg: each window's first maximum (overlapping windows)  */
     pool_rows_fn max_pool_grad_in; /* dx from arg and g (overlapping windows)             */
+    pool_rows_fn max_pool_grad_c1_images; /* the same over single-channel images [lo, hi) */
     pool_rows_fn avg_pool;      /* y: each window's mean                                    */
     pool_rows_fn avg_pool_grad_in; /* dx: each covering window's g / count, added up       */
 } pool_kernel_table;

@@ -55,6 +55,16 @@ static inline __m512 max_nan16(__m512 best, __m512 v, __mmask16 valid)
     return _mm512_mask_mov_ps(best, take & valid, v);
 }
 
+/* relu_gate 16 at a time: gv, or with g->relu gv where x > 0 and gv * 0 elsewhere */
+static inline __m512 relu_gate16(const pool_geo *g, __m512 gv, __m512 x)
+{
+    if (!g->relu)
+        return gv;
+    const __m512 zero = _mm512_setzero_ps();
+    return _mm512_mask_mov_ps(_mm512_mul_ps(gv, zero), _mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ),
+                              gv);
+}
+
 /* Whole tensors of short rows (h = 2 out_h, w = 2 out_w, out_w dividing 16): the input is
  * [rows][2][w] and the output [rows][out_w], so 16 outputs (16 / out_w output rows) come
  * from 64 consecutive input floats. Per block: 4 loads; the 4 window offsets (row-major)
@@ -159,7 +169,7 @@ static void max_pool_grad_flat(const pool_geo *g, int64_t lo, int64_t hi)
         const __m512 gv = _mm512_add_ps(zero, _mm512_loadu_ps(g->g + b * 16));
         __m512 d[4];
         for (int s = 0; s < 4; ++s)
-            d[s] = _mm512_maskz_mov_ps(win[s], gv);
+            d[s] = _mm512_maskz_mov_ps(win[s], relu_gate16(g, gv, v[s]));
         for (int m = 0; m < 4; ++m)
             _mm512_storeu_ps(g->dx + b * 64 + 16 * m,
                              _mm512_mask_blend_ps(p.bottom[m],
@@ -227,11 +237,13 @@ static void max_pool_grad_rows_c1_avx512(const pool_geo *g, int64_t lo, int64_t 
             const __mmask16 w0 = ~(k1 | k2 | k3);
             const __m512 gv = _mm512_add_ps(zero, _mm512_maskz_loadu_ps(mask_n(g->ow - ox),
                                                                         grad + ox));
-            store_pair(g->dx + off + 2 * ox, ncols, _mm512_maskz_mov_ps(w0, gv),
-                       _mm512_maskz_mov_ps(w1, gv));
+            store_pair(g->dx + off + 2 * ox, ncols,
+                       _mm512_maskz_mov_ps(w0, relu_gate16(g, gv, t.even)),
+                       _mm512_maskz_mov_ps(w1, relu_gate16(g, gv, t.odd)));
             if (bottom)
-                store_pair(g->dx + off + w + 2 * ox, ncols, _mm512_maskz_mov_ps(w2, gv),
-                           _mm512_maskz_mov_ps(w3, gv));
+                store_pair(g->dx + off + w + 2 * ox, ncols,
+                           _mm512_maskz_mov_ps(w2, relu_gate16(g, gv, u.even)),
+                           _mm512_maskz_mov_ps(w3, relu_gate16(g, gv, u.odd)));
         }
     }
 }
@@ -302,17 +314,19 @@ static void pool_grad_nhwc_2x2(const pool_geo *g, int64_t lo, int64_t hi)
                     }
                 }
                 const __m512 gv = _mm512_add_ps(zero, _mm512_maskz_loadu_ps(m, grad + c0));
-                _mm512_mask_storeu_ps(g->dx + o0 + c0, m,
-                                      _mm512_maskz_mov_ps((__mmask16) ~(k1 | k2 | k3), gv));
+                _mm512_mask_storeu_ps(
+                    g->dx + o0 + c0, m,
+                    _mm512_maskz_mov_ps((__mmask16) ~(k1 | k2 | k3), relu_gate16(g, gv, v0)));
                 if (right)
-                    _mm512_mask_storeu_ps(g->dx + o0 + c + c0, m,
-                                          _mm512_maskz_mov_ps(k1 & ~(k2 | k3), gv));
+                    _mm512_mask_storeu_ps(
+                        g->dx + o0 + c + c0, m,
+                        _mm512_maskz_mov_ps(k1 & ~(k2 | k3), relu_gate16(g, gv, v1)));
                 if (bottom) {
                     _mm512_mask_storeu_ps(g->dx + o1 + c0, m,
-                                          _mm512_maskz_mov_ps(k2 & ~k3, gv));
+                                          _mm512_maskz_mov_ps(k2 & ~k3, relu_gate16(g, gv, v2)));
                     if (right)
                         _mm512_mask_storeu_ps(g->dx + o1 + c + c0, m,
-                                              _mm512_maskz_mov_ps(k3, gv));
+                                              _mm512_maskz_mov_ps(k3, relu_gate16(g, gv, v3)));
                 }
             }
         }

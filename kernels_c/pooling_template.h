@@ -31,7 +31,31 @@ static void FN(max_pool_c1)(const pool_geo *g, int64_t lo, int64_t hi)
                 out[ox] = max_nan(r0[2 * ox], r1[2 * ox]);
             continue;
         }
-        for (int64_t ox = 0; ox < g->ow; ++ox) {
+        /* outputs [in0, in1) have whole windows (no column clipped): a window offset at a
+         * time over all of them, branch-free selects the compiler vectorizes (a data-
+         * dependent branch per element mispredicts on real data); each output still scans
+         * its window in row-major order, so the same NaN and signed-zero picks */
+        const int64_t sw = g->sw, pl = g->pl;
+        int64_t in0, in1;
+        whole_cols(g, &in0, &in1);
+        for (int64_t yy = ya; yy < yb; ++yy)
+            for (int64_t dx = 0; dx < kw; ++dx) {
+                const float *restrict src = plane + yy * w + dx - pl;
+                float *restrict o = out;
+                if (yy == ya && dx == 0)
+                    for (int64_t ox = in0; ox < in1; ++ox)
+                        o[ox] = src[ox * sw];
+                else
+                    for (int64_t ox = in0; ox < in1; ++ox) {
+                        const float v = src[ox * sw], b = o[ox];
+                        o[ox] = (v > b || v != v) ? v : b;
+                    }
+            }
+        for (int64_t ox = 0; ox < g->ow; ++ox) { /* the clipped windows */
+            if (ox == in0)
+                ox = in1;
+            if (ox >= g->ow)
+                break;
             int64_t xa, xb;
             window_cols(g, ox, &xa, &xb);
             float b = -__builtin_inff();
@@ -69,7 +93,7 @@ static void FN(max_pool_grad_c1)(const pool_geo *g, int64_t lo, int64_t hi)
                     dplane[yy * w + xx] = 0.0f;
                 }
             if (at >= 0)
-                dplane[at] = 0.0f + grad[ox];
+                dplane[at] = relu_gate(g, 0.0f + grad[ox], plane[at]);
         }
     }
 }
@@ -145,11 +169,74 @@ static void FN(max_pool_grad_channels)(const pool_geo *g, int64_t lo, int64_t hi
                 k = 0;
                 for (int64_t yy = ya; yy < yb; ++yy)
                     for (int64_t xx = xa; xx < xb; ++xx, ++k) {
-                        float *restrict d = g->dx + ((img * g->h + yy) * g->w + xx) * c + c0;
-                        for (int64_t ci = 0; ci < cl; ++ci)
-                            d[ci] = arg[ci] == k ? 0.0f + gg[c0 + ci] : 0.0f;
+                        const int64_t at = ((img * g->h + yy) * g->w + xx) * c + c0;
+                        float *restrict d = g->dx + at;
+                        const float *restrict s = g->x + at;
+                        if (g->relu) /* ReluGrad's mask in the same store */
+                            for (int64_t ci = 0; ci < cl; ++ci) {
+                                const float v = 0.0f + gg[c0 + ci];
+                                d[ci] = arg[ci] != k ? 0.0f : s[ci] > 0.0f ? v : v * 0.0f;
+                            }
+                        else
+                            for (int64_t ci = 0; ci < cl; ++ci)
+                                d[ci] = arg[ci] == k ? 0.0f + gg[c0 + ci] : 0.0f;
                     }
             }
+        }
+    }
+}
+
+/* max_pool_arg of single-channel images (NCHW planes): the outputs with whole windows a
+ * window offset at a time over a block of a row's outputs, branch-free selects (each output
+ * still scans its window row-major), the clipped ones alone */
+static void FN(max_pool_arg_c1)(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    const int64_t w = g->w, kw = g->kw, sw = g->sw, pl = g->pl;
+    int64_t in0, in1;
+    whole_cols(g, &in0, &in1);
+    float best[CB];
+    for (int64_t row = lo; row < hi; ++row) {
+        int64_t img, ya, yb;
+        window_rows(g, row, &img, &ya, &yb);
+        const float *plane = g->x + img * g->h * w;
+        int64_t *restrict arg = g->arg + row * g->ow;
+        for (int64_t o0 = in0; o0 < in1; o0 += CB) {
+            const int64_t n = in1 - o0 < CB ? in1 - o0 : CB;
+            for (int64_t yy = ya; yy < yb; ++yy)
+                for (int64_t dx = 0; dx < kw; ++dx) {
+                    const int64_t at = yy * w + dx - pl + o0 * sw;
+                    const float *restrict src = plane + at;
+                    int64_t *restrict a = arg + o0;
+                    if (yy == ya && dx == 0)
+                        for (int64_t j = 0; j < n; ++j) {
+                            best[j] = src[j * sw];
+                            a[j] = at + j * sw;
+                        }
+                    else
+                        for (int64_t j = 0; j < n; ++j) {
+                            const float v = src[j * sw];
+                            const int take = v > best[j];
+                            best[j] = take ? v : best[j];
+                            a[j] = take ? at + j * sw : a[j];
+                        }
+                }
+        }
+        for (int64_t ox = 0; ox < g->ow; ++ox) { /* the clipped windows */
+            if (ox == in0)
+                ox = in1;
+            if (ox >= g->ow)
+                break;
+            int64_t xa, xb;
+            window_cols(g, ox, &xa, &xb);
+            int64_t at = -1;
+            float b = 0.0f;
+            for (int64_t yy = ya; yy < yb; ++yy)
+                for (int64_t xx = xa; xx < xb; ++xx) {
+                    const float v = plane[yy * w + xx];
+                    if (at < 0 || v > b)
+                        b = v, at = yy * w + xx;
+                }
+            arg[ox] = at;
         }
     }
 }
@@ -160,6 +247,10 @@ static void FN(max_pool_grad_channels)(const pool_geo *g, int64_t lo, int64_t hi
 static void FN(max_pool_arg)(const pool_geo *g, int64_t lo, int64_t hi)
 {
     const int64_t c = g->c;
+    if (c == 1) {
+        FN(max_pool_arg_c1)(g, lo, hi);
+        return;
+    }
     float best[CB];
     for (int64_t row = lo; row < hi; ++row) {
         int64_t img, ya, yb;
@@ -216,9 +307,40 @@ static void FN(max_pool_grad_in)(const pool_geo *g, int64_t lo, int64_t hi)
                         for (int64_t ci = 0; ci < cl; ++ci)
                             acc[ci] += arg[ci] == at ? gg[ci] : 0.0f;
                     }
-                for (int64_t ci = 0; ci < cl; ++ci)
-                    d[c0 + ci] = acc[ci];
+                if (g->relu) { /* ReluGrad's mask in the same store */
+                    const float *restrict s = g->x + (row * g->w + ix) * c + c0;
+                    for (int64_t ci = 0; ci < cl; ++ci)
+                        d[c0 + ci] = s[ci] > 0.0f ? acc[ci] : acc[ci] * 0.0f;
+                } else {
+                    for (int64_t ci = 0; ci < cl; ++ci)
+                        d[c0 + ci] = acc[ci];
+                }
             }
+        }
+    }
+}
+
+/* dx of single-channel images [lo, hi) (overlapping windows) from arg and g: each image's
+ * plane zeroed, then every output's gradient added at its first maximum from the last output
+ * (row-major) to the first, so each element gets +0 plus its gradients in max_pool_grad_in's
+ * order (the same bits) without a data-dependent branch per element; then ReluGrad's mask
+ * where g->relu */
+static void FN(max_pool_grad_c1_images)(const pool_geo *g, int64_t lo, int64_t hi)
+{
+    const int64_t size = g->h * g->w, outputs = g->oh * g->ow;
+    for (int64_t img = lo; img < hi; ++img) {
+        float *restrict d = g->dx + img * size;
+        const int64_t *restrict arg = g->arg + img * outputs;
+        const float *restrict grad = g->g + img * outputs;
+        for (int64_t i = 0; i < size; ++i)
+            d[i] = 0.0f;
+        for (int64_t o = outputs - 1; o >= 0; --o)
+            if (arg[o] >= 0)
+                d[arg[o]] += grad[o];
+        if (g->relu) {
+            const float *restrict x = g->x + img * size;
+            for (int64_t i = 0; i < size; ++i)
+                d[i] = x[i] > 0.0f ? d[i] : d[i] * 0.0f;
         }
     }
 }
@@ -333,6 +455,7 @@ const pool_kernel_table MG_ISA_FN(pool_kernels) = {
     .max_pool_grad = FN(max_pool_grad_rows),
     .max_pool_arg = FN(max_pool_arg),
     .max_pool_grad_in = FN(max_pool_grad_in),
+    .max_pool_grad_c1_images = FN(max_pool_grad_c1_images),
     .avg_pool = FN(avg_pool),
     .avg_pool_grad_in = FN(avg_pool_grad_in),
 };

@@ -356,12 +356,15 @@ def test_every_in_place_kernel_gives_its_out_of_place_bits(isa):
         for kernel_def in kernels:
             for shape, other in [((37,), (37,)), ((5, 19), (19,)), ((3, 1, 33), (3, 1, 33))]:
                 root = mg.Scope.NewRootScope()
-                count = len(getattr(ops, kernel_def.op_type).op_def.inputs)
-                if kernel_def.op_type.endswith("Grad"):  # gradient and features: one shape
+                list_input = kernel_def.op_type == "AddN"  # one list: three summands
+                count = 3 if list_input else len(
+                    getattr(ops, kernel_def.op_type).op_def.inputs)
+                if list_input or kernel_def.op_type.endswith("Grad"):  # one shape
                     other = shape
                 shapes = [shape] + [other] * (count - 1)
                 holders = [ops.Placeholder(root, mg.float32, shape=s) for s in shapes]
-                op = getattr(ops, kernel_def.op_type)(root, *holders).op
+                op = (ops.AddN(root, holders) if list_input
+                      else getattr(ops, kernel_def.op_type)(root, *holders)).op
                 values = [rng.standard_normal(s).astype(F32) * 4 for s in shapes]
                 values[0].ravel()[:3] = [np.nan, np.inf, -np.inf]
                 ctx = KernelContext("native", None)

@@ -242,14 +242,22 @@ def conv2d(op, inputs, ctx):
     return [_from_nhwc(y, fmt).astype(x.dtype, copy=False)]
 
 
-@register_kernel("Conv2DBackpropInput")
-def conv2d_backprop_input(op, inputs, ctx):
-    sizes, f, dy = inputs
+def backprop_input_geometry(op, sizes: np.ndarray, f: np.ndarray, dy: np.ndarray
+                            ) -> tuple[tuple, Window]:
+    """(the forward input's shape, in data_format, and the window) of a convolution's input
+    gradient (2-D or 3-D) from its ``input_sizes``, filter and out_backprop."""
     fmt = op.attrs["data_format"]
     fail = fail_for(op)
     x_shape = sizes_to_shape(sizes.tolist(), "input_sizes", fail, fmt,
                              to_nhwc(dy.shape, fmt)[0], f.shape[-2])
-    window = conv_geometry(op.attrs, fail, x_shape, f.shape)
+    return x_shape, conv_geometry(op.attrs, fail, x_shape, f.shape)
+
+
+@register_kernel("Conv2DBackpropInput")
+def conv2d_backprop_input(op, inputs, ctx):
+    sizes, f, dy = inputs
+    fmt = op.attrs["data_format"]
+    x_shape, window = backprop_input_geometry(op, sizes, f, dy)
     ct = compute_dtype(dy.dtype)
     dx = conv2d_backprop_input_nhwc(_nhwc(dy, fmt).astype(ct, copy=False),
                                     f.astype(ct, copy=False), to_nhwc(x_shape, fmt), window)

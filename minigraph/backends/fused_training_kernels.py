@@ -9,6 +9,12 @@ and the backward's two passes read ``dy`` masked by ``y > 0`` in registers, so n
 pre-activation nor the masked gradient is written and read back. Each stage rounds as the
 unfused kernel does (``tests/test_training_fusion.py`` compares every ISA); inputs C does not
 take (empty tensors, inference-mode gradients) run the chain of native kernels instead.
+
+The Relu / max-pool pair runs in the pooling C kernels (kernels_c/pooling.h):
+``mg_relu_max_pool`` writes the pool as Relu(MaxPool(x)) and the Relu of each block's input
+rows while they are in cache, ``mg_max_pool_grad_relu`` applies ReluGrad's mask in the store
+that routes each window's gradient (``tests/test_pool_fusion.py``: the unfused bits on every
+ISA and thread count).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from functools import partial
 
 import numpy as np
 
-from minigraph.backends import native, training_kernels
+from minigraph.backends import native, pooling_kernels, training_kernels
 from minigraph.backends.activation_kernels import c_relu, c_relu_grad, relu, relu_grad
 from minigraph.backends.batch_norm_kernels import batch_norm_forward, fused_batch_norm_grad
 from minigraph.backends.math_kernels import c_broadcast
@@ -275,16 +281,52 @@ def _run_member(op_type: str, op: Operation, inputs: list, ctx: KernelContext) -
     return kernel_def.kernel(member, inputs, member_ctx)[0]
 
 
-@register_kernel("_FusedReluMaxPool", backend=("reference", "native"))
+@register_kernel("_FusedReluMaxPool")
 def fused_relu_max_pool(op: Operation, inputs: list, ctx: KernelContext) -> list[np.ndarray]:
     """Relu's kernel, then MaxPool's on its result: (the pool, the Relu's output)."""
     activation = _run_member("Relu", op, inputs, ctx)
     return [_run_member("MaxPool", op, [activation], ctx), activation]
 
 
-@register_kernel("_FusedMaxPoolGradReluGrad", backend=("reference", "native"))
+@register_kernel("_FusedMaxPoolGradReluGrad")
 def fused_max_pool_grad_relu_grad(op: Operation, inputs: list, ctx: KernelContext
                                   ) -> list[np.ndarray]:
     """MaxPoolGrad's kernel, then ReluGrad's with the pool's input as the features."""
     routed = _run_member("MaxPoolGrad", op, inputs, ctx)
     return [_run_member("ReluGrad", op, [routed, inputs[0]], ctx)]
+
+
+def _c_pool_window(op: Operation, x: np.ndarray):
+    """The pool's C geometry (ksize, strides, pads, out, channels_last) where the native
+    kernels take it (a float32 input, a window that fits int32, something to pool), else
+    None: the chain of single-op kernels runs instead."""
+    if x.dtype != np.float32 or not pooling_kernels.c_pool_fits(op):
+        return None
+    out_shape, pool = pooling_kernels.pool_setup(op, x.shape, op.attrs["data_format"])
+    if 0 in out_shape or x.size == 0:
+        return None
+    w = pool.window
+    return w.ksize, w.strides, w.pads, w.out, op.attrs["data_format"] == "NHWC"
+
+
+@register_kernel("_FusedReluMaxPool", **NATIVE)
+def fused_relu_max_pool_native(op: Operation, inputs: list, ctx: KernelContext
+                               ) -> list[np.ndarray]:
+    """One pass over the input (``mg_relu_max_pool``): the pool written as Relu(MaxPool(x))
+    block by block, each block's input rows Relu'd while in cache."""
+    window = _c_pool_window(op, inputs[0])
+    if window is None:
+        return fused_relu_max_pool(op, inputs, ctx)
+    return list(pooling_kernels.c_relu_max_pool(inputs[0], *window))
+
+
+@register_kernel("_FusedMaxPoolGradReluGrad", **NATIVE)
+def fused_max_pool_grad_relu_grad_native(op: Operation, inputs: list, ctx: KernelContext
+                                         ) -> list[np.ndarray]:
+    """One pass (``mg_max_pool_grad_relu``): each window's gradient routed to its first
+    maximum with ReluGrad's mask (the pool's input > 0) applied in the same store."""
+    x, _, g = inputs
+    window = _c_pool_window(op, x)
+    if window is None:
+        return fused_max_pool_grad_relu_grad(op, inputs, ctx)
+    return [pooling_kernels.c_max_pool_grad(x, g, *window, relu=True)]

@@ -49,22 +49,28 @@ def add_n(op, inputs, ctx):
     return [total]
 
 
-@register_kernel("AddN", backend="native", dtypes=(dtypes.float32,))
-def add_n_native(op, inputs, ctx):
-    """``c_add_n``: the numpy kernel's sums (input order) bit for bit."""
-    return [c_add_n(inputs)]
+@register_kernel("AddN", backend="native", dtypes=(dtypes.float32,), inplace=(0, 1))
+def add_n_native(op, inputs, ctx, out=None):
+    """``c_add_n``: the numpy kernel's sums (input order) bit for bit; into ``out`` (the
+    memory planner's dying first or second input, or its arena buffer) where it fits."""
+    return [c_add_n(inputs, out=out)]
 
 
-def c_add_n(inputs: list[np.ndarray]) -> np.ndarray:
+def c_add_n(inputs: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
     """x[0] + x[1] + ... elementwise in input order (kernels_c/optimizers.h), float32 arrays
-    of one shape (checked: C reads that many elements of each); a new array."""
+    of one shape (checked: C reads that many elements of each). The result is written into
+    ``out`` where it fits (``native.out_array``) and is x[0], x[1] or shares no memory with
+    any input (C's blocks store x[0] + x[1] before reading x[2], so a later input must not
+    be the output), else into a new array."""
     arrays = [as_f32(x) for x in inputs]
     first = arrays[0]
     for index, x in enumerate(arrays[1:], 1):
         if x.shape != first.shape:
             raise ValueError(f"native AddN: inputs[{index}] must have shape {first.shape}, "
                              f"got {x.shape}")
-    y = np.empty(first.shape, F32)
+    if out is not None and any(np.may_share_memory(out, x) for x in arrays[2:]):
+        out = None
+    y = out_array(out, first.shape, *arrays[:2])
     pointers = ffi.new("float *[]", [fbuf(x) for x in arrays])
     check_code(lib.mg_add_n(first.size, len(arrays), pointers, fbuf(y), num_threads()), "AddN")
     return y

@@ -218,7 +218,7 @@ def _lowest(dtype: np.dtype):
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
 
 
-def _c_pool(op) -> bool:
+def c_pool_fits(op) -> bool:
     """The pools the C kernels handle (besides float32): a geometry that fits int32 (any
     real one does; padding never exceeds the window)."""
     return attrs_fit_int32(op, "ksize", "strides", "explicit_paddings")
@@ -275,12 +275,12 @@ def _pool_native(op, inputs, ctx, c_pool, numpy_pool):
     return [c_pool(x, w.ksize, w.strides, w.pads, w.out, op.attrs["data_format"] == "NHWC")]
 
 
-@register_kernel("MaxPool", backend="native", dtypes=(dtypes.float32,), when=_c_pool)
+@register_kernel("MaxPool", backend="native", dtypes=(dtypes.float32,), when=c_pool_fits)
 def max_pool_native(op, inputs, ctx):
     return _pool_native(op, inputs, ctx, c_max_pool, max_pool)
 
 
-@register_kernel("MaxPoolGrad", backend="native", dtypes=(dtypes.float32,), when=_c_pool)
+@register_kernel("MaxPoolGrad", backend="native", dtypes=(dtypes.float32,), when=c_pool_fits)
 def max_pool_grad_native(op, inputs, ctx):
     x, g, out_shape, pool = _max_pool_grad_inputs(op, inputs)
     if 0 in out_shape or x.size == 0:
@@ -316,7 +316,7 @@ def avg_pool(op, inputs, ctx):
     return [(total / pool.counts().astype(ct)).astype(x.dtype, copy=False)]
 
 
-@register_kernel("AvgPool", backend="native", dtypes=(dtypes.float32,), when=_c_pool)
+@register_kernel("AvgPool", backend="native", dtypes=(dtypes.float32,), when=c_pool_fits)
 def avg_pool_native(op, inputs, ctx):
     return _pool_native(op, inputs, ctx, c_avg_pool, avg_pool)
 
@@ -338,7 +338,7 @@ def avg_pool_grad(op, inputs, ctx):
     return [dx.astype(g.dtype)]
 
 
-@register_kernel("AvgPoolGrad", backend="native", dtypes=(dtypes.float32,), when=_c_pool)
+@register_kernel("AvgPoolGrad", backend="native", dtypes=(dtypes.float32,), when=c_pool_fits)
 def avg_pool_grad_native(op, inputs, ctx):
     sizes, g = inputs
     x_shape = tuple(sizes.tolist())
@@ -394,17 +394,31 @@ def _check_grad(what: str, g: np.ndarray, args: tuple, channels_last: bool) -> N
                          f"got {g.shape}")
 
 
-def c_max_pool_grad(x, g, ksize, strides, pads, out_hw, channels_last):
+def c_max_pool_grad(x, g, ksize, strides, pads, out_hw, channels_last, relu=False):
     """Each window's gradient g to its first maximum in x (row-major, strict >), summed
     where windows overlap (kernels_c/pooling.h: the numpy kernel's order). g has the pool's
-    output shape."""
+    output shape. ``relu``: x is a Relu's output and ReluGrad's mask ``x > 0`` is applied in
+    the same store (``mg_max_pool_grad_relu``: ReluGrad(MaxPoolGrad(x, g), x) bit for bit)."""
+    what = "_FusedMaxPoolGradReluGrad" if relu else "MaxPoolGrad"
     x, g = as_f32(x), as_f32(g)
-    args = _c_pool_args("MaxPoolGrad", x, ksize, strides, pads, out_hw, channels_last)
-    _check_grad("MaxPoolGrad", g, args, channels_last)
+    args = _c_pool_args(what, x, ksize, strides, pads, out_hw, channels_last)
+    _check_grad(what, g, args, channels_last)
     dx = np.empty(x.shape, F32)
-    check_code(lib.mg_max_pool_grad(*args, fbuf(x), fbuf(g), fbuf(dx), num_threads()),
-              "MaxPoolGrad")
+    c_fn = lib.mg_max_pool_grad_relu if relu else lib.mg_max_pool_grad
+    check_code(c_fn(*args, fbuf(x), fbuf(g), fbuf(dx), num_threads()), what)
     return dx
+
+
+def c_relu_max_pool(x, ksize, strides, pads, out_hw, channels_last):
+    """(MaxPool(Relu(x)), Relu(x)) in one pass over x (``mg_relu_max_pool``): the native
+    Relu's and MaxPool's bits."""
+    x = as_f32(x)
+    args = _c_pool_args("_FusedReluMaxPool", x, ksize, strides, pads, out_hw, channels_last)
+    y = np.empty(shaped(args[0], args[10], args[11], args[3], channels_last), F32)
+    r = np.empty(x.shape, F32)
+    check_code(lib.mg_relu_max_pool(*args, fbuf(x), fbuf(y), fbuf(r), num_threads()),
+               "_FusedReluMaxPool")
+    return y, r
 
 
 def c_avg_pool(x, ksize, strides, pads, out_hw, channels_last):

@@ -1,6 +1,6 @@
-"""numpy kernels of the volumetric ops (``ops.volumetric_ops``).
+"""Kernels of the volumetric ops (``ops.volumetric_ops``).
 
-Conv3D and its backprops run the convolution family's im2col kernels, and MaxPool3D,
+numpy: Conv3D and its backprops run the convolution family's im2col kernels, and MaxPool3D,
 AvgPool3D and AvgPool3DGrad the pooling family's pools (one clipped 1-D pass per spatial
 axis): they take any number of spatial dims, so they are registered here for the 3-D ops as
 they are.
@@ -18,6 +18,17 @@ step is a strided slice of the whole batch, and padding is never visited.
   every addition, as TF's Eigen arithmetic does.
 * MaxPool3DGradGrad: each output takes grad at the first in-bounds element of its window
   (row-major: planes, height, width) equal to orig_output; 0 when none is.
+
+native (``backend="native"``, float32): Conv3D, Conv3DBackpropInputV2 and
+Conv3DBackpropFilterV2 on the GEMM micro-kernels (kernels_c/conv3d_gemm.c, wrapped by
+``backends.conv3d_kernels``) for every stride, dilation and padding, NDHWC and NCDHW; an
+empty tensor, or a size of 2**31 or more, runs the numpy kernel, and so does an input
+gradient whose filter holds a NaN or an infinity: the numpy kernel multiplies every tap
+with every dx element (zeros where no dy voxel reaches it: 0 * inf = NaN spreads through
+the channel), the native one only the taps of the element's stride phase. MaxPool3D
+(float32) runs the numpy kernel's three passes on the 2-D C max pool, AvgPool3D and
+AvgPool3DGrad the numpy kernels' passes each in C (kernels_c/window_pass.c), MaxPool3DGrad
+and MaxPool3DGradGrad their rules and orders in C (kernels_c/pool3d_grad.c), bit for bit.
 """
 
 from __future__ import annotations
@@ -28,8 +39,32 @@ from collections.abc import Iterator
 import numpy as np
 
 from minigraph.backends import convolution_kernels, pooling_kernels
-from minigraph.backends.pooling_kernels import Pool, PoolAxis, pool_setup
+from minigraph.backends.compute import fail_for
+from minigraph.backends.conv3d_kernels import (
+    c_conv3d,
+    c_conv3d_backprop_filter,
+    c_conv3d_backprop_input,
+    channels_last,
+    from_channels_last,
+)
+from minigraph.backends.convolution_kernels import (
+    NATIVE_CONV,
+    _c_takes,
+    backprop_input_geometry,
+)
+from minigraph.backends.native import (
+    as_f32,
+    attrs_fit_int32,
+    check_code,
+    checked_sizes,
+    fbuf,
+    lib,
+    num_threads,
+)
+from minigraph.backends.pooling_kernels import Pool, PoolAxis, c_max_pool, pool_setup
 from minigraph.backends.registry import register_kernel
+from minigraph.framework import dtypes
+from minigraph.ops.window import conv_geometry, to_nhwc
 
 register_kernel("Conv3D")(convolution_kernels.conv2d)
 register_kernel("Conv3DBackpropInputV2")(convolution_kernels.conv2d_backprop_input)
@@ -37,6 +72,116 @@ register_kernel("Conv3DBackpropFilterV2")(convolution_kernels.conv2d_backprop_fi
 register_kernel("MaxPool3D")(pooling_kernels.max_pool)
 register_kernel("AvgPool3D")(pooling_kernels.avg_pool)
 register_kernel("AvgPool3DGrad")(pooling_kernels.avg_pool_grad)
+
+
+
+@register_kernel("Conv3D", **NATIVE_CONV)
+def conv3d_native(op, inputs, ctx):
+    x, f = inputs
+    window = conv_geometry(op.attrs, fail_for(op), x.shape, f.shape)
+    if x.size == 0 or f.size == 0 or not _c_takes(window, x.shape, f.shape):
+        return convolution_kernels.conv2d(op, inputs, ctx)
+    return [c_conv3d(x, f, window, op.attrs["data_format"] == "NDHWC")]
+
+
+@register_kernel("Conv3DBackpropInputV2", **NATIVE_CONV)
+def conv3d_backprop_input_native(op, inputs, ctx):
+    sizes, f, dy = inputs
+    fmt = op.attrs["data_format"]
+    x_shape, window = backprop_input_geometry(op, sizes, f, dy)
+    if (dy.size == 0 or 0 in x_shape or not _c_takes(window, x_shape, f.shape)
+            or not np.isfinite(f).all()):
+        return convolution_kernels.conv2d_backprop_input(op, inputs, ctx)
+    return [c_conv3d_backprop_input(dy, f, to_nhwc(x_shape, fmt), window, fmt == "NDHWC")]
+
+
+@register_kernel("Conv3DBackpropFilterV2", **NATIVE_CONV)
+def conv3d_backprop_filter_native(op, inputs, ctx):
+    x, sizes, dy = inputs
+    f_shape = tuple(sizes.tolist())
+    window = conv_geometry(op.attrs, fail_for(op), x.shape, f_shape)
+    if x.size == 0 or dy.size == 0 or not _c_takes(window, x.shape, f_shape):
+        return convolution_kernels.conv2d_backprop_filter(op, inputs, ctx)
+    return [c_conv3d_backprop_filter(x, dy, f_shape, window,
+                                     op.attrs["data_format"] == "NDHWC")]
+
+
+@register_kernel("MaxPool3D", backend="native", dtypes=(dtypes.float32,),
+                 when=lambda op: attrs_fit_int32(op, "ksize", "strides"))
+def max_pool3d_native(op, inputs, ctx):
+    """The numpy kernel's passes (planes, then height, then width) on the 2-D C max pool:
+    the planes pass is a (kd, 1) window over the tensor seen as [n, d, h*w, c] (NCDHW:
+    [n, c, d, h*w]), then height and width over [n*od, h, w, c] ([n, c*od, h, w]): the same
+    maxima (NaN propagating), as the 2-D MaxPool's C kernel gives its numpy kernel's (but
+    for the sign of a zero maximum of -0 and +0: C keeps the first)."""
+    x = inputs[0]
+    fmt = op.attrs["data_format"]
+    out_shape, pool = pool_setup(op, x.shape, fmt)
+    w = pool.window
+    n, d, h, wd, c = to_nhwc(x.shape, fmt)
+    if 0 in out_shape or max(w.ksize + w.strides + (h * wd, c * w.out[0])) >= 2**31:
+        return pooling_kernels.max_pool(op, inputs, ctx)
+    last = fmt == "NDHWC"
+    planes = c_max_pool(x.reshape((n, d, h * wd, c) if last else (n, c, d, h * wd)),
+                        (w.ksize[0], 1), (w.strides[0], 1), (w.pads[0], (0, 0)),
+                        (w.out[0], h * wd), last)
+    rows = planes.reshape((n * w.out[0], h, wd, c) if last else (n, c * w.out[0], h, wd))
+    return [c_max_pool(rows, w.ksize[1:], w.strides[1:], w.pads[1:], w.out[1:],
+                       last).reshape(out_shape)]
+
+
+# AvgPool3D and AvgPool3DGrad: the numpy kernels' passes (Pool.reduce with np.add, one per
+# spatial axis, then the division by the window counts; the division, then Pool.spread in
+# reverse) with each pass in C (kernels_c/window_pass.c), the same additions in the same
+# order: bit for bit.
+
+
+def _window_pass(what: str, c_fn, a: np.ndarray, axis: int, geo: PoolAxis, result_len: int,
+                 source_len: int) -> np.ndarray:
+    """One C pass along ``axis`` of ``a`` (whose length there must be ``source_len``):
+    the result has ``result_len`` there."""
+    a = as_f32(a)
+    if a.shape[axis] != source_len:
+        raise ValueError(f"native {what}: axis {axis} of {a.shape} is not {source_len}")
+    outer, inner = int(np.prod(a.shape[:axis])), int(np.prod(a.shape[axis + 1:]))
+    sizes = checked_sizes(what, outer=outer, n=geo.size, inner=inner, k=geo.k,
+                          stride=geo.stride, before=geo.before, out=geo.out)
+    result = np.empty(a.shape[:axis] + (result_len,) + a.shape[axis + 1:], np.float32)
+    check_code(c_fn(*sizes, fbuf(a), fbuf(result), num_threads()), what)
+    return result
+
+
+def _c_avg_pool3d(op) -> bool:
+    return attrs_fit_int32(op, "ksize", "strides")
+
+
+@register_kernel("AvgPool3D", backend="native", dtypes=(dtypes.float32,), when=_c_avg_pool3d)
+def avg_pool3d_native(op, inputs, ctx):
+    x = inputs[0]
+    out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
+    if 0 in out_shape or x.size == 0:
+        return pooling_kernels.avg_pool(op, inputs, ctx)
+    total = x
+    for axis, geo in zip(pool.tensor_axes, pool.axes):
+        total = _window_pass("AvgPool3D", lib.mg_window_sum, total, axis, geo, geo.out,
+                             geo.size)
+    return [total / pool.counts().astype(np.float32)]
+
+
+@register_kernel("AvgPool3DGrad", backend="native", dtypes=(dtypes.float32,),
+                 when=_c_avg_pool3d)
+def avg_pool3d_grad_native(op, inputs, ctx):
+    sizes, g = inputs
+    x_shape = tuple(sizes.tolist())
+    out_shape, pool = pool_setup(op, x_shape, op.attrs["data_format"])
+    if 0 in out_shape or 0 in x_shape:
+        return pooling_kernels.avg_pool_grad(op, inputs, ctx)
+    dx = as_f32(g) / pool.counts().astype(np.float32)
+    for axis, geo in reversed(list(zip(pool.tensor_axes, pool.axes))):
+        dx = _window_pass("AvgPool3DGrad", lib.mg_window_spread, dx, axis, geo, geo.size,
+                          geo.out)
+    return [dx]
+
 
 # TF's tie tolerance of MaxPool3DGrad, converted to the inputs' type as Eigen does.
 TIE_TOLERANCE = 1e-5
@@ -89,6 +234,47 @@ def max_pool3d_grad(op, inputs, ctx):
     return [dx]
 
 
+def _c_max_pool3d_grads(op, inputs, ctx, numpy_kernel, c_fn, what: str,
+                        to_input: bool) -> list:
+    """MaxPool3DGrad (``to_input``: the result has x's shape) or MaxPool3DGradGrad (y's) of
+    (x, y, g) on the C kernel ``c_fn`` (kernels_c/pool3d_grad.c), NCDHW transposed to NDHWC
+    and back; empty tensors on ``numpy_kernel``."""
+    x, y, g = inputs
+    fmt = op.attrs["data_format"]
+    out_shape, pool = pool_setup(op, x.shape, fmt)
+    if 0 in out_shape or x.size == 0:
+        return numpy_kernel(op, inputs, ctx)
+    last = fmt == "NDHWC"
+    x, y, g = (channels_last(a, last) for a in (x, y, g))
+    w = pool.window
+    n, *spatial, c = x.shape
+    out = (n, *w.out, c)
+    if y.shape != out or g.shape != (out if to_input else x.shape):
+        raise ValueError(f"native {what}: orig_output {y.shape} must be {out} and grad "
+                         f"{g.shape} {'orig_output' if to_input else 'orig_input'}'s shape")
+    sizes = checked_sizes(what, n=n, c=c, in_0=spatial[0], in_1=spatial[1],
+                          in_2=spatial[2], k_0=w.ksize[0], k_1=w.ksize[1], k_2=w.ksize[2],
+                          s_0=w.strides[0], s_1=w.strides[1], s_2=w.strides[2],
+                          pad_0=w.pads[0][0], pad_1=w.pads[1][0], pad_2=w.pads[2][0],
+                          out_0=w.out[0], out_1=w.out[1], out_2=w.out[2])
+    result = np.empty(x.shape if to_input else out, np.float32)
+    check_code(c_fn(sizes, fbuf(x), fbuf(y), fbuf(g), fbuf(result), num_threads()), what)
+    return [from_channels_last(result, last)]
+
+
+def _native_max_pool3d_grads(op) -> bool:
+    return op.attrs.get("TInput", op.attrs["T"]) == dtypes.float32 and attrs_fit_int32(
+        op, "ksize", "strides")
+
+
+@register_kernel("MaxPool3DGrad", backend="native", dtypes=(dtypes.float32,),
+                 when=_native_max_pool3d_grads)
+def max_pool3d_grad_native(op, inputs, ctx):
+    """max_pool3d_grad's rule and order in C, bit for bit."""
+    return _c_max_pool3d_grads(op, inputs, ctx, max_pool3d_grad, lib.mg_max_pool3d_grad,
+                               "MaxPool3DGrad", True)
+
+
 @register_kernel("MaxPool3DGradGrad")
 def max_pool3d_grad_grad(op, inputs, ctx):
     """grad gathered at each window's first element equal to orig_output (0 if none)."""
@@ -103,3 +289,11 @@ def max_pool3d_grad_grad(op, inputs, ctx):
         np.copyto(out[outputs], g[window], where=take)
         found[outputs] |= take
     return [out]
+
+
+@register_kernel("MaxPool3DGradGrad", backend="native", dtypes=(dtypes.float32,),
+                 when=_native_max_pool3d_grads)
+def max_pool3d_grad_grad_native(op, inputs, ctx):
+    """max_pool3d_grad_grad's first exact match in C, bit for bit."""
+    return _c_max_pool3d_grads(op, inputs, ctx, max_pool3d_grad_grad,
+                               lib.mg_max_pool3d_grad_grad, "MaxPool3DGradGrad", False)
