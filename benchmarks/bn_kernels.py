@@ -11,6 +11,8 @@ second-order comparison (forward + first + second order gradients).
 
     python benchmarks/bn_kernels.py            # everything (several minutes)
     python benchmarks/bn_kernels.py --quick    # float32, two shapes
+    python benchmarks/bn_kernels.py --dtypes float32 --shapes 128x14x14x256 \
+        --formats NHWC --ops fwd-train,bwd-train --no-second-order   # a few cells
 """
 
 from __future__ import annotations
@@ -183,12 +185,15 @@ def load_peers(skip: set[str]):
     return peers
 
 
-def benchmark_table(dtype, shapes, peers, warm_gbs, repeats, with_reference):
+def benchmark_table(dtype, shapes, peers, warm_gbs, repeats, with_reference, formats=None,
+                    op_names=OPS):
     rows, results = [], {}
     for shape in shapes:
         for data_format in formats_for(shape):
+            if formats and data_format not in formats:
+                continue
             case = Case(shape, data_format, dtype)
-            for op in OPS:
+            for op in op_names:
                 functions = {"kernel": kernel_call(native, case, op),
                              "session": session_call(case, op, "native")}
                 if with_reference:
@@ -329,7 +334,16 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="float32,bfloat16,float16")
     parser.add_argument("--skip", default="", help="comma list of peers to skip: torch,tf")
     parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--shapes", default="",
+                        help="comma list of N..C shapes such as 128x14x14x256 (default: all)")
+    parser.add_argument("--formats", default="",
+                        help="comma list of data formats to keep: NHWC,NCHW,NDHWC,NCDHW")
+    parser.add_argument("--ops", default=",".join(OPS), help="comma list of " + ", ".join(OPS))
+    parser.add_argument("--no-second-order", action="store_true")
     args = parser.parse_args(argv)
+    op_names = [op for op in args.ops.split(",") if op]
+    if not set(op_names) <= set(OPS):
+        parser.error(f"--ops: expected a comma list of {', '.join(OPS)}")
     if not native.available():
         print(f"native backend unavailable: {native.unavailable_reason()}")
         return 1
@@ -344,21 +358,25 @@ def main(argv=None) -> int:
           f"peers: {', '.join(peers) or 'none'}; STREAM triad "
           f"(measured now): warm (3x26 MB) {warm:.1f} GB/s, DRAM (3x256 MB) {dram:.1f} GB/s\n")
     shapes = [SHAPES[0], SHAPES[5]] if args.quick else SHAPES
+    if args.shapes:
+        shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
+    formats = set(filter(None, args.formats.split(",")))
     dtypes = ["float32"] if args.quick else args.dtypes.split(",")
     summaries = []
     for name in dtypes:
         dtype = mg.as_dtype(name)
         table, results = benchmark_table(dtype, shapes, peers, warm, args.repeats,
                                          with_reference=not args.no_reference and name ==
-                                         "float32")
+                                         "float32", formats=formats, op_names=op_names)
         print(f"## {name}\n\n{table}\n", flush=True)
         summaries += summary(dtype, results, warm)
     print("## Targets\n\n(two-pass ceiling: the same measure for a kernel that streams the "
           "two-pass bytes at the warm STREAM rate measured above)\n\n" + markdown_table(
               ["dtype", "op", "measure", "value", "target", "", "two-pass ceiling"], summaries)
           + "\n")
-    print("## Second order (32x28x28x64 NHWC float32: forward + 1st + 2nd order)\n\n"
-          + second_order(peers, args.repeats) + "\n")
+    if not args.no_second_order:
+        print("## Second order (32x28x28x64 NHWC float32: forward + 1st + 2nd order)\n\n"
+              + second_order(peers, args.repeats) + "\n")
     return 0
 
 

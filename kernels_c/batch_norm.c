@@ -20,13 +20,19 @@
  * bookkeeping grows with C, and wide rows would otherwise pay it every 64 rows, measured
  * 10-15% of a 7x7x512 training call), so a block's statistics are computed with two
  * sub-passes (sums, then centered sums) while the block sits in L2: training ops stream the
- * tensors twice (statistics, then outputs), inference ops once. Each block writes a
- * per-channel record (float32 vector sums, folded to double); the records are then combined
- * serially in block order (Chan et al.'s pairwise update for means and centered
- * (co)moments, plain sums otherwise). Blocks are handed to threads one at a time by
- * minigraph's worker pool (mg_pool_run, the runtime every family uses; the machine may be
- * shared), and the result is bit-identical for any thread count, any schedule and any
- * buffer alignment.
+ * tensors twice (statistics, then outputs), inference ops once (the inference backward's
+ * outputs and sums in one pass). Row runs that read a block from memory walk it in memory
+ * order, sums going to L1-resident position arrays, so the prefetchers see one forward
+ * stream per tensor; only the re-read from L2 walks chunks of a few vectors with sums in
+ * registers. The two orders add every position's terms in the same order (row by row, from
+ * +0, products by fused multiply-adds), so the order is a speed choice, never a bit change:
+ * the chunked walk from memory cost 256-512 channel NHWC calls 25-40% (bn_runs_template.h).
+ * Each block writes a per-channel record (float32 vector sums, folded to double); the
+ * records are then combined per channel in block order (Chan et al.'s pairwise update for
+ * means and centered (co)moments, plain sums otherwise; channel ranges on the pool). Blocks
+ * are handed to threads one at a time by minigraph's worker pool (mg_pool_run, the runtime
+ * every family uses; the machine may be shared), and the result is bit-identical for any
+ * thread count, any schedule and any buffer alignment.
  *
  * The element loops ("runs") are in bn_runs_template.h, instantiated per ISA and dtype
  * (bn_isa_*.c); the ISA is the runtime's (mg_runtime.h: chosen once with
@@ -49,7 +55,8 @@ enum {
     BN_ROW_MAX_PERIOD = 4096,       /* but only while that stays below this many             */
     BN_PLANE_MIN_INNER = 32,        /* shorter channels-first planes use row blocks...        */
     BN_ROW_MAX_LEN = 1 << 16,       /* ...unless a row (C * inner) is longer than this        */
-    BN_PARALLEL_MIN_ELEMS = 1 << 15 /* smaller tensors run on the calling thread (overhead)   */
+    BN_PARALLEL_MIN_ELEMS = 1 << 15, /* smaller tensors run on the calling thread (overhead)  */
+    BN_PARALLEL_MIN_RECORDS = 1 << 14 /* block records x channels merged on the pool         */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -272,12 +279,13 @@ static bn_scratch thread_scratch(const bn_call *k, int tid)
     return s;
 }
 
-/* Row runs that only write tensors start at the first element of `ref` (their output) that
+/* Row runs in memory order start at the first element of `ref` (the call's output) that
  * is aligned to a vector, the elements before it being a masked head: aligned stores and
  * loads are faster, and numpy's large arrays sit 16 bytes past a 64-byte boundary. All
  * blocks and rows share that alignment when the period is a whole number of vectors
- * (otherwise: no head). Runs that accumulate never use a head, so that sums (and the
- * results) do not depend on where the buffers happen to be. */
+ * (otherwise: no head). The head does not change the sums: each position still adds its
+ * terms in row order, and fold reads the positions in row order (the results do not depend
+ * on where the buffers happen to be). */
 static int64_t row_head(const bn_plan *p, const void *ref, int vlen, size_t elsize)
 {
     const size_t align = (size_t)vlen * elsize, misalign = (uintptr_t)ref % align;
@@ -418,9 +426,11 @@ static void run_blocks(bn_call *k, bn_block_fn fn)
 }
 
 /* Run args for the block: tensors at its start, its length / segments, accumulators zeroed
- * (row runs add to them; plane runs overwrite them). */
+ * (row runs add to them; plane runs overwrite them). chunks: row runs walk the block in
+ * chunks with sums in registers, for a block already in cache (bn_runs_template.h); else in
+ * memory order from the aligned head (row_head) on. */
 static void block_args(const bn_call *k, const bn_block *blk, const bn_scratch *s, int nacc,
-                       bn_run_args *a)
+                       int chunks, bn_run_args *a)
 {
     const size_t off = (size_t)blk->start * k->elsize;
     memset(a, 0, sizeof *a);
@@ -431,7 +441,8 @@ static void block_args(const bn_call *k, const bn_block *blk, const bn_scratch *
     a->out1 = k->out1 ? k->out1 + off : NULL;
     a->len = blk->len;
     a->period = k->plan.period;
-    a->head = nacc ? 0 : k->plan.head; /* see row_head */
+    a->chunks = chunks;
+    a->head = chunks ? 0 : k->plan.head;
     a->nseg = k->plan.rows ? 1 : blk->nc;
     a->seg_stride = k->plan.inner;
     for (int i = 0; i < nacc; ++i) {
@@ -441,20 +452,24 @@ static void block_args(const bn_call *k, const bn_block *blk, const bn_scratch *
     }
 }
 
-/* out[i][c] = sum of accumulator i over the block's channel c (c local to the block). */
-static void fold(const bn_call *k, const bn_block *blk, float *const *acc, int nacc, double *out)
+/* out[i][c] = sum of accumulator i over the block's channel c (c local to the block), row
+ * blocks in the order of the positions counted from the row start whatever the run's head
+ * (its position arrays count from the head: see bn_runs_template.h), so that the sums do not
+ * depend on where the buffers happen to be. */
+static void fold(const bn_call *k, const bn_block *blk, const bn_run_args *run, double *out,
+                 int nacc)
 {
     const bn_plan *p = &k->plan;
     const int64_t nc = blk->nc;
     for (int i = 0; i < nacc; ++i) {
         double *o = out + (size_t)i * (size_t)nc;
-        const float *a = acc[i];
+        const float *a = run->acc[i];
         if (p->rows) { /* the positions the block touched */
-            const int64_t used = min64(p->period, blk->len);
+            const int64_t used = min64(p->period, blk->len), head = run->head;
             for (int64_t c = 0; c < nc; ++c)
                 o[c] = 0.0;
             for (int64_t pos = 0; pos < used; ++pos)
-                o[k->chan[pos]] += a[pos];
+                o[k->chan[pos]] += a[pos >= head ? pos - head : pos - head + p->period];
         } else { /* one sum per segment */
             for (int64_t c = 0; c < nc; ++c)
                 o[c] = a[c];
@@ -480,6 +495,7 @@ static int npairs(int nvars) { return nvars == 1 ? 1 : 4; }
 /* Statistics of one block (variables v: x; or x, dy, gx), two sub-passes over the block:
  *   1. s_v = sum(v)                    -> block mean m_v = s_v / count (float32)
  *   2. d_v = sum(v - m_v), P_ab = sum((a - m_a) * (b - m_b))
+ * (row blocks: the first from memory, in memory order; the second from L2, in chunks)
  * and the record, corrected for the rounding of m_v (corrected two-pass algorithm):
  *   mean_v = m_v + d_v / count,  M_ab = P_ab - d_a * d_b / count. */
 static void stats_block(bn_call *k, int64_t b, int tid)
@@ -492,11 +508,11 @@ static void stats_block(bn_call *k, int64_t b, int tid)
     const double inv_count = 1.0 / (double)blk.count; /* multiplied: divisions are slow */
     bn_run_args a;
 
-    block_args(k, &blk, &s, nvars, &a);
+    block_args(k, &blk, &s, nvars, 0, &a);
     k->runs[nvars == 1 ? BN_SUM_X : BN_GG_SUM](&a);
-    fold(k, &blk, s.acc, nvars, s.fold);
+    fold(k, &blk, &a, s.fold, nvars);
 
-    block_args(k, &blk, &s, nvars + np, &a);
+    block_args(k, &blk, &s, nvars + np, 1, &a);
     for (int v = 0; v < nvars; ++v) {
         float *m = s.means + v * nc;
         for (size_t c = 0; c < nc; ++c)
@@ -509,7 +525,7 @@ static void stats_block(bn_call *k, int64_t b, int tid)
         }
     }
     k->runs[nvars == 1 ? BN_DEV_X : BN_GG_DEV](&a);
-    fold(k, &blk, s.acc, nvars + np, s.fold);
+    fold(k, &blk, &a, s.fold, nvars + np);
 
     double *rec = record(k, b);
     const double *dev = s.fold, *prod = s.fold + nvars * nc;
@@ -529,22 +545,27 @@ static void stats_block(bn_call *k, int64_t b, int tid)
 /* Merges the block records in block order (Chan, Golub & LeVeque's pairwise update):
  *   n = na + nb, f = nb / n, delta_v = mean_v(b) - mean_v(a),
  *   mean_v += delta_v * f,  M_ab += M_ab(b) + delta_a * delta_b * na * f.
- * combined[v][c] = mean of variable v, combined[nvars + q][c] = co-moment of pair q. */
-static void combine_moments(const bn_call *k)
+ * combined[v][c] = mean of variable v, combined[nvars + q][c] = co-moment of pair q.
+ * Channels [lo, hi) only: channels merge independently (see combine). */
+static void combine_moments(const bn_call *k, int64_t lo, int64_t hi)
 {
     const size_t C = (size_t)k->plan.channels;
     const int nvars = k->nvars, np = npairs(nvars);
-    memset(k->combined, 0, (size_t)(nvars + np) * C * sizeof(double));
-    memset(k->counts, 0, C * sizeof(double));
+    for (int i = 0; i < nvars + np; ++i)
+        memset(k->combined + (size_t)i * C + (size_t)lo, 0, (size_t)(hi - lo) * sizeof(double));
+    memset(k->counts + lo, 0, (size_t)(hi - lo) * sizeof(double));
     for (int64_t b = 0; b < k->plan.nblocks; ++b) {
         bn_block blk;
         plan_block(&k->plan, b, &blk);
+        const int64_t c0 = max64(blk.c0, lo), c1 = min64(blk.c0 + blk.nc, hi);
+        if (c0 >= c1)
+            continue;
         const double *rec = record(k, b);
         const size_t nc = (size_t)blk.nc;
         /* all channels of a block have the same running count (same blocks so far) */
-        const double na = k->counts[blk.c0], n = na + (double)blk.count;
+        const double na = k->counts[c0], n = na + (double)blk.count;
         const double f = (double)blk.count / n, w = na * f;
-        for (size_t c = 0; c < nc; ++c) {
+        for (size_t c = (size_t)(c0 - blk.c0); c < (size_t)(c1 - blk.c0); ++c) {
             double delta[3];
             double *out = k->combined + blk.c0 + c;
             for (int v = 0; v < nvars; ++v) {
@@ -559,19 +580,47 @@ static void combine_moments(const bn_call *k)
     }
 }
 
-/* combined[i][c] = sum over blocks (in block order) of the records' field i. */
-static void combine_sums(const bn_call *k)
+/* combined[i][c] = sum over blocks (in block order) of the records' field i, channels
+ * [lo, hi). */
+static void combine_sums(const bn_call *k, int64_t lo, int64_t hi)
 {
     const size_t C = (size_t)k->plan.channels;
-    memset(k->combined, 0, (size_t)k->nfields * C * sizeof(double));
+    for (int i = 0; i < k->nfields; ++i)
+        memset(k->combined + (size_t)i * C + (size_t)lo, 0, (size_t)(hi - lo) * sizeof(double));
     for (int64_t b = 0; b < k->plan.nblocks; ++b) {
         bn_block blk;
         plan_block(&k->plan, b, &blk);
+        const int64_t c0 = max64(blk.c0, lo), c1 = min64(blk.c0 + blk.nc, hi);
         const double *rec = record(k, b);
         const size_t nc = (size_t)blk.nc;
         for (int i = 0; i < k->nfields; ++i)
-            for (size_t c = 0; c < nc; ++c)
-                k->combined[i * C + (size_t)blk.c0 + c] += rec[i * nc + c];
+            for (int64_t c = c0; c < c1; ++c)
+                k->combined[i * C + (size_t)c] += rec[i * nc + (size_t)(c - blk.c0)];
+    }
+}
+
+typedef struct {
+    const bn_call *k;
+    void (*fn)(const bn_call *k, int64_t lo, int64_t hi);
+} bn_combine_job;
+
+static void combine_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const bn_combine_job *job = ctx;
+    job->fn(job->k, lo, hi);
+}
+
+/* fn over all channels: every channel merges its own records in block order, so channel
+ * ranges run on the worker pool (bit-identical for any split) once there are enough
+ * records to pay for waking it (256 blocks x 512 channels serially: ~5% of a call). */
+static void combine(const bn_call *k, void (*fn)(const bn_call *k, int64_t lo, int64_t hi))
+{
+    const int64_t C = k->plan.channels;
+    if (k->nthreads > 1 && k->plan.nblocks * C >= BN_PARALLEL_MIN_RECORDS) {
+        bn_combine_job job = {k, fn};
+        mg_pool_rows(k->nthreads, C, 16, combine_rows, &job);
+    } else {
+        fn(k, 0, C);
     }
 }
 
@@ -580,11 +629,6 @@ static double combined(const bn_call *k, int i, int64_t c)
     return k->combined[(size_t)i * (size_t)k->plan.channels + (size_t)c];
 }
 
-/* One element pass over a block: run k->run with k->ncoef per-channel coefficient vectors
- * (chan_coef); its k->nacc accumulators are folded into the block's record. Row blocks
- * split the one-pass inference runs into their outputs, then their sums (re-reading the
- * block from L2): row runs that write are fastest in memory order with coefficients read
- * from position arrays, row runs that sum are fastest in chunks with sums in registers. */
 /* Whether a block's run may store whole vectors non-temporally: the call streams, and every
  * whole vector the run stores is aligned to a vector. Row runs: rows are whole vectors and
  * the block's outputs are aligned after the head (row_head). Plane runs: segments a whole
@@ -608,25 +652,23 @@ static int block_stream(const bn_call *k, const bn_run_args *a)
     return k->nacc == 0 || misalign == 0;
 }
 
+/* One element pass over a block: run k->run with k->ncoef per-channel coefficient vectors
+ * (chan_coef; row blocks: row_coef, from the head on) in memory order; its k->nacc
+ * accumulators are folded into the block's record. */
 static void pass_block(bn_call *k, int64_t b, int tid)
 {
     bn_block blk;
     plan_block(&k->plan, b, &blk);
     const bn_scratch s = thread_scratch(k, tid);
     bn_run_args a;
-    block_args(k, &blk, &s, k->nacc, &a);
+    block_args(k, &blk, &s, k->nacc, 0, &a);
     a.stream = block_stream(k, &a);
     for (int i = 0; i < k->ncoef; ++i)
         a.k[i] = k->plan.rows ? k->row_coef + (size_t)i * (size_t)k->plan.padded
                               : chan_coef(k, i) + blk.c0;
-    if (k->plan.rows && (k->run == BN_BWD_INFER || k->run == BN_GG_INFER)) {
-        k->runs[k->run == BN_BWD_INFER ? BN_BWD_INFER_DX : BN_GG_INFER_OUT](&a);
-        k->runs[k->run == BN_BWD_INFER ? BN_BWD_SUMS : BN_GG_DOT](&a);
-    } else {
-        k->runs[k->run](&a);
-    }
+    k->runs[k->run](&a);
     if (k->nacc)
-        fold(k, &blk, s.acc, k->nacc, record(k, b));
+        fold(k, &blk, &a, record(k, b), k->nacc);
 }
 
 /* Whether an element pass stores non-temporally: when the tensors the call touches (read
@@ -660,7 +702,7 @@ static void element_pass(bn_call *k, int run, int ncoef, int nacc)
     if (k->plan.rows)
         for (int i = 0; i < ncoef; ++i)
             expand(k, chan_coef(k, i), k->row_coef + (size_t)i * (size_t)k->plan.padded,
-                   nacc ? 0 : k->plan.head);
+                   k->plan.head);
     run_blocks(k, pass_block);
 }
 
@@ -668,7 +710,7 @@ static void statistics_pass(bn_call *k, int nvars)
 {
     k->nvars = nvars;
     run_blocks(k, stats_block);
-    combine_moments(k);
+    combine(k, combine_moments);
 }
 
 /* rsqrt(variance + epsilon) in float32, exactly as the reference computes it:
@@ -1073,7 +1115,7 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         k.out0 = dx;
         element_pass(&k, BN_BWD_INFER, 2, 2);
     }
-    combine_sums(&k);
+    combine(&k, combine_sums);
     int exceptional = 0;
     for (int64_t c = 0; c < channels; ++c) {
         const float r = rsqrt_f32(variance[c], epsilon);
@@ -1245,7 +1287,7 @@ int mg_bn_grad_grad_inference(int dtype, int64_t outer, int64_t channels, int64_
         chan_coef(&k, 4)[c] = r;
     }
     element_pass(&k, BN_GG_INFER, 5, 1);
-    combine_sums(&k);
+    combine(&k, combine_sums);
     for (int64_t c = 0; c < channels; ++c) {
         d_scale[c] = (float)combined(&k, 0, c) * rsqrt_f32(variance[c], epsilon);
         if (grad_grad_inference_exceptional(&k, c, scale, mean, variance, gscale, goffset))

@@ -5,8 +5,9 @@
  *   channels-first (NCHW/NCDHW): outer = shape[0],         inner = prod(shape[2:])
  * The kernels never transpose. All tensor arguments of one call share `dtype` and shape;
  * per-channel vectors are float32 [C]. Math is float32 (per-channel sums are reduced in
- * float32 vectors per block and combined in double, in a fixed block order, so results are
- * bit-identical for any thread count); float16/bfloat16 values are widened on load and
+ * float32 vectors per block, products added by fused multiply-adds, and combined in double,
+ * in a fixed block order, so results are bit-identical for any thread count and buffer
+ * alignment); float16/bfloat16 values are widened on load and
  * rounded once (to nearest even) on store. The formulas are next to each kernel in
  * batch_norm.c and in docs/tf-semantics.md#fusedbatchnormv3-forward,
  * docs/tf-semantics.md#fusedbatchnormgradv3 and docs/tf-semantics.md#autodiff-second-order.

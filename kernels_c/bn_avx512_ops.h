@@ -25,6 +25,10 @@ static inline void vf_acc(float *p, vf v)
 {
     _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), v));
 }
+static inline void vf_acc_fma(float *p, vf u, vf v)
+{
+    _mm512_storeu_ps(p, _mm512_fmadd_ps(u, v, _mm512_loadu_ps(p)));
+}
 static inline vf vf_keep(vf v, int n) { return n == VLEN ? v : _mm512_maskz_mov_ps(lanes(n), v); }
 /* Relu as mg_relu: v > 0 or NaN ? v : +0 */
 static inline vf vf_relu(vf v)

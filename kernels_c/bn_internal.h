@@ -25,8 +25,12 @@ typedef struct {
     int64_t period;          /* row runs: positions per row: a multiple of the vector width,
                                 or long rows ending with a masked vector */
     int64_t head;            /* row runs: elements before position 0 (they have positions
-                                period - head .. period - 1), < vector width */
+                                period - head .. period - 1), < vector width; 0 if chunks */
     int64_t nseg, seg_stride; /* plane runs: nseg segments, seg_stride elements apart */
+    int chunks;              /* row runs that accumulate: 1 walks the run in chunks of a few
+                                vectors with sums in registers (fast from cache), 0 in memory
+                                order adding to the position arrays (fast from memory); the
+                                same sums, bit for bit (bn_runs_template.h) */
     int stream;              /* 1: whole vectors are stored non-temporally (see
                                 bn_runs_template.h's BN_STREAMING); plane runs that only
                                 write start each segment with a masked head up to the first
@@ -59,9 +63,6 @@ enum {
     BN_GG_DEV,    /* acc0..2 += xc, dc, gc; acc3..6 += xc^2, dc*xc, gc*xc, gc*dc  */
     BN_GG_APPLY,  /* out0 = k3*gc + (k4*xc + k5); out1 = k6*xc + (k7*dc + k8*gc) */
     BN_GG_INFER,  /* out0 = (gx*k1 + (k2*xc)*k4) + k3; out1 = (k2*dy)*k4; acc0 += gx*dy */
-    BN_BWD_INFER_DX, /* out0 = dy * k1                       (BN_BWD_INFER, row blocks) */
-    BN_GG_INFER_OUT, /* the outputs of BN_GG_INFER           (BN_GG_INFER, row blocks)  */
-    BN_GG_DOT,       /* acc0 += gx*dy                        (BN_GG_INFER, row blocks)  */
     BN_FWD_APPLY_RELU,      /* out0 = relu(xc * k1 + k2)                              */
     BN_FWD_APPLY_SIDE,      /* out0 = (xc * k1 + k2) + dy   (dy: the side input)       */
     BN_FWD_APPLY_SIDE_RELU, /* out0 = relu((xc * k1 + k2) + dy)                        */

@@ -24,6 +24,10 @@ static inline void vf_acc(float *p, vf v)
 {
     _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), v));
 }
+static inline void vf_acc_fma(float *p, vf u, vf v)
+{
+    _mm256_storeu_ps(p, _mm256_fmadd_ps(u, v, _mm256_loadu_ps(p)));
+}
 
 static inline float vf_hsum(vf v)
 {

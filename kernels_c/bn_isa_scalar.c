@@ -16,6 +16,7 @@ static inline vf vf_keep(vf v, int n) { (void)n; return v; }
 static inline vf vf_ldk(const float *p) { return *p; }
 static inline float vf_hsum(vf v) { return v; }
 static inline void vf_acc(float *p, vf v) { *p += v; }
+static inline void vf_acc_fma(float *p, vf u, vf v) { *p = vf_fma(u, v, *p); }
 static inline vf vf_relu(vf v) { return (v > 0.0f || v != v) ? v : 0.0f; } /* as mg_relu */
 static inline vf vf_relu_grad(vf g, vf y) { return y > 0.0f ? g : g * 0.0f; } /* mg_relu_grad */
 

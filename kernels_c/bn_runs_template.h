@@ -9,20 +9,23 @@
  *   vf_ldk(p)         load VLEN floats of a position array
  *   vf_hsum(v)        the sum of the lanes of v
  *   vf_acc(p, v)      position accumulator update: p[0..VLEN) += v
+ *   vf_acc_fma(p, u, v)  the same with p[0..VLEN) = fma(u, v, p[0..VLEN))
  *   ld_<dt>(p, n)     load n <= VLEN tensor elements widened to float (missing lanes 0)
  *   st_<dt>(p, v, n)  round and store the first n lanes
  *   st_<dt>_nt(p, v)  round and store VLEN lanes with a non-temporal store (p aligned to
  *                     VLEN elements), vf_fence() orders such stores before later ones
  * No per-dtype or per-ISA logic lives here: only the loops and their formulas.
  *
- * Every kernel body is written once, as a macro of (K, ACC): K(i) is coefficient i at the
- * current vector, ACC(i, v) adds v to accumulator i. BN_RUN turns a body into two functions
- * (bn_internal.h): a row run (K from position arrays; ACC into position arrays or, for runs
- * that only sum, into registers) and a plane run (per segment, K broadcast and ACC in
- * registers). Names in scope in a body: x, dy, gx, out0, out1 (tensors at the run's start),
- * e (element offset), n (active lanes: VLEN except in masked vectors at the ends of rows,
- * segments and runs). Accumulated values must be zero in inactive lanes: ACC applies
- * vf_keep, and each body zeroes centered values (vf_keep) before it multiplies.
+ * Every kernel body is written once, as a macro of (K, ACC, ACCF): K(i) is coefficient i at
+ * the current vector, ACC(i, v) adds v to accumulator i, ACCF(i, u, v) adds u * v to it with
+ * one rounding (a fused multiply-add, written out: whether a compiler contracts a product
+ * and a sum must not depend on the code path, masked or not, or the sums would depend on
+ * the buffers' alignment). BN_RUN turns a body into two functions (bn_internal.h): a row
+ * run (K from position arrays; ACC into position arrays or registers) and a plane run (per
+ * segment, K broadcast and ACC in registers). Names in scope in a body: x, dy, gx, out0, out1
+ * (tensors at the run's start), e (element offset), n (active lanes: VLEN except in masked
+ * vectors at the ends of rows, segments and runs). Accumulated values must be zero in
+ * inactive lanes: ACC and ACCF apply vf_keep.
  */
 
 #define BN_GLUE3_(a, b, c) a##_##b##_##c
@@ -71,11 +74,15 @@
  * arrays ap_[i] (BN_ROW_ACC) or registers (BN_CHUNK_ACC). */
 #define BN_ROW_K(i) vf_ldk(kp_[i] + j)
 #define BN_ROW_ACC(i, v) vf_acc(ap_[i] + j, vf_keep(v, n))
+#define BN_ROW_ACCF(i, u, v) vf_acc_fma(ap_[i] + j, vf_keep(u, n), vf_keep(v, n))
 #define BN_CHUNK_K(i) kv_[i][u_]
 #define BN_CHUNK_ACC(i, v) (ra_[i][u_] = vf_add(ra_[i][u_], vf_keep(v, n)))
+#define BN_CHUNK_ACCF(i, u, v) (ra_[i][u_] = vf_fma(vf_keep(u, n), vf_keep(v, n), ra_[i][u_]))
 
-/* Memory order (for runs that write tensors): rows of `period` positions; a row whose
- * length is not a multiple of VLEN ends with one masked vector. */
+/* Memory order (runs that stream a block from memory, a->chunks == 0): rows of `period`
+ * positions; a row whose length is not a multiple of VLEN ends with one masked vector.
+ * Sums go to the position arrays (an L1-resident load, add and store per vector): the
+ * hardware prefetchers see one forward stream per tensor. */
 #define BN_FOR_ROW_VECTORS(len, period, ...)                                        \
     for (int64_t row_ = 0; row_ < (len); row_ += (period)) {                        \
         const int64_t rowlen_ = (len) - row_ < (period) ? (len) - row_ : (period);  \
@@ -92,9 +99,14 @@
         }                                                                           \
     }
 
-/* Chunk order (for runs that only accumulate): the period in chunks of CH vectors; a chunk
- * walks rows r_begin..r_end-1 (at most `rowlen` positions each) with its coefficients and
- * sums in registers, then adds the sums to ap_[i]: one store per chunk, not one per row. */
+/* Chunk order (runs that only accumulate over a block already in cache, a->chunks == 1):
+ * the period in chunks of CH vectors; a chunk walks rows r_begin..r_end-1 (at most `rowlen`
+ * positions each) with its coefficients and sums in registers, then adds the sums to ap_[i]:
+ * one store per chunk, not one per row. From memory this order is slow (CH vectors of every
+ * row, a strided walk the prefetchers follow badly: 40% of a 256-channel backward). Both
+ * orders add each position's terms one by one in row order to a sum that starts at +0
+ * (ap_[i] is zero before the run, and adding the register sum to it is exact), so they
+ * give the same bits. */
 #define BN_ROW_CHUNK(CH, nk, nacc, period, r_begin, r_end, rowlen, ...)             \
     for (int64_t j0_ = 0; j0_ < (rowlen); j0_ += (CH) * VLEN) {                     \
         vf kv_[(nk) + 1][CH], ra_[(nacc) + 1][CH];                                  \
@@ -137,7 +149,8 @@
 #define BN_ROW_CHUNK_VECTORS(nk, nacc) ((nk) + (nacc) <= 4 ? 4 : 2) /* registers permitting */
 
 /* A row run: first the `head` elements before the first aligned one (positions
- * period - head .. period - 1, one masked vector), then rows from position 0. */
+ * period - head .. period - 1, one masked vector), then rows from position 0; positions
+ * (and so the position arrays) count from the head. Chunked runs have no head. */
 #define BN_ROW_RUN(a, nk, nacc, BODY)                                               \
     const float *kp_[(nk) + 1];                                                     \
     float *ap_[(nacc) + 1];                                                         \
@@ -152,16 +165,16 @@
         BN_RUN_TENSORS(a, 0);                                                       \
         const int64_t e = 0, j = period_ - (a)->head;                               \
         const int n = (int)head_;                                                   \
-        BODY(BN_ROW_K, BN_ROW_ACC)                                                  \
+        BODY(BN_ROW_K, BN_ROW_ACC, BN_ROW_ACCF)                                                  \
     }                                                                               \
     {                                                                               \
         BN_RUN_TENSORS(a, head_);                                                   \
         const int64_t len_ = (a)->len - head_;                                      \
-        if ((nacc) == 0) {                                                          \
-            BN_FOR_ROW_VECTORS(len_, period_, BODY(BN_ROW_K, BN_ROW_ACC))           \
+        if (!(a)->chunks) {                                                         \
+            BN_FOR_ROW_VECTORS(len_, period_, BODY(BN_ROW_K, BN_ROW_ACC, BN_ROW_ACCF))           \
         } else {                                                                    \
             BN_FOR_ROW_CHUNKS(len_, period_, BN_ROW_CHUNK_VECTORS(nk, nacc), nk, nacc, \
-                              BODY(BN_CHUNK_K, BN_CHUNK_ACC));                      \
+                              BODY(BN_CHUNK_K, BN_CHUNK_ACC, BN_CHUNK_ACCF));                      \
         }                                                                           \
     }
 
@@ -171,6 +184,7 @@
 #define BN_UNROLL 4
 #define BN_PLANE_K(i) kv_[i][u_]
 #define BN_PLANE_ACC(i, v) (ra_[i][u_] = vf_add(ra_[i][u_], vf_keep(v, n)))
+#define BN_PLANE_ACCF(i, u, v) (ra_[i][u_] = vf_fma(vf_keep(u, n), vf_keep(v, n), ra_[i][u_]))
 #define BN_PLANE_RUN(a, nk, nacc, BODY)                                             \
     for (int64_t s = 0; s < (a)->nseg; ++s) {                                       \
         vf kv_[(nk) + 1][BN_UNROLL], ra_[(nacc) + 1][BN_UNROLL];                    \
@@ -181,16 +195,16 @@
             for (int i = 0; i < (nacc); ++i)                                        \
                 ra_[i][u_] = vf_zero();                                             \
         }                                                                           \
-        int64_t h_ = 0; /* streaming runs that only write: a masked head up to the first \
-                           aligned output element (the driver checked out1 shares it) */ \
-        if (stream_ && (nacc) == 0) {                                               \
+        int64_t h_ = 0; /* runs that only write: a masked head up to the first aligned \
+                           output element (streaming: the driver checked out1 shares it) */ \
+        if ((nacc) == 0) {                                                          \
             BN_RUN_TENSORS(a, s * (a)->seg_stride);                                 \
             h_ = bn_align_head(out0, VLEN * sizeof(BN_T), sizeof(BN_T), (a)->len);  \
             if (h_) {                                                               \
                 const int u_ = 0;                                                   \
                 const int64_t e = 0;                                                \
                 const int n = (int)h_;                                              \
-                BODY(BN_PLANE_K, BN_PLANE_ACC)                                      \
+                BODY(BN_PLANE_K, BN_PLANE_ACC, BN_PLANE_ACCF)                                      \
             }                                                                       \
         }                                                                           \
         BN_RUN_TENSORS(a, s * (a)->seg_stride + h_);                                \
@@ -200,7 +214,7 @@
             BN_UNROLL_ALL for (int u_ = 0; u_ < BN_UNROLL; ++u_) {                  \
                 const int64_t e = e0_ + u_ * VLEN;                                  \
                 const int n = VLEN;                                                 \
-                BODY(BN_PLANE_K, BN_PLANE_ACC)                                      \
+                BODY(BN_PLANE_K, BN_PLANE_ACC, BN_PLANE_ACCF)                                      \
             }                                                                       \
         }                                                                           \
         BN_UNROLL_ALL for (int u_ = 0; u_ < BN_UNROLL; ++u_) { /* the last < 4 vectors */ \
@@ -208,7 +222,7 @@
             if (e >= len_)                                                          \
                 break;                                                              \
             const int n = len_ - e < VLEN ? (int)(len_ - e) : VLEN;                 \
-            BODY(BN_PLANE_K, BN_PLANE_ACC)                                          \
+            BODY(BN_PLANE_K, BN_PLANE_ACC, BN_PLANE_ACCF)                                          \
         }                                                                           \
         for (int i = 0; i < (nacc); ++i) {                                          \
             vf sum = ra_[i][0];                                                     \
@@ -218,7 +232,7 @@
         }                                                                           \
     }
 
-/* Defines FN(row_<name>) and FN(plane_<name>) from BODY(K, ACC), which uses nk
+/* Defines FN(row_<name>) and FN(plane_<name>) from BODY(K, ACC, ACCF), which uses nk
  * coefficients and nacc accumulators. */
 #define BN_RUN(name, nk, nacc, BODY)                                                \
     static void FN(row_##name)(const bn_run_args *a)                                \
@@ -231,36 +245,36 @@
     }
 
 /* acc0 += x  (first sub-pass of the block statistics) */
-#define BODY_SUM_X(K, ACC) { ACC(0, LD(x + e, n)); }
+#define BODY_SUM_X(K, ACC, ACCF) { ACC(0, LD(x + e, n)); }
 BN_RUN(sum_x, 0, 1, BODY_SUM_X)
 
 /* xc = x - k0 (block mean); acc0 += xc; acc1 += xc^2  (second sub-pass, from cache) */
-#define BODY_DEV_X(K, ACC)                                                          \
+#define BODY_DEV_X(K, ACC, ACCF)                                                          \
     {                                                                               \
         const vf xc = vf_keep(vf_sub(LD(x + e, n), K(0)), n);                       \
         ACC(0, xc);                                                                 \
-        ACC(1, vf_mul(xc, xc));                                                     \
+        ACCF(1, xc, xc);                                                     \
     }
 BN_RUN(dev_x, 1, 2, BODY_DEV_X)
 
 /* y = (x - k0) * k1 + k2  with k0 = mean, k1 = scale * rsqrt(variance + eps), k2 = offset */
-#define BODY_FWD_APPLY(K, ACC)                                                      \
+#define BODY_FWD_APPLY(K, ACC, ACCF)                                                      \
     { ST(out0 + e, vf_fma(vf_sub(LD(x + e, n), K(0)), K(1), K(2)), n); }
 BN_RUN(fwd_apply, 3, 0, BODY_FWD_APPLY)
 
 /* xc = x - k0 (given mean); acc0 += dy; acc1 += dy * xc */
-#define BODY_BWD_SUMS(K, ACC)                                                       \
+#define BODY_BWD_SUMS(K, ACC, ACCF)                                                       \
     {                                                                               \
         const vf g = LD(dy + e, n);                                                 \
         ACC(0, g);                                                                  \
-        ACC(1, vf_mul(g, vf_keep(vf_sub(LD(x + e, n), K(0)), n)));                  \
+        ACCF(1, g, vf_sub(LD(x + e, n), K(0)));                  \
     }
 BN_RUN(bwd_sums, 1, 2, BODY_BWD_SUMS)
 
 /* dx = k1 * (dy - k3) + k2 * (x - k0): the training x_backprop
  * scale*r*(dy - mean(dy) - xc*mean(dy*xc)*r^2) with per-channel k0 = mean, k1 = scale*r,
  * k2 = -scale*r^3*sum(dy*xc)/n, k3 = mean(dy) (dy - mean(dy) first, as TF: exactly 0 for n = 1) */
-#define BODY_BWD_APPLY(K, ACC)                                                      \
+#define BODY_BWD_APPLY(K, ACC, ACCF)                                                      \
     {                                                                               \
         const vf t = vf_mul(K(2), vf_sub(LD(x + e, n), K(0)));                      \
         ST(out0 + e, vf_fma(K(1), vf_sub(LD(dy + e, n), K(3)), t), n);              \
@@ -271,11 +285,11 @@ BN_RUN(bwd_apply, 4, 0, BODY_BWD_APPLY)
  * unfused ops' kernels: the batch-norm value of BODY_FWD_APPLY, + side input (read through
  * dy; AddV2's single rounding), then Relu (mg_relu: v > 0 or NaN ? v : +0). */
 #define BN_FWD_VALUE(K) vf_fma(vf_sub(LD(x + e, n), K(0)), K(1), K(2))
-#define BODY_FWD_APPLY_RELU(K, ACC) { ST(out0 + e, vf_relu(BN_FWD_VALUE(K)), n); }
+#define BODY_FWD_APPLY_RELU(K, ACC, ACCF) { ST(out0 + e, vf_relu(BN_FWD_VALUE(K)), n); }
 BN_RUN(fwd_apply_relu, 3, 0, BODY_FWD_APPLY_RELU)
-#define BODY_FWD_APPLY_SIDE(K, ACC) { ST(out0 + e, vf_add(BN_FWD_VALUE(K), LD(dy + e, n)), n); }
+#define BODY_FWD_APPLY_SIDE(K, ACC, ACCF) { ST(out0 + e, vf_add(BN_FWD_VALUE(K), LD(dy + e, n)), n); }
 BN_RUN(fwd_apply_side, 3, 0, BODY_FWD_APPLY_SIDE)
-#define BODY_FWD_APPLY_SIDE_RELU(K, ACC)                                            \
+#define BODY_FWD_APPLY_SIDE_RELU(K, ACC, ACCF)                                            \
     { ST(out0 + e, vf_relu(vf_add(BN_FWD_VALUE(K), LD(dy + e, n))), n); }
 BN_RUN(fwd_apply_side_relu, 3, 0, BODY_FWD_APPLY_SIDE_RELU)
 
@@ -283,14 +297,14 @@ BN_RUN(fwd_apply_side_relu, 3, 0, BODY_FWD_APPLY_SIDE_RELU)
  * g = y > 0 ? dy : dy * 0 (mg_relu_grad), then BODY_BWD_SUMS / BODY_BWD_APPLY of g; the
  * apply run also stores g to out1 (the side input's gradient) when out1 is given. */
 #define BN_MASKED_DY vf_relu_grad(LD(dy + e, n), LD(gx + e, n))
-#define BODY_BWD_SUMS_RELU(K, ACC)                                                  \
+#define BODY_BWD_SUMS_RELU(K, ACC, ACCF)                                                  \
     {                                                                               \
         const vf g = BN_MASKED_DY;                                                  \
         ACC(0, g);                                                                  \
-        ACC(1, vf_mul(g, vf_keep(vf_sub(LD(x + e, n), K(0)), n)));                  \
+        ACCF(1, g, vf_sub(LD(x + e, n), K(0)));                  \
     }
 BN_RUN(bwd_sums_relu, 1, 2, BODY_BWD_SUMS_RELU)
-#define BODY_BWD_APPLY_RELU(K, ACC)                                                 \
+#define BODY_BWD_APPLY_RELU(K, ACC, ACCF)                                                 \
     {                                                                               \
         const vf g = BN_MASKED_DY;                                                  \
         const vf t = vf_mul(K(2), vf_sub(LD(x + e, n), K(0)));                      \
@@ -302,17 +316,17 @@ BN_RUN(bwd_apply_relu, 4, 0, BODY_BWD_APPLY_RELU)
 
 /* Inference backward in one pass: dx = dy * k1 (k1 = scale * r); acc0 += dy;
  * acc1 += dy * (x - k0) */
-#define BODY_BWD_INFER(K, ACC)                                                      \
+#define BODY_BWD_INFER(K, ACC, ACCF)                                                      \
     {                                                                               \
         const vf g = LD(dy + e, n);                                                 \
         ST(out0 + e, vf_mul(g, K(1)), n);                                           \
         ACC(0, g);                                                                  \
-        ACC(1, vf_mul(g, vf_keep(vf_sub(LD(x + e, n), K(0)), n)));                  \
+        ACCF(1, g, vf_sub(LD(x + e, n), K(0)));                  \
     }
 BN_RUN(bwd_infer, 2, 2, BODY_BWD_INFER)
 
 /* acc0 += x; acc1 += dy; acc2 += gx  (first sub-pass of the grad-grad statistics) */
-#define BODY_GG_SUM(K, ACC)                                                         \
+#define BODY_GG_SUM(K, ACC, ACCF)                                                         \
     {                                                                               \
         ACC(0, LD(x + e, n));                                                       \
         ACC(1, LD(dy + e, n));                                                      \
@@ -322,7 +336,7 @@ BN_RUN(gg_sum, 0, 3, BODY_GG_SUM)
 
 /* Centered at the block means k0, k1, k2: xc = x - k0, dc = dy - k1, gc = gx - k2;
  * acc0..2 += xc, dc, gc; acc3 += xc^2; acc4 += dc*xc; acc5 += gc*xc; acc6 += gc*dc */
-#define BODY_GG_DEV(K, ACC)                                                         \
+#define BODY_GG_DEV(K, ACC, ACCF)                                                         \
     {                                                                               \
         const vf xc = vf_keep(vf_sub(LD(x + e, n), K(0)), n);                       \
         const vf dc = vf_keep(vf_sub(LD(dy + e, n), K(1)), n);                      \
@@ -330,16 +344,16 @@ BN_RUN(gg_sum, 0, 3, BODY_GG_SUM)
         ACC(0, xc);                                                                 \
         ACC(1, dc);                                                                 \
         ACC(2, gc);                                                                 \
-        ACC(3, vf_mul(xc, xc));                                                     \
-        ACC(4, vf_mul(dc, xc));                                                     \
-        ACC(5, vf_mul(gc, xc));                                                     \
-        ACC(6, vf_mul(gc, dc));                                                     \
+        ACCF(3, xc, xc);                                                     \
+        ACCF(4, dc, xc);                                                     \
+        ACCF(5, gc, xc);                                                     \
+        ACCF(6, gc, dc);                                                     \
     }
 BN_RUN(gg_dev, 3, 7, BODY_GG_DEV)
 
 /* Grad-grad training outputs, centered at the batch means k0 (x), k1 (dy), k2 (gx):
  * d_dy = k3*gc + (k4*xc + k5);  d_x = k6*xc + (k7*dc + k8*gc)  (coefficients: batch_norm.c) */
-#define BODY_GG_APPLY(K, ACC)                                                       \
+#define BODY_GG_APPLY(K, ACC, ACCF)                                                       \
     {                                                                               \
         const vf xc = vf_sub(LD(x + e, n), K(0));                                   \
         const vf dc = vf_sub(LD(dy + e, n), K(1));                                  \
@@ -356,31 +370,18 @@ BN_RUN(gg_apply, 9, 0, BODY_GG_APPLY)
 #define BN_GG_INFER_D_DY(K, g)                                                      \
     vf_add(vf_add(vf_mul(g, K(1)), vf_mul(vf_mul(K(2), vf_sub(LD(x + e, n), K(0))), K(4))), \
            K(3))
-#define BODY_GG_INFER(K, ACC)                                                       \
+#define BODY_GG_INFER(K, ACC, ACCF)                                                       \
     {                                                                               \
         const vf g = LD(gx + e, n), d = LD(dy + e, n);                              \
         ST(out0 + e, BN_GG_INFER_D_DY(K, g), n);                                    \
         ST(out1 + e, vf_mul(vf_mul(K(2), d), K(4)), n);                             \
-        ACC(0, vf_mul(g, d));                                                       \
+        ACCF(0, g, d);                                                       \
     }
 #pragma GCC push_options
-#pragma GCC optimize("fp-contract=off") /* gg_infer and gg_infer_out, to the pop below */
+#pragma GCC optimize("fp-contract=off") /* gg_infer, to the pop below */
 BN_RUN(gg_infer, 5, 1, BODY_GG_INFER)
 
-/* The inference runs in two parts, for row blocks (see pass_block in batch_norm.c):
- * dx = dy * k1;  d_dy and d_x of BN_GG_INFER;  acc0 += gx*dy */
-#define BODY_BWD_INFER_DX(K, ACC) { ST(out0 + e, vf_mul(LD(dy + e, n), K(1)), n); }
-BN_RUN(bwd_infer_dx, 2, 0, BODY_BWD_INFER_DX)
-#define BODY_GG_INFER_OUT(K, ACC)                                                   \
-    {                                                                               \
-        const vf g = LD(gx + e, n), d = LD(dy + e, n);                              \
-        ST(out0 + e, BN_GG_INFER_D_DY(K, g), n);                                    \
-        ST(out1 + e, vf_mul(vf_mul(K(2), d), K(4)), n);                             \
-    }
-BN_RUN(gg_infer_out, 5, 0, BODY_GG_INFER_OUT)
 #pragma GCC pop_options
-#define BODY_GG_DOT(K, ACC) { ACC(0, vf_mul(LD(gx + e, n), LD(dy + e, n))); }
-BN_RUN(gg_dot, 0, 1, BODY_GG_DOT)
 
 #define BN_BOTH(id, name) .row[id] = FN(row_##name), .plane[id] = FN(plane_##name)
 const bn_run_table BN_GLUE3(bn_runs, BN_ISA, BN_DT) = {
@@ -395,9 +396,6 @@ const bn_run_table BN_GLUE3(bn_runs, BN_ISA, BN_DT) = {
     BN_BOTH(BN_GG_DEV, gg_dev),
     BN_BOTH(BN_GG_APPLY, gg_apply),
     BN_BOTH(BN_GG_INFER, gg_infer),
-    BN_BOTH(BN_BWD_INFER_DX, bwd_infer_dx),
-    BN_BOTH(BN_GG_INFER_OUT, gg_infer_out),
-    BN_BOTH(BN_GG_DOT, gg_dot),
     BN_BOTH(BN_FWD_APPLY_RELU, fwd_apply_relu),
     BN_BOTH(BN_FWD_APPLY_SIDE, fwd_apply_side),
     BN_BOTH(BN_FWD_APPLY_SIDE_RELU, fwd_apply_side_relu),

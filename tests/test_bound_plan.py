@@ -197,18 +197,21 @@ def test_bound_runs_from_several_threads(warm_runs):
 
 
 def test_the_arena_hands_out_a_buffer_only_while_it_alone_holds_it():
-    buffers = [np.zeros(UNIT, F32)]
-    free = buffers[0]
-    del free
-    first = planner.Arena.take(buffers, 0)
-    assert first is buffers[0]
+    buffers = [np.zeros(4 * UNIT, np.uint8)]
+    slot = planner.Slot(0, (UNIT,), np.dtype(F32))
+    first = planner.Arena.take(buffers, slot)
+    assert first.shape == (UNIT,) and first.dtype == F32
+    assert np.shares_memory(first, buffers[0])
     first[:] = 1
     view = first.reshape(2, -1)  # a caller keeps a view: the buffer is theirs now
     del first
-    second = planner.Arena.take(buffers, 0)
-    assert second is buffers[0] and not np.shares_memory(second, view)
+    second = planner.Arena.take(buffers, slot)
+    assert np.shares_memory(second, buffers[0]) and not np.shares_memory(second, view)
     second[:] = 2
     np.testing.assert_array_equal(view, np.ones((2, UNIT // 2), F32))
+    del view
+    third = planner.Arena.take(buffers, planner.Slot(0, (2, UNIT // 4), np.dtype(np.float64)))
+    assert third.shape == (2, UNIT // 4) and np.shares_memory(third, buffers[0])
 
 
 def _made(register, root, size=UNIT, in_place=False, owns=True):
@@ -221,8 +224,8 @@ def _made(register, root, size=UNIT, in_place=False, owns=True):
 def test_arena_plans_disjoint_lifetimes_and_leaves_out_what_others_hold(sizes, spans, fetched,
                                                                        in_place):
     """Entry e makes register e (root e) read by entries e+1 .. e+spans[e]; no two values
-    alive at once share a buffer, buffers have their values' shapes, and fetched values and
-    values written in place get none."""
+    alive at once share a buffer, each buffer holds its values' bytes (values of any size
+    share one), and fetched values and values written in place get none."""
     count = len(sizes)
     made = [_made(e, e, sizes[e], in_place=e in in_place) for e in range(count)]
     reads = [[] for _ in range(count)]
@@ -233,10 +236,12 @@ def test_arena_plans_disjoint_lifetimes_and_leaves_out_what_others_hold(sizes, s
     end = {e: max([r for r in range(count) if e in reads[r]], default=e) for e in range(count)}
     for e, slot in arena.slots.items():
         assert e not in fetched and e not in in_place
-        assert arena.buffers[slot].shape == (sizes[e],)
+        assert slot.shape == (sizes[e],) and slot.dtype == F32
+        assert arena.buffers[slot.buffer].nbytes >= 4 * sizes[e]
         for other, other_slot in arena.slots.items():
-            if other != e and other_slot == slot:
+            if other != e and other_slot.buffer == slot.buffer:
                 assert end[e] < other or end[other] < e
+    assert arena.nbytes <= 4 * sum(sizes)
     assert set(arena.slots) == {e for e in range(count) if e not in fetched | in_place}
 
 

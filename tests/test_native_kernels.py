@@ -441,6 +441,7 @@ def shifted_copy(array, shift_bytes):
                                                   ((8, 17, 33, 35), False),
                                                   ((16, 3, 64, 64), False),
                                                   ((64, 32, 7, 7), False),
+                                                  ((256, 64, 7, 7), False),
                                                   ((600, 6, 3, 3), False)], ids=str)
 def test_deterministic_for_any_thread_count_and_alignment(monkeypatch, dtype, shape,
                                                           channels_last):
@@ -484,13 +485,14 @@ def test_calls_from_many_threads_at_once_match_one_thread(monkeypatch):
 @pytest.mark.parametrize("dtype", [np.dtype(F32), BF16], ids=lambda d: d.name)
 @pytest.mark.parametrize("shape, channels_last", [((1, 1, 1, 5), True), ((3, 2, 2, 17), True),
                                                   ((2, 5, 3, 3), False), ((4, 3, 3, 64), True),
-                                                  ((2, 3, 2, 33), False), ((2, 3, 4, 16), False)],
+                                                  ((2, 3, 2, 33), False), ((2, 3, 4, 16), False),
+                                                  ((2, 3, 3, 200), True)],
                          ids=str)
 @pytest.mark.parametrize("stream", [0, 1], ids=["plain-stores", "non-temporal"])
 def test_output_alignment_does_not_matter(dtype, shape, channels_last, stream):
-    """The C functions write into buffers at any alignment (row runs that only write start
+    """The C functions write into buffers at any alignment (row runs in memory order start
     at the first aligned output element), with plain or non-temporal stores: bit-identical
-    results, nothing written outside."""
+    results, per-channel sums included, nothing written outside."""
     d = make_inputs(shape, channels_last, dtype, seed=7)
     lay, x, s, o, m, v = d["lay"], d["x"], d["scale"], d["offset"], d["mean"], d["var"]
     channels = shape[lay.axis]
@@ -499,8 +501,9 @@ def test_output_alignment_does_not_matter(dtype, shape, channels_last, stream):
     code = {np.dtype(F32): 0, BF16: 2}[np.dtype(dtype)]
     native.lib.mg_bn_set_streaming(0)
     expected = [native.bn_forward_inference(x, s, o, m, v, EPS, channels_last),
-                native.bn_forward_training(x, s, o, EPS, channels_last)[0],
-                native.bn_backward_training(d["dy"], x, s, m, v, EPS, channels_last)[0]]
+                *native.bn_forward_training(x, s, o, EPS, channels_last),
+                *native.bn_backward_training(d["dy"], x, s, m, v, EPS, channels_last),
+                *native.bn_backward_inference(d["dy"], x, s, m, v, EPS, channels_last)]
     native.lib.mg_bn_set_streaming(stream)
     try:
         check_outputs_at_every_alignment(d, expected, code, outer, inner)
@@ -524,11 +527,11 @@ def check_outputs_at_every_alignment(d, expected, code, outer, inner):
         outputs.append(y.copy())
         assert lib.mg_bn_forward_training(code, outer, channels, inner, fb(x), ff(s), ff(o),
                                           EPS, fb(y), ff(vec[0]), ff(vec[1]), threads) == 0
-        outputs.append(y.copy())
-        assert lib.mg_bn_backward_training(code, outer, channels, inner, fb(d["dy"]), fb(x),
-                                           ff(s), ff(m), ff(v), EPS, fb(y), ff(vec[0]),
-                                           ff(vec[1]), threads) == 0
-        outputs.append(y.copy())
+        outputs += [y.copy(), *(a.copy() for a in vec)]
+        for backward in (lib.mg_bn_backward_training, lib.mg_bn_backward_inference):
+            assert backward(code, outer, channels, inner, fb(d["dy"]), fb(x), ff(s), ff(m),
+                            ff(v), EPS, fb(y), ff(vec[0]), ff(vec[1]), threads) == 0
+            outputs += [y.copy(), *(a.copy() for a in vec)]
         for got, want in zip(outputs, expected, strict=True):
             assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), shift
         assert (raw[:start] == 0xA5).all() and (raw[start + x.nbytes:] == 0xA5).all()

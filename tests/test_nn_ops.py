@@ -1101,6 +1101,35 @@ def test_activations_against_tensorflow(tf, backend):
 
 
 @pytest.mark.oracle
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("strides,padding", [((1, 1), "SAME"), ((2, 2), "SAME"),
+                                             ((1, 1), "VALID"), ((2, 1), "SAME")])
+def test_conv2d_backprop_input_non_finite_filter_against_tensorflow(tf, backend, strides,
+                                                                    padding):
+    """A filter with inf, -inf and NaN weights: TensorFlow's input gradient multiplies a weight
+    only by real out_backprop pixels, so it is +-inf (or NaN) exactly where that weight's tap
+    reaches the input, never NaN from the padding's zeros (the column kernel's rule; the C
+    kernels' zero terms would make NaNs at the borders)."""
+    rng = np.random.default_rng(23)
+    f = rng.standard_normal((3, 3, 4, 5)).astype(F32)
+    f[0, 0, 1, 2], f[2, 1, 3, 0], f[1, 2, 0, 4] = np.inf, -np.inf, np.nan
+    x_shape = (2, 9, 8, 4)
+    tf_attrs = {"strides": [1, *strides, 1], "padding": padding}
+    out = tf.raw_ops.Conv2D(input=np.zeros(x_shape, F32), filter=f, **tf_attrs).shape
+    dy = rng.standard_normal(out).astype(F32)
+    expected = tf.raw_ops.Conv2DBackpropInput(input_sizes=x_shape, filter=f, out_backprop=dy,
+                                              **tf_attrs).numpy()
+    root = mg.Scope.NewRootScope()
+    [dx] = mg.ClientSession(root, backend=backend).Run({}, [ops.Conv2DBackpropInput(
+        root, list(x_shape), f, dy, strides=[1, *strides, 1], padding=padding)])
+    assert np.isnan(expected).any() and np.isinf(expected).any()
+    for special in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(special(dx), special(expected), err_msg=special.__name__)
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(dx[finite], expected[finite], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.oracle
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[4]}-s{c[2]}-d{c[3]}")
 def test_conv2d_against_tensorflow(tf, fmt, case):

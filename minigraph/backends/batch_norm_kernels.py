@@ -12,6 +12,7 @@ elsewhere. Inputs were already validated by the session.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,9 @@ F32 = np.float32
 # to the reference's); the global-normalization ones only for the dtypes the C and OpenCL
 # loops take (float64 runs on the reference).
 EVERY = ("reference", "native", "opencl")
+# The fused ops' native kernels also take out= (y, x_backprop: a bound plan's arena; used
+# for float32 x, ``native._bn_out``); the other backends' math takes no buffer.
+NOT_NATIVE = ("reference", "opencl")
 FAST = ("native", "opencl")
 FLOAT16_32 = (dtypes.float16, dtypes.float32)
 
@@ -44,9 +48,11 @@ def _vector(xp, value: np.ndarray, ct: type = F32) -> np.ndarray:
     return xp.ascontiguousarray(value, dtype=ct)
 
 
-@register_kernel("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", backend=EVERY)
-def fused_batch_norm(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
-                     ) -> list[np.ndarray]:
+@register_kernel("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", backend=NOT_NATIVE)
+@register_kernel("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", backend="native",
+                 out=True)
+def fused_batch_norm(op: Operation, inputs: list[np.ndarray], ctx: KernelContext,
+                     out: np.ndarray | None = None) -> list[np.ndarray]:
     """y plus (batch_mean, batch_variance, reserve_space_1, reserve_space_2), as in
     docs/tf-semantics.md#fusedbatchnormv3-forward.
 
@@ -54,9 +60,12 @@ def fused_batch_norm(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
     (k = n / max(n-1, 1)), blended with the incoming mean/variance when
     exponential_avg_factor != 1; reserve spaces hold the mean and the biased variance.
     Inference: copies of mean/variance everywhere. Empty x: NaN batch statistics.
+    ``out`` (native only): y's buffer where it fits.
     """
-    return batch_norm_forward(op, inputs, ctx, ctx.math.bn_forward_training,
-                              ctx.math.bn_forward_inference)
+    training, inference = ctx.math.bn_forward_training, ctx.math.bn_forward_inference
+    if out is not None:
+        training, inference = partial(training, out=out), partial(inference, out=out)
+    return batch_norm_forward(op, inputs, ctx, training, inference)
 
 
 def batch_norm_forward(op: Operation, inputs: list[np.ndarray], ctx: KernelContext,
@@ -99,14 +108,17 @@ def batch_norm_forward(op: Operation, inputs: list[np.ndarray], ctx: KernelConte
 
 
 @register_kernel("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
-                 backend=EVERY)
-def fused_batch_norm_grad(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
-                          ) -> list[np.ndarray]:
+                 backend=NOT_NATIVE)
+@register_kernel("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
+                 backend="native", out=True)
+def fused_batch_norm_grad(op: Operation, inputs: list[np.ndarray], ctx: KernelContext,
+                          out: np.ndarray | None = None) -> list[np.ndarray]:
     """(x_backprop, scale_backprop, offset_backprop, two empty reserves), as in
     docs/tf-semantics.md#gradient-formulas.
 
     reserve_space_1/2 are used as given (mean and biased variance); reserve_space_3 is ignored.
     Empty x: x_backprop empty of x's shape (also 5-D), zero scale/offset backprops.
+    ``out`` (native only): x_backprop's buffer where it fits.
     """
     dy, x, scale, mean, variance = inputs[:5]
     attrs = op.attrs
@@ -118,6 +130,8 @@ def fused_batch_norm_grad(op: Operation, inputs: list[np.ndarray], ctx: KernelCo
     else:
         backward = math.bn_backward_training if attrs["is_training"] else \
             math.bn_backward_inference
+        if out is not None:
+            backward = partial(backward, out=out)
         outputs = list(backward(xp.ascontiguousarray(dy), xp.ascontiguousarray(x),
                                 _vector(xp, scale, ct), _vector(xp, mean, ct),
                                 _vector(xp, variance, ct), attrs["epsilon"],

@@ -31,6 +31,7 @@ from minigraph.backends.native import (
     fbuf,
     lib,
     num_threads,
+    output_array,
 )
 from minigraph.ops.window import Window
 
@@ -43,9 +44,17 @@ def to_channels_last(a: np.ndarray, channels_last: bool) -> np.ndarray:
     return a if channels_last else as_f32(a.transpose(0, 2, 3, 1))
 
 
-def from_channels_last(a: np.ndarray, channels_last: bool) -> np.ndarray:
-    """The NHWC result ``a`` in the op's layout (a contiguous NCHW copy when not NHWC)."""
-    return a if channels_last else np.ascontiguousarray(a.transpose(0, 3, 1, 2))
+def from_channels_last(a: np.ndarray, channels_last: bool, out: np.ndarray | None = None,
+                       reads: tuple = ()) -> np.ndarray:
+    """The NHWC result ``a`` in the op's layout (a contiguous NCHW copy when not NHWC,
+    written into ``out`` where it fits and is none of the op's inputs ``reads``:
+    :func:`~minigraph.backends.native.output_array`)."""
+    if channels_last:
+        return a
+    n, h, w, c = a.shape
+    target = output_array(out, (n, c, h, w), a, *reads)
+    np.copyto(target, a.transpose(0, 3, 1, 2))
+    return target
 
 
 def _geometry(what: str, window: Window) -> list[int]:
@@ -69,11 +78,13 @@ def _groups(what: str, channels: int, out_channels: int, f_shape: tuple) -> int:
 
 
 def c_gemm_backprop_input(dy: np.ndarray, f: np.ndarray, input_shape: tuple, window: Window,
-                          channels_last: bool) -> np.ndarray:
+                          channels_last: bool, out: np.ndarray | None = None) -> np.ndarray:
     """d input of the convolution over ``window`` (``input_shape``: NHWC (n, h, w, c))
-    given dy (the op's layout) and the HWIO filter f; the result in the op's layout."""
+    given dy (the op's layout) and the HWIO filter f; the result in the op's layout (in
+    ``out`` where it fits)."""
     what = "Conv2DBackpropInput"
     check_rank4(what, out_backprop=dy, filter=f)
+    reads = (dy, f)
     dy, f = to_channels_last(dy, channels_last), as_f32(f)
     n, h, w, c = checked_sizes(what, batch=input_shape[0], height=input_shape[1],
                                width=input_shape[2], channels=input_shape[3])
@@ -82,17 +93,17 @@ def c_gemm_backprop_input(dy: np.ndarray, f: np.ndarray, input_shape: tuple, win
     if dy.shape != (n, *window.out, f.shape[3]):
         raise ValueError(f"native {what}: out_backprop shape {dy.shape} is not "
                          f"{(n, *window.out, f.shape[3])}")
-    dx = np.empty((n, h, w, c), F32)
+    dx = output_array(out if channels_last else None, (n, h, w, c), dy, f)
     check_code(lib.mg_conv2d_gemm_backprop_input(
         n, h, w, c, f.shape[0], f.shape[1], f.shape[3], groups, *geometry, fbuf(f), fbuf(dy),
         fbuf(dx), num_threads()), what)
-    return from_channels_last(dx, channels_last)
+    return from_channels_last(dx, channels_last, out, reads)
 
 
 def c_gemm_backprop_filter(x: np.ndarray, dy: np.ndarray, filter_shape: tuple, window: Window,
-                           channels_last: bool) -> np.ndarray:
+                           channels_last: bool, out: np.ndarray | None = None) -> np.ndarray:
     """d filter (HWIO ``filter_shape``) of the convolution of x over ``window`` given dy
-    (both in the op's layout)."""
+    (both in the op's layout), in ``out`` where it fits."""
     what = "Conv2DBackpropFilter"
     check_rank4(what, input=x, out_backprop=dy)
     x, dy = to_channels_last(x, channels_last), to_channels_last(dy, channels_last)
@@ -103,7 +114,7 @@ def c_gemm_backprop_filter(x: np.ndarray, dy: np.ndarray, filter_shape: tuple, w
         raise ValueError(f"native {what}: out_backprop shape {dy.shape} is not "
                          f"{(n, *window.out, filter_shape[3])}")
     kh, kw, _, co = filter_shape
-    df = np.empty(tuple(filter_shape), F32)
+    df = output_array(out, tuple(filter_shape), x, dy)
     check_code(lib.mg_conv2d_gemm_backprop_filter(
         n, h, w, c, kh, kw, co, groups, *geometry, fbuf(x), fbuf(dy), fbuf(df),
         num_threads()), what)

@@ -54,6 +54,7 @@ from minigraph.backends.native import (
     lib,
     nhwc_dims,
     num_threads,
+    output_array,
     shaped,
 )
 from minigraph.backends.registry import register_kernel
@@ -159,37 +160,45 @@ def conv2d_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
 
 def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple,
                                window: Window) -> np.ndarray:
-    """d input of a convolution, as a stride-1 convolution of out_backprop.
+    """d input of a convolution as TensorFlow's CPU kernel forms it: column gradients then
+    col2im.
 
-    With out_backprop spread onto a grid of step ``stride`` (zeros between) and padded so
-    that output row h sees the rows h + pad_before - i*dilation for every filter row i,
-    correlating with the filter flipped in every spatial dim (in/out channels swapped within
-    each group) gives d input[h] = sum_i dy[(h + pad_before - i*d) / s] f[i]. Out-of-range
-    rows are cropped. Any number of spatial dims; ``input_shape`` is channels-last.
+    ``cols[pixel, tap, c] = sum_o dy[pixel, o] * f[tap, c, o]`` (one matmul per group), then
+    each tap's columns are added into the input positions that tap reads from its output
+    pixels: ``dx[h] = sum_i cols[(h + pad_before - i*d) / s, i]`` over the taps i whose
+    position lies inside the input. Padding positions are never multiplied, so a non-finite
+    filter weight gives +-inf only where that tap reaches real pixels (TensorFlow's values;
+    spreading dy with zeros would make 0 * inf = NaN at the borders). Any number of spatial
+    dims; ``input_shape`` is channels-last.
     """
     n, *sizes, c = input_shape
     *k_sizes, ci, co = f.shape
-    groups = groups_of(c, f)
-    lengths = [size + (k - 1) * d for size, k, d in zip(sizes, k_sizes, window.dilations)]
-    offsets = [(k - 1) * d - before
-               for k, d, (before, _) in zip(k_sizes, window.dilations, window.pads)]
-    rows = [placed_rows(off, s, count, length) for off, s, count, length
-            in zip(offsets, window.strides, dy.shape[1:-1], lengths)]
-    spread = _zeros((n, *lengths, co), dy.dtype)
-    if all(p1 > p0 for p0, p1 in rows):
-        target = tuple(slice(off + p0 * s, off + (p1 - 1) * s + 1, s)
-                       for off, (p0, p1), s in zip(offsets, rows, window.strides))
-        spread[(slice(None), *target)] = dy[(slice(None), *(slice(p0, p1) for p0, p1 in rows))]
-    flip = tuple(slice(None, None, -1) for _ in k_sizes)
-    # group g's [k..., ci, cog] block becomes [k..., cog, ci], the groups side by side
-    rank = len(k_sizes)
-    flipped = np.ascontiguousarray(
-        f[flip].reshape(*k_sizes, ci, groups, co // groups)
-        .transpose(*range(rank), rank + 2, rank + 1, rank)
-        .reshape(*k_sizes, co // groups, groups * ci))
-    unit = Window(tuple(k_sizes), (1,) * len(sizes), window.dilations,
-                  ((0, 0),) * len(sizes), tuple(sizes))
-    return conv2d_nhwc(spread, flipped, unit)
+    groups, cog = groups_of(c, f), co // groups_of(c, f)
+    taps = int(np.prod(k_sizes))
+    out = dy.shape[1:-1]
+    pixels = n * int(np.prod(out))
+    dx = _zeros((n, *sizes, c), dy.dtype)
+    if pixels == 0 or taps * ci == 0:
+        return dx
+    # [groups, pixels, cog] @ [groups, cog, taps * ci] -> [pixels, taps, groups, ci]
+    per_group = dy.reshape(pixels, groups, cog).transpose(1, 0, 2)
+    weights = f.reshape(taps, ci, groups, cog).transpose(2, 3, 0, 1).reshape(groups, cog, -1)
+    cols = np.matmul(per_group, weights).reshape(groups, n, *out, taps, ci)
+    for tap, offsets in enumerate(np.ndindex(*k_sizes)):
+        source, target = [], []
+        for i, d, s, (before, _), count, size in zip(offsets, window.dilations,
+                                                     window.strides, window.pads, out, sizes):
+            p0, p1 = placed_rows(i * d - before, s, count, size)
+            if p1 <= p0:
+                break
+            source.append(slice(p0, p1))
+            first = p0 * s + i * d - before
+            target.append(slice(first, first + (p1 - p0 - 1) * s + 1, s))
+        else:
+            part = cols[(slice(None), slice(None), *source, tap)]  # [groups, n, out..., ci]
+            view = dx[(slice(None), *target)]
+            view += np.moveaxis(part, 0, -2).reshape(view.shape)
+    return dx
 
 
 def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tuple,
@@ -347,47 +356,48 @@ def forward_route(x_shape: tuple, f_shape: tuple, window: Window, groups: int) -
     return "gemm" if fewest >= channels else "direct"
 
 
-def conv2d_forward_nhwc(x, f, window: Window, groups: int,
-                        epilogue: Epilogue | None = None) -> np.ndarray:
+def conv2d_forward_nhwc(x, f, window: Window, groups: int, epilogue: Epilogue | None = None,
+                        out: np.ndarray | None = None) -> np.ndarray:
     """The native Conv2D of NHWC x (float32, non-empty) on the kernel :func:`forward_route`
     picks, then ``epilogue`` (which must fit y; the depthwise kernel applies it in one pass
-    after)."""
+    after); in ``out`` where it fits."""
     route = forward_route(x.shape, f.shape, window, groups)
     if route == "gemm":
-        return c_conv_gemm(x, f, window, groups, epilogue)
+        return c_conv_gemm(x, f, window, groups, epilogue, out)
     if route == "direct":
-        return c_conv2d(x, f, window.pads, window.out, True, epilogue, window.strides)
-    y = c_depthwise(x, _as_depthwise(f, groups), window)
+        return c_conv2d(x, f, window.pads, window.out, True, epilogue, window.strides, out)
+    y = c_depthwise(x, _as_depthwise(f, groups), window, out)
     if epilogue is not None:
         c_channel_epilogue(y, epilogue)
     return y
 
 
-def _conv2d_native(x, f, op, epilogue: Epilogue | None = None) -> np.ndarray:
+def _conv2d_native(x, f, op, epilogue: Epilogue | None = None, out: np.ndarray | None = None
+                   ) -> np.ndarray:
     """The native Conv2D of non-empty x in the op's data_format: NHWC directly, NCHW
     transposed to NHWC and back (the direct kernel reads NCHW itself, when it is the
-    route); ``epilogue`` (NHWC only) applied."""
+    route); ``epilogue`` (NHWC only) applied; in ``out`` where it fits."""
     window = _window(op, x.shape, f.shape)
     if op.attrs["data_format"] == "NHWC":
-        return conv2d_forward_nhwc(x, f, window, groups_of(x.shape[-1], f), epilogue)
+        return conv2d_forward_nhwc(x, f, window, groups_of(x.shape[-1], f), epilogue, out)
     groups = groups_of(x.shape[1], f)
     nhwc = (x.shape[0], *x.shape[2:], x.shape[1])
     if forward_route(nhwc, f.shape, window, groups) == "direct":  # one group: reads NCHW
-        return c_conv2d(x, f, window.pads, window.out, False, strides=window.strides)
+        return c_conv2d(x, f, window.pads, window.out, False, strides=window.strides, out=out)
     y = conv2d_forward_nhwc(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), f, window, groups)
-    return np.ascontiguousarray(y.transpose(0, 3, 1, 2))
+    return from_channels_last(y, False, out, (x, f))
 
 
-@register_kernel("Conv2D", **NATIVE_FORWARD_CONV)
-def conv2d_native(op, inputs, ctx):
+@register_kernel("Conv2D", **NATIVE_FORWARD_CONV, out=True)
+def conv2d_native(op, inputs, ctx, out=None):
     x, f = inputs
     window = _window(op, x.shape, f.shape)
     if x.size == 0 or 0 in window.out or not _c_takes(window, x.shape, f.shape):
         return conv2d(op, inputs, ctx)  # zeros, or absurd geometry: the numpy kernel
-    return [_conv2d_native(x, f, op)]
+    return [_conv2d_native(x, f, op, out=out)]
 
 
-def conv2d_native_epilogue(op, inputs, ctx, epilogue: Epilogue) -> list:
+def conv2d_native_epilogue(op, inputs, ctx, epilogue: Epilogue, out=None) -> list:
     """conv2d_native, then ``epilogue`` (the convolution's fused successors) where it fits
     the result: in the convolution's tiles (NHWC), else in one pass after it. Where it does
     not fit, the plain result (the caller runs the successors' own kernels)."""
@@ -396,8 +406,8 @@ def conv2d_native_epilogue(op, inputs, ctx, epilogue: Epilogue) -> list:
     shape = (x.shape[0], *window.out, f.shape[-1])
     if (op.attrs["data_format"] == "NHWC" and x.size and 0 not in window.out
             and _c_takes(window, x.shape, f.shape) and epilogue.fits(shape)):
-        return [_conv2d_native(x, f, op, epilogue)]
-    [y] = conv2d_native(op, inputs, ctx)
+        return [_conv2d_native(x, f, op, epilogue, out)]
+    [y] = conv2d_native(op, inputs, ctx, out)
     if epilogue.fits(y.shape):
         c_channel_epilogue(y, epilogue)
     return [y]
@@ -434,8 +444,8 @@ def direct_grad_wins(op, window: Window, in_channels: int, out_channels: int,
             and min(in_channels, out_channels) < DIRECT_GRAD_MAX_CHANNELS)
 
 
-@register_kernel("Conv2DBackpropInput", **NATIVE_CONV)
-def conv2d_backprop_input_native(op, inputs, ctx):
+@register_kernel("Conv2DBackpropInput", **NATIVE_CONV, out=True)
+def conv2d_backprop_input_native(op, inputs, ctx, out=None):
     sizes, f, dy = inputs
     fmt = op.attrs["data_format"]
     x_shape = sizes_to_shape(sizes.tolist(), "input_sizes", fail_for(op), fmt,
@@ -443,21 +453,24 @@ def conv2d_backprop_input_native(op, inputs, ctx):
     if dy.size == 0 or 0 in x_shape:
         return conv2d_backprop_input(op, inputs, ctx)
     window = conv_geometry(op.attrs, fail_for(op), x_shape, f.shape)
-    if not _c_takes(window, x_shape, f.shape):
+    # a non-finite filter takes the column kernel: the C kernels' zero terms (padding, a
+    # tile's other pixels) would turn its infinities into NaNs where TensorFlow has none
+    if not _c_takes(window, x_shape, f.shape) or not np.isfinite(f).all():
         return conv2d_backprop_input(op, inputs, ctx)
     channels_last = fmt == "NHWC"
     nhwc_shape = to_nhwc(x_shape, fmt)
     groups = groups_of(nhwc_shape[-1], f)
     if _depthwise_route(groups, f.shape, channels_last):
         return [c_depthwise_backprop_input(dy, _as_depthwise(f, groups), nhwc_shape[1:3],
-                                           window)]
+                                           window, out)]
     if direct_grad_wins(op, window, nhwc_shape[-1], f.shape[-1], groups):
-        return [c_conv2d_backprop_input(dy, f, nhwc_shape[1:3], window.pads, channels_last)]
-    return [c_gemm_backprop_input(dy, f, nhwc_shape, window, channels_last)]
+        return [c_conv2d_backprop_input(dy, f, nhwc_shape[1:3], window.pads, channels_last,
+                                        out)]
+    return [c_gemm_backprop_input(dy, f, nhwc_shape, window, channels_last, out)]
 
 
-@register_kernel("Conv2DBackpropFilter", **NATIVE_CONV)
-def conv2d_backprop_filter_native(op, inputs, ctx):
+@register_kernel("Conv2DBackpropFilter", **NATIVE_CONV, out=True)
+def conv2d_backprop_filter_native(op, inputs, ctx, out=None):
     x, sizes, dy = inputs
     f_shape = tuple(sizes.tolist())
     if x.size == 0 or dy.size == 0:
@@ -473,8 +486,9 @@ def conv2d_backprop_filter_native(op, inputs, ctx):
                                          window)
         return [df.reshape(f_shape)]
     if direct_grad_wins(op, window, channels, f_shape[-1], groups):
-        return [c_conv2d_backprop_filter(x, dy, f_shape[:2], window.pads, channels_last)]
-    return [c_gemm_backprop_filter(x, dy, f_shape, window, channels_last)]
+        return [c_conv2d_backprop_filter(x, dy, f_shape[:2], window.pads, channels_last,
+                                         out)]
+    return [c_gemm_backprop_filter(x, dy, f_shape, window, channels_last, out)]
 
 
 # ----------------------------------------------------------------------------- depthwise core
@@ -650,18 +664,19 @@ def _c_takes(window: Window, *shapes: tuple) -> bool:
     return max(sizes) < 2**31
 
 
-@register_kernel("DepthwiseConv2dNative", **NATIVE_DEPTHWISE)
-def depthwise_conv2d_native(op, inputs, ctx):
+@register_kernel("DepthwiseConv2dNative", **NATIVE_DEPTHWISE, out=True)
+def depthwise_conv2d_native(op, inputs, ctx, out=None):
     x, f = inputs
     window = depthwise_geometry(op.attrs, fail_for(op), x.shape, f.shape)
     if not _c_takes(window, x.shape, f.shape):
         return depthwise_conv2d(op, inputs, ctx)
     last = op.attrs["data_format"] == "NHWC"
-    return [from_channels_last(c_depthwise(to_channels_last(x, last), f, window), last)]
+    y = c_depthwise(to_channels_last(x, last), f, window, out if last else None)
+    return [from_channels_last(y, last, out, (x, f))]
 
 
-@register_kernel("DepthwiseConv2dNativeBackpropInput", **NATIVE_DEPTHWISE)
-def depthwise_conv2d_backprop_input_native(op, inputs, ctx):
+@register_kernel("DepthwiseConv2dNativeBackpropInput", **NATIVE_DEPTHWISE, out=True)
+def depthwise_conv2d_backprop_input_native(op, inputs, ctx, out=None):
     sizes, f, dy = inputs
     x_shape = _depthwise_input_shape(op, sizes, f, dy)
     window = depthwise_geometry(op.attrs, fail_for(op), x_shape, f.shape, "input_sizes")
@@ -669,12 +684,13 @@ def depthwise_conv2d_backprop_input_native(op, inputs, ctx):
         return depthwise_conv2d_backprop_input(op, inputs, ctx)
     last = op.attrs["data_format"] == "NHWC"
     dx = c_depthwise_backprop_input(to_channels_last(dy, last), f,
-                                    to_nhwc(x_shape, op.attrs["data_format"])[1:3], window)
-    return [from_channels_last(dx, last)]
+                                    to_nhwc(x_shape, op.attrs["data_format"])[1:3], window,
+                                    out if last else None)
+    return [from_channels_last(dx, last, out, (dy, f))]
 
 
-@register_kernel("DepthwiseConv2dNativeBackpropFilter", **NATIVE_DEPTHWISE)
-def depthwise_conv2d_backprop_filter_native(op, inputs, ctx):
+@register_kernel("DepthwiseConv2dNativeBackpropFilter", **NATIVE_DEPTHWISE, out=True)
+def depthwise_conv2d_backprop_filter_native(op, inputs, ctx, out=None):
     x, sizes, dy = inputs
     f_shape = tuple(sizes.tolist())
     window = depthwise_geometry(op.attrs, fail_for(op), x.shape, f_shape)
@@ -682,7 +698,7 @@ def depthwise_conv2d_backprop_filter_native(op, inputs, ctx):
         return depthwise_conv2d_backprop_filter(op, inputs, ctx)
     last = op.attrs["data_format"] == "NHWC"
     return [c_depthwise_backprop_filter(to_channels_last(x, last), to_channels_last(dy, last),
-                                        f_shape, window)]
+                                        f_shape, window, out)]
 
 
 # ----------------------------------------------------------------------------- C wrappers
@@ -700,12 +716,12 @@ def _c_filter(what: str, f: np.ndarray, in_channels: int, out_channels: int | No
 
 
 def c_conv2d(x, f, pads, out_hw, channels_last, epilogue: Epilogue | None = None,
-             strides=(1, 1)):
+             strides=(1, 1), out: np.ndarray | None = None):
     """Cross-correlation of x (NHWC or NCHW) with the HWIO filter f, dilation 1; ``strides``
     (height, width), ``pads`` = ((top, bottom), (left, right)), ``out_hw`` the output's
     (height, width): ``y[n, p, q, o] = sum_{i, j, ci} x[n, p * sh + i - top,
     q * sw + j - left, ci] * f[i, j, ci, o]`` (zero outside x); then ``epilogue`` applied to
-    each tile in registers (NHWC; it must fit the result)."""
+    each tile in registers (NHWC; it must fit the result); in ``out`` where it fits."""
     x, f = as_f32(x), as_f32(f)
     check_rank4("Conv2D", x=x, filter=f)
     n, h, w, c = nhwc_dims(x.shape, channels_last)
@@ -713,7 +729,7 @@ def c_conv2d(x, f, pads, out_hw, channels_last, epilogue: Epilogue | None = None
     sh, sw, top, left, oh, ow = checked_sizes(
         "Conv2D", stride_h=strides[0], stride_w=strides[1], pad_top=pads[0][0],
         pad_left=pads[1][0], out_h=out_hw[0], out_w=out_hw[1])
-    y = np.empty(shaped(n, oh, ow, co, channels_last), F32)
+    y = output_array(out, shaped(n, oh, ow, co, channels_last), x, f)
     c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(y.shape)
     check_code(lib.mg_conv2d_forward(
         n, h, w, c, kh, kw, co, sh, sw, top, left, oh, ow, int(channels_last), fbuf(x),
@@ -722,12 +738,14 @@ def c_conv2d(x, f, pads, out_hw, channels_last, epilogue: Epilogue | None = None
 
 
 def c_conv_gemm(x, f, window: Window, groups: int = 1,
-                epilogue: Epilogue | None = None) -> np.ndarray:
+                epilogue: Epilogue | None = None, out: np.ndarray | None = None
+                ) -> np.ndarray:
     """Cross-correlation of NHWC x with the HWIO filter f (``groups`` groups of f's
     in_channels) over ``window`` (any strides, dilations, pads) as an implicit GEMM
     (kernels_c/conv_gemm.h): ``y[n, p, q, g*cog + o] = sum_{i, j, ci} x[n, p*sh + i*dh - top,
     q*sw + j*dw - left, g*cg + ci] * f[i, j, ci, g*cog + o]`` (zero outside x), the filter
-    packed once when it is a constant; then ``epilogue`` (which must fit y) on each tile."""
+    packed once when it is a constant; then ``epilogue`` (which must fit y) on each tile;
+    in ``out`` where it fits."""
     x, f = as_f32(x), as_f32(f)
     check_rank4("Conv2D", x=x, filter=f)
     n, h, w, c = x.shape
@@ -742,7 +760,7 @@ def c_conv_gemm(x, f, window: Window, groups: int = 1,
     packing = packed_b(f.reshape(kh * kw * cg, co), owner=f, groups=groups)
     if packing.data.size != groups * lib.mg_gemm_packed_floats(kh * kw * cg, co // groups):
         raise ValueError(f"native Conv2D: the packed filter does not hold {f.shape}")
-    y = np.empty((n, *window.out, co), F32)
+    y = output_array(out, (n, *window.out, co), x, f)
     c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(y.shape)
     check_code(lib.mg_conv_gemm_forward(n, h, w, c, kh, kw, co, groups, *geometry, fbuf(x),
                                         fbuf(packing.data), fbuf(y), c_epilogue,
@@ -750,25 +768,27 @@ def c_conv_gemm(x, f, window: Window, groups: int = 1,
     return y
 
 
-def c_conv2d_backprop_input(dy, f, input_hw, pads, channels_last):
+def c_conv2d_backprop_input(dy, f, input_hw, pads, channels_last, out=None):
     """d input (shape: dy's batch, ``input_hw``, f's in_channels) of conv2d given dy:
-    ``dx[n, r, s, ci] = sum dy[n, p, q, o] * f[r - p + top, s - q + left, ci, o]``."""
+    ``dx[n, r, s, ci] = sum dy[n, p, q, o] * f[r - p + top, s - q + left, ci, o]``; in
+    ``out`` where it fits."""
     dy, f = as_f32(dy), as_f32(f)
     check_rank4("Conv2DBackpropInput", out_backprop=dy, filter=f)
     n, oh, ow, co = nhwc_dims(dy.shape, channels_last)
     kh, kw, c, _ = _c_filter("Conv2DBackpropInput", f, f.shape[2], co)
     h, w, top, left = checked_sizes("Conv2DBackpropInput", height=input_hw[0], width=input_hw[1],
                              pad_top=pads[0][0], pad_left=pads[1][0])
-    dx = np.empty(shaped(n, h, w, c, channels_last), F32)
+    dx = output_array(out, shaped(n, h, w, c, channels_last), dy, f)
     check_code(lib.mg_conv2d_backprop_input(
         n, h, w, c, kh, kw, co, top, left, oh, ow, int(channels_last), fbuf(f), fbuf(dy),
         fbuf(dx), num_threads()), "Conv2DBackpropInput")
     return dx
 
 
-def c_conv2d_backprop_filter(x, dy, filter_hw, pads, channels_last):
+def c_conv2d_backprop_filter(x, dy, filter_hw, pads, channels_last, out=None):
     """d filter (HWIO, spatial size ``filter_hw``) of conv2d given its input x and dy:
-    ``df[i, j, ci, o] = sum_{n, p, q} x[n, p + i - top, q + j - left, ci] * dy[n, p, q, o]``."""
+    ``df[i, j, ci, o] = sum_{n, p, q} x[n, p + i - top, q + j - left, ci] * dy[n, p, q, o]``;
+    in ``out`` where it fits."""
     x, dy = as_f32(x), as_f32(dy)
     check_rank4("Conv2DBackpropFilter", input=x, out_backprop=dy)
     n, h, w, c = nhwc_dims(x.shape, channels_last)
@@ -779,7 +799,7 @@ def c_conv2d_backprop_filter(x, dy, filter_hw, pads, channels_last):
     kh, kw, top, left = checked_sizes("Conv2DBackpropFilter", filter_h=filter_hw[0],
                                filter_w=filter_hw[1], pad_top=pads[0][0],
                                pad_left=pads[1][0])
-    df = np.empty((kh, kw, c, co), F32)
+    df = output_array(out, (kh, kw, c, co), x, dy)
     check_code(lib.mg_conv2d_backprop_filter(
         n, h, w, c, kh, kw, co, top, left, oh, ow, int(channels_last), fbuf(x), fbuf(dy),
         fbuf(df), num_threads()), "Conv2DBackpropFilter")
@@ -810,25 +830,27 @@ def _c_out_backprop(what: str, dy: np.ndarray, batch: int, window: Window, depth
                          f"{(batch, *window.out, depth)}")
 
 
-def c_depthwise(x, f, window: Window) -> np.ndarray:
+def c_depthwise(x, f, window: Window, out: np.ndarray | None = None) -> np.ndarray:
     """Depthwise cross-correlation of NHWC x with f ``[kh, kw, c, mult]`` over ``window``
-    (:func:`depthwise_nhwc`'s formula and rounding, bit for bit)."""
+    (:func:`depthwise_nhwc`'s formula and rounding, bit for bit); in ``out`` where it fits."""
     x, f = as_f32(x), as_f32(f)
     check_rank4("DepthwiseConv2dNative", input=x, filter=f)
     n, h, w, c = x.shape
     _c_depthwise_filter("DepthwiseConv2dNative", f.shape, c)
     kh, kw, _, mult = f.shape
     geometry = _c_depthwise_window("DepthwiseConv2dNative", window)
-    y = np.empty((n, *window.out, c * mult), F32)
+    y = output_array(out, (n, *window.out, c * mult), x, f)
     check_code(lib.mg_depthwise_forward(n, h, w, c, kh, kw, mult, *geometry, fbuf(x),
                                         fbuf(f), fbuf(y), num_threads()),
                "DepthwiseConv2dNative")
     return y
 
 
-def c_depthwise_backprop_input(dy, f, input_hw: tuple, window: Window) -> np.ndarray:
+def c_depthwise_backprop_input(dy, f, input_hw: tuple, window: Window,
+                               out: np.ndarray | None = None) -> np.ndarray:
     """d input (NHWC: dy's batch, ``input_hw``, f's channels) of the depthwise convolution
-    over ``window`` given dy (:func:`depthwise_backprop_input_nhwc`, bit for bit)."""
+    over ``window`` given dy (:func:`depthwise_backprop_input_nhwc`, bit for bit); in ``out``
+    where it fits."""
     what = "DepthwiseConv2dNativeBackpropInput"
     dy, f = as_f32(dy), as_f32(f)
     check_rank4(what, out_backprop=dy, filter=f)
@@ -838,15 +860,16 @@ def c_depthwise_backprop_input(dy, f, input_hw: tuple, window: Window) -> np.nda
     n = dy.shape[0]
     h, w = checked_sizes(what, height=input_hw[0], width=input_hw[1])
     geometry = _c_depthwise_window(what, window)
-    dx = np.empty((n, h, w, c), F32)
+    dx = output_array(out, (n, h, w, c), dy, f)
     check_code(lib.mg_depthwise_backprop_input(n, h, w, c, kh, kw, mult, *geometry, fbuf(f),
                                                fbuf(dy), fbuf(dx), num_threads()), what)
     return dx
 
 
-def c_depthwise_backprop_filter(x, dy, filter_shape: tuple, window: Window) -> np.ndarray:
+def c_depthwise_backprop_filter(x, dy, filter_shape: tuple, window: Window,
+                                out: np.ndarray | None = None) -> np.ndarray:
     """d filter (``filter_shape``) of the depthwise convolution of NHWC x over ``window``
-    given dy (:func:`depthwise_backprop_filter_nhwc`, bit for bit)."""
+    given dy (:func:`depthwise_backprop_filter_nhwc`, bit for bit); in ``out`` where it fits."""
     what = "DepthwiseConv2dNativeBackpropFilter"
     x, dy = as_f32(x), as_f32(dy)
     check_rank4(what, input=x, out_backprop=dy)
@@ -855,7 +878,7 @@ def c_depthwise_backprop_filter(x, dy, filter_shape: tuple, window: Window) -> n
     kh, kw, _, mult = filter_shape
     _c_out_backprop(what, dy, n, window, c * mult)
     geometry = _c_depthwise_window(what, window)
-    df = np.empty((kh, kw, c, mult), F32)
+    df = output_array(out, (kh, kw, c, mult), x, dy)
     check_code(lib.mg_depthwise_backprop_filter(n, h, w, c, kh, kw, mult, *geometry, fbuf(x),
                                                 fbuf(dy), fbuf(df), num_threads()), what)
     return df

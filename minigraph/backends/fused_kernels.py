@@ -82,8 +82,10 @@ def fused_members(op, inputs, ctx):
     return [run_members(member_values(op, inputs), ctx)]
 
 
-@register_kernel(*HEADS, backend="native", dtypes=(dtypes.float32,))
-def fused_native(op, inputs, ctx):
+@register_kernel(*HEADS, backend="native", dtypes=(dtypes.float32,), out=True)
+def fused_native(op, inputs, ctx, out=None):
+    """The head's native kernel (in ``out`` where it takes one and ``out`` fits) with the
+    chain as its epilogue where that stands for the stages, else the members' kernels."""
     prepared = prepare(op, inputs)
     pairs = member_values(op, inputs, prepared)
     plan = prepared.cache.get("native")
@@ -92,12 +94,13 @@ def fused_native(op, inputs, ctx):
     head, head_inputs = pairs[0]
     head_ctx = _context(plan.head, ctx)
     epilogue = _epilogue(pairs, prepared) if plan.epilogue else None
+    given = {"out": out} if out is not None and plan.head.takes_out else {}
     if epilogue is not None and plan.variant is not None:
-        [y] = plan.variant(head, head_inputs, head_ctx, epilogue)
+        [y] = plan.variant(head, head_inputs, head_ctx, epilogue, **given)
         if epilogue.fits(y.shape):  # applied in the head's tiles
             return [y]
     else:
-        [y] = plan.head.kernel(head, head_inputs, head_ctx)
+        [y] = plan.head.kernel(head, head_inputs, head_ctx, **given)
         if (epilogue is not None and type(y) is np.ndarray and y.flags.writeable
                 and y.dtype == np.float32 and epilogue.fits(y.shape)):
             c_channel_epilogue(y, epilogue)

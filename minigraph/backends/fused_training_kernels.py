@@ -92,17 +92,19 @@ def fused_batch_norm_ex(op: Operation, inputs: list[np.ndarray], ctx: KernelCont
     return outputs
 
 
-@register_kernel("_FusedBatchNormEx", **NATIVE)
-def fused_batch_norm_ex_native(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
-                               ) -> list[np.ndarray]:
+@register_kernel("_FusedBatchNormEx", **NATIVE, out=True)
+def fused_batch_norm_ex_native(op: Operation, inputs: list[np.ndarray], ctx: KernelContext,
+                               out: np.ndarray | None = None) -> list[np.ndarray]:
     """One C call: the statistics pass, then y = relu?(bn(x) + side) in one pass
-    (``mg_bn_forward_training_ex`` / ``mg_bn_forward_inference_ex``)."""
+    (``mg_bn_forward_training_ex`` / ``mg_bn_forward_inference_ex``); y in ``out`` where it
+    fits."""
     side, relu_on = _ex_attrs(op, inputs, 5)
     if side is not None:
         side = native.as_f32(side)
     return batch_norm_forward(
-        op, inputs[:5], ctx, partial(native.bn_forward_training_ex, side=side, relu=relu_on),
-        partial(native.bn_forward_inference_ex, side=side, relu=relu_on))
+        op, inputs[:5], ctx,
+        partial(native.bn_forward_training_ex, side=side, relu=relu_on, out=out),
+        partial(native.bn_forward_inference_ex, side=side, relu=relu_on, out=out))
 
 
 # ------------------------------------------------------------------ _FusedBatchNormGradEx
@@ -126,12 +128,14 @@ def fused_batch_norm_grad_ex(op: Operation, inputs: list[np.ndarray], ctx: Kerne
     return _grad_ex_chain(op, inputs, ctx, False)
 
 
-@register_kernel("_FusedBatchNormGradEx", **NATIVE)
+@register_kernel("_FusedBatchNormGradEx", **NATIVE, out=True)
 def fused_batch_norm_grad_ex_native(op: Operation, inputs: list[np.ndarray],
-                                    ctx: KernelContext) -> list[np.ndarray]:
+                                    ctx: KernelContext, out: np.ndarray | None = None
+                                    ) -> list[np.ndarray]:
     """Training with Relu: one C call, both backward passes reading dy masked by y > 0 in
     registers and the apply pass storing the masked dy as the side gradient
-    (``mg_bn_backward_training_ex``); otherwise the native kernels of the chain."""
+    (``mg_bn_backward_training_ex``; x_backprop in ``out`` where it fits); otherwise the
+    native kernels of the chain."""
     attrs = op.attrs
     dy, x, scale, mean, variance, _reserve_3, _offset, y = inputs
     if not (attrs["is_training"] and attrs["activation_mode"] == "Relu" and x.size):
@@ -139,7 +143,8 @@ def fused_batch_norm_grad_ex_native(op: Operation, inputs: list[np.ndarray],
     f32 = native.as_f32
     dx, scale_backprop, offset_backprop, side = native.bn_backward_training_ex(
         f32(dy), f32(x), f32(scale), f32(mean), f32(variance), f32(y), attrs["epsilon"],
-        channels_last(attrs["data_format"]), side_backprop=bool(attrs["num_side_inputs"]))
+        channels_last(attrs["data_format"]), side_backprop=bool(attrs["num_side_inputs"]),
+        out=out)
     empty = np.zeros(0, np.float32)
     outputs = [dx, scale_backprop, offset_backprop, empty, empty.copy()]
     return outputs + ([side] if side is not None else [])
@@ -309,24 +314,27 @@ def _c_pool_window(op: Operation, x: np.ndarray):
     return w.ksize, w.strides, w.pads, w.out, op.attrs["data_format"] == "NHWC"
 
 
-@register_kernel("_FusedReluMaxPool", **NATIVE)
-def fused_relu_max_pool_native(op: Operation, inputs: list, ctx: KernelContext
-                               ) -> list[np.ndarray]:
+@register_kernel("_FusedReluMaxPool", **NATIVE, out=True)
+def fused_relu_max_pool_native(op: Operation, inputs: list, ctx: KernelContext,
+                               out: np.ndarray | None = None) -> list[np.ndarray]:
     """One pass over the input (``mg_relu_max_pool``): the pool written as Relu(MaxPool(x))
-    block by block, each block's input rows Relu'd while in cache."""
+    block by block, each block's input rows Relu'd while in cache; the pool in ``out`` where
+    it fits."""
     window = _c_pool_window(op, inputs[0])
     if window is None:
         return fused_relu_max_pool(op, inputs, ctx)
-    return list(pooling_kernels.c_relu_max_pool(inputs[0], *window))
+    return list(pooling_kernels.c_relu_max_pool(inputs[0], *window, out=out))
 
 
-@register_kernel("_FusedMaxPoolGradReluGrad", **NATIVE)
-def fused_max_pool_grad_relu_grad_native(op: Operation, inputs: list, ctx: KernelContext
-                                         ) -> list[np.ndarray]:
+@register_kernel("_FusedMaxPoolGradReluGrad", **NATIVE, out=True)
+def fused_max_pool_grad_relu_grad_native(op: Operation, inputs: list, ctx: KernelContext,
+                                         out: np.ndarray | None = None) -> list[np.ndarray]:
     """One pass (``mg_max_pool_grad_relu``): each window's gradient routed to its first
-    maximum with ReluGrad's mask (the pool's input > 0) applied in the same store."""
-    x, _, g = inputs
+    maximum with ReluGrad's mask (the pool's input > 0) applied in the same store; into
+    ``out`` where it fits."""
+    x, pooled, g = inputs
     window = _c_pool_window(op, x)
     if window is None:
         return fused_max_pool_grad_relu_grad(op, inputs, ctx)
-    return [pooling_kernels.c_max_pool_grad(x, g, *window, relu=True)]
+    return [pooling_kernels.c_max_pool_grad(x, g, *window, relu=True,
+                                            out=native.unshared(out, pooled))]

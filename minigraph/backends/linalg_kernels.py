@@ -28,7 +28,7 @@ import numpy as np
 
 from minigraph.backends.compute import compute_dtype
 from minigraph.backends.gemm import c_gemm, pack_b, packed_b
-from minigraph.backends.native import as_f32, num_threads
+from minigraph.backends.native import as_f32, num_threads, output_array
 from minigraph.backends.registry import register_kernel
 from minigraph.framework import dtypes
 from minigraph.ops.linalg_ops import EinsumPlan, parse_einsum
@@ -68,10 +68,10 @@ def batch_matmul(op, inputs, ctx):
 
 
 @register_kernel("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", backend="native",
-                 dtypes=(dtypes.float32,))
-def batch_matmul_native(op, inputs, ctx):
+                 dtypes=(dtypes.float32,), out=True)
+def batch_matmul_native(op, inputs, ctx, out=None):
     """x @ y (adjoints as the attrs say) over the broadcast batch dims on the native GEMM
-    (see the module docstring)."""
+    (see the module docstring), in ``out`` where it fits."""
     x, y = inputs
     adj_x, adj_y = op.attrs["adj_x"], op.attrs["adj_y"]
     if x.dtype != np.float32 or y.dtype != np.float32 or 0 in x.shape or 0 in y.shape:
@@ -79,11 +79,11 @@ def batch_matmul_native(op, inputs, ctx):
     m, k = x.shape[-1:-3:-1] if adj_x else x.shape[-2:]
     n = y.shape[-2] if adj_y else y.shape[-1]
     batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    out = output_array(out, (*batch, m, n), x, y)
     if int(np.prod(y.shape[:-2])) == 1 and not adj_x:  # one shared y: one GEMM
         right = y.reshape(y.shape[-2:])
         packing = packed_b(right, adj_y, owner=y)
-        return [c_gemm(as_f32(x).reshape(-1, k), packing, out_shape=(*batch, m, n))]
-    out = np.empty((*batch, m, n), np.float32)
+        return [c_gemm(as_f32(x).reshape(-1, k), packing, out=out)]
     xs = np.broadcast_to(x, (*batch, *x.shape[-2:]))
     ys = np.broadcast_to(y, (*batch, *y.shape[-2:]))
     packs: dict[int, object] = {}  # per distinct y matrix (by address): packed once

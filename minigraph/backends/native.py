@@ -241,12 +241,20 @@ fbuf = functools.partial(ffi.from_buffer, "float[]") if ffi is not None else Non
 # the math primitives (same signatures as backends.reference)
 
 
-def bn_forward_training(x, scale, offset, epsilon, channels_last):
+def _bn_out(out: np.ndarray | None, x: np.ndarray, *reads: np.ndarray | None) -> np.ndarray:
+    """A batch-norm kernel's output of x's shape and dtype: ``out`` (a bound plan's arena)
+    where x is float32 and :func:`output_array` takes it, else a fresh array."""
+    if out is None or x.dtype != F32:
+        return np.empty(x.shape, x.dtype)
+    return output_array(out, x.shape, x, *(r for r in reads if r is not None))
+
+
+def bn_forward_training(x, scale, offset, epsilon, channels_last, *, out=None):
     """(y, mean, biased variance): mu = mean(x), var = mean((x - mu)^2) per channel,
-    y = (x - mu) * (scale * rsqrt(var + epsilon)) + offset."""
+    y = (x - mu) * (scale * rsqrt(var + epsilon)) + offset (y in ``out`` where it fits)."""
     code, outer, channels, inner = _geometry(x, channels_last)
     _vectors(channels, scale, offset)
-    y = np.empty(x.shape, x.dtype)
+    y = _bn_out(out, x)
     mean = np.empty(channels, F32)
     variance = np.empty(channels, F32)
     check_code(lib.mg_bn_forward_training(
@@ -264,13 +272,13 @@ def _side(x: np.ndarray, side: np.ndarray | None):
 
 
 def bn_forward_training_ex(x, scale, offset, epsilon, channels_last, *, side=None,
-                           relu=False):
+                           relu=False, out=None):
     """bn_forward_training with y = relu?(y + side) in the same pass (_FusedBatchNormEx):
     each stage rounds as AddV2's and Relu's kernels do."""
     code, outer, channels, inner = _geometry(x, channels_last)
     _vectors(channels, scale, offset)
     side_buf = _side(x, side)
-    y = np.empty(x.shape, x.dtype)
+    y = _bn_out(out, x, side)
     mean = np.empty(channels, F32)
     variance = np.empty(channels, F32)
     check_code(lib.mg_bn_forward_training_ex(
@@ -280,12 +288,12 @@ def bn_forward_training_ex(x, scale, offset, epsilon, channels_last, *, side=Non
 
 
 def bn_forward_inference_ex(x, scale, offset, mean, variance, epsilon, channels_last, *,
-                            side=None, relu=False):
+                            side=None, relu=False, out=None):
     """bn_forward_inference with y = relu?(y + side) in the same pass."""
     code, outer, channels, inner = _geometry(x, channels_last)
     _vectors(channels, scale, offset, mean, variance)
     side_buf = _side(x, side)
-    y = np.empty(x.shape, x.dtype)
+    y = _bn_out(out, x, side)
     check_code(lib.mg_bn_forward_inference_ex(
         code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), fbuf(mean),
         fbuf(variance), float(epsilon), side_buf, int(relu), _buf(y), num_threads()))
@@ -293,14 +301,14 @@ def bn_forward_inference_ex(x, scale, offset, mean, variance, epsilon, channels_
 
 
 def bn_backward_training_ex(dy, x, scale, mean, variance, y, epsilon, channels_last, *,
-                            side_backprop=False):
+                            side_backprop=False, out=None):
     """(dx, scale_backprop, offset_backprop, side_backprop or None): bn_backward_training of
     g = y > 0 ? dy : dy * 0 (ReluGrad's mask from the forward's output y), g itself as the
     side input's gradient when asked (_FusedBatchNormGradEx)."""
     code, outer, channels, inner = _geometry(x, channels_last)
     _same_as_x(x, dy, y)
     _vectors(channels, scale, mean, variance)
-    dx = np.empty(x.shape, x.dtype)
+    dx = _bn_out(out, x, dy, y)
     side = np.empty(x.shape, x.dtype) if side_backprop else None
     scale_backprop = np.empty(channels, F32)
     offset_backprop = np.empty(channels, F32)
@@ -312,22 +320,24 @@ def bn_backward_training_ex(dy, x, scale, mean, variance, y, epsilon, channels_l
     return dx, scale_backprop, offset_backprop, side
 
 
-def bn_forward_inference(x, scale, offset, mean, variance, epsilon, channels_last):
-    """y = (x - mean) * (scale * rsqrt(variance + epsilon)) + offset."""
+def bn_forward_inference(x, scale, offset, mean, variance, epsilon, channels_last, *,
+                         out=None):
+    """y = (x - mean) * (scale * rsqrt(variance + epsilon)) + offset (in ``out`` where it
+    fits)."""
     code, outer, channels, inner = _geometry(x, channels_last)
     _vectors(channels, scale, offset, mean, variance)
-    y = np.empty(x.shape, x.dtype)
+    y = _bn_out(out, x)
     check_code(lib.mg_bn_forward_inference(
         code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), fbuf(mean),
         fbuf(variance), float(epsilon), _buf(y), num_threads()))
     return y
 
 
-def _backward(function, dy, x, scale, mean, variance, epsilon, channels_last):
+def _backward(function, dy, x, scale, mean, variance, epsilon, channels_last, out=None):
     code, outer, channels, inner = _geometry(x, channels_last)
     _same_as_x(x, dy)
     _vectors(channels, scale, mean, variance)
-    dx = np.empty(x.shape, x.dtype)
+    dx = _bn_out(out, x, dy)
     scale_backprop = np.empty(channels, F32)
     offset_backprop = np.empty(channels, F32)
     check_code(function(
@@ -337,19 +347,21 @@ def _backward(function, dy, x, scale, mean, variance, epsilon, channels_last):
     return dx, scale_backprop, offset_backprop
 
 
-def bn_backward_training(dy, x, scale, mean, variance, epsilon, channels_last):
+def bn_backward_training(dy, x, scale, mean, variance, epsilon, channels_last, *, out=None):
     """(dx, scale_backprop, offset_backprop) with the given batch mean / biased variance:
     r = rsqrt(variance + epsilon), xc = x - mean, offset_backprop = sum(dy),
     scale_backprop = sum(dy * xc) * r,
-    dx = scale * r * (dy - sum(dy)/n - xc * (sum(dy * xc)/n) * r^2)."""
+    dx = scale * r * (dy - sum(dy)/n - xc * (sum(dy * xc)/n) * r^2) (dx in ``out`` where it
+    fits)."""
     return _backward(lib.mg_bn_backward_training, dy, x, scale, mean, variance, epsilon,
-                     channels_last)
+                     channels_last, out)
 
 
-def bn_backward_inference(dy, x, scale, mean, variance, epsilon, channels_last):
+def bn_backward_inference(dy, x, scale, mean, variance, epsilon, channels_last, *,
+                          out=None):
     """As bn_backward_training, but dx = dy * scale * r (the statistics are constants)."""
     return _backward(lib.mg_bn_backward_inference, dy, x, scale, mean, variance, epsilon,
-                     channels_last)
+                     channels_last, out)
 
 
 def bn_grad_grad_training(dy, x, scale, gx, gscale, goffset, epsilon, channels_last):
@@ -435,6 +447,24 @@ def out_array(out: np.ndarray | None, shape: tuple[int, ...], *inputs: np.ndarra
             else:
                 return out
     return np.empty(shape, F32)
+
+
+def output_array(out: np.ndarray | None, shape: tuple[int, ...], *inputs: np.ndarray
+                 ) -> np.ndarray:
+    """The float32 array of ``shape`` a kernel that writes every element of its output
+    (and reads its inputs after writing some) fills: ``out`` when it fits as for
+    :func:`out_array` and is none of ``inputs`` nor shares memory with one, else a fresh
+    one. A bound plan passes its arena's buffers (``KernelDef.takes_out``)."""
+    z = out_array(out, tuple(shape), *inputs)
+    return np.empty(shape, F32) if any(z is x for x in inputs) else z
+
+
+def unshared(out: np.ndarray | None, *unread: np.ndarray) -> np.ndarray | None:
+    """``out``, or None where it shares memory with an input the C call does not read (a
+    MaxPoolGrad's orig_output): a kernel never writes into any of its inputs."""
+    if out is None or not any(np.may_share_memory(out, array) for array in unread):
+        return out
+    return None
 
 
 _INT32_MAX = 2**31 - 1

@@ -25,6 +25,7 @@ from minigraph.backends.native import (
     ffi,
     lib,
     num_threads,
+    output_array,
 )
 from minigraph.backends.reduction_kernels import arg_extreme
 from minigraph.backends.registry import register_kernel
@@ -103,21 +104,22 @@ def matmul(op, inputs, ctx):
     return [blas_matmul(_in(left), _in(right)).astype(a.dtype, copy=False)]
 
 
-@register_kernel("MatMul", backend="native", dtypes=(dtypes.float32,))
-def matmul_native(op, inputs, ctx):
+@register_kernel("MatMul", backend="native", dtypes=(dtypes.float32,), out=True)
+def matmul_native(op, inputs, ctx, out=None):
     """``op(a) @ op(b)`` on the native GEMM (b's packing cached when it is a constant)."""
-    return matmul_native_epilogue(op, inputs, ctx, None)
+    return matmul_native_epilogue(op, inputs, ctx, None, out)
 
 
-def matmul_native_epilogue(op, inputs, ctx, epilogue: Epilogue | None) -> list:
+def matmul_native_epilogue(op, inputs, ctx, epilogue: Epilogue | None, out=None) -> list:
     """matmul_native, then ``epilogue`` (the fused successors, ``backends.fused_kernels``) where it
     fits the result, as ``mg_channel_epilogue`` applies it; else the plain product (the
-    caller runs the successors' own kernels)."""
+    caller runs the successors' own kernels); in ``out`` where it fits."""
     a, b = inputs
     packing = packed_b(b, op.attrs["transpose_b"])
     m = a.shape[1] if op.attrs["transpose_a"] else a.shape[0]
     fits = epilogue is not None and epilogue.fits((m, packing.n))
-    return [c_gemm(a, packing, op.attrs["transpose_a"], epilogue if fits else None)]
+    return [c_gemm(a, packing, op.attrs["transpose_a"], epilogue if fits else None,
+                   out=output_array(out, (m, packing.n), a, b))]
 
 
 def _log_softmax_parts(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -29,7 +29,9 @@ from minigraph.backends.native import (
     lib,
     nhwc_dims,
     num_threads,
+    output_array,
     shaped,
+    unshared,
 )
 from minigraph.backends.registry import register_kernel
 from minigraph.framework import dtypes
@@ -265,29 +267,33 @@ def max_pool_grad(op, inputs, ctx):
     return [dx.reshape(x.shape).astype(x.dtype, copy=False)]
 
 
-def _pool_native(op, inputs, ctx, c_pool, numpy_pool):
-    """A forward pool on the C kernel ``c_pool``; an empty output on ``numpy_pool``."""
+def _pool_native(op, inputs, ctx, c_pool, numpy_pool, out=None):
+    """A forward pool on the C kernel ``c_pool`` (into ``out`` where it fits); an empty
+    output on ``numpy_pool``."""
     x = inputs[0]
     out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
     if 0 in out_shape:
         return numpy_pool(op, inputs, ctx)
     w = pool.window
-    return [c_pool(x, w.ksize, w.strides, w.pads, w.out, op.attrs["data_format"] == "NHWC")]
+    return [c_pool(x, w.ksize, w.strides, w.pads, w.out, op.attrs["data_format"] == "NHWC",
+                   out=out)]
 
 
-@register_kernel("MaxPool", backend="native", dtypes=(dtypes.float32,), when=c_pool_fits)
-def max_pool_native(op, inputs, ctx):
-    return _pool_native(op, inputs, ctx, c_max_pool, max_pool)
+@register_kernel("MaxPool", backend="native", dtypes=(dtypes.float32,), when=c_pool_fits,
+                 out=True)
+def max_pool_native(op, inputs, ctx, out=None):
+    return _pool_native(op, inputs, ctx, c_max_pool, max_pool, out)
 
 
-@register_kernel("MaxPoolGrad", backend="native", dtypes=(dtypes.float32,), when=c_pool_fits)
-def max_pool_grad_native(op, inputs, ctx):
+@register_kernel("MaxPoolGrad", backend="native", dtypes=(dtypes.float32,), when=c_pool_fits,
+                 out=True)
+def max_pool_grad_native(op, inputs, ctx, out=None):
     x, g, out_shape, pool = _max_pool_grad_inputs(op, inputs)
     if 0 in out_shape or x.size == 0:
         return max_pool_grad(op, inputs, ctx)
     w = pool.window
     return [c_max_pool_grad(x, g, w.ksize, w.strides, w.pads, w.out,
-                                 op.attrs["data_format"] == "NHWC")]
+                            op.attrs["data_format"] == "NHWC", out=unshared(out, inputs[1]))]
 
 
 @register_kernel("MaxPoolGradGrad")
@@ -316,9 +322,10 @@ def avg_pool(op, inputs, ctx):
     return [(total / pool.counts().astype(ct)).astype(x.dtype, copy=False)]
 
 
-@register_kernel("AvgPool", backend="native", dtypes=(dtypes.float32,), when=c_pool_fits)
-def avg_pool_native(op, inputs, ctx):
-    return _pool_native(op, inputs, ctx, c_avg_pool, avg_pool)
+@register_kernel("AvgPool", backend="native", dtypes=(dtypes.float32,), when=c_pool_fits,
+                 out=True)
+def avg_pool_native(op, inputs, ctx, out=None):
+    return _pool_native(op, inputs, ctx, c_avg_pool, avg_pool, out)
 
 
 @register_kernel("AvgPoolGrad")
@@ -338,8 +345,9 @@ def avg_pool_grad(op, inputs, ctx):
     return [dx.astype(g.dtype)]
 
 
-@register_kernel("AvgPoolGrad", backend="native", dtypes=(dtypes.float32,), when=c_pool_fits)
-def avg_pool_grad_native(op, inputs, ctx):
+@register_kernel("AvgPoolGrad", backend="native", dtypes=(dtypes.float32,), when=c_pool_fits,
+                 out=True)
+def avg_pool_grad_native(op, inputs, ctx, out=None):
     sizes, g = inputs
     x_shape = tuple(sizes.tolist())
     out_shape, pool = pool_setup(op, x_shape, op.attrs["data_format"])
@@ -347,7 +355,7 @@ def avg_pool_grad_native(op, inputs, ctx):
         return avg_pool_grad(op, inputs, ctx)
     w = pool.window
     return [c_avg_pool_grad(g, x_shape, w.ksize, w.strides, w.pads, w.out,
-                            op.attrs["data_format"] == "NHWC")]
+                            op.attrs["data_format"] == "NHWC", out=out)]
 
 
 # ----------------------------------------------------------------------------- C wrappers
@@ -371,20 +379,20 @@ def _c_pool_args(what, x, ksize, strides, pads, out_hw, channels_last):
     return (n, h, w, c, kh, kw, sh, sw, top, left, oh, ow, int(channels_last))
 
 
-def _c_pool_forward(what, c_fn, x, ksize, strides, pads, out_hw, channels_last):
+def _c_pool_forward(what, c_fn, x, ksize, strides, pads, out_hw, channels_last, out=None):
     """The forward pool ``what`` on the checked C entry point ``c_fn`` (mg_max_pool or
-    mg_avg_pool: the same arguments)."""
+    mg_avg_pool: the same arguments), into ``out`` where it fits."""
     x = as_f32(x)
     args = _c_pool_args(what, x, ksize, strides, pads, out_hw, channels_last)
-    y = np.empty(shaped(args[0], args[10], args[11], args[3], channels_last), F32)
+    y = output_array(out, shaped(args[0], args[10], args[11], args[3], channels_last), x)
     check_code(c_fn(*args, fbuf(x), fbuf(y), num_threads()), what)
     return y
 
 
-def c_max_pool(x, ksize, strides, pads, out_hw, channels_last):
+def c_max_pool(x, ksize, strides, pads, out_hw, channels_last, out=None):
     """Max over each window's in-bounds elements (NaN propagates, as numpy.maximum)."""
     return _c_pool_forward("MaxPool", lib.mg_max_pool, x, ksize, strides, pads, out_hw,
-                           channels_last)
+                           channels_last, out)
 
 
 def _check_grad(what: str, g: np.ndarray, args: tuple, channels_last: bool) -> None:
@@ -394,47 +402,49 @@ def _check_grad(what: str, g: np.ndarray, args: tuple, channels_last: bool) -> N
                          f"got {g.shape}")
 
 
-def c_max_pool_grad(x, g, ksize, strides, pads, out_hw, channels_last, relu=False):
+def c_max_pool_grad(x, g, ksize, strides, pads, out_hw, channels_last, relu=False, out=None):
     """Each window's gradient g to its first maximum in x (row-major, strict >), summed
     where windows overlap (kernels_c/pooling.h: the numpy kernel's order). g has the pool's
     output shape. ``relu``: x is a Relu's output and ReluGrad's mask ``x > 0`` is applied in
-    the same store (``mg_max_pool_grad_relu``: ReluGrad(MaxPoolGrad(x, g), x) bit for bit)."""
+    the same store (``mg_max_pool_grad_relu``: ReluGrad(MaxPoolGrad(x, g), x) bit for bit).
+    dx in ``out`` where it fits."""
     what = "_FusedMaxPoolGradReluGrad" if relu else "MaxPoolGrad"
     x, g = as_f32(x), as_f32(g)
     args = _c_pool_args(what, x, ksize, strides, pads, out_hw, channels_last)
     _check_grad(what, g, args, channels_last)
-    dx = np.empty(x.shape, F32)
+    dx = output_array(out, x.shape, x, g)
     c_fn = lib.mg_max_pool_grad_relu if relu else lib.mg_max_pool_grad
     check_code(c_fn(*args, fbuf(x), fbuf(g), fbuf(dx), num_threads()), what)
     return dx
 
 
-def c_relu_max_pool(x, ksize, strides, pads, out_hw, channels_last):
+def c_relu_max_pool(x, ksize, strides, pads, out_hw, channels_last, out=None):
     """(MaxPool(Relu(x)), Relu(x)) in one pass over x (``mg_relu_max_pool``): the native
-    Relu's and MaxPool's bits."""
+    Relu's and MaxPool's bits; the pool in ``out`` where it fits."""
     x = as_f32(x)
     args = _c_pool_args("_FusedReluMaxPool", x, ksize, strides, pads, out_hw, channels_last)
-    y = np.empty(shaped(args[0], args[10], args[11], args[3], channels_last), F32)
+    y = output_array(out, shaped(args[0], args[10], args[11], args[3], channels_last), x)
     r = np.empty(x.shape, F32)
     check_code(lib.mg_relu_max_pool(*args, fbuf(x), fbuf(y), fbuf(r), num_threads()),
                "_FusedReluMaxPool")
     return y, r
 
 
-def c_avg_pool(x, ksize, strides, pads, out_hw, channels_last):
+def c_avg_pool(x, ksize, strides, pads, out_hw, channels_last, out=None):
     """Mean over each window's in-bounds elements (kernels_c/pooling.h's order)."""
     return _c_pool_forward("AvgPool", lib.mg_avg_pool, x, ksize, strides, pads, out_hw,
-                           channels_last)
+                           channels_last, out)
 
 
-def c_avg_pool_grad(g, x_shape, ksize, strides, pads, out_hw, channels_last):
+def c_avg_pool_grad(g, x_shape, ksize, strides, pads, out_hw, channels_last, out=None):
     """AvgPool's input gradient for an input of ``x_shape``: each window's g / count spread
-    over its in-bounds elements (kernels_c/pooling.h's order). g has the pool's shape."""
+    over its in-bounds elements (kernels_c/pooling.h's order). g has the pool's shape; dx
+    in ``out`` where it fits."""
     g = as_f32(g)
     shape_only = np.broadcast_to(F32(0), tuple(x_shape))  # the geometry checks read shapes
     args = _c_pool_args("AvgPoolGrad", shape_only, ksize, strides, pads, out_hw,
                         channels_last)
     _check_grad("AvgPoolGrad", g, args, channels_last)
-    dx = np.empty(tuple(x_shape), F32)
+    dx = output_array(out, tuple(x_shape), g)
     check_code(lib.mg_avg_pool_grad(*args, fbuf(g), fbuf(dx), num_threads()), "AvgPoolGrad")
     return dx

@@ -84,7 +84,11 @@ class KernelDef:
     in ``dtypes`` (None: any) and ``when(op)`` holds (None: always). ``inplace``: the inputs
     the kernel may write its output 0 into: it then takes ``out=`` (one of those inputs,
     which the session's memory planner offers only where nothing else holds it) and returns
-    it as the result when the array fits, or a fresh array when not."""
+    it as the result when the array fits, or a fresh array when not. ``takes_out``: the
+    kernel takes ``out=`` (any kernel with ``inplace`` does): a buffer of its output 0's
+    shape and dtype sharing no memory with its inputs (a bound plan's arena, ``client/
+    planner.py``), which it fills entirely and returns when it fits (C-contiguous, aligned,
+    writeable, of that shape and dtype) and ignores when not."""
 
     op_type: str
     backend: str
@@ -92,6 +96,7 @@ class KernelDef:
     dtypes: frozenset[DType] | None = None
     when: Callable[[Operation], bool] | None = field(default=None, compare=False)
     inplace: tuple[int, ...] = ()
+    takes_out: bool = False
 
     @property
     def name(self) -> str:
@@ -121,10 +126,12 @@ def op_dtype(op: Operation) -> DType | None:
 def register_kernel(*op_types: str, backend: str | Sequence[str] = "reference",
                     dtypes: Sequence[DType] | None = None,
                     when: Callable[[Operation], bool] | None = None,
-                    inplace: Sequence[int] = ()) -> Callable[[Kernel], Kernel]:
+                    inplace: Sequence[int] = (), out: bool = False
+                    ) -> Callable[[Kernel], Kernel]:
     """Decorator: register the kernel for ``op_types`` on ``backend`` (one name or several),
     for the ``dtypes`` and attrs (``when``) it handles; ``inplace``: the inputs it may write
-    its output into (see :class:`KernelDef`). Registrations of one op and backend are tried
+    its output into, ``out``: it takes ``out=`` without writing in place (see
+    :class:`KernelDef`). Registrations of one op and backend are tried
     in order; the first that matches runs."""
     backends = (backend,) if isinstance(backend, str) else tuple(backend)
     unknown = set(backends) - set(BACKENDS)
@@ -139,7 +146,8 @@ def register_kernel(*op_types: str, backend: str | Sequence[str] = "reference",
                 if any(e.dtypes == allowed and e.when is None and when is None for e in entries):
                     raise ValueError(f"a {name} kernel for '{op_type}' with these dtypes is "
                                      f"already registered")
-                entries.append(KernelDef(op_type, name, kernel, allowed, when, tuple(inplace)))
+                entries.append(KernelDef(op_type, name, kernel, allowed, when, tuple(inplace),
+                                         bool(out or inplace)))
         return kernel
 
     return decorate

@@ -114,7 +114,7 @@ class BoundProgram:
 
     def _direct(self, index: int, step: Any, ins: tuple, outs: tuple, drop: tuple) -> tuple:
         """The entry calling ``step``'s kernel itself (with ``out=`` where it takes one)."""
-        if step.kernel_def.inplace:
+        if step.kernel_def.takes_out:
             self.candidates.append(index)
             return (_OUT, step.kernel, step.op, step.kernel_context, ins, outs, drop,
                     (step.inplace, step.out_dtype, -1))
@@ -169,8 +169,8 @@ class BoundProgram:
             kind, call, op, ctx, ins, outs, drop, (inplace, dtype, _) = self.entries[index]
             inplace = tuple(i for i in inplace
                             if sizes.get(ins[i], 0) >= planner.MIN_INPLACE_BYTES)
-            slot = slots.get(index, -1)
-            if inplace or slot >= 0:
+            slot = slots.get(index)
+            if inplace or slot is not None:
                 self.entries[index] = (kind, call, op, ctx, ins, outs, drop,
                                        (inplace, dtype, slot))
             else:
@@ -192,7 +192,7 @@ class BoundProgram:
                 elif kind == _OUT:
                     inplace, dtype, slot = extra
                     out = reusable(values, inplace, dtype) if inplace else None
-                    if out is None and slot >= 0:
+                    if out is None and slot is not None:
                         out = take(buffers, slot)
                     results = (call(op, values, ctx) if out is None
                                else call(op, values, ctx, out=out))

@@ -235,7 +235,7 @@ def shape_only(validate: Any, context: Any, values: list) -> bool:
 class ConcatGroup:
     """A ``ConcatV2`` whose inputs' producers write straight into its output (no copy).
 
-    Each input is output 0 of a native kernel taking ``out=`` (``KernelDef.inplace``), read
+    Each input is output 0 of a native kernel taking ``out=`` (``KernelDef.takes_out``), read
     by the concat alone, not fetched; the concatenated output's static shape is fully
     known and every input's part of it is contiguous (all dimensions before the axis are
     1: an axis-0 concat, a batch-1 NCHW channel concat). The first producer to run
@@ -299,7 +299,7 @@ def concat_groups(steps: Sequence, fetch_keys: Iterable, keep: Iterable = ()
         makers = [producer.get(key) for key in keys]
         if (math.prod(dims[:axis]) != 1 or len(set(keys)) != count
                 or any(key in pinned or reads[key] != 1 for key in keys)
-                or any(maker is None or not maker.kernel_def.inplace or id(maker) in claimed
+                or any(maker is None or not maker.kernel_def.takes_out or id(maker) in claimed
                        or not maker.op.outputs[0].shape.is_fully_defined()
                        for maker in makers)):
             continue
@@ -409,12 +409,22 @@ def _free_references() -> int:
 _FREE_REFERENCES = _free_references()
 
 
+@dataclass(frozen=True)
+class Slot:
+    """An arena entry's place: its buffer and the array it is seen as there."""
+
+    buffer: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
 @dataclass
 class Arena:
-    """The output buffers of a bound program: ``slots`` maps an entry (a step) to its
-    buffer in ``buffers``."""
+    """The output buffers of a bound program: raw byte buffers (``buffers``), each shared by
+    the entries whose lifetimes do not overlap; ``slots`` maps an entry (a step) to its
+    :class:`Slot`."""
 
-    slots: dict[int, int]
+    slots: dict[int, Slot]
     buffers: list[np.ndarray]
 
     @property
@@ -422,15 +432,16 @@ class Arena:
         return sum(buffer.nbytes for buffer in self.buffers)
 
     @staticmethod
-    def take(buffers: list[np.ndarray], index: int) -> np.ndarray:
-        """Buffer ``index`` when nothing but the arena holds it (no value of this run, no
-        array or view a Run returned, no other thread's run); else a fresh one, which
+    def take(buffers: list[np.ndarray], slot: Slot) -> np.ndarray:
+        """The slot's array in its buffer when nothing but the arena holds that buffer (no
+        value of this run, no array or view a Run returned, no other thread's run: each of
+        those keeps a reference to it); else in a fresh buffer of the same size, which
         becomes the arena's (the old one is left to whoever holds it)."""
-        buffer = buffers[index]
-        if sys.getrefcount(buffer) <= _FREE_REFERENCES:
-            return buffer
-        buffer = buffers[index] = np.empty(buffer.shape, buffer.dtype)
-        return buffer
+        buffer = buffers[slot.buffer]
+        if sys.getrefcount(buffer) > _FREE_REFERENCES:
+            buffer = buffers[slot.buffer] = np.empty(buffer.nbytes, np.uint8)
+        nbytes = math.prod(slot.shape) * slot.dtype.itemsize
+        return buffer[:nbytes].view(slot.dtype).reshape(slot.shape)
 
 
 def plan_arena(made: Sequence[Sequence[Made]], reads: Sequence[Sequence[int]],
@@ -444,8 +455,10 @@ def plan_arena(made: Sequence[Sequence[Made]], reads: Sequence[Sequence[int]],
     (the caller keeps it), when its result was written in place or a later step writes in
     place into it (the run holds that memory already: an arena buffer would veto the in-place
     write), or when its result is not an owning C-contiguous array of at least
-    ``MIN_INPLACE_BYTES``. Candidates of one shape and dtype share a buffer when their
-    lifetimes do not overlap (greedy in step order)."""
+    ``MIN_INPLACE_BYTES``. Buffers are bytes, shared by candidates of any shape and dtype
+    whose lifetimes do not overlap: in step order, each candidate takes the smallest free
+    buffer that holds it, else grows the largest free one, else gets a new one (best fit,
+    as a malloc's free lists would reuse the memory)."""
     root_of = {m.register: m.root for results in made for m in results}
     last: dict[int, int] = {}
     for entry, registers in enumerate(reads):
@@ -454,8 +467,8 @@ def plan_arena(made: Sequence[Sequence[Made]], reads: Sequence[Sequence[int]],
                 last[root_of[register]] = entry
     excluded = {root_of[r] for r in fetched if r in root_of}
     excluded.update(m.root for results in made for m in results if m.in_place)
-    slots: dict[int, int] = {}
-    buffers: list[np.ndarray] = []
+    slots: dict[int, Slot] = {}
+    sizes: list[int] = []
     ends: list[int] = []
     for entry in candidates:
         if not made[entry]:
@@ -464,14 +477,17 @@ def plan_arena(made: Sequence[Sequence[Made]], reads: Sequence[Sequence[int]],
         nbytes = math.prod(m.shape) * m.dtype.itemsize
         if not m.owns or m.root in excluded or nbytes < MIN_INPLACE_BYTES:
             continue
-        end = last.get(m.root, entry)
-        for index, buffer in enumerate(buffers):
-            if ends[index] < entry and buffer.shape == m.shape and buffer.dtype == m.dtype:
-                break
+        free = [i for i in range(len(sizes)) if ends[i] < entry]
+        fitting = [i for i in free if sizes[i] >= nbytes]
+        if fitting:
+            index = min(fitting, key=lambda i: sizes[i])
+        elif free:
+            index = max(free, key=lambda i: sizes[i])
+            sizes[index] = nbytes
         else:
-            index = len(buffers)
-            buffers.append(np.empty(m.shape, m.dtype))
-            ends.append(end)
-        ends[index] = end
-        slots[entry] = index
-    return Arena(slots, buffers)
+            index = len(sizes)
+            sizes.append(nbytes)
+            ends.append(entry)
+        ends[index] = last.get(m.root, entry)
+        slots[entry] = Slot(index, tuple(m.shape), np.dtype(m.dtype))
+    return Arena(slots, [np.empty(size, np.uint8) for size in sizes])
