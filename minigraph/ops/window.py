@@ -255,6 +255,11 @@ def conv_groups(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
                    f"{len(filter_shape) - 2} of {layout} shape {dims_text(filter_shape)}); a "
                    f"grouped convolution needs a multiple")
     groups = c // ci
+    if groups == 0:
+        raise fail(f"Number of groups must not be 0: input '{input_name}' has 0 channels (shape "
+                   f"{dims_text(input_shape)}, data_format {fmt}) but input 'filter' has "
+                   f"in_channels {ci} (dimension {len(filter_shape) - 2} of {layout} shape "
+                   f"{dims_text(filter_shape)})")
     if co is not None and co % groups:
         raise fail(f"Depth of output ({co}) is not a multiple of the number of groups "
                    f"({groups}): input 'filter' has out_channels {co} (dimension "
