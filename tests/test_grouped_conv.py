@@ -217,6 +217,13 @@ def test_grouped_conv_run_time_errors(backend):
         session.Run({x: np.ones((1, 4, 4, 6), F32), f: np.ones((3, 3, 4, 6), F32)}, [y])
     with raises(r"Depth of output \(5\) is not a multiple of the number of groups \(3\)"):
         session.Run({x: np.ones((1, 4, 4, 6), F32), f: np.ones((3, 3, 2, 5), F32)}, [y])
+    # an input of 0 channels is a multiple of any in_channels, but makes 0 groups
+    with raises(r"Conv2D 'Conv2D': Number of groups must not be 0: input 'input' has 0 "
+                r"channels \(shape \[1,4,4,0\]"):
+        session.Run({x: np.ones((1, 4, 4, 0), F32), f: np.ones((3, 3, 2, 8), F32)}, [y])
+    with raises(r"Conv2DBackpropFilter 'Conv2DBackpropFilter': Number of groups must not be 0"):
+        ops.Conv2DBackpropFilter(root, np.ones((1, 4, 4, 0), F32), [3, 3, 2, 8],
+                                 np.ones((1, 4, 4, 8), F32), strides=[1] * 4, padding="SAME")
 
 
 # ----------------------------------------------------------------------------- TensorFlow

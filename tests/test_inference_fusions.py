@@ -8,6 +8,7 @@ read by the gradients). Results bit for bit those of the unfused graph, on every
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from conftest import NATIVE_AVAILABLE
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -88,4 +89,41 @@ def test_relu_before_a_max_pool_joins_the_convolution_in_inference(cin, cout, hw
     [conv] = [op for op in graph.operations() if op.type == "_FusedConv2D"]
     assert list(conv.attrs["fused_ops"]) == ["BiasAdd", "Relu"]
     assert [op.type for op in graph.operations() if "Pool" in op.type] == ["MaxPool"]
+    _run_both(root, [y], {X: x})
+
+
+@settings(max_examples=15, deadline=None)
+@given(cin=st.integers(1, 9), cout=st.integers(1, 40), per_channel=st.booleans(),
+       activation=st.sampled_from(["Relu6", "Relu", None]), special=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_constant_addend_after_a_convolution_is_its_epilogue_affine(
+        cin, cout, per_channel, activation, special, seed):
+    """``Relu6(conv + b + 3)`` (MobileNetV3's hard sigmoid: a constant scalar or per-channel
+    addend after the bias) runs in the convolution's epilogue, as the affine ``fma(y - 0, 1,
+    r)`` (no trip through the member kernels), bit for bit the unfused chain's, also where
+    the convolution gives inf, NaN or -0."""
+    from minigraph.backends import fused_kernels
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2, 5, 5, cin)).astype(F32)
+    if special:
+        x.flat[rng.integers(0, x.size, 4)] = [np.inf, -np.inf, np.nan, -0.0]
+    w = rng.standard_normal((1, 1, cin, cout)).astype(F32)
+    bias = rng.standard_normal(cout).astype(F32)
+    addend = (rng.standard_normal(cout) if per_channel else np.array(3.0)).astype(F32)
+    root = mg.Scope.NewRootScope()
+    X = ops.Placeholder(root, mg.float32, shape=[2, 5, 5, cin])
+    y = ops.AddV2(root, ops.BiasAdd(root, ops.Conv2D(root, X, w, [1, 1, 1, 1], "VALID"), bias),
+                  addend)
+    y = getattr(ops, activation)(root, y) if activation else y
+    types = [op.type for op in mg.optimize(root, [y]).operations()]
+    assert "_FusedConv2D" in types and "AddV2" not in types
+
+    def no_members(*args, **kwargs):
+        raise AssertionError("the fused node ran its member kernels")
+
+    if NATIVE_AVAILABLE:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(fused_kernels, "run_members", no_members)
+            mg.ClientSession(root, backend="native").Run({X: x}, [y])
     _run_both(root, [y], {X: x})

@@ -193,7 +193,9 @@ def c_unary(function, x, what: str, *params: float, out: np.ndarray | None = Non
     (0-d included), written into ``out`` where it fits (``native.out_array``)."""
     x = as_f32(x)
     y = out_array(out, x.shape, x)
-    check_code(function(x.size, fbuf(x), fbuf(y), *params, num_threads()), what)
+    code = function(x.size, fbuf(x), fbuf(y), *params, num_threads())
+    if code:
+        check_code(code, what)
     return y
 
 
@@ -202,9 +204,12 @@ def c_binary(function, g, features, what: str, out: np.ndarray | None = None
     """``function`` (an ``mg_<activation>_grad``) of float32 arrays of one shape, which the
     result has (written into ``out`` where it fits): C reads ``g.size`` elements of each."""
     g, features = as_f32(g), as_f32(features)
-    check_same_shape(what, g, features=features)
+    if features.shape != g.shape:
+        check_same_shape(what, g, features=features)
     dx = out_array(out, g.shape, g, features)
-    check_code(function(g.size, fbuf(g), fbuf(features), fbuf(dx), num_threads()), what)
+    code = function(g.size, fbuf(g), fbuf(features), fbuf(dx), num_threads())
+    if code:
+        check_code(code, what)
     return dx
 
 

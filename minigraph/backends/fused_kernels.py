@@ -21,7 +21,7 @@ channels and shape (a broadcasting side input).
 
 from __future__ import annotations
 
-from typing import Any
+import functools
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from minigraph import backends
 from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
 from minigraph.backends.convolution_kernels import conv2d_native, conv2d_native_epilogue
 from minigraph.backends.nn_kernels import matmul_native, matmul_native_epilogue
-from minigraph.backends.registry import KernelContext, get_kernel, register_kernel
+from minigraph.backends.registry import KernelContext, KernelDef, get_kernel, register_kernel
 from minigraph.framework import dtypes
 from minigraph.framework.graph import Operation
 from minigraph.ops.fused_ops import HEADS, Prepared, member_values, prepare
@@ -43,30 +43,43 @@ NATIVE_STAGES = ("FusedBatchNormV3", "Relu", "Relu6")
 _BIG_OFFSET = 2.0 ** 60  # the native batch norm's exceptional-channel bound on |offset|
 
 
-def _run(member: Operation, inputs: list, backend: str, state: Any) -> np.ndarray:
-    """Output 0 of ``member``'s kernel on ``backend`` (or that backend's fallback), as the
-    session runs it."""
-    kernel = get_kernel(member, backend)
-    ctx = KernelContext(kernel.backend, backends.math_for(kernel.backend), state)
-    result = kernel.kernel(member, inputs, ctx)[0]
+@functools.lru_cache(maxsize=4096)
+def _member_kernel(member: Operation, backend: str) -> KernelDef:
+    """The kernel ``member`` runs on ``backend`` (or its fallback), looked up once: a
+    member op never changes (``ops.fused_ops.members`` keeps it)."""
+    return get_kernel(member, backend)
+
+
+def _context(kernel: KernelDef, ctx: KernelContext) -> KernelContext:
+    """The context ``kernel`` runs in: the fused node's own where the backends agree (no
+    new frozen dataclass per call)."""
+    if kernel.backend == ctx.backend:
+        return ctx
+    return KernelContext(kernel.backend, backends.math_for(kernel.backend), ctx.state)
+
+
+def _run(member: Operation, inputs: list, ctx: KernelContext) -> np.ndarray:
+    """Output 0 of ``member``'s kernel on ``ctx``'s backend (or that backend's fallback),
+    as the session runs it."""
+    kernel = _member_kernel(member, ctx.backend)
+    result = kernel.kernel(member, inputs, _context(kernel, ctx))[0]
     return result if type(result) is np.ndarray else np.asarray(result)
 
 
-def run_members(pairs: list, backend: str, state: Any, y: np.ndarray | None = None
-                ) -> np.ndarray:
-    """The chain's result: each member's own kernel in turn (from the head's result ``y``,
-    when it already ran)."""
+def run_members(pairs: list, ctx: KernelContext, y: np.ndarray | None = None) -> np.ndarray:
+    """The chain's result: each member's own kernel on ``ctx``'s backend in turn (from the
+    head's result ``y``, when it already ran)."""
     head, head_inputs = pairs[0]
     if y is None:
-        y = _run(head, head_inputs, backend, state)
+        y = _run(head, head_inputs, ctx)
     for member, args in pairs[1:]:
-        y = _run(member, [y, *args], backend, state)
+        y = _run(member, [y, *args], ctx)
     return y
 
 
 @register_kernel(*HEADS, backend=("reference", "float64"))
 def fused_members(op, inputs, ctx):
-    return [run_members(member_values(op, inputs), ctx.backend, ctx.state)]
+    return [run_members(member_values(op, inputs), ctx)]
 
 
 @register_kernel(*HEADS, backend="native", dtypes=(dtypes.float32,), out=True)
@@ -79,7 +92,7 @@ def fused_native(op, inputs, ctx, out=None):
     if plan is None:
         plan = prepared.cache["native"] = _NativePlan(prepared.members)
     head, head_inputs = pairs[0]
-    head_ctx = KernelContext(plan.head.backend, plan.math, ctx.state)
+    head_ctx = _context(plan.head, ctx)
     epilogue = _epilogue(pairs, prepared) if plan.epilogue else None
     given = {"out": out} if out is not None and plan.head.takes_out else {}
     if epilogue is not None and plan.variant is not None:
@@ -92,7 +105,7 @@ def fused_native(op, inputs, ctx, out=None):
                 and y.dtype == np.float32 and epilogue.fits(y.shape)):
             c_channel_epilogue(y, epilogue)
             return [y]
-    return [run_members(pairs, "native", ctx.state, np.asarray(y))]
+    return [run_members(pairs, ctx, np.asarray(y))]
 
 
 class _NativePlan:
@@ -100,11 +113,10 @@ class _NativePlan:
     kernel, its epilogue variant, and whether the epilogue may stand for the stages (every
     batch-norm and activation stage runs a native kernel: the epilogue rounds as those)."""
 
-    __slots__ = ("head", "math", "variant", "epilogue")
+    __slots__ = ("head", "variant", "epilogue")
 
     def __init__(self, members: list[Operation]) -> None:
         self.head = get_kernel(members[0], "native")
-        self.math = backends.math_for(self.head.backend)
         self.variant = EPILOGUE_KERNELS.get(self.head.kernel)
         self.epilogue = self.head.backend == "native" and all(
             get_kernel(member, "native").backend == "native"
@@ -115,22 +127,26 @@ def _epilogue(pairs: list, prepared: Prepared) -> Epilogue | None:
     """The stages as an :class:`Epilogue` of their input values, or None when one falls
     outside what it computes bit for bit. The per-channel vectors of read-only arrays (a
     graph's constants) are formed once: the same arrays as last time give the same ones."""
-    fixed = [a for member, args in pairs[1:] if member.type != "AddV2" for a in args]
+    fixed = [a for member, args in pairs[1:] for a in args
+             if member.type != "AddV2" or getattr(a, "ndim", 2) <= 1]
     last = prepared.cache.get("vectors")
     if (last is not None and len(last[0]) == len(fixed)
             and all(a is b and not a.flags.writeable for a, b in zip(fixed, last[0]))):
-        vectors = last[1]
+        vectors, absorbed = last[1]
     else:
-        vectors = _vectors(pairs)
-        if vectors is None:
+        found = _vectors(pairs)
+        if found is None:
             return None
-        prepared.cache["vectors"] = (fixed, vectors)
+        vectors, absorbed = found
+        prepared.cache["vectors"] = (fixed, found)
     residual, activation = None, 0
     for member, args in pairs[1:]:
         if member.type == "AddV2":
             [residual] = args
         elif member.type in ACTIVATIONS:
             activation = ACTIVATIONS[member.type]
+    if absorbed:
+        residual = None  # a constant addend: in the affine's offset (_vectors)
     if residual is not None:
         return Epilogue(*vectors, residual, activation)
     kept = prepared.cache.get("epilogue")  # the same vectors: the same Epilogue (and its
@@ -141,15 +157,34 @@ def _epilogue(pairs: list, prepared: Prepared) -> Epilogue | None:
     return epilogue
 
 
-def _vectors(pairs: list) -> tuple | None:
-    """(bias, mean, k, offset) of the stages (None where a stage is absent), or None when
-    the batch norm's falls outside what the epilogue computes bit for bit:
-    ``k = scale * (1 / sqrt(variance + epsilon))`` as the native batch norm forms it, and
-    no offset beyond ``2**60``."""
+def _constant_addend(value, bias, mean) -> bool:
+    """Whether an AddV2 stage's ``value`` goes into the epilogue's affine (``_vectors``): a
+    read-only (a graph constant's) finite float32 scalar or per-channel vector, after a
+    float32 bias and without a batch-norm stage (whose affine slot it takes). Finite: a NaN
+    addend would leave NaN payloads to the add's and the fma's operand order."""
+    return (mean is None and type(value) is np.ndarray and value.dtype == np.float32
+            and value.ndim <= 1 and not value.flags.writeable and type(bias) is np.ndarray
+            and bias.dtype == np.float32 and bias.ndim == 1
+            and value.size in (1, bias.size) and bool(np.isfinite(value).all()))
+
+
+def _vectors(pairs: list) -> tuple[tuple, bool] | None:
+    """((bias, mean, k, offset) of the stages (None where a stage is absent), whether the
+    AddV2 stage's constant addend is in them), or None when the batch norm's falls outside
+    what the epilogue computes bit for bit: ``k = scale * (1 / sqrt(variance + epsilon))``
+    as the native batch norm forms it, and no offset beyond ``2**60``."""
     bias = mean = k = offset = None
+    absorbed = False
     for member, args in pairs[1:]:
         if member.type == "BiasAdd":
             [bias] = args
+        elif member.type == "AddV2" and _constant_addend(args[0], bias, mean):
+            # y + r of a constant scalar or per-channel r, after the bias and no batch
+            # norm (MobileNetV3's hard sigmoid: Relu6(conv + b + 3)) as the affine
+            # fma(y - 0, 1, r), which is y + r: the same single rounding
+            mean, k = np.zeros_like(bias), np.ones_like(bias)
+            offset = np.ascontiguousarray(np.broadcast_to(args[0], bias.shape))
+            absorbed = True
         elif member.type == "FusedBatchNormV3":
             scale, offset, mean, variance = args
             if not all(type(v) is np.ndarray and v.dtype == np.float32
@@ -159,4 +194,4 @@ def _vectors(pairs: list) -> tuple | None:
                 return None
             epsilon = np.float32(member.attrs["epsilon"])
             k = scale * (np.float32(1) / np.sqrt(variance + epsilon))
-    return bias, mean, k, offset
+    return (bias, mean, k, offset), absorbed

@@ -4,12 +4,14 @@ pads its activations four times). The shape functions checked every index before
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from minigraph.backends.native import as_f32, check_code, fbuf, ffi, lib, num_threads
 from minigraph.backends.registry import register_kernel
 from minigraph.framework import dtypes
-from minigraph.ops.layout_ops import SliceSpec
+from minigraph.ops.layout_ops import MASKS, SliceSpec
 
 PAD_MAX_RANK = 8  # kernels_c/layout.c
 
@@ -96,23 +98,41 @@ def tile(op, inputs, ctx):
     return [np.tile(x, multiples.tolist()) if x.ndim else x.copy()]
 
 
-def _spec(op, x_shape, begin, end, strides, ctx) -> SliceSpec:
-    return SliceSpec(tuple(x_shape), begin.tolist(), end.tolist(), strides.tolist(),
-                     op.attrs, lambda message: ctx.error(op, message))
+class _SliceError(Exception):
+    """A bad slice spec's message, before the kernel names the op in it."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_spec(shape: tuple, begin: tuple, end: tuple, strides: tuple, masks: tuple
+                 ) -> tuple[SliceSpec, tuple[slice, ...]]:
+    """The dense spec and its numpy index, which follow from the shape, the spec's values
+    and the masks alone (cached: a model's Shape -> StridedSlice chains slice the same
+    shapes at every step); a bad spec raises :class:`_SliceError` (not cached)."""
+    spec = SliceSpec(shape, list(begin), list(end), list(strides), dict(zip(MASKS, masks)),
+                     _SliceError)
+    return spec, spec.index()
+
+
+def _spec(op, x_shape, begin, end, strides, ctx) -> tuple[SliceSpec, tuple[slice, ...]]:
+    try:
+        return _cached_spec(tuple(x_shape), tuple(begin.tolist()), tuple(end.tolist()),
+                            tuple(strides.tolist()), tuple(op.attrs[m] for m in MASKS))
+    except _SliceError as error:
+        raise ctx.error(op, str(error)) from None
 
 
 @register_kernel("StridedSlice")
 def strided_slice(op, inputs, ctx):
     x, begin, end, strides = inputs
-    spec = _spec(op, x.shape, begin, end, strides, ctx)
-    return [np.array(x[spec.index()], order="C").reshape(spec.final)]
+    spec, index = _spec(op, x.shape, begin, end, strides, ctx)
+    return [np.array(x[index], order="C").reshape(spec.final)]
 
 
 @register_kernel("StridedSliceGrad")
 def strided_slice_grad(op, inputs, ctx):
     """Zeros of the forward input's shape with dy where the slice took its elements."""
     shape, begin, end, strides, dy = inputs
-    spec = _spec(op, shape.tolist(), begin, end, strides, ctx)
+    spec, index = _spec(op, shape.tolist(), begin, end, strides, ctx)
     out = np.zeros(shape.tolist(), dy.dtype)
-    out[spec.index()] = dy.reshape(spec.sizes)
+    out[index] = dy.reshape(spec.sizes)
     return [out]

@@ -15,6 +15,7 @@ from minigraph.backends.native import (
     lib,
     num_threads,
     out_array,
+    plain_f32,
 )
 from minigraph.backends.registry import find_kernel, register_kernel
 from minigraph.framework import dtypes
@@ -151,6 +152,41 @@ def _offsets(runs: list[list], strides: list[int]) -> np.ndarray:
     return offsets
 
 
+@functools.lru_cache(maxsize=1024)
+def reduce_plan(shape: tuple[int, ...], axes: tuple[int, ...], mean: bool):
+    """``c_reduce``'s C calls for x of ``shape`` reduced over ``axes`` (in [0, rank)), which
+    follow from the shapes alone (cached: a model reduces a few shapes over and over):
+    None when only size-1 axes are reduced; else ``(inner, outer)``: ``inner`` the
+    ``(outer, rows, divisor)`` of ``mg_reduce_inner`` over a trailing run of reduced axes
+    (or None), ``outer`` the ``(outer, rows, channels, divisor, offsets)`` of what remains
+    (None when nothing does), ``offsets`` None for ``mg_reduce_rows`` or the two int64
+    buffers of ``mg_reduce_gather`` (cffi keeps their arrays alive)."""
+    runs = _runs(shape, set(axes))
+    if not any(reduced for _, reduced in runs):  # only size-1 axes: each sum is +0 + x
+        return None
+    count = math.prod(shape[a] for a in axes)
+    inner = None
+    if runs[-1][1]:  # a trailing run: pairwise rows
+        final = len(runs) == 1 or not any(reduced for _, reduced in runs[:-1])
+        inner = (math.prod(n for n, _ in runs[:-1]), runs[-1][0],
+                 count if mean and final else 0)
+        if final:
+            return inner, None
+        runs = runs[:-1]
+    channels = runs[-1][0]
+    strides = [math.prod(n for n, _ in runs[i + 1:]) for i in range(len(runs))]
+    kept = [(run, stride) for run, stride in zip(runs[:-1], strides) if not run[1]]
+    reduced = [(run, stride) for run, stride in zip(runs, strides) if run[1]]
+    offsets = None
+    if not (len(reduced) == 1 and len(kept) <= 1):  # not [outer][rows][channels]: gather
+        offsets = tuple(ffi.from_buffer("int64_t[]", _offsets([r for r, _ in part],
+                                                              [s for _, s in part]))
+                        for part in (kept, reduced))
+    return inner, (math.prod(run[0] for run, _ in kept),
+                   math.prod(run[0] for run, _ in reduced), channels,
+                   count if mean else 0, offsets)
+
+
 def c_reduce(x: np.ndarray, axes: tuple[int, ...], mean: bool) -> np.ndarray:
     """Sum (mean) of float32 x over ``axes`` in C, flat ([kept elements] in x's order), in
     numpy's order, so its float32 results bit for bit:
@@ -165,39 +201,30 @@ def c_reduce(x: np.ndarray, axes: tuple[int, ...], mean: bool) -> np.ndarray:
     mean divides the final sums by the count of reduced elements once, in double (numpy's
     true_divide by its integer count)."""
     x = as_f32(x)
-    runs = _runs(x.shape, set(axes))
-    if not any(reduced for _, reduced in runs):  # only size-1 axes: each sum is +0 + x
+    plan = reduce_plan(x.shape, tuple(axes), mean)
+    if plan is None:
         return c_broadcast("add", x, np.zeros((), F32)).ravel()
-    count = math.prod(x.shape[a] for a in axes)
+    inner, outer_plan = plan
     what = "Mean" if mean else "Sum"
-    if runs[-1][1]:  # a trailing run: pairwise rows
-        outer, rows = math.prod(n for n, _ in runs[:-1]), runs[-1][0]
-        final = len(runs) == 1 or not any(reduced for _, reduced in runs[:-1])
+    if inner is not None:
+        outer, rows, divisor = inner
         y = np.empty(outer, F32)
-        check_code(lib.mg_reduce_inner(outer, rows, fbuf(x), fbuf(y),
-                                       count if mean and final else 0, num_threads()), what)
-        if final:
+        code = lib.mg_reduce_inner(outer, rows, fbuf(x), fbuf(y), divisor, num_threads())
+        if code:
+            check_code(code, what)
+        if outer_plan is None:
             return y
-        x, runs = y, runs[:-1]
-    channels = runs[-1][0]
-    strides = [math.prod(n for n, _ in runs[i + 1:]) for i in range(len(runs))]
-    kept = [(run, stride) for run, stride in zip(runs[:-1], strides) if not run[1]]
-    reduced = [(run, stride) for run, stride in zip(runs, strides) if run[1]]
-    outer = math.prod(run[0] for run, _ in kept)
-    rows = math.prod(run[0] for run, _ in reduced)
+        x = y
+    outer, rows, channels, divisor, offsets = outer_plan
     y = np.empty(outer * channels, F32)
-    divisor = count if mean else 0
-    if len(reduced) == 1 and len(kept) <= 1:  # [outer][rows][channels]
+    if offsets is None:
         code = lib.mg_reduce_rows(outer, rows, channels, fbuf(x), fbuf(y), divisor,
                                   num_threads())
     else:
-        outer_off = _offsets([r for r, _ in kept], [s for _, s in kept])
-        row_off = _offsets([r for r, _ in reduced], [s for _, s in reduced])
-        code = lib.mg_reduce_gather(outer, rows, channels,
-                                    ffi.from_buffer("int64_t[]", outer_off),
-                                    ffi.from_buffer("int64_t[]", row_off), fbuf(x), fbuf(y),
+        code = lib.mg_reduce_gather(outer, rows, channels, *offsets, fbuf(x), fbuf(y),
                                     divisor, num_threads())
-    check_code(code, what)
+    if code:
+        check_code(code, what)
     return y
 
 
@@ -377,11 +404,6 @@ def _broadcast_ops() -> dict[str, int]:
             for i in range(lib.mg_broadcast_op_count())}
 
 
-def _plain_f32(array) -> bool:
-    flags = array.flags
-    return array.dtype == np.float32 and flags.c_contiguous and flags.aligned
-
-
 def _unbroadcast(array: np.ndarray) -> np.ndarray:
     """A broadcast view (stride 0 along some axes: BroadcastTo's output) as the array it
     repeats: size 1 along those axes, which broadcasting then stretches again. Any other
@@ -400,18 +422,23 @@ def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray, out: np.ndarray | Non
     ``out`` where it fits (x or y of the result's shape: each loop reads element i before
     writing it); None for anything else (other dtypes or layouts, empty results, more
     merged dimensions than C takes)."""
-    z_shape = np.broadcast_shapes(x.shape, y.shape)
-    x, y = _unbroadcast(x), _unbroadcast(y)
-    if not (_plain_f32(x) and _plain_f32(y)):
-        return None
+    if plain_f32(x) and plain_f32(y):  # the usual case: z's shape is the plan's (cached)
+        z_shape = None
+    else:
+        z_shape = np.broadcast_shapes(x.shape, y.shape)
+        x, y = _unbroadcast(x), _unbroadcast(y)
+        if not (plain_f32(x) and plain_f32(y)):
+            return None
     plan = broadcast_plan(x.shape, y.shape)
     if plan is None:
         return None
     computed, rank, dims, x_dims, y_dims = plan
     z = out_array(out, computed, x, y)
-    check_code(lib.mg_broadcast(_broadcast_ops()[c_name], rank, dims, x_dims, y_dims,
-                                fbuf(x), fbuf(y), fbuf(z), num_threads()), c_name)
-    return z if computed == z_shape else np.broadcast_to(z, z_shape)
+    code = lib.mg_broadcast(_broadcast_ops()[c_name], rank, dims, x_dims, y_dims,
+                            fbuf(x), fbuf(y), fbuf(z), num_threads())
+    if code:
+        check_code(code, c_name)
+    return z if z_shape is None or computed == z_shape else np.broadcast_to(z, z_shape)
 
 
 def register_native_binary(op_type: str, c_name: str) -> None:

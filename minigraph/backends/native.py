@@ -26,6 +26,7 @@ its fair share of the cores.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 
@@ -47,6 +48,7 @@ else:
 NAME = "native"
 xp = np  # the array functions for this backend's tensors (BatchNormMath.xp)
 F32 = np.float32
+_F32_DTYPE = np.dtype(F32)
 ISAS = ("scalar", "avx2", "avx512")  # index = the C code MG_BN_ISA_*
 _DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1,
                 np.dtype(ml_dtypes.bfloat16): 2}
@@ -229,8 +231,10 @@ def _buf(array: np.ndarray):
     return ffi.from_buffer(array)
 
 
-def fbuf(array: np.ndarray):
-    return ffi.from_buffer("float[]", array)
+# ``fbuf(array)``: a float32 array's buffer as the ``float *`` C reads (callers check the
+# array first: ``plain_f32``, ``as_f32``); a partial, not a def: one Python frame less on
+# every kernel call of every wrapper
+fbuf = functools.partial(ffi.from_buffer, "float[]") if ffi is not None else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -410,12 +414,20 @@ def check_code(code: int, what: str = "batch norm") -> None:
         raise ValueError(f"native {what}: invalid arguments (code {code})")
 
 
+def plain_f32(array) -> bool:
+    """Whether ``array`` is an ndarray C may read as it is: float32 (native byte order),
+    C-contiguous and aligned."""
+    if type(array) is not np.ndarray or array.dtype != _F32_DTYPE:
+        return False
+    flags = array.flags
+    return flags.c_contiguous and flags.aligned
+
+
 def as_f32(array) -> np.ndarray:
     """``array`` as a C-contiguous, aligned float32 ndarray of exactly its shape (a 0-d
     array stays 0-d). Copies only when needed: another dtype or byte order, a strided view,
     or misaligned data (a buffer offset by a byte), which C must never see."""
-    if (type(array) is np.ndarray and array.dtype == F32 and array.flags.c_contiguous
-            and array.flags.aligned):  # the usual case, without np.require's cost
+    if plain_f32(array):  # the usual case, without np.require's cost
         return array
     return np.require(array, F32, ("C", "A", "E"))
 
@@ -427,11 +439,13 @@ def out_array(out: np.ndarray | None, shape: tuple[int, ...], *inputs: np.ndarra
     itself, which the loop reads element i of before writing element i, or sharing no
     memory with any), else a fresh one. The session's memory planner passes a dying input
     as ``out`` (``client/planner.py``)."""
-    if out is not None and type(out) is np.ndarray and out.dtype == F32 and out.shape == shape:
-        flags = out.flags
-        if (flags.c_contiguous and flags.aligned and flags.writeable
-                and all(out is x or not np.may_share_memory(out, x) for x in inputs)):
-            return out
+    if out is not None and type(out) is np.ndarray and out.shape == shape and plain_f32(out):
+        if out.flags.writeable:
+            for x in inputs:  # a loop, not all(generator): this runs at every kernel call
+                if x is not out and np.may_share_memory(out, x):
+                    break
+            else:
+                return out
     return np.empty(shape, F32)
 
 

@@ -32,6 +32,7 @@ from minigraph.ops.window import (
     Dims,
     Fail,
     Window,
+    cached_geometry,
     check_out_backprop,
     conv_geometry,
     copy_attrs,
@@ -146,6 +147,7 @@ def _depthwise_filter(ctx: InferenceContext) -> tuple:
     return tuple(ctx.with_rank("filter", 4, f" ({DEPTHWISE_FILTER})").dims)
 
 
+@cached_geometry
 def depthwise_geometry(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
                        input_name: str = "input") -> Window:
     """Check a depthwise convolution's input (data_format order; the shape of input

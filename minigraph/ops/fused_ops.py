@@ -54,7 +54,8 @@ HEADS = {"_FusedConv2D": "Conv2D", "_FusedDepthwiseConv2dNative": "DepthwiseConv
 STAGES = {"BiasAdd": (0, "BiasAdd", 1), "FusedBatchNorm": (1, "FusedBatchNormV3", 4),
           "Add": (2, "AddV2", 1), "Relu": (3, "Relu", 0), "Relu6": (3, "Relu6", 0)}
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
-MAX_CACHED = 256  # member graphs kept per process (one per fused node and input shapes)
+MAX_CACHED = 4096  # member graphs kept per process (one per fused node and input shapes:
+# more than the fused nodes of the largest model, which would rebuild them at every step)
 
 
 def check_fused_ops(value: Sequence[str]) -> str | None:
@@ -132,14 +133,21 @@ FUSED_MATMUL = register_op(_matmul_def())
 # ----------------------------------------------------------------------------- members
 
 
-def split_inputs(attrs: dict[str, Any], inputs: Sequence[Any]) -> tuple[list, list[list]]:
-    """The head's two inputs and each stage's args (the running value not included)."""
-    args, stages, start = list(inputs[2:]), [], 0
+def _arg_slices(attrs: dict[str, Any]) -> list[slice]:
+    """Where the head's two inputs and then each stage's args (the running value not
+    included) lie among a fused node's inputs."""
+    slices, start = [slice(0, 2)], 2
     for stage in attrs["fused_ops"]:
         count = STAGES[stage][2]
-        stages.append(args[start:start + count])
+        slices.append(slice(start, start + count))
         start += count
-    return list(inputs[:2]), stages
+    return slices
+
+
+def split_inputs(attrs: dict[str, Any], inputs: Sequence[Any]) -> tuple[list, list[list]]:
+    """The head's two inputs and each stage's args (the running value not included)."""
+    head, *stages = (list(inputs[part]) for part in _arg_slices(attrs))
+    return head, stages
 
 
 def _check_counts(op_type: str, name: str, attrs: dict[str, Any], arg_count: int) -> None:
@@ -211,10 +219,11 @@ class Prepared:
     member ops, whether their checks passed (they read shapes only: they pass for every
     input of the signature) and what its kernels keep (``cache``)."""
 
-    __slots__ = ("attrs", "members", "checked", "cache")
+    __slots__ = ("attrs", "members", "slices", "checked", "cache")
 
     def __init__(self, attrs: dict[str, Any], built: list[Operation]) -> None:
         self.attrs, self.members = attrs, built
+        self.slices = _arg_slices(attrs)  # each member's inputs among the node's
         self.checked = False
         self.cache: dict[str, Any] = {}
 
@@ -223,13 +232,13 @@ _prepared: OrderedDict[tuple, Prepared] = OrderedDict()
 
 
 def prepare(op: Operation, values: Sequence[Any]) -> Prepared:
-    """The :class:`Prepared` of ``op`` for ``values`` (cached per node and signature)."""
-    key = (id(op.attrs), tuple((type(v), v.dtype, v.shape) for v in values))
-    with _lock:
-        found = _prepared.get(key)
-        if found is not None and found.attrs is op.attrs:
-            _prepared.move_to_end(key)
-            return found
+    """The :class:`Prepared` of ``op`` for ``values`` (cached per node and signature; read
+    without the lock, at every step of every fused node: a dict lookup is atomic, and
+    entries leave in the order they came, so a steady model's stay)."""
+    key = (id(op.attrs), *[(type(v), v.dtype, v.shape) for v in values])
+    found = _prepared.get(key)
+    if found is not None and found.attrs is op.attrs:
+        return found
     specs = [(inp.dtype, TensorShape(v.shape)) for inp, v in zip(op.inputs, values)]
     found = Prepared(op.attrs, members(op.type, op.name, op.attrs, specs))
     with _lock:
@@ -243,9 +252,9 @@ def member_values(op: Operation, values: Sequence[Any], prepared: Prepared | Non
                   ) -> list[tuple[Operation, list]]:
     """Each member op of ``op`` for these values, with its inputs other than the running
     value (the head's: both)."""
-    built = (prepared or prepare(op, values)).members
-    head_inputs, stage_args = split_inputs(op.attrs, list(values))
-    return list(zip(built, [head_inputs, *stage_args]))
+    prepared = prepared or prepare(op, values)
+    values = values if type(values) is list else list(values)
+    return [(member, values[part]) for member, part in zip(prepared.members, prepared.slices)]
 
 
 def _validate(ctx: RunContext, values: list) -> None:

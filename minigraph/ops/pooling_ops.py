@@ -31,6 +31,7 @@ from minigraph.ops.window import (
     Dims,
     Fail,
     Window,
+    cached_geometry,
     copy_attrs,
     from_nhwc,
     image_input,
@@ -58,6 +59,7 @@ def _pool_attrs(padding: Sequence[str], types, default_float: bool) -> list[Attr
     return attrs
 
 
+@cached_geometry
 def pool_output_shape(attrs: dict, fail: Fail, input_shape: Dims, input_name: str = "input"
                       ) -> tuple[tuple, Window]:
     """(output shape in data_format order, window) of a pool over ``input_shape`` (the shape

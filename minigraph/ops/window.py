@@ -14,8 +14,10 @@ Messages lead with TensorFlow's words where TF has some for the problem.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from minigraph.framework.graph import Operation
 from minigraph.framework.op_def import InferenceContext
@@ -28,6 +30,7 @@ PADDINGS_EXPLICIT = ("SAME", "VALID", "EXPLICIT")
 
 Fail = Callable[[str], Exception]
 Dims = Sequence[int | None]
+T = TypeVar("T")
 
 # ----------------------------------------------------------------------------- geometry
 
@@ -252,6 +255,11 @@ def conv_groups(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
                    f"{len(filter_shape) - 2} of {layout} shape {dims_text(filter_shape)}); a "
                    f"grouped convolution needs a multiple")
     groups = c // ci
+    if groups == 0:
+        raise fail(f"Number of groups must not be 0: input '{input_name}' has 0 channels (shape "
+                   f"{dims_text(input_shape)}, data_format {fmt}) but input 'filter' has "
+                   f"in_channels {ci} (dimension {len(filter_shape) - 2} of {layout} shape "
+                   f"{dims_text(filter_shape)})")
     if co is not None and co % groups:
         raise fail(f"Depth of output ({co}) is not a multiple of the number of groups "
                    f"({groups}): input 'filter' has out_channels {co} (dimension "
@@ -261,6 +269,45 @@ def conv_groups(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
     return groups
 
 
+_GEOMETRY_ATTRS = ("data_format", "padding", "strides", "dilations", "explicit_paddings",
+                   "ksize")
+_MAX_CACHED = 4096
+
+
+def _typed(value: object) -> object:
+    """An attr value or argument as part of a cache key: lists as tuples, with the type of
+    each value (1.0 is not 1: a window of float sizes must stay what it is)."""
+    if type(value) is list or type(value) is tuple:
+        return tuple(value), tuple(map(type, value))
+    return type(value), value
+
+
+def cached_geometry(function: Callable[..., T]) -> Callable[..., T]:
+    """``function(attrs, fail, *args)`` (a convolution's or pool's checks and window; args:
+    shapes and the input's name, positional) memoized on the args and the values of the
+    window attrs: kernels call it at every step with the same few signatures, and what it
+    returns is immutable (a frozen :class:`Window`, tuples). A failing check raises through
+    ``fail`` at every call (errors are not cached); unhashable values are not cached."""
+    cache: dict[tuple, T] = {}
+
+    @functools.wraps(function)
+    def cached(attrs: dict, fail: Fail, *args) -> T:
+        try:
+            key = (*map(_typed, args), *map(_typed, map(attrs.get, _GEOMETRY_ATTRS)))
+            found = cache.get(key)
+        except TypeError:  # an unhashable value: checked (and rejected) uncached
+            return function(attrs, fail, *args)
+        if found is None:
+            found = function(attrs, fail, *args)
+            if len(cache) >= _MAX_CACHED:
+                cache.clear()
+            cache[key] = found
+        return found
+
+    return cached
+
+
+@cached_geometry
 def conv_geometry(attrs: dict, fail: Fail, input_shape: Dims, filter_shape: Dims,
                   input_name: str = "input") -> Window:
     """Check a convolution's input (data_format order; the shape of input ``input_name``)
