@@ -38,7 +38,8 @@ static void FN(max_pool_c1)(const pool_geo *g, int64_t lo, int64_t hi)
         const int64_t sw = g->sw, pl = g->pl;
         int64_t in0, in1;
         whole_cols(g, &in0, &in1);
-        for (int64_t yy = ya; yy < yb; ++yy)
+        /* no whole window: kw may exceed the row by far (a clipped 2^31 - 1 window) */
+        for (int64_t yy = ya; in1 > in0 && yy < yb; ++yy)
             for (int64_t dx = 0; dx < kw; ++dx) {
                 const float *restrict src = plane + yy * w + dx - pl;
                 float *restrict o = out;
