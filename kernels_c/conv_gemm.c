@@ -6,9 +6,10 @@
  * CG_KC floats). Per K block it points every pixel's row at its chunk (in x, at zeros, or at
  * a copy in the thread's scratch) once, and runs the micro-kernel over every (panel, group
  * of mr pixels; the narrow micro-kernel, with its own mr, for a panel of at most 16 output
- * channels, as a grouped convolution's 8-16 channels per group): the block's rows stay in L2 while a panel's chunk of B sits in L1. After
- * the last block the item's tile gets the epilogue. An output element is written by one
- * item only, its chain in the order conv_gemm.h gives. */
+ * channels, as a grouped convolution's 8-16 channels per group): the block's rows stay in L2
+ * while a panel's chunk of B sits in L1. The last block's micro-kernels apply the epilogue
+ * to each tile before storing it (gemm_tail). An output element is written by one item
+ * only, its chain in the order conv_gemm.h gives. */
 #include "conv_gemm.h"
 
 #include <stdlib.h>
@@ -97,13 +98,13 @@ static void chunk_rows(const cg_call *g, const int64_t *base, const int64_t *r0,
     }
 }
 
-/* The epilogue of an item's finished tile, while in cache */
-static void finish_tile(const cg_call *g, int64_t group, int64_t m0, int64_t rows, int64_t p0,
-                        int64_t p1)
+/* The tail (the epilogue) of the tile of output pixels from m0 at the group's channel j0,
+ * or NULL when this is not the last K block or there is no epilogue */
+static const gemm_tail *tile_tail(const cg_call *g, int last, int64_t group, int64_t m0,
+                                  int64_t j0, gemm_tail *t)
 {
-    if (g->ep)
-        mg_epilogue_tile(g->ep, g->y, g->co, m0 * g->co + group * g->cog + p0 * MG_GEMM_NR,
-                         rows, min64(p1 * MG_GEMM_NR, g->cog) - p0 * MG_GEMM_NR);
+    const int64_t ch0 = group * g->cog + j0;
+    return last ? gemm_tail_at(g->ep, ch0, m0 * g->co + ch0, g->co, t) : NULL;
 }
 
 enum { TAP_BATCH = 16 };
@@ -132,9 +133,12 @@ static void taps_item(const cg_call *g, int64_t group, int64_t m0, int64_t rows,
                 pt[rows + r] = pt[rows - 1];
         }
         const float *bpp = bg + t0 * g->cg * MG_GEMM_NR;
-        for (int64_t r = 0; r < rows; r += mr)
-            g->t->narrow_taps(nb, STRIDE, g->cg, ptrs + r, 1, bpp, yg + (m0 + r) * g->co,
-                              g->co, (int)min64(rows - r, mr), nr, t0 > 0);
+        for (int64_t r = 0; r < rows; r += mr) {
+            gemm_tail tail;
+            g->t->narrow_taps_tail(nb, STRIDE, g->cg, ptrs + r, 1, bpp, yg + (m0 + r) * g->co,
+                                   g->co, (int)min64(rows - r, mr), nr, t0 > 0,
+                                   tile_tail(g, t0 + nb == g->nseg, group, m0 + r, 0, &tail));
+        }
     }
 }
 
@@ -168,9 +172,9 @@ static void cg_item(void *ctx, int64_t item, int tid)
         }
     }
     const float *ptrs[CG_MC + GEMM_MR_MAX];
-    if (g->mode == SEG_TAP && g->cog <= GEMM_NR_NARROW && g->cg <= CG_KC && g->t->narrow_taps) {
+    if (g->mode == SEG_TAP && g->cog <= GEMM_NR_NARROW && g->cg <= CG_KC &&
+        g->t->narrow_taps_tail) {
         taps_item(g, group, m0, rows, base, r0, q0, origin);
-        finish_tile(g, group, m0, rows, p0, p1);
         return;
     }
     float *scratch = g->scratch ? g->scratch + (int64_t)tid * CG_MC * CG_KC : NULL;
@@ -188,13 +192,15 @@ static void cg_item(void *ctx, int64_t item, int tid)
                 const int nr = (int)min64(g->cog - j0, MG_GEMM_NR);
                 const float *bpp = bg + p * g->k * MG_GEMM_NR + kk * MG_GEMM_NR;
                 int mr;
-                const gemm_micro_fn micro = gemm_micro_for(g->t, nr, &mr);
-                for (int64_t r = 0; r < rows; r += mr)
+                const gemm_micro_tail_fn micro = gemm_micro_tail_for(g->t, nr, &mr);
+                for (int64_t r = 0; r < rows; r += mr) {
+                    gemm_tail tail;
                     micro(kc, ptrs + r, 1, bpp, yg + (m0 + r) * g->co + j0, g->co,
-                                (int)min64(rows - r, mr), nr, kk > 0);
+                          (int)min64(rows - r, mr), nr, kk > 0,
+                          tile_tail(g, kk + kc == g->k, group, m0 + r, j0, &tail));
+                }
             }
         }
-    finish_tile(g, group, m0, rows, p0, p1);
 }
 
 int mg_conv_gemm_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,

@@ -17,8 +17,9 @@
  * one micro-kernel call, the tile's sums held in registers across them.
  *
  * Work items of (group, block of 96 pixels, block of up to 8 panels of 32 output channels)
- * go to the worker pool; an item walks K in order and applies `epilogue` (NULL: none) to its
- * finished tile while it is in cache (mg_epilogue_tile: bit for bit mg_channel_epilogue).
+ * go to the worker pool; an item walks K in order and its last K block's micro-kernels apply
+ * `epilogue` (NULL: none) to each tile before storing it (gemm_tail in gemm_internal.h: bit
+ * for bit mg_channel_epilogue).
  *
  * Summation order: every output element is one chain of fused multiply-adds from +0 over
  * the taps (i, j) row-major, then the group's channels in order (padding taps add

@@ -9,8 +9,9 @@
  * output channels): a row group is mr row pointers, walked with step 1 (row-major A) or m
  * (transposed A, whose k-th row holds the group's values side by side). An element is
  * written by one item only and its chain of FMAs runs k = 0 .. K - 1 in order, whatever the
- * blocks and threads (gemm.h). The epilogue is applied by each item to its finished tile
- * while it is in cache (mg_epilogue_tile, bit for bit mg_channel_epilogue). */
+ * blocks and threads (gemm.h). The epilogue is applied by the micro-kernel of the last K
+ * block to each finished tile before it is stored (gemm_tail, bit for bit
+ * mg_channel_epilogue). */
 #include <string.h>
 
 #include "gemm.h"
@@ -97,12 +98,13 @@ static void gemm_item(void *ctx, int64_t item, int tid)
     const int64_t np = panels_of(g->n), p1 = p0 + g->nc_panels < np ? p0 + g->nc_panels : np;
     for (int64_t k0 = 0; k0 < g->k; k0 += GEMM_KC) {
         const int64_t kc = g->k - k0 < GEMM_KC ? g->k - k0 : GEMM_KC;
+        const int last = k0 + kc == g->k; /* the epilogue goes with the last block's sums */
         for (int64_t p = p0; p < p1; ++p) {
             const int64_t j0 = p * MG_GEMM_NR;
             const int nr = g->n - j0 < MG_GEMM_NR ? (int)(g->n - j0) : MG_GEMM_NR;
             const float *bp = g->bp + p * g->k * MG_GEMM_NR + k0 * MG_GEMM_NR;
             int mr;
-            const gemm_micro_fn micro = gemm_micro_for(g->t, nr, &mr);
+            const gemm_micro_tail_fn micro = gemm_micro_tail_for(g->t, nr, &mr);
             for (int64_t g0 = 0; g0 < rows; g0 += mr) {
                 const int valid = rows - g0 < mr ? (int)(rows - g0) : mr;
                 const float *a_rows[GEMM_MR_MAX];
@@ -110,14 +112,13 @@ static void gemm_item(void *ctx, int64_t item, int tid)
                     const int64_t row = m0 + g0 + (i < valid ? i : valid - 1);
                     a_rows[i] = g->trans_a ? g->a + k0 * g->m + row : g->a + row * g->k + k0;
                 }
-                micro(kc, a_rows, g->trans_a ? g->m : 1, bp,
-                            g->c + (m0 + g0) * g->n + j0, g->n, valid, nr, k0 > 0);
+                const int64_t at = (m0 + g0) * g->n + j0;
+                gemm_tail tail;
+                micro(kc, a_rows, g->trans_a ? g->m : 1, bp, g->c + at, g->n, valid, nr, k0 > 0,
+                      last ? gemm_tail_at(g->ep, j0, at, g->n, &tail) : NULL);
             }
         }
     }
-    if (g->ep) /* the finished tile, while in cache */
-        mg_epilogue_tile(g->ep, g->c, g->n, m0 * g->n + p0 * MG_GEMM_NR, rows,
-                         (p1 * MG_GEMM_NR < g->n ? p1 * MG_GEMM_NR : g->n) - p0 * MG_GEMM_NR);
 }
 
 int mg_gemm(int64_t m, int64_t n, int64_t k, int trans_a, const float *a,
