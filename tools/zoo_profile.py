@@ -132,7 +132,8 @@ def layers(rows: list[tuple], top: int, threads: int, wall: bool) -> str:
         lines.append(f"{r[4] * 1e3:8.2f} {rate:8.1f}  {r[3]}  ({r[0]})")
     seconds, flops = sum(r[4] for r in rows if r[3]), sum(r[5] for r in rows)
     if seconds:
-        lines.append(f"all convolutions: {seconds * 1e3:.2f} ms, {flops / seconds / 1e9:.1f} {unit}")
+        lines.append(f"all convolutions: {seconds * 1e3:.2f} ms, "
+                     f"{flops / seconds / 1e9:.1f} {unit}")
     return "\n".join(lines)
 
 
