@@ -1,6 +1,7 @@
 /* minigraph native convolution forward as an implicit GEMM: the driver; see conv_gemm.h.
  *
- * An item (group g, block of CG_MC output pixels, block of panels) first notes each pixel's
+ * An item (group g, block of at most CG_MC output pixels, equal blocks: gemm_block_rows;
+ * block of panels) first notes each pixel's
  * image offset and the input row / column of its top-left tap, then walks the K blocks in
  * order (segments: one tap or one tap row, seg_mode; each cut into chunks of at most
  * CG_KC floats). Per K block it points every pixel's row at its chunk (in x, at zeros, or at
@@ -36,7 +37,7 @@ typedef struct {
     const float *x, *bp;
     float *y;
     int64_t gfloats, np;  /* packed floats per group; panels per group */
-    int64_t mblocks, nblocks, ncp;
+    int64_t mc, mblocks, nblocks, ncp; /* pixels per M block (gemm_block_rows), blocks */
     const mg_epilogue *ep;
     float *scratch;       /* CG_MC * CG_KC floats per thread (SEG_ROW) */
 } cg_call;
@@ -147,8 +148,8 @@ static void cg_item(void *ctx, int64_t item, int tid)
     const cg_call *g = ctx;
     const int64_t per_group = g->mblocks * g->nblocks;
     const int64_t group = item / per_group, rest = item % per_group;
-    const int64_t m0 = rest / g->nblocks * CG_MC, p0 = rest % g->nblocks * g->ncp;
-    const int64_t rows = min64(g->m - m0, CG_MC), p1 = min64(p0 + g->ncp, g->np);
+    const int64_t m0 = rest / g->nblocks * g->mc, p0 = rest % g->nblocks * g->ncp;
+    const int64_t rows = min64(g->m - m0, g->mc), p1 = min64(p0 + g->ncp, g->np);
     int64_t base[CG_MC], r0[CG_MC], q0[CG_MC], origin[CG_MC];
     const int64_t span_h = (g->kh - 1) * g->dh, span_w = (g->kw - 1) * g->dw;
     { /* the pixels (image, p, q) of rows m0 .. m0 + rows - 1, walked without divisions */
@@ -228,14 +229,15 @@ int mg_conv_gemm_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
     const int nt = mg_work_threads(num_threads, (double)m * (double)co * (double)k);
     const int mode = kw > 1 && groups == 1 && dilation_w == 1 ? SEG_ROW : SEG_TAP;
     const int64_t nseg = mode == SEG_ROW ? kh : kh * kw;
-    const int64_t mblocks = (m + CG_MC - 1) / CG_MC, np = panels_of(cog);
+    const int64_t mc = gemm_block_rows(m, CG_MC), mblocks = (m + mc - 1) / mc;
+    const int64_t np = panels_of(cog);
     int64_t ncp = np < CG_NC_PANELS ? np : CG_NC_PANELS;
     while (ncp > 1 && groups * mblocks * ((np + ncp - 1) / ncp) < 4 * (int64_t)nt)
         --ncp;
     cg_call g = {gemm_kernels(), h, w, c, kh, kw, co, cg, cog, stride_h, stride_w, dilation_h,
                  dilation_w, pad_top, pad_left, out_h, out_w, m, k,
                  nseg, k / nseg, mode, x, packed_f, y,
-                 gfloats, np, mblocks, (np + ncp - 1) / ncp, ncp, epilogue, NULL};
+                 gfloats, np, mc, mblocks, (np + ncp - 1) / ncp, ncp, epilogue, NULL};
     if (mode == SEG_ROW && !(g.scratch = mg_alloc_floats((int64_t)nt * CG_MC * CG_KC)))
         return MG_ENOMEM;
     mg_pool_run(nt, groups * mblocks * g.nblocks, cg_item, &g);

@@ -1,6 +1,7 @@
 /* minigraph native GEMM: the driver (B packing, blocking, threads); see gemm.h.
  *
- * A call is one job of the worker pool (mg_pool_run): items of (M block of GEMM_MC rows,
+ * A call is one job of the worker pool (mg_pool_run): items of (M block of at most GEMM_MC
+ * rows, equal blocks: gemm_block_rows,
  * N block of whole panels). An item walks K in blocks of GEMM_KC and, per block, runs the
  * micro-kernel (the narrow one for a panel of <= 16 columns: gemm_internal.h) over every
  * (panel, row group) of its tile: the panel's kc x 32 floats stay in
@@ -85,7 +86,7 @@ typedef struct {
     int trans_a;
     const float *a, *bp;
     float *c;
-    int64_t nblocks, nc_panels;
+    int64_t mc, nblocks, nc_panels;
     const mg_epilogue *ep;
 } gemm_call;
 
@@ -93,8 +94,8 @@ static void gemm_item(void *ctx, int64_t item, int tid)
 {
     (void)tid;
     const gemm_call *g = ctx;
-    const int64_t m0 = item / g->nblocks * GEMM_MC, p0 = item % g->nblocks * g->nc_panels;
-    const int64_t rows = g->m - m0 < GEMM_MC ? g->m - m0 : GEMM_MC;
+    const int64_t m0 = item / g->nblocks * g->mc, p0 = item % g->nblocks * g->nc_panels;
+    const int64_t rows = g->m - m0 < g->mc ? g->m - m0 : g->mc;
     const int64_t np = panels_of(g->n), p1 = p0 + g->nc_panels < np ? p0 + g->nc_panels : np;
     for (int64_t k0 = 0; k0 < g->k; k0 += GEMM_KC) {
         const int64_t kc = g->k - k0 < GEMM_KC ? g->k - k0 : GEMM_KC;
@@ -133,14 +134,15 @@ int mg_gemm(int64_t m, int64_t n, int64_t k, int trans_a, const float *a,
         memset(c, 0, (size_t)(m * n) * sizeof(float));
     } else {
         const int nt = mg_work_threads(num_threads, (double)m * (double)n * (double)k);
-        const int64_t mblocks = (m + GEMM_MC - 1) / GEMM_MC, np = panels_of(n);
+        const int64_t mc = gemm_block_rows(m, GEMM_MC), mblocks = (m + mc - 1) / mc;
+        const int64_t np = panels_of(n);
         /* N blocks of up to GEMM_NC_PANELS panels, fewer while the items would not give
          * every thread about 4 (the split changes no result: gemm.h) */
         int64_t ncp = np < GEMM_NC_PANELS ? np : GEMM_NC_PANELS;
         while (ncp > 1 && mblocks * ((np + ncp - 1) / ncp) < 4 * (int64_t)nt)
             --ncp;
-        gemm_call g = {gemm_kernels(), m, n, k, trans_a, a, packed_b, c, (np + ncp - 1) / ncp,
-                       ncp, epilogue};
+        gemm_call g = {gemm_kernels(), m, n, k, trans_a, a, packed_b, c, mc,
+                       (np + ncp - 1) / ncp, ncp, epilogue};
         mg_pool_run(nt, mblocks * g.nblocks, gemm_item, &g);
         return MG_OK;
     }

@@ -98,6 +98,15 @@ static inline const gemm_tail *gemm_tail_at(const mg_epilogue *e, int64_t ch0, i
     return t;
 }
 
+/* Rows per M block: m cut into ceil(m / most) blocks of equal size (to a multiple of 4 rows,
+ * at most `most`, a multiple of 4), so that the items of the last blocks are not a sliver
+ * beside whole ones (at M = 128: 64 + 64, not 96 + 32) and the threads finish together */
+static inline int64_t gemm_block_rows(int64_t m, int64_t most)
+{
+    const int64_t blocks = (m + most - 1) / most, rows = (m + blocks - 1) / blocks;
+    return (rows + 3) / 4 * 4;
+}
+
 /* A C tile's lines, prefetched for writing (mr rows of nr floats from c, row stride ldc) */
 static inline void gemm_prefetch_tile(float *c, int64_t ldc, int mr, int nr)
 {
