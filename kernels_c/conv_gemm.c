@@ -5,7 +5,8 @@
  * image offset and the input row / column of its top-left tap, then walks the K blocks in
  * order (segments: one tap or one tap row, seg_mode; each cut into chunks of at most
  * CG_KC floats). Per K block it points every pixel's row at its chunk (in x, at zeros, or at
- * a copy in the thread's scratch) once, and runs the micro-kernel over every (panel, group
+ * a copy in the thread's scratch: a row cut by the padding, or every row when neighbouring
+ * pixels lie a multiple of 4 KiB apart, gemm_rows_crowd_l1) once, and runs the micro-kernel over every (panel, group
  * of mr pixels; the narrow micro-kernel, with its own mr, for a panel of at most 16 output
  * channels, as a grouped convolution's 8-16 channels per group): the block's rows stay in L2
  * while a panel's chunk of B sits in L1. The last block's micro-kernels apply the epilogue
@@ -19,6 +20,7 @@
 #include "gemm_internal.h"
 
 enum { CG_MC = 96, CG_KC = 256, CG_NC_PANELS = 8 };
+_Static_assert(CG_KC + 16 <= GEMM_COPY_LD, "a K chunk's copied row fits its stride");
 
 static const float cg_zeros[CG_KC]; /* the row of a tap in the padding */
 
@@ -39,7 +41,8 @@ typedef struct {
     int64_t gfloats, np;  /* packed floats per group; panels per group */
     int64_t mc, mblocks, nblocks, ncp; /* pixels per M block (gemm_block_rows), blocks */
     const mg_epilogue *ep;
-    float *scratch;       /* CG_MC * CG_KC floats per thread (SEG_ROW) */
+    float *scratch;       /* CG_MC rows of GEMM_COPY_LD floats per thread (SEG_ROW, copy) */
+    int copy;             /* copy every row in x per chunk (gemm_rows_crowd_l1) */
 } cg_call;
 
 static int64_t panels_of(int64_t n) { return (n + MG_GEMM_NR - 1) / MG_GEMM_NR; }
@@ -62,7 +65,8 @@ static void gather_row(const cg_call *g, const float *row, int64_t q0, int64_t s
 }
 
 /* Every pixel's row pointer (rows of the item) for K chunk [s0, s0 + kc) of tap row i (tap
- * (i, j) per tap): into x, at zeros, or at a copy in `scratch` (CG_KC floats per row) */
+ * (i, j) per tap): into x, at zeros, or at a copy in `scratch` (row stride GEMM_COPY_LD:
+ * rows cut by the padding, and with g->copy every row that lies in x) */
 static void chunk_rows(const cg_call *g, const int64_t *base, const int64_t *r0,
                        const int64_t *q0, const int64_t *origin, int64_t rows, int64_t i,
                        int64_t j, int64_t s0, int64_t kc, int64_t group, float *scratch,
@@ -93,10 +97,16 @@ static void chunk_rows(const cg_call *g, const int64_t *base, const int64_t *r0,
         } else if (q0[p] + jl < 0 || q0[p] + jf >= g->w) {
             ptrs[p] = cg_zeros;
         } else { /* cut by the padding */
-            gather_row(g, g->x + row, q0[p], s0, kc, scratch + p * CG_KC);
-            ptrs[p] = scratch + p * CG_KC;
+            gather_row(g, g->x + row, q0[p], s0, kc, scratch + p * GEMM_COPY_LD);
+            ptrs[p] = scratch + p * GEMM_COPY_LD;
         }
     }
+    if (g->copy)
+        for (int64_t p = 0; p < rows; ++p)
+            if (ptrs[p] != cg_zeros && ptrs[p] != scratch + p * GEMM_COPY_LD) {
+                memcpy(scratch + p * GEMM_COPY_LD, ptrs[p], (size_t)kc * sizeof(float));
+                ptrs[p] = scratch + p * GEMM_COPY_LD;
+            }
 }
 
 /* The tail (the epilogue) of the tile of output pixels from m0 at the group's channel j0,
@@ -178,7 +188,7 @@ static void cg_item(void *ctx, int64_t item, int tid)
         taps_item(g, group, m0, rows, base, r0, q0, origin);
         return;
     }
-    float *scratch = g->scratch ? g->scratch + (int64_t)tid * CG_MC * CG_KC : NULL;
+    float *scratch = g->scratch ? g->scratch + (int64_t)tid * CG_MC * GEMM_COPY_LD : NULL;
     const float *bg = g->bp + group * g->gfloats;
     float *yg = g->y + group * g->cog;
     for (int64_t seg = 0; seg < g->nseg; ++seg)
@@ -237,8 +247,12 @@ int mg_conv_gemm_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
     cg_call g = {gemm_kernels(), h, w, c, kh, kw, co, cg, cog, stride_h, stride_w, dilation_h,
                  dilation_w, pad_top, pad_left, out_h, out_w, m, k,
                  nseg, k / nseg, mode, x, packed_f, y,
-                 gfloats, np, mc, mblocks, (np + ncp - 1) / ncp, ncp, epilogue, NULL};
-    if (mode == SEG_ROW && !(g.scratch = mg_alloc_floats((int64_t)nt * CG_MC * CG_KC)))
+                 gfloats, np, mc, mblocks, (np + ncp - 1) / ncp, ncp, epilogue, NULL, 0};
+    /* neighbouring pixels' rows are stride_w * c floats apart: copied where that crowds the
+     * L1 and more than one panel reads the copy (not on the narrow tap batches' route) */
+    g.copy = ncp > 1 && gemm_rows_crowd_l1(stride_w * c * (int64_t)sizeof(float));
+    if ((mode == SEG_ROW || g.copy) &&
+        !(g.scratch = mg_alloc_floats((int64_t)nt * CG_MC * GEMM_COPY_LD)))
         return MG_ENOMEM;
     mg_pool_run(nt, groups * mblocks * g.nblocks, cg_item, &g);
     free(g.scratch);

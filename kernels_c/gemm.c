@@ -8,17 +8,21 @@
  * L1 while the block's rows of A (<= 96 KiB) sit in L2. A is read where it lies (no packing:
  * packing it cost as much as the product when N is small, as in a 1x1 convolution with 64
  * output channels): a row group is mr row pointers, walked with step 1 (row-major A) or m
- * (transposed A, whose k-th row holds the group's values side by side). An element is
+ * (transposed A, whose k-th row holds the group's values side by side); rows a multiple of
+ * 4 KiB apart are copied per K block into the thread's scratch first (gemm_rows_crowd_l1:
+ * side by side they would evict each other from the L1). An element is
  * written by one item only and its chain of FMAs runs k = 0 .. K - 1 in order, whatever the
  * blocks and threads (gemm.h). The epilogue is applied by the micro-kernel of the last K
  * block to each finished tile before it is stored (gemm_tail, bit for bit
  * mg_channel_epilogue). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "gemm.h"
 #include "gemm_internal.h"
 
 enum { GEMM_MC = 96, GEMM_KC = 256, GEMM_NC_PANELS = 8 };
+_Static_assert(GEMM_KC + 16 <= GEMM_COPY_LD, "a K block's copied row fits its stride");
 
 const gemm_kernel_table *gemm_kernels(void)
 {
@@ -88,18 +92,24 @@ typedef struct {
     float *c;
     int64_t mc, nblocks, nc_panels;
     const mg_epilogue *ep;
+    float *scratch; /* NULL, or GEMM_MC rows of GEMM_COPY_LD floats per thread: A's rows
+                     * copied per K block where they crowd the L1 (gemm_rows_crowd_l1) */
 } gemm_call;
 
 static void gemm_item(void *ctx, int64_t item, int tid)
 {
-    (void)tid;
     const gemm_call *g = ctx;
+    float *copy = g->scratch ? g->scratch + (int64_t)tid * GEMM_MC * GEMM_COPY_LD : NULL;
     const int64_t m0 = item / g->nblocks * g->mc, p0 = item % g->nblocks * g->nc_panels;
     const int64_t rows = g->m - m0 < g->mc ? g->m - m0 : g->mc;
     const int64_t np = panels_of(g->n), p1 = p0 + g->nc_panels < np ? p0 + g->nc_panels : np;
     for (int64_t k0 = 0; k0 < g->k; k0 += GEMM_KC) {
         const int64_t kc = g->k - k0 < GEMM_KC ? g->k - k0 : GEMM_KC;
         const int last = k0 + kc == g->k; /* the epilogue goes with the last block's sums */
+        if (copy)
+            for (int64_t r = 0; r < rows; ++r)
+                memcpy(copy + r * GEMM_COPY_LD, g->a + (m0 + r) * g->k + k0,
+                       (size_t)kc * sizeof(float));
         for (int64_t p = p0; p < p1; ++p) {
             const int64_t j0 = p * MG_GEMM_NR;
             const int nr = g->n - j0 < MG_GEMM_NR ? (int)(g->n - j0) : MG_GEMM_NR;
@@ -110,8 +120,10 @@ static void gemm_item(void *ctx, int64_t item, int tid)
                 const int valid = rows - g0 < mr ? (int)(rows - g0) : mr;
                 const float *a_rows[GEMM_MR_MAX];
                 for (int i = 0; i < mr; ++i) {
-                    const int64_t row = m0 + g0 + (i < valid ? i : valid - 1);
-                    a_rows[i] = g->trans_a ? g->a + k0 * g->m + row : g->a + row * g->k + k0;
+                    const int64_t row = g0 + (i < valid ? i : valid - 1);
+                    a_rows[i] = copy       ? copy + row * GEMM_COPY_LD
+                                : g->trans_a ? g->a + k0 * g->m + m0 + row
+                                             : g->a + (m0 + row) * g->k + k0;
                 }
                 const int64_t at = (m0 + g0) * g->n + j0;
                 gemm_tail tail;
@@ -142,8 +154,13 @@ int mg_gemm(int64_t m, int64_t n, int64_t k, int trans_a, const float *a,
         while (ncp > 1 && mblocks * ((np + ncp - 1) / ncp) < 4 * (int64_t)nt)
             --ncp;
         gemm_call g = {gemm_kernels(), m, n, k, trans_a, a, packed_b, c, mc,
-                       (np + ncp - 1) / ncp, ncp, epilogue};
+                       (np + ncp - 1) / ncp, ncp, epilogue, NULL};
+        /* rows that crowd the L1 are copied when more than one panel reads the copy */
+        if (!trans_a && ncp > 1 && gemm_rows_crowd_l1(k * (int64_t)sizeof(float)) &&
+            !(g.scratch = mg_alloc_floats((int64_t)nt * GEMM_MC * GEMM_COPY_LD)))
+            return MG_ENOMEM;
         mg_pool_run(nt, mblocks * g.nblocks, gemm_item, &g);
+        free(g.scratch);
         return MG_OK;
     }
     return epilogue ? mg_channel_epilogue(m, n, c, epilogue, num_threads) : MG_OK;

@@ -107,6 +107,21 @@ static inline int64_t gemm_block_rows(int64_t m, int64_t most)
     return (rows + 3) / 4 * 4;
 }
 
+/* Whether rows of A `stride_bytes` apart, read side by side by a micro-kernel, crowd one L1
+ * set: an L1 of 64 sets of 64-byte lines (32 KiB 8-way, 48 KiB 12-way) puts rows a multiple
+ * of 4 KiB apart all into one set, where a 12-row tile's lines and the B panel's evict each
+ * other before their next k. Measured (Zen 4, one thread, CPU time): a GEMM with K = 1024
+ * ran 86-89 GFLOP/s, with K = 1008 or 1040 98; copying the rows per K block gave 99; rows
+ * 2 KiB apart (two sets) lost 2-9 % to the copy, so they are read in place. Such rows are
+ * copied into a scratch whose row stride (GEMM_COPY_LD floats) is no such multiple. */
+static inline int gemm_rows_crowd_l1(int64_t stride_bytes)
+{
+    return stride_bytes % 4096 == 0;
+}
+
+/* Row stride of a K block's copied rows: 256 floats and a line (no multiple of 2 KiB) */
+#define GEMM_COPY_LD (256 + 16)
+
 /* A C tile's lines, prefetched for writing (mr rows of nr floats from c, row stride ldc) */
 static inline void gemm_prefetch_tile(float *c, int64_t ldc, int mr, int nr)
 {

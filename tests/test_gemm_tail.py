@@ -158,3 +158,70 @@ def test_conv_gemm_fused_epilogue_over_shape_families(case):
     terms = k * k * cg
     gamma = terms * U / (1 - terms * U)
     assert (np.abs(product - exact) <= (gamma + 1e-12) * mags).all()
+
+
+# Rows of A a multiple of 4 KiB apart (K or stride_w * channels a multiple of 1024 floats)
+# are copied per K block before the micro-kernels read them (gemm_rows_crowd_l1): the copy
+# changes no chain, so those products equal, bit for bit, the same products on a route that
+# reads A in place (a transposed A; the 1x1 convolution's strided pixels gathered into a
+# matrix whose rows are 2 KiB apart), and stay within the gamma bound of float64.
+
+
+@settings(max_examples=4, deadline=None)
+@given(m=st.integers(481, 700), n=st.integers(65, 128), k=st.sampled_from([1024, 2048]),
+       stages=st.integers(0, 7), threads=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_gemm_rows_4kib_apart_copied_give_the_bits_read_in_place(m, n, k, stages, threads,
+                                                                seed):
+    activation_kernels, _, gemm, native = _modules()
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(F32)
+    b = rng.standard_normal((k, n)).astype(F32)
+    packing = gemm.pack_b(b)
+    epilogue = _epilogue(rng, n, (m, n), stages, 1)
+    copied = _with(native, native.isa(), threads, gemm.c_gemm, a, packing, False, epilogue)
+    in_place = _with(native, native.isa(), 2, gemm.c_gemm, np.ascontiguousarray(a.T), packing,
+                     True, epilogue)
+    assert copied.tobytes() == in_place.tobytes()
+    a64, b64 = a.astype(F64), b.astype(F64)
+    plain = gemm.c_gemm(a, packing)
+    gamma = k * U / (1 - k * U)
+    assert (np.abs(plain - a64 @ b64) <= (gamma + 1e-12) * (np.abs(a64) @ np.abs(b64))).all()
+
+
+@settings(max_examples=3, deadline=None)
+@given(n=st.integers(2, 3), size=st.integers(7, 9), c=st.sampled_from([512, 1024]),
+       co=st.sampled_from([96, 128]), seed=st.integers(0, 2**16))
+def test_strided_1x1_conv_with_rows_4kib_apart_is_the_gemm_of_its_pixels(n, size, c, co, seed):
+    """stride 2 x c channels: neighbouring pixels 2 * c floats apart (4 or 8 KiB, copied);
+    the same pixels gathered into a matrix (rows c floats apart: 2 KiB for c = 512, read in
+    place; 4 KiB for 1024, copied again by the GEMM) give the same bits, and 3x3 SAME
+    convolutions with those rows stay within the bound."""
+    from minigraph.ops.window import Window
+
+    _, ck, gemm, native = _modules()
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 2 * size, 2 * size, c)).astype(F32)
+    f = rng.standard_normal((1, 1, c, co)).astype(F32)
+    window = Window(ksize=(1, 1), strides=(2, 2), dilations=(1, 1), pads=((0, 0), (0, 0)),
+                    out=(size, size))
+    conv = _with(native, native.isa(), 1, ck.c_conv_gemm, x, f, window)
+    pixels = np.ascontiguousarray(x[:, ::2, ::2, :]).reshape(-1, c)
+    product = gemm.c_gemm(np.ascontiguousarray(pixels.T), gemm.pack_b(f[0, 0]), True)
+    assert conv.reshape(-1, co).tobytes() == product.tobytes()
+    # a 3x3 SAME convolution at stride (1, 2): tap rows copied, padding rows gathered
+    f3 = rng.standard_normal((3, 3, c, co)).astype(F32)
+    out_w = size
+    window3 = Window(ksize=(3, 3), strides=(1, 2), dilations=(1, 1), pads=((1, 1), (0, 1)),
+                     out=(2 * size, out_w))
+    y = _with(native, native.isa(), 1, ck.c_conv_gemm, x, f3, window3)
+    assert y.tobytes() == _with(native, native.isa(), 3, ck.c_conv_gemm, x, f3,
+                                window3).tobytes()
+    xp = np.pad(x.astype(F64), ((0, 0), (1, 1), (0, 2), (0, 0)))
+    exact, mags = np.zeros(y.shape), np.zeros(y.shape)
+    for i in range(3):
+        for j in range(3):
+            patch = xp[:, i:i + 2 * size, j:j + 2 * out_w:2]
+            exact += patch @ f3[i, j].astype(F64)
+            mags += np.abs(patch) @ np.abs(f3[i, j].astype(F64))
+    terms = 9 * c
+    assert (np.abs(y - exact) <= (terms * U / (1 - terms * U) + 1e-12) * mags).all()
