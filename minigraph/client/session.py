@@ -326,7 +326,7 @@ class _Plan(list):
             self.bound = executor.BoundProgram(signature, steps, release,
                                                planner.bind(steps, determined,
                                                             self.constant_keys),
-                                               self.fetch_keys)
+                                               self.fetch_keys, self.constant_keys)
 
     def _signature(self, env: dict, session: ClientSession) -> tuple | None:
         """The fed values' shapes and dtypes and the variables' shapes, or None when this
