@@ -85,6 +85,8 @@ def test_bound_training_steps_give_the_bits_of_checked_runs(features, classes, l
             np.testing.assert_array_equal(value, copy, strict=True)
     for name in ("w", "b"):
         np.testing.assert_array_equal(bound.state.read(name), plain.state.read(name))
+        # the optimizer's kernels store their new arrays (no copy), read-only
+        assert not bound.state.read(name).flags.writeable
     program = _program(bound)  # the loop did leave steps out
     assert program.folded and len(program.preloads) >= 2
     assert len(program.program) < len(program.entries)

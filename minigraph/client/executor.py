@@ -180,6 +180,8 @@ class BoundProgram:
                 shapes = tuple(m.shape for m in observed[index])
                 self.entries[index] = (*entry[:7], shapes)
         folded = self._fold(observed, kept)
+        for index in folded.intersection(self.candidates):  # run no more: no buffer
+            self.entries[index] = (_DIRECT, *self.entries[index][1:7], None)
         self.candidates = sorted(index for index in self.candidates if index not in folded)
         arena = planner.plan_arena(observed, [entry[4] for entry in self.entries],
                                    self.candidates, {index for index, _ in self.fetches})
