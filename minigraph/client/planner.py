@@ -452,8 +452,7 @@ class Arena:
         buffer = buffers[slot.buffer]
         if sys.getrefcount(buffer) > _FREE_REFERENCES:
             buffer = buffers[slot.buffer] = np.empty(buffer.nbytes, np.uint8)
-        nbytes = math.prod(slot.shape) * slot.dtype.itemsize
-        return buffer[:nbytes].view(slot.dtype).reshape(slot.shape)
+        return np.ndarray(slot.shape, slot.dtype, buffer)  # its start, seen as the slot
 
 
 def plan_arena(made: Sequence[Sequence[Made]], reads: Sequence[Sequence[int]],
