@@ -149,3 +149,28 @@ def test_a_variable_gone_after_binding_raises_in_its_place():
         plain.state.write(name, value)
     np.testing.assert_array_equal(session.Run(feed, loss, targets=updates),
                                   plain.Run(feed, loss, targets=updates), strict=True)
+
+
+def test_a_guard_failing_after_skipped_steps_runs_the_rest_checked():
+    """a = Tanh(x) dies at Shape(a), which the loop skips (its value is kept): the Reshape
+    after it, whose shape is fed (a guard: its results' shapes are compared with the first
+    bound run's), drops a in its place. A new shape value fails the guard there; the rest of
+    that run runs checked and the plan binds anew."""
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[None, 6])
+    dims = ops.Placeholder(root.WithOpName("dims"), mg.int32, shape=[2])
+    shape = ops.Shape(root, ops.Tanh(root, x))
+    y = ops.Relu(root.WithOpName("y"), ops.Reshape(root, x, dims))
+    filled = ops.Fill(root.WithOpName("filled"), shape, ops.Const(root, F32(1)))
+    session = mg.ClientSession(root, backend="native", check_outputs=False)
+    value = np.arange(-12, 12, dtype=F32).reshape(4, 6)
+    for run, new_dims in enumerate([[4, 6]] * 3 + [[6, 4]] * 3 + [[3, 8]] * 3 + [[8, 3]]):
+        if run in (3, 6, 9):  # bound and planned (2 runs after a new signature or a
+            # failed guard): the guard fails in a lean loop
+            program = _program(session)
+            assert program.arena is not None and len(program.program) < len(program.entries)
+        got_y, got_filled = session.Run({x: value, dims: np.array(new_dims, np.int32)},
+                                        [y, filled])
+        np.testing.assert_array_equal(got_y, np.maximum(value.reshape(new_dims), 0),
+                                      strict=True)
+        np.testing.assert_array_equal(got_filled, np.ones((4, 6), F32), strict=True)

@@ -135,6 +135,7 @@ class BoundProgram:
         self.folded: tuple = ()  # (register, value) of each value the signature fixes
         self.preloads: tuple = ()  # (register, variable name) read at the start of a run
         self.program: list[tuple] = self.entries  # the steady loop's entries
+        self.positions: dict[int, int] = {}  # id of a program entry -> its index in entries
         self.arena: planner.Arena | None = None  # planned by the first run
         # a guard failed: the plan must rebind (``session._Plan`` drops this program)
         self.stale = False
@@ -192,7 +193,7 @@ class BoundProgram:
             index for index, step in enumerate(self.steps)
             if getattr(getattr(step, "op", None), "type", None) == "NoOp"
             and not self.entries[index][6]}
-        self.program = _without(self.entries, skipped)
+        self.program, self.positions = _without(self.entries, skipped)
         self.arena = arena
 
     def _fold(self, observed: list, results: dict) -> set[int]:
@@ -285,7 +286,7 @@ class BoundProgram:
             for i in entry[6]:
                 regs[i] = None
             results = result = values = None
-            self._checked_rest(self.entries.index(entry) + 1, regs, scratch, session)
+            self._checked_rest(self.positions[id(entry)] + 1, regs, scratch, session)
 
     def _checked_rest(self, start: int, regs: list, scratch: dict, session: Any) -> None:
         """Entries ``start`` on with every check, as an unbound run runs them."""
@@ -384,20 +385,23 @@ def _early_reads(steps: Sequence) -> dict[int, str]:
     return reads
 
 
-def _without(entries: list[tuple], skipped: set[int]) -> list[tuple]:
+def _without(entries: list[tuple], skipped: set[int]) -> tuple[list[tuple], dict[int, int]]:
     """``entries`` but the ``skipped`` ones, whose registers to drop the next entry left
-    drops (a ``Shape`` skipped may have been its input's last reader)."""
+    drops (a ``Shape`` skipped may have been its input's last reader); and the index in
+    ``entries`` of each entry left (by ``id``)."""
     program: list[tuple] = []
+    positions: dict[int, int] = {}
     pending: tuple = ()
     for index, entry in enumerate(entries):
         if index in skipped:
             pending += entry[6]
-        elif pending:
-            program.append((*entry[:6], entry[6] + pending, entry[7]))
+            continue
+        if pending:
+            entry = (*entry[:6], entry[6] + pending, entry[7])
             pending = ()
-        else:
-            program.append(entry)
-    return program
+        program.append(entry)
+        positions[id(entry)] = index
+    return program, positions
 
 
 def _frozen(value: np.ndarray) -> np.ndarray:
