@@ -638,9 +638,11 @@ static double combined(const bn_call *k, int i, int64_t c)
  * the block's outputs are aligned after the head (row_head). Plane runs: segments a whole
  * number of vectors apart (so that the masked ends of neighbouring segments, plain stores,
  * share cache lines only with each other: a line written partly non-temporally and partly
- * not is slow); runs that only write align each segment with a head themselves (the outputs
- * must share their alignment), runs that also sum cannot (their vector partition fixes the
- * sums' order), so their segments must start aligned. */
+ * not is slow), except for runs that only write over planes of at least a vector: those walk
+ * the block as one stretch (bn_runs_template.h's BN_PLANE_WALK), plain stores only at its
+ * ends; runs that only write align their stores with a head themselves (the outputs must
+ * share their alignment), runs that also sum cannot (their vector partition fixes the sums'
+ * order), so their segments must start aligned. */
 static int block_stream(const bn_call *k, const bn_run_args *a)
 {
     const size_t align = (size_t)k->vlen * k->elsize;
@@ -651,7 +653,8 @@ static int block_stream(const bn_call *k, const bn_run_args *a)
     if (k->plan.rows)
         return k->plan.period % k->vlen == 0 &&
                ((uintptr_t)a->out0 + (size_t)a->head * k->elsize) % align == 0;
-    if (a->nseg > 1 && (size_t)k->plan.inner * k->elsize % align)
+    const int walk = k->nacc == 0 && k->vlen > 1 && a->len >= k->vlen;
+    if (a->nseg > 1 && (size_t)k->plan.inner * k->elsize % align && !walk)
         return 0;
     return k->nacc == 0 || misalign == 0;
 }
