@@ -571,7 +571,7 @@ typedef struct {
 
 enum {
     BWF_ITEMS = 4,          /* work items per thread */
-    BWF_MIN_UNITS = 32,     /* tiles below which the rows are summed in several groups */
+    BWF_MIN_UNITS = 48,     /* tiles below which the rows are summed in several groups */
     BWF_MAX_GROUPS = 16,
     BWF_GROUP_PIXELS = 1024, /* the fewest output pixels of a group */
     BWF_SUM_FLOATS = 4096   /* floats of df per item of the final sum */
