@@ -424,6 +424,7 @@ static void fwd_band_item(void *ctx, int64_t item, int tid)
 enum {
     PACK_ROWS = 256,
     ITEMS_PER_THREAD = 4,
+    BAND_ITEMS = 32,
     BAND_BYTES = 256 << 10,
     SMALL_PLANE = 256,
     GROUP_PIXELS = 256
@@ -457,17 +458,25 @@ static int64_t item_images(const fwd_ctx *k, int nt)
 
 /* Output rows per work item: whole images while there are enough of them to share out
  * (ITEMS_PER_THREAD each), else fewer rows (more items), and never more than fit a padded
- * band of BAND_BYTES; NCHW or several images per item: whole images. */
+ * band of BAND_BYTES; NCHW or several images per item: whole images. With several threads,
+ * also halved while that leaves bands of SMALL_PLANE pixels or more, up to BAND_ITEMS per
+ * thread: the last items of a call are what one thread still runs while the other waits
+ * (32 images of 32 x 32 at 2 threads: 64 half images, not 32 images). */
 static int64_t band_rows(const fwd_ctx *k, int nt)
 {
     int64_t band = k->oh;
     if (!k->channels_last || k->imgs > 1)
         return band;
     const int64_t row_bytes = k->pad.wp * k->c * (int64_t)sizeof(float);
-    while (band > 1 && (k->n * ((k->oh + band - 1) / band) < (int64_t)nt * ITEMS_PER_THREAD ||
-                        ((band - 1) * k->sh + k->kh) * row_bytes > BAND_BYTES))
-        band = (band + 1) / 2;
-    return band;
+    for (;;) {
+        const int64_t items = k->n * ((k->oh + band - 1) / band), half = (band + 1) / 2;
+        const int few = items < (int64_t)nt * ITEMS_PER_THREAD ||
+                        (nt > 1 && items < (int64_t)nt * BAND_ITEMS &&
+                         half * k->ow >= SMALL_PLANE);
+        if (band <= 1 || !(few || ((band - 1) * k->sh + k->kh) * row_bytes > BAND_BYTES))
+            return band;
+        band = half;
+    }
 }
 
 static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_t c,
@@ -570,9 +579,9 @@ typedef struct {
 } bwf_ctx;
 
 enum {
-    BWF_ITEMS = 4,          /* work items per thread */
-    BWF_MIN_UNITS = 48,     /* tiles below which the rows are summed in several groups */
-    BWF_MAX_GROUPS = 16,
+    BWF_ITEMS = 8,          /* work items per thread */
+    BWF_MIN_UNITS = 96,     /* tiles below which the rows are summed in several groups */
+    BWF_MAX_GROUPS = 32,
     BWF_GROUP_PIXELS = 1024, /* the fewest output pixels of a group */
     BWF_SUM_FLOATS = 4096   /* floats of df per item of the final sum */
 };
