@@ -10,11 +10,13 @@
  *   1. pack the filter as [kh * kw * c][cop] (cop = co rounded up to 16, zero tail; skipped,
  *      with no job, when the forward filter already is that);
  *   2. work items of output rows (a band: a whole image while there are enough images to
- *      share out, fewer rows otherwise; several whole images when they are small, under
- *      SMALL_PLANE output pixels). An item's thread copies what its border pixels read
- *      (pixels whose window crosses the source's edges: the padded rows above and below,
- *      the edge columns between) into its own zero-padded NHWC scratch, then runs tiles of
- *      up to 10 (12, 8, 6) pixels x blocks of up to 64 output channels; each tile is one
+ *      share out, fewer rows otherwise, and half images for a shorter tail at several
+ *      threads; several whole images when they are small, under SMALL_PLANE output
+ *      pixels). An item's thread runs tiles of up to 10 (12, 8, 6) pixels x blocks of up
+ *      to 64 output channels, its border pixels' (pixels whose window crosses the source's
+ *      edges) from its own zero-padded NHWC copy of what they read (the padded rows above
+ *      and below, the edge columns between), made after the interior's tiles (which bring
+ *      those lines into cache); each tile is one
  *      micro-kernel call that keeps its outputs in registers over all kh * kw * c taps (and
  *      applies a fused epilogue to them there, when given). NHWC: interior pixels' tiles
  *      read the source itself (no copy), tiles write the output. Small images, and NCHW:
@@ -23,11 +25,15 @@
  *      NCHW tiles write an NHWC buffer after them that is transposed into the output while
  *      in cache.
  * The filter gradient sums x[pixel + tap] * dy[pixel] over all pixels: after a job that
- * copies x into a zero-padded NHWC scratch, image by image (dy transposed too for NCHW), tiles of filter rows x channel blocks in a few
- * groups per thread; a group walks the images in order, in chunks that fit in L1, calling
- * its tiles' micro-kernels (which carry the sums in registers through a chunk). Work items
- * go to threads dynamically (the machine may be shared); each output element is one tile's,
- * summed in a fixed order, so results do not depend on the thread count or schedule.
+ * copies x into a zero-padded NHWC scratch, image by image (dy transposed too for NCHW),
+ * tiles of filter rows (any height up to what the registers hold, so a tap row is cut with
+ * nothing computed in vain) x channel blocks; a work item is a run of tiles over one group
+ * of consecutive output rows (one group, unless the tiles are few: then a number of groups
+ * fixed by the shape, summed apart and added in order at the end), walked in chunks that
+ * fit in L1, calling its tiles' micro-kernels (which carry the sums in registers through a
+ * chunk). Work items go to threads dynamically (the machine may be shared); each output
+ * element is summed in an order fixed by the shape, so results do not depend on the thread
+ * count or schedule.
  *
  * The micro-kernels are per ISA, one table each (conv_kernel_table), picked once per call
  * (mg_isa_pick): convolution_template.h instantiated for AVX2 + FMA and the baseline
