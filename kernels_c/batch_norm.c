@@ -31,8 +31,8 @@
  * records are then combined per channel in block order (Chan et al.'s pairwise update for
  * means and centered (co)moments, plain sums otherwise; channel ranges on the pool). Blocks
  * are run by minigraph's worker pool (the runtime every family uses; the machine may be
- * shared), each thread its own contiguous share first (mg_pool_run_affine), and the result is bit-identical for any
- * thread count, any schedule and any buffer alignment.
+ * shared), each thread its own contiguous share first (mg_pool_run), and the result is
+ * bit-identical for any thread count, any schedule and any buffer alignment.
  *
  * The element loops ("runs") are in bn_runs_template.h, instantiated per ISA and dtype
  * (bn_isa_*.c); the ISA is the runtime's (mg_runtime.h: chosen once with
@@ -417,7 +417,7 @@ static void run_block_item(void *ctx, int64_t b, int tid)
     job->fn(job->k, b, tid);
 }
 
-/* fn(k, b, tid) for every block on the worker pool (mg_pool_run_affine: thread t runs the
+/* fn(k, b, tid) for every block on the worker pool (mg_pool_run: thread t runs the
  * t-th contiguous share of the blocks, then helps with the others', so a pass that re-reads
  * what the previous pass or call touched finds its share in its own core's caches:
  * 8x32x112x112 float32 NCHW inference 0.42 -> 0.23 ms on 2 threads, training passes alike,
@@ -426,7 +426,7 @@ static void run_block_item(void *ctx, int64_t b, int tid)
 static void run_blocks(bn_call *k, bn_block_fn fn)
 {
     bn_blocks_job job = {k, fn};
-    mg_pool_run_affine(k->nthreads, k->plan.nblocks, run_block_item, &job);
+    mg_pool_run(k->nthreads, k->plan.nblocks, run_block_item, &job);
 }
 
 /* Run args for the block: tensors at its start, its length / segments, accumulators zeroed

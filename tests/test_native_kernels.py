@@ -492,7 +492,7 @@ def test_calls_from_many_threads_at_once_match_one_thread(monkeypatch):
 def test_blocks_in_thread_shares_match_one_thread(n, c, elements, rows, rank5, channels_last,
                                                   threads, dtype, isa):
     """Tensors of at least 2^15 elements run their blocks on the pool, thread t first taking
-    the t-th contiguous share of them (mg_pool_run_affine), the others' leftovers after: for
+    the t-th contiguous share of them (mg_pool_run), the others' leftovers after: for
     any thread count, block count and plane length (shares that do not divide the blocks,
     planes that are not whole vectors, few planes against the threads; the write-only plane
     runs walk whole planes with vectors across their boundaries), on every instruction set,
