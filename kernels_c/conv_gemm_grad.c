@@ -46,7 +46,11 @@
 
 /* TILE_PIXELS: the most pixels of an input gradient tile: the narrow kernel's 24 rows would
  * keep 24 row pointers, more than the general registers, and ran ~10% slower than 8-12 */
-enum { MB = 96, KC = 256, TILE_PIXELS = 12, NCP_MAX = 8, FILTER_ITEMS = 16, CHUNK_MIN = 2048 };
+enum { MB = 96, KC = 256, TILE_PIXELS = 12, NCP_MAX = 8 };
+/* The filter gradient's blocks of about FILTER_KC output pixels (whole output rows), and
+ * ranges of output rows (chunks) of at least CHUNK_MIN pixels while there are fewer than
+ * FILTER_ITEMS (group, panel, chunk) items, their partial sums at most PARTS_MAX floats */
+enum { FILTER_KC = 256, FILTER_ITEMS = 16, CHUNK_MIN = 512, PARTS_MAX = 1 << 22 };
 
 static const gemm_kernel_table *kernels(void)
 {
@@ -375,75 +379,6 @@ done:
 /* ------------------------------------------------------------------------------------------ */
 /* Filter gradient                                                                             */
 
-int64_t mg_conv2d_gemm_filter_chunks(int64_t pixels, int64_t groups, int64_t kh, int64_t kw,
-                                     int64_t cig)
-{
-    if (pixels <= 0 || groups <= 0 || kh <= 0 || kw <= 0 || cig <= 0)
-        return 1;
-    const int64_t base = groups * ceil_div(kh * kw * cig, MG_GEMM_NR);
-    const int64_t want = ceil_div(FILTER_ITEMS, base), most = max64(1, pixels / CHUNK_MIN);
-    return ceil_div(pixels, ceil_div(pixels, min64(want, most))); /* no range left empty */
-}
-
-typedef struct {
-    const gemm_kernel_table *t;
-    geometry g;
-    const float *x, *dy;
-    float *part, *scratch;
-    int64_t cols, panels, ncp, nblocks, nchunks, chunk, pixels;
-    int64_t scratch_floats; /* per thread: the packed im2col block */
-} filter_call;
-
-/* One copy of the im2col packing: `len` floats of x at `offset` from a pixel's window
- * origin (its tap's rows and columns, channel) to column `off` of panel `panel`. A tap
- * piece also carries the tap's offsets (dy_, dx_) to test whether it lies inside x. */
-typedef struct {
-    int64_t offset, dy_, dx_;
-    int32_t panel, off, len;
-} piece;
-
-/* The copies of columns [c0, c1) of group grp (at most NCP_MAX panels): per tap, its
- * columns cut at panel edges (`taps`, for pixels whose window crosses x's edges), and the
- * same with the copies whose sources are adjacent in x merged (`runs`: the taps of a filter
- * row with dilation 1 and one group are one run of kw * c floats), for interior pixels.
- * Returns the tap pieces' count; *nruns gets the runs'. Also the window's extent (rows
- * ymin .. ymax, columns xmin .. xmax from the origin). */
-enum { PIECES = NCP_MAX * MG_GEMM_NR };
-
-static int64_t im2col_pieces(const geometry *g, int64_t grp, int64_t c0, int64_t c1,
-                             piece *taps, piece *runs, int64_t *nruns, int64_t extent[4])
-{
-    int64_t count = 0;
-    extent[0] = extent[2] = INT64_MAX;
-    extent[1] = extent[3] = INT64_MIN;
-    for (int64_t tap = c0 / g->cig; tap * g->cig < c1; ++tap) {
-        const int64_t ty = tap / g->kw * g->dh - g->pt, tx = tap % g->kw * g->dw - g->pl;
-        extent[0] = min64(extent[0], ty), extent[1] = max64(extent[1], ty);
-        extent[2] = min64(extent[2], tx), extent[3] = max64(extent[3], tx);
-        int64_t col = max64(c0, tap * g->cig);
-        const int64_t end = min64(c1, (tap + 1) * g->cig);
-        while (col < end) {
-            const int64_t rel = col - c0, off = rel % MG_GEMM_NR;
-            const int64_t len = min64(MG_GEMM_NR - off, end - col);
-            taps[count++] = (piece){(ty * g->w + tx) * g->c + grp * g->cig + col - tap * g->cig,
-                                    ty, tx, (int32_t)(rel / MG_GEMM_NR), (int32_t)off,
-                                    (int32_t)len};
-            col += len;
-        }
-    }
-    int64_t n = 0;
-    for (int64_t i = 0; i < count; ++i) {
-        piece *last = n ? &runs[n - 1] : NULL;
-        if (last && last->offset + last->len == taps[i].offset &&
-            last->panel == taps[i].panel && last->off + last->len == taps[i].off)
-            last->len += taps[i].len;
-        else
-            runs[n++] = taps[i];
-    }
-    *nruns = n;
-    return count;
-}
-
 /* The packing's short copies (runs of a few dozen floats): inline 16-byte moves, not library
  * calls (a call costs as much as such a copy; the attribute keeps GCC from turning the loops
  * back into memmove / memset calls) */
@@ -468,109 +403,202 @@ static NO_LIBCALL void zero_floats(float *dst, int64_t len)
         dst[j] = 0.0f;
 }
 
-/* im2col of x for pixels k0 .. k0 + kc - 1 and columns [32 p0, 32 p1) of group grp:
- * bp[p - p0][k - k0][jj] = x at pixel k's tap (col / cig), channel grp*cig + col % cig
- * (col = 32 p + jj; zero outside x and past the columns). */
-static void pack_im2col(const filter_call *fc, int64_t grp, int64_t k0, int64_t kc, int64_t p0,
-                        int64_t p1, float *bp)
+/* A pixel whose window crosses x's edges: its index k, and its window origin (row y0,
+ * column x0, and their offset in x: may lie outside, only valid taps are read) */
+typedef struct {
+    int64_t k, origin, y0, x0;
+} edge_pixel;
+
+/* Output rows (n * out_h of them, row r = image r / out_h, row r % out_h) are the filter
+ * gradient's unit of K: a row's interior pixels are read in place as one segment. */
+typedef struct {
+    const gemm_kernel_table *t;
+    geometry g;
+    const float *x, *dy;
+    float *df, *part; /* part: chunks 1 .. nchunks - 1, each df's size and layout */
+    int64_t cols, panels, qlo, qhi; /* interior columns: q in [qlo, qhi) */
+    int64_t block_rows, chunk_rows, nchunks, nmb, block_pixels;
+    int direct_b; /* B is dy itself: co == 32, one group, no edge pixels */
+    float *scratch;
+    const float **ptrs; /* per thread: a tile's rows per segment, then the segments' origins */
+    edge_pixel *edges;  /* per thread: the block's edge pixels, then its segments' rows */
+} filter_call;
+
+/* Whether output row p's window rows all lie inside x */
+static int row_inside(const geometry *g, int64_t p)
 {
-    const geometry *g = &fc->g;
-    const int64_t c0 = p0 * MG_GEMM_NR, c1 = min64(fc->cols, p1 * MG_GEMM_NR);
-    const int64_t width = (p1 - p0) * MG_GEMM_NR, panel_floats = kc * MG_GEMM_NR;
-    piece taps[PIECES], runs[PIECES];
-    int64_t nruns, e[4];
-    const int64_t ntaps = im2col_pieces(g, grp, c0, c1, taps, runs, &nruns, e);
-    if (c1 - c0 < width) /* the columns past the last: zero in every row */
-        for (int64_t k = 0; k < kc; ++k)
-            zero_floats(bp + (p1 - p0 - 1) * panel_floats + k * MG_GEMM_NR +
-                            (c1 - c0) % MG_GEMM_NR, width - (c1 - c0));
-    int64_t img = k0 / (g->oh * g->ow), p = k0 / g->ow % g->oh, q = k0 % g->ow;
-    for (int64_t k = 0; k < kc; ++k) {
-        const int64_t y = p * g->sh, x = q * g->sw;
-        const float *origin = fc->x + ((img * g->h + y) * g->w + x) * g->c;
-        float *row = bp + k * MG_GEMM_NR;
-        if (y + e[0] >= 0 && y + e[1] < g->h && x + e[2] >= 0 && x + e[3] < g->w) {
-            for (int64_t i = 0; i < nruns; ++i)
-                copy_floats(row + runs[i].panel * panel_floats + runs[i].off,
-                            origin + runs[i].offset, runs[i].len);
-        } else {
-            for (int64_t i = 0; i < ntaps; ++i) {
-                const piece *t = &taps[i];
-                float *dst = row + t->panel * panel_floats + t->off;
-                if (y + t->dy_ >= 0 && y + t->dy_ < g->h && x + t->dx_ >= 0 && x + t->dx_ < g->w)
-                    copy_floats(dst, origin + t->offset, t->len);
-                else
-                    zero_floats(dst, t->len);
-            }
-        }
-        if (++q == g->ow) {
-            q = 0;
-            if (++p == g->oh) {
-                p = 0;
-                ++img;
-            }
-        }
-    }
+    const int64_t y0 = p * g->sh - g->pt;
+    return y0 >= 0 && y0 + (g->kh - 1) * g->dh < g->h;
 }
 
+/* A run of C rows of one tap: rows at..at + len - 1 of the tile are channels of tap (ty,
+ * tx) (its rows and columns from the window origin) at `offset` in x from the origin */
+typedef struct {
+    int64_t at, len, ty, tx, offset;
+} tap_run;
+
+/* The runs of C rows m0 .. m0 + valid - 1 (group grp); returns their count */
+static int tap_runs(const geometry *g, int64_t grp, int64_t m0, int valid, tap_run *runs)
+{
+    int n = 0;
+    int64_t tap = m0 / g->cig, cc = m0 % g->cig;
+    for (int64_t at = 0; at < valid; ++tap, cc = 0) {
+        const int64_t ty = tap / g->kw * g->dh, tx = tap % g->kw * g->dw;
+        const int64_t len = min64(g->cig - cc, valid - at);
+        runs[n++] = (tap_run){at, len, ty, tx, (ty * g->w + tx) * g->c + grp * g->cig + cc};
+        at += len;
+    }
+    return n;
+}
+
+/* The tile's A rows for the edge pixels: a[e * valid + i] = x at edge pixel e's tap of row
+ * i, zero outside x (one copy per pixel and tap run). */
+static void pack_edges(const float *x, const geometry *g, const tap_run *runs, int nruns,
+                       int valid, const edge_pixel *edges, int64_t ne, float *a)
+{
+    for (int64_t e = 0; e < ne; ++e, a += valid)
+        for (int r = 0; r < nruns; ++r) {
+            const tap_run *t = &runs[r];
+            const int64_t y = edges[e].y0 + t->ty, xx = edges[e].x0 + t->tx;
+            if (y >= 0 && y < g->h && xx >= 0 && xx < g->w)
+                copy_floats(a + t->at, x + edges[e].origin + t->offset, t->len);
+            else
+                zero_floats(a + t->at, t->len);
+        }
+}
+
+/* ntaps segments through the ISA's kernel that keeps the tile in registers over them, or
+ * one call per segment (the same chains: a call continues from the floats stored before) */
+static void run_segments(const gemm_kernel_table *t, int nr, int64_t nseg, int64_t rstride,
+                         int64_t kc, const float **rows, int64_t ks, const float *bp, float *c,
+                         int64_t ldc, int mr, int load)
+{
+    int tr;
+    const gemm_micro_fn micro = gemm_micro_for(t, nr, &tr);
+    void (*const taps)(int64_t, int64_t, int64_t, const float *const *, int64_t, const float *,
+                       float *, int64_t, int, int, int) =
+        nr <= GEMM_NR_NARROW ? t->narrow_taps : t->micro_taps;
+    if (taps) {
+        taps(nseg, rstride, kc, rows, ks, bp, c, ldc, mr, nr, load);
+        return;
+    }
+    for (int64_t s = 0; s < nseg; ++s)
+        micro(kc, rows + s * rstride, ks, bp + s * kc * MG_GEMM_NR, c, ldc, mr, nr, load || s);
+}
+
+/* Item (group, panel p, chunk, block of C row tiles): per block of output rows [r0, r1) of
+ * the chunk, B = dy's columns of the panel, the rows' interior pixels then the block's edge
+ * pixels (packed, unless dy is B itself), and per tile of C rows (taps x channels) one chain
+ * over the interior segments (x read in place: row i of output row r's segment at r's
+ * window origin at column qlo plus the row's tap offset, k step sw * c) then one over the
+ * edge pixels (packed per tile). C is df (chunk 0) or the chunk's partial sums, ldc = co. */
 static void filter_item(void *ctx, int64_t item, int tid)
 {
     const filter_call *fc = ctx;
     const geometry *g = &fc->g;
-    const int64_t pb = item % fc->nblocks, rest = item / fc->nblocks;
-    const int64_t chunk = rest % fc->nchunks, grp = rest / fc->nchunks;
-    const int64_t p0 = pb * fc->ncp, p1 = min64(p0 + fc->ncp, fc->panels);
-    const int64_t kb = chunk * fc->chunk, ke = min64(fc->pixels, kb + fc->chunk);
-    const int64_t ldc = fc->panels * MG_GEMM_NR;
-    float *bp = fc->scratch + (int64_t)tid * fc->scratch_floats;
-    float *part = fc->part + (chunk * g->groups + grp) * g->cog * ldc;
-    for (int64_t k0 = kb; k0 < ke; k0 += KC) {
-        const int64_t kc = min64(KC, ke - k0);
-        pack_im2col(fc, grp, k0, kc, p0, p1, bp);
-        const float *ap = fc->dy + k0 * g->co + grp * g->cog; /* A[o][k] = ap[k * co + o] */
-        for (int64_t p = p0; p < p1; ++p) {
-            const int nr = (int)min64(MG_GEMM_NR, fc->cols - p * MG_GEMM_NR);
-            int tr; /* rows per tile: the narrow kernel's for a panel of <= 16 columns */
-            const gemm_micro_fn micro = gemm_micro_for(fc->t, nr, &tr);
-            for (int64_t o0 = 0; o0 < g->cog; o0 += tr) {
-                const int valid = (int)min64(tr, g->cog - o0);
-                const float *rows[GEMM_MR_MAX];
+    const int64_t mb = item % fc->nmb, rest = item / fc->nmb;
+    const int64_t chunk = rest % fc->nchunks, gp = rest / fc->nchunks;
+    const int64_t grp = gp / fc->panels, p = gp % fc->panels;
+    const int nr = (int)min64(MG_GEMM_NR, g->cog - p * MG_GEMM_NR);
+    int tr;
+    gemm_micro_for(fc->t, nr, &tr);
+    const int64_t tiles = ceil_div(fc->cols, tr);
+    const int64_t t0 = tiles * mb / fc->nmb, t1 = tiles * (mb + 1) / fc->nmb;
+    const int64_t kci = fc->qhi - fc->qlo, ks = g->sw * g->c;
+    const int64_t rc0 = chunk * fc->chunk_rows, rc1 = min64(g->n * g->oh, rc0 + fc->chunk_rows);
+    const int64_t bpx = fc->block_pixels;
+    float *bp = fc->scratch + (int64_t)tid * bpx * (MG_GEMM_NR + GEMM_MR_MAX);
+    float *ea = bp + bpx * MG_GEMM_NR;
+    const float **ptrs = fc->ptrs + (int64_t)tid * (fc->block_rows * (GEMM_MR_MAX + 1) +
+                                                    GEMM_MR_MAX);
+    const float **seg = ptrs + fc->block_rows * GEMM_MR_MAX + GEMM_MR_MAX; /* origins */
+    edge_pixel *edges = fc->edges + (int64_t)tid * (bpx + fc->block_rows);
+    int64_t *seg_rows = (int64_t *)(edges + bpx);
+    float *c = (chunk ? fc->part + (chunk - 1) * fc->cols * g->co : fc->df) + grp * g->cog +
+               p * MG_GEMM_NR;
+    const float *dyp = fc->dy + grp * g->cog + p * MG_GEMM_NR;
+    for (int64_t r0 = rc0; r0 < rc1 && t0 < t1; r0 += fc->block_rows) {
+        const int64_t r1 = min64(rc1, r0 + fc->block_rows);
+        int64_t nseg = 0, ne = 0;
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t img = r / g->oh, y0 = r % g->oh * g->sh - g->pt;
+            const int inside = kci > 0 && row_inside(g, r % g->oh);
+            const int64_t row = (img * g->h + y0) * g->w;
+            if (inside) {
+                seg_rows[nseg] = r;
+                seg[nseg++] = fc->x + (row + fc->qlo * g->sw - g->pl) * g->c;
+            }
+            for (int64_t q = 0, x0 = -g->pl; q < g->ow; ++q, x0 += g->sw)
+                if (!inside || q < fc->qlo || q >= fc->qhi)
+                    edges[ne++] = (edge_pixel){r * g->ow + q, (row + x0) * g->c, y0, x0};
+        }
+        const float *b = fc->dy + r0 * g->ow * g->co;
+        if (!fc->direct_b) {
+            float *d = bp;
+            for (int64_t s = 0; s < nseg; ++s)
+                for (int64_t q = fc->qlo; q < fc->qhi; ++q, d += MG_GEMM_NR)
+                    copy_floats(d, dyp + (seg_rows[s] * g->ow + q) * g->co, nr);
+            for (int64_t e = 0; e < ne; ++e, d += MG_GEMM_NR)
+                copy_floats(d, dyp + edges[e].k * g->co, nr);
+            b = bp;
+        }
+        const int load = r0 > rc0;
+        for (int64_t t = t0; t < t1; ++t) {
+            const int64_t m0 = t * tr;
+            const int valid = (int)min64(tr, fc->cols - m0);
+            float *ct = c + m0 * g->co;
+            tap_run runs[GEMM_MR_MAX];
+            const int nruns = tap_runs(g, grp, m0, valid, runs);
+            if (nseg) {
+                int64_t off[GEMM_MR_MAX];
+                for (int r = 0; r < nruns; ++r)
+                    for (int64_t i = 0; i < runs[r].len; ++i)
+                        off[runs[r].at + i] = runs[r].offset + i;
+                for (int i = valid; i < tr; ++i)
+                    off[i] = off[valid - 1];
+                for (int64_t s = 0; s < nseg; ++s)
+                    for (int i = 0; i < tr; ++i)
+                        ptrs[s * tr + i] = seg[s] + off[i];
+                run_segments(fc->t, nr, nseg, tr, kci, ptrs, ks, b, ct, g->co, valid, load);
+            }
+            if (ne) {
+                pack_edges(fc->x, g, runs, nruns, valid, edges, ne, ea);
                 for (int i = 0; i < tr; ++i)
-                    rows[i] = ap + o0 + (i < valid ? i : valid - 1);
-                micro(kc, rows, g->co, bp + (p - p0) * kc * MG_GEMM_NR,
-                      part + o0 * ldc + p * MG_GEMM_NR, ldc, valid, nr, k0 > kb);
+                    ptrs[i] = ea + (i < valid ? i : valid - 1);
+                run_segments(fc->t, nr, 1, 0, ne, ptrs, valid, b + nseg * kci * MG_GEMM_NR,
+                             ct, g->co, valid, load || nseg);
             }
         }
     }
 }
 
 typedef struct {
-    const filter_call *fc;
     float *df;
+    const float *part;
+    int64_t nchunks, size;
 } reduce_call;
 
-/* df[col][grp*cog + o] = the chunks' part[chunk][grp][o][col] added in chunk order, for
- * columns [lo, hi) in blocks of 16 (contiguous reads of part, 16 rows of df written
- * side by side). */
+/* df += the chunks' partial sums, in chunk order, elements [lo, hi) */
 static void reduce_rows(void *ctx, int64_t lo, int64_t hi)
 {
     const reduce_call *rc = ctx;
-    const filter_call *fc = rc->fc;
-    const geometry *g = &fc->g;
-    const int64_t ldc = fc->panels * MG_GEMM_NR, stride = g->groups * g->cog * ldc;
-    for (int64_t c0 = lo; c0 < hi; c0 += 16) {
-        const int64_t cw = min64(16, hi - c0);
-        for (int64_t oc = 0; oc < g->co; ++oc) { /* grp * cog + o == oc */
-            const float *src = fc->part + oc * ldc + c0;
-            float sum[16];
-            memcpy(sum, src, (size_t)cw * sizeof(float));
-            for (int64_t chunk = 1; chunk < fc->nchunks; ++chunk)
-                for (int64_t j = 0; j < cw; ++j)
-                    sum[j] += src[chunk * stride + j];
-            for (int64_t j = 0; j < cw; ++j)
-                rc->df[(c0 + j) * g->co + oc] = sum[j];
-        }
+    for (int64_t chunk = 1; chunk < rc->nchunks; ++chunk) {
+        const float *src = rc->part + (chunk - 1) * rc->size;
+        for (int64_t e = lo; e < hi; ++e)
+            rc->df[e] += src[e];
     }
+}
+
+int64_t mg_conv2d_gemm_filter_chunks(int64_t n, int64_t out_h, int64_t out_w, int64_t groups,
+                                     int64_t kh, int64_t kw, int64_t c, int64_t co)
+{
+    if (n <= 0 || out_h <= 0 || out_w <= 0 || groups <= 0 || kh <= 0 || kw <= 0 || c <= 0 ||
+        co <= 0 || c % groups || co % groups)
+        return 1;
+    const int64_t rows = n * out_h, df_size = kh * kw * (c / groups) * co;
+    const int64_t want = ceil_div(FILTER_ITEMS, groups * ceil_div(co / groups, MG_GEMM_NR));
+    const int64_t most = max64(1, min64(rows * out_w / CHUNK_MIN, PARTS_MAX / df_size + 1));
+    return ceil_div(rows, ceil_div(rows, min64(want, most))); /* no range left empty */
 }
 
 int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
@@ -594,23 +622,46 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
         memset(df, 0, (size_t)df_size * sizeof(float));
         return MG_OK;
     }
-    const int64_t panels = ceil_div(cols, MG_GEMM_NR);
-    const int64_t nchunks = mg_conv2d_gemm_filter_chunks(pixels, groups, kh, kw, g.cig);
+    const gemm_kernel_table *t = kernels();
+    const int64_t panels = ceil_div(g.cog, MG_GEMM_NR), rows = n * out_h;
+    const int64_t nchunks = mg_conv2d_gemm_filter_chunks(n, out_h, out_w, groups, kh, kw, c, co);
+    const int64_t chunk_rows = ceil_div(rows, nchunks);
+    const int64_t block_rows = min64(chunk_rows, max64(1, FILTER_KC / out_w));
+    /* interior columns: the window's columns all inside x */
+    const int64_t qlo = min64(out_w, ceil_div(pad_left, stride_w));
+    const int64_t last = w - 1 - (kw - 1) * dilation_w + pad_left; /* q * sw <= last */
+    const int64_t qhi = last < 0 ? qlo : max64(qlo, min64(out_w, last / stride_w + 1));
+    int inside_all = qlo == 0 && qhi == out_w;
+    for (int64_t p = 0; p < out_h && inside_all; ++p)
+        inside_all = row_inside(&g, p);
     const int nt = mg_work_threads(num_threads, (double)pixels * (double)df_size);
-    const int64_t ncp = panels_per_block(panels, groups * nchunks, nt);
-    filter_call fc = {kernels(), g, x, dy, NULL, NULL, cols, panels, ncp,
-                      ceil_div(panels, ncp), nchunks, ceil_div(pixels, nchunks), pixels,
-                      ncp * KC * MG_GEMM_NR};
-    fc.part = mg_alloc_floats(nchunks * groups * g.cog * panels * MG_GEMM_NR);
-    fc.scratch = mg_alloc_floats((int64_t)nt * fc.scratch_floats);
+    /* blocks of C row tiles where the (group, panel, chunk) items would not give every thread
+     * 2 (each block packs its B again) */
+    const int64_t units = groups * panels * nchunks;
+    const int64_t nmb = min64(ceil_div(cols, t->mr), ceil_div(2 * nt, units));
+    filter_call fc = {t, g, x, dy, df, NULL, cols, panels, qlo, qhi, block_rows, chunk_rows,
+                      nchunks, max64(1, nmb), block_rows * out_w,
+                      co == MG_GEMM_NR && groups == 1 && inside_all, NULL, NULL, NULL};
+    const int64_t per_thread = fc.block_pixels * (MG_GEMM_NR + GEMM_MR_MAX);
+    fc.part = nchunks > 1 ? mg_alloc_floats((nchunks - 1) * df_size) : NULL;
+    fc.scratch = mg_alloc_floats(nt * per_thread);
+    fc.ptrs = malloc((size_t)(nt * (block_rows * (GEMM_MR_MAX + 1) + GEMM_MR_MAX)) *
+                     sizeof(float *));
+    fc.edges = malloc((size_t)(nt * (fc.block_pixels + block_rows)) * sizeof(edge_pixel));
     int code = MG_ENOMEM;
-    if (fc.part && fc.scratch) {
-        mg_pool_run(nt, groups * nchunks * fc.nblocks, filter_item, &fc);
-        reduce_call rc = {&fc, df};
-        mg_pool_rows(mg_stream_threads(nt, df_size * nchunks), cols, 16, reduce_rows, &rc);
+    if ((fc.part || nchunks == 1) && fc.scratch && fc.ptrs && fc.edges) {
+        memset(fc.scratch, 0, (size_t)(nt * per_thread) * sizeof(float));
+        mg_pool_run(nt, groups * panels * nchunks * fc.nmb, filter_item, &fc);
+        if (nchunks > 1) {
+            reduce_call rc = {df, fc.part, nchunks, df_size};
+            mg_pool_rows(mg_stream_threads(nt, df_size * nchunks), df_size, 16, reduce_rows,
+                         &rc);
+        }
         code = MG_OK;
     }
     free(fc.part);
     free(fc.scratch);
+    free(fc.ptrs);
+    free(fc.edges);
     return code;
 }

@@ -57,10 +57,10 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
                                    int64_t out_w, const float *x, const float *dy, float *df,
                                    int num_threads);
 
-/* The number of pixel ranges the filter gradient sums apart (see the summation order): a
- * function of the shapes only. */
-int64_t mg_conv2d_gemm_filter_chunks(int64_t pixels, int64_t groups, int64_t kh, int64_t kw,
-                                     int64_t cig);
+/* The number of ranges of output rows the filter gradient sums apart (see the summation
+ * order): a function of the shapes only. */
+int64_t mg_conv2d_gemm_filter_chunks(int64_t n, int64_t out_h, int64_t out_w, int64_t groups,
+                                     int64_t kh, int64_t kw, int64_t c, int64_t co);
 /* END CDEF */
 
 #endif

@@ -38,6 +38,10 @@ typedef struct {
     void (*narrow_taps)(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows,
                         int64_t ks, const float *bp, float *c, int64_t ldc, int mr, int nr,
                         int load);
+    /* NULL, or likewise for the wide kernel `micro` (a tile of up to `mr` rows, any nr) */
+    void (*micro_taps)(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows,
+                       int64_t ks, const float *bp, float *c, int64_t ldc, int mr, int nr,
+                       int load);
 } gemm_kernel_table;
 
 /* The micro-kernel for tiles nr columns wide, its rows per tile in *mr */

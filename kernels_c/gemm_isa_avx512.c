@@ -3,7 +3,8 @@
  * 32 columns) is its own instantiation, so its loads and stores have no masks or row tests; a
  * tile of at most 4, 6 or 8 rows computes only that many (few-pixel 1x1 convolutions, dense
  * layers). The narrow kernel (nr <= 16): 24 rows x 16 columns, one zmm accumulator per row,
- * one B vector per k and an FMA per row with A's value broadcast from memory.
+ * one B vector per k and an FMA per row with A's value broadcast from memory. Both also run
+ * a list of segments (rows and k steps) in one call, the tile kept in registers (_taps).
  * Compiled for these extensions and used only when the runtime's ISA is AVX-512 (mg_isa_pick
  * in gemm.c). */
 #include "gemm_internal.h"
@@ -21,9 +22,12 @@ static inline __mmask16 lanes16(int n)
     return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u);
 }
 
+/* ntaps segments of kc steps: segment t reads rows[t * rstride + i] (and B on from where the
+ * one before stopped), the accumulators kept in registers across them */
 static inline __attribute__((always_inline)) void
-micro_body(int64_t kc, const float *const *rows, int64_t ks, const float *bp, float *c, int64_t ldc, const int mr,
-           const int nr, const int load, const int R)
+micro_body(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows, int64_t ks,
+           const float *bp, float *c, int64_t ldc, const int mr, const int nr, const int load,
+           const int R)
 {
     const __mmask16 m0 = lanes16(nr), m1 = lanes16(nr - 16);
     __m512 acc[MR][2];
@@ -33,15 +37,17 @@ micro_body(int64_t kc, const float *const *rows, int64_t ks, const float *bp, fl
         acc[i][0] = on ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
         acc[i][1] = on ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
     }
-    const float *r[MR];
-    UNROLL for (int i = 0; i < R; ++i) r[i] = rows[i];
-    for (int64_t k = 0, o = 0; k < kc; ++k, o += ks, bp += MG_GEMM_NR) {
-        const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
-        UNROLL for (int i = 0; i < R; ++i)
-        {
-            const __m512 x = _mm512_set1_ps(r[i][o]);
-            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+    for (int64_t t = 0; t < ntaps; ++t, rows += rstride) {
+        const float *r[MR];
+        UNROLL for (int i = 0; i < R; ++i) r[i] = rows[i];
+        for (int64_t k = 0, o = 0; k < kc; ++k, o += ks, bp += MG_GEMM_NR) {
+            const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+            UNROLL for (int i = 0; i < R; ++i)
+            {
+                const __m512 x = _mm512_set1_ps(r[i][o]);
+                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+            }
         }
     }
     UNROLL for (int i = 0; i < R; ++i) if (i < mr)
@@ -51,23 +57,33 @@ micro_body(int64_t kc, const float *const *rows, int64_t ks, const float *bp, fl
     }
 }
 
-static void gemm_micro_avx512(int64_t kc, const float *const *rows, int64_t ks, const float *bp, float *c,
-                              int64_t ldc, int mr, int nr, int load)
+static void gemm_micro_taps_avx512(int64_t ntaps, int64_t rstride, int64_t kc,
+                                   const float *const *rows, int64_t ks, const float *bp,
+                                   float *c, int64_t ldc, int mr, int nr, int load)
 {
+#define MICRO(MR_, NR_, LOAD_, R_) \
+    micro_body(ntaps, rstride, kc, rows, ks, bp, c, ldc, MR_, NR_, LOAD_, R_)
     if (mr == MR && nr == MG_GEMM_NR) {
         if (load)
-            micro_body(kc, rows, ks, bp, c, ldc, MR, MG_GEMM_NR, 1, MR);
+            MICRO(MR, MG_GEMM_NR, 1, MR);
         else
-            micro_body(kc, rows, ks, bp, c, ldc, MR, MG_GEMM_NR, 0, MR);
+            MICRO(MR, MG_GEMM_NR, 0, MR);
     } else if (mr <= 4) { /* a few rows (a dense layer's batch): only theirs computed */
-        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 4);
+        MICRO(mr, nr, load, 4);
     } else if (mr <= 6) {
-        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 6);
+        MICRO(mr, nr, load, 6);
     } else if (mr <= 8) {
-        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 8);
+        MICRO(mr, nr, load, 8);
     } else {
-        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, MR);
+        MICRO(mr, nr, load, MR);
     }
+#undef MICRO
+}
+
+static void gemm_micro_avx512(int64_t kc, const float *const *rows, int64_t ks, const float *bp,
+                              float *c, int64_t ldc, int mr, int nr, int load)
+{
+    gemm_micro_taps_avx512(1, 0, kc, rows, ks, bp, c, ldc, mr, nr, load);
 }
 
 enum { MR_NARROW = 24 };
@@ -128,7 +144,8 @@ static void gemm_narrow_avx512(int64_t kc, const float *const *rows, int64_t ks,
 }
 
 const gemm_kernel_table gemm_kernels_avx512 = {MR, gemm_micro_avx512, MR_NARROW,
-                                               gemm_narrow_avx512, gemm_narrow_taps_avx512};
+                                               gemm_narrow_avx512, gemm_narrow_taps_avx512,
+                                               gemm_micro_taps_avx512};
 
 MG_TARGET_END
 #endif
