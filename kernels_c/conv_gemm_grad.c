@@ -50,7 +50,7 @@ enum { MB = 96, KC = 256, TILE_PIXELS = 12, NCP_MAX = 8 };
 /* The filter gradient's blocks of about FILTER_KC output pixels (whole output rows), and
  * ranges of output rows (chunks) of at least CHUNK_MIN pixels while there are fewer than
  * FILTER_ITEMS (group, panel, chunk) items, their partial sums at most PARTS_MAX floats */
-enum { FILTER_KC = 256, FILTER_ITEMS = 16, CHUNK_MIN = 512, PARTS_MAX = 1 << 22 };
+enum { FILTER_KC = 256, FILTER_NCP = 4, FILTER_ITEMS = 16, CHUNK_MIN = 512, PARTS_MAX = 1 << 22 };
 
 static const gemm_kernel_table *kernels(void)
 {
@@ -417,7 +417,7 @@ typedef struct {
     const float *x, *dy;
     float *df, *part; /* part: chunks 1 .. nchunks - 1, each df's size and layout */
     int64_t cols, panels, qlo, qhi; /* interior columns: q in [qlo, qhi) */
-    int64_t block_rows, chunk_rows, nchunks, nmb, block_pixels;
+    int64_t block_rows, chunk_rows, nchunks, ncp, nblocks, nmb, block_pixels;
     int direct_b; /* B is dy itself: co == 32, one group, no edge pixels */
     float *scratch;
     const float **ptrs; /* per thread: a tile's rows per segment, then the segments' origins */
@@ -486,37 +486,37 @@ static void run_segments(const gemm_kernel_table *t, int nr, int64_t nseg, int64
         micro(kc, rows + s * rstride, ks, bp + s * kc * MG_GEMM_NR, c, ldc, mr, nr, load || s);
 }
 
-/* Item (group, panel p, chunk, block of C row tiles): per block of output rows [r0, r1) of
- * the chunk, B = dy's columns of the panel, the rows' interior pixels then the block's edge
- * pixels (packed, unless dy is B itself), and per tile of C rows (taps x channels) one chain
- * over the interior segments (x read in place: row i of output row r's segment at r's
- * window origin at column qlo plus the row's tap offset, k step sw * c) then one over the
- * edge pixels (packed per tile). C is df (chunk 0) or the chunk's partial sums, ldc = co. */
+/* Item (group, chunk, block of panels p0 .. p1 - 1, block of C row tiles): per block of
+ * output rows [r0, r1) of the chunk, B = dy's columns of each panel, the rows' interior
+ * pixels then the block's edge pixels (packed, unless dy is B itself); then per tile of C
+ * rows (taps x channels) its row pointers (row i of output row r's segment: x at r's window
+ * origin at column qlo plus the row's tap offset, k step sw * c) and its edge pixels' A
+ * (packed), both used by every panel: one chain over the interior segments, then one over
+ * the edge pixels. C is df (chunk 0) or the chunk's partial sums, ldc = co. The tile
+ * height is the first panel's kernel's (a narrow last panel in a block of wide ones runs
+ * the narrow kernel on the wide tiles). */
 static void filter_item(void *ctx, int64_t item, int tid)
 {
     const filter_call *fc = ctx;
     const geometry *g = &fc->g;
     const int64_t mb = item % fc->nmb, rest = item / fc->nmb;
-    const int64_t chunk = rest % fc->nchunks, gp = rest / fc->nchunks;
-    const int64_t grp = gp / fc->panels, p = gp % fc->panels;
-    const int nr = (int)min64(MG_GEMM_NR, g->cog - p * MG_GEMM_NR);
+    const int64_t pb = rest % fc->nblocks, rest2 = rest / fc->nblocks;
+    const int64_t chunk = rest2 % fc->nchunks, grp = rest2 / fc->nchunks;
+    const int64_t p0 = pb * fc->ncp, p1 = min64(p0 + fc->ncp, fc->panels);
     int tr;
-    gemm_micro_for(fc->t, nr, &tr);
+    gemm_micro_for(fc->t, (int)min64(MG_GEMM_NR, g->cog - p0 * MG_GEMM_NR), &tr);
     const int64_t tiles = ceil_div(fc->cols, tr);
     const int64_t t0 = tiles * mb / fc->nmb, t1 = tiles * (mb + 1) / fc->nmb;
     const int64_t kci = fc->qhi - fc->qlo, ks = g->sw * g->c;
     const int64_t rc0 = chunk * fc->chunk_rows, rc1 = min64(g->n * g->oh, rc0 + fc->chunk_rows);
-    const int64_t bpx = fc->block_pixels;
-    float *bp = fc->scratch + (int64_t)tid * bpx * (MG_GEMM_NR + GEMM_MR_MAX);
-    float *ea = bp + bpx * MG_GEMM_NR;
-    const float **ptrs = fc->ptrs + (int64_t)tid * (fc->block_rows * (GEMM_MR_MAX + 1) +
-                                                    GEMM_MR_MAX);
-    const float **seg = ptrs + fc->block_rows * GEMM_MR_MAX + GEMM_MR_MAX; /* origins */
+    const int64_t bpx = fc->block_pixels, panel_floats = bpx * MG_GEMM_NR;
+    float *bp = fc->scratch + (int64_t)tid * bpx * (fc->ncp * MG_GEMM_NR + GEMM_MR_MAX);
+    float *ea = bp + fc->ncp * panel_floats;
+    const float **ptrs = fc->ptrs + (int64_t)tid * fc->block_rows * (GEMM_MR_MAX + 1);
+    const float **seg = ptrs + fc->block_rows * GEMM_MR_MAX; /* the segments' origins */
     edge_pixel *edges = fc->edges + (int64_t)tid * (bpx + fc->block_rows);
     int64_t *seg_rows = (int64_t *)(edges + bpx);
-    float *c = (chunk ? fc->part + (chunk - 1) * fc->cols * g->co : fc->df) + grp * g->cog +
-               p * MG_GEMM_NR;
-    const float *dyp = fc->dy + grp * g->cog + p * MG_GEMM_NR;
+    float *c = (chunk ? fc->part + (chunk - 1) * fc->cols * g->co : fc->df) + grp * g->cog;
     for (int64_t r0 = rc0; r0 < rc1 && t0 < t1; r0 += fc->block_rows) {
         const int64_t r1 = min64(rc1, r0 + fc->block_rows);
         int64_t nseg = 0, ne = 0;
@@ -532,23 +532,27 @@ static void filter_item(void *ctx, int64_t item, int tid)
                 if (!inside || q < fc->qlo || q >= fc->qhi)
                     edges[ne++] = (edge_pixel){r * g->ow + q, (row + x0) * g->c, y0, x0};
         }
-        const float *b = fc->dy + r0 * g->ow * g->co;
+        const float *b = fc->dy + r0 * g->ow * g->co; /* dy itself: one panel */
         if (!fc->direct_b) {
-            float *d = bp;
-            for (int64_t s = 0; s < nseg; ++s)
-                for (int64_t q = fc->qlo; q < fc->qhi; ++q, d += MG_GEMM_NR)
-                    copy_floats(d, dyp + (seg_rows[s] * g->ow + q) * g->co, nr);
-            for (int64_t e = 0; e < ne; ++e, d += MG_GEMM_NR)
-                copy_floats(d, dyp + edges[e].k * g->co, nr);
+            for (int64_t p = p0; p < p1; ++p) {
+                const float *src = fc->dy + grp * g->cog + p * MG_GEMM_NR;
+                const int64_t nr = min64(MG_GEMM_NR, g->cog - p * MG_GEMM_NR);
+                float *d = bp + (p - p0) * panel_floats;
+                for (int64_t s = 0; s < nseg; ++s)
+                    for (int64_t q = fc->qlo; q < fc->qhi; ++q, d += MG_GEMM_NR)
+                        copy_floats(d, src + (seg_rows[s] * g->ow + q) * g->co, nr);
+                for (int64_t e = 0; e < ne; ++e, d += MG_GEMM_NR)
+                    copy_floats(d, src + edges[e].k * g->co, nr);
+            }
             b = bp;
         }
         const int load = r0 > rc0;
         for (int64_t t = t0; t < t1; ++t) {
             const int64_t m0 = t * tr;
             const int valid = (int)min64(tr, fc->cols - m0);
-            float *ct = c + m0 * g->co;
             tap_run runs[GEMM_MR_MAX];
             const int nruns = tap_runs(g, grp, m0, valid, runs);
+            const float *erows[GEMM_MR_MAX];
             if (nseg) {
                 int64_t off[GEMM_MR_MAX];
                 for (int r = 0; r < nruns; ++r)
@@ -559,14 +563,22 @@ static void filter_item(void *ctx, int64_t item, int tid)
                 for (int64_t s = 0; s < nseg; ++s)
                     for (int i = 0; i < tr; ++i)
                         ptrs[s * tr + i] = seg[s] + off[i];
-                run_segments(fc->t, nr, nseg, tr, kci, ptrs, ks, b, ct, g->co, valid, load);
             }
             if (ne) {
                 pack_edges(fc->x, g, runs, nruns, valid, edges, ne, ea);
                 for (int i = 0; i < tr; ++i)
-                    ptrs[i] = ea + (i < valid ? i : valid - 1);
-                run_segments(fc->t, nr, 1, 0, ne, ptrs, valid, b + nseg * kci * MG_GEMM_NR,
-                             ct, g->co, valid, load || nseg);
+                    erows[i] = ea + (i < valid ? i : valid - 1);
+            }
+            for (int64_t p = p0; p < p1; ++p) {
+                const int nr = (int)min64(MG_GEMM_NR, g->cog - p * MG_GEMM_NR);
+                const float *bpp = b + (p - p0) * panel_floats;
+                float *ct = c + m0 * g->co + p * MG_GEMM_NR;
+                if (nseg)
+                    run_segments(fc->t, nr, nseg, tr, kci, ptrs, ks, bpp, ct, g->co, valid,
+                                 load);
+                if (ne)
+                    run_segments(fc->t, nr, 1, 0, ne, erows, valid,
+                                 bpp + nseg * kci * MG_GEMM_NR, ct, g->co, valid, load || nseg);
             }
         }
     }
@@ -635,23 +647,24 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
     for (int64_t p = 0; p < out_h && inside_all; ++p)
         inside_all = row_inside(&g, p);
     const int nt = mg_work_threads(num_threads, (double)pixels * (double)df_size);
-    /* blocks of C row tiles where the (group, panel, chunk) items would not give every thread
-     * 2 (each block packs its B again) */
-    const int64_t units = groups * panels * nchunks;
-    const int64_t nmb = min64(ceil_div(cols, t->mr), ceil_div(2 * nt, units));
+    /* blocks of up to FILTER_NCP panels (a tile's pointers and edge pixels serve them all),
+     * and blocks of C row tiles where the (group, chunk, panels) items would not give every
+     * thread 2 (each block packs its B again) */
+    const int64_t ncp = min64(panels, FILTER_NCP), nblocks = ceil_div(panels, ncp);
+    const int64_t units = groups * nblocks * nchunks;
+    const int64_t nmb = max64(1, min64(ceil_div(cols, t->mr), ceil_div(2 * nt, units)));
     filter_call fc = {t, g, x, dy, df, NULL, cols, panels, qlo, qhi, block_rows, chunk_rows,
-                      nchunks, max64(1, nmb), block_rows * out_w,
+                      nchunks, ncp, nblocks, nmb, block_rows * out_w,
                       co == MG_GEMM_NR && groups == 1 && inside_all, NULL, NULL, NULL};
-    const int64_t per_thread = fc.block_pixels * (MG_GEMM_NR + GEMM_MR_MAX);
+    const int64_t per_thread = fc.block_pixels * (ncp * MG_GEMM_NR + GEMM_MR_MAX);
     fc.part = nchunks > 1 ? mg_alloc_floats((nchunks - 1) * df_size) : NULL;
     fc.scratch = mg_alloc_floats(nt * per_thread);
-    fc.ptrs = malloc((size_t)(nt * (block_rows * (GEMM_MR_MAX + 1) + GEMM_MR_MAX)) *
-                     sizeof(float *));
+    fc.ptrs = malloc((size_t)(nt * block_rows * (GEMM_MR_MAX + 1)) * sizeof(float *));
     fc.edges = malloc((size_t)(nt * (fc.block_pixels + block_rows)) * sizeof(edge_pixel));
     int code = MG_ENOMEM;
     if ((fc.part || nchunks == 1) && fc.scratch && fc.ptrs && fc.edges) {
         memset(fc.scratch, 0, (size_t)(nt * per_thread) * sizeof(float));
-        mg_pool_run(nt, groups * panels * nchunks * fc.nmb, filter_item, &fc);
+        mg_pool_run(nt, units * nmb, filter_item, &fc);
         if (nchunks > 1) {
             reduce_call rc = {df, fc.part, nchunks, df_size};
             mg_pool_rows(mg_stream_threads(nt, df_size * nchunks), df_size, 16, reduce_rows,
