@@ -503,8 +503,9 @@ static void filter_item(void *ctx, int64_t item, int tid)
     const int64_t pb = rest % fc->nblocks, rest2 = rest / fc->nblocks;
     const int64_t chunk = rest2 % fc->nchunks, grp = rest2 / fc->nchunks;
     const int64_t p0 = pb * fc->ncp, p1 = min64(p0 + fc->ncp, fc->panels);
-    int tr;
+    int tr; /* the tile's rows; rs: the row pointers kept per segment (both kernels' rows) */
     gemm_micro_for(fc->t, (int)min64(MG_GEMM_NR, g->cog - p0 * MG_GEMM_NR), &tr);
+    const int rs = fc->t->mr > fc->t->mr_narrow ? fc->t->mr : fc->t->mr_narrow;
     const int64_t tiles = ceil_div(fc->cols, tr);
     const int64_t t0 = tiles * mb / fc->nmb, t1 = tiles * (mb + 1) / fc->nmb;
     const int64_t kci = fc->qhi - fc->qlo, ks = g->sw * g->c;
@@ -558,15 +559,15 @@ static void filter_item(void *ctx, int64_t item, int tid)
                 for (int r = 0; r < nruns; ++r)
                     for (int64_t i = 0; i < runs[r].len; ++i)
                         off[runs[r].at + i] = runs[r].offset + i;
-                for (int i = valid; i < tr; ++i)
+                for (int i = valid; i < rs; ++i)
                     off[i] = off[valid - 1];
                 for (int64_t s = 0; s < nseg; ++s)
-                    for (int i = 0; i < tr; ++i)
-                        ptrs[s * tr + i] = seg[s] + off[i];
+                    for (int i = 0; i < rs; ++i)
+                        ptrs[s * rs + i] = seg[s] + off[i];
             }
             if (ne) {
                 pack_edges(fc->x, g, runs, nruns, valid, edges, ne, ea);
-                for (int i = 0; i < tr; ++i)
+                for (int i = 0; i < rs; ++i)
                     erows[i] = ea + (i < valid ? i : valid - 1);
             }
             for (int64_t p = p0; p < p1; ++p) {
@@ -574,7 +575,7 @@ static void filter_item(void *ctx, int64_t item, int tid)
                 const float *bpp = b + (p - p0) * panel_floats;
                 float *ct = c + m0 * g->co + p * MG_GEMM_NR;
                 if (nseg)
-                    run_segments(fc->t, nr, nseg, tr, kci, ptrs, ks, bpp, ct, g->co, valid,
+                    run_segments(fc->t, nr, nseg, rs, kci, ptrs, ks, bpp, ct, g->co, valid,
                                  load);
                 if (ne)
                     run_segments(fc->t, nr, 1, 0, ne, erows, valid,
