@@ -23,19 +23,25 @@
  * the tiles. A tap that reaches no pixel of a tile is left out of its chain (no term);
  * a tile no tap reaches is written as zero.
  *
- * Filter gradient: df^T = dy^T * im2col(x) per group: M = cog (A's row o is dy's column
- * g*cog + o), N = kh*kw*cig (column tap*cig + c), K = the n*out_h*out_w output pixels. Per
- * block of 256 pixels an item packs B, the im2col of x, for its panels only (copies of the
- * contiguous runs of x channels from tables built once per item, zeros outside x, copied
- * inline), then runs every (panel, tile) with A read in dy in place (a tile's rows are
- * adjacent channels, its step of k co floats; packing it per tile measured no faster) (a
- * panel of at most 16 columns on the narrow micro-kernel). Putting
- * the output channels on M (not N) wastes nothing when cog is 16 (tiles of 12 and 4 rows)
- * where 32-column panels of cog would be half empty. Items: (group, pixel range, block of
- * panels); the pixel ranges (mg_conv2d_gemm_filter_chunks, a function of the shapes only)
- * give the first layers (27 x 16 outputs, one panel) enough items; each writes its partial
- * sums to its own buffer, added in range order by a last pass that also transposes them
- * into HWIO.
+ * Filter gradient: df = im2col(x)^T * dy per group, C written in df's HWIO layout (ldc = co):
+ * M = kh*kw*cig (C row m = tap m / cig, channel m % cig), N = cog (panels of 32), K = the
+ * output pixels. Why not the transpose (dy^T * im2col(x), im2col packed as B): that packing
+ * copies kh*kw*cig floats per pixel for every block of panels (28% of a stride-2 3x3 16->32
+ * gradient, profiled) and the first layers' few panels gave the threads uneven items. Here
+ * A is x itself, through the micro-kernel's row pointers: for one output row, the pixels
+ * whose window lies inside x (columns qlo .. qhi - 1) are sw * c floats apart in every
+ * row of A, so a row's interior is one segment (row i at the pixel's window origin plus its
+ * tap offset), and the wide micro-kernel (micro_taps; narrow_taps for <= 16 columns) runs
+ * all the segments of a block with the tile in registers. The other pixels (windows across
+ * x's edges) are packed per tile (zeros outside x), a last segment. B is dy's columns of
+ * the panel in the same pixel order, packed per block (dy itself when co is 32 and no
+ * window crosses an edge: a 1x1 stride-2 projection reads nothing twice). Per block of
+ * output rows an item packs B for its panels (up to FILTER_NCP), then per tile of C rows
+ * builds the row pointers and edge pixels once for all of them. Items: (group, chunk of
+ * output rows, block of panels, block of tiles); the chunks (a function of the shapes only,
+ * mg_conv2d_gemm_filter_chunks) give few-panel layers enough items and write partial sums
+ * added in chunk order by a last pass; blocks of tiles only where the threads still lack
+ * items (each packs its B again, so they are the last resort).
  */
 #include "conv_gemm_grad.h"
 
