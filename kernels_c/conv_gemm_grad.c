@@ -25,19 +25,20 @@
  *
  * Filter gradient: df = im2col(x)^T * dy per group, C written in df's HWIO layout (ldc = co):
  * M = kh*kw*cig (C row m = tap m / cig, channel m % cig), N = cog (panels of 32), K = the
- * output pixels. Why not the transpose (dy^T * im2col(x), im2col packed as B): that packing
- * copies kh*kw*cig floats per pixel for every block of panels (28% of a stride-2 3x3 16->32
- * gradient, profiled) and the first layers' few panels gave the threads uneven items. Here
- * A is x itself, through the micro-kernel's row pointers: for one output row, the pixels
- * whose window lies inside x (columns qlo .. qhi - 1) are sw * c floats apart in every
- * row of A, so a row's interior is one segment (row i at the pixel's window origin plus its
- * tap offset), and the wide micro-kernel (micro_taps; narrow_taps for <= 16 columns) runs
- * all the segments of a block with the tile in registers. The other pixels (windows across
- * x's edges) are packed per tile (zeros outside x), a last segment. B is dy's columns of
- * the panel in the same pixel order, packed per block (dy itself when co is 32 and no
- * window crosses an edge: a 1x1 stride-2 projection reads nothing twice). Per block of
- * output rows an item packs B for its panels (up to FILTER_NCP), then per tile of C rows
- * builds the row pointers and edge pixels once for all of them. Items: (group, chunk of
+ * output pixels. Why not the transpose (dy^T * im2col(x), im2col packed as B), as before:
+ * that packing copied kh*kw*cig floats per pixel for every block of panels (28% of a
+ * stride-2 3x3 16->32 gradient, profiled) and the first layers' few panels gave the threads
+ * uneven items (a stride-2 16->32 layer ran no faster on 2 threads than on 1). Here A is x
+ * itself, through the micro-kernel's row pointers: along one output row the pixels are
+ * sw * c floats apart in every row of A, so an output row is one segment (row i at the
+ * pixel's window origin plus its tap offset), and the wide micro-kernel (micro_taps;
+ * narrow_taps for <= 16 columns) runs all the rows of a block with the tile in registers.
+ * Where some window crosses x's edges, x is first copied once into a zero-padded buffer of
+ * the rows and columns the windows read (about x's size: 2-4% of a ResNet stride-2 layer's
+ * time, where packing the edge pixels per tile cost 10-40% of small images). B is dy's
+ * columns of a panel, packed per block of output rows (dy itself when co is 32: one panel
+ * of 32-float rows). Per block an item packs B for its panels (up to FILTER_NCP), then per
+ * tile of C rows builds the row pointers once for all of them. Items: (group, chunk of
  * output rows, block of panels, block of tiles); the chunks (a function of the shapes only,
  * mg_conv2d_gemm_filter_chunks) give few-panel layers enough items and write partial sums
  * added in chunk order by a last pass; blocks of tiles only where the threads still lack
@@ -56,7 +57,8 @@ enum { MB = 96, KC = 256, TILE_PIXELS = 12, NCP_MAX = 8 };
 /* The filter gradient's blocks of about FILTER_KC output pixels (whole output rows), and
  * ranges of output rows (chunks) of at least CHUNK_MIN pixels while there are fewer than
  * FILTER_ITEMS (group, panel, chunk) items, their partial sums at most PARTS_MAX floats */
-enum { FILTER_KC = 256, FILTER_NCP = 4, FILTER_ITEMS = 16, CHUNK_MIN = 512, PARTS_MAX = 1 << 22 };
+enum { FILTER_KC = 256, FILTER_NCP = 4, FILTER_ITEMS = 16, CHUNK_MIN = 512 };
+enum { PARTS_MAX = 1 << 22 };
 
 static const gemm_kernel_table *kernels(void)
 {
@@ -385,9 +387,9 @@ done:
 /* ------------------------------------------------------------------------------------------ */
 /* Filter gradient                                                                             */
 
-/* The packing's short copies (runs of a few dozen floats): inline 16-byte moves, not library
- * calls (a call costs as much as such a copy; the attribute keeps GCC from turning the loops
- * back into memmove / memset calls) */
+/* The packing's short copies (a panel's row of dy, up to 32 floats): inline 16-byte moves,
+ * not library calls (a call costs as much as such a copy; the attribute keeps GCC from
+ * turning the loop back into a memmove call) */
 typedef float floats4 __attribute__((vector_size(16), aligned(4), may_alias));
 #define NO_LIBCALL __attribute__((optimize("no-tree-loop-distribute-patterns")))
 
@@ -400,77 +402,33 @@ static NO_LIBCALL void copy_floats(float *dst, const float *src, int64_t len)
         dst[j] = src[j];
 }
 
-static NO_LIBCALL void zero_floats(float *dst, int64_t len)
-{
-    int64_t j = 0;
-    for (; j + 4 <= len; j += 4)
-        *(floats4 *)(dst + j) = (floats4){0.0f, 0.0f, 0.0f, 0.0f};
-    for (; j < len; ++j)
-        dst[j] = 0.0f;
-}
-
-/* A pixel whose window crosses x's edges: its index k, and its window origin (row y0,
- * column x0, and their offset in x: may lie outside, only valid taps are read) */
-typedef struct {
-    int64_t k, origin, y0, x0;
-} edge_pixel;
-
 /* Output rows (n * out_h of them, row r = image r / out_h, row r % out_h) are the filter
- * gradient's unit of K: a row's interior pixels are read in place as one segment. */
+ * gradient's unit of K: one segment each, x (or its padded copy) read in place. */
 typedef struct {
     const gemm_kernel_table *t;
-    geometry g;
+    geometry g; /* of the x read: its padded copy's sizes, no pads, when there is one */
     const float *x, *dy;
     float *df, *part; /* part: chunks 1 .. nchunks - 1, each df's size and layout */
-    int64_t cols, panels, qlo, qhi; /* interior columns: q in [qlo, qhi) */
-    int64_t block_rows, chunk_rows, nchunks, ncp, nblocks, nmb, block_pixels;
-    int direct_b; /* B is dy itself: co == 32, one group, no edge pixels */
+    int64_t cols, panels, block_rows, chunk_rows, nchunks, ncp, nblocks, nmb, block_pixels;
+    int direct_b; /* B is dy itself: co == 32, one group */
     float *scratch;
-    const float **ptrs; /* per thread: a tile's rows per segment, then the segments' origins */
-    edge_pixel *edges;  /* per thread: the block's edge pixels, then its segments' rows */
+    const float **ptrs; /* per thread: a tile's rows per segment of a block */
 } filter_call;
 
-/* Whether output row p's window rows all lie inside x */
-static int row_inside(const geometry *g, int64_t p)
+/* The offsets in x of C rows m0 .. m0 + valid - 1 (tap m / cig, channel m % cig of group
+ * grp) from a pixel's window origin, then the last one again up to `rows` */
+static void tap_offsets(const geometry *g, int64_t grp, int64_t m0, int valid, int rows,
+                        int64_t *off)
 {
-    const int64_t y0 = p * g->sh - g->pt;
-    return y0 >= 0 && y0 + (g->kh - 1) * g->dh < g->h;
-}
-
-/* A run of C rows of one tap: rows at..at + len - 1 of the tile are channels of tap (ty,
- * tx) (its rows and columns from the window origin) at `offset` in x from the origin */
-typedef struct {
-    int64_t at, len, ty, tx, offset;
-} tap_run;
-
-/* The runs of C rows m0 .. m0 + valid - 1 (group grp); returns their count */
-static int tap_runs(const geometry *g, int64_t grp, int64_t m0, int valid, tap_run *runs)
-{
-    int n = 0;
     int64_t tap = m0 / g->cig, cc = m0 % g->cig;
-    for (int64_t at = 0; at < valid; ++tap, cc = 0) {
-        const int64_t ty = tap / g->kw * g->dh, tx = tap % g->kw * g->dw;
-        const int64_t len = min64(g->cig - cc, valid - at);
-        runs[n++] = (tap_run){at, len, ty, tx, (ty * g->w + tx) * g->c + grp * g->cig + cc};
-        at += len;
+    for (int i = 0; i < valid; ++tap, cc = 0) {
+        const int64_t base = ((tap / g->kw) * g->dh * g->w + tap % g->kw * g->dw) * g->c +
+                             grp * g->cig;
+        for (; cc < g->cig && i < valid; ++cc)
+            off[i++] = base + cc;
     }
-    return n;
-}
-
-/* The tile's A rows for the edge pixels: a[e * valid + i] = x at edge pixel e's tap of row
- * i, zero outside x (one copy per pixel and tap run). */
-static void pack_edges(const float *x, const geometry *g, const tap_run *runs, int nruns,
-                       int valid, const edge_pixel *edges, int64_t ne, float *a)
-{
-    for (int64_t e = 0; e < ne; ++e, a += valid)
-        for (int r = 0; r < nruns; ++r) {
-            const tap_run *t = &runs[r];
-            const int64_t y = edges[e].y0 + t->ty, xx = edges[e].x0 + t->tx;
-            if (y >= 0 && y < g->h && xx >= 0 && xx < g->w)
-                copy_floats(a + t->at, x + edges[e].origin + t->offset, t->len);
-            else
-                zero_floats(a + t->at, t->len);
-        }
+    for (int i = valid; i < rows; ++i)
+        off[i] = off[valid - 1];
 }
 
 /* ntaps segments through the ISA's kernel that keeps the tile in registers over them, or
@@ -493,14 +451,12 @@ static void run_segments(const gemm_kernel_table *t, int nr, int64_t nseg, int64
 }
 
 /* Item (group, chunk, block of panels p0 .. p1 - 1, block of C row tiles): per block of
- * output rows [r0, r1) of the chunk, B = dy's columns of each panel, the rows' interior
- * pixels then the block's edge pixels (packed, unless dy is B itself); then per tile of C
- * rows (taps x channels) its row pointers (row i of output row r's segment: x at r's window
- * origin at column qlo plus the row's tap offset, k step sw * c) and its edge pixels' A
- * (packed), both used by every panel: one chain over the interior segments, then one over
- * the edge pixels. C is df (chunk 0) or the chunk's partial sums, ldc = co. The tile
- * height is the first panel's kernel's (a narrow last panel in a block of wide ones runs
- * the narrow kernel on the wide tiles). */
+ * output rows [r0, r1) of the chunk, B = dy's columns of each panel (packed, unless dy is B
+ * itself); then per tile of C rows (taps x channels) its row pointers (row i of output row
+ * r's segment: x at r's window origin plus the row's tap offset, k step sw * c), used by
+ * every panel: one chain over the block's rows. C is df (chunk 0) or the chunk's partial
+ * sums, ldc = co. The tile height is the first panel's kernel's (a narrow last panel in a
+ * block of wide ones runs the narrow kernel on the wide tiles). */
 static void filter_item(void *ctx, int64_t item, int tid)
 {
     const filter_call *fc = ctx;
@@ -514,42 +470,21 @@ static void filter_item(void *ctx, int64_t item, int tid)
     const int rs = fc->t->mr > fc->t->mr_narrow ? fc->t->mr : fc->t->mr_narrow;
     const int64_t tiles = ceil_div(fc->cols, tr);
     const int64_t t0 = tiles * mb / fc->nmb, t1 = tiles * (mb + 1) / fc->nmb;
-    const int64_t kci = fc->qhi - fc->qlo, ks = g->sw * g->c;
     const int64_t rc0 = chunk * fc->chunk_rows, rc1 = min64(g->n * g->oh, rc0 + fc->chunk_rows);
-    const int64_t bpx = fc->block_pixels, panel_floats = bpx * MG_GEMM_NR;
-    float *bp = fc->scratch + (int64_t)tid * bpx * (fc->ncp * MG_GEMM_NR + GEMM_MR_MAX);
-    float *ea = bp + fc->ncp * panel_floats;
-    const float **ptrs = fc->ptrs + (int64_t)tid * fc->block_rows * (GEMM_MR_MAX + 1);
-    const float **seg = ptrs + fc->block_rows * GEMM_MR_MAX; /* the segments' origins */
-    edge_pixel *edges = fc->edges + (int64_t)tid * (bpx + fc->block_rows);
-    int64_t *seg_rows = (int64_t *)(edges + bpx);
+    const int64_t panel_floats = fc->block_pixels * MG_GEMM_NR, ks = g->sw * g->c;
+    float *bp = fc->scratch + (int64_t)tid * fc->ncp * panel_floats;
+    const float **ptrs = fc->ptrs + (int64_t)tid * fc->block_rows * GEMM_MR_MAX;
     float *c = (chunk ? fc->part + (chunk - 1) * fc->cols * g->co : fc->df) + grp * g->cog;
     for (int64_t r0 = rc0; r0 < rc1 && t0 < t1; r0 += fc->block_rows) {
-        const int64_t r1 = min64(rc1, r0 + fc->block_rows);
-        int64_t nseg = 0, ne = 0;
-        for (int64_t r = r0; r < r1; ++r) {
-            const int64_t img = r / g->oh, y0 = r % g->oh * g->sh - g->pt;
-            const int inside = kci > 0 && row_inside(g, r % g->oh);
-            const int64_t row = (img * g->h + y0) * g->w;
-            if (inside) {
-                seg_rows[nseg] = r;
-                seg[nseg++] = fc->x + (row + fc->qlo * g->sw - g->pl) * g->c;
-            }
-            for (int64_t q = 0, x0 = -g->pl; q < g->ow; ++q, x0 += g->sw)
-                if (!inside || q < fc->qlo || q >= fc->qhi)
-                    edges[ne++] = (edge_pixel){r * g->ow + q, (row + x0) * g->c, y0, x0};
-        }
+        const int64_t r1 = min64(rc1, r0 + fc->block_rows), pixels = (r1 - r0) * g->ow;
         const float *b = fc->dy + r0 * g->ow * g->co; /* dy itself: one panel */
         if (!fc->direct_b) {
             for (int64_t p = p0; p < p1; ++p) {
-                const float *src = fc->dy + grp * g->cog + p * MG_GEMM_NR;
+                const float *src = b + grp * g->cog + p * MG_GEMM_NR;
                 const int64_t nr = min64(MG_GEMM_NR, g->cog - p * MG_GEMM_NR);
                 float *d = bp + (p - p0) * panel_floats;
-                for (int64_t s = 0; s < nseg; ++s)
-                    for (int64_t q = fc->qlo; q < fc->qhi; ++q, d += MG_GEMM_NR)
-                        copy_floats(d, src + (seg_rows[s] * g->ow + q) * g->co, nr);
-                for (int64_t e = 0; e < ne; ++e, d += MG_GEMM_NR)
-                    copy_floats(d, src + edges[e].k * g->co, nr);
+                for (int64_t k = 0; k < pixels; ++k)
+                    copy_floats(d + k * MG_GEMM_NR, src + k * g->co, nr);
             }
             b = bp;
         }
@@ -557,37 +492,47 @@ static void filter_item(void *ctx, int64_t item, int tid)
         for (int64_t t = t0; t < t1; ++t) {
             const int64_t m0 = t * tr;
             const int valid = (int)min64(tr, fc->cols - m0);
-            tap_run runs[GEMM_MR_MAX];
-            const int nruns = tap_runs(g, grp, m0, valid, runs);
-            const float *erows[GEMM_MR_MAX];
-            if (nseg) {
-                int64_t off[GEMM_MR_MAX];
-                for (int r = 0; r < nruns; ++r)
-                    for (int64_t i = 0; i < runs[r].len; ++i)
-                        off[runs[r].at + i] = runs[r].offset + i;
-                for (int i = valid; i < rs; ++i)
-                    off[i] = off[valid - 1];
-                for (int64_t s = 0; s < nseg; ++s)
-                    for (int i = 0; i < rs; ++i)
-                        ptrs[s * rs + i] = seg[s] + off[i];
-            }
-            if (ne) {
-                pack_edges(fc->x, g, runs, nruns, valid, edges, ne, ea);
+            int64_t off[GEMM_MR_MAX];
+            tap_offsets(g, grp, m0, valid, rs, off);
+            for (int64_t r = r0; r < r1; ++r) {
+                const float *origin =
+                    fc->x + ((r / g->oh * g->h + r % g->oh * g->sh) * g->w) * g->c;
                 for (int i = 0; i < rs; ++i)
-                    erows[i] = ea + (i < valid ? i : valid - 1);
+                    ptrs[(r - r0) * rs + i] = origin + off[i];
             }
-            for (int64_t p = p0; p < p1; ++p) {
-                const int nr = (int)min64(MG_GEMM_NR, g->cog - p * MG_GEMM_NR);
-                const float *bpp = b + (p - p0) * panel_floats;
-                float *ct = c + m0 * g->co + p * MG_GEMM_NR;
-                if (nseg)
-                    run_segments(fc->t, nr, nseg, rs, kci, ptrs, ks, bpp, ct, g->co, valid,
-                                 load);
-                if (ne)
-                    run_segments(fc->t, nr, 1, 0, ne, erows, valid,
-                                 bpp + nseg * kci * MG_GEMM_NR, ct, g->co, valid, load || nseg);
-            }
+            for (int64_t p = p0; p < p1; ++p)
+                run_segments(fc->t, (int)min64(MG_GEMM_NR, g->cog - p * MG_GEMM_NR), r1 - r0,
+                             rs, g->ow, ptrs, ks, b + (p - p0) * panel_floats,
+                             c + m0 * g->co + p * MG_GEMM_NR, g->co, valid, load);
         }
+    }
+}
+
+typedef struct {
+    const geometry *g; /* the input's */
+    const float *x;
+    float *xp;
+    int64_t hp, wp; /* the padded copy's rows and columns */
+} pad_call;
+
+/* Rows [lo, hi) (image * hp + row) of the padded copy: x's pixels at (row - pt, column -
+ * pl), zero outside x */
+static void pad_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const pad_call *pc = ctx;
+    const geometry *g = pc->g;
+    const int64_t x0 = min64(g->pl, pc->wp), x1 = min64(pc->wp, g->pl + g->w);
+    for (int64_t r = lo; r < hi; ++r) {
+        float *dst = pc->xp + r * pc->wp * g->c;
+        const int64_t y = r % pc->hp - g->pt;
+        if (y < 0 || y >= g->h || x1 <= x0) {
+            memset(dst, 0, (size_t)(pc->wp * g->c) * sizeof(float));
+            continue;
+        }
+        memset(dst, 0, (size_t)(x0 * g->c) * sizeof(float));
+        memcpy(dst + x0 * g->c, pc->x + ((r / pc->hp * g->h + y) * g->w + x0 - g->pl) * g->c,
+               (size_t)((x1 - x0) * g->c) * sizeof(float));
+        memset(dst + x1 * g->c, 0, (size_t)((pc->wp - x1) * g->c) * sizeof(float));
     }
 }
 
@@ -646,31 +591,35 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
     const int64_t nchunks = mg_conv2d_gemm_filter_chunks(n, out_h, out_w, groups, kh, kw, c, co);
     const int64_t chunk_rows = ceil_div(rows, nchunks);
     const int64_t block_rows = min64(chunk_rows, max64(1, FILTER_KC / out_w));
-    /* interior columns: the window's columns all inside x */
-    const int64_t qlo = min64(out_w, ceil_div(pad_left, stride_w));
-    const int64_t last = w - 1 - (kw - 1) * dilation_w + pad_left; /* q * sw <= last */
-    const int64_t qhi = last < 0 ? qlo : max64(qlo, min64(out_w, last / stride_w + 1));
-    int inside_all = qlo == 0 && qhi == out_w;
-    for (int64_t p = 0; p < out_h && inside_all; ++p)
-        inside_all = row_inside(&g, p);
+    /* the rows and columns the windows read; a zero-padded copy where some lie outside x */
+    const int64_t hp = (out_h - 1) * stride_h + (kh - 1) * dilation_h + 1;
+    const int64_t wp = (out_w - 1) * stride_w + (kw - 1) * dilation_w + 1;
+    const int padded = pad_top > 0 || pad_left > 0 || hp > h || wp > w;
     const int nt = mg_work_threads(num_threads, (double)pixels * (double)df_size);
-    /* blocks of up to FILTER_NCP panels (a tile's pointers and edge pixels serve them all),
-     * and blocks of C row tiles where the (group, chunk, panels) items would not give every
-     * thread 2 (each block packs its B again) */
+    /* blocks of up to FILTER_NCP panels (a tile's pointers serve them all), and blocks of C
+     * row tiles where the (group, chunk, panels) items would not give every thread 2 (each
+     * block packs its B again) */
     const int64_t ncp = min64(panels, FILTER_NCP), nblocks = ceil_div(panels, ncp);
     const int64_t units = groups * nblocks * nchunks;
     const int64_t nmb = max64(1, min64(ceil_div(cols, t->mr), ceil_div(2 * nt, units)));
-    filter_call fc = {t, g, x, dy, df, NULL, cols, panels, qlo, qhi, block_rows, chunk_rows,
-                      nchunks, ncp, nblocks, nmb, block_rows * out_w,
-                      co == MG_GEMM_NR && groups == 1 && inside_all, NULL, NULL, NULL};
-    const int64_t per_thread = fc.block_pixels * (ncp * MG_GEMM_NR + GEMM_MR_MAX);
+    filter_call fc = {t, g, x, dy, df, NULL, cols, panels, block_rows, chunk_rows, nchunks,
+                      ncp, nblocks, nmb, block_rows * out_w, co == MG_GEMM_NR && groups == 1,
+                      NULL, NULL};
+    float *xp = padded ? mg_alloc_floats(n * hp * wp * c) : NULL;
+    if (padded) {
+        fc.g.h = hp, fc.g.w = wp, fc.g.pt = fc.g.pl = 0;
+        fc.x = xp;
+    }
     fc.part = nchunks > 1 ? mg_alloc_floats((nchunks - 1) * df_size) : NULL;
-    fc.scratch = mg_alloc_floats(nt * per_thread);
-    fc.ptrs = malloc((size_t)(nt * block_rows * (GEMM_MR_MAX + 1)) * sizeof(float *));
-    fc.edges = malloc((size_t)(nt * (fc.block_pixels + block_rows)) * sizeof(edge_pixel));
+    fc.scratch = fc.direct_b ? NULL : mg_alloc_floats(nt * ncp * fc.block_pixels * MG_GEMM_NR);
+    fc.ptrs = malloc((size_t)(nt * block_rows * GEMM_MR_MAX) * sizeof(float *));
     int code = MG_ENOMEM;
-    if ((fc.part || nchunks == 1) && fc.scratch && fc.ptrs && fc.edges) {
-        memset(fc.scratch, 0, (size_t)(nt * per_thread) * sizeof(float));
+    if ((xp || !padded) && (fc.part || nchunks == 1) && (fc.scratch || fc.direct_b) &&
+        fc.ptrs) {
+        if (padded) {
+            pad_call pc = {&g, x, xp, hp, wp};
+            mg_pool_rows(mg_stream_threads(nt, n * hp * wp * c), n * hp, 1, pad_rows, &pc);
+        }
         mg_pool_run(nt, units * nmb, filter_item, &fc);
         if (nchunks > 1) {
             reduce_call rc = {df, fc.part, nchunks, df_size};
@@ -679,9 +628,9 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
         }
         code = MG_OK;
     }
+    free(xp);
     free(fc.part);
     free(fc.scratch);
     free(fc.ptrs);
-    free(fc.edges);
     return code;
 }

@@ -21,13 +21,11 @@
  *     tap over o = 0 .. cog - 1 (a tap that reaches another pixel of the element's tile, a
  *     fixed function of the shapes and the ISA, adds 0 * f terms to the chain: they change
  *     no finite sum but the sign of a zero, and make a NaN where that f is infinite);
- *   - filter gradient: the output rows (n, p) in row-major order are cut into `chunks`
- *     ranges (a number that depends on the shapes only: mg_conv2d_gemm_filter_chunks), each
- *     range into blocks of about 256 pixels (whole rows, from the range's start). Each range
- *     is one chain of fused multiply-adds from +0 over its blocks in order; within a block,
- *     first the interior pixels (those whose whole window lies inside x) row by row, q
- *     ascending, then the block's other pixels in (n, p, q) order (their taps outside x add
- *     0 * dy terms). The ranges' sums are added in range order.
+ *   - filter gradient: the output pixels (n, p, q) in row-major order are cut into `chunks`
+ *     ranges of whole output rows (a number that depends on the shapes only:
+ *     mg_conv2d_gemm_filter_chunks); each range is one chain of fused multiply-adds from +0
+ *     in pixel order (taps outside x add 0 * dy terms), and the ranges' sums are added in
+ *     range order.
  * Error bound (recursive summation, K terms: K = taps * cog, or the pixel count):
  * |result - exact| <= K * 2^-24 * sum |a * b| (1 + O(K 2^-24)).
  *
