@@ -385,8 +385,8 @@ def test_phase_tiles_within_the_bound_and_bit_identical(case):
 @st.composite
 def filter_cases(draw):
     """Convolutions for the filter gradient's in-place rows (kernels_c/conv_gemm_grad.c):
-    strides 1-3, 1x1 to 4x4 filters, dilations, SAME/VALID/EXPLICIT (pixels whose window
-    crosses x's edges are packed, the others read in place one output row at a time), groups,
+    strides 1-3, 1x1 to 4x4 filters, dilations, SAME/VALID/EXPLICIT (x read in place one
+    output row at a time, or its zero-padded copy where some window crosses its edges), groups,
     1-70 in channels per group (tiles of C rows across taps), 1-140 out channels per group
     (narrow, wide and narrow-last panels, blocks of up to 4 panels), batches up to 12 and
     sizes up to 36 (several blocks of output rows, several chunks summed in order)."""
