@@ -19,6 +19,7 @@ import numpy as np
 
 from minigraph.backends.activation_kernels import Epilogue
 from minigraph.backends.native import F32, as_f32, check_code, fbuf, ffi, lib, num_threads
+from minigraph.client.memory import line_aligned_bytes
 
 
 class PackedB:
@@ -50,7 +51,7 @@ def pack_b(b, trans_b: bool = False, groups: int = 1) -> PackedB:
     floats = lib.mg_gemm_packed_floats(k, n)
     if floats < 0 or floats * groups * 4 >= 2**63:
         raise ValueError(f"native GEMM pack: a {k}x{n * groups} matrix is too large")
-    data = np.empty(floats * groups, F32)
+    data = line_aligned_bytes(floats * groups * 4).view(F32)
     blocks = [b] if groups == 1 else [np.ascontiguousarray(block)
                                       for block in np.split(b, groups, axis=1)]
     for g, block in enumerate(blocks):
