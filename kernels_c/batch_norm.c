@@ -172,8 +172,8 @@ static void make_plan(bn_plan *p, int64_t outer, int64_t channels, int64_t inner
         while (reps * p->row_len < BN_ROW_MIN_PERIOD)
             reps *= 2;
         p->period = reps * p->row_len;
-        /* zero padding: row runs read and add whole vectors, up to 4 past the period */
-        p->padded = ceil_div(p->period, vlen) * vlen + 4 * vlen;
+        /* zero padding: row runs read and add whole vectors, up to 8 past the period */
+        p->padded = ceil_div(p->period, vlen) * vlen + 8 * vlen;
         int64_t rows = reps * max64(1, block_elems / p->period);
         if (rows < BN_BLOCK_MIN_ROWS) /* fewer records per element; capped at 4 blocks' worth */
             rows = reps * max64(rows / reps, min64(ceil_div(BN_BLOCK_MIN_ROWS, reps),
