@@ -1110,6 +1110,7 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         chan_coef(&k, 1)[c] = scale[c] * rsqrt_f32(variance[c], epsilon);
     }
     if (training) {
+        k.out1 = side_backprop; /* the masked dy, stored by the sums pass */
         element_pass(&k, relu_y ? BN_BWD_SUMS_RELU : BN_BWD_SUMS, 1, 2);
     } else {
         k.out0 = dx;
@@ -1128,9 +1129,15 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         exceptional |= backward_exceptional(&k, c, scale, mean, variance);
     }
     if (training) {
+        /* dx from the stored masked dy where there is one (the same g, one read less) */
+        const void *dy_in = k.dy;
+        const int masked = relu_y && !side_backprop;
+        if (side_backprop)
+            k.dy = side_backprop;
         k.out0 = dx;
-        k.out1 = side_backprop;
-        element_pass(&k, relu_y ? BN_BWD_APPLY_RELU : BN_BWD_APPLY, 4, 0);
+        k.out1 = NULL;
+        element_pass(&k, masked ? BN_BWD_APPLY_RELU : BN_BWD_APPLY, 4, 0);
+        k.dy = dy_in;
     }
     for (int64_t c = 0; exceptional && c < channels; ++c)
         if (backward_exceptional(&k, c, scale, mean, variance))

@@ -66,8 +66,8 @@ enum {
     BN_FWD_APPLY_RELU,      /* out0 = relu(xc * k1 + k2)                              */
     BN_FWD_APPLY_SIDE,      /* out0 = (xc * k1 + k2) + dy   (dy: the side input)       */
     BN_FWD_APPLY_SIDE_RELU, /* out0 = relu((xc * k1 + k2) + dy)                        */
-    BN_BWD_SUMS_RELU,  /* BN_BWD_SUMS of g = gx > 0 ? dy : dy * 0   (gx: the Relu output y) */
-    BN_BWD_APPLY_RELU, /* BN_BWD_APPLY of that g; out1 = g where out1 is given            */
+    BN_BWD_SUMS_RELU,  /* BN_BWD_SUMS of g = gx > 0 ? dy : dy * 0 (gx: the Relu output y); out1 = g where given */
+    BN_BWD_APPLY_RELU, /* BN_BWD_APPLY of that g                                          */
     BN_NRUNS
 };
 

@@ -310,14 +310,18 @@ BN_RUN(fwd_apply_side, 3, 0, BODY_FWD_APPLY_SIDE)
 BN_RUN(fwd_apply_side_relu, 3, 0, BODY_FWD_APPLY_SIDE_RELU)
 
 /* The backward runs with dy masked by the forward's Relu output y (read through gx):
- * g = y > 0 ? dy : dy * 0 (mg_relu_grad), then BODY_BWD_SUMS / BODY_BWD_APPLY of g; the
- * apply run also stores g to out1 (the side input's gradient) when out1 is given. */
+ * g = y > 0 ? dy : dy * 0 (mg_relu_grad), then BODY_BWD_SUMS / BODY_BWD_APPLY of g. The sums
+ * run stores g to out1 when given (the side input's gradient, exact in every dtype: dy or a
+ * zero), and the driver then runs BODY_BWD_APPLY on it: one tensor less to read than
+ * BODY_BWD_APPLY_RELU, which masks dy again. */
 #define BN_MASKED_DY vf_relu_grad(LD(dy + e, n), LD(gx + e, n))
 #define BODY_BWD_SUMS_RELU(K, ACC, ACCF)                                                  \
     {                                                                               \
         const vf g = BN_MASKED_DY;                                                  \
         ACC(0, g);                                                                  \
         ACCF(1, g, vf_sub(LD(x + e, n), K(0)));                  \
+        if (out1)                                                                   \
+            ST(out1 + e, g, n);                                                     \
     }
 BN_RUN(bwd_sums_relu, 1, 2, BODY_BWD_SUMS_RELU)
 #define BODY_BWD_APPLY_RELU(K, ACC, ACCF)                                                 \
@@ -325,8 +329,6 @@ BN_RUN(bwd_sums_relu, 1, 2, BODY_BWD_SUMS_RELU)
         const vf g = BN_MASKED_DY;                                                  \
         const vf t = vf_mul(K(2), vf_sub(LD(x + e, n), K(0)));                      \
         ST(out0 + e, vf_fma(K(1), vf_sub(g, K(3)), t), n);                          \
-        if (out1)                                                                   \
-            ST(out1 + e, g, n);                                                     \
     }
 BN_RUN(bwd_apply_relu, 4, 0, BODY_BWD_APPLY_RELU)
 
