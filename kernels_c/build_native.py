@@ -34,7 +34,7 @@ FAMILIES = {
                      "convolution_isa_avx512.c"],
                     ["convolution.h", "convolution_internal.h", "convolution_template.h"]),
     "gemm": (["gemm.c", "gemm_isa_scalar.c", "gemm_isa_avx2.c", "gemm_isa_avx512.c"],
-             ["gemm.h", "gemm_internal.h"]),
+             ["gemm.h", "gemm_internal.h", "gemm_tail.h"]),
     "convolution on the GEMM": (["conv_gemm.c"], ["conv_gemm.h"]),
     "convolution gradients on the GEMM": (["conv_gemm_grad.c"], ["conv_gemm_grad.h"]),
     "3-D convolutions on the GEMM": (["conv3d_gemm.c"], ["conv3d_gemm.h"]),

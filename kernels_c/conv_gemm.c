@@ -1,14 +1,17 @@
 /* minigraph native convolution forward as an implicit GEMM: the driver; see conv_gemm.h.
  *
- * An item (group g, block of CG_MC output pixels, block of panels) first notes each pixel's
+ * An item (group g, block of at most CG_MC output pixels, equal blocks: gemm_block_rows;
+ * block of panels) first notes each pixel's
  * image offset and the input row / column of its top-left tap, then walks the K blocks in
  * order (segments: one tap or one tap row, seg_mode; each cut into chunks of at most
  * CG_KC floats). Per K block it points every pixel's row at its chunk (in x, at zeros, or at
- * a copy in the thread's scratch) once, and runs the micro-kernel over every (panel, group
+ * a copy in the thread's scratch: a row cut by the padding, or every row when neighbouring
+ * pixels lie a multiple of 4 KiB apart, gemm_rows_crowd_l1) once, and runs the micro-kernel over every (panel, group
  * of mr pixels; the narrow micro-kernel, with its own mr, for a panel of at most 16 output
- * channels, as a grouped convolution's 8-16 channels per group): the block's rows stay in L2 while a panel's chunk of B sits in L1. After
- * the last block the item's tile gets the epilogue. An output element is written by one
- * item only, its chain in the order conv_gemm.h gives. */
+ * channels, as a grouped convolution's 8-16 channels per group): the block's rows stay in L2
+ * while a panel's chunk of B sits in L1. The last block's micro-kernels apply the epilogue
+ * to each tile before storing it (gemm_tail). An output element is written by one item
+ * only, its chain in the order conv_gemm.h gives. */
 #include "conv_gemm.h"
 
 #include <stdlib.h>
@@ -17,6 +20,7 @@
 #include "gemm_internal.h"
 
 enum { CG_MC = 96, CG_KC = 256, CG_NC_PANELS = 8 };
+_Static_assert(CG_KC + 16 <= GEMM_COPY_LD, "a K chunk's copied row fits its stride");
 
 static const float cg_zeros[CG_KC]; /* the row of a tap in the padding */
 
@@ -35,9 +39,10 @@ typedef struct {
     const float *x, *bp;
     float *y;
     int64_t gfloats, np;  /* packed floats per group; panels per group */
-    int64_t mblocks, nblocks, ncp;
+    int64_t mc, mblocks, nblocks, ncp; /* pixels per M block (gemm_block_rows), blocks */
     const mg_epilogue *ep;
-    float *scratch;       /* CG_MC * CG_KC floats per thread (SEG_ROW) */
+    float *scratch;       /* CG_MC rows of GEMM_COPY_LD floats per thread (SEG_ROW, copy) */
+    int copy;             /* copy every row in x per chunk (gemm_rows_crowd_l1) */
 } cg_call;
 
 static int64_t panels_of(int64_t n) { return (n + MG_GEMM_NR - 1) / MG_GEMM_NR; }
@@ -60,7 +65,8 @@ static void gather_row(const cg_call *g, const float *row, int64_t q0, int64_t s
 }
 
 /* Every pixel's row pointer (rows of the item) for K chunk [s0, s0 + kc) of tap row i (tap
- * (i, j) per tap): into x, at zeros, or at a copy in `scratch` (CG_KC floats per row) */
+ * (i, j) per tap): into x, at zeros, or at a copy in `scratch` (row stride GEMM_COPY_LD:
+ * rows cut by the padding, and with g->copy every row that lies in x) */
 static void chunk_rows(const cg_call *g, const int64_t *base, const int64_t *r0,
                        const int64_t *q0, const int64_t *origin, int64_t rows, int64_t i,
                        int64_t j, int64_t s0, int64_t kc, int64_t group, float *scratch,
@@ -91,19 +97,25 @@ static void chunk_rows(const cg_call *g, const int64_t *base, const int64_t *r0,
         } else if (q0[p] + jl < 0 || q0[p] + jf >= g->w) {
             ptrs[p] = cg_zeros;
         } else { /* cut by the padding */
-            gather_row(g, g->x + row, q0[p], s0, kc, scratch + p * CG_KC);
-            ptrs[p] = scratch + p * CG_KC;
+            gather_row(g, g->x + row, q0[p], s0, kc, scratch + p * GEMM_COPY_LD);
+            ptrs[p] = scratch + p * GEMM_COPY_LD;
         }
     }
+    if (g->copy)
+        for (int64_t p = 0; p < rows; ++p)
+            if (ptrs[p] != cg_zeros && ptrs[p] != scratch + p * GEMM_COPY_LD) {
+                memcpy(scratch + p * GEMM_COPY_LD, ptrs[p], (size_t)kc * sizeof(float));
+                ptrs[p] = scratch + p * GEMM_COPY_LD;
+            }
 }
 
-/* The epilogue of an item's finished tile, while in cache */
-static void finish_tile(const cg_call *g, int64_t group, int64_t m0, int64_t rows, int64_t p0,
-                        int64_t p1)
+/* The tail (the epilogue) of the tile of output pixels from m0 at the group's channel j0,
+ * or NULL when this is not the last K block or there is no epilogue */
+static const gemm_tail *tile_tail(const cg_call *g, int last, int64_t group, int64_t m0,
+                                  int64_t j0, gemm_tail *t)
 {
-    if (g->ep)
-        mg_epilogue_tile(g->ep, g->y, g->co, m0 * g->co + group * g->cog + p0 * MG_GEMM_NR,
-                         rows, min64(p1 * MG_GEMM_NR, g->cog) - p0 * MG_GEMM_NR);
+    const int64_t ch0 = group * g->cog + j0;
+    return last ? gemm_tail_at(g->ep, ch0, m0 * g->co + ch0, g->co, t) : NULL;
 }
 
 enum { TAP_BATCH = 16 };
@@ -132,9 +144,12 @@ static void taps_item(const cg_call *g, int64_t group, int64_t m0, int64_t rows,
                 pt[rows + r] = pt[rows - 1];
         }
         const float *bpp = bg + t0 * g->cg * MG_GEMM_NR;
-        for (int64_t r = 0; r < rows; r += mr)
-            g->t->narrow_taps(nb, STRIDE, g->cg, ptrs + r, 1, bpp, yg + (m0 + r) * g->co,
-                              g->co, (int)min64(rows - r, mr), nr, t0 > 0);
+        for (int64_t r = 0; r < rows; r += mr) {
+            gemm_tail tail;
+            g->t->narrow_taps_tail(nb, STRIDE, g->cg, ptrs + r, 1, bpp, yg + (m0 + r) * g->co,
+                                   g->co, (int)min64(rows - r, mr), nr, t0 > 0,
+                                   tile_tail(g, t0 + nb == g->nseg, group, m0 + r, 0, &tail));
+        }
     }
 }
 
@@ -143,8 +158,8 @@ static void cg_item(void *ctx, int64_t item, int tid)
     const cg_call *g = ctx;
     const int64_t per_group = g->mblocks * g->nblocks;
     const int64_t group = item / per_group, rest = item % per_group;
-    const int64_t m0 = rest / g->nblocks * CG_MC, p0 = rest % g->nblocks * g->ncp;
-    const int64_t rows = min64(g->m - m0, CG_MC), p1 = min64(p0 + g->ncp, g->np);
+    const int64_t m0 = rest / g->nblocks * g->mc, p0 = rest % g->nblocks * g->ncp;
+    const int64_t rows = min64(g->m - m0, g->mc), p1 = min64(p0 + g->ncp, g->np);
     int64_t base[CG_MC], r0[CG_MC], q0[CG_MC], origin[CG_MC];
     const int64_t span_h = (g->kh - 1) * g->dh, span_w = (g->kw - 1) * g->dw;
     { /* the pixels (image, p, q) of rows m0 .. m0 + rows - 1, walked without divisions */
@@ -168,12 +183,12 @@ static void cg_item(void *ctx, int64_t item, int tid)
         }
     }
     const float *ptrs[CG_MC + GEMM_MR_MAX];
-    if (g->mode == SEG_TAP && g->cog <= GEMM_NR_NARROW && g->cg <= CG_KC && g->t->narrow_taps) {
+    if (g->mode == SEG_TAP && g->cog <= GEMM_NR_NARROW && g->cg <= CG_KC &&
+        g->t->narrow_taps_tail) {
         taps_item(g, group, m0, rows, base, r0, q0, origin);
-        finish_tile(g, group, m0, rows, p0, p1);
         return;
     }
-    float *scratch = g->scratch ? g->scratch + (int64_t)tid * CG_MC * CG_KC : NULL;
+    float *scratch = g->scratch ? g->scratch + (int64_t)tid * CG_MC * GEMM_COPY_LD : NULL;
     const float *bg = g->bp + group * g->gfloats;
     float *yg = g->y + group * g->cog;
     for (int64_t seg = 0; seg < g->nseg; ++seg)
@@ -188,13 +203,15 @@ static void cg_item(void *ctx, int64_t item, int tid)
                 const int nr = (int)min64(g->cog - j0, MG_GEMM_NR);
                 const float *bpp = bg + p * g->k * MG_GEMM_NR + kk * MG_GEMM_NR;
                 int mr;
-                const gemm_micro_fn micro = gemm_micro_for(g->t, nr, &mr);
-                for (int64_t r = 0; r < rows; r += mr)
+                const gemm_micro_tail_fn micro = gemm_micro_tail_for(g->t, nr, &mr);
+                for (int64_t r = 0; r < rows; r += mr) {
+                    gemm_tail tail;
                     micro(kc, ptrs + r, 1, bpp, yg + (m0 + r) * g->co + j0, g->co,
-                                (int)min64(rows - r, mr), nr, kk > 0);
+                          (int)min64(rows - r, mr), nr, kk > 0,
+                          tile_tail(g, kk + kc == g->k, group, m0 + r, j0, &tail));
+                }
             }
         }
-    finish_tile(g, group, m0, rows, p0, p1);
 }
 
 int mg_conv_gemm_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw,
@@ -222,15 +239,20 @@ int mg_conv_gemm_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
     const int nt = mg_work_threads(num_threads, (double)m * (double)co * (double)k);
     const int mode = kw > 1 && groups == 1 && dilation_w == 1 ? SEG_ROW : SEG_TAP;
     const int64_t nseg = mode == SEG_ROW ? kh : kh * kw;
-    const int64_t mblocks = (m + CG_MC - 1) / CG_MC, np = panels_of(cog);
+    const int64_t mc = gemm_block_rows(m, CG_MC), mblocks = (m + mc - 1) / mc;
+    const int64_t np = panels_of(cog);
     int64_t ncp = np < CG_NC_PANELS ? np : CG_NC_PANELS;
     while (ncp > 1 && groups * mblocks * ((np + ncp - 1) / ncp) < 4 * (int64_t)nt)
         --ncp;
     cg_call g = {gemm_kernels(), h, w, c, kh, kw, co, cg, cog, stride_h, stride_w, dilation_h,
                  dilation_w, pad_top, pad_left, out_h, out_w, m, k,
                  nseg, k / nseg, mode, x, packed_f, y,
-                 gfloats, np, mblocks, (np + ncp - 1) / ncp, ncp, epilogue, NULL};
-    if (mode == SEG_ROW && !(g.scratch = mg_alloc_floats((int64_t)nt * CG_MC * CG_KC)))
+                 gfloats, np, mc, mblocks, (np + ncp - 1) / ncp, ncp, epilogue, NULL, 0};
+    /* neighbouring pixels' rows are stride_w * c floats apart: copied where that crowds the
+     * L1 and more than one panel reads the copy (not on the narrow tap batches' route) */
+    g.copy = ncp > 1 && gemm_rows_crowd_l1(stride_w * c * (int64_t)sizeof(float));
+    if ((mode == SEG_ROW || g.copy) &&
+        !(g.scratch = mg_alloc_floats((int64_t)nt * CG_MC * GEMM_COPY_LD)))
         return MG_ENOMEM;
     mg_pool_run(nt, groups * mblocks * g.nblocks, cg_item, &g);
     free(g.scratch);

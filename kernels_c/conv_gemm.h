@@ -16,9 +16,11 @@
  * group) and an ISA that has the narrow kernel's tap batches (AVX-512), up to 16 taps run in
  * one micro-kernel call, the tile's sums held in registers across them.
  *
- * Work items of (group, block of 96 pixels, block of up to 8 panels of 32 output channels)
- * go to the worker pool; an item walks K in order and applies `epilogue` (NULL: none) to its
- * finished tile while it is in cache (mg_epilogue_tile: bit for bit mg_channel_epilogue).
+ * Work items of (group, block of at most 96 pixels, the blocks of equal size, block of up to 8
+ * panels of 32 output channels)
+ * go to the worker pool; an item walks K in order and its last K block's micro-kernels apply
+ * `epilogue` (NULL: none) to each tile before storing it (gemm_tail in gemm_internal.h: bit
+ * for bit mg_channel_epilogue).
  *
  * Summation order: every output element is one chain of fused multiply-adds from +0 over
  * the taps (i, j) row-major, then the group's channels in order (padding taps add

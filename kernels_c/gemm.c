@@ -1,22 +1,28 @@
 /* minigraph native GEMM: the driver (B packing, blocking, threads); see gemm.h.
  *
- * A call is one job of the worker pool (mg_pool_run): items of (M block of GEMM_MC rows,
+ * A call is one job of the worker pool (mg_pool_run): items of (M block of at most GEMM_MC
+ * rows, equal blocks: gemm_block_rows,
  * N block of whole panels). An item walks K in blocks of GEMM_KC and, per block, runs the
  * micro-kernel (the narrow one for a panel of <= 16 columns: gemm_internal.h) over every
  * (panel, row group) of its tile: the panel's kc x 32 floats stay in
  * L1 while the block's rows of A (<= 96 KiB) sit in L2. A is read where it lies (no packing:
  * packing it cost as much as the product when N is small, as in a 1x1 convolution with 64
  * output channels): a row group is mr row pointers, walked with step 1 (row-major A) or m
- * (transposed A, whose k-th row holds the group's values side by side). An element is
+ * (transposed A, whose k-th row holds the group's values side by side); rows a multiple of
+ * 4 KiB apart are copied per K block into the thread's scratch first (gemm_rows_crowd_l1:
+ * side by side they would evict each other from the L1). An element is
  * written by one item only and its chain of FMAs runs k = 0 .. K - 1 in order, whatever the
- * blocks and threads (gemm.h). The epilogue is applied by each item to its finished tile
- * while it is in cache (mg_epilogue_tile, bit for bit mg_channel_epilogue). */
+ * blocks and threads (gemm.h). The epilogue is applied by the micro-kernel of the last K
+ * block to each finished tile before it is stored (gemm_tail, bit for bit
+ * mg_channel_epilogue). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "gemm.h"
 #include "gemm_internal.h"
 
 enum { GEMM_MC = 96, GEMM_KC = 256, GEMM_NC_PANELS = 8 };
+_Static_assert(GEMM_KC + 16 <= GEMM_COPY_LD, "a K block's copied row fits its stride");
 
 const gemm_kernel_table *gemm_kernels(void)
 {
@@ -84,40 +90,48 @@ typedef struct {
     int trans_a;
     const float *a, *bp;
     float *c;
-    int64_t nblocks, nc_panels;
+    int64_t mc, nblocks, nc_panels;
     const mg_epilogue *ep;
+    float *scratch; /* NULL, or GEMM_MC rows of GEMM_COPY_LD floats per thread: A's rows
+                     * copied per K block where they crowd the L1 (gemm_rows_crowd_l1) */
 } gemm_call;
 
 static void gemm_item(void *ctx, int64_t item, int tid)
 {
-    (void)tid;
     const gemm_call *g = ctx;
-    const int64_t m0 = item / g->nblocks * GEMM_MC, p0 = item % g->nblocks * g->nc_panels;
-    const int64_t rows = g->m - m0 < GEMM_MC ? g->m - m0 : GEMM_MC;
+    float *copy = g->scratch ? g->scratch + (int64_t)tid * GEMM_MC * GEMM_COPY_LD : NULL;
+    const int64_t m0 = item / g->nblocks * g->mc, p0 = item % g->nblocks * g->nc_panels;
+    const int64_t rows = g->m - m0 < g->mc ? g->m - m0 : g->mc;
     const int64_t np = panels_of(g->n), p1 = p0 + g->nc_panels < np ? p0 + g->nc_panels : np;
     for (int64_t k0 = 0; k0 < g->k; k0 += GEMM_KC) {
         const int64_t kc = g->k - k0 < GEMM_KC ? g->k - k0 : GEMM_KC;
+        const int last = k0 + kc == g->k; /* the epilogue goes with the last block's sums */
+        if (copy)
+            for (int64_t r = 0; r < rows; ++r)
+                memcpy(copy + r * GEMM_COPY_LD, g->a + (m0 + r) * g->k + k0,
+                       (size_t)kc * sizeof(float));
         for (int64_t p = p0; p < p1; ++p) {
             const int64_t j0 = p * MG_GEMM_NR;
             const int nr = g->n - j0 < MG_GEMM_NR ? (int)(g->n - j0) : MG_GEMM_NR;
             const float *bp = g->bp + p * g->k * MG_GEMM_NR + k0 * MG_GEMM_NR;
             int mr;
-            const gemm_micro_fn micro = gemm_micro_for(g->t, nr, &mr);
+            const gemm_micro_tail_fn micro = gemm_micro_tail_for(g->t, nr, &mr);
             for (int64_t g0 = 0; g0 < rows; g0 += mr) {
                 const int valid = rows - g0 < mr ? (int)(rows - g0) : mr;
                 const float *a_rows[GEMM_MR_MAX];
                 for (int i = 0; i < mr; ++i) {
-                    const int64_t row = m0 + g0 + (i < valid ? i : valid - 1);
-                    a_rows[i] = g->trans_a ? g->a + k0 * g->m + row : g->a + row * g->k + k0;
+                    const int64_t row = g0 + (i < valid ? i : valid - 1);
+                    a_rows[i] = copy       ? copy + row * GEMM_COPY_LD
+                                : g->trans_a ? g->a + k0 * g->m + m0 + row
+                                             : g->a + (m0 + row) * g->k + k0;
                 }
-                micro(kc, a_rows, g->trans_a ? g->m : 1, bp,
-                            g->c + (m0 + g0) * g->n + j0, g->n, valid, nr, k0 > 0);
+                const int64_t at = (m0 + g0) * g->n + j0;
+                gemm_tail tail;
+                micro(kc, a_rows, g->trans_a ? g->m : 1, bp, g->c + at, g->n, valid, nr, k0 > 0,
+                      last ? gemm_tail_at(g->ep, j0, at, g->n, &tail) : NULL);
             }
         }
     }
-    if (g->ep) /* the finished tile, while in cache */
-        mg_epilogue_tile(g->ep, g->c, g->n, m0 * g->n + p0 * MG_GEMM_NR, rows,
-                         (p1 * MG_GEMM_NR < g->n ? p1 * MG_GEMM_NR : g->n) - p0 * MG_GEMM_NR);
 }
 
 int mg_gemm(int64_t m, int64_t n, int64_t k, int trans_a, const float *a,
@@ -132,15 +146,21 @@ int mg_gemm(int64_t m, int64_t n, int64_t k, int trans_a, const float *a,
         memset(c, 0, (size_t)(m * n) * sizeof(float));
     } else {
         const int nt = mg_work_threads(num_threads, (double)m * (double)n * (double)k);
-        const int64_t mblocks = (m + GEMM_MC - 1) / GEMM_MC, np = panels_of(n);
+        const int64_t mc = gemm_block_rows(m, GEMM_MC), mblocks = (m + mc - 1) / mc;
+        const int64_t np = panels_of(n);
         /* N blocks of up to GEMM_NC_PANELS panels, fewer while the items would not give
          * every thread about 4 (the split changes no result: gemm.h) */
         int64_t ncp = np < GEMM_NC_PANELS ? np : GEMM_NC_PANELS;
         while (ncp > 1 && mblocks * ((np + ncp - 1) / ncp) < 4 * (int64_t)nt)
             --ncp;
-        gemm_call g = {gemm_kernels(), m, n, k, trans_a, a, packed_b, c, (np + ncp - 1) / ncp,
-                       ncp, epilogue};
+        gemm_call g = {gemm_kernels(), m, n, k, trans_a, a, packed_b, c, mc,
+                       (np + ncp - 1) / ncp, ncp, epilogue, NULL};
+        /* rows that crowd the L1 are copied when more than one panel reads the copy */
+        if (!trans_a && ncp > 1 && gemm_rows_crowd_l1(k * (int64_t)sizeof(float)) &&
+            !(g.scratch = mg_alloc_floats((int64_t)nt * GEMM_MC * GEMM_COPY_LD)))
+            return MG_ENOMEM;
         mg_pool_run(nt, mblocks * g.nblocks, gemm_item, &g);
+        free(g.scratch);
         return MG_OK;
     }
     return epilogue ? mg_channel_epilogue(m, n, c, epilogue, num_threads) : MG_OK;

@@ -4,7 +4,8 @@
  * B is packed once into panels of MG_GEMM_NR = 32 columns (mg_gemm_pack_b; a constant weight
  * matrix is packed once and reused: the Python side caches the packing of read-only arrays),
  * zero-padded to a whole panel; the packing is the same for every ISA. mg_gemm blocks over M
- * (96 rows), K (256) and N (panels), packs each A block per thread, and runs a register-
+ * (equal blocks of at most 96 rows), K (256) and N (panels), reads A in place (rows 4 KiB
+ * apart copied per K block, gemm.c), and runs a register-
  * blocked micro-kernel (AVX-512: 12 rows x 32 columns in 24 zmm accumulators; AVX2 + FMA: 6
  * x 16 twice; baseline: 4 x 32 with fmaf; a panel of at most 16 columns on the narrow
  * kernel, gemm_internal.h) over it; items of (M block, N block) go to the

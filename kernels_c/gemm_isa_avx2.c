@@ -1,7 +1,7 @@
 /* AVX2 + FMA GEMM micro-kernel: 6 rows x 16 columns in 12 ymm accumulators, run for each half
  * of the 32-column panel (one broadcast of A feeds two FMAs); for a narrow tile (nr <= 16)
  * only the first half runs, so the same function is the narrow kernel (16 ymm registers
- * hold no more rows). Compiled for these extensions
+ * hold no more rows); the tail on the stored tile (gemm_tail.h). Compiled for these extensions
  * and used only when the runtime's ISA is AVX2 (mg_isa_pick in gemm.c). */
 #include "gemm_internal.h"
 
@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 MG_TARGET_AVX2_BEGIN
+#include "gemm_tail.h"
 
 enum { MR = 6 };
 #define UNROLL _Pragma("GCC unroll 16")
@@ -23,6 +24,7 @@ static inline __m256i lanes8(int n)
 static void gemm_micro_avx2(int64_t kc, const float *const *rows, int64_t ks, const float *bp, float *c,
                             int64_t ldc, int mr, int nr, int load)
 {
+    gemm_prefetch_tile(c, ldc, mr, nr);
     for (int h = 0; h < 2 && 16 * h < nr; ++h) {
         const int w = nr - 16 * h;
         const __m256i m0 = lanes8(w), m1 = lanes8(w - 8);
@@ -52,7 +54,18 @@ static void gemm_micro_avx2(int64_t kc, const float *const *rows, int64_t ks, co
     }
 }
 
-const gemm_kernel_table gemm_kernels_avx2 = {MR, gemm_micro_avx2, MR, gemm_micro_avx2, NULL};
+static void gemm_micro_tail_avx2(int64_t kc, const float *const *rows, int64_t ks,
+                                 const float *bp, float *c, int64_t ldc, int mr, int nr,
+                                 int load, const gemm_tail *tail)
+{
+    gemm_micro_avx2(kc, rows, ks, bp, c, ldc, mr, nr, load);
+    if (tail)
+        gemm_tail_tile(tail, c, ldc, mr, nr);
+}
+
+const gemm_kernel_table gemm_kernels_avx2 = {MR, gemm_micro_avx2, MR, gemm_micro_avx2, NULL,
+                                             gemm_micro_tail_avx2, gemm_micro_tail_avx2,
+                                             NULL};
 
 MG_TARGET_END
 #endif

@@ -3,8 +3,10 @@
  * 32 columns) is its own instantiation, so its loads and stores have no masks or row tests; a
  * tile of at most 4, 6 or 8 rows computes only that many (few-pixel 1x1 convolutions, dense
  * layers). The narrow kernel (nr <= 16): 24 rows x 16 columns, one zmm accumulator per row,
- * one B vector per k and an FMA per row with A's value broadcast from memory.
- * Compiled for these extensions and used only when the runtime's ISA is AVX-512 (mg_isa_pick
+ * one B vector per k and an FMA per row with A's value broadcast from memory. A tail
+ * (gemm_internal.h) is applied to the accumulators before the stores (vtail: the stages of
+ * activations_template.h, lane by lane the same roundings: add, sub then one FMA, add, and
+ * Relu / Relu6 as masks that keep NaN and give +0). Compiled for these extensions and used only when the runtime's ISA is AVX-512 (mg_isa_pick
  * in gemm.c). */
 #include "gemm_internal.h"
 
@@ -21,10 +23,60 @@ static inline __mmask16 lanes16(int n)
     return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u);
 }
 
+/* The tail's per-column vectors of one 16-column half (lanes m) */
+typedef struct {
+    __m512 bias, mean, k, offset;
+} tail_vecs;
+
+static inline __attribute__((always_inline)) tail_vecs tail_load(const gemm_tail *t, int h,
+                                                                 __mmask16 m)
+{
+    tail_vecs v;
+    const int o = 16 * h;
+    v.bias = t->bias ? _mm512_maskz_loadu_ps(m, t->bias + o) : _mm512_setzero_ps();
+    v.mean = t->mean ? _mm512_maskz_loadu_ps(m, t->mean + o) : _mm512_setzero_ps();
+    v.k = t->mean ? _mm512_maskz_loadu_ps(m, t->k + o) : _mm512_setzero_ps();
+    v.offset = t->mean ? _mm512_maskz_loadu_ps(m, t->offset + o) : _mm512_setzero_ps();
+    return v;
+}
+
+/* The tail on row i's accumulator of half h (lanes m) */
+static inline __attribute__((always_inline)) __m512 vtail(const gemm_tail *t, const tail_vecs *v,
+                                                          __m512 y, int i, int h, __mmask16 m)
+{
+    if (t->bias)
+        y = _mm512_add_ps(y, v->bias);
+    if (t->mean)
+        y = _mm512_fmadd_ps(_mm512_sub_ps(y, v->mean), v->k, v->offset);
+    if (t->residual)
+        y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, t->residual + i * t->ldr + 16 * h));
+    if (t->activation == 1) { /* x > 0 or NaN: x; else +0 */
+        y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_NLE_UQ), y);
+    } else if (t->activation == 2) { /* x > 0: min(x, 6); NaN: x; else +0 */
+        const __m512 six = _mm512_set1_ps(6.0f);
+        const __mmask16 pos = _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ);
+        const __mmask16 nan = _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q);
+        const __mmask16 big = _mm512_cmp_ps_mask(y, six, _CMP_NLT_UQ);
+        y = _mm512_maskz_mov_ps(pos | nan, _mm512_mask_mov_ps(y, pos & big, six));
+    }
+    return y;
+}
+
+static inline void prefetch_residual(const gemm_tail *tail, int mr, int nr)
+{
+    if (tail && tail->residual)
+        for (int i = 0; i < mr; ++i) {
+            __builtin_prefetch(tail->residual + i * tail->ldr, 0, 3);
+            __builtin_prefetch(tail->residual + i * tail->ldr + nr - 1, 0, 3);
+        }
+}
+
 static inline __attribute__((always_inline)) void
 micro_body(int64_t kc, const float *const *rows, int64_t ks, const float *bp, float *c, int64_t ldc, const int mr,
-           const int nr, const int load, const int R)
+           const int nr, const int load, const int R, const gemm_tail *tail)
 {
+    gemm_prefetch_tile(c, ldc, mr, nr);
+    prefetch_residual(tail, mr, nr);
     const __mmask16 m0 = lanes16(nr), m1 = lanes16(nr - 16);
     __m512 acc[MR][2];
     UNROLL for (int i = 0; i < R; ++i)
@@ -33,9 +85,13 @@ micro_body(int64_t kc, const float *const *rows, int64_t ks, const float *bp, fl
         acc[i][0] = on ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
         acc[i][1] = on ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
     }
+    /* the k steps: R row pointers, B's and one index in registers (a row-major A counts
+     * its index up from -kc to 0 off pointers at the rows' ends, so that no register holds
+     * kc: 12 rows leave none to spare) */
     const float *r[MR];
-    UNROLL for (int i = 0; i < R; ++i) r[i] = rows[i];
-    for (int64_t k = 0, o = 0; k < kc; ++k, o += ks, bp += MG_GEMM_NR) {
+    const int64_t o_end = ks == 1 ? 0 : kc * ks;
+    UNROLL for (int i = 0; i < R; ++i) r[i] = rows[i] + (ks == 1 ? kc : 0);
+    for (int64_t o = ks == 1 ? -kc : 0; o != o_end; o += ks, bp += MG_GEMM_NR) {
         const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
         UNROLL for (int i = 0; i < R; ++i)
         {
@@ -44,6 +100,13 @@ micro_body(int64_t kc, const float *const *rows, int64_t ks, const float *bp, fl
             acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
         }
     }
+    if (tail)
+        for (int h = 0; h < 2; ++h) {
+            const __mmask16 m = h ? m1 : m0;
+            const tail_vecs v = tail_load(tail, h, m);
+            UNROLL for (int i = 0; i < R; ++i) if (i < mr)
+                acc[i][h] = vtail(tail, &v, acc[i][h], i, h, m);
+        }
     UNROLL for (int i = 0; i < R; ++i) if (i < mr)
     {
         _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
@@ -51,23 +114,30 @@ micro_body(int64_t kc, const float *const *rows, int64_t ks, const float *bp, fl
     }
 }
 
-static void gemm_micro_avx512(int64_t kc, const float *const *rows, int64_t ks, const float *bp, float *c,
-                              int64_t ldc, int mr, int nr, int load)
+static void gemm_micro_tail_avx512(int64_t kc, const float *const *rows, int64_t ks,
+                                   const float *bp, float *c, int64_t ldc, int mr, int nr,
+                                   int load, const gemm_tail *tail)
 {
     if (mr == MR && nr == MG_GEMM_NR) {
         if (load)
-            micro_body(kc, rows, ks, bp, c, ldc, MR, MG_GEMM_NR, 1, MR);
+            micro_body(kc, rows, ks, bp, c, ldc, MR, MG_GEMM_NR, 1, MR, tail);
         else
-            micro_body(kc, rows, ks, bp, c, ldc, MR, MG_GEMM_NR, 0, MR);
+            micro_body(kc, rows, ks, bp, c, ldc, MR, MG_GEMM_NR, 0, MR, tail);
     } else if (mr <= 4) { /* a few rows (a dense layer's batch): only theirs computed */
-        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 4);
+        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 4, tail);
     } else if (mr <= 6) {
-        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 6);
+        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 6, tail);
     } else if (mr <= 8) {
-        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 8);
+        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 8, tail);
     } else {
-        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, MR);
+        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, MR, tail);
     }
+}
+
+static void gemm_micro_avx512(int64_t kc, const float *const *rows, int64_t ks, const float *bp,
+                              float *c, int64_t ldc, int mr, int nr, int load)
+{
+    gemm_micro_tail_avx512(kc, rows, ks, bp, c, ldc, mr, nr, load, NULL);
 }
 
 enum { MR_NARROW = 24 };
@@ -77,9 +147,11 @@ enum { MR_NARROW = 24 };
 static inline __attribute__((always_inline)) void
 narrow_body(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows, int64_t ks,
             const float *bp, float *c, int64_t ldc, const int mr, const int nr, const int load,
-            const int R)
+            const int R, const gemm_tail *tail)
 {
     const __mmask16 m0 = lanes16(nr);
+    gemm_prefetch_tile(c, ldc, mr, nr);
+    prefetch_residual(tail, mr, nr);
     __m512 acc[MR_NARROW];
     UNROLL for (int i = 0; i < R; ++i)
         acc[i] = load && i < mr ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
@@ -92,16 +164,22 @@ narrow_body(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows
                 acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(r[i][o]), b0, acc[i]);
         }
     }
+    if (tail) {
+        const tail_vecs v = tail_load(tail, 0, m0);
+        UNROLL for (int i = 0; i < R; ++i) if (i < mr)
+            acc[i] = vtail(tail, &v, acc[i], i, 0, m0);
+    }
     UNROLL for (int i = 0; i < R; ++i) if (i < mr)
         _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i]);
 }
 
-static void gemm_narrow_taps_avx512(int64_t ntaps, int64_t rstride, int64_t kc,
-                                    const float *const *rows, int64_t ks, const float *bp,
-                                    float *c, int64_t ldc, int mr, int nr, int load)
+static void gemm_narrow_taps_tail_avx512(int64_t ntaps, int64_t rstride, int64_t kc,
+                                         const float *const *rows, int64_t ks,
+                                         const float *bp, float *c, int64_t ldc, int mr,
+                                         int nr, int load, const gemm_tail *tail)
 {
 #define NARROW(MR_, NR_, LOAD_, R_) \
-    narrow_body(ntaps, rstride, kc, rows, ks, bp, c, ldc, MR_, NR_, LOAD_, R_)
+    narrow_body(ntaps, rstride, kc, rows, ks, bp, c, ldc, MR_, NR_, LOAD_, R_, tail)
     if (mr == MR_NARROW && nr == GEMM_NR_NARROW) {
         if (load)
             NARROW(MR_NARROW, GEMM_NR_NARROW, 1, MR_NARROW);
@@ -121,14 +199,30 @@ static void gemm_narrow_taps_avx512(int64_t ntaps, int64_t rstride, int64_t kc,
 #undef NARROW
 }
 
+static void gemm_narrow_taps_avx512(int64_t ntaps, int64_t rstride, int64_t kc,
+                                    const float *const *rows, int64_t ks, const float *bp,
+                                    float *c, int64_t ldc, int mr, int nr, int load)
+{
+    gemm_narrow_taps_tail_avx512(ntaps, rstride, kc, rows, ks, bp, c, ldc, mr, nr, load, NULL);
+}
+
+static void gemm_narrow_tail_avx512(int64_t kc, const float *const *rows, int64_t ks,
+                                    const float *bp, float *c, int64_t ldc, int mr, int nr,
+                                    int load, const gemm_tail *tail)
+{
+    gemm_narrow_taps_tail_avx512(1, 0, kc, rows, ks, bp, c, ldc, mr, nr, load, tail);
+}
+
 static void gemm_narrow_avx512(int64_t kc, const float *const *rows, int64_t ks, const float *bp,
                                float *c, int64_t ldc, int mr, int nr, int load)
 {
-    gemm_narrow_taps_avx512(1, 0, kc, rows, ks, bp, c, ldc, mr, nr, load);
+    gemm_narrow_tail_avx512(kc, rows, ks, bp, c, ldc, mr, nr, load, NULL);
 }
 
 const gemm_kernel_table gemm_kernels_avx512 = {MR, gemm_micro_avx512, MR_NARROW,
-                                               gemm_narrow_avx512, gemm_narrow_taps_avx512};
+                                               gemm_narrow_avx512, gemm_narrow_taps_avx512,
+                                               gemm_micro_tail_avx512, gemm_narrow_tail_avx512,
+                                               gemm_narrow_taps_tail_avx512};
 
 MG_TARGET_END
 #endif

@@ -144,6 +144,19 @@ def test_convolution_kernels_write_their_bits_into_out(case):
     _check_out(*case)
 
 
+@pytest.mark.parametrize("kind", ["Conv2DBackpropFilter", "DepthwiseConv2dNativeBackpropFilter"])
+def test_nchw_filter_gradients_never_write_into_an_input_of_the_filter_shape(kind):
+    """NCHW filter gradients convert x and dy to channels-last copies before the C call; an
+    out that is the op's own x (an NCHW x whose shape is also the HWIO filter's) must still be
+    refused: _check_out passes every input of the output's shape as out."""
+    f_shape = (2, 2, 2, 1) if kind.startswith("Depthwise") else (2, 2, 2, 2)
+    out_channels = 2  # depthwise: 2 channels x multiplier 1
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(f_shape).astype(F32)  # NCHW [n=2, c=2, h=2, w]
+    dy = rng.standard_normal((2, out_channels, 1, 1)).astype(F32)  # stride 2 SAME: 1x1
+    _check_out(kind, [x, np.array(f_shape, np.int32), dy], _conv_attrs("NCHW", 2, 1, "SAME"))
+
+
 @settings(max_examples=40, deadline=None)
 @given(matmul_cases())
 def test_matmul_kernels_write_their_bits_into_out(case):

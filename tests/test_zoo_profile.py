@@ -43,3 +43,17 @@ def test_profile_lists_every_step_with_its_convolution_route():
     by_type = text.split("by op type")[1].split("by kernel")[0].strip().splitlines()[1:]
     assert sum(float(line.split()[0]) for line in by_type) == pytest.approx(whole * 1e3,
                                                                             abs=0.01 * len(rows))
+    # --layers: each convolution's FLOPs are 2 * pixels * kh * kw * (c / groups) * co of its
+    # route's shape, and the listed rates are those FLOPs over the listed times
+    for r in convolutions:
+        route, shape = r[3].split(" ", 1)
+        words = shape.split()
+        kh, kw = map(int, words[0].split("/")[0].split("x"))
+        cg, co, pixels = int(words[3]), int(words[5]), int(words[7])
+        assert r[5] == 2.0 * pixels * kh * kw * cg * co
+    listed = tool.layers(rows, top=3, threads=1, wall=False).splitlines()[3:6]
+    slowest = sorted(convolutions, key=lambda r: -r[4])[:3]
+    for line, r in zip(listed, slowest, strict=True):
+        ms, rate = map(float, line.split()[:2])
+        assert r[0] in line and ms == pytest.approx(r[4] * 1e3, abs=0.006)
+        assert rate == pytest.approx(r[5] / r[4] / 1e9, abs=0.06)

@@ -3,6 +3,7 @@ native backend, summed by op type, by kernel (module.function) and, for convolut
 the route the forward kernel took (gemm / direct / depthwise) and shape family.
 
     python tools/zoo_profile.py MODEL [--batch 2] [--threads 2] [--runs 5] [--top 12]
+        [--layers 10]
 
 Each node's time is the median over ``runs`` profiled runs (after two warm-up runs) of the
 process's CPU time (``time.process_time``: a step preempted by another process does not
@@ -31,7 +32,7 @@ from minigraph.client import session as session_module  # noqa: E402
 from minigraph.client.session import RunMetadata  # noqa: E402
 from minigraph.testing import keras_zoo  # noqa: E402
 
-_routes: list[str] = []  # the forward routes taken since the last recorded step
+_routes: list[tuple[str, float]] = []  # (route and shape, FLOPs) since the last recorded step
 
 
 def _tracing(route_function):
@@ -40,8 +41,9 @@ def _tracing(route_function):
         route = route_function(x_shape, f_shape, window, groups)
         kh, kw, cg, co = f_shape
         stride = "x".join(map(str, window.strides))
-        _routes.append(f"{route} {kh}x{kw}/s{stride} g{groups} cin/g {cg} cout {co} "
-                       f"px {x_shape[0] * window.out[0] * window.out[1]}")
+        pixels = x_shape[0] * window.out[0] * window.out[1]
+        _routes.append((f"{route} {kh}x{kw}/s{stride} g{groups} cin/g {cg} cout {co} "
+                        f"px {pixels}", 2.0 * pixels * kh * kw * cg * co))
         return route
     return traced
 
@@ -51,7 +53,7 @@ class _RouteMetadata(RunMetadata):
 
     def __init__(self) -> None:
         super().__init__()
-        self.routes: list[str | None] = []
+        self.routes: list[tuple[str, float] | None] = []
 
     def record(self, step, seconds: float, *more) -> None:
         super().record(step, seconds, *more)
@@ -61,7 +63,8 @@ class _RouteMetadata(RunMetadata):
 
 def profile(model: str, batch: int, threads: int, runs: int, wall: bool = False
             ) -> list[tuple]:
-    """(node, op type, kernel, route or None, median seconds) per executed step."""
+    """(node, op type, kernel, route or None, median seconds, convolution FLOPs or 0) per
+    executed step."""
     native.set_num_threads(threads)
     graph = keras_zoo.load(model)
     feeds = keras_zoo.batch_feeds(graph, batch)
@@ -81,8 +84,9 @@ def profile(model: str, batch: int, threads: int, runs: int, wall: bool = False
     finally:
         convolution_kernels.forward_route, session_module.time = route_function, clock
     first = samples[0]
-    return [(s.node_name, s.op_type, s.kernel, route,
-             statistics.median(m.step_stats[i].seconds for m in samples))
+    return [(s.node_name, s.op_type, s.kernel, route and route[0],
+             statistics.median(m.step_stats[i].seconds for m in samples),
+             route[1] if route else 0.0)
             for i, (s, route) in enumerate(zip(first.step_stats, first.routes))]
 
 
@@ -116,6 +120,23 @@ def report(rows: list[tuple], top: int) -> str:
     return "\n".join(parts)
 
 
+def layers(rows: list[tuple], top: int, threads: int, wall: bool) -> str:
+    """The ``top`` slowest convolution nodes: time, GFLOP/s (per thread in CPU time: a
+    thread's share of the FMA peak is the same fraction of the whole) and route."""
+    convs = sorted((r for r in rows if r[3]), key=lambda r: -r[4])[:top]
+    unit = "GFLOP/s" if wall else "GFLOP/s per thread"
+    lines = [f"\nslowest convolutions ({unit}; {threads} threads)",
+             f"{'ms':>8} {'GFLOP/s':>8}  route and shape  (node)"]
+    for r in convs:
+        rate = r[5] / r[4] / 1e9 if r[4] else 0.0
+        lines.append(f"{r[4] * 1e3:8.2f} {rate:8.1f}  {r[3]}  ({r[0]})")
+    seconds, flops = sum(r[4] for r in rows if r[3]), sum(r[5] for r in rows)
+    if seconds:
+        lines.append(f"all convolutions: {seconds * 1e3:.2f} ms, "
+                     f"{flops / seconds / 1e9:.1f} {unit}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", choices=[e.name for e in keras_zoo.entries()])
@@ -124,11 +145,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--wall", action="store_true", help="wall time, not CPU time")
+    parser.add_argument("--layers", type=int, default=0,
+                        help="also list this many slowest convolution nodes with GFLOP/s")
     args = parser.parse_args()
     clock = "wall" if args.wall else "CPU"
     print(f"{args.model}, batch {args.batch}, {args.threads} threads, {clock} time")
     rows = profile(args.model, args.batch, args.threads, args.runs, args.wall)
     print(report(rows, args.top))
+    if args.layers:
+        print(layers(rows, args.layers, args.threads, args.wall))
 
 
 if __name__ == "__main__":

@@ -106,6 +106,7 @@ def c_gemm_backprop_filter(x: np.ndarray, dy: np.ndarray, filter_shape: tuple, w
     (both in the op's layout), in ``out`` where it fits."""
     what = "Conv2DBackpropFilter"
     check_rank4(what, input=x, out_backprop=dy)
+    given = (x, dy)  # the op's own inputs: out must not be one of them, even when NCHW copies
     x, dy = to_channels_last(x, channels_last), to_channels_last(dy, channels_last)
     n, h, w, c = x.shape
     groups = _groups(what, c, dy.shape[-1], tuple(filter_shape))
@@ -114,7 +115,7 @@ def c_gemm_backprop_filter(x: np.ndarray, dy: np.ndarray, filter_shape: tuple, w
         raise ValueError(f"native {what}: out_backprop shape {dy.shape} is not "
                          f"{(n, *window.out, filter_shape[3])}")
     kh, kw, _, co = filter_shape
-    df = output_array(out, tuple(filter_shape), x, dy)
+    df = output_array(out, tuple(filter_shape), x, dy, *given)
     check_code(lib.mg_conv2d_gemm_backprop_filter(
         n, h, w, c, kh, kw, co, groups, *geometry, fbuf(x), fbuf(dy), fbuf(df),
         num_threads()), what)

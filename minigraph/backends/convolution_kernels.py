@@ -56,6 +56,7 @@ from minigraph.backends.native import (
     num_threads,
     output_array,
     shaped,
+    unshared,
 )
 from minigraph.backends.registry import register_kernel
 from minigraph.framework import dtypes, limits
@@ -698,7 +699,7 @@ def depthwise_conv2d_backprop_filter_native(op, inputs, ctx, out=None):
         return depthwise_conv2d_backprop_filter(op, inputs, ctx)
     last = op.attrs["data_format"] == "NHWC"
     return [c_depthwise_backprop_filter(to_channels_last(x, last), to_channels_last(dy, last),
-                                        f_shape, window, out)]
+                                        f_shape, window, unshared(out, x, dy))]
 
 
 # ----------------------------------------------------------------------------- C wrappers

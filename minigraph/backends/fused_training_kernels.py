@@ -233,7 +233,7 @@ def fused_apply_native(op: Operation, inputs: list, ctx: KernelContext) -> list[
                       op.attrs.get("use_nesterov", False))
         for row_refs, row in zip(refs, outputs):
             for ref, value in zip(row_refs, row):
-                state.write(ref, value)
+                state.adopt(ref, value)  # new arrays only this kernel holds: no copy
         return [state.read(r) for r in refs[0]]
 
 

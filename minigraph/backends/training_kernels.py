@@ -96,7 +96,7 @@ def _update_native(op, state, names: tuple[str, ...], c_update) -> list[np.ndarr
     refs = [op.inputs[i].op.name for i in _input_indices(op, names)]
     with state.lock:
         for ref, value in zip(refs, c_update(*(state.read(r) for r in refs))):
-            state.write(ref, value)
+            state.adopt(ref, value)  # new arrays only this kernel holds: no copy
         return [state.read(refs[0])]
 
 

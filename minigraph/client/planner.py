@@ -145,16 +145,28 @@ def reusable(values: list, candidates: tuple[int, ...], dtype: np.dtype) -> np.n
     return None
 
 
-# Ops whose outputs are functions of their inputs' shapes alone (not of their values).
-SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+# Ops whose outputs are functions of their inputs' shapes alone (not of their values): the
+# shape ops, and the gradient's seeds ``OnesLike``/``ZerosLike`` (a loss's ones, a missing
+# gradient's zeros).
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank", "OnesLike", "ZerosLike"})
 
 
 CHECK, SKIP, PROBE, GUARD = 0, 1, 2, 3  # what :func:`bind` says of a step
 
 
-def bind(steps: Sequence, determined: Iterable, fixed: Iterable = ()) -> tuple[int, ...]:
+class Binding(NamedTuple):
+    """:func:`bind`'s verdicts: ``checks[i]`` for step ``i``, and ``fixed``, the keys whose
+    values the signature fixes (the constants' and those computed from them and from fixed
+    shapes alone: a mean's gradient ``1/N`` broadcast to a fed batch's shape)."""
+
+    checks: tuple[int, ...]
+    fixed: frozenset
+
+
+def bind(steps: Sequence, determined: Iterable, fixed: Iterable = ()) -> Binding:
     """Which of ``steps`` may skip their checks (``_Step.run(checked=True)``) in a run whose
-    signature equals that of a run in which every check passed.
+    signature equals that of a run in which every check passed, and which values that
+    signature fixes.
 
     The signature fixes the shapes and dtypes of the ``determined`` keys (fed values and
     constants) and of the variables, and the values of the ``fixed`` keys (constants, the
@@ -194,7 +206,7 @@ def bind(steps: Sequence, determined: Iterable, fixed: Iterable = ()) -> tuple[i
         if inputs_known and static:
             known.update(writes)
         flags.append(flag)
-    return tuple(flags)
+    return Binding(tuple(flags), frozenset(fixed))
 
 
 class _ReadsData(Exception):
@@ -440,8 +452,7 @@ class Arena:
         buffer = buffers[slot.buffer]
         if sys.getrefcount(buffer) > _FREE_REFERENCES:
             buffer = buffers[slot.buffer] = np.empty(buffer.nbytes, np.uint8)
-        nbytes = math.prod(slot.shape) * slot.dtype.itemsize
-        return buffer[:nbytes].view(slot.dtype).reshape(slot.shape)
+        return np.ndarray(slot.shape, slot.dtype, buffer)  # its start, seen as the slot
 
 
 def plan_arena(made: Sequence[Sequence[Made]], reads: Sequence[Sequence[int]],

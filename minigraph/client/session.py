@@ -326,7 +326,7 @@ class _Plan(list):
             self.bound = executor.BoundProgram(signature, steps, release,
                                                planner.bind(steps, determined,
                                                             self.constant_keys),
-                                               self.fetch_keys)
+                                               self.fetch_keys, self.constant_keys)
 
     def _signature(self, env: dict, session: ClientSession) -> tuple | None:
         """The fed values' shapes and dtypes and the variables' shapes, or None when this
@@ -334,9 +334,13 @@ class _Plan(list):
         if not self.bindable or session.check_outputs:
             return None
         variables = session.state.variables
-        return (tuple((value.shape, value.dtype) for value in map(env.__getitem__,
-                                                                   self.fed_keys)),
-                tuple(getattr(variables.get(name), "shape", None) for name in self.variables))
+        try:
+            shapes = tuple([variables[name].shape for name in self.variables])
+        except KeyError:  # one not initialized: None in its place
+            shapes = tuple(getattr(variables.get(name), "shape", None)
+                           for name in self.variables)
+        return tuple([(value.shape, value.dtype) for value in map(env.__getitem__,
+                                                                  self.fed_keys)]), shapes
 
 
 # Ops whose outputs are their inputs: of constants, they are constants too.
@@ -625,7 +629,8 @@ class ClientSession:
         single = not isinstance(fetches, (list, tuple))
         fetch_list = [_as_output(f, "fetch", self.graph)
                       for f in ([fetches] if single else fetches)]
-        target_ops = [_as_operation(t, self.graph) for t in (targets or [])]
+        target_ops = [t if type(t) is Operation else _as_operation(t, self.graph)
+                      for t in (targets or [])]
         fed: dict[Output, np.ndarray] = {}
         for key, value in feeds.items():
             output = _as_output(key, "feed key", self.graph)

@@ -36,6 +36,14 @@ class SessionState:
         self.variables[name] = value
         return value
 
+    def adopt(self, name: str, value: np.ndarray) -> np.ndarray:
+        """Store ``value`` itself, made read-only, without :meth:`write`'s copy: for an
+        array its caller just made and gives away (an optimizer kernel's new values, which
+        no one else holds: a later write into it is then impossible)."""
+        value.setflags(write=False)
+        self.variables[name] = value
+        return value
+
     def generator(self, op: Operation) -> np.random.Generator:
         """A deterministic stream per random op: seeded by its (seed, seed2, name). The seeds
         are int64 attrs, negative ones included (as TF takes them): their two's-complement
