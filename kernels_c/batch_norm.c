@@ -23,10 +23,12 @@
  * tensors twice (statistics, then outputs), inference ops once (the inference backward's
  * outputs and sums in one pass). Row runs that read a block from memory walk it in memory
  * order, sums going to L1-resident position arrays, so the prefetchers see one forward
- * stream per tensor; only the re-read from L2 walks chunks of a few vectors with sums in
- * registers. The two orders add every position's terms in the same order (row by row, from
- * +0, products by fused multiply-adds), so the order is a speed choice, never a bit change:
- * the chunked walk from memory cost 256-512 channel NHWC calls 25-40% (bn_runs_template.h).
+ * stream per tensor (where a whole period fits the registers, <= 128 floats with AVX-512,
+ * the same memory order with coefficients and sums in registers); only the re-read from L2
+ * walks chunks of a few vectors with sums in registers. Each pass always takes the same
+ * order, so the results do not depend on the walk's speed choices: the chunked walk from
+ * memory cost 256-512 channel NHWC calls 25-40% (bn_runs_template.h: the orders differ only
+ * in how a partial last row's products round).
  * Each block writes a per-channel record (float32 vector sums, folded to double); the
  * records are then combined per channel in block order (Chan et al.'s pairwise update for
  * means and centered (co)moments, plain sums otherwise; channel ranges on the pool). Blocks
