@@ -255,6 +255,8 @@ struct bn_call {
     double *counts;          /* [C] */
     char *scratch;           /* per thread, scratch_stride bytes each */
     size_t scratch_stride;
+    int32_t *owner;          /* [nblocks]: the thread that ran each block in the last pass */
+    int passes;              /* passes over the blocks run so far */
 };
 
 typedef struct {
@@ -367,6 +369,7 @@ static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int
         round64((size_t)BN_NACC * (size_t)channels * sizeof(double)),
         round64((size_t)channels * sizeof(double)),
         (size_t)k->nthreads * k->scratch_stride,
+        round64((size_t)p->nblocks * sizeof(int32_t)),
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
@@ -387,6 +390,8 @@ static int call_init(bn_call *k, int dtype, int64_t outer, int64_t channels, int
     k->counts = (double *)base;
     base += sizes[5];
     k->scratch = base;
+    base += sizes[6];
+    k->owner = (int32_t *)base;
     if (p->rows) { /* channel of position pos: (pos % row_len) / inner, without divisions */
         int64_t pos = 0;
         while (pos < p->period)
@@ -416,15 +421,50 @@ typedef struct {
 static void run_block_item(void *ctx, int64_t b, int tid)
 {
     const bn_blocks_job *job = ctx;
+    job->k->owner[b] = tid;
     job->fn(job->k, b, tid);
 }
 
+/* Item t of a pass that follows another: the blocks thread t ran in that pass, latest first
+ * (a thread's last blocks are still in its L2: the step's 0.5-2 MiB tensors fit the two L2s
+ * nearly or wholly). Any thread may run any item; the blocks keep their owner. */
+static void run_owned_item(void *ctx, int64_t t, int tid)
+{
+    const bn_blocks_job *job = ctx;
+    for (int64_t b = job->k->plan.nblocks - 1; b >= 0; --b)
+        if (job->k->owner[b] == t)
+            job->fn(job->k, b, tid);
+}
+
+/* Whether every thread ran a fair share of the last pass's blocks (at least half of the
+ * largest share), so that handing each its own blocks back keeps the pass balanced. */
+static int owners_balanced(const bn_call *k)
+{
+    int64_t counts[64] = {0};
+    if (k->nthreads > 64)
+        return 0;
+    for (int64_t b = 0; b < k->plan.nblocks; ++b)
+        ++counts[k->owner[b]];
+    int64_t lo = counts[0], hi = counts[0];
+    for (int t = 1; t < k->nthreads; ++t) {
+        lo = min64(lo, counts[t]);
+        hi = max64(hi, counts[t]);
+    }
+    return 2 * lo >= hi;
+}
+
 /* fn(k, b, tid) for every block on the worker pool (mg_pool_run: blocks handed out one at a
- * time; tid < k->nthreads indexes the per-thread scratch). */
+ * time; tid < k->nthreads indexes the per-thread scratch). A pass that follows another runs
+ * each thread's blocks of that pass as one item (run_owned_item) where the shares were
+ * balanced. The order of the blocks never matters to the results: element passes write
+ * each element once, and block records are merged in block order. */
 static void run_blocks(bn_call *k, bn_block_fn fn)
 {
     bn_blocks_job job = {k, fn};
-    mg_pool_run(k->nthreads, k->plan.nblocks, run_block_item, &job);
+    if (k->passes++ > 0 && k->nthreads > 1 && owners_balanced(k))
+        mg_pool_run(k->nthreads, k->nthreads, run_owned_item, &job);
+    else
+        mg_pool_run(k->nthreads, k->plan.nblocks, run_block_item, &job);
 }
 
 /* Run args for the block: tensors at its start, its length / segments, accumulators zeroed
