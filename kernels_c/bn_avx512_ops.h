@@ -31,6 +31,8 @@ static inline void vf_acc_fma(float *p, vf u, vf v)
     _mm512_storeu_ps(p, _mm512_fmadd_ps(u, v, _mm512_loadu_ps(p)));
 }
 static inline vf vf_keep(vf v, int n) { return n == VLEN ? v : _mm512_maskz_mov_ps(lanes(n), v); }
+/* lanes < n from a, the others from b (0 < n < VLEN) */
+static inline vf vf_split(vf a, vf b, int n) { return _mm512_mask_blend_ps(lanes(n), b, a); }
 /* Relu as mg_relu: v > 0 or NaN ? v : +0 */
 static inline vf vf_relu(vf v)
 {

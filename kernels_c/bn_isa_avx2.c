@@ -45,6 +45,13 @@ static inline vf vf_keep(vf v, int n)
     return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes)));
 }
 
+/* lanes < n from a, the others from b (0 < n < VLEN) */
+static inline vf vf_split(vf a, vf b, int n)
+{
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes)));
+}
+
 /* Relu as mg_relu: v > 0 or NaN ? v : +0 */
 static inline vf vf_relu(vf v)
 {

@@ -13,6 +13,7 @@ static inline vf vf_sub(vf a, vf b) { return a - b; }
 static inline vf vf_mul(vf a, vf b) { return a * b; }
 static inline vf vf_fma(vf a, vf b, vf c) { return a * b + c; }
 static inline vf vf_keep(vf v, int n) { (void)n; return v; }
+static inline vf vf_split(vf a, vf b, int n) { return n > 0 ? a : b; } /* unused: VLEN 1 */
 static inline vf vf_ldk(const float *p) { return *p; }
 static inline void vf_stk(float *p, vf v) { *p = v; }
 static inline float vf_hsum(vf v) { return v; }

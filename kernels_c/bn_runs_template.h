@@ -6,6 +6,7 @@
  *   VLEN, vf          vector width in floats and the float vector type
  *   vf_zero(), vf_set1(s), vf_add/sub/mul(a, b), vf_fma(a, b, c) = a * b + c
  *   vf_keep(v, n)     v with lanes >= n zeroed (n == VLEN: v)
+ *   vf_split(a, b, n) lanes < n from a, the others from b (0 < n < VLEN)
  *   vf_ldk(p)         load VLEN floats of a position array
  *   vf_hsum(v)        the sum of the lanes of v
  *   vf_acc(p, v)      position accumulator update: p[0..VLEN) += v
@@ -248,6 +249,67 @@
         }                                                                           \
     }
 
+/* Plane runs that only write, over adjacent whole planes (seg_stride == len >= VLEN, so a
+ * vector holds at most one plane boundary): one walk over the nseg * len contiguous elements
+ * from a masked head up to the first aligned output element, the vector that holds a
+ * boundary taking the coefficients of its first lanes from one plane and of the others from
+ * the next (vf_split). Each element gets the same operations as in BN_PLANE_RUN, so the same
+ * bits, without a masked head and tail per plane: 7x7 planes spent most of their time on
+ * those (256x512x7x7 inference, 2 threads: float16 0.60 ms against PyTorch's 0.48 ms). */
+#define BN_WALK_CUR_K(i) cur_[i]
+#define BN_WALK_MIX_K(i) mix_[i]
+#define BN_WALK_NO_ACC(i, v) ((void)(v)) /* runs that sum never walk */
+#define BN_WALK_NO_ACCF(i, u, v) ((void)(u), (void)(v))
+#define BN_PLANE_WALK(a, nk, BODY)                                                  \
+    {                                                                               \
+        BN_RUN_TENSORS(a, 0);                                                       \
+        const int64_t len_ = (a)->len, total_ = (a)->nseg * len_;                   \
+        vf cur_[(nk) + 1], next_[(nk) + 1], mix_[(nk) + 1];                         \
+        (void)cur_, (void)next_, (void)mix_;                                        \
+        for (int i = 0; i < (nk); ++i) {                                            \
+            cur_[i] = vf_set1((a)->k[i][0]);                                        \
+            next_[i] = vf_set1((a)->k[i][1]);                                       \
+        }                                                                           \
+        int64_t s_ = 0, end_ = len_; /* the current plane, where it ends */         \
+        int64_t e = bn_align_head(out0, VLEN * sizeof(BN_T), sizeof(BN_T), VLEN - 1); \
+        if (e) { /* the head: e < VLEN <= len_, inside plane 0 */                   \
+            const int64_t e0_ = e;                                                  \
+            {                                                                       \
+                const int64_t e = 0;                                                \
+                const int n = (int)e0_;                                             \
+                BODY(BN_WALK_CUR_K, BN_WALK_NO_ACC, BN_WALK_NO_ACCF)                \
+            }                                                                       \
+        }                                                                           \
+        for (;;) {                                                                  \
+            _Pragma("GCC unroll 4") for (; e + VLEN <= end_; e += VLEN) {           \
+                const int n = VLEN;                                                 \
+                BODY(BN_WALK_CUR_K, BN_WALK_NO_ACC, BN_WALK_NO_ACCF)                \
+            }                                                                       \
+            if (end_ == total_) { /* the last plane's masked tail */                \
+                if (e < total_) {                                                   \
+                    const int n = (int)(total_ - e);                                \
+                    BODY(BN_WALK_CUR_K, BN_WALK_NO_ACC, BN_WALK_NO_ACCF)            \
+                }                                                                   \
+                break;                                                              \
+            }                                                                       \
+            if (e < end_) { /* a whole vector across the boundary (the next plane   \
+                               holds >= VLEN elements) */                           \
+                for (int i = 0; i < (nk); ++i)                                      \
+                    mix_[i] = vf_split(cur_[i], next_[i], (int)(end_ - e));         \
+                const int n = VLEN;                                                 \
+                BODY(BN_WALK_MIX_K, BN_WALK_NO_ACC, BN_WALK_NO_ACCF)                \
+                e += VLEN;                                                          \
+            }                                                                       \
+            ++s_;                                                                   \
+            end_ += len_;                                                           \
+            for (int i = 0; i < (nk); ++i) {                                        \
+                cur_[i] = next_[i];                                                 \
+                if (s_ + 1 < (a)->nseg)                                             \
+                    next_[i] = vf_set1((a)->k[i][s_ + 1]);                          \
+            }                                                                       \
+        }                                                                           \
+    }
+
 /* Defines FN(row_<name>) and FN(plane_<name>) from BODY(K, ACC, ACCF), which uses nk
  * coefficients and nacc accumulators. */
 #define BN_RUN(name, nk, nacc, BODY)                                                \
@@ -257,7 +319,12 @@
     }                                                                               \
     static void FN(plane_##name)(const bn_run_args *a)                              \
     {                                                                               \
-        BN_STREAMING(a, BN_PLANE_RUN(a, nk, nacc, BODY))                            \
+        if ((nacc) == 0 && VLEN > 1 && a->nseg > 1 && a->seg_stride == a->len &&    \
+            a->len >= VLEN) {                                                       \
+            BN_STREAMING(a, BN_PLANE_WALK(a, nk, BODY))                             \
+        } else {                                                                    \
+            BN_STREAMING(a, BN_PLANE_RUN(a, nk, nacc, BODY))                        \
+        }                                                                           \
     }
 
 /* acc0 += x  (first sub-pass of the block statistics) */

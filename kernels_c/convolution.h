@@ -12,9 +12,10 @@
  * versions too) run over tiles that the worker pool's threads take in groups; the forward
  * tiles read interior pixels' windows from the input itself and border pixels' from a small
  * zero-padded copy (the filter gradient pads the whole input once).
- * Every output element is computed by one tile, summing in a fixed order (taps for the
- * forward and input gradient; pixels, image by image, for the filter gradient), so results
- * are bit-identical for any thread count.
+ * Every output element is summed in an order fixed by the shape (taps for the forward and
+ * input gradient, one tile's chain; for the filter gradient, pixels image by image, in
+ * one chain or, when its tiles are few, in a shape-fixed number of groups of consecutive
+ * output rows added in order), so results are bit-identical for any thread count.
  *
  * Return value (mg_runtime.h): MG_OK, MG_EINVAL for bad sizes, MG_ENOMEM when a scratch
  * allocation failed. `num_threads` <= 1 runs on the calling thread.

@@ -13,10 +13,11 @@
  * ch0 + j, and its pixel p the residual at res + yoff[p] + j.
  *
  * A filter-gradient tile is `nrows` consecutive filter rows (t0 .. t0 + nrows - 1 of one tap
- * row i, K rows per tap row; the kernel's `rows` at most) times `nvec` vectors of output
- * channels; it sums x[pixel + r] * dy[pixel] over the pixels of `nimg` images, adding to
- * what df holds when `accumulate`. It reads up to `rows` floats past x's last pixel (the
- * scratch has slack there); rows past `nrows` are computed and thrown away.
+ * row i, K rows per tap row; the kernel's rows at most) times `nvec` vectors of output
+ * channels; it sums x[pixel + r] * dy[pixel] over the pixels of `nimg` images (or of `oh`
+ * rows of one image), adding to what df holds when `accumulate`. It reads up to its rows
+ * floats past x's last pixel (the scratch has slack there); rows past `nrows` are computed
+ * and thrown away.
  */
 #ifndef MINIGRAPH_CONVOLUTION_INTERNAL_H
 #define MINIGRAPH_CONVOLUTION_INTERNAL_H
@@ -28,6 +29,7 @@
 
 #define NN_MAX_TILE 12 /* pixels or rows of the widest tile */
 #define NN_SLACK 64    /* zeroed floats after the padded input scratch */
+#define NN_BWF_MAX_ROWS 24 /* filter rows of the tallest filter-gradient tile */
 
 typedef struct {
     const float *x;   /* padded input scratch */
@@ -67,12 +69,10 @@ typedef struct {
     int fwd_pixels[5];
     nn_fwd_fn fwd[5];
     nn_fwd_fn fwd_half[5]; /* the same for last_lanes <= 8 (NULL: use fwd) */
-    int bwf_rows[5];
-    nn_bwf_fn bwf[5];
-    nn_bwf_fn bwf_half[5]; /* the same for last_lanes <= 8 (NULL: use bwf) */
-    int bwf_small_rows;
-    nn_bwf_fn bwf_small[5]; /* bwf_small_rows rows, for short filter rows (K < bwf_rows) */
-    nn_bwf_fn bwf_small_half[5];
+    int bwf_rows[5];       /* the most rows of a filter-gradient tile */
+    /* [nvec][rows]: tiles of that many rows (NULL: none; bwf[nvec][bwf_rows[nvec]] exists) */
+    nn_bwf_fn bwf[5][NN_BWF_MAX_ROWS + 1];
+    nn_bwf_fn bwf_half[5][NN_BWF_MAX_ROWS + 1]; /* the same for last_lanes <= 8 (NULL: bwf) */
     nn_transpose_fn transpose;
 } conv_kernel_table;
 

@@ -4,9 +4,9 @@
  * accumulators (24 of the 32 registers); per filter tap, V filter vectors are loaded and
  * each pixel's input value is broadcast into V FMAs. Filter gradient: R filter rows x V
  * vectors; per pixel, V dy vectors are loaded and each row's input value broadcast.
- * P x V (forward): 10x1, 12x2, 8x3, 6x4; R x V (filter gradient): 12x1, 12x2, 8x3, 6x4
- * (and 4xV for short filter rows); each also with its last vector of at most 8 channels in
- * a ymm register (`fwd_half`, `bwf_half`, `bwf_small_half`). 10 pixels, not 12, for one
+ * P x V (forward): 10x1, 12x2, 8x3, 6x4; R x V (filter gradient): every R up to 24x1,
+ * 13x2, 8x3, 6x4; each also with its last vector of at most 8 channels in a ymm register
+ * (`fwd_half`, `bwf_half`). 10 pixels, not 12, for one
  * vector: with 12, the pixels' 12 input pointers and the loop's own registers outgrow the
  * 15 general registers, GCC moves two pointers through vector registers on every tap, and
  * the tile ran ~7% slower.
@@ -22,7 +22,7 @@
 
 MG_TARGET_AVX512_BEGIN
 
-#define UNROLL _Pragma("GCC unroll 16")
+#define UNROLL _Pragma("GCC unroll 32") /* more than the tallest tile */
 
 static inline __mmask16 lane_mask(int n) { return (__mmask16)((1u << n) - 1u); }
 
@@ -119,8 +119,8 @@ static inline __attribute__((always_inline)) void fwd_body(const nn_fwd_tile *t,
 static inline __attribute__((always_inline)) void bwf_body(const nn_bwf_tile *t, const int R,
                                                            const int V, const int H)
 {
-    __m512 acc[NN_MAX_TILE][4];
-    __m256 half[NN_MAX_TILE];
+    __m512 acc[NN_BWF_MAX_ROWS][4];
+    __m256 half[NN_BWF_MAX_ROWS];
     const int W = V - H; /* zmm vectors */
     __mmask16 m[4];
     UNROLL for (int v = 0; v < V; ++v) m[v] = v == V - 1 ? lane_mask(t->last_lanes) : 0xffff;
@@ -172,14 +172,22 @@ FWD(10, 1)
 FWD(12, 2)
 FWD(8, 3)
 FWD(6, 4)
-BWF(12, 1)
-BWF(12, 2)
-BWF(8, 3)
-BWF(6, 4)
-BWF(4, 1)
-BWF(4, 2)
-BWF(4, 3)
-BWF(4, 4)
+/* Filter-gradient tiles of every height up to what the registers hold (R x V accumulators
+ * and V dy vectors: 24x1, 13x2, 8x3, 6x4), so a tap row of K filter rows is cut into tiles
+ * of nearly equal heights, none computed in vain (a 3-channel 3x3 stem, K = 9: one tile of
+ * 9 rows, where 12-row tiles computed 12) */
+#define ROWS6(M, V) M(1, V) M(2, V) M(3, V) M(4, V) M(5, V) M(6, V)
+#define ROWS8(M, V) ROWS6(M, V) M(7, V) M(8, V)
+#define ROWS13(M, V) ROWS8(M, V) M(9, V) M(10, V) M(11, V) M(12, V) M(13, V)
+#define ROWS24(M, V)                                                                         \
+    ROWS13(M, V) M(14, V) M(15, V) M(16, V) M(17, V) M(18, V) M(19, V) M(20, V) M(21, V)    \
+    M(22, V) M(23, V) M(24, V)
+ROWS24(BWF, 1)
+ROWS13(BWF, 2)
+ROWS8(BWF, 3)
+ROWS6(BWF, 4)
+#define BWF_FULL(R, V) bwf_##R##x##V,
+#define BWF_HALF(R, V) bwf_##R##x##V##h,
 
 static inline __m512 lo_pd(__m512 a, __m512 b)
 {
@@ -228,12 +236,11 @@ const conv_kernel_table conv_kernels_avx512 = {
     .fwd_pixels = {0, 10, 12, 8, 6},
     .fwd = {0, fwd_10x1, fwd_12x2, fwd_8x3, fwd_6x4},
     .fwd_half = {0, fwd_10x1h, fwd_12x2h, fwd_8x3h, fwd_6x4h},
-    .bwf_rows = {0, 12, 12, 8, 6},
-    .bwf = {0, bwf_12x1, bwf_12x2, bwf_8x3, bwf_6x4},
-    .bwf_half = {0, bwf_12x1h, bwf_12x2h, bwf_8x3h, bwf_6x4h},
-    .bwf_small_rows = 4,
-    .bwf_small = {0, bwf_4x1, bwf_4x2, bwf_4x3, bwf_4x4},
-    .bwf_small_half = {0, bwf_4x1h, bwf_4x2h, bwf_4x3h, bwf_4x4h},
+    .bwf_rows = {0, 24, 13, 8, 6},
+    .bwf = {{0}, {0, ROWS24(BWF_FULL, 1)}, {0, ROWS13(BWF_FULL, 2)}, {0, ROWS8(BWF_FULL, 3)},
+            {0, ROWS6(BWF_FULL, 4)}},
+    .bwf_half = {{0}, {0, ROWS24(BWF_HALF, 1)}, {0, ROWS13(BWF_HALF, 2)},
+                 {0, ROWS8(BWF_HALF, 3)}, {0, ROWS6(BWF_HALF, 4)}},
     .transpose = transpose_16,
 };
 

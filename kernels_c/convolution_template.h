@@ -168,9 +168,7 @@ const conv_kernel_table MG_ISA_FN(conv_kernels) = {
     .fwd_pixels = {0, TP, TP, TP, TP},
     .fwd = {0, FN(fwd), FN(fwd), FN(fwd), FN(fwd)},
     .bwf_rows = {0, TR, TR, TR, TR},
-    .bwf = {0, FN(bwf), FN(bwf), FN(bwf), FN(bwf)},
-    .bwf_small_rows = TR,
-    .bwf_small = {0, FN(bwf), FN(bwf), FN(bwf), FN(bwf)},
+    .bwf = {[1][TR] = FN(bwf), [2][TR] = FN(bwf), [3][TR] = FN(bwf), [4][TR] = FN(bwf)},
     .transpose = FN(transpose),
 };
 

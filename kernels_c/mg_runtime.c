@@ -217,6 +217,56 @@ void mg_pool_rows(int nt, int64_t rows, int64_t align, mg_rows_fn fn, void *ctx)
     mg_pool_run(nt, (rows + chunk - 1) / chunk, rows_item, &job);
 }
 
+enum { AFFINE_MAX_SHARES = 64 };
+
+typedef struct {
+    int64_t next, end; /* the share's next unclaimed item, its end */
+    char pad[64 - 2 * sizeof(int64_t)];
+} affine_share;
+
+typedef struct {
+    mg_pool_fn fn;
+    void *ctx;
+    int shares;
+    affine_share *share;
+} affine_job;
+
+/* One pool item is a ticket for one item of the shares: the first unclaimed one of the
+ * thread's own share, else of the next non-empty share. A ticket always finds one: a share
+ * that is empty stays empty, so a ticket finding none would mean that all `count` items were
+ * claimed by the other count - 1 tickets. */
+static void affine_item(void *ctx, int64_t ticket, int tid)
+{
+    (void)ticket;
+    const affine_job *job = ctx;
+    for (int s = 0; s < job->shares; ++s) {
+        affine_share *share = &job->share[(tid + s) % job->shares];
+        if (__atomic_load_n(&share->next, __ATOMIC_RELAXED) >= share->end)
+            continue;
+        const int64_t item = __atomic_fetch_add(&share->next, 1, __ATOMIC_RELAXED);
+        if (item < share->end) {
+            job->fn(job->ctx, item, tid);
+            return;
+        }
+    }
+}
+
+void mg_pool_run_affine(int nt, int64_t count, mg_pool_fn fn, void *ctx)
+{
+    const int shares = nt < 1 ? 1 : nt > AFFINE_MAX_SHARES ? AFFINE_MAX_SHARES : nt;
+    if (shares == 1 || count <= 1) {
+        mg_pool_run(nt, count, fn, ctx);
+        return;
+    }
+    affine_share share[AFFINE_MAX_SHARES] __attribute__((aligned(64)));
+    for (int s = 0; s < shares; ++s) {
+        share[s].next = count * s / shares;
+        share[s].end = count * (s + 1) / shares;
+    }
+    affine_job job = {fn, ctx, shares, share};
+    mg_pool_run(nt, count, affine_item, &job);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Instruction set                                                                             */
 

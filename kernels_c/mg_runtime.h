@@ -5,9 +5,9 @@
  *   - the instruction set: chosen once with __builtin_cpu_supports (the best one this CPU
  *     runs), narrowed by mg_set_isa for tests and benchmarks; each family keeps one table
  *     of kernels per ISA and picks it with mg_isa_pick once per call;
- *   - threads: one runtime for every family, the worker pool (mg_pool_run, mg_pool_rows;
- *     pthreads, no OpenMP), mg_native_threads (the guard for children forked after the pool
- *     started) and the helpers that split work.
+ *   - threads: one runtime for every family, the worker pool (mg_pool_run, mg_pool_rows,
+ *     mg_pool_run_affine; pthreads, no OpenMP), mg_native_threads (the guard for children
+ *     forked after the pool started) and the helpers that split work.
  *
  * The region between the CDEF markers is parsed by cffi (kernels_c/build_native.py).
  */
@@ -109,6 +109,15 @@ void mg_pool_run(int nt, int64_t count, mg_pool_fn fn, void *ctx);
  * rows (about 4 chunks per thread; chunks are independent: any thread may run any). */
 typedef void (*mg_rows_fn)(void *ctx, int64_t lo, int64_t hi);
 void mg_pool_rows(int nt, int64_t rows, int64_t align, mg_rows_fn fn, void *ctx);
+
+/* mg_pool_run with cache affinity: items [0, count) are cut into nt contiguous shares, and
+ * thread tid runs its own share (tid % nt) in order before it takes items from the next
+ * shares (tid + 1, tid + 2, ...), so repeated calls over the same buffers give each thread the
+ * same items, still in its caches (2 threads on a Zen 4 VM: a batch-norm inference over a
+ * 26 MB tensor in 128 items took 0.42 ms handed out one at a time, 0.23 ms in shares), while a descheduled
+ * thread's items are still taken by the others. Every item runs exactly once; for
+ * independent items the results are those of mg_pool_run. */
+void mg_pool_run_affine(int nt, int64_t count, mg_pool_fn fn, void *ctx);
 
 /* Threads for streaming `elements` elements (pools, elementwise ops): small tensors stay on
  * the calling thread (waking the pool costs more than they do). */

@@ -197,21 +197,25 @@ def test_bound_runs_from_several_threads(warm_runs):
 
 
 def test_the_arena_hands_out_a_buffer_only_while_it_alone_holds_it():
-    buffers = [np.zeros(4 * UNIT, np.uint8)]
+    arena = planner.Arena.of_sizes({}, [UNIT * 4])
+    buffers, skips = arena.buffers, arena.skips
     slot = planner.Slot(0, (UNIT,), np.dtype(F32))
-    first = planner.Arena.take(buffers, slot)
+    first = planner.Arena.take(buffers, skips, slot)
     assert first.shape == (UNIT,) and first.dtype == F32
-    assert np.shares_memory(first, buffers[0])
+    assert np.shares_memory(first, buffers[0]) and first.ctypes.data % 64 == 0
     first[:] = 1
     view = first.reshape(2, -1)  # a caller keeps a view: the buffer is theirs now
     del first
-    second = planner.Arena.take(buffers, slot)
+    second = planner.Arena.take(buffers, skips, slot)
     assert np.shares_memory(second, buffers[0]) and not np.shares_memory(second, view)
+    assert second.ctypes.data % 64 == 0
     second[:] = 2
     np.testing.assert_array_equal(view, np.ones((2, UNIT // 2), F32))
     del view
-    third = planner.Arena.take(buffers, planner.Slot(0, (2, UNIT // 4), np.dtype(np.float64)))
+    third = planner.Arena.take(buffers, skips,
+                               planner.Slot(0, (2, UNIT // 4), np.dtype(np.float64)))
     assert third.shape == (2, UNIT // 4) and np.shares_memory(third, buffers[0])
+    assert arena.nbytes == UNIT * 4
 
 
 def _made(register, root, size=UNIT, in_place=False, owns=True):

@@ -149,8 +149,10 @@ def test_forward_is_the_gemm_route_bit_for_bit_and_fuses_its_epilogue(case, acti
 @given(case=small_image_cases())
 def test_filter_gradient_within_gamma_and_bit_identical_for_any_thread_count(case):
     """df[i, j, ci, o] = sum over images and output pixels of x[n, p + i - top, q + j - left,
-    ci] * dy[n, p, q, o]: one chain per element over n * out_h * out_w pixels, image by image
-    (chunks of several small images carry it through df), whatever the thread count."""
+    ci] * dy[n, p, q, o]: per element, chains over consecutive pixels, image by image (one,
+    or shape-fixed groups of output rows added in order; chunks of several small images
+    carry a chain through df), at most n * out_h * out_w roundings in a row, whatever the
+    thread count."""
     from minigraph.backends import convolution_kernels as ck
     from minigraph.backends import native
     pads, out = geometry(case, (1, 1))

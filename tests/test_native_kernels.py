@@ -22,6 +22,8 @@ import tracemalloc
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minigraph.backends import native
 
@@ -480,6 +482,42 @@ def test_calls_from_many_threads_at_once_match_one_thread(monkeypatch):
             got = list(executor.map(lambda case: call_all(*case), cases))
             for first, second in zip(expected, got, strict=True):
                 assert_bitwise_equal(first, second)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(n=st.integers(1, 9), c=st.integers(1, 48), elements=st.integers(1 << 15, 3 << 16),
+       rows=st.integers(1, 3), rank5=st.booleans(), channels_last=st.booleans(),
+       threads=st.integers(2, 5), dtype=st.sampled_from(DTYPES),
+       isa=st.sampled_from(native.ISAS))
+def test_blocks_in_thread_shares_match_one_thread(n, c, elements, rows, rank5, channels_last,
+                                                  threads, dtype, isa):
+    """Tensors of at least 2^15 elements run their blocks on the pool, thread t first taking
+    the t-th contiguous share of them (mg_pool_run_affine), the others' leftovers after: for
+    any thread count, block count and plane length (shares that do not divide the blocks,
+    planes that are not whole vectors, few planes against the threads; the write-only plane
+    runs walk whole planes with vectors across their boundaries), on every instruction set,
+    every block runs once and every function gives the single thread's bits; the inference
+    forward matches the float64 formula."""
+    plane = -(-elements // (n * c * rows))
+    spatial = (rows, 1, plane) if rank5 else (rows, plane)
+    shape = (n, *spatial, c) if channels_last else (n, c, *spatial)
+    d = make_inputs(shape, channels_last, dtype, seed=elements)
+    previous = native.isa()
+    if native.set_isa(isa) != isa:
+        native.set_isa(previous)
+        return  # this CPU lacks the ISA: the example checks nothing else
+    try:
+        native.set_num_threads(1)
+        single = call_all(d, channels_last)
+        native.set_num_threads(threads)
+        assert_bitwise_equal(single, call_all(d, channels_last))
+    finally:
+        native.set_num_threads(None)
+        native.set_isa(previous)
+    lay = d["lay"]
+    x, scale, offset, mean, var = f64(d["x"], d["scale"], d["offset"], d["mean"], d["var"])
+    expected = ref_fwd_infer(lay, x, scale, offset, mean, var, EPS)
+    assert_close(single[1][0], expected, np.abs(expected).max(), f"fwd_infer {shape}")
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(F32), BF16], ids=lambda d: d.name)

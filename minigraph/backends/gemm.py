@@ -19,6 +19,7 @@ import numpy as np
 
 from minigraph.backends.activation_kernels import Epilogue
 from minigraph.backends.native import F32, as_f32, check_code, fbuf, ffi, lib, num_threads
+from minigraph.client.memory import line_aligned_bytes
 
 
 class PackedB:
@@ -39,18 +40,6 @@ def _matrix(what: str, array) -> np.ndarray:
     return array
 
 
-CACHE_LINE = 64  # bytes
-
-
-def _line_aligned_f32(count: int) -> np.ndarray:
-    """An uninitialized float32 vector of ``count`` starting at a cache line (numpy's large
-    arrays start 16 bytes past one): a panel row of 32 floats is then two whole lines, and
-    the micro-kernels' two 16-float loads of B per k step split none."""
-    raw = np.empty(count * 4 + CACHE_LINE, np.uint8)
-    skip = -raw.ctypes.data % CACHE_LINE
-    return raw[skip:skip + count * 4].view(F32)
-
-
 def pack_b(b, trans_b: bool = False, groups: int = 1) -> PackedB:
     """The packing of the matrix ``b`` (``b.T`` when ``trans_b``) for :func:`c_gemm`; with
     ``groups`` > 1 (no transpose), of each of its ``groups`` equal column blocks in turn."""
@@ -62,7 +51,7 @@ def pack_b(b, trans_b: bool = False, groups: int = 1) -> PackedB:
     floats = lib.mg_gemm_packed_floats(k, n)
     if floats < 0 or floats * groups * 4 >= 2**63:
         raise ValueError(f"native GEMM pack: a {k}x{n * groups} matrix is too large")
-    data = _line_aligned_f32(floats * groups)
+    data = line_aligned_bytes(floats * groups * 4).view(F32)
     blocks = [b] if groups == 1 else [np.ascontiguousarray(block)
                                       for block in np.split(b, groups, axis=1)]
     for g, block in enumerate(blocks):

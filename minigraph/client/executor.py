@@ -234,7 +234,7 @@ class BoundProgram:
 
     def _loop(self, regs: list, session: Any) -> None:
         """The steady-state loop: no check the signature settled, no lookup but registers."""
-        buffers = self.arena.buffers
+        buffers, skips = self.arena.buffers, self.arena.skips
         take, reusable = planner.Arena.take, planner.reusable
         ndarray, asarray = np.ndarray, np.asarray
         scratch: dict = {}
@@ -259,7 +259,7 @@ class BoundProgram:
                     inplace, dtype, slot = extra
                     out = reusable(values, inplace, dtype) if inplace else None
                     if out is None and slot is not None:
-                        out = take(buffers, slot)
+                        out = take(buffers, skips, slot)
                     results = (call(op, values, ctx) if out is None
                                else call(op, values, ctx, out=out))
                     out = None

@@ -47,6 +47,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from minigraph.client.memory import CACHE_LINE, padded_bytes
+
 
 def _references(values: list, index: int) -> int:
     """The reference count of ``values[index]`` as seen from here."""
@@ -433,26 +435,34 @@ class Slot:
 @dataclass
 class Arena:
     """The output buffers of a bound program: raw byte buffers (``buffers``), each shared by
-    the entries whose lifetimes do not overlap; ``slots`` maps an entry (a step) to its
-    :class:`Slot`."""
+    the entries whose lifetimes do not overlap, its arrays starting ``skips`` bytes in (at a
+    cache line); ``slots`` maps an entry (a step) to its :class:`Slot`."""
 
     slots: dict[int, Slot]
     buffers: list[np.ndarray]
+    skips: list[int]
+
+    @classmethod
+    def of_sizes(cls, slots: dict[int, Slot], sizes: Sequence[int]) -> Arena:
+        """The arena of fresh buffers holding ``sizes`` bytes each."""
+        buffers, skips = zip(*map(padded_bytes, sizes)) if sizes else ((), ())
+        return cls(slots, list(buffers), list(skips))
 
     @property
     def nbytes(self) -> int:
-        return sum(buffer.nbytes for buffer in self.buffers)
+        return sum(buffer.nbytes - CACHE_LINE for buffer in self.buffers)
 
     @staticmethod
-    def take(buffers: list[np.ndarray], slot: Slot) -> np.ndarray:
+    def take(buffers: list[np.ndarray], skips: list[int], slot: Slot) -> np.ndarray:
         """The slot's array in its buffer when nothing but the arena holds that buffer (no
         value of this run, no array or view a Run returned, no other thread's run: each of
         those keeps a reference to it); else in a fresh buffer of the same size, which
         becomes the arena's (the old one is left to whoever holds it)."""
         buffer = buffers[slot.buffer]
         if sys.getrefcount(buffer) > _FREE_REFERENCES:
-            buffer = buffers[slot.buffer] = np.empty(buffer.nbytes, np.uint8)
-        return np.ndarray(slot.shape, slot.dtype, buffer)  # its start, seen as the slot
+            buffer, skips[slot.buffer] = padded_bytes(buffer.nbytes - CACHE_LINE)
+            buffers[slot.buffer] = buffer
+        return np.ndarray(slot.shape, slot.dtype, buffer, skips[slot.buffer])
 
 
 def plan_arena(made: Sequence[Sequence[Made]], reads: Sequence[Sequence[int]],
@@ -501,4 +511,4 @@ def plan_arena(made: Sequence[Sequence[Made]], reads: Sequence[Sequence[int]],
             ends.append(entry)
         ends[index] = last.get(m.root, entry)
         slots[entry] = Slot(index, tuple(m.shape), np.dtype(m.dtype))
-    return Arena(slots, [np.empty(size, np.uint8) for size in sizes])
+    return Arena.of_sizes(slots, sizes)
