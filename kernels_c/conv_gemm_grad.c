@@ -23,19 +23,26 @@
  * the tiles. A tap that reaches no pixel of a tile is left out of its chain (no term);
  * a tile no tap reaches is written as zero.
  *
- * Filter gradient: df^T = dy^T * im2col(x) per group: M = cog (A's row o is dy's column
- * g*cog + o), N = kh*kw*cig (column tap*cig + c), K = the n*out_h*out_w output pixels. Per
- * block of 256 pixels an item packs B, the im2col of x, for its panels only (copies of the
- * contiguous runs of x channels from tables built once per item, zeros outside x, copied
- * inline), then runs every (panel, tile) with A read in dy in place (a tile's rows are
- * adjacent channels, its step of k co floats; packing it per tile measured no faster) (a
- * panel of at most 16 columns on the narrow micro-kernel). Putting
- * the output channels on M (not N) wastes nothing when cog is 16 (tiles of 12 and 4 rows)
- * where 32-column panels of cog would be half empty. Items: (group, pixel range, block of
- * panels); the pixel ranges (mg_conv2d_gemm_filter_chunks, a function of the shapes only)
- * give the first layers (27 x 16 outputs, one panel) enough items; each writes its partial
- * sums to its own buffer, added in range order by a last pass that also transposes them
- * into HWIO.
+ * Filter gradient: df = im2col(x)^T * dy per group, C written in df's HWIO layout (ldc = co):
+ * M = kh*kw*cig (C row m = tap m / cig, channel m % cig), N = cog (panels of 32), K = the
+ * output pixels. Why not the transpose (dy^T * im2col(x), im2col packed as B), as before:
+ * that packing copied kh*kw*cig floats per pixel for every block of panels (28% of a
+ * stride-2 3x3 16->32 gradient, profiled) and the first layers' few panels gave the threads
+ * uneven items (a stride-2 16->32 layer ran no faster on 2 threads than on 1). Here A is x
+ * itself, through the micro-kernel's row pointers: along one output row the pixels are
+ * sw * c floats apart in every row of A, so an output row is one segment (row i at the
+ * pixel's window origin plus its tap offset), and the wide micro-kernel (micro_taps;
+ * narrow_taps for <= 16 columns) runs all the rows of a block with the tile in registers.
+ * Where some window crosses x's edges, x is first copied once into a zero-padded buffer of
+ * the rows and columns the windows read (about x's size: 2-4% of a ResNet stride-2 layer's
+ * time, where packing the edge pixels per tile cost 10-40% of small images). B is dy's
+ * columns of a panel, packed per block of output rows (dy itself when co is 32: one panel
+ * of 32-float rows). Per block an item packs B for its panels (up to FILTER_NCP), then per
+ * tile of C rows builds the row pointers once for all of them. Items: (group, chunk of
+ * output rows, block of panels, block of tiles); the chunks (a function of the shapes only,
+ * mg_conv2d_gemm_filter_chunks) give few-panel layers enough items and write partial sums
+ * added in chunk order by a last pass; blocks of tiles only where the threads still lack
+ * items (each packs its B again, so they are the last resort).
  */
 #include "conv_gemm_grad.h"
 
@@ -46,7 +53,12 @@
 
 /* TILE_PIXELS: the most pixels of an input gradient tile: the narrow kernel's 24 rows would
  * keep 24 row pointers, more than the general registers, and ran ~10% slower than 8-12 */
-enum { MB = 96, KC = 256, TILE_PIXELS = 12, NCP_MAX = 8, FILTER_ITEMS = 16, CHUNK_MIN = 2048 };
+enum { MB = 96, KC = 256, TILE_PIXELS = 12, NCP_MAX = 8 };
+/* The filter gradient's blocks of about FILTER_KC output pixels (whole output rows), and
+ * ranges of output rows (chunks) of at least CHUNK_MIN pixels while there are fewer than
+ * FILTER_ITEMS (group, panel, chunk) items, their partial sums at most PARTS_MAX floats */
+enum { FILTER_KC = 256, FILTER_NCP = 4, FILTER_ITEMS = 16, CHUNK_MIN = 512 };
+enum { PARTS_MAX = 1 << 22 };
 
 static const gemm_kernel_table *kernels(void)
 {
@@ -375,78 +387,9 @@ done:
 /* ------------------------------------------------------------------------------------------ */
 /* Filter gradient                                                                             */
 
-int64_t mg_conv2d_gemm_filter_chunks(int64_t pixels, int64_t groups, int64_t kh, int64_t kw,
-                                     int64_t cig)
-{
-    if (pixels <= 0 || groups <= 0 || kh <= 0 || kw <= 0 || cig <= 0)
-        return 1;
-    const int64_t base = groups * ceil_div(kh * kw * cig, MG_GEMM_NR);
-    const int64_t want = ceil_div(FILTER_ITEMS, base), most = max64(1, pixels / CHUNK_MIN);
-    return ceil_div(pixels, ceil_div(pixels, min64(want, most))); /* no range left empty */
-}
-
-typedef struct {
-    const gemm_kernel_table *t;
-    geometry g;
-    const float *x, *dy;
-    float *part, *scratch;
-    int64_t cols, panels, ncp, nblocks, nchunks, chunk, pixels;
-    int64_t scratch_floats; /* per thread: the packed im2col block */
-} filter_call;
-
-/* One copy of the im2col packing: `len` floats of x at `offset` from a pixel's window
- * origin (its tap's rows and columns, channel) to column `off` of panel `panel`. A tap
- * piece also carries the tap's offsets (dy_, dx_) to test whether it lies inside x. */
-typedef struct {
-    int64_t offset, dy_, dx_;
-    int32_t panel, off, len;
-} piece;
-
-/* The copies of columns [c0, c1) of group grp (at most NCP_MAX panels): per tap, its
- * columns cut at panel edges (`taps`, for pixels whose window crosses x's edges), and the
- * same with the copies whose sources are adjacent in x merged (`runs`: the taps of a filter
- * row with dilation 1 and one group are one run of kw * c floats), for interior pixels.
- * Returns the tap pieces' count; *nruns gets the runs'. Also the window's extent (rows
- * ymin .. ymax, columns xmin .. xmax from the origin). */
-enum { PIECES = NCP_MAX * MG_GEMM_NR };
-
-static int64_t im2col_pieces(const geometry *g, int64_t grp, int64_t c0, int64_t c1,
-                             piece *taps, piece *runs, int64_t *nruns, int64_t extent[4])
-{
-    int64_t count = 0;
-    extent[0] = extent[2] = INT64_MAX;
-    extent[1] = extent[3] = INT64_MIN;
-    for (int64_t tap = c0 / g->cig; tap * g->cig < c1; ++tap) {
-        const int64_t ty = tap / g->kw * g->dh - g->pt, tx = tap % g->kw * g->dw - g->pl;
-        extent[0] = min64(extent[0], ty), extent[1] = max64(extent[1], ty);
-        extent[2] = min64(extent[2], tx), extent[3] = max64(extent[3], tx);
-        int64_t col = max64(c0, tap * g->cig);
-        const int64_t end = min64(c1, (tap + 1) * g->cig);
-        while (col < end) {
-            const int64_t rel = col - c0, off = rel % MG_GEMM_NR;
-            const int64_t len = min64(MG_GEMM_NR - off, end - col);
-            taps[count++] = (piece){(ty * g->w + tx) * g->c + grp * g->cig + col - tap * g->cig,
-                                    ty, tx, (int32_t)(rel / MG_GEMM_NR), (int32_t)off,
-                                    (int32_t)len};
-            col += len;
-        }
-    }
-    int64_t n = 0;
-    for (int64_t i = 0; i < count; ++i) {
-        piece *last = n ? &runs[n - 1] : NULL;
-        if (last && last->offset + last->len == taps[i].offset &&
-            last->panel == taps[i].panel && last->off + last->len == taps[i].off)
-            last->len += taps[i].len;
-        else
-            runs[n++] = taps[i];
-    }
-    *nruns = n;
-    return count;
-}
-
-/* The packing's short copies (runs of a few dozen floats): inline 16-byte moves, not library
- * calls (a call costs as much as such a copy; the attribute keeps GCC from turning the loops
- * back into memmove / memset calls) */
+/* The packing's short copies (a panel's row of dy, up to 32 floats): inline 16-byte moves,
+ * not library calls (a call costs as much as such a copy; the attribute keeps GCC from
+ * turning the loop back into a memmove call) */
 typedef float floats4 __attribute__((vector_size(16), aligned(4), may_alias));
 #define NO_LIBCALL __attribute__((optimize("no-tree-loop-distribute-patterns")))
 
@@ -459,118 +402,167 @@ static NO_LIBCALL void copy_floats(float *dst, const float *src, int64_t len)
         dst[j] = src[j];
 }
 
-static NO_LIBCALL void zero_floats(float *dst, int64_t len)
-{
-    int64_t j = 0;
-    for (; j + 4 <= len; j += 4)
-        *(floats4 *)(dst + j) = (floats4){0.0f, 0.0f, 0.0f, 0.0f};
-    for (; j < len; ++j)
-        dst[j] = 0.0f;
-}
+/* Output rows (n * out_h of them, row r = image r / out_h, row r % out_h) are the filter
+ * gradient's unit of K: one segment each, x (or its padded copy) read in place. */
+typedef struct {
+    const gemm_kernel_table *t;
+    geometry g; /* of the x read: its padded copy's sizes, no pads, when there is one */
+    const float *x, *dy;
+    float *df, *part; /* part: chunks 1 .. nchunks - 1, each df's size and layout */
+    int64_t cols, panels, block_rows, chunk_rows, nchunks, ncp, nblocks, nmb, block_pixels;
+    int direct_b; /* B is dy itself: co == 32, one group */
+    float *scratch;
+    const float **ptrs; /* per thread: a tile's rows per segment of a block */
+} filter_call;
 
-/* im2col of x for pixels k0 .. k0 + kc - 1 and columns [32 p0, 32 p1) of group grp:
- * bp[p - p0][k - k0][jj] = x at pixel k's tap (col / cig), channel grp*cig + col % cig
- * (col = 32 p + jj; zero outside x and past the columns). */
-static void pack_im2col(const filter_call *fc, int64_t grp, int64_t k0, int64_t kc, int64_t p0,
-                        int64_t p1, float *bp)
+/* The offsets in x of C rows m0 .. m0 + valid - 1 (tap m / cig, channel m % cig of group
+ * grp) from a pixel's window origin, then the last one again up to `rows` */
+static void tap_offsets(const geometry *g, int64_t grp, int64_t m0, int valid, int rows,
+                        int64_t *off)
 {
-    const geometry *g = &fc->g;
-    const int64_t c0 = p0 * MG_GEMM_NR, c1 = min64(fc->cols, p1 * MG_GEMM_NR);
-    const int64_t width = (p1 - p0) * MG_GEMM_NR, panel_floats = kc * MG_GEMM_NR;
-    piece taps[PIECES], runs[PIECES];
-    int64_t nruns, e[4];
-    const int64_t ntaps = im2col_pieces(g, grp, c0, c1, taps, runs, &nruns, e);
-    if (c1 - c0 < width) /* the columns past the last: zero in every row */
-        for (int64_t k = 0; k < kc; ++k)
-            zero_floats(bp + (p1 - p0 - 1) * panel_floats + k * MG_GEMM_NR +
-                            (c1 - c0) % MG_GEMM_NR, width - (c1 - c0));
-    int64_t img = k0 / (g->oh * g->ow), p = k0 / g->ow % g->oh, q = k0 % g->ow;
-    for (int64_t k = 0; k < kc; ++k) {
-        const int64_t y = p * g->sh, x = q * g->sw;
-        const float *origin = fc->x + ((img * g->h + y) * g->w + x) * g->c;
-        float *row = bp + k * MG_GEMM_NR;
-        if (y + e[0] >= 0 && y + e[1] < g->h && x + e[2] >= 0 && x + e[3] < g->w) {
-            for (int64_t i = 0; i < nruns; ++i)
-                copy_floats(row + runs[i].panel * panel_floats + runs[i].off,
-                            origin + runs[i].offset, runs[i].len);
-        } else {
-            for (int64_t i = 0; i < ntaps; ++i) {
-                const piece *t = &taps[i];
-                float *dst = row + t->panel * panel_floats + t->off;
-                if (y + t->dy_ >= 0 && y + t->dy_ < g->h && x + t->dx_ >= 0 && x + t->dx_ < g->w)
-                    copy_floats(dst, origin + t->offset, t->len);
-                else
-                    zero_floats(dst, t->len);
-            }
-        }
-        if (++q == g->ow) {
-            q = 0;
-            if (++p == g->oh) {
-                p = 0;
-                ++img;
-            }
-        }
+    int64_t tap = m0 / g->cig, cc = m0 % g->cig;
+    for (int i = 0; i < valid; ++tap, cc = 0) {
+        const int64_t base = ((tap / g->kw) * g->dh * g->w + tap % g->kw * g->dw) * g->c +
+                             grp * g->cig;
+        for (; cc < g->cig && i < valid; ++cc)
+            off[i++] = base + cc;
     }
+    for (int i = valid; i < rows; ++i)
+        off[i] = off[valid - 1];
 }
 
+/* ntaps segments through the ISA's kernel that keeps the tile in registers over them, or
+ * one call per segment (the same chains: a call continues from the floats stored before) */
+static void run_segments(const gemm_kernel_table *t, int nr, int64_t nseg, int64_t rstride,
+                         int64_t kc, const float **rows, int64_t ks, const float *bp, float *c,
+                         int64_t ldc, int mr, int load)
+{
+    int tr;
+    const gemm_micro_fn micro = gemm_micro_for(t, nr, &tr);
+    void (*const taps)(int64_t, int64_t, int64_t, const float *const *, int64_t, const float *,
+                       float *, int64_t, int, int, int) =
+        nr <= GEMM_NR_NARROW ? t->narrow_taps : t->micro_taps;
+    if (taps) {
+        taps(nseg, rstride, kc, rows, ks, bp, c, ldc, mr, nr, load);
+        return;
+    }
+    for (int64_t s = 0; s < nseg; ++s)
+        micro(kc, rows + s * rstride, ks, bp + s * kc * MG_GEMM_NR, c, ldc, mr, nr, load || s);
+}
+
+/* Item (group, chunk, block of panels p0 .. p1 - 1, block of C row tiles): per block of
+ * output rows [r0, r1) of the chunk, B = dy's columns of each panel (packed, unless dy is B
+ * itself); then per tile of C rows (taps x channels) its row pointers (row i of output row
+ * r's segment: x at r's window origin plus the row's tap offset, k step sw * c), used by
+ * every panel: one chain over the block's rows. C is df (chunk 0) or the chunk's partial
+ * sums, ldc = co. The tile height is the first panel's kernel's (a narrow last panel in a
+ * block of wide ones runs the narrow kernel on the wide tiles). */
 static void filter_item(void *ctx, int64_t item, int tid)
 {
     const filter_call *fc = ctx;
     const geometry *g = &fc->g;
-    const int64_t pb = item % fc->nblocks, rest = item / fc->nblocks;
-    const int64_t chunk = rest % fc->nchunks, grp = rest / fc->nchunks;
+    const int64_t mb = item % fc->nmb, rest = item / fc->nmb;
+    const int64_t pb = rest % fc->nblocks, rest2 = rest / fc->nblocks;
+    const int64_t chunk = rest2 % fc->nchunks, grp = rest2 / fc->nchunks;
     const int64_t p0 = pb * fc->ncp, p1 = min64(p0 + fc->ncp, fc->panels);
-    const int64_t kb = chunk * fc->chunk, ke = min64(fc->pixels, kb + fc->chunk);
-    const int64_t ldc = fc->panels * MG_GEMM_NR;
-    float *bp = fc->scratch + (int64_t)tid * fc->scratch_floats;
-    float *part = fc->part + (chunk * g->groups + grp) * g->cog * ldc;
-    for (int64_t k0 = kb; k0 < ke; k0 += KC) {
-        const int64_t kc = min64(KC, ke - k0);
-        pack_im2col(fc, grp, k0, kc, p0, p1, bp);
-        const float *ap = fc->dy + k0 * g->co + grp * g->cog; /* A[o][k] = ap[k * co + o] */
-        for (int64_t p = p0; p < p1; ++p) {
-            const int nr = (int)min64(MG_GEMM_NR, fc->cols - p * MG_GEMM_NR);
-            int tr; /* rows per tile: the narrow kernel's for a panel of <= 16 columns */
-            const gemm_micro_fn micro = gemm_micro_for(fc->t, nr, &tr);
-            for (int64_t o0 = 0; o0 < g->cog; o0 += tr) {
-                const int valid = (int)min64(tr, g->cog - o0);
-                const float *rows[GEMM_MR_MAX];
-                for (int i = 0; i < tr; ++i)
-                    rows[i] = ap + o0 + (i < valid ? i : valid - 1);
-                micro(kc, rows, g->co, bp + (p - p0) * kc * MG_GEMM_NR,
-                      part + o0 * ldc + p * MG_GEMM_NR, ldc, valid, nr, k0 > kb);
+    int tr; /* the tile's rows; rs: the row pointers kept per segment (both kernels' rows) */
+    gemm_micro_for(fc->t, (int)min64(MG_GEMM_NR, g->cog - p0 * MG_GEMM_NR), &tr);
+    const int rs = fc->t->mr > fc->t->mr_narrow ? fc->t->mr : fc->t->mr_narrow;
+    const int64_t tiles = ceil_div(fc->cols, tr);
+    const int64_t t0 = tiles * mb / fc->nmb, t1 = tiles * (mb + 1) / fc->nmb;
+    const int64_t rc0 = chunk * fc->chunk_rows, rc1 = min64(g->n * g->oh, rc0 + fc->chunk_rows);
+    const int64_t panel_floats = fc->block_pixels * MG_GEMM_NR, ks = g->sw * g->c;
+    float *bp = fc->scratch + (int64_t)tid * fc->ncp * panel_floats;
+    const float **ptrs = fc->ptrs + (int64_t)tid * fc->block_rows * GEMM_MR_MAX;
+    float *c = (chunk ? fc->part + (chunk - 1) * fc->cols * g->co : fc->df) + grp * g->cog;
+    for (int64_t r0 = rc0; r0 < rc1 && t0 < t1; r0 += fc->block_rows) {
+        const int64_t r1 = min64(rc1, r0 + fc->block_rows), pixels = (r1 - r0) * g->ow;
+        const float *b = fc->dy + r0 * g->ow * g->co; /* dy itself: one panel */
+        if (!fc->direct_b) {
+            for (int64_t p = p0; p < p1; ++p) {
+                const float *src = b + grp * g->cog + p * MG_GEMM_NR;
+                const int64_t nr = min64(MG_GEMM_NR, g->cog - p * MG_GEMM_NR);
+                float *d = bp + (p - p0) * panel_floats;
+                for (int64_t k = 0; k < pixels; ++k)
+                    copy_floats(d + k * MG_GEMM_NR, src + k * g->co, nr);
             }
+            b = bp;
+        }
+        const int load = r0 > rc0;
+        for (int64_t t = t0; t < t1; ++t) {
+            const int64_t m0 = t * tr;
+            const int valid = (int)min64(tr, fc->cols - m0);
+            int64_t off[GEMM_MR_MAX];
+            tap_offsets(g, grp, m0, valid, rs, off);
+            for (int64_t r = r0; r < r1; ++r) {
+                const float *origin =
+                    fc->x + ((r / g->oh * g->h + r % g->oh * g->sh) * g->w) * g->c;
+                for (int i = 0; i < rs; ++i)
+                    ptrs[(r - r0) * rs + i] = origin + off[i];
+            }
+            for (int64_t p = p0; p < p1; ++p)
+                run_segments(fc->t, (int)min64(MG_GEMM_NR, g->cog - p * MG_GEMM_NR), r1 - r0,
+                             rs, g->ow, ptrs, ks, b + (p - p0) * panel_floats,
+                             c + m0 * g->co + p * MG_GEMM_NR, g->co, valid, load);
         }
     }
 }
 
 typedef struct {
-    const filter_call *fc;
+    const geometry *g; /* the input's */
+    const float *x;
+    float *xp;
+    int64_t hp, wp; /* the padded copy's rows and columns */
+} pad_call;
+
+/* Rows [lo, hi) (image * hp + row) of the padded copy: x's pixels at (row - pt, column -
+ * pl), zero outside x */
+static void pad_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const pad_call *pc = ctx;
+    const geometry *g = pc->g;
+    const int64_t x0 = min64(g->pl, pc->wp), x1 = min64(pc->wp, g->pl + g->w);
+    for (int64_t r = lo; r < hi; ++r) {
+        float *dst = pc->xp + r * pc->wp * g->c;
+        const int64_t y = r % pc->hp - g->pt;
+        if (y < 0 || y >= g->h || x1 <= x0) {
+            memset(dst, 0, (size_t)(pc->wp * g->c) * sizeof(float));
+            continue;
+        }
+        memset(dst, 0, (size_t)(x0 * g->c) * sizeof(float));
+        memcpy(dst + x0 * g->c, pc->x + ((r / pc->hp * g->h + y) * g->w + x0 - g->pl) * g->c,
+               (size_t)((x1 - x0) * g->c) * sizeof(float));
+        memset(dst + x1 * g->c, 0, (size_t)((pc->wp - x1) * g->c) * sizeof(float));
+    }
+}
+
+typedef struct {
     float *df;
+    const float *part;
+    int64_t nchunks, size;
 } reduce_call;
 
-/* df[col][grp*cog + o] = the chunks' part[chunk][grp][o][col] added in chunk order, for
- * columns [lo, hi) in blocks of 16 (contiguous reads of part, 16 rows of df written
- * side by side). */
+/* df += the chunks' partial sums, in chunk order, elements [lo, hi) */
 static void reduce_rows(void *ctx, int64_t lo, int64_t hi)
 {
     const reduce_call *rc = ctx;
-    const filter_call *fc = rc->fc;
-    const geometry *g = &fc->g;
-    const int64_t ldc = fc->panels * MG_GEMM_NR, stride = g->groups * g->cog * ldc;
-    for (int64_t c0 = lo; c0 < hi; c0 += 16) {
-        const int64_t cw = min64(16, hi - c0);
-        for (int64_t oc = 0; oc < g->co; ++oc) { /* grp * cog + o == oc */
-            const float *src = fc->part + oc * ldc + c0;
-            float sum[16];
-            memcpy(sum, src, (size_t)cw * sizeof(float));
-            for (int64_t chunk = 1; chunk < fc->nchunks; ++chunk)
-                for (int64_t j = 0; j < cw; ++j)
-                    sum[j] += src[chunk * stride + j];
-            for (int64_t j = 0; j < cw; ++j)
-                rc->df[(c0 + j) * g->co + oc] = sum[j];
-        }
+    for (int64_t chunk = 1; chunk < rc->nchunks; ++chunk) {
+        const float *src = rc->part + (chunk - 1) * rc->size;
+        for (int64_t e = lo; e < hi; ++e)
+            rc->df[e] += src[e];
     }
+}
+
+int64_t mg_conv2d_gemm_filter_chunks(int64_t n, int64_t out_h, int64_t out_w, int64_t groups,
+                                     int64_t kh, int64_t kw, int64_t c, int64_t co)
+{
+    if (n <= 0 || out_h <= 0 || out_w <= 0 || groups <= 0 || kh <= 0 || kw <= 0 || c <= 0 ||
+        co <= 0 || c % groups || co % groups)
+        return 1;
+    const int64_t rows = n * out_h, df_size = kh * kw * (c / groups) * co;
+    const int64_t want = ceil_div(FILTER_ITEMS, groups * ceil_div(co / groups, MG_GEMM_NR));
+    const int64_t most = max64(1, min64(rows * out_w / CHUNK_MIN, PARTS_MAX / df_size + 1));
+    return ceil_div(rows, ceil_div(rows, min64(want, most))); /* no range left empty */
 }
 
 int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
@@ -594,23 +586,51 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
         memset(df, 0, (size_t)df_size * sizeof(float));
         return MG_OK;
     }
-    const int64_t panels = ceil_div(cols, MG_GEMM_NR);
-    const int64_t nchunks = mg_conv2d_gemm_filter_chunks(pixels, groups, kh, kw, g.cig);
+    const gemm_kernel_table *t = kernels();
+    const int64_t panels = ceil_div(g.cog, MG_GEMM_NR), rows = n * out_h;
+    const int64_t nchunks = mg_conv2d_gemm_filter_chunks(n, out_h, out_w, groups, kh, kw, c, co);
+    const int64_t chunk_rows = ceil_div(rows, nchunks);
+    const int64_t block_rows = min64(chunk_rows, max64(1, FILTER_KC / out_w));
+    /* the rows and columns the windows read; a zero-padded copy where some lie outside x */
+    const int64_t hp = (out_h - 1) * stride_h + (kh - 1) * dilation_h + 1;
+    const int64_t wp = (out_w - 1) * stride_w + (kw - 1) * dilation_w + 1;
+    const int padded = pad_top > 0 || pad_left > 0 || hp > h || wp > w;
     const int nt = mg_work_threads(num_threads, (double)pixels * (double)df_size);
-    const int64_t ncp = panels_per_block(panels, groups * nchunks, nt);
-    filter_call fc = {kernels(), g, x, dy, NULL, NULL, cols, panels, ncp,
-                      ceil_div(panels, ncp), nchunks, ceil_div(pixels, nchunks), pixels,
-                      ncp * KC * MG_GEMM_NR};
-    fc.part = mg_alloc_floats(nchunks * groups * g.cog * panels * MG_GEMM_NR);
-    fc.scratch = mg_alloc_floats((int64_t)nt * fc.scratch_floats);
+    /* blocks of up to FILTER_NCP panels (a tile's pointers serve them all), and blocks of C
+     * row tiles where the (group, chunk, panels) items would not give every thread 2 (each
+     * block packs its B again) */
+    const int64_t ncp = min64(panels, FILTER_NCP), nblocks = ceil_div(panels, ncp);
+    const int64_t units = groups * nblocks * nchunks;
+    const int64_t nmb = max64(1, min64(ceil_div(cols, t->mr), ceil_div(2 * nt, units)));
+    filter_call fc = {t, g, x, dy, df, NULL, cols, panels, block_rows, chunk_rows, nchunks,
+                      ncp, nblocks, nmb, block_rows * out_w, co == MG_GEMM_NR && groups == 1,
+                      NULL, NULL};
+    float *xp = padded ? mg_alloc_floats(n * hp * wp * c) : NULL;
+    if (padded) {
+        fc.g.h = hp, fc.g.w = wp, fc.g.pt = fc.g.pl = 0;
+        fc.x = xp;
+    }
+    fc.part = nchunks > 1 ? mg_alloc_floats((nchunks - 1) * df_size) : NULL;
+    fc.scratch = fc.direct_b ? NULL : mg_alloc_floats(nt * ncp * fc.block_pixels * MG_GEMM_NR);
+    fc.ptrs = malloc((size_t)(nt * block_rows * GEMM_MR_MAX) * sizeof(float *));
     int code = MG_ENOMEM;
-    if (fc.part && fc.scratch) {
-        mg_pool_run(nt, groups * nchunks * fc.nblocks, filter_item, &fc);
-        reduce_call rc = {&fc, df};
-        mg_pool_rows(mg_stream_threads(nt, df_size * nchunks), cols, 16, reduce_rows, &rc);
+    if ((xp || !padded) && (fc.part || nchunks == 1) && (fc.scratch || fc.direct_b) &&
+        fc.ptrs) {
+        if (padded) {
+            pad_call pc = {&g, x, xp, hp, wp};
+            mg_pool_rows(mg_stream_threads(nt, n * hp * wp * c), n * hp, 1, pad_rows, &pc);
+        }
+        mg_pool_run(nt, units * nmb, filter_item, &fc);
+        if (nchunks > 1) {
+            reduce_call rc = {df, fc.part, nchunks, df_size};
+            mg_pool_rows(mg_stream_threads(nt, df_size * nchunks), df_size, 16, reduce_rows,
+                         &rc);
+        }
         code = MG_OK;
     }
+    free(xp);
     free(fc.part);
     free(fc.scratch);
+    free(fc.ptrs);
     return code;
 }

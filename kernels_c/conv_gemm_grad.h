@@ -21,10 +21,11 @@
  *     tap over o = 0 .. cog - 1 (a tap that reaches another pixel of the element's tile, a
  *     fixed function of the shapes and the ISA, adds 0 * f terms to the chain: they change
  *     no finite sum but the sign of a zero, and make a NaN where that f is infinite);
- *   - filter gradient: the pixels (n, p, q) in row-major order are cut into `chunks` ranges
- *     (a number that depends on the shapes only: mg_conv2d_gemm_filter_chunks); each range
- *     is one chain of fused multiply-adds from +0 in pixel order, and the ranges' sums are
- *     added in range order.
+ *   - filter gradient: the output pixels (n, p, q) in row-major order are cut into `chunks`
+ *     ranges of whole output rows (a number that depends on the shapes only:
+ *     mg_conv2d_gemm_filter_chunks); each range is one chain of fused multiply-adds from +0
+ *     in pixel order (taps outside x add 0 * dy terms), and the ranges' sums are added in
+ *     range order.
  * Error bound (recursive summation, K terms: K = taps * cog, or the pixel count):
  * |result - exact| <= K * 2^-24 * sum |a * b| (1 + O(K 2^-24)).
  *
@@ -57,10 +58,10 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
                                    int64_t out_w, const float *x, const float *dy, float *df,
                                    int num_threads);
 
-/* The number of pixel ranges the filter gradient sums apart (see the summation order): a
- * function of the shapes only. */
-int64_t mg_conv2d_gemm_filter_chunks(int64_t pixels, int64_t groups, int64_t kh, int64_t kw,
-                                     int64_t cig);
+/* The number of ranges of output rows the filter gradient sums apart (see the summation
+ * order): a function of the shapes only. */
+int64_t mg_conv2d_gemm_filter_chunks(int64_t n, int64_t out_h, int64_t out_w, int64_t groups,
+                                     int64_t kh, int64_t kw, int64_t c, int64_t co);
 /* END CDEF */
 
 #endif

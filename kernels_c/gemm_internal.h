@@ -64,6 +64,10 @@ typedef struct {
     /* the same three with a tail (narrow_taps_tail NULL where narrow_taps is) */
     gemm_micro_tail_fn micro_tail, narrow_tail;
     gemm_taps_tail_fn narrow_taps_tail;
+    /* NULL, or likewise for the wide kernel `micro` (a tile of up to `mr` rows, any nr) */
+    void (*micro_taps)(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows,
+                       int64_t ks, const float *bp, float *c, int64_t ldc, int mr, int nr,
+                       int load);
 } gemm_kernel_table;
 
 /* The micro-kernel for tiles nr columns wide, its rows per tile in *mr */

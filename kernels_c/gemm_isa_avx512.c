@@ -3,7 +3,8 @@
  * 32 columns) is its own instantiation, so its loads and stores have no masks or row tests; a
  * tile of at most 4, 6 or 8 rows computes only that many (few-pixel 1x1 convolutions, dense
  * layers). The narrow kernel (nr <= 16): 24 rows x 16 columns, one zmm accumulator per row,
- * one B vector per k and an FMA per row with A's value broadcast from memory. A tail
+ * one B vector per k and an FMA per row with A's value broadcast from memory. Both also run
+ * a list of segments (rows and k steps) in one call, the tile kept in registers (_taps). A tail
  * (gemm_internal.h) is applied to the accumulators before the stores (vtail: the stages of
  * activations_template.h, lane by lane the same roundings: add, sub then one FMA, add, and
  * Relu / Relu6 as masks that keep NaN and give +0). Compiled for these extensions and used only when the runtime's ISA is AVX-512 (mg_isa_pick
@@ -71,9 +72,12 @@ static inline void prefetch_residual(const gemm_tail *tail, int mr, int nr)
         }
 }
 
+/* ntaps segments of kc steps: segment t reads rows[t * rstride + i] (and B on from where the
+ * one before stopped), the accumulators kept in registers across them */
 static inline __attribute__((always_inline)) void
-micro_body(int64_t kc, const float *const *rows, int64_t ks, const float *bp, float *c, int64_t ldc, const int mr,
-           const int nr, const int load, const int R, const gemm_tail *tail)
+micro_body(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows, int64_t ks,
+           const float *bp, float *c, int64_t ldc, const int mr, const int nr, const int load,
+           const int R, const gemm_tail *tail)
 {
     gemm_prefetch_tile(c, ldc, mr, nr);
     prefetch_residual(tail, mr, nr);
@@ -88,16 +92,18 @@ micro_body(int64_t kc, const float *const *rows, int64_t ks, const float *bp, fl
     /* the k steps: R row pointers, B's and one index in registers (a row-major A counts
      * its index up from -kc to 0 off pointers at the rows' ends, so that no register holds
      * kc: 12 rows leave none to spare) */
-    const float *r[MR];
     const int64_t o_end = ks == 1 ? 0 : kc * ks;
-    UNROLL for (int i = 0; i < R; ++i) r[i] = rows[i] + (ks == 1 ? kc : 0);
-    for (int64_t o = ks == 1 ? -kc : 0; o != o_end; o += ks, bp += MG_GEMM_NR) {
-        const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
-        UNROLL for (int i = 0; i < R; ++i)
-        {
-            const __m512 x = _mm512_set1_ps(r[i][o]);
-            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+    for (int64_t t = 0; t < ntaps; ++t, rows += rstride) {
+        const float *r[MR];
+        UNROLL for (int i = 0; i < R; ++i) r[i] = rows[i] + (ks == 1 ? kc : 0);
+        for (int64_t o = ks == 1 ? -kc : 0; o != o_end; o += ks, bp += MG_GEMM_NR) {
+            const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+            UNROLL for (int i = 0; i < R; ++i)
+            {
+                const __m512 x = _mm512_set1_ps(r[i][o]);
+                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+            }
         }
     }
     if (tail)
@@ -114,24 +120,42 @@ micro_body(int64_t kc, const float *const *rows, int64_t ks, const float *bp, fl
     }
 }
 
+static void gemm_micro_taps_tail_avx512(int64_t ntaps, int64_t rstride, int64_t kc,
+                                        const float *const *rows, int64_t ks, const float *bp,
+                                        float *c, int64_t ldc, int mr, int nr, int load,
+                                        const gemm_tail *tail)
+{
+#define MICRO(MR_, NR_, LOAD_, R_) \
+    micro_body(ntaps, rstride, kc, rows, ks, bp, c, ldc, MR_, NR_, LOAD_, R_, tail)
+    if (mr == MR && nr == MG_GEMM_NR) {
+        if (load)
+            MICRO(MR, MG_GEMM_NR, 1, MR);
+        else
+            MICRO(MR, MG_GEMM_NR, 0, MR);
+    } else if (mr <= 4) { /* a few rows (a dense layer's batch): only theirs computed */
+        MICRO(mr, nr, load, 4);
+    } else if (mr <= 6) {
+        MICRO(mr, nr, load, 6);
+    } else if (mr <= 8) {
+        MICRO(mr, nr, load, 8);
+    } else {
+        MICRO(mr, nr, load, MR);
+    }
+#undef MICRO
+}
+
 static void gemm_micro_tail_avx512(int64_t kc, const float *const *rows, int64_t ks,
                                    const float *bp, float *c, int64_t ldc, int mr, int nr,
                                    int load, const gemm_tail *tail)
 {
-    if (mr == MR && nr == MG_GEMM_NR) {
-        if (load)
-            micro_body(kc, rows, ks, bp, c, ldc, MR, MG_GEMM_NR, 1, MR, tail);
-        else
-            micro_body(kc, rows, ks, bp, c, ldc, MR, MG_GEMM_NR, 0, MR, tail);
-    } else if (mr <= 4) { /* a few rows (a dense layer's batch): only theirs computed */
-        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 4, tail);
-    } else if (mr <= 6) {
-        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 6, tail);
-    } else if (mr <= 8) {
-        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, 8, tail);
-    } else {
-        micro_body(kc, rows, ks, bp, c, ldc, mr, nr, load, MR, tail);
-    }
+    gemm_micro_taps_tail_avx512(1, 0, kc, rows, ks, bp, c, ldc, mr, nr, load, tail);
+}
+
+static void gemm_micro_taps_avx512(int64_t ntaps, int64_t rstride, int64_t kc,
+                                   const float *const *rows, int64_t ks, const float *bp,
+                                   float *c, int64_t ldc, int mr, int nr, int load)
+{
+    gemm_micro_taps_tail_avx512(ntaps, rstride, kc, rows, ks, bp, c, ldc, mr, nr, load, NULL);
 }
 
 static void gemm_micro_avx512(int64_t kc, const float *const *rows, int64_t ks, const float *bp,
@@ -222,7 +246,8 @@ static void gemm_narrow_avx512(int64_t kc, const float *const *rows, int64_t ks,
 const gemm_kernel_table gemm_kernels_avx512 = {MR, gemm_micro_avx512, MR_NARROW,
                                                gemm_narrow_avx512, gemm_narrow_taps_avx512,
                                                gemm_micro_tail_avx512, gemm_narrow_tail_avx512,
-                                               gemm_narrow_taps_tail_avx512};
+                                               gemm_narrow_taps_tail_avx512,
+                                               gemm_micro_taps_avx512};
 
 MG_TARGET_END
 #endif

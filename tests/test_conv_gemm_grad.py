@@ -380,3 +380,103 @@ def test_phase_tiles_within_the_bound_and_bit_identical(case):
                   taps * cog, "input gradient")
     assert_within(np.frombuffer(df_bytes, F32).reshape(f.shape), exact_df, mags_df,
                   dy.shape[0] * dy.shape[1] * dy.shape[2], "filter gradient")
+
+
+@st.composite
+def filter_cases(draw):
+    """Convolutions for the filter gradient's in-place rows (kernels_c/conv_gemm_grad.c):
+    strides 1-3, 1x1 to 4x4 filters, dilations, SAME/VALID/EXPLICIT (x read in place one
+    output row at a time, or its zero-padded copy where some window crosses its edges), groups,
+    1-70 in channels per group (tiles of C rows across taps), 1-140 out channels per group
+    (narrow, wide and narrow-last panels, blocks of up to 4 panels), batches up to 12 and
+    sizes up to 36 (several blocks of output rows, several chunks summed in order)."""
+    groups = draw(st.sampled_from((1, 1, 1, 2, 3)))
+    cig = draw(st.one_of(st.integers(1, 16), st.integers(17, 70)))
+    cog = draw(st.one_of(st.integers(1, 16), st.integers(17, 40), st.integers(60, 140)))
+    kh, kw = draw(st.sampled_from((1, 1, 2, 3, 3, 4))), draw(st.sampled_from((1, 1, 2, 3, 3, 4)))
+    strides = (draw(st.sampled_from((1, 2, 2, 3))), draw(st.sampled_from((1, 2, 2, 3))))
+    dilations = (draw(st.sampled_from((1, 1, 2))), draw(st.sampled_from((1, 1, 2))))
+    padding = draw(st.sampled_from(["SAME", "VALID", "EXPLICIT"]))
+    explicit = ((0, 0), (0, 0))
+    if padding == "EXPLICIT":
+        explicit = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(2))
+    n, h, w = draw(st.integers(1, 12)), draw(st.integers(1, 36)), draw(st.integers(1, 36))
+    out = conv_out_hw((h, w), (kh, kw), strides, dilations, padding, explicit)
+    if min(out) <= 0:
+        h, w = h + (kh - 1) * dilations[0], w + (kw - 1) * dilations[1]
+        out = conv_out_hw((h, w), (kh, kw), strides, dilations, padding, explicit)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = rng.standard_normal((n, h, w, groups * cig)).astype(F32)
+    dy = rng.standard_normal((n, *out, groups * cog)).astype(F32)
+    return x, (kh, kw, cig, groups * cog), dy, strides, dilations, padding, explicit
+
+
+def _filter_bits(x, f_shape, dy, window, settings_):
+    """The C filter gradient's bytes under each (isa, threads) of settings_."""
+    from minigraph.backends.conv_gemm_grad import c_gemm_backprop_filter
+
+    before_isa, results = native.isa(), set()
+    try:
+        for isa, threads in settings_:
+            native.set_isa(isa)
+            native.set_num_threads(threads)
+            results.add(c_gemm_backprop_filter(x, dy, f_shape, window, True).tobytes())
+    finally:
+        native.set_isa(before_isa)
+        native.set_num_threads(None)
+    return results
+
+
+@needs_native
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(filter_cases())
+def test_filter_gradient_rows_in_place_within_the_bound_and_bit_identical(case):
+    """The filter gradient: within the bound of the float64 sums (K = the output pixels) and
+    the same bits for 1, 2 and 3 threads on the best ISA and 1 thread on the others."""
+    x, f_shape, dy, strides, dilations, padding, explicit = case
+    window = _window(x.shape, f_shape, strides, dilations, padding, explicit)
+    best = native.best_isa()
+    others = native.ISAS[:native.ISAS.index(best)]
+    results = _filter_bits(x, f_shape, dy, window,
+                           [(best, 1), (best, 2), (best, 3), *((isa, 1) for isa in others)])
+    assert len(results) == 1
+    a = np.abs
+    exact = grouped_backprop_filter_ref(x, f_shape, dy, strides, dilations, padding, explicit)
+    mags = grouped_backprop_filter_ref(a(x), f_shape, a(dy), strides, dilations, padding,
+                                       explicit)
+    assert_within(np.frombuffer(results.pop(), F32).reshape(f_shape), exact, mags,
+                  dy.shape[0] * dy.shape[1] * dy.shape[2], "filter gradient")
+
+
+@needs_native
+@pytest.mark.parametrize("shape,k,co,stride,padding", [
+    ((32, 32, 32, 16), 3, 32, 2, "SAME"),  # ResNet-8 stage 2: edge rows and columns
+    ((32, 32, 32, 16), 1, 32, 2, "VALID"),  # its projection: dy is B itself, no edges
+    ((32, 16, 16, 32), 3, 64, 2, "EXPLICIT"),  # stage 3, pads 1 on every side
+    ((16, 16, 16, 32), 1, 64, 2, "VALID"),  # a projection with B packed from dy
+    ((24, 21, 19, 5), 3, 150, 3, "SAME"),  # stride 3, 5 panels (2 blocks), narrow last
+])
+def test_filter_gradient_chunks_bit_identical_and_within_the_bound(shape, k, co, stride,
+                                                                   padding):
+    """Shapes whose pixels are cut into several chunks (summed in order; the count is a
+    function of the shapes: mg_conv2d_gemm_filter_chunks) and several blocks of output rows:
+    the same bits for 1, 2 and 3 threads and every ISA, within the float64 bound."""
+    from minigraph.backends.native import lib
+
+    rng = np.random.default_rng(11)
+    explicit = ((1, 1), (1, 1)) if padding == "EXPLICIT" else ((0, 0), (0, 0))
+    f_shape = (k, k, shape[3], co)
+    window = _window(shape, f_shape, (stride, stride), (1, 1), padding, explicit)
+    x = rng.standard_normal(shape).astype(F32)
+    dy = rng.standard_normal((shape[0], *window.out, co)).astype(F32)
+    chunks = lib.mg_conv2d_gemm_filter_chunks(shape[0], *window.out, 1, k, k, shape[3], co)
+    assert chunks > 1
+    isas = native.ISAS[:native.ISAS.index(native.best_isa()) + 1]
+    results = _filter_bits(x, f_shape, dy, window, itertools.product(isas, (1, 2, 3)))
+    assert len(results) == 1
+    a = np.abs
+    args = ((stride, stride), (1, 1), padding, explicit)
+    exact = grouped_backprop_filter_ref(x, f_shape, dy, *args)
+    mags = grouped_backprop_filter_ref(a(x), f_shape, a(dy), *args)
+    assert_within(np.frombuffer(results.pop(), F32).reshape(f_shape), exact, mags,
+                  dy.shape[0] * dy.shape[1] * dy.shape[2], "filter gradient")

@@ -433,7 +433,10 @@ def _window(op, x_shape: tuple, f_shape: tuple):
 # the channels is below DIRECT_GRAD_MAX_CHANNELS. Re-measured (1 thread, CPU time, noisy)
 # with the narrow micro-kernel and zero-filled edge runs (kernels_c/conv_gemm_grad.c):
 # ResNet-8 16->16 input 3.5 / 1.6-1.9 (was 5.3), filter 2.5 / 1.6: the rule stands.
-# (The stride-2 16->32 input gradient, GEMM only, went from 2.7 to 1.95 ms.)
+# (The stride-2 16->32 input gradient, GEMM only, went from 2.7 to 1.95 ms.) Re-measured with
+# the filter gradient reading x in place (1 thread, CPU time, busy machine), filter GEMM /
+# direct: ResNet-8 16->16 2.80 / 1.53 ms, 32->32 16x16 1.82 / 1.49, 64->64 8x8 1.76 / 1.53,
+# 96->96 12x12 b16 4.71 / 3.93: the direct kernels keep the stride-1 filter gradients.
 DIRECT_GRAD_MAX_CHANNELS = 512
 
 
