@@ -23,10 +23,12 @@
  * tensors twice (statistics, then outputs), inference ops once (the inference backward's
  * outputs and sums in one pass). Row runs that read a block from memory walk it in memory
  * order, sums going to L1-resident position arrays, so the prefetchers see one forward
- * stream per tensor; only the re-read from L2 walks chunks of a few vectors with sums in
- * registers. The two orders add every position's terms in the same order (row by row, from
- * +0, products by fused multiply-adds), so the order is a speed choice, never a bit change:
- * the chunked walk from memory cost 256-512 channel NHWC calls 25-40% (bn_runs_template.h).
+ * stream per tensor (where a whole period fits the registers, <= 128 floats with AVX-512,
+ * the same memory order with coefficients and sums in registers); only the re-read from L2
+ * walks chunks of a few vectors with sums in registers. Each pass always takes the same
+ * order, so the results do not depend on the walk's speed choices: the chunked walk from
+ * memory cost 256-512 channel NHWC calls 25-40% (bn_runs_template.h: the orders differ only
+ * in how a partial last row's products round).
  * Each block writes a per-channel record (float32 vector sums, folded to double); the
  * records are then combined per channel in block order (Chan et al.'s pairwise update for
  * means and centered (co)moments, plain sums otherwise; channel ranges on the pool). Blocks
@@ -172,8 +174,8 @@ static void make_plan(bn_plan *p, int64_t outer, int64_t channels, int64_t inner
         while (reps * p->row_len < BN_ROW_MIN_PERIOD)
             reps *= 2;
         p->period = reps * p->row_len;
-        /* zero padding: row runs read and add whole vectors, up to 4 past the period */
-        p->padded = ceil_div(p->period, vlen) * vlen + 4 * vlen;
+        /* zero padding: row runs read and add whole vectors, up to 8 past the period */
+        p->padded = ceil_div(p->period, vlen) * vlen + 8 * vlen;
         int64_t rows = reps * max64(1, block_elems / p->period);
         if (rows < BN_BLOCK_MIN_ROWS) /* fewer records per element; capped at 4 blocks' worth */
             rows = reps * max64(rows / reps, min64(ceil_div(BN_BLOCK_MIN_ROWS, reps),
@@ -1117,6 +1119,7 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         chan_coef(&k, 1)[c] = scale[c] * rsqrt_f32(variance[c], epsilon);
     }
     if (training) {
+        k.out1 = side_backprop; /* the masked dy, stored by the sums pass */
         element_pass(&k, relu_y ? BN_BWD_SUMS_RELU : BN_BWD_SUMS, 1, 2);
     } else {
         k.out0 = dx;
@@ -1135,9 +1138,15 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         exceptional |= backward_exceptional(&k, c, scale, mean, variance);
     }
     if (training) {
+        /* dx from the stored masked dy where there is one (the same g, one read less) */
+        const void *dy_in = k.dy;
+        const int masked = relu_y && !side_backprop;
+        if (side_backprop)
+            k.dy = side_backprop;
         k.out0 = dx;
-        k.out1 = side_backprop;
-        element_pass(&k, relu_y ? BN_BWD_APPLY_RELU : BN_BWD_APPLY, 4, 0);
+        k.out1 = NULL;
+        element_pass(&k, masked ? BN_BWD_APPLY_RELU : BN_BWD_APPLY, 4, 0);
+        k.dy = dy_in;
     }
     for (int64_t c = 0; exceptional && c < channels; ++c)
         if (backward_exceptional(&k, c, scale, mean, variance))

@@ -18,6 +18,7 @@ typedef __m512 vf;
 #define vf_mul _mm512_mul_ps
 #define vf_fma _mm512_fmadd_ps
 #define vf_ldk _mm512_loadu_ps
+#define vf_stk _mm512_storeu_ps
 #define vf_hsum _mm512_reduce_add_ps
 
 static inline __mmask16 lanes(int n) { return (__mmask16)((1u << n) - 1u); }

@@ -3,7 +3,7 @@
  * A "run" is a contiguous stretch of `len` tensor elements. In a row run, element e has the
  * position p = (e - head) mod period, which indexes position arrays: coefficients k[i][p]
  * (float32, read-only) and accumulators acc[i][p] (float32, added to); they hold the period
- * rounded up to the vector width plus 4 vectors, zero-padded. A plane run is a few segments
+ * rounded up to the vector width plus 8 vectors, zero-padded. A plane run is a few segments
  * of one channel each (see bn_run_table). The driver maps positions and segments to
  * channels; the run kernels never see channels, layouts or threads, so they are the only
  * code written per ISA and per dtype (bn_runs_template.h, instantiated 3 x 3 times).
@@ -66,8 +66,8 @@ enum {
     BN_FWD_APPLY_RELU,      /* out0 = relu(xc * k1 + k2)                              */
     BN_FWD_APPLY_SIDE,      /* out0 = (xc * k1 + k2) + dy   (dy: the side input)       */
     BN_FWD_APPLY_SIDE_RELU, /* out0 = relu((xc * k1 + k2) + dy)                        */
-    BN_BWD_SUMS_RELU,  /* BN_BWD_SUMS of g = gx > 0 ? dy : dy * 0   (gx: the Relu output y) */
-    BN_BWD_APPLY_RELU, /* BN_BWD_APPLY of that g; out1 = g where out1 is given            */
+    BN_BWD_SUMS_RELU,  /* BN_BWD_SUMS of g = gx > 0 ? dy : dy * 0 (gx: the Relu output y); out1 = g where given */
+    BN_BWD_APPLY_RELU, /* BN_BWD_APPLY of that g                                          */
     BN_NRUNS
 };
 

@@ -19,6 +19,7 @@ typedef __m256 vf;
 #define vf_mul _mm256_mul_ps
 #define vf_fma _mm256_fmadd_ps
 #define vf_ldk _mm256_loadu_ps
+#define vf_stk _mm256_storeu_ps
 
 static inline void vf_acc(float *p, vf v)
 {

@@ -15,6 +15,7 @@ static inline vf vf_fma(vf a, vf b, vf c) { return a * b + c; }
 static inline vf vf_keep(vf v, int n) { (void)n; return v; }
 static inline vf vf_split(vf a, vf b, int n) { return n > 0 ? a : b; } /* unused: VLEN 1 */
 static inline vf vf_ldk(const float *p) { return *p; }
+static inline void vf_stk(float *p, vf v) { *p = v; }
 static inline float vf_hsum(vf v) { return v; }
 static inline void vf_acc(float *p, vf v) { *p += v; }
 static inline void vf_acc_fma(float *p, vf u, vf v) { *p = vf_fma(u, v, *p); }

@@ -104,11 +104,16 @@
  * the period in chunks of CH vectors; a chunk walks rows r_begin..r_end-1 (at most `rowlen`
  * positions each) with its coefficients and sums in registers, then adds the sums to ap_[i]:
  * one store per chunk, not one per row. From memory this order is slow (CH vectors of every
- * row, a strided walk the prefetchers follow badly: 40% of a 256-channel backward). Both
- * orders add each position's terms one by one in row order to a sum that starts at +0
- * (ap_[i] is zero before the run, and adding the register sum to it is exact), so they
- * give the same bits. */
-#define BN_ROW_CHUNK(CH, nk, nacc, period, r_begin, r_end, rowlen, ...)             \
+ * row, a strided walk the prefetchers follow badly: 40% of a 256-channel backward). The
+ * whole rows add each position's terms one by one in row order to a sum that starts at +0
+ * (ap_[i] is zero before the run, and adding the register sum to it is exact); the partial
+ * last row's terms are summed from +0 in registers and then added to ap_[i] (`cont` 0: a
+ * product accumulated with ACCF rounds twice there, once in memory order).
+ * With `cont` 1 a chunk instead starts from ap_[i] and stores its sums back: every term is
+ * added to the running sum as memory order adds it, so when a whole period fits one chunk
+ * (rows walked in memory order, coefficients and sums in registers: no position-array
+ * loads and stores per vector) it replaces the memory order, bit for bit. */
+#define BN_ROW_CHUNK(CH, nk, nacc, cont, period, r_begin, r_end, rowlen, ...)       \
     for (int64_t j0_ = 0; j0_ < (rowlen); j0_ += (CH) * VLEN) {                     \
         vf kv_[(nk) + 1][CH], ra_[(nacc) + 1][CH];                                  \
         (void)kv_, (void)ra_;                                                       \
@@ -116,7 +121,7 @@
             for (int i = 0; i < (nk); ++i)                                          \
                 kv_[i][u_] = vf_ldk(kp_[i] + j0_ + u_ * VLEN);                      \
             for (int i = 0; i < (nacc); ++i)                                        \
-                ra_[i][u_] = vf_zero();                                             \
+                ra_[i][u_] = (cont) ? vf_ldk(ap_[i] + j0_ + u_ * VLEN) : vf_zero();  \
         }                                                                           \
         if (j0_ + (CH) * VLEN <= (rowlen)) { /* CH whole vectors */                 \
             for (int64_t r_ = (r_begin); r_ < (r_end); ++r_) {                      \
@@ -138,20 +143,28 @@
             }                                                                       \
         }                                                                           \
         BN_UNROLL_ALL for (int u_ = 0; u_ < (CH); ++u_)                             \
-            for (int i = 0; i < (nacc); ++i)                                        \
-                vf_acc(ap_[i] + j0_ + u_ * VLEN, ra_[i][u_]);                       \
+            for (int i = 0; i < (nacc); ++i) {                                      \
+                if (cont)                                                           \
+                    vf_stk(ap_[i] + j0_ + u_ * VLEN, ra_[i][u_]);                   \
+                else                                                                \
+                    vf_acc(ap_[i] + j0_ + u_ * VLEN, ra_[i][u_]);                   \
+            }                                                                       \
     }
-#define BN_FOR_ROW_CHUNKS(len, period, CH, nk, nacc, ...)                           \
+#define BN_FOR_ROW_CHUNKS(len, period, CH, nk, nacc, cont, ...)                     \
     do {                                                                            \
         const int64_t rows_ = (len) / (period), tail_ = (len) - rows_ * (period);   \
-        BN_ROW_CHUNK(CH, nk, nacc, period, 0, rows_, period, __VA_ARGS__)           \
-        BN_ROW_CHUNK(CH, nk, nacc, period, rows_, rows_ + 1, tail_, __VA_ARGS__)    \
+        BN_ROW_CHUNK(CH, nk, nacc, cont, period, 0, rows_, period, __VA_ARGS__)     \
+        BN_ROW_CHUNK(CH, nk, nacc, cont, period, rows_, rows_ + 1, tail_, __VA_ARGS__) \
     } while (0)
-#define BN_ROW_CHUNK_VECTORS(nk, nacc) ((nk) + (nacc) <= 4 ? 4 : 2) /* registers permitting */
+/* Vectors per chunk, registers permitting: AVX-512's 32 registers hold a whole 128-float
+ * period (8 vectors) of up to 3 coefficient / sum vectors per position */
+#define BN_ROW_CHUNK_VECTORS(nk, nacc)                                              \
+    (VLEN == 16 && (nk) + (nacc) <= 3 ? 8 : (nk) + (nacc) <= 4 ? 4 : 2)
 
 /* A row run: first the `head` elements before the first aligned one (positions
  * period - head .. period - 1, one masked vector), then rows from position 0; positions
- * (and so the position arrays) count from the head. Chunked runs have no head. */
+ * (and so the position arrays) count from the head. Chunked runs have no head. Memory
+ * order runs whose period fits one chunk walk it as a `cont` chunk (same bits, see above). */
 #define BN_ROW_RUN(a, nk, nacc, BODY)                                               \
     const float *kp_[(nk) + 1];                                                     \
     float *ap_[(nacc) + 1];                                                         \
@@ -171,11 +184,14 @@
     {                                                                               \
         BN_RUN_TENSORS(a, head_);                                                   \
         const int64_t len_ = (a)->len - head_;                                      \
-        if (!(a)->chunks) {                                                         \
-            BN_FOR_ROW_VECTORS(len_, period_, BODY(BN_ROW_K, BN_ROW_ACC, BN_ROW_ACCF))           \
-        } else {                                                                    \
-            BN_FOR_ROW_CHUNKS(len_, period_, BN_ROW_CHUNK_VECTORS(nk, nacc), nk, nacc, \
+        if ((a)->chunks) {                                                          \
+            BN_FOR_ROW_CHUNKS(len_, period_, BN_ROW_CHUNK_VECTORS(nk, nacc), nk, nacc, 0, \
                               BODY(BN_CHUNK_K, BN_CHUNK_ACC, BN_CHUNK_ACCF));                      \
+        } else if (period_ <= BN_ROW_CHUNK_VECTORS(nk, nacc) * VLEN) {              \
+            BN_FOR_ROW_CHUNKS(len_, period_, BN_ROW_CHUNK_VECTORS(nk, nacc), nk, nacc, 1, \
+                              BODY(BN_CHUNK_K, BN_CHUNK_ACC, BN_CHUNK_ACCF));                      \
+        } else {                                                                    \
+            BN_FOR_ROW_VECTORS(len_, period_, BODY(BN_ROW_K, BN_ROW_ACC, BN_ROW_ACCF))           \
         }                                                                           \
     }
 
@@ -361,14 +377,18 @@ BN_RUN(fwd_apply_side, 3, 0, BODY_FWD_APPLY_SIDE)
 BN_RUN(fwd_apply_side_relu, 3, 0, BODY_FWD_APPLY_SIDE_RELU)
 
 /* The backward runs with dy masked by the forward's Relu output y (read through gx):
- * g = y > 0 ? dy : dy * 0 (mg_relu_grad), then BODY_BWD_SUMS / BODY_BWD_APPLY of g; the
- * apply run also stores g to out1 (the side input's gradient) when out1 is given. */
+ * g = y > 0 ? dy : dy * 0 (mg_relu_grad), then BODY_BWD_SUMS / BODY_BWD_APPLY of g. The sums
+ * run stores g to out1 when given (the side input's gradient, exact in every dtype: dy or a
+ * zero), and the driver then runs BODY_BWD_APPLY on it: one tensor less to read than
+ * BODY_BWD_APPLY_RELU, which masks dy again. */
 #define BN_MASKED_DY vf_relu_grad(LD(dy + e, n), LD(gx + e, n))
 #define BODY_BWD_SUMS_RELU(K, ACC, ACCF)                                                  \
     {                                                                               \
         const vf g = BN_MASKED_DY;                                                  \
         ACC(0, g);                                                                  \
         ACCF(1, g, vf_sub(LD(x + e, n), K(0)));                  \
+        if (out1)                                                                   \
+            ST(out1 + e, g, n);                                                     \
     }
 BN_RUN(bwd_sums_relu, 1, 2, BODY_BWD_SUMS_RELU)
 #define BODY_BWD_APPLY_RELU(K, ACC, ACCF)                                                 \
@@ -376,8 +396,6 @@ BN_RUN(bwd_sums_relu, 1, 2, BODY_BWD_SUMS_RELU)
         const vf g = BN_MASKED_DY;                                                  \
         const vf t = vf_mul(K(2), vf_sub(LD(x + e, n), K(0)));                      \
         ST(out0 + e, vf_fma(K(1), vf_sub(g, K(3)), t), n);                          \
-        if (out1)                                                                   \
-            ST(out1 + e, g, n);                                                     \
     }
 BN_RUN(bwd_apply_relu, 4, 0, BODY_BWD_APPLY_RELU)
 
