@@ -18,8 +18,16 @@ import weakref
 import numpy as np
 
 from minigraph.backends.activation_kernels import Epilogue
-from minigraph.backends.native import F32, as_f32, check_code, fbuf, ffi, lib, num_threads
-from minigraph.client.memory import line_aligned_bytes
+from minigraph.backends.native import (
+    F32,
+    as_f32,
+    check_code,
+    fbuf,
+    ffi,
+    lib,
+    line_aligned_bytes,
+    num_threads,
+)
 
 
 class PackedB:

@@ -23,8 +23,6 @@ import ctypes.util
 import functools
 import os
 
-import numpy as np
-
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h>
 MMAP_THRESHOLD = 32 << 20  # glibc's upper limit for it on 64-bit machines
 TRIM_THRESHOLD = 1 << 30
@@ -46,21 +44,3 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
                 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
-
-CACHE_LINE = 64  # bytes
-
-
-def padded_bytes(nbytes: int) -> tuple[np.ndarray, int]:
-    """A fresh byte buffer holding ``nbytes`` that start at a cache line, and the offset of
-    that line in it. numpy's large arrays start 16 bytes past one, so a kernel's 64-byte
-    vector loads and stores of them would each split two lines (about 5 % of a K=64 GEMM's
-    time, in its output stores). The buffer itself owns its memory: arrays made on it with
-    ``np.ndarray(shape, dtype, buffer, offset)`` keep it as their base (reference counts)."""
-    raw = np.empty(nbytes + CACHE_LINE, np.uint8)
-    return raw, -raw.ctypes.data % CACHE_LINE
-
-
-def line_aligned_bytes(nbytes: int) -> np.ndarray:
-    """``nbytes`` uninitialized bytes starting at a cache line (see :func:`padded_bytes`)."""
-    raw, skip = padded_bytes(nbytes)
-    return raw[skip:skip + nbytes]

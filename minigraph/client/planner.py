@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from minigraph.client.memory import CACHE_LINE, padded_bytes
+from minigraph.backends.native import CACHE_LINE, padded_bytes
 
 
 def _references(values: list, index: int) -> int:
