@@ -177,7 +177,7 @@ def test_packing_cache_only_for_frozen_arrays():
     before = gemm.c_gemm(a, gemm.packed_b(view))
     writable[1, 1] = 9
     assert gemm.c_gemm(a, gemm.packed_b(view))[0, 1] == before[0, 1] + 8
-    key = id(frozen)
+    key = (id(frozen), "packed_b")
     assert key in gemm._CACHE
     del frozen
     gc.collect()

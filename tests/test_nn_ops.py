@@ -1123,10 +1123,53 @@ def test_conv2d_backprop_input_non_finite_filter_against_tensorflow(tf, backend,
     [dx] = mg.ClientSession(root, backend=backend).Run({}, [ops.Conv2DBackpropInput(
         root, list(x_shape), f, dy, strides=[1, *strides, 1], padding=padding)])
     assert np.isnan(expected).any() and np.isinf(expected).any()
+    _same_specials_and_close(dx, expected)
+
+
+def _same_specials_and_close(actual: np.ndarray, expected: np.ndarray) -> None:
+    """NaN, +inf and -inf exactly where ``expected`` has them; the finite rest close."""
     for special in (np.isnan, np.isposinf, np.isneginf):
-        np.testing.assert_array_equal(special(dx), special(expected), err_msg=special.__name__)
+        np.testing.assert_array_equal(special(actual), special(expected),
+                                      err_msg=special.__name__)
     finite = np.isfinite(expected)
-    np.testing.assert_allclose(dx[finite], expected[finite], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(actual[finite], expected[finite], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("strides,padding,dilations,groups", [
+    ((1, 1), "SAME", (1, 1), 1), ((2, 2), "SAME", (1, 1), 1), ((1, 1), "VALID", (1, 1), 1),
+    ((1, 1), "SAME", (2, 2), 1), ((2, 1), "SAME", (1, 1), 2)])
+def test_conv2d_non_finite_filter_against_tensorflow(tf, backend, strides, padding, dilations,
+                                                     groups):
+    """A filter with inf, -inf and NaN weights: TensorFlow multiplies a weight only by real
+    input pixels, so the output is +-inf (or NaN) exactly where that weight's tap reaches the
+    input, never NaN from the padding's zeros; as a constant (checked once), as a fed value,
+    and fused with BiasAdd + Relu by the optimizer."""
+    rng = np.random.default_rng(29)
+    x = rng.standard_normal((2, 9, 8, 4)).astype(F32)
+    f = rng.standard_normal((3, 3, 4 // groups, 6)).astype(F32)
+    f[0, 0, 1, 2], f[2, 1, 0, 0], f[1, 2, 0, 4] = np.inf, -np.inf, np.nan
+    bias = rng.standard_normal(6).astype(F32)
+    attrs = {"strides": [1, *strides, 1], "padding": padding, "dilations": [1, *dilations, 1]}
+    expected = tf.raw_ops.Conv2D(input=x, filter=f, **attrs).numpy()
+    assert np.isnan(expected).any() and np.isinf(expected).any()
+    fused_expected = tf.nn.relu(tf.nn.bias_add(expected, bias)).numpy()
+
+    root = mg.Scope.NewRootScope()
+    xp, fp = ops.Placeholder(root, mg.float32), ops.Placeholder(root, mg.float32)
+    constant = ops.Conv2D(root, xp, ops.Const(root, f), **attrs)
+    fed = ops.Conv2D(root, xp, fp, **attrs)
+    session = mg.ClientSession(root, backend=backend)
+    for _ in range(2):  # the second run: the constant's finiteness is cached
+        for y in session.Run({xp: x, fp: f}, [constant, fed]):
+            _same_specials_and_close(y, expected)
+    chain = mg.Scope.NewRootScope()
+    xc = ops.Placeholder(chain, mg.float32)
+    relu = ops.Relu(chain, ops.BiasAdd(chain, ops.Conv2D(chain, xc, ops.Const(chain, f),
+                                                         **attrs), bias))
+    [z] = mg.ClientSession(chain, backend=backend).Run({xc: x}, [relu])
+    _same_specials_and_close(z, fused_expected)
 
 
 @pytest.mark.oracle

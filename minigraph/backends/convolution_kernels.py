@@ -42,7 +42,7 @@ from minigraph.backends.conv_gemm_grad import (
     from_channels_last,
     to_channels_last,
 )
-from minigraph.backends.gemm import packed_b
+from minigraph.backends.gemm import frozen_cached, packed_b
 from minigraph.backends.native import (
     as_f32,
     attrs_fit_int32,
@@ -149,11 +149,14 @@ def conv2d_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     """Cross-correlation of channels-last ``x`` with the HWIO (DHWIO) filter ``f``: im2col
     then one matmul (a batched one per group when x has ``groups`` times the filter's
     in_channels: output channel ``g * cog + o`` reads input channels ``g * ci`` to
-    ``(g + 1) * ci``). Any number of spatial dims (Conv3D uses it too)."""
+    ``(g + 1) * ci``). Any number of spatial dims (Conv3D uses it too). A filter with a
+    non-finite weight runs :func:`conv_by_taps` (no weight times the padding's zeros)."""
     n = x.shape[0]
     *k_sizes, ci, co = f.shape
     if n * int(np.prod(window.out)) == 0 or ci == 0:
         return np.zeros((n, *window.out, co), x.dtype)
+    if not all_finite(f):
+        return conv_by_taps(x, f, window)
     cols = _patches(_pad_nhwc(x, window.pads), tuple(k_sizes), window)
     y = _grouped_matmul(cols, f, groups_of(x.shape[-1], f))
     return y.reshape(n, *window.out, co)
@@ -186,20 +189,61 @@ def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple
     weights = f.reshape(taps, ci, groups, cog).transpose(2, 3, 0, 1).reshape(groups, cog, -1)
     cols = np.matmul(per_group, weights).reshape(groups, n, *out, taps, ci)
     for tap, offsets in enumerate(np.ndindex(*k_sizes)):
-        source, target = [], []
-        for i, d, s, (before, _), count, size in zip(offsets, window.dilations,
-                                                     window.strides, window.pads, out, sizes):
-            p0, p1 = placed_rows(i * d - before, s, count, size)
-            if p1 <= p0:
-                break
-            source.append(slice(p0, p1))
-            first = p0 * s + i * d - before
-            target.append(slice(first, first + (p1 - p0 - 1) * s + 1, s))
-        else:
-            part = cols[(slice(None), slice(None), *source, tap)]  # [groups, n, out..., ci]
-            view = dx[(slice(None), *target)]
+        reach = _tap_reach(offsets, window, sizes)
+        if reach is not None:
+            pixels_slices, inputs_slices = reach
+            part = cols[(slice(None), slice(None), *pixels_slices, tap)]  # [groups, n, out..., ci]
+            view = dx[(slice(None), *inputs_slices)]
             view += np.moveaxis(part, 0, -2).reshape(view.shape)
     return dx
+
+
+def _tap_reach(offsets: tuple, window: Window, sizes) -> tuple[list, list] | None:
+    """Where the tap at ``offsets`` reaches real pixels: (the output pixels' slices, the
+    input positions' strided slices they read), or None when it reads only padding.
+    Output pixel p reads input ``p * stride + i * dilation - pad_before`` along each dim."""
+    pixels, inputs = [], []
+    for i, d, s, (before, _), count, size in zip(offsets, window.dilations, window.strides,
+                                                 window.pads, window.out, sizes):
+        p0, p1 = placed_rows(i * d - before, s, count, size)
+        if p1 <= p0:
+            return None
+        pixels.append(slice(p0, p1))
+        first = p0 * s + i * d - before
+        inputs.append(slice(first, first + (p1 - p0 - 1) * s + 1, s))
+    return pixels, inputs
+
+
+def conv_by_taps(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
+    """Cross-correlation of channels-last ``x`` with the HWIO (DHWIO) filter ``f`` as one
+    matmul per tap (one per group, batched) over the output pixels where that tap reaches
+    real pixels: padding positions are never multiplied, so a non-finite weight gives +-inf
+    only where its tap reads the input (TensorFlow's values; im2col's zero padding would
+    make 0 * inf = NaN at the borders). Any number of spatial dims."""
+    n, *sizes, c = x.shape
+    *k_sizes, ci, co = f.shape
+    groups = groups_of(c, f)
+    cog = co // groups
+    y = _zeros((n, *window.out, co), np.result_type(x, f))
+    for offsets in np.ndindex(*k_sizes):
+        reach = _tap_reach(offsets, window, sizes)
+        if reach is None:
+            continue
+        pixels_slices, inputs_slices = reach
+        part = x[(slice(None), *inputs_slices)]  # [n, reached out..., c]
+        rows = part.size // c
+        weights = f[offsets].reshape(ci, groups, cog).transpose(1, 0, 2)  # [g, ci, cog]
+        with np.errstate(invalid="ignore", over="ignore"):
+            product = np.matmul(part.reshape(rows, groups, ci).transpose(1, 0, 2), weights)
+            view = y[(slice(None), *pixels_slices)]
+            view += product.transpose(1, 0, 2).reshape(view.shape)
+    return y
+
+
+def all_finite(f: np.ndarray) -> bool:
+    """Whether every weight of the filter ``f`` is finite: checked once for a graph's
+    constants (:func:`gemm.frozen_cached`), at every call for a variable's value."""
+    return frozen_cached(f, "finite", f.shape, lambda: bool(np.isfinite(f).all()))
 
 
 def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tuple,
@@ -379,6 +423,11 @@ def _conv2d_native(x, f, op, epilogue: Epilogue | None = None, out: np.ndarray |
     transposed to NHWC and back (the direct kernel reads NCHW itself, when it is the
     route); ``epilogue`` (NHWC only) applied; in ``out`` where it fits."""
     window = _window(op, x.shape, f.shape)
+    if not all_finite(f):  # padding never multiplies a weight (conv_by_taps)
+        [y] = conv2d(op, [x, f], None)
+        if epilogue is not None:
+            c_channel_epilogue(y, epilogue)
+        return y
     if op.attrs["data_format"] == "NHWC":
         return conv2d_forward_nhwc(x, f, window, groups_of(x.shape[-1], f), epilogue, out)
     groups = groups_of(x.shape[1], f)

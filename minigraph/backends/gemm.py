@@ -80,29 +80,35 @@ def _frozen(array: np.ndarray) -> bool:
     return node is None or type(node) is bytes
 
 
-# id(owner) -> (weak reference to owner, (trans_b, groups), b's shape, packing)
-_CACHE: dict[int, tuple[weakref.ref, tuple[bool, int], tuple, PackedB]] = {}
+# (id(owner), purpose) -> (weak reference to owner, how it was computed, value)
+_CACHE: dict[tuple[int, str], tuple[weakref.ref, object, object]] = {}
+
+
+def frozen_cached(owner: np.ndarray, purpose: str, how: object, compute):
+    """``compute()``, cached while ``owner`` lives when it is frozen (its values can never
+    change: a graph's Consts), keyed by the owner's identity and ``purpose``, and computed
+    again when ``how`` differs from the cached one's; computed at every call otherwise."""
+    if type(owner) is not np.ndarray or not _frozen(owner):
+        return compute()
+    key = (id(owner), purpose)
+    entry = _CACHE.get(key)
+    if entry is not None and entry[0]() is owner and entry[1] == how:
+        return entry[2]
+    value = compute()
+    ref = weakref.ref(owner, lambda _ref, key=key: _drop(key, _ref))
+    _CACHE[key] = (ref, how, value)
+    return value
 
 
 def packed_b(b: np.ndarray, trans_b: bool = False, owner: np.ndarray | None = None,
              groups: int = 1) -> PackedB:
     """:func:`pack_b` of ``b``, cached while ``owner`` (the array ``b`` was reshaped from;
     default ``b``) lives when it is frozen (see the module docstring)."""
-    owner = b if owner is None else owner
-    if type(owner) is not np.ndarray or not _frozen(owner):
-        return pack_b(b, trans_b, groups)
-    key, how = id(owner), (trans_b, groups)
-    entry = _CACHE.get(key)
-    if entry is not None and entry[0]() is owner and entry[1] == how \
-            and entry[2] == b.shape:
-        return entry[3]
-    packing = pack_b(b, trans_b, groups)
-    ref = weakref.ref(owner, lambda _ref, key=key: _drop(key, _ref))
-    _CACHE[key] = (ref, how, b.shape, packing)
-    return packing
+    return frozen_cached(b if owner is None else owner, "packed_b", (trans_b, groups, b.shape),
+                         lambda: pack_b(b, trans_b, groups))
 
 
-def _drop(key: int, ref: weakref.ref) -> None:
+def _drop(key: tuple[int, str], ref: weakref.ref) -> None:
     entry = _CACHE.get(key)
     if entry is not None and entry[0] is ref:
         del _CACHE[key]
