@@ -299,6 +299,24 @@ def test_every_convolution_of_a_resnet8_step_runs_native(fmt):
     assert all(kernel.startswith("native:") for _, kernel in convolutions), convolutions
 
 
+def _padding_and_sizes(draw, k: tuple, strides: tuple, dilations: tuple, max_batch: int,
+                       max_size: int) -> tuple:
+    """(padding, explicit pads, (n, h, w), output size) drawn for a 2-D window: SAME, VALID
+    or EXPLICIT (0-3 per side), an input grown by the dilated kernel where it gives no
+    output."""
+    padding = draw(st.sampled_from(["SAME", "VALID", "EXPLICIT"]))
+    explicit = ((0, 0), (0, 0))
+    if padding == "EXPLICIT":
+        explicit = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(2))
+    n = draw(st.integers(1, max_batch))
+    h, w = draw(st.integers(1, max_size)), draw(st.integers(1, max_size))
+    out = conv_out_hw((h, w), k, strides, dilations, padding, explicit)
+    if min(out) <= 0:
+        h, w = h + (k[0] - 1) * dilations[0], w + (k[1] - 1) * dilations[1]
+        out = conv_out_hw((h, w), k, strides, dilations, padding, explicit)
+    return padding, explicit, (n, h, w), out
+
+
 @st.composite
 def phase_cases(draw):
     """Convolutions for the input gradient's phase tiles (kernels_c/conv_gemm_grad.c):
@@ -314,15 +332,8 @@ def phase_cases(draw):
     kmax = 7 if strides == (1, 1) else 4
     kh, kw = draw(st.integers(1, kmax)), draw(st.integers(1, kmax))
     dilations = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
-    padding = draw(st.sampled_from(["SAME", "VALID", "EXPLICIT"]))
-    explicit = ((0, 0), (0, 0))
-    if padding == "EXPLICIT":
-        explicit = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(2))
-    n, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 13)), draw(st.integers(1, 13))
-    out = conv_out_hw((h, w), (kh, kw), strides, dilations, padding, explicit)
-    if min(out) <= 0:
-        h, w = h + (kh - 1) * dilations[0], w + (kw - 1) * dilations[1]
-        out = conv_out_hw((h, w), (kh, kw), strides, dilations, padding, explicit)
+    padding, explicit, (n, h, w), out = _padding_and_sizes(draw, (kh, kw), strides, dilations,
+                                                           max_batch=2, max_size=13)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     x = rng.standard_normal((n, h, w, groups * cig)).astype(F32)
     f = rng.standard_normal((kh, kw, cig, groups * cog)).astype(F32)
@@ -396,15 +407,8 @@ def filter_cases(draw):
     kh, kw = draw(st.sampled_from((1, 1, 2, 3, 3, 4))), draw(st.sampled_from((1, 1, 2, 3, 3, 4)))
     strides = (draw(st.sampled_from((1, 2, 2, 3))), draw(st.sampled_from((1, 2, 2, 3))))
     dilations = (draw(st.sampled_from((1, 1, 2))), draw(st.sampled_from((1, 1, 2))))
-    padding = draw(st.sampled_from(["SAME", "VALID", "EXPLICIT"]))
-    explicit = ((0, 0), (0, 0))
-    if padding == "EXPLICIT":
-        explicit = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(2))
-    n, h, w = draw(st.integers(1, 12)), draw(st.integers(1, 36)), draw(st.integers(1, 36))
-    out = conv_out_hw((h, w), (kh, kw), strides, dilations, padding, explicit)
-    if min(out) <= 0:
-        h, w = h + (kh - 1) * dilations[0], w + (kw - 1) * dilations[1]
-        out = conv_out_hw((h, w), (kh, kw), strides, dilations, padding, explicit)
+    padding, explicit, (n, h, w), out = _padding_and_sizes(draw, (kh, kw), strides, dilations,
+                                                           max_batch=12, max_size=36)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     x = rng.standard_normal((n, h, w, groups * cig)).astype(F32)
     dy = rng.standard_normal((n, *out, groups * cog)).astype(F32)
