@@ -19,7 +19,12 @@ ISA and thread count).
 
 from __future__ import annotations
 
-from functools import partial
+import itertools
+import math
+import operator
+import sys
+from functools import lru_cache, partial
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -193,25 +198,145 @@ def fused_apply(op: Operation, inputs: list, ctx: KernelContext) -> list[np.ndar
             for k in range(op.attrs["N"])]
 
 
+class _Layout(NamedTuple):
+    """What a fused update's native kernel reads of its op, the same at every step: the C
+    kind, the variables' names per state row (var, then accum or m, v), the positions of
+    its per-variable inputs and the Nesterov flag."""
+
+    kind: int
+    rows: tuple[tuple[str, ...], ...]
+    columns: dict[str, int]
+    count: int
+    nesterov: bool
+
+
+@lru_cache(maxsize=1024)
+def _layout(op: Operation) -> _Layout:
+    name = op.type[len("_Fused"):]
+    _, kind, state_names = _UPDATES[name]
+    count = op.attrs["N"]
+    columns = {arg.name: i * count
+               for i, arg in enumerate(FUSED_UPDATE_SINGLE[op.type].inputs)}
+    rows = tuple(tuple(op.inputs[columns[state] + k].op.name for k in range(count))
+                 for state in state_names)
+    return _Layout(getattr(native.lib, kind), rows, columns, count,
+                   bool(op.attrs.get("use_nesterov", False)))
+
+
+class _Slab:
+    """Memory a fused update writes the variables' new values into, one float32 block per
+    state row, and the read-only views of it the session state stores as their values.
+
+    A step writes into a slab only while nothing but the slab holds it or any of its views
+    (:meth:`free`: reference counts back at what they were when it was made): a value a
+    Run returned, a view of one, a reader's register or the state itself (the values of
+    the step before) all veto it, and the update then makes a new slab. The values stored
+    are therefore never written again while anyone can see them: the state's values stay
+    snapshots. Views are plain read-only arrays of a writeable base, so the packed-filter
+    cache (``gemm.frozen_cached``), which keeps only arrays that can never change, passes
+    them by."""
+
+    def __init__(self, shapes: tuple[tuple[int, ...], ...], rows: int) -> None:
+        sizes = [math.prod(shape) for shape in shapes]
+        starts = [0, *itertools.accumulate(sizes)]
+        self.shapes = shapes
+        self.blocks = [np.empty(starts[-1], np.float32) for _ in range(rows)]
+        self.views = [_read_only_parts(block, starts, shapes) for block in self.blocks]
+        ffi = native.ffi
+        self.pointers = [ffi.new("float *[]", [ffi.cast("float *", native.fbuf(block)) + a
+                                               for a in starts[:-1]])
+                         for block in self.blocks]
+        self.counts = ffi.new("int64_t[]", sizes)
+        self._all = [*self.blocks, *(view for row in self.views for view in row)]
+        self._unheld = self._counts()
+
+    def _counts(self) -> list[int]:
+        return list(map(sys.getrefcount, self._all))
+
+    def free(self) -> bool:
+        """Whether nothing but this slab holds its memory (see the class docstring)."""
+        return self._counts() == self._unheld
+
+    def holds(self, row: int, values: list) -> bool:
+        """Whether ``values`` are this slab's views of state row ``row``."""
+        return all(map(operator.is_, values, self.views[row]))
+
+
+def _read_only_parts(block: np.ndarray, starts: list[int], shapes: tuple) -> list[np.ndarray]:
+    """Read-only views of ``block``'s parts [starts[k], starts[k + 1]) in ``shapes``."""
+    views = [block[a:b].reshape(shape) for a, b, shape in zip(starts, starts[1:], shapes)]
+    for view in views:
+        view.flags.writeable = False
+    return views
+
+
+def _slab_for(state: Any, key: tuple, shapes: tuple, rows: int) -> _Slab:
+    """A free slab for the next values of the variables ``key`` (their names per state row)
+    kept in ``state.buffers``: one of the two kept there (the other one usually holds the
+    current values) when free, else a new one."""
+    kept = state.buffers.get(key)
+    if kept is not None and kept[0].shapes == shapes:
+        for slab in kept:
+            if slab.free():
+                state.buffers[key] = (slab, kept[0]) if slab is not kept[0] else kept
+                return slab
+        older = kept[0]
+    else:
+        older = None
+    slab = _Slab(shapes, rows)
+    state.buffers[key] = (slab,) if older is None else (slab, older)
+    return slab
+
+
+def _sources(state: Any, op: Operation, layout: _Layout, shapes: tuple, kept: tuple) -> list:
+    """The C pointer arrays of the variables' current values, one per state row: a kept
+    slab's where the values are its views (the usual step: nothing to check again), else
+    made from the values, checked to be float32 of the gradients' ``shapes``."""
+    variables = state.variables
+    sources = []
+    for index, names in enumerate(layout.rows):
+        row = [variables.get(name) for name in names]
+        for slab in kept:
+            if slab.shapes == shapes and slab.holds(index, row):
+                sources.append(slab.pointers[index])
+                break
+        else:
+            row = [native.as_f32(state.read(name)) for name in names]  # names a missing one
+            for k, value in enumerate(row):
+                if value.shape != shapes[k]:
+                    _check_shapes(op, state, layout, shapes)
+            sources.append(native.ffi.new("float *[]", [native.fbuf(a) for a in row]))
+    return sources
+
+
+def _check_shapes(op: Operation, state: Any, layout: _Layout, shapes: tuple) -> None:
+    """The shape error of the first variable whose value, state or gradient differs from
+    its value's shape."""
+    state_names = _UPDATES[op.type[len("_Fused"):]][2]
+    for k, shape in enumerate(shapes):
+        values = [state.read(row[k]) for row in layout.rows]
+        native.check_same_shape(op.type, values[0], grad=np.empty(shape),
+                                **dict(zip(state_names, values)))
+
+
 @register_kernel("_FusedApplyGradientDescent", "_FusedApplyMomentum", "_FusedApplyAdam",
                  **NATIVE)
 def fused_apply_native(op: Operation, inputs: list, ctx: KernelContext) -> list[np.ndarray]:
     """Every variable in one C call (``mg_apply_update_list``), each by the single op's
-    float32 formula with its own scalars: the single kernels' bits."""
-    name = op.type[len("_Fused"):]
-    _, kind, state_names = _UPDATES[name]
-    count = op.attrs["N"]
-    single = FUSED_UPDATE_SINGLE[op.type]
-    column = {arg.name: i for i, arg in enumerate(single.inputs)}
+    float32 formula with its own scalars: the single kernels' bits. The new values are
+    written into a :class:`_Slab` the session state keeps (two of them take turns: no
+    allocation per step) and stored as the variables' values without a copy."""
+    layout = _layout(op)
+    count, columns = layout.count, layout.columns
 
     def arg(arg_name: str) -> list:
-        start = column[arg_name] * count
+        start = columns[arg_name]
         return inputs[start:start + count]
 
-    if name == "ApplyGradientDescent":
+    if op.type == "_FusedApplyGradientDescent":
         lr, grad, c1 = arg("alpha"), arg("delta"), None
         c2 = epsilon = None
-    elif name == "ApplyMomentum":
+    elif op.type == "_FusedApplyMomentum":
         lr, grad, c1 = arg("lr"), arg("grad"), arg("momentum")
         c2 = epsilon = None
     else:
@@ -219,43 +344,36 @@ def fused_apply_native(op: Operation, inputs: list, ctx: KernelContext) -> list[
             lr = [lr_k * np.sqrt(1 - b2) / (1 - b1) for lr_k, b1, b2 in
                   zip(arg("lr"), arg("beta1_power"), arg("beta2_power"))]
         grad, c1, c2, epsilon = arg("grad"), arg("beta1"), arg("beta2"), arg("epsilon")
-    refs = [[op.inputs[column[state] * count + k].op.name for k in range(count)]
-            for state in state_names]
+    grad = [g if native.plain_f32(g) else native.as_f32(g) for g in grad]
+    shapes = tuple([g.shape for g in grad])
     state = ctx.state
     with state.lock:
-        current = [[native.as_f32(state.read(r)) for r in row] for row in refs]
-        grad = [native.as_f32(g) for g in grad]
-        for k in range(count):
-            native.check_same_shape(op.type, current[0][k], grad=grad[k],
-                                    **{s: current[i][k] for i, s in enumerate(state_names)})
-        outputs = [[np.empty(v.shape, np.float32) for v in row] for row in current]
-        c_update_list(getattr(native.lib, kind), current, grad, outputs, lr, c1, c2, epsilon,
-                      op.attrs.get("use_nesterov", False))
-        for row_refs, row in zip(refs, outputs):
-            for ref, value in zip(row_refs, row):
-                state.adopt(ref, value)  # new arrays only this kernel holds: no copy
-        return [state.read(r) for r in refs[0]]
+        kept = state.buffers.get(layout.rows, ())
+        sources = _sources(state, op, layout, shapes, kept)
+        slab = _slab_for(state, layout.rows, shapes, len(sources))
+        c_update_list(layout.kind, sources, grad, slab, lr, c1, c2, epsilon, layout.nesterov)
+        variables = state.variables
+        for names, views in zip(layout.rows, slab.views):
+            variables.update(zip(names, views))
+        return list(slab.views[0])
 
 
-def c_update_list(kind: int, current: list[list[np.ndarray]], grad: list[np.ndarray],
-                  outputs: list[list[np.ndarray]], lr, c1, c2, epsilon, nesterov: bool) -> None:
-    """``mg_apply_update_list`` over C-contiguous float32 arrays: ``current[i][k]`` state i
-    (var, then accum or m, v) of variable k, each ``grad[k]`` and ``outputs[i][k]`` of
-    ``current[0][k]``'s size (checked by the caller), scalars one per variable."""
+def c_update_list(kind: int, sources: list, grad: list[np.ndarray], slab: _Slab,
+                  lr, c1, c2, epsilon, nesterov: bool) -> None:
+    """``mg_apply_update_list`` from ``sources[i]``, the pointer array of state i (var,
+    then accum or m, v) of each variable k, and C-contiguous float32 ``grad[k]`` into the
+    ``slab`` of their shapes (the caller checks them and holds the arrays); scalars one
+    per variable, as float32."""
     ffi, lib = native.ffi, native.lib
-    count = len(grad)
-
-    def pointers(arrays, kind_name="const float *[]"):
-        return ffi.new(kind_name, [native.fbuf(a) for a in arrays])
 
     def scalars(values):
-        return ffi.NULL if values is None else ffi.new("float[]", [float(v) for v in values])
+        return ffi.NULL if values is None else ffi.new("float[]", values)
 
-    rows = [pointers(row) for row in current] + [ffi.NULL] * (3 - len(current))
-    outs = [pointers(row, "float *[]") for row in outputs] + [ffi.NULL] * (3 - len(outputs))
-    counts = ffi.new("int64_t[]", [g.size for g in grad])
+    rows = [*sources, *[ffi.NULL] * (3 - len(sources))]
+    outs = [*slab.pointers, *[ffi.NULL] * (3 - len(sources))]
+    grads = ffi.new("float *[]", [native.fbuf(g) for g in grad])
     native.check_code(lib.mg_apply_update_list(
-        kind, count, counts, rows[0], rows[1], rows[2], pointers(grad), outs[0], outs[1],
+        kind, len(grad), slab.counts, rows[0], rows[1], rows[2], grads, outs[0], outs[1],
         outs[2], scalars(lr), scalars(c1), scalars(c2), scalars(epsilon), int(nesterov),
         native.num_threads()), "fused variable updates")
 

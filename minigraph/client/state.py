@@ -1,13 +1,16 @@
 """The state one ClientSession keeps between Run calls: variable values and random streams.
 
 Values are replaced, never mutated in place, so an array a Run returned keeps its value
-after later updates. A lock makes each read-modify-write of a variable atomic.
+after later updates. A lock makes each read-modify-write of a variable atomic. A kernel may
+reuse the memory of a value it replaced once no one holds that value or a view of it any
+more (``buffers``: the fused optimizer updates take turns between two such blocks).
 """
 
 from __future__ import annotations
 
 import threading
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +24,9 @@ class SessionState:
         self.lock = threading.RLock()
         self.step_lock = threading.Lock()  # held by a Run that writes variables (a step)
         self._generators: dict[str, np.random.Generator] = {}
+        # memory kernels keep from one step to the next to write variables' new values
+        # into, by their own keys (``fused_training_kernels._Slab``); used under ``lock``
+        self.buffers: dict[Any, Any] = {}
 
     def read(self, name: str) -> np.ndarray:
         try:

@@ -1,0 +1,177 @@
+"""The fused optimizer updates write the variables' new values into memory the session state
+keeps (``fused_training_kernels._Slab``, two blocks taking turns): the bits of the unfused
+updates step after step, no value a Run returned (or a view of one) ever changes afterwards,
+the memory is reused when nothing holds the old values, and reshaped or restored variables,
+concurrent readers and uninitialized variables behave as before.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import minigraph as mg
+from minigraph import ops
+from minigraph.backends import native
+from minigraph.errors import FailedPreconditionError
+
+pytestmark = pytest.mark.skipif(native.lib is None, reason="the native extension is not built")
+
+F32 = np.float32
+UNFUSED = mg.OptimizerOptions(remapper=False)
+METHODS = {"sgd": lambda: mg.train.GradientDescent(0.1),
+           "momentum": lambda: mg.train.Momentum(0.05, 0.9),
+           "nesterov": lambda: mg.train.Momentum(0.05, 0.9, use_nesterov=True),
+           "adam": lambda: mg.train.Adam(0.01)}
+
+
+def _model(shapes: list[tuple[int, ...]], method: str, seed: int):
+    """Variables of ``shapes`` and the loss sum_k sum((s * v_k - 1)^2) of a fed scalar s;
+    (root, s, loss, variables, updates)."""
+    rng = np.random.default_rng(seed)
+    root = mg.Scope.NewRootScope()
+    s = ops.Placeholder(root.WithOpName("s"), mg.float32, shape=[])
+    variables, terms = [], []
+    for k, shape in enumerate(shapes):
+        value = rng.standard_normal(shape).astype(F32)
+        v = mg.train.variable(root, f"v{k}", list(shape),
+                              lambda scope, _s, _d, value=value: ops.Const(scope, value))
+        residual = ops.Sub(root, ops.Mul(root, s, v), F32(1))
+        terms.append(ops.Sum(root, ops.Mul(root, residual, residual), list(range(len(shape)))))
+        variables.append(v)
+    loss = ops.AddN(root.WithOpName("loss"), terms)
+    updates = METHODS[method]().minimize(root, loss, variables)
+    return root, s, loss, variables, updates
+
+
+def _sessions(root, **options):
+    fused = mg.ClientSession(root, backend="native", **options)
+    unfused = mg.ClientSession(root, backend="native", optimizer=UNFUSED)
+    for session in (fused, unfused):
+        session.Run({}, [], targets=mg.train.global_variables_initializer(root))
+    return fused, unfused
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+_SHAPES = st.lists(st.tuples(st.integers(0, 7), st.integers(1, 9)).map(
+    lambda t: t if t[0] else (t[1],)), min_size=2, max_size=5)
+
+
+@settings(max_examples=15, deadline=None)
+@given(shapes=_SHAPES, method=st.sampled_from(sorted(METHODS)),
+       holds=st.lists(st.sampled_from(["nothing", "values", "view", "update"]), min_size=4,
+                      max_size=8),
+       seed=st.integers(0, 999))
+def test_fused_updates_give_the_unfused_bits_and_returned_values_never_change(
+        shapes, method, holds, seed):
+    root, x, loss, variables, updates = _model(shapes, method, seed)
+    assert any(op.type.startswith("_FusedApply")
+               for op in mg.optimize(root, [loss], targets=updates).operations())
+    fused, unfused = _sessions(root)
+    rng = np.random.default_rng(seed)
+    kept = []
+    for hold in holds:
+        feed = {x: F32(rng.uniform(0.5, 1.5))}
+        fetches = [loss] + {"values": variables, "view": variables,
+                            "update": [updates[0].outputs[0]]}.get(hold, [])
+        got = fused.Run(feed, fetches, targets=updates)
+        want = unfused.Run(feed, fetches, targets=updates)
+        for value, reference in zip(got, want):
+            np.testing.assert_array_equal(value, reference, strict=True)
+        held = got[1:] if hold != "view" else [v[..., :1] for v in got[1:]]
+        kept.extend((value, value.copy()) for value in held)
+    for value, reference in zip(fused.Run(variables), unfused.Run(variables)):
+        np.testing.assert_array_equal(value, reference, strict=True)
+    for value, copy in kept:  # what the Runs returned kept its values through later steps
+        np.testing.assert_array_equal(value, copy, strict=True)
+        assert not value.flags.writeable
+
+
+def test_the_memory_of_values_no_one_holds_is_reused_every_other_step():
+    root, x, loss, variables, updates = _model([(3, 4), (4,), (5, 2)], "momentum", 0)
+    fused, _ = _sessions(root)
+    feed = {x: F32(0.75)}
+    addresses = []
+    for _ in range(6):
+        fused.Run(feed, [], targets=updates)
+        addresses.append(_address(fused.state.read(variables[0].op.name)))
+    assert addresses[2:] == addresses[:2] * 2 and addresses[0] != addresses[1]
+    # a value held: its memory is left alone; the step after writes into a new block
+    held = fused.Run(variables[0])
+    copy = held.copy()
+    for _ in range(3):
+        fused.Run(feed, [], targets=updates)
+        assert not np.shares_memory(fused.state.read(variables[0].op.name), held)
+    np.testing.assert_array_equal(held, copy, strict=True)
+
+
+def test_assigned_and_restored_variables_are_read_as_they_are():
+    """An Assign between steps, and a value written straight into the state (a checkpoint
+    restore), replace a kept block's view: the next step reads them, with the unfused bits."""
+    root, x, loss, variables, updates = _model([(2, 3), (3,)], "adam", 1)
+    reset = ops.Assign(root, variables[0], np.full((2, 3), 0.5, F32))
+    fused, unfused = _sessions(root)
+    for session in (fused, unfused):
+        for _ in range(3):
+            session.Run({x: F32(1.25)}, [], targets=updates)
+        session.Run({}, [], targets=[reset.op])
+        for _ in range(3):
+            session.Run({x: F32(1.25)}, [], targets=updates)
+        session.state.write(variables[1].op.name, np.full(3, 2.0, F32))
+        for _ in range(3):
+            session.Run({x: F32(0.5)}, [], targets=updates)
+    for value, reference in zip(fused.Run(variables), unfused.Run(variables)):
+        np.testing.assert_array_equal(value, reference, strict=True)
+
+
+def test_a_slot_of_another_shape_is_the_unfused_error_naming_it():
+    root, x, loss, variables, updates = _model([(2, 3), (3,)], "momentum", 2)
+    errors = []
+    for session in _sessions(root):
+        for _ in range(3):
+            session.Run({x: F32(1)}, [], targets=updates)
+        session.state.write("Momentum/v1/Momentum", np.ones(4, F32))
+        with pytest.raises(mg.errors.InvalidArgumentError,
+                           match=r"'accum' must have the shape of 'var' \(3,\), got \(4,\)"
+                           ) as caught:
+            session.Run({x: F32(1)}, [], targets=updates)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1]
+
+
+def test_an_uninitialized_variable_is_named():
+    root, x, loss, variables, updates = _model([(2, 2)], "sgd", 3)
+    session = mg.ClientSession(root, backend="native")
+    with pytest.raises(FailedPreconditionError, match="v0"):
+        session.Run({x: F32(1)}, [], targets=updates)
+
+
+def test_values_read_by_another_thread_during_training_never_change():
+    root, x, loss, variables, updates = _model([(16, 64), (64,)], "momentum", 4)
+    fused, _ = _sessions(root)
+    feed = {x: F32(0.75)}
+    seen, stop = [], threading.Event()
+
+    def read():
+        while not stop.is_set():
+            value = fused.Run(variables[0])
+            seen.append((value, value.copy()))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for _ in range(40):
+            fused.Run(feed, [], targets=updates)
+    finally:
+        stop.set()
+        reader.join()
+    assert seen
+    for value, copy in seen:
+        np.testing.assert_array_equal(value, copy, strict=True)
