@@ -68,10 +68,15 @@ def test_control_edges_through_removed_nodes_keep_their_order():
     join = ops.NoOp(root.WithOpName("join").WithControlDependencies([set_v, set_w]))
     read = ops.Identity(root.WithOpName("read").WithControlDependencies([join]), v)
     total = ops.AddV2(root.WithOpName("total"), read, w)
-    rewritten = mg.optimize(root, [total])
+    rewritten = mg.optimize(root, [total], options=mg.OptimizerOptions(remapper=False))
     assert "join" not in _types(rewritten)
     assert {c.name for c in rewritten.get_operation("read").control_inputs} == {"set_v",
                                                                                  "set_w"}
+    # the remapper then joins the Assigns into one op (named as the last), which the
+    # Identity runs after
+    fused = mg.optimize(root, [total])
+    assert fused.get_operation("set_w").type == "_FusedAssign"
+    assert [c.name for c in fused.get_operation("read").control_inputs] == ["set_w"]
     session = mg.ClientSession(root)
     session.Run({}, [], targets=[set_v, set_w])
     np.testing.assert_array_equal(session.Run(total), [4, 6])

@@ -170,6 +170,18 @@ FUSED_UPDATE_SINGLE = {f"_Fused{name}": getattr(training_ops, name).op_def
                        for name in _UPDATES}
 
 
+@register_kernel("_FusedAssign")
+def fused_assign(op: Operation, inputs: list, ctx: KernelContext) -> list[np.ndarray]:
+    """Each ``Assign``'s kernel in order (its value, in the variable's dtype, copied into
+    the state), under one hold of the state's lock."""
+    count = op.attrs["N"]
+    dtype = op.attrs["T"].np_dtype
+    state = ctx.state
+    with state.lock:
+        return [state.write(ref.op.name, value.astype(dtype, copy=False))
+                for ref, value in zip(op.inputs[:count], inputs[count:])]
+
+
 class _OneVariable:
     """Variable ``k`` of a fused update as the single op's kernel sees an op: its type,
     inputs, attrs and op definition."""

@@ -18,6 +18,8 @@ that runs it, in one kernel call (one trip through memory instead of one per op)
   own): every ``ApplyGradientDescent`` / ``ApplyMomentum`` / ``ApplyAdam`` of a step in one
   op, each input of the single op a list of ``N`` tensors (variable ``k`` is updated by the
   single op's formula with the ``k``-th entries), the outputs the ``N`` updated variables.
+* ``_FusedAssign`` (minigraph's own): ``N`` ``Assign`` nodes of a step in one op, the same
+  layout (``ref`` and ``value`` lists; a batch norm's moving averages).
 
 TensorFlow forms its ``_FusedBatchNormEx`` and ``_FusedBatchNormGradEx`` on GPU and oneDNN
 only; on CPU these run the native kernels of ``backends/fused_training_kernels.py``.
@@ -41,7 +43,7 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.tensor_shape import TensorShape, dims_text
-from minigraph.ops import training_ops
+from minigraph.ops import state_ops, training_ops
 from minigraph.ops.batch_norm import (
     FORMATS_2D,
     HALF_TYPES,
@@ -195,9 +197,9 @@ def _update_list_shape(single: OpDef):
     return shape_fn
 
 
-def _update_list_op(name: str) -> OpDef:
-    """``_Fused<name>``: ``name`` over lists of N variables (every input a list)."""
-    single = getattr(training_ops, name).op_def
+def _update_list_op(single: OpDef) -> OpDef:
+    """``_Fused<single>``: ``single`` over lists of N variables (every input a list)."""
+    name = single.name
     return register_op(OpDef(
         name=f"_Fused{name}",
         inputs=[ArgDef(arg.name, type_attr="T", is_ref=arg.is_ref, number_attr="N",
@@ -211,8 +213,9 @@ def _update_list_op(name: str) -> OpDef:
     ))
 
 
-FUSED_UPDATES = {name: _update_list_op(name)
-                 for name in ("ApplyGradientDescent", "ApplyMomentum", "ApplyAdam")}
+FUSED_UPDATES = {op_def.name: _update_list_op(op_def) for op_def in (
+    training_ops.ApplyGradientDescent.op_def, training_ops.ApplyMomentum.op_def,
+    training_ops.ApplyAdam.op_def, state_ops.Assign.op_def)}
 
 
 # ----------------------------------------------------------------------------- Relu and max pool

@@ -21,6 +21,7 @@ convolution epilogue fusion (``client/fusion.py``), which folds them into the co
 from __future__ import annotations
 
 from minigraph.framework import dtypes
+from minigraph.framework.op_def import get_op_def
 from minigraph.optimizer.item import GraphItem, Node, parse_input, tensor_name
 from minigraph.optimizer.remapper import register_fusion
 
@@ -196,26 +197,49 @@ def _ancestors(item: GraphItem, names: list[str]) -> set[str]:
     return seen
 
 
-UPDATE_OPS = ("ApplyGradientDescent", "ApplyMomentum", "ApplyAdam")
+UPDATE_OPS = ("ApplyGradientDescent", "ApplyMomentum", "ApplyAdam", "Assign")
+
+
+def _variable(node: Node) -> str:
+    """The name of the variable an update or Assign writes (its input 0, a ref)."""
+    return parse_input(node.data_inputs[0])[0]
+
+
+def _reads_before(item: GraphItem, edges: Edges, node: Node) -> bool:
+    """Whether every other stateful node taking the variable ``node`` assigns (an update,
+    which reads its state when it runs) is one of its ancestors, so runs before the write
+    in any plan: the fused op may run later than the Assign did, after an unordered update
+    that ran before it. (A stateless reader reads the ``Variable`` step's value, which
+    every plan computes before any write of it.)"""
+    readers = {r.name for r in edges.readers.get(tensor_name(_variable(node), 0), ())
+               if r is not node and get_op_def(r.op).is_stateful}
+    return not readers or readers <= _ancestors(item, [node.name])
 
 
 @register_fusion("variable_updates", order=30)
 def fuse_variable_updates(item: GraphItem) -> GraphItem:
-    """The float32 ``ApplyGradientDescent`` / ``ApplyMomentum`` / ``ApplyAdam`` nodes of one
-    kind, attrs and device whose results nothing reads (a training step's updates, run for
-    their effect) -> one ``_FusedApply*`` over the list, named as the last of them; nodes
+    """The float32 ``ApplyGradientDescent`` / ``ApplyMomentum`` / ``ApplyAdam`` / ``Assign``
+    nodes of one kind, attrs and device whose results nothing reads (a training step's
+    updates and a batch norm's moving averages, run for their effect) -> one
+    ``_FusedApply*`` / ``_FusedAssign`` over the list, named as the last of them; nodes
     that ran after one of them run after the fused op. An update that is a run's target
     (``mg.train``'s ``minimize`` returns them) leaves a ``NoOp`` of its name that runs after
-    the fused op. None is formed where one update depends on another (a control edge
-    between them), nor for fewer than two updates."""
+    the fused op. None is formed where one member depends on another (a control edge
+    between them), nor for fewer than two; a variable written by two candidates is left to
+    them (their order decides its value), and an ``Assign`` joins only where every update
+    of its variable runs before it (:func:`_reads_before`)."""
     edges = Edges(item)
     groups: dict[tuple, list[Node]] = {}
     for node in item:
         if (node.op in UPDATE_OPS and _float32(node) and not item.is_fed(node.name)
-                and not edges.uses.get(tensor_name(node.name, 0))):
+                and not edges.uses.get(tensor_name(node.name, 0))
+                and (node.op != "Assign" or _reads_before(item, edges, node))):
             key = (node.op, node.device, tuple(sorted(
                 (k, v) for k, v in node.attrs.items() if k != "T")))
             groups.setdefault(key, []).append(node)
+    for key, members in groups.items():
+        written = [_variable(node) for node in members]
+        groups[key] = [node for node, name in zip(members, written) if written.count(name) == 1]
     for (op_type, device, _), members in groups.items():
         names = [node.name for node in members]
         if len(members) < 2 or _ancestors(item, names) & set(names):
