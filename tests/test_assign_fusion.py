@@ -92,7 +92,7 @@ def test_fused_assigns_give_the_unfused_results_and_variables(case):
     fused = _fused(root, fetches, targets)
     # v0 has a reader the Assign does not follow (the fetched sum): it stays apart
     if kinds[1:].count("free") >= 2 and "other" not in kinds and "ordered" not in kinds:
-        assert fused == ["_FusedAssign"]
+        assert fused.count("_FusedAssign") == 1
     _run_both(root, inits, {x: F32(rng.uniform(0.5, 2))}, fetches, targets)
 
 
