@@ -175,3 +175,43 @@ def test_values_read_by_another_thread_during_training_never_change():
     assert seen
     for value, copy in seen:
         np.testing.assert_array_equal(value, copy, strict=True)
+
+
+@settings(max_examples=8, deadline=None)
+@given(rates=st.lists(st.sampled_from([1e-3, 3e-3, 1e-2]), min_size=2, max_size=4),
+       shared_powers=st.booleans(), seed=st.integers(0, 99))
+def test_adam_rates_per_variable_or_shared_give_the_unfused_bits(rates, shared_powers, seed):
+    """lr_t is computed once per distinct (lr, beta1_power, beta2_power) of the fused list:
+    variables with their own learning rates or powers keep theirs."""
+    rng = np.random.default_rng(seed)
+    root = mg.Scope.NewRootScope()
+    s = ops.Placeholder(root.WithOpName("s"), mg.float32, shape=[])
+    inits, updates = [], []
+
+    def variable(name, value):
+        v = ops.Variable(root.WithOpName(name), list(value.shape), mg.float32)
+        inits.append(ops.Assign(root, v, value).op)
+        return v
+
+    powers = [(F32(0.9), F32(0.999))] * len(rates) if shared_powers else [
+        (F32(0.9 ** (k + 1)), F32(0.999 ** (k + 1))) for k in range(len(rates))]
+    for k, (rate, (b1, b2)) in enumerate(zip(rates, powers)):
+        shape = (k + 1, 3)
+        v = variable(f"v{k}", rng.standard_normal(shape).astype(F32))
+        m = variable(f"m{k}", np.zeros(shape, F32))
+        w = variable(f"w{k}", np.zeros(shape, F32))
+        grad = ops.Mul(root, ops.Mul(root, v, s), F32(2))
+        updates.append(ops.ApplyAdam(root, v, m, w, b1, b2, F32(rate), F32(0.9), F32(0.999),
+                                     F32(1e-7), grad).op)
+    assert "_FusedApplyAdam" in [op.type for op in mg.optimize(root, [], targets=updates)
+                                 .operations()]
+    fused, unfused = (mg.ClientSession(root, backend="native", optimizer=options)
+                      for options in (mg.OptimizerOptions(), UNFUSED))
+    for session in (fused, unfused):
+        session.Run({}, [], targets=inits)
+        for step in range(3):
+            session.Run({s: F32(1 + step)}, [], targets=updates)
+    names = sorted(fused.state.variables)
+    for name in names:
+        np.testing.assert_array_equal(fused.state.read(name), unfused.state.read(name),
+                                      strict=True)

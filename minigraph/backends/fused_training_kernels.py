@@ -321,6 +321,21 @@ def _sources(state: Any, op: Operation, layout: _Layout, shapes: tuple, kept: tu
     return sources
 
 
+def _adam_rates(lrs: list, beta1_powers: list, beta2_powers: list) -> list:
+    """Each variable's lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power), the single
+    kernel's expression, computed once per distinct triple of input arrays (an optimizer's
+    variables share one learning rate and one pair of powers)."""
+    rates: dict = {}
+    with np.errstate(all="ignore"):
+        for triple in zip(lrs, beta1_powers, beta2_powers):
+            key = tuple(map(id, triple))  # the arrays live through this call: ids are theirs
+            if key not in rates:
+                lr, b1, b2 = triple
+                rates[key] = lr * np.sqrt(1 - b2) / (1 - b1)
+    return [rates[tuple(map(id, triple))]
+            for triple in zip(lrs, beta1_powers, beta2_powers)]
+
+
 def _check_shapes(op: Operation, state: Any, layout: _Layout, shapes: tuple) -> None:
     """The shape error of the first variable whose value, state or gradient differs from
     its value's shape."""
@@ -352,9 +367,7 @@ def fused_apply_native(op: Operation, inputs: list, ctx: KernelContext) -> list[
         lr, grad, c1 = arg("lr"), arg("grad"), arg("momentum")
         c2 = epsilon = None
     else:
-        with np.errstate(all="ignore"):
-            lr = [lr_k * np.sqrt(1 - b2) / (1 - b1) for lr_k, b1, b2 in
-                  zip(arg("lr"), arg("beta1_power"), arg("beta2_power"))]
+        lr = _adam_rates(arg("lr"), arg("beta1_power"), arg("beta2_power"))
         grad, c1, c2, epsilon = arg("grad"), arg("beta1"), arg("beta2"), arg("epsilon")
     grad = [g if native.plain_f32(g) else native.as_f32(g) for g in grad]
     shapes = tuple([g.shape for g in grad])
