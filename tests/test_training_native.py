@@ -27,7 +27,8 @@ pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="the native kernels
 F32 = np.float32
 # Kernels that move or hold tensors but do no float arithmetic: every backend shares them
 # (a NoOp: the remapper leaves one named as each update it fuses that was a run target).
-NO_ARITHMETIC = {"Const", "Variable", "VariableV2", "Assign", "Identity", "Reshape", "NoOp"}
+NO_ARITHMETIC = {"Const", "Variable", "VariableV2", "Assign", "_FusedAssign", "Identity", "Reshape",
+                 "NoOp"}
 # A variable after the step: |native - reference| <= RTOL * max|reference| + ATOL. The two
 # backends' convolutions and gradients round differently (GEMM blocking against numpy's
 # einsum), each within K * 2^-24 * sum|a*b| per element; batch norm's backward subtracts

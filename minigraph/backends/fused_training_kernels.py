@@ -300,27 +300,6 @@ def _slab_for(state: Any, key: tuple, shapes: tuple, rows: int) -> _Slab:
     return slab
 
 
-@lru_cache(maxsize=1024)
-def _assigned(op: Operation) -> tuple:
-    """The slab key of a ``_FusedAssign``: its type and the names of the variables it writes."""
-    return op.type, tuple(ref.op.name for ref in op.inputs[:op.attrs["N"]])
-
-
-@register_kernel("_FusedAssign", **NATIVE)
-def fused_assign_native(op: Operation, inputs: list, ctx: KernelContext) -> list[np.ndarray]:
-    """The values copied, in one call, into a :class:`_Slab` the session state keeps (two
-    take turns, as for the updates) and stored as the variables' values: the Assigns' values
-    bit for bit, without an array and a copy call per variable."""
-    key = _assigned(op)
-    values = inputs[op.attrs["N"]:]
-    state = ctx.state
-    with state.lock:
-        slab = _slab_for(state, key, tuple([v.shape for v in values]), 1)
-        np.concatenate([v.reshape(-1) for v in values], out=slab.blocks[0])
-        state.variables.update(zip(key[1], slab.views[0]))
-        return list(slab.views[0])
-
-
 def _sources(state: Any, op: Operation, layout: _Layout, shapes: tuple, kept: tuple) -> list:
     """The C pointer arrays of the variables' current values, one per state row: a kept
     slab's where the values are its views (the usual step: nothing to check again), else
