@@ -215,3 +215,48 @@ def test_adam_rates_per_variable_or_shared_give_the_unfused_bits(rates, shared_p
     for name in names:
         np.testing.assert_array_equal(fused.state.read(name), unfused.state.read(name),
                                       strict=True)
+
+
+@settings(max_examples=10, deadline=None)
+@given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=4),
+       kind=st.sampled_from(["MG_UPDATE_MOMENTUM", "MG_UPDATE_ADAM"]), nesterov=st.booleans(),
+       seed=st.integers(0, 99))
+def test_update_list_into_its_own_inputs_gives_the_bits_of_new_buffers(sizes, kind, nesterov,
+                                                                       seed):
+    """optimizers.h lets each output be the very input it replaces (the vectorized loops
+    rely on nothing else): the same bits as into new buffers, on every ISA."""
+    ffi, lib = native.ffi, native.lib
+    rng = np.random.default_rng(seed)
+    rows = 2 if kind == "MG_UPDATE_MOMENTUM" else 3
+    state = [[rng.standard_normal(n).astype(F32) for n in sizes] for _ in range(rows)]
+    state[-1] = [np.abs(a) for a in state[-1]]  # Adam's v (and momentum's accum) >= 0
+    grad = [rng.standard_normal(n).astype(F32) for n in sizes]
+    count = len(sizes)
+
+    def pointers(arrays):
+        return ffi.new("float *[]", [native.fbuf(a) for a in arrays])
+
+    def scalars(value):
+        return ffi.new("float[]", [value] * count)
+
+    def run(outputs):
+        ins = [pointers(row) for row in state] + [ffi.NULL] * (3 - rows)
+        outs = [pointers(row) for row in outputs] + [ffi.NULL] * (3 - rows)
+        native.check_code(lib.mg_apply_update_list(
+            getattr(lib, kind), count, ffi.new("int64_t[]", sizes), ins[0], ins[1], ins[2],
+            pointers(grad), outs[0], outs[1], outs[2], scalars(0.01), scalars(0.9),
+            scalars(0.999), scalars(1e-7), int(nesterov), native.num_threads()), "test")
+
+    original = [[a.copy() for a in row] for row in state]
+    try:
+        for isa in native.ISAS[:native.ISAS.index(native.best_isa()) + 1]:
+            native.set_isa(isa)
+            state = [[a.copy() for a in row] for row in original]
+            fresh = [[np.empty_like(a) for a in row] for row in state]
+            run(fresh)
+            run(state)  # in place
+            for got_row, want_row in zip(state, fresh):
+                for got, want in zip(got_row, want_row):
+                    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    finally:
+        native.set_isa(native.best_isa())
