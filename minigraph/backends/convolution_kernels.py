@@ -188,30 +188,31 @@ def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple
     per_group = dy.reshape(pixels, groups, cog).transpose(1, 0, 2)
     weights = f.reshape(taps, ci, groups, cog).transpose(2, 3, 0, 1).reshape(groups, cog, -1)
     cols = np.matmul(per_group, weights).reshape(groups, n, *out, taps, ci)
-    for tap, offsets in enumerate(np.ndindex(*k_sizes)):
-        reach = _tap_reach(offsets, window, sizes)
-        if reach is not None:
-            pixels_slices, inputs_slices = reach
-            part = cols[(slice(None), slice(None), *pixels_slices, tap)]  # [groups, n, out..., ci]
-            view = dx[(slice(None), *inputs_slices)]
-            view += np.moveaxis(part, 0, -2).reshape(view.shape)
+    for tap, _, pixels, inputs in _taps_reaching(k_sizes, window, sizes):
+        part = cols[(slice(None), slice(None), *pixels, tap)]  # [groups, n, out..., ci]
+        view = dx[(slice(None), *inputs)]
+        view += np.moveaxis(part, 0, -2).reshape(view.shape)
     return dx
 
 
-def _tap_reach(offsets: tuple, window: Window, sizes) -> tuple[list, list] | None:
-    """Where the tap at ``offsets`` reaches real pixels: (the output pixels' slices, the
-    input positions' strided slices they read), or None when it reads only padding.
-    Output pixel p reads input ``p * stride + i * dilation - pad_before`` along each dim."""
-    pixels, inputs = [], []
-    for i, d, s, (before, _), count, size in zip(offsets, window.dilations, window.strides,
-                                                 window.pads, window.out, sizes):
-        p0, p1 = placed_rows(i * d - before, s, count, size)
-        if p1 <= p0:
-            return None
-        pixels.append(slice(p0, p1))
-        first = p0 * s + i * d - before
-        inputs.append(slice(first, first + (p1 - p0 - 1) * s + 1, s))
-    return pixels, inputs
+def _taps_reaching(k_sizes, window: Window, sizes):
+    """Per filter tap (row-major) that reaches real input pixels: (its index, its offsets,
+    the output pixels' slices, the strided slices of the input positions they read there).
+    Output pixel p reads input ``p * stride + i * dilation - pad_before`` along each dim;
+    taps reading only padding are left out."""
+    for tap, offsets in enumerate(np.ndindex(*k_sizes)):
+        pixels, inputs = [], []
+        for i, d, s, (before, _), count, size in zip(offsets, window.dilations,
+                                                     window.strides, window.pads,
+                                                     window.out, sizes):
+            p0, p1 = placed_rows(i * d - before, s, count, size)
+            if p1 <= p0:
+                break
+            pixels.append(slice(p0, p1))
+            first = p0 * s + i * d - before
+            inputs.append(slice(first, first + (p1 - p0 - 1) * s + 1, s))
+        else:
+            yield tap, offsets, pixels, inputs
 
 
 def conv_by_taps(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
@@ -221,22 +222,14 @@ def conv_by_taps(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     only where its tap reads the input (TensorFlow's values; im2col's zero padding would
     make 0 * inf = NaN at the borders). Any number of spatial dims."""
     n, *sizes, c = x.shape
-    *k_sizes, ci, co = f.shape
-    groups = groups_of(c, f)
-    cog = co // groups
+    *k_sizes, _, co = f.shape
     y = _zeros((n, *window.out, co), np.result_type(x, f))
-    for offsets in np.ndindex(*k_sizes):
-        reach = _tap_reach(offsets, window, sizes)
-        if reach is None:
-            continue
-        pixels_slices, inputs_slices = reach
-        part = x[(slice(None), *inputs_slices)]  # [n, reached out..., c]
-        rows = part.size // c
-        weights = f[offsets].reshape(ci, groups, cog).transpose(1, 0, 2)  # [g, ci, cog]
+    for _, offsets, pixels, inputs in _taps_reaching(k_sizes, window, sizes):
+        part = x[(slice(None), *inputs)]  # [n, reached out..., c]
+        view = y[(slice(None), *pixels)]
         with np.errstate(invalid="ignore", over="ignore"):
-            product = np.matmul(part.reshape(rows, groups, ci).transpose(1, 0, 2), weights)
-            view = y[(slice(None), *pixels_slices)]
-            view += product.transpose(1, 0, 2).reshape(view.shape)
+            view += _grouped_matmul(part.reshape(-1, c), f[offsets], groups_of(c, f)
+                                    ).reshape(view.shape)
     return y
 
 
@@ -247,22 +240,63 @@ def all_finite(f: np.ndarray) -> bool:
 
 
 def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tuple,
-                                window: Window) -> np.ndarray:
+                                window: Window, by_taps: bool = False) -> np.ndarray:
     """d filter = patches^T @ out_backprop, one matmul (one per group, batched), any number
-    of spatial dims."""
+    of spatial dims; ``by_taps``: one such matmul per filter tap over the pixels where that
+    tap reads the input, so out_backprop never meets the padding's zeros (TensorFlow's
+    values where out_backprop is non-finite there: :func:`filter_grad_by_taps`)."""
     *k_sizes, ci, co = filter_shape
     if x.shape[0] * int(np.prod(window.out)) == 0:
         return np.zeros(filter_shape, x.dtype)
-    cols = _patches(_pad_nhwc(x, window.pads), tuple(k_sizes), window)
     groups = groups_of(x.shape[-1], filter_shape)
-    dy = dy.reshape(-1, co)
+    if by_taps:
+        df = _zeros(filter_shape, np.result_type(x, dy))
+        for _, offsets, pixels, inputs in _taps_reaching(k_sizes, window, x.shape[1:-1]):
+            part = x[(slice(None), *inputs)]
+            with np.errstate(invalid="ignore", over="ignore"):
+                df[offsets] = _grouped_gram(part.reshape(-1, x.shape[-1]),
+                                            dy[(slice(None), *pixels)].reshape(-1, co),
+                                            ci, groups)
+        return df
+    cols = _patches(_pad_nhwc(x, window.pads), tuple(k_sizes), window)
+    return _grouped_gram(cols, dy.reshape(-1, co), ci, groups).reshape(filter_shape)
+
+
+def _grouped_gram(cols: np.ndarray, dy: np.ndarray, ci: int, groups: int) -> np.ndarray:
+    """``cols [rows, k * groups * ci]^T @ dy [rows, groups * cog]`` group by group (group
+    g's columns of each of the k taps times group g's columns of dy) as ``[k * ci, groups *
+    cog]``: one matmul, a batched one per group when ``groups`` > 1."""
+    rows, co = dy.shape
     if groups == 1:
-        return np.matmul(cols.T, dy).reshape(filter_shape)
-    rows, cog = cols.shape[0], co // groups
+        return np.matmul(cols.T, dy)
+    cog = co // groups
     per_group = cols.reshape(rows, -1, groups, ci).transpose(2, 1, 3, 0)  # [g, k, ci, rows]
     dyg = dy.reshape(rows, groups, cog).transpose(1, 0, 2)  # [g, rows, cog]
     df = np.matmul(per_group.reshape(groups, -1, rows), dyg)  # [g, k * ci, cog]
-    return df.reshape(groups, -1, ci, cog).transpose(1, 2, 0, 3).reshape(filter_shape)
+    return df.reshape(groups, -1, ci, cog).transpose(1, 2, 0, 3).reshape(-1, co)
+
+
+def filter_grad_by_taps(op, x_shape: tuple, dy: np.ndarray, window: Window) -> bool:
+    """Whether a filter gradient must keep out_backprop ``dy`` (in the op's data_format) off
+    the padding, as TensorFlow's CPU kernels do: it has an infinity or a NaN at an output
+    pixel whose window reads padding, and the padding is not EXPLICIT (which TensorFlow
+    runs on a zero-padded input: 0 * inf = NaN there, as im2col gives). Only those border
+    pixels are read: the check costs a few rows and columns of dy, not all of it. ``x_shape``:
+    the input's shape (data_format order)."""
+    if op.attrs["padding"] == "EXPLICIT" or not any(sum(window.pads, ())):
+        return False
+    fmt = op.attrs["data_format"]
+    first, sizes = (1 if fmt.endswith("C") else 2), to_nhwc(x_shape, fmt)[1:-1]
+    for axis, (k, d, s, (before, _), count, size) in enumerate(
+            zip(window.ksize, window.dilations, window.strides, window.pads, window.out,
+                sizes), first):
+        inside = placed_rows(-before, s, count, size)[0]  # tap 0 in the input from here
+        beyond = placed_rows((k - 1) * d - before, s, count, size)[1]  # the last tap to here
+        for border in (slice(0, inside), slice(beyond, count)):
+            edge = dy[(slice(None),) * axis + (border,)]
+            if edge.size and not np.isfinite(edge).all():
+                return True
+    return False
 
 
 # ----------------------------------------------------------------------------- conv kernels
@@ -325,9 +359,10 @@ def conv2d_backprop_filter(op, inputs, ctx):
     f_shape = tuple(sizes.tolist())
     window = conv_geometry(op.attrs, fail_for(op), x.shape, f_shape)
     ct = compute_dtype(x.dtype)
+    by_taps = filter_grad_by_taps(op, x.shape, dy, window)
     df = conv2d_backprop_filter_nhwc(_nhwc(x, fmt).astype(ct, copy=False),
                                      np.ascontiguousarray(_nhwc(dy, fmt), dtype=ct),
-                                     f_shape, window)
+                                     f_shape, window, by_taps)
     return [df.astype(x.dtype, copy=False)]
 
 
@@ -508,7 +543,7 @@ def conv2d_backprop_input_native(op, inputs, ctx, out=None):
     window = conv_geometry(op.attrs, fail_for(op), x_shape, f.shape)
     # a non-finite filter takes the column kernel: the C kernels' zero terms (padding, a
     # tile's other pixels) would turn its infinities into NaNs where TensorFlow has none
-    if not _c_takes(window, x_shape, f.shape) or not np.isfinite(f).all():
+    if not _c_takes(window, x_shape, f.shape) or not all_finite(f):
         return conv2d_backprop_input(op, inputs, ctx)
     channels_last = fmt == "NHWC"
     nhwc_shape = to_nhwc(x_shape, fmt)
@@ -529,7 +564,8 @@ def conv2d_backprop_filter_native(op, inputs, ctx, out=None):
     if x.size == 0 or dy.size == 0:
         return conv2d_backprop_filter(op, inputs, ctx)
     window = conv_geometry(op.attrs, fail_for(op), x.shape, f_shape)
-    if not _c_takes(window, x.shape, f_shape):
+    if not _c_takes(window, x.shape, f_shape) or filter_grad_by_taps(
+            op, x.shape, dy, window):
         return conv2d_backprop_filter(op, inputs, ctx)
     channels_last = op.attrs["data_format"] == "NHWC"
     channels = x.shape[_channel_axis(channels_last)]

@@ -51,7 +51,9 @@ from minigraph.backends.conv3d_kernels import (
 from minigraph.backends.convolution_kernels import (
     NATIVE_CONV,
     _c_takes,
+    all_finite,
     backprop_input_geometry,
+    filter_grad_by_taps,
 )
 from minigraph.backends.native import (
     as_f32,
@@ -80,7 +82,8 @@ register_kernel("AvgPool3DGrad")(pooling_kernels.avg_pool_grad)
 def conv3d_native(op, inputs, ctx):
     x, f = inputs
     window = conv_geometry(op.attrs, fail_for(op), x.shape, f.shape)
-    if x.size == 0 or f.size == 0 or not _c_takes(window, x.shape, f.shape):
+    if (x.size == 0 or f.size == 0 or not _c_takes(window, x.shape, f.shape)
+            or not all_finite(f)):  # padding never multiplies a weight (conv_by_taps)
         return convolution_kernels.conv2d(op, inputs, ctx)
     return [c_conv3d(x, f, window, op.attrs["data_format"] == "NDHWC")]
 
@@ -91,7 +94,7 @@ def conv3d_backprop_input_native(op, inputs, ctx):
     fmt = op.attrs["data_format"]
     x_shape, window = backprop_input_geometry(op, sizes, f, dy)
     if (dy.size == 0 or 0 in x_shape or not _c_takes(window, x_shape, f.shape)
-            or not np.isfinite(f).all()):
+            or not all_finite(f)):
         return convolution_kernels.conv2d_backprop_input(op, inputs, ctx)
     return [c_conv3d_backprop_input(dy, f, to_nhwc(x_shape, fmt), window, fmt == "NDHWC")]
 
@@ -101,7 +104,8 @@ def conv3d_backprop_filter_native(op, inputs, ctx):
     x, sizes, dy = inputs
     f_shape = tuple(sizes.tolist())
     window = conv_geometry(op.attrs, fail_for(op), x.shape, f_shape)
-    if x.size == 0 or dy.size == 0 or not _c_takes(window, x.shape, f_shape):
+    if (x.size == 0 or dy.size == 0 or not _c_takes(window, x.shape, f_shape)
+            or filter_grad_by_taps(op, x.shape, dy, window)):
         return convolution_kernels.conv2d_backprop_filter(op, inputs, ctx)
     return [c_conv3d_backprop_filter(x, dy, f_shape, window,
                                      op.attrs["data_format"] == "NDHWC")]

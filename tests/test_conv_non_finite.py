@@ -1,0 +1,192 @@
+"""The convolution family with infinities and NaNs in its operands, against TensorFlow 2.21's
+CPU kernels (``@pytest.mark.oracle``): NaN, +inf and -inf at exactly TensorFlow's positions,
+the finite rest within rtol = atol = 1e-4.
+
+TensorFlow's CPU kernels multiply an operand only where the window reads real input, never
+by the padding's zeros: a non-finite filter weight gives +-inf only where its tap reaches the
+input (im2col over a zero-padded input would give 0 * inf = NaN at the borders), and a
+non-finite out_backprop pixel gives a finite filter gradient for the taps that read padding
+there. The one exception is Conv2DBackpropFilter with EXPLICIT padding, which TensorFlow runs
+on an explicitly zero-padded input: there the padding's zeros do multiply out_backprop.
+
+Every op of the family over hypothesis-drawn batch, sizes, channels, groups (Conv2D), kernel
+sizes, strides, dilations, SAME/VALID/EXPLICIT padding, data formats and positions of inf,
+-inf and NaN in one operand; each operand both a graph constant (run twice: the second run
+reads the cached finiteness) and a fed value; on every backend. TensorFlow's CPU kernels take
+NHWC (NDHWC) only: the NCHW (NCDHW) cases run minigraph on transposed tensors. Excluded are
+the combinations TensorFlow refuses (dilations with EXPLICIT padding in the Conv2D backprops,
+EXPLICIT padding in Conv3D) and dilations in the depthwise backprops, whose TensorFlow CPU
+kernels ignore the dilations (or refuse them) where the op's gradient needs them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from conftest import BACKENDS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_nn_ops import ref_dim
+
+import minigraph as mg
+from minigraph import ops
+
+F32 = np.float32
+SPECIALS = (np.inf, -np.inf, np.nan)
+
+
+@pytest.fixture(scope="module")
+def tf():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return pytest.importorskip("tensorflow")
+
+
+def same_specials_and_close(actual: np.ndarray, expected: np.ndarray, what: str = "") -> None:
+    """NaN, +inf and -inf exactly where ``expected`` has them; the finite rest close."""
+    assert actual.shape == expected.shape, what
+    for special in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(special(actual), special(expected),
+                                      err_msg=f"{what} {special.__name__}")
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(actual[finite], expected[finite], rtol=1e-4, atol=1e-4,
+                               err_msg=what)
+
+
+# ----------------------------------------------------------------------------- the family
+
+# op -> (forward op, spatial dims, which input is which: "x", "f", "dy" or "sizes")
+FAMILY = {
+    "Conv2D": ("Conv2D", 2, ("x", "f")),
+    "Conv2DBackpropInput": ("Conv2D", 2, ("x_sizes", "f", "dy")),
+    "Conv2DBackpropFilter": ("Conv2D", 2, ("x", "f_sizes", "dy")),
+    "DepthwiseConv2dNative": ("DepthwiseConv2dNative", 2, ("x", "f")),
+    "DepthwiseConv2dNativeBackpropInput": ("DepthwiseConv2dNative", 2, ("x_sizes", "f", "dy")),
+    "DepthwiseConv2dNativeBackpropFilter": ("DepthwiseConv2dNative", 2, ("x", "f_sizes", "dy")),
+    "Conv3D": ("Conv3D", 3, ("x", "f")),
+    "Conv3DBackpropInputV2": ("Conv3D", 3, ("x_sizes", "f", "dy")),
+    "Conv3DBackpropFilterV2": ("Conv3D", 3, ("x", "f_sizes", "dy")),
+}
+# TensorFlow's CPU kernels (oneDNN) pick another algorithm for degenerate shapes, and some
+# of those multiply the padding's zeros (NaN where the rule above gives +-inf or a finite
+# value): an input of one channel (per group; Conv2D with a batch above 1, Conv3D, a
+# depthwise multiplier above 1, the filter gradients) and a tensor one pixel wide along a
+# spatial dim or narrower than the (dilated) filter. The family is drawn with 2 or more
+# channels per group, inputs as wide as the dilated filter and inputs and outputs 2 or more
+# pixels along every spatial dim.
+TF_NAMES = {"x": "input", "f": "filter", "dy": "out_backprop", "x_sizes": "input_sizes",
+            "f_sizes": "filter_sizes"}
+
+
+def _channels_first(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.moveaxis(a, -1, 1))
+
+
+def _channels_last(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.moveaxis(a, 1, -1))
+
+
+@st.composite
+def cases(draw, op: str):
+    """(op, tensors by role (channels-last), attrs (channels-last), minigraph's data_format)
+    with one operand holding 1-3 of inf, -inf and NaN, its output not empty."""
+    forward, dims, roles = FAMILY[op]
+    depthwise = forward == "DepthwiseConv2dNative"
+    backprop = "Backprop" in op
+    paddings = ["SAME", "VALID"] + (["EXPLICIT"] if dims == 2 else [])
+    padding = draw(st.sampled_from(paddings))
+    no_dilation = (depthwise and backprop) or (padding == "EXPLICIT" and backprop)
+    k = [draw(st.integers(1, 4)) for _ in range(dims)]
+    strides = [draw(st.integers(1, 3)) for _ in range(dims)]
+    if depthwise:  # TensorFlow's depthwise kernels take equal strides only
+        strides = [strides[0]] * dims
+    dilations = [1 if no_dilation else draw(st.integers(1, 2)) for _ in range(dims)]
+    pads = [(draw(st.integers(0, 3)), draw(st.integers(0, 3))) if padding == "EXPLICIT"
+            else (0, 0) for _ in range(dims)]
+    sizes = [draw(st.integers(1, 8 if dims == 2 else 5)) for _ in range(dims)]
+    geometry = list(zip(k, strides, dilations, pads))
+    for axis, (kk, s, d, p) in enumerate(geometry):
+        while (sizes[axis] < max(2, (kk - 1) * d + 1)
+               or ref_dim(sizes[axis], kk, s, d, padding, p)[0] < 2):
+            sizes[axis] += 1
+    out = [ref_dim(n, kk, s, d, padding, p)[0] for n, (kk, s, d, p) in zip(sizes, geometry)]
+    batch = draw(st.integers(1, 2))
+    groups = draw(st.sampled_from([1, 1, 2])) if op == "Conv2D" else 1
+    c = groups * draw(st.integers(2, 4))
+    co = draw(st.integers(1, 3)) if depthwise else groups * draw(st.integers(2, 4))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    f_shape = (*k, c // groups, co)
+    tensors = {"x": rng.standard_normal((batch, *sizes, c)).astype(F32),
+               "f": rng.standard_normal(f_shape).astype(F32),
+               "dy": rng.standard_normal((batch, *out, c * co if depthwise else co)
+                                         ).astype(F32)}
+    poisoned = tensors[draw(st.sampled_from([r for r in roles if r in tensors]))].reshape(-1)
+    for _ in range(draw(st.integers(1, 3))):
+        poisoned[draw(st.integers(0, poisoned.size - 1))] = draw(st.sampled_from(SPECIALS))
+    tensors["x_sizes"] = np.array(tensors["x"].shape, np.int32)
+    tensors["f_sizes"] = np.array(f_shape, np.int32)
+    attrs = {"strides": [1, *strides, 1], "dilations": [1, *dilations, 1],
+             "padding": padding}
+    if padding == "EXPLICIT":
+        attrs["explicit_paddings"] = [0, 0, *sum(pads, ()), 0, 0]
+    fmt = draw(st.sampled_from(["channels_last", "channels_first"]))
+    return op, {r: tensors[r] for r in roles}, attrs, fmt
+
+
+def _mg_attrs(attrs: dict, fmt: str, dims: int) -> dict:
+    """``attrs`` (channels-last) for minigraph in ``fmt``."""
+    if fmt == "channels_last":
+        return {**attrs, "data_format": "NHWC" if dims == 2 else "NDHWC"}
+    move = lambda v: [v[0], v[-1], *v[1:-1]]  # noqa: E731
+    moved = {**attrs, "strides": move(attrs["strides"]), "dilations": move(attrs["dilations"]),
+             "data_format": "NCHW" if dims == 2 else "NCDHW"}
+    if "explicit_paddings" in attrs:
+        pairs = [attrs["explicit_paddings"][i:i + 2] for i in range(0, 8, 2)]
+        moved["explicit_paddings"] = sum(move(pairs), [])
+    return moved
+
+
+def run_minigraph(op: str, tensors: dict, attrs: dict, fmt: str, backend: str
+                  ) -> list[np.ndarray]:
+    """The op's result (channels-last) with its array operands as constants (two runs) and
+    as fed values."""
+    dims = FAMILY[op][1]
+    first = fmt == "channels_first"
+    values = {r: (_channels_first(v) if first and r in ("x", "dy") else
+                  v if not first or r != "x_sizes" else
+                  np.array([v[0], v[-1], *v[1:-1]], np.int32))
+              for r, v in tensors.items()}
+    root = mg.Scope.NewRootScope()
+    feeds, fed_args, const_args = {}, [], []
+    for role, value in values.items():
+        if role.endswith("sizes"):
+            fed_args.append(list(value))
+            const_args.append(list(value))
+            continue
+        p = ops.Placeholder(root, mg.float32)
+        feeds[p] = value
+        fed_args.append(p)
+        const_args.append(ops.Const(root, value))
+    kw = _mg_attrs(attrs, fmt, dims)
+    outputs = [getattr(ops, op)(root, *const_args, **kw), getattr(ops, op)(root, *fed_args, **kw)]
+    session = mg.ClientSession(root, backend=backend)
+    results = session.Run(feeds, outputs) + session.Run(feeds, outputs[:1])
+    return [_channels_last(y) if first and "Filter" not in op else y for y in results]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("op", list(FAMILY))
+def test_non_finite_operands_against_tensorflow(tf, op):
+    @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+    @given(cases(op))
+    def check(case):
+        op_name, tensors, attrs, fmt = case
+        expected = getattr(tf.raw_ops, op_name)(
+            **{TF_NAMES[r]: v for r, v in tensors.items()}, **attrs).numpy()
+        for backend in BACKENDS:
+            for y, how in zip(run_minigraph(op_name, tensors, attrs, fmt, backend),
+                              ("constant", "fed", "constant, second run")):
+                same_specials_and_close(y, expected, f"{op_name} {backend} {fmt} {how}")
+
+    check()
