@@ -195,24 +195,29 @@ def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple
     return dx
 
 
+def _tap_reach(offsets: tuple, window: Window, sizes) -> tuple[list, list] | None:
+    """Where the tap at ``offsets`` reaches real pixels: (the output pixels' slices, the
+    strided slices of the input positions they read), or None when it reads only padding.
+    Output pixel p reads input ``p * stride + i * dilation - pad_before`` along each dim."""
+    pixels, inputs = [], []
+    for i, d, s, (before, _), count, size in zip(offsets, window.dilations, window.strides,
+                                                 window.pads, window.out, sizes):
+        p0, p1 = placed_rows(i * d - before, s, count, size)
+        if p1 <= p0:
+            return None
+        pixels.append(slice(p0, p1))
+        first = p0 * s + i * d - before
+        inputs.append(slice(first, first + (p1 - p0 - 1) * s + 1, s))
+    return pixels, inputs
+
+
 def _taps_reaching(k_sizes, window: Window, sizes):
     """Per filter tap (row-major) that reaches real input pixels: (its index, its offsets,
-    the output pixels' slices, the strided slices of the input positions they read there).
-    Output pixel p reads input ``p * stride + i * dilation - pad_before`` along each dim;
-    taps reading only padding are left out."""
+    and :func:`_tap_reach`'s output pixel and input position slices)."""
     for tap, offsets in enumerate(np.ndindex(*k_sizes)):
-        pixels, inputs = [], []
-        for i, d, s, (before, _), count, size in zip(offsets, window.dilations,
-                                                     window.strides, window.pads,
-                                                     window.out, sizes):
-            p0, p1 = placed_rows(i * d - before, s, count, size)
-            if p1 <= p0:
-                break
-            pixels.append(slice(p0, p1))
-            first = p0 * s + i * d - before
-            inputs.append(slice(first, first + (p1 - p0 - 1) * s + 1, s))
-        else:
-            yield tap, offsets, pixels, inputs
+        reach = _tap_reach(offsets, window, sizes)
+        if reach is not None:
+            yield tap, offsets, *reach
 
 
 def conv_by_taps(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
@@ -277,15 +282,22 @@ def _grouped_gram(cols: np.ndarray, dy: np.ndarray, ci: int, groups: int) -> np.
 
 
 def filter_grad_by_taps(op, x_shape: tuple, dy: np.ndarray, window: Window) -> bool:
-    """Whether a filter gradient must keep out_backprop ``dy`` (in the op's data_format) off
-    the padding, as TensorFlow's CPU kernels do: it has an infinity or a NaN at an output
-    pixel whose window reads padding, and the padding is not EXPLICIT (which TensorFlow
-    runs on a zero-padded input: 0 * inf = NaN there, as im2col gives). Only those border
-    pixels are read: the check costs a few rows and columns of dy, not all of it. ``x_shape``:
-    the input's shape (data_format order)."""
-    if op.attrs["padding"] == "EXPLICIT" or not any(sum(window.pads, ())):
+    """Whether a filter gradient must keep out_backprop ``dy`` off the padding, as
+    TensorFlow's CPU kernels do: :func:`padding_meets_non_finite`, and the padding is not
+    EXPLICIT (which TensorFlow runs on a zero-padded input: 0 * inf = NaN there, as
+    im2col gives)."""
+    return op.attrs["padding"] != "EXPLICIT" and padding_meets_non_finite(
+        dy, window, x_shape, op.attrs["data_format"])
+
+
+def padding_meets_non_finite(dy: np.ndarray, window: Window, x_shape: tuple, fmt: str
+                             ) -> bool:
+    """Whether out_backprop ``dy`` has an infinity or a NaN at an output pixel whose window
+    reads padding (``dy`` and the input's shape ``x_shape`` in data_format ``fmt``). Only
+    those border pixels are read: the check costs a few rows and columns of dy, not all of
+    it."""
+    if not any(sum(window.pads, ())):
         return False
-    fmt = op.attrs["data_format"]
     first, sizes = (1 if fmt.endswith("C") else 2), to_nhwc(x_shape, fmt)[1:-1]
     for axis, (k, d, s, (before, _), count, size) in enumerate(
             zip(window.ksize, window.dilations, window.strides, window.pads, window.out,
@@ -690,6 +702,49 @@ def depthwise_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: 
     return total.reshape(filter_shape)
 
 
+def _unreached(shape: tuple, where: list | None) -> np.ndarray:
+    """The positions of ``shape`` (spatial dims) outside the strided slices ``where`` (all
+    of them when None), as a bool mask."""
+    mask = np.ones(shape, bool)
+    if where is not None:
+        mask[tuple(where)] = False
+    return mask
+
+
+def explicit_depthwise_input_grad_nans(dx: np.ndarray, f: np.ndarray, window: Window) -> None:
+    """TensorFlow's depthwise input gradient with EXPLICIT padding multiplies every weight by
+    the zero-padded, stride-dilated out_backprop: 0 * inf = NaN at each input position
+    (NHWC ``dx``, in place) of a channel whose non-finite weight's tap reaches it from no
+    output pixel (the tap-wise sum leaves those terms out)."""
+    bad = ~np.isfinite(f).all(axis=-1)  # [kh, kw, c]
+    for offsets in zip(*np.nonzero(bad.any(axis=-1))):
+        reach = _tap_reach(offsets, window, dx.shape[1:-1])
+        holes = _unreached(dx.shape[1:-1], None if reach is None else reach[1])
+        dx[:, holes[:, :, None] & bad[offsets]] = np.nan
+
+
+def _explicit_filter_grad_nans(op, df: np.ndarray, dy: np.ndarray, window: Window,
+                               x_nhwc: tuple) -> None:
+    """:func:`explicit_depthwise_filter_grad_nans` where the op's padding is EXPLICIT and
+    NHWC ``dy`` is non-finite where the window reads padding."""
+    if op.attrs["padding"] == "EXPLICIT" and padding_meets_non_finite(dy, window, x_nhwc,
+                                                                      "NHWC"):
+        explicit_depthwise_filter_grad_nans(df, dy, window, x_nhwc[1:-1])
+
+
+def explicit_depthwise_filter_grad_nans(df: np.ndarray, dy: np.ndarray, window: Window,
+                                        in_hw: tuple) -> None:
+    """TensorFlow's depthwise filter gradient with EXPLICIT padding multiplies out_backprop
+    by the padding's zeros: 0 * inf = NaN at each weight (``df [kh, kw, c, mult]``, in
+    place) whose tap reads padding at an output pixel where NHWC ``dy`` is non-finite in
+    that weight's channel."""
+    bad = ~np.isfinite(dy)
+    for offsets in np.ndindex(*df.shape[:2]):
+        reach = _tap_reach(offsets, window, in_hw)
+        holes = _unreached(dy.shape[1:-1], None if reach is None else reach[0])
+        df[offsets][bad[:, holes].any(axis=(0, 1)).reshape(df.shape[2:])] = np.nan
+
+
 # ----------------------------------------------------------------------------- depthwise kernels
 
 
@@ -729,6 +784,8 @@ def depthwise_conv2d_backprop_input(op, inputs, ctx):
     ct = compute_dtype(dy.dtype)
     dx = depthwise_backprop_input_nhwc(_nhwc(dy, fmt).astype(ct, copy=False),
                                        f.astype(ct, copy=False), to_nhwc(x_shape, fmt), window)
+    if op.attrs["padding"] == "EXPLICIT" and not all_finite(f):
+        explicit_depthwise_input_grad_nans(dx, f, window)
     return [_from_nhwc(dx, fmt).astype(dy.dtype, copy=False)]
 
 
@@ -739,8 +796,10 @@ def depthwise_conv2d_backprop_filter(op, inputs, ctx):
     f_shape = tuple(sizes.tolist())
     window = depthwise_geometry(op.attrs, fail_for(op), x.shape, f_shape)
     ct = compute_dtype(x.dtype)
-    df = depthwise_backprop_filter_nhwc(_nhwc(x, fmt).astype(ct, copy=False),
-                                        _nhwc(dy, fmt).astype(ct, copy=False), f_shape, window)
+    dy = _nhwc(dy, fmt).astype(ct, copy=False)
+    df = depthwise_backprop_filter_nhwc(_nhwc(x, fmt).astype(ct, copy=False), dy, f_shape,
+                                        window)
+    _explicit_filter_grad_nans(op, df, dy, window, to_nhwc(x.shape, fmt))
     return [df.astype(x.dtype, copy=False)]
 
 
@@ -775,6 +834,8 @@ def depthwise_conv2d_backprop_input_native(op, inputs, ctx, out=None):
     dx = c_depthwise_backprop_input(to_channels_last(dy, last), f,
                                     to_nhwc(x_shape, op.attrs["data_format"])[1:3], window,
                                     out if last else None)
+    if op.attrs["padding"] == "EXPLICIT" and not all_finite(f):
+        explicit_depthwise_input_grad_nans(dx, f, window)
     return [from_channels_last(dx, last, out, (dy, f))]
 
 
@@ -786,8 +847,11 @@ def depthwise_conv2d_backprop_filter_native(op, inputs, ctx, out=None):
     if not _c_takes(window, x.shape, f_shape):
         return depthwise_conv2d_backprop_filter(op, inputs, ctx)
     last = op.attrs["data_format"] == "NHWC"
-    return [c_depthwise_backprop_filter(to_channels_last(x, last), to_channels_last(dy, last),
-                                        f_shape, window, unshared(out, x, dy))]
+    dy = to_channels_last(dy, last)
+    df = c_depthwise_backprop_filter(to_channels_last(x, last), dy, f_shape, window,
+                                     unshared(out, x, dy))
+    _explicit_filter_grad_nans(op, df, dy, window, to_nhwc(x.shape, op.attrs["data_format"]))
+    return [df]
 
 
 # ----------------------------------------------------------------------------- C wrappers
