@@ -23,6 +23,7 @@ kernels ignore the dilations (or refuse them) where the op's gradient needs them
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import numpy as np
@@ -201,3 +202,58 @@ def test_non_finite_operands_against_tensorflow(tf, op):
                 same_specials_and_close(y, expected, f"{op_name} {backend} {fmt} {how}")
 
     check()
+
+
+# ----------------------------------------------------------------------------- fused epilogues
+
+
+def _batch_norm_relu6(tf, y, vectors):
+    scale, offset, mean, variance = vectors
+    normed = tf.raw_ops.FusedBatchNormV3(x=y, scale=scale, offset=offset, mean=mean,
+                                         variance=variance, epsilon=1e-3, is_training=False)[0]
+    return tf.nn.relu6(normed).numpy()
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("head", ["Conv2D", "DepthwiseConv2dNative"])
+@pytest.mark.parametrize("strides,padding,dilations", [
+    ((1, 1), "SAME", (1, 1)), ((2, 2), "SAME", (1, 1)), ((1, 1), "VALID", (1, 1)),
+    ((1, 1), "SAME", (2, 2))])
+def test_fused_non_finite_filter_against_tensorflow(tf, backend, head, strides, padding,
+                                                    dilations):
+    """A filter with inf, -inf and NaN weights under the epilogues the remapper fuses
+    (BiasAdd + Relu; FusedBatchNormV3 + Relu6): the fused kernels give TensorFlow's
+    unfused chain's NaN and +-inf positions, with the filter a constant (its finiteness
+    cached: two runs) and fed."""
+    rng = np.random.default_rng(29)
+    x = rng.standard_normal((2, 9, 8, 4)).astype(F32)
+    depthwise = head == "DepthwiseConv2dNative"
+    f = rng.standard_normal((3, 3, 4, 2 if depthwise else 6)).astype(F32)
+    f[0, 0, 1, 1], f[2, 1, 0, 0], f[1, 2, 3, 1] = np.inf, -np.inf, np.nan
+    co = 8 if depthwise else 6
+    bias = rng.standard_normal(co).astype(F32)
+    vectors = [rng.standard_normal(co).astype(F32) for _ in range(3)]
+    vectors.append(rng.random(co).astype(F32) + 0.5)
+    attrs = {"strides": [1, *strides, 1], "padding": padding, "dilations": [1, *dilations, 1]}
+    y = getattr(tf.raw_ops, head)(input=x, filter=f, **attrs)
+    assert np.isnan(y.numpy()).any() and np.isinf(y.numpy()).any()
+    expected = [tf.nn.relu(tf.nn.bias_add(y, bias)).numpy(), _batch_norm_relu6(tf, y, vectors)]
+
+    for fed, batch_norm in itertools.product((False, True), (False, True)):
+        root = mg.Scope.NewRootScope()  # one graph per chain: CSE would merge the heads
+        xp, fp = ops.Placeholder(root, mg.float32), ops.Placeholder(root, mg.float32)
+        conv = getattr(ops, head)(root, xp, fp if fed else ops.Const(root, f), **attrs)
+        if batch_norm:
+            normed = ops.FusedBatchNormV3(root, conv, *vectors, epsilon=1e-3,
+                                          is_training=False)
+            y = ops.Relu6(root, normed[0])
+        else:
+            y = ops.Relu(root, ops.BiasAdd(root, conv, bias))
+        session = mg.ClientSession(root, backend=backend)
+        for _ in range(2):
+            metadata = mg.RunMetadata()
+            [got] = session.Run({xp: x, fp: f}, [y], run_metadata=metadata)
+            same_specials_and_close(got, expected[batch_norm], f"{head} fed={fed}")
+        assert {s.node_name: s.op_type for s in metadata.step_stats}[y.op.name] == \
+            f"_Fused{head}"

@@ -155,7 +155,7 @@ def conv2d_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     *k_sizes, ci, co = f.shape
     if n * int(np.prod(window.out)) == 0 or ci == 0:
         return np.zeros((n, *window.out, co), x.dtype)
-    if not all_finite(f):
+    if padding_meets_filter(f, window):
         return conv_by_taps(x, f, window)
     cols = _patches(_pad_nhwc(x, window.pads), tuple(k_sizes), window)
     y = _grouped_matmul(cols, f, groups_of(x.shape[-1], f))
@@ -236,6 +236,14 @@ def conv_by_taps(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
             view += _grouped_matmul(part.reshape(-1, c), f[offsets], groups_of(c, f)
                                     ).reshape(view.shape)
     return y
+
+
+def padding_meets_filter(f: np.ndarray, window: Window) -> bool:
+    """Whether a forward convolution must keep the filter ``f`` off the padding (run
+    :func:`conv_by_taps`): the window pads and a weight is infinite or NaN. Without padding
+    the fast kernels multiply only real pixels: a finite filter, or no padding, skips the
+    check's cost (one read of the filter per call for a fed or variable filter)."""
+    return any(sum(window.pads, ())) and not all_finite(f)
 
 
 def all_finite(f: np.ndarray) -> bool:
@@ -470,7 +478,7 @@ def _conv2d_native(x, f, op, epilogue: Epilogue | None = None, out: np.ndarray |
     transposed to NHWC and back (the direct kernel reads NCHW itself, when it is the
     route); ``epilogue`` (NHWC only) applied; in ``out`` where it fits."""
     window = _window(op, x.shape, f.shape)
-    if not all_finite(f):  # padding never multiplies a weight (conv_by_taps)
+    if padding_meets_filter(f, window):
         [y] = conv2d(op, [x, f], None)
         if epilogue is not None:
             c_channel_epilogue(y, epilogue)
