@@ -145,6 +145,11 @@ def _grouped_matmul(cols: np.ndarray, weights: np.ndarray, groups: int) -> np.nd
     return np.matmul(per_group, w).transpose(1, 0, 2).reshape(rows, co)
 
 
+# inf and NaN operands are values like any other (TensorFlow's): no RuntimeWarning for them
+_QUIET = np.errstate(invalid="ignore", over="ignore")
+
+
+@_QUIET
 def conv2d_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     """Cross-correlation of channels-last ``x`` with the HWIO (DHWIO) filter ``f``: im2col
     then one matmul (a batched one per group when x has ``groups`` times the filter's
@@ -162,6 +167,7 @@ def conv2d_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     return y.reshape(n, *window.out, co)
 
 
+@_QUIET
 def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple,
                                window: Window) -> np.ndarray:
     """d input of a convolution as TensorFlow's CPU kernel forms it: column gradients then
@@ -220,6 +226,7 @@ def _taps_reaching(k_sizes, window: Window, sizes):
             yield tap, offsets, *reach
 
 
+@_QUIET
 def conv_by_taps(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     """Cross-correlation of channels-last ``x`` with the HWIO (DHWIO) filter ``f`` as one
     matmul per tap (one per group, batched) over the output pixels where that tap reaches
@@ -232,9 +239,8 @@ def conv_by_taps(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     for _, offsets, pixels, inputs in _taps_reaching(k_sizes, window, sizes):
         part = x[(slice(None), *inputs)]  # [n, reached out..., c]
         view = y[(slice(None), *pixels)]
-        with np.errstate(invalid="ignore", over="ignore"):
-            view += _grouped_matmul(part.reshape(-1, c), f[offsets], groups_of(c, f)
-                                    ).reshape(view.shape)
+        view += _grouped_matmul(part.reshape(-1, c), f[offsets], groups_of(c, f)
+                                ).reshape(view.shape)
     return y
 
 
@@ -252,6 +258,7 @@ def all_finite(f: np.ndarray) -> bool:
     return frozen_cached(f, "finite", f.shape, lambda: bool(np.isfinite(f).all()))
 
 
+@_QUIET
 def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tuple,
                                 window: Window, by_taps: bool = False) -> np.ndarray:
     """d filter = patches^T @ out_backprop, one matmul (one per group, batched), any number
@@ -266,10 +273,8 @@ def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tup
         df = _zeros(filter_shape, np.result_type(x, dy))
         for _, offsets, pixels, inputs in _taps_reaching(k_sizes, window, x.shape[1:-1]):
             part = x[(slice(None), *inputs)]
-            with np.errstate(invalid="ignore", over="ignore"):
-                df[offsets] = _grouped_gram(part.reshape(-1, x.shape[-1]),
-                                            dy[(slice(None), *pixels)].reshape(-1, co),
-                                            ci, groups)
+            df[offsets] = _grouped_gram(part.reshape(-1, x.shape[-1]),
+                                        dy[(slice(None), *pixels)].reshape(-1, co), ci, groups)
         return df
     cols = _patches(_pad_nhwc(x, window.pads), tuple(k_sizes), window)
     return _grouped_gram(cols, dy.reshape(-1, co), ci, groups).reshape(filter_shape)
