@@ -658,6 +658,7 @@ def _tap_regions(window: Window, in_hw: tuple[int, int], k_hw: tuple[int, int]):
                 yield i, j, (rows[0], cols[0]), (rows[1], cols[1])
 
 
+@_QUIET
 def depthwise_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     """Depthwise cross-correlation of NHWC x with f ``[kh, kw, c, mult]``:
     ``y[n, p, q, c*mult + m] = sum_{i, j} x[n, p*s_h + i*d_h - top, q*s_w + j*d_w - left, c]
@@ -671,6 +672,7 @@ def depthwise_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     return acc.reshape(n, *window.out, c * mult)
 
 
+@_QUIET
 def depthwise_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple,
                                   window: Window) -> np.ndarray:
     """``dx[n, r, s, c] = sum dy[n, p, q, c*mult + m] * f[i, j, c, m]`` over the taps (i, j)
@@ -689,6 +691,7 @@ def depthwise_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tu
     return dx
 
 
+@_QUIET
 def depthwise_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tuple,
                                    window: Window) -> np.ndarray:
     """``df[i, j, c, m] = sum_{n, p, q} x[n, p*s_h + i*d_h - top, q*s_w + j*d_w - left, c] *
