@@ -264,7 +264,7 @@ def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tup
     """d filter = patches^T @ out_backprop, one matmul (one per group, batched), any number
     of spatial dims; ``by_taps``: one such matmul per filter tap over the pixels where that
     tap reads the input, so out_backprop never meets the padding's zeros (TensorFlow's
-    values where out_backprop is non-finite there: :func:`filter_grad_by_taps`)."""
+    values where out_backprop is non-finite there: :func:`padding_made_nan`)."""
     *k_sizes, ci, co = filter_shape
     if x.shape[0] * int(np.prod(window.out)) == 0:
         return np.zeros(filter_shape, x.dtype)
@@ -294,34 +294,45 @@ def _grouped_gram(cols: np.ndarray, dy: np.ndarray, ci: int, groups: int) -> np.
     return df.reshape(groups, -1, ci, cog).transpose(1, 2, 0, 3).reshape(-1, co)
 
 
-def filter_grad_by_taps(op, x_shape: tuple, dy: np.ndarray, window: Window) -> bool:
-    """Whether a filter gradient must keep out_backprop ``dy`` off the padding, as
-    TensorFlow's CPU kernels do: :func:`padding_meets_non_finite`, and the padding is not
-    EXPLICIT (which TensorFlow runs on a zero-padded input: 0 * inf = NaN there, as
-    im2col gives)."""
-    return op.attrs["padding"] != "EXPLICIT" and padding_meets_non_finite(
-        dy, window, x_shape, op.attrs["data_format"])
+@_QUIET
+def padding_made_nan(op, x_shape: tuple, dy: np.ndarray, window: Window, df: np.ndarray
+                     ) -> bool:
+    """Whether a filter gradient ``df`` computed over the zero-padded input must be computed
+    again keeping out_backprop ``dy`` off the padding, as TensorFlow's CPU kernels do: a
+    non-finite dy pixel whose window reads padding makes 0 * inf = NaN in df, so only a df
+    with a NaN (its sum NaN: one pass over the small df, the whole per-call cost for
+    finite values) is looked at, then :func:`padding_meets_non_finite`, where the padding
+    is not EXPLICIT (which TensorFlow itself runs on a zero-padded input)."""
+    return (math.isnan(df.sum()) and op.attrs["padding"] != "EXPLICIT"
+            and padding_meets_non_finite(dy, window, x_shape, op.attrs["data_format"]))
 
 
+@_QUIET
 def padding_meets_non_finite(dy: np.ndarray, window: Window, x_shape: tuple, fmt: str
                              ) -> bool:
     """Whether out_backprop ``dy`` has an infinity or a NaN at an output pixel whose window
     reads padding (``dy`` and the input's shape ``x_shape`` in data_format ``fmt``). Only
-    those border pixels are read: the check costs a few rows and columns of dy, not all of
-    it."""
-    if not any(sum(window.pads, ())):
-        return False
+    those border slabs are read (:func:`_padding_borders`): a few rows and columns of dy,
+    not all of it; a finite sum of a slab proves it finite in one pass."""
+    return any(not math.isfinite(dy[border].sum()) and not np.isfinite(dy[border]).all()
+               for border in _padding_borders(window, tuple(x_shape), fmt))
+
+
+@functools.lru_cache(maxsize=512)
+def _padding_borders(window: Window, x_shape: tuple, fmt: str) -> tuple:
+    """Index tuples of out_backprop's non-empty slabs of output pixels whose window reads
+    padding, per spatial dim: the pixels before the first whose tap 0 lies in the input,
+    and from the first whose last tap lies beyond it; computed once per geometry."""
     first, sizes = (1 if fmt.endswith("C") else 2), to_nhwc(x_shape, fmt)[1:-1]
+    borders = []
     for axis, (k, d, s, (before, _), count, size) in enumerate(
             zip(window.ksize, window.dilations, window.strides, window.pads, window.out,
                 sizes), first):
-        inside = placed_rows(-before, s, count, size)[0]  # tap 0 in the input from here
-        beyond = placed_rows((k - 1) * d - before, s, count, size)[1]  # the last tap to here
-        for border in (slice(0, inside), slice(beyond, count)):
-            edge = dy[(slice(None),) * axis + (border,)]
-            if edge.size and not np.isfinite(edge).all():
-                return True
-    return False
+        inside = min(count, placed_rows(-before, s, count, size)[0])
+        beyond = placed_rows((k - 1) * d - before, s, count, size)[1]
+        borders += [(slice(None),) * axis + (slice(start, stop),)
+                    for start, stop in ((0, inside), (beyond, count)) if stop > start]
+    return tuple(borders)
 
 
 # ----------------------------------------------------------------------------- conv kernels
@@ -384,10 +395,11 @@ def conv2d_backprop_filter(op, inputs, ctx):
     f_shape = tuple(sizes.tolist())
     window = conv_geometry(op.attrs, fail_for(op), x.shape, f_shape)
     ct = compute_dtype(x.dtype)
-    by_taps = filter_grad_by_taps(op, x.shape, dy, window)
-    df = conv2d_backprop_filter_nhwc(_nhwc(x, fmt).astype(ct, copy=False),
-                                     np.ascontiguousarray(_nhwc(dy, fmt), dtype=ct),
-                                     f_shape, window, by_taps)
+    args = (_nhwc(x, fmt).astype(ct, copy=False),
+            np.ascontiguousarray(_nhwc(dy, fmt), dtype=ct), f_shape, window)
+    df = conv2d_backprop_filter_nhwc(*args)
+    if padding_made_nan(op, x.shape, dy, window, df):
+        df = conv2d_backprop_filter_nhwc(*args, by_taps=True)
     return [df.astype(x.dtype, copy=False)]
 
 
@@ -589,20 +601,22 @@ def conv2d_backprop_filter_native(op, inputs, ctx, out=None):
     if x.size == 0 or dy.size == 0:
         return conv2d_backprop_filter(op, inputs, ctx)
     window = conv_geometry(op.attrs, fail_for(op), x.shape, f_shape)
-    if not _c_takes(window, x.shape, f_shape) or filter_grad_by_taps(
-            op, x.shape, dy, window):
+    if not _c_takes(window, x.shape, f_shape):
         return conv2d_backprop_filter(op, inputs, ctx)
     channels_last = op.attrs["data_format"] == "NHWC"
     channels = x.shape[_channel_axis(channels_last)]
     groups = groups_of(channels, f_shape)
-    if _depthwise_route(groups, f_shape, channels_last):
+    if _depthwise_route(groups, f_shape, channels_last):  # never multiplies the padding
         df = c_depthwise_backprop_filter(x, dy, (*f_shape[:2], groups, f_shape[3] // groups),
                                          window)
         return [df.reshape(f_shape)]
     if direct_grad_wins(op, window, channels, f_shape[-1], groups):
-        return [c_conv2d_backprop_filter(x, dy, f_shape[:2], window.pads, channels_last,
-                                         out)]
-    return [c_gemm_backprop_filter(x, dy, f_shape, window, channels_last, out)]
+        df = c_conv2d_backprop_filter(x, dy, f_shape[:2], window.pads, channels_last, out)
+    else:
+        df = c_gemm_backprop_filter(x, dy, f_shape, window, channels_last, out)
+    if padding_made_nan(op, x.shape, dy, window, df):
+        return conv2d_backprop_filter(op, inputs, ctx)
+    return [df]
 
 
 # ----------------------------------------------------------------------------- depthwise core

@@ -55,7 +55,7 @@ from minigraph.backends.convolution_kernels import (
     _c_takes,
     all_finite,
     backprop_input_geometry,
-    filter_grad_by_taps,
+    padding_made_nan,
     padding_meets_filter,
 )
 from minigraph.backends.native import (
@@ -107,11 +107,12 @@ def conv3d_backprop_filter_native(op, inputs, ctx):
     x, sizes, dy = inputs
     f_shape = tuple(sizes.tolist())
     window = conv_geometry(op.attrs, fail_for(op), x.shape, f_shape)
-    if (x.size == 0 or dy.size == 0 or not _c_takes(window, x.shape, f_shape)
-            or filter_grad_by_taps(op, x.shape, dy, window)):
+    if x.size == 0 or dy.size == 0 or not _c_takes(window, x.shape, f_shape):
         return convolution_kernels.conv2d_backprop_filter(op, inputs, ctx)
-    return [c_conv3d_backprop_filter(x, dy, f_shape, window,
-                                     op.attrs["data_format"] == "NDHWC")]
+    df = c_conv3d_backprop_filter(x, dy, f_shape, window, op.attrs["data_format"] == "NDHWC")
+    if padding_made_nan(op, x.shape, dy, window, df):
+        return convolution_kernels.conv2d_backprop_filter(op, inputs, ctx)
+    return [df]
 
 
 @register_kernel("MaxPool3D", backend="native", dtypes=(dtypes.float32,),
