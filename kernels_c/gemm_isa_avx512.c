@@ -132,14 +132,15 @@ static void gemm_micro_taps_tail_avx512(int64_t ntaps, int64_t rstride, int64_t 
             MICRO(MR, MG_GEMM_NR, 1, MR);
         else
             MICRO(MR, MG_GEMM_NR, 0, MR);
-    } else if (mr <= 4) { /* a few rows (a dense layer's batch): only theirs computed */
-        MICRO(mr, nr, load, 4);
-    } else if (mr <= 6) {
-        MICRO(mr, nr, load, 6);
-    } else if (mr <= 8) {
-        MICRO(mr, nr, load, 8);
     } else {
-        MICRO(mr, nr, load, MR);
+        switch (mr) { /* a shorter tile: only its rows computed */
+#define ROWS(R_) case R_: MICRO(R_, nr, load, R_); break;
+        ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8) ROWS(9) ROWS(10)
+        ROWS(11)
+#undef ROWS
+        default:
+            MICRO(mr, nr, load, MR);
+        }
     }
 #undef MICRO
 }
@@ -209,16 +210,16 @@ static void gemm_narrow_taps_tail_avx512(int64_t ntaps, int64_t rstride, int64_t
             NARROW(MR_NARROW, GEMM_NR_NARROW, 1, MR_NARROW);
         else
             NARROW(MR_NARROW, GEMM_NR_NARROW, 0, MR_NARROW);
-    } else if (mr <= 4) {
-        NARROW(mr, nr, load, 4);
-    } else if (mr <= 8) {
-        NARROW(mr, nr, load, 8);
-    } else if (mr <= 12) {
-        NARROW(mr, nr, load, 12);
-    } else if (mr <= 16) {
-        NARROW(mr, nr, load, 16);
     } else {
-        NARROW(mr, nr, load, MR_NARROW);
+        switch (mr) { /* a shorter tile: only its rows computed (23: as 24) */
+#define ROWS(R_) case R_: NARROW(R_, nr, load, R_); break;
+        ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8) ROWS(9) ROWS(10)
+        ROWS(11) ROWS(12) ROWS(13) ROWS(14) ROWS(15) ROWS(16) ROWS(17) ROWS(18) ROWS(19)
+        ROWS(20) ROWS(21) ROWS(22)
+#undef ROWS
+        default:
+            NARROW(mr, nr, load, MR_NARROW);
+        }
     }
 #undef NARROW
 }
