@@ -403,60 +403,101 @@ static NO_LIBCALL void copy_floats(float *dst, const float *src, int64_t len)
 }
 
 /* Output rows (n * out_h of them, row r = image r / out_h, row r % out_h) are the filter
- * gradient's unit of K: one segment each, x (or its padded copy) read in place. */
+ * gradient's unit of K, x read in place: along an output row, tap column j reaches x for the
+ * pixels q in [qlo[j], qhi[j]) (elsewhere its window column lies in the padding), so a C
+ * tile cuts each output row at its taps' qlo and qhi into segments in which every row of
+ * the tile reads x (consecutive pixels, sw * c floats apart) or zeros throughout. */
 typedef struct {
     const gemm_kernel_table *t;
-    geometry g; /* of the x read: its padded copy's sizes, no pads, when there is one */
-    const float *x, *dy;
+    geometry g;
+    const float *x, *dy, *zeros; /* zeros: enough for a segment of out_w pixels */
     float *df, *part; /* part: chunks 1 .. nchunks - 1, each df's size and layout */
+    const int64_t *qlo, *qhi; /* [kw] */
     int64_t cols, panels, block_rows, chunk_rows, nchunks, ncp, nblocks, nmb, block_pixels;
+    int64_t max_cuts; /* the most segments an output row is cut into */
     int direct_b; /* B is dy itself: co == 32, one group */
     float *scratch;
     const float **ptrs; /* per thread: a tile's rows per segment of a block */
+    int64_t *lens; /* per thread: the block's segment lengths */
 } filter_call;
 
-/* The offsets in x of C rows m0 .. m0 + valid - 1 (tap m / cig, channel m % cig of group
- * grp) from a pixel's window origin, then the last one again up to `rows` */
-static void tap_offsets(const geometry *g, int64_t grp, int64_t m0, int valid, int rows,
-                        int64_t *off)
+enum { MAX_CUTS = 2 * GEMM_MR_MAX + 2 }; /* a tile's cuts of an output row: its taps' */
+
+/* Where a tile of C rows reads along an output row: its cuts (ascending, from 0 to out_w),
+ * and per row i its offset in x from the window origin of the row's pixel 0 (tap row dy[i],
+ * column, channel), and per segment s whether each row's tap column reaches x (in[s][i];
+ * all_in[s]: every row's) */
+typedef struct {
+    int64_t cuts[MAX_CUTS], off[GEMM_MR_MAX], dy[GEMM_MR_MAX];
+    unsigned char in[MAX_CUTS][GEMM_MR_MAX], all_in[MAX_CUTS];
+    int ncuts;
+} tile_reach;
+
+/* The reach of C rows m0 .. m0 + valid - 1 (tap m / cig, channel m % cig of group grp), the
+ * last one repeated up to `rows` */
+static void tile_taps(const filter_call *fc, int64_t grp, int64_t m0, int valid, int rows,
+                      tile_reach *tr)
 {
-    int64_t tap = m0 / g->cig, cc = m0 % g->cig;
+    const geometry *g = &fc->g;
+    int64_t tap = m0 / g->cig, cc = m0 % g->cig, tj[GEMM_MR_MAX];
+    int64_t *cuts = tr->cuts;
+    int ncuts = 0;
+    cuts[ncuts++] = 0;
+    cuts[ncuts++] = g->ow;
     for (int i = 0; i < valid; ++tap, cc = 0) {
-        const int64_t base = ((tap / g->kw) * g->dh * g->w + tap % g->kw * g->dw) * g->c +
-                             grp * g->cig;
-        for (; cc < g->cig && i < valid; ++cc)
-            off[i++] = base + cc;
+        const int64_t j = tap % g->kw, dy = tap / g->kw * g->dh;
+        for (; cc < g->cig && i < valid; ++cc, ++i)
+            tj[i] = j, tr->dy[i] = dy, tr->off[i] = (dy * g->w + j * g->dw) * g->c + grp * g->cig + cc;
+        for (int e = 0; e < 2; ++e) { /* insert qlo, qhi of this column (sorted, unique) */
+            const int64_t v = e ? fc->qhi[j] : fc->qlo[j];
+            int at = 0;
+            while (at < ncuts && cuts[at] < v)
+                ++at;
+            if (at < ncuts && cuts[at] == v)
+                continue;
+            for (int k = ncuts; k > at; --k)
+                cuts[k] = cuts[k - 1];
+            cuts[at] = v, ++ncuts;
+        }
     }
     for (int i = valid; i < rows; ++i)
-        off[i] = off[valid - 1];
+        tj[i] = tj[valid - 1], tr->dy[i] = tr->dy[valid - 1], tr->off[i] = tr->off[valid - 1];
+    for (int s = 0; s + 1 < ncuts; ++s) {
+        tr->all_in[s] = 1;
+        for (int i = 0; i < rows; ++i) {
+            tr->in[s][i] = cuts[s] >= fc->qlo[tj[i]] && cuts[s] < fc->qhi[tj[i]];
+            tr->all_in[s] &= tr->in[s][i];
+        }
+    }
+    tr->ncuts = ncuts;
 }
 
-/* ntaps segments through the ISA's kernel that keeps the tile in registers over them, or
- * one call per segment (the same chains: a call continues from the floats stored before) */
+/* ntaps segments (lengths kcs) through the ISA's kernel that keeps the tile in registers
+ * over them, or one call per segment (the same chains: a call continues from the floats
+ * stored before) */
 static void run_segments(const gemm_kernel_table *t, int nr, int64_t nseg, int64_t rstride,
-                         int64_t kc, const float **rows, int64_t ks, const float *bp, float *c,
-                         int64_t ldc, int mr, int load)
+                         const int64_t *kcs, const float **rows, int64_t ks, const float *bp,
+                         float *c, int64_t ldc, int mr, int load)
 {
-    int tr;
-    const gemm_micro_fn micro = gemm_micro_for(t, nr, &tr);
-    void (*const taps)(int64_t, int64_t, int64_t, const float *const *, int64_t, const float *,
-                       float *, int64_t, int, int, int) =
-        nr <= GEMM_NR_NARROW ? t->narrow_taps : t->micro_taps;
-    if (taps) {
-        taps(nseg, rstride, kc, rows, ks, bp, c, ldc, mr, nr, load);
+    const gemm_segs_fn segs = nr <= GEMM_NR_NARROW ? t->narrow_segs : t->micro_segs;
+    if (segs) {
+        segs(nseg, rstride, kcs, rows, ks, bp, c, ldc, mr, nr, load);
         return;
     }
-    for (int64_t s = 0; s < nseg; ++s)
-        micro(kc, rows + s * rstride, ks, bp + s * kc * MG_GEMM_NR, c, ldc, mr, nr, load || s);
+    int tr;
+    const gemm_micro_fn micro = gemm_micro_for(t, nr, &tr);
+    for (int64_t s = 0; s < nseg; bp += kcs[s] * MG_GEMM_NR, ++s)
+        micro(kcs[s], rows + s * rstride, ks, bp, c, ldc, mr, nr, load || s);
 }
 
 /* Item (group, chunk, block of panels p0 .. p1 - 1, block of C row tiles): per block of
  * output rows [r0, r1) of the chunk, B = dy's columns of each panel (packed, unless dy is B
- * itself); then per tile of C rows (taps x channels) its row pointers (row i of output row
- * r's segment: x at r's window origin plus the row's tap offset, k step sw * c), used by
- * every panel: one chain over the block's rows. C is df (chunk 0) or the chunk's partial
- * sums, ldc = co. The tile height is the first panel's kernel's (a narrow last panel in a
- * block of wide ones runs the narrow kernel on the wide tiles). */
+ * itself); then per tile of C rows (taps x channels) its row pointers per segment of each
+ * output row (row i: x at the segment's first pixel through row i's tap, or zeros where
+ * that tap lies in the padding for the whole segment; k step sw * c), used by every panel:
+ * one chain over the block's pixels. C is df (chunk 0) or the chunk's partial sums, ldc =
+ * co. The tile height is the first panel's kernel's (a narrow last panel in a block of wide
+ * ones runs the narrow kernel on the wide tiles, reading no more rows). */
 static void filter_item(void *ctx, int64_t item, int tid)
 {
     const filter_call *fc = ctx;
@@ -465,15 +506,18 @@ static void filter_item(void *ctx, int64_t item, int tid)
     const int64_t pb = rest % fc->nblocks, rest2 = rest / fc->nblocks;
     const int64_t chunk = rest2 % fc->nchunks, grp = rest2 / fc->nchunks;
     const int64_t p0 = pb * fc->ncp, p1 = min64(p0 + fc->ncp, fc->panels);
-    int tr; /* the tile's rows; rs: the row pointers kept per segment (both kernels' rows) */
+    int tr; /* the tile's rows; rs: the row pointers kept per segment (the _segs kernels
+             * read a tile's own rows only, the others their kernel's whole height) */
     gemm_micro_for(fc->t, (int)min64(MG_GEMM_NR, g->cog - p0 * MG_GEMM_NR), &tr);
-    const int rs = fc->t->mr > fc->t->mr_narrow ? fc->t->mr : fc->t->mr_narrow;
+    const int rs_max = fc->t->mr > fc->t->mr_narrow ? fc->t->mr : fc->t->mr_narrow;
+    const int rs = fc->t->micro_segs && fc->t->narrow_segs ? tr : rs_max;
     const int64_t tiles = ceil_div(fc->cols, tr);
     const int64_t t0 = tiles * mb / fc->nmb, t1 = tiles * (mb + 1) / fc->nmb;
     const int64_t rc0 = chunk * fc->chunk_rows, rc1 = min64(g->n * g->oh, rc0 + fc->chunk_rows);
     const int64_t panel_floats = fc->block_pixels * MG_GEMM_NR, ks = g->sw * g->c;
     float *bp = fc->scratch + (int64_t)tid * fc->ncp * panel_floats;
-    const float **ptrs = fc->ptrs + (int64_t)tid * fc->block_rows * GEMM_MR_MAX;
+    const float **ptrs = fc->ptrs + (int64_t)tid * fc->block_rows * fc->max_cuts * rs_max;
+    int64_t *lens = fc->lens + (int64_t)tid * fc->block_rows * fc->max_cuts;
     float *c = (chunk ? fc->part + (chunk - 1) * fc->cols * g->co : fc->df) + grp * g->cog;
     for (int64_t r0 = rc0; r0 < rc1 && t0 < t1; r0 += fc->block_rows) {
         const int64_t r1 = min64(rc1, r0 + fc->block_rows), pixels = (r1 - r0) * g->ow;
@@ -492,47 +536,35 @@ static void filter_item(void *ctx, int64_t item, int tid)
         for (int64_t t = t0; t < t1; ++t) {
             const int64_t m0 = t * tr;
             const int valid = (int)min64(tr, fc->cols - m0);
-            int64_t off[GEMM_MR_MAX];
-            tap_offsets(g, grp, m0, valid, rs, off);
+            tile_reach reach;
+            tile_taps(fc, grp, m0, valid, rs, &reach);
+            const int64_t span = (g->kh - 1) * g->dh, qstep = g->sw * g->c;
+            int64_t nseg = 0;
             for (int64_t r = r0; r < r1; ++r) {
-                const float *origin =
-                    fc->x + ((r / g->oh * g->h + r % g->oh * g->sh) * g->w) * g->c;
-                for (int i = 0; i < rs; ++i)
-                    ptrs[(r - r0) * rs + i] = origin + off[i];
+                const int64_t img = r / g->oh, y0 = r % g->oh * g->sh - g->pt;
+                const int64_t base = ((img * g->h + y0) * g->w - g->pl) * g->c;
+                const int rows_in = y0 >= 0 && y0 + span < g->h;
+                for (int s = 0; s + 1 < reach.ncuts; ++s, ++nseg) {
+                    const int64_t at = base + reach.cuts[s] * qstep; /* pixel cuts[s] */
+                    const float **seg = ptrs + nseg * rs;
+                    lens[nseg] = reach.cuts[s + 1] - reach.cuts[s];
+                    if (rows_in && reach.all_in[s]) {
+                        for (int i = 0; i < rs; ++i)
+                            seg[i] = fc->x + (at + reach.off[i]);
+                        continue;
+                    }
+                    for (int i = 0; i < rs; ++i) {
+                        const int64_t y = y0 + reach.dy[i];
+                        seg[i] = reach.in[s][i] && y >= 0 && y < g->h
+                                     ? fc->x + (at + reach.off[i]) : fc->zeros;
+                    }
+                }
             }
             for (int64_t p = p0; p < p1; ++p)
-                run_segments(fc->t, (int)min64(MG_GEMM_NR, g->cog - p * MG_GEMM_NR), r1 - r0,
-                             rs, g->ow, ptrs, ks, b + (p - p0) * panel_floats,
+                run_segments(fc->t, (int)min64(MG_GEMM_NR, g->cog - p * MG_GEMM_NR), nseg, rs,
+                             lens, ptrs, ks, b + (p - p0) * panel_floats,
                              c + m0 * g->co + p * MG_GEMM_NR, g->co, valid, load);
         }
-    }
-}
-
-typedef struct {
-    const geometry *g; /* the input's */
-    const float *x;
-    float *xp;
-    int64_t hp, wp; /* the padded copy's rows and columns */
-} pad_call;
-
-/* Rows [lo, hi) (image * hp + row) of the padded copy: x's pixels at (row - pt, column -
- * pl), zero outside x */
-static void pad_rows(void *ctx, int64_t lo, int64_t hi)
-{
-    const pad_call *pc = ctx;
-    const geometry *g = pc->g;
-    const int64_t x0 = min64(g->pl, pc->wp), x1 = min64(pc->wp, g->pl + g->w);
-    for (int64_t r = lo; r < hi; ++r) {
-        float *dst = pc->xp + r * pc->wp * g->c;
-        const int64_t y = r % pc->hp - g->pt;
-        if (y < 0 || y >= g->h || x1 <= x0) {
-            memset(dst, 0, (size_t)(pc->wp * g->c) * sizeof(float));
-            continue;
-        }
-        memset(dst, 0, (size_t)(x0 * g->c) * sizeof(float));
-        memcpy(dst + x0 * g->c, pc->x + ((r / pc->hp * g->h + y) * g->w + x0 - g->pl) * g->c,
-               (size_t)((x1 - x0) * g->c) * sizeof(float));
-        memset(dst + x1 * g->c, 0, (size_t)((pc->wp - x1) * g->c) * sizeof(float));
     }
 }
 
@@ -591,10 +623,6 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
     const int64_t nchunks = mg_conv2d_gemm_filter_chunks(n, out_h, out_w, groups, kh, kw, c, co);
     const int64_t chunk_rows = ceil_div(rows, nchunks);
     const int64_t block_rows = min64(chunk_rows, max64(1, FILTER_KC / out_w));
-    /* the rows and columns the windows read; a zero-padded copy where some lie outside x */
-    const int64_t hp = (out_h - 1) * stride_h + (kh - 1) * dilation_h + 1;
-    const int64_t wp = (out_w - 1) * stride_w + (kw - 1) * dilation_w + 1;
-    const int padded = pad_top > 0 || pad_left > 0 || hp > h || wp > w;
     const int nt = mg_work_threads(num_threads, (double)pixels * (double)df_size);
     /* blocks of up to FILTER_NCP panels (a tile's pointers serve them all), and blocks of C
      * row tiles where the (group, chunk, panels) items would not give every thread 2 (each
@@ -602,24 +630,34 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
     const int64_t ncp = min64(panels, FILTER_NCP), nblocks = ceil_div(panels, ncp);
     const int64_t units = groups * nblocks * nchunks;
     const int64_t nmb = max64(1, min64(ceil_div(cols, t->mr), ceil_div(2 * nt, units)));
-    filter_call fc = {t, g, x, dy, df, NULL, cols, panels, block_rows, chunk_rows, nchunks,
-                      ncp, nblocks, nmb, block_rows * out_w, co == MG_GEMM_NR && groups == 1,
-                      NULL, NULL};
-    float *xp = padded ? mg_alloc_floats(n * hp * wp * c) : NULL;
-    if (padded) {
-        fc.g.h = hp, fc.g.w = wp, fc.g.pt = fc.g.pl = 0;
-        fc.x = xp;
+    const int rs = t->mr > t->mr_narrow ? t->mr : t->mr_narrow; /* the tallest tile */
+    int64_t *q = malloc((size_t)(2 * kw) * sizeof(int64_t));
+    if (!q)
+        return MG_ENOMEM;
+    /* output columns [qlo[j], qhi[j]) read x through tap column j (q * sw + j * dw - pl in
+     * [0, w)), and the most segments an output row is cut into (between distinct cuts) */
+    int64_t *qlo = q, *qhi = q + kw, max_cuts = 1;
+    for (int64_t j = 0; j < kw; ++j) {
+        const int64_t first = pad_left - j * dilation_w; /* q * sw >= first */
+        qlo[j] = min64(out_w, first <= 0 ? 0 : ceil_div(first, stride_w));
+        const int64_t last = w - 1 + pad_left - j * dilation_w; /* q * sw <= last */
+        qhi[j] = last < 0 ? 0 : min64(out_w, last / stride_w + 1);
+        max_cuts += (qlo[j] > 0) + (qhi[j] < out_w);
     }
+    const int64_t zeros_len = (out_w - 1) * stride_w * c + 1; /* a segment's rows in zeros */
+    filter_call fc = {t, g, x, dy, NULL, df, NULL, qlo, qhi, cols, panels, block_rows,
+                      chunk_rows, nchunks, ncp, nblocks, nmb, block_rows * out_w, max_cuts,
+                      co == MG_GEMM_NR && groups == 1, NULL, NULL, NULL};
+    float *zeros = mg_alloc_floats(zeros_len);
+    fc.zeros = zeros;
     fc.part = nchunks > 1 ? mg_alloc_floats((nchunks - 1) * df_size) : NULL;
     fc.scratch = fc.direct_b ? NULL : mg_alloc_floats(nt * ncp * fc.block_pixels * MG_GEMM_NR);
-    fc.ptrs = malloc((size_t)(nt * block_rows * GEMM_MR_MAX) * sizeof(float *));
+    fc.ptrs = malloc((size_t)(nt * block_rows * max_cuts * rs) * sizeof(float *));
+    fc.lens = malloc((size_t)(nt * block_rows * max_cuts) * sizeof(int64_t));
     int code = MG_ENOMEM;
-    if ((xp || !padded) && (fc.part || nchunks == 1) && (fc.scratch || fc.direct_b) &&
-        fc.ptrs) {
-        if (padded) {
-            pad_call pc = {&g, x, xp, hp, wp};
-            mg_pool_rows(mg_stream_threads(nt, n * hp * wp * c), n * hp, 1, pad_rows, &pc);
-        }
+    if (zeros && (fc.part || nchunks == 1) && (fc.scratch || fc.direct_b) && fc.ptrs &&
+        fc.lens) {
+        memset(zeros, 0, (size_t)zeros_len * sizeof(float));
         mg_pool_run(nt, units * nmb, filter_item, &fc);
         if (nchunks > 1) {
             reduce_call rc = {df, fc.part, nchunks, df_size};
@@ -628,9 +666,11 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
         }
         code = MG_OK;
     }
-    free(xp);
+    free(q);
+    free(zeros);
     free(fc.part);
     free(fc.scratch);
+    free(fc.lens);
     free(fc.ptrs);
     return code;
 }

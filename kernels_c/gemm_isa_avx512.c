@@ -80,7 +80,8 @@ static inline void prefetch_residual(const gemm_tail *tail, int mr, int nr)
 /* ntaps segments of kc steps: segment t reads rows[t * rstride + i] (and B on from where the
  * one before stopped), the accumulators kept in registers across them */
 static inline __attribute__((always_inline)) void
-micro_body(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows, int64_t ks,
+micro_body(int64_t ntaps, int64_t rstride, int64_t kc, const int64_t *kcs,
+           const float *const *rows, int64_t ks,
            const float *bp, float *c, int64_t ldc, const int mr, const int nr, const int load,
            const int R, const int H, const gemm_tail *tail)
 {
@@ -102,11 +103,11 @@ micro_body(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows,
     /* the k steps: R row pointers, B's and one index in registers (a row-major A counts
      * its index up from -kc to 0 off pointers at the rows' ends, so that no register holds
      * kc: 12 rows leave none to spare) */
-    const int64_t o_end = ks == 1 ? 0 : kc * ks;
     for (int64_t t = 0; t < ntaps; ++t, rows += rstride) {
+        const int64_t kt = kcs ? kcs[t] : kc, o_end = ks == 1 ? 0 : kt * ks;
         const float *r[MR];
-        UNROLL for (int i = 0; i < R; ++i) r[i] = rows[i] + (ks == 1 ? kc : 0);
-        for (int64_t o = ks == 1 ? -kc : 0; o != o_end; o += ks, bp += MG_GEMM_NR) {
+        UNROLL for (int i = 0; i < R; ++i) r[i] = rows[i] + (ks == 1 ? kt : 0);
+        for (int64_t o = ks == 1 ? -kt : 0; o != o_end; o += ks, bp += MG_GEMM_NR) {
             const __m512 b0 = _mm512_loadu_ps(bp);
             const __m512 b1 = H ? _mm512_setzero_ps() : _mm512_loadu_ps(bp + 16);
             const __m256 bh = H ? _mm256_loadu_ps(bp + 16) : _mm256_setzero_ps();
@@ -137,13 +138,13 @@ micro_body(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows,
     }
 }
 
-static void gemm_micro_taps_tail_avx512(int64_t ntaps, int64_t rstride, int64_t kc,
-                                        const float *const *rows, int64_t ks, const float *bp,
-                                        float *c, int64_t ldc, int mr, int nr, int load,
-                                        const gemm_tail *tail)
+/* kcs: NULL (every segment kc steps) or each segment's steps */
+static void micro_segments(int64_t ntaps, int64_t rstride, int64_t kc, const int64_t *kcs,
+                           const float *const *rows, int64_t ks, const float *bp, float *c,
+                           int64_t ldc, int mr, int nr, int load, const gemm_tail *tail)
 {
 #define MICRO(MR_, NR_, LOAD_, R_, H_) \
-    micro_body(ntaps, rstride, kc, rows, ks, bp, c, ldc, MR_, NR_, LOAD_, R_, H_, tail)
+    micro_body(ntaps, rstride, kc, kcs, rows, ks, bp, c, ldc, MR_, NR_, LOAD_, R_, H_, tail)
 #define ROWS(R_, H_) case R_: MICRO(R_, nr, load, R_, H_); break;
 #define TILES(H_)                                                                            \
     switch (mr) { /* a shorter tile: only its rows computed */                               \
@@ -165,6 +166,21 @@ static void gemm_micro_taps_tail_avx512(int64_t ntaps, int64_t rstride, int64_t 
 #undef TILES
 #undef ROWS
 #undef MICRO
+}
+
+static void gemm_micro_taps_tail_avx512(int64_t ntaps, int64_t rstride, int64_t kc,
+                                        const float *const *rows, int64_t ks, const float *bp,
+                                        float *c, int64_t ldc, int mr, int nr, int load,
+                                        const gemm_tail *tail)
+{
+    micro_segments(ntaps, rstride, kc, NULL, rows, ks, bp, c, ldc, mr, nr, load, tail);
+}
+
+static void gemm_micro_segs_avx512(int64_t nseg, int64_t rstride, const int64_t *kcs,
+                                   const float *const *rows, int64_t ks, const float *bp,
+                                   float *c, int64_t ldc, int mr, int nr, int load)
+{
+    micro_segments(nseg, rstride, 0, kcs, rows, ks, bp, c, ldc, mr, nr, load, NULL);
 }
 
 static void gemm_micro_tail_avx512(int64_t kc, const float *const *rows, int64_t ks,
@@ -192,7 +208,8 @@ enum { MR_NARROW = 24 };
 /* ntaps segments of kc steps: segment t reads rows[t * rstride + i] (and B on from where
  * the one before stopped), the accumulators kept in registers across them */
 static inline __attribute__((always_inline)) void
-narrow_body(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows, int64_t ks,
+narrow_body(int64_t ntaps, int64_t rstride, int64_t kc, const int64_t *kcs,
+            const float *const *rows, int64_t ks,
             const float *bp, float *c, int64_t ldc, const int mr, const int nr, const int load,
             const int R, const int H, const gemm_tail *tail)
 {
@@ -212,7 +229,8 @@ narrow_body(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows
     for (int64_t t = 0; t < ntaps; ++t, rows += rstride) {
         const float *r[MR_NARROW];
         UNROLL for (int i = 0; i < R; ++i) r[i] = rows[i];
-        for (int64_t k = 0, o = 0; k < kc; ++k, o += ks, bp += MG_GEMM_NR) {
+        const int64_t kt = kcs ? kcs[t] : kc;
+        for (int64_t k = 0, o = 0; k < kt; ++k, o += ks, bp += MG_GEMM_NR) {
             const __m512 b0 = H ? _mm512_setzero_ps() : _mm512_loadu_ps(bp);
             const __m256 bh = H ? _mm256_loadu_ps(bp) : _mm256_setzero_ps();
             UNROLL for (int i = 0; i < R; ++i)
@@ -235,20 +253,20 @@ narrow_body(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows
         _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i]);
 }
 
-static void gemm_narrow_taps_tail_avx512(int64_t ntaps, int64_t rstride, int64_t kc,
-                                         const float *const *rows, int64_t ks,
-                                         const float *bp, float *c, int64_t ldc, int mr,
-                                         int nr, int load, const gemm_tail *tail)
+/* kcs: NULL (every segment kc steps) or each segment's steps */
+static void narrow_segments(int64_t ntaps, int64_t rstride, int64_t kc, const int64_t *kcs,
+                            const float *const *rows, int64_t ks, const float *bp, float *c,
+                            int64_t ldc, int mr, int nr, int load, const gemm_tail *tail)
 {
 #define NARROW(MR_, NR_, LOAD_, R_, H_) \
-    narrow_body(ntaps, rstride, kc, rows, ks, bp, c, ldc, MR_, NR_, LOAD_, R_, H_, tail)
+    narrow_body(ntaps, rstride, kc, kcs, rows, ks, bp, c, ldc, MR_, NR_, LOAD_, R_, H_, tail)
 #define ROWS(R_, H_) case R_: NARROW(R_, nr, load, R_, H_); break;
 #define TILES(H_)                                                                            \
-    switch (mr) { /* a shorter tile: only its rows computed (23: as 24) */                   \
+    switch (mr) { /* a shorter tile: only its rows computed */                               \
         ROWS(1, H_) ROWS(2, H_) ROWS(3, H_) ROWS(4, H_) ROWS(5, H_) ROWS(6, H_) ROWS(7, H_)  \
         ROWS(8, H_) ROWS(9, H_) ROWS(10, H_) ROWS(11, H_) ROWS(12, H_) ROWS(13, H_)         \
         ROWS(14, H_) ROWS(15, H_) ROWS(16, H_) ROWS(17, H_) ROWS(18, H_) ROWS(19, H_)       \
-        ROWS(20, H_) ROWS(21, H_) ROWS(22, H_)                                              \
+        ROWS(20, H_) ROWS(21, H_) ROWS(22, H_) ROWS(23, H_)                                 \
     default:                                                                                 \
         NARROW(mr, nr, load, MR_NARROW, H_);                                                 \
     }
@@ -265,6 +283,21 @@ static void gemm_narrow_taps_tail_avx512(int64_t ntaps, int64_t rstride, int64_t
 #undef TILES
 #undef ROWS
 #undef NARROW
+}
+
+static void gemm_narrow_taps_tail_avx512(int64_t ntaps, int64_t rstride, int64_t kc,
+                                         const float *const *rows, int64_t ks,
+                                         const float *bp, float *c, int64_t ldc, int mr,
+                                         int nr, int load, const gemm_tail *tail)
+{
+    narrow_segments(ntaps, rstride, kc, NULL, rows, ks, bp, c, ldc, mr, nr, load, tail);
+}
+
+static void gemm_narrow_segs_avx512(int64_t nseg, int64_t rstride, const int64_t *kcs,
+                                    const float *const *rows, int64_t ks, const float *bp,
+                                    float *c, int64_t ldc, int mr, int nr, int load)
+{
+    narrow_segments(nseg, rstride, 0, kcs, rows, ks, bp, c, ldc, mr, nr, load, NULL);
 }
 
 static void gemm_narrow_taps_avx512(int64_t ntaps, int64_t rstride, int64_t kc,
@@ -291,7 +324,9 @@ const gemm_kernel_table gemm_kernels_avx512 = {MR, gemm_micro_avx512, MR_NARROW,
                                                gemm_narrow_avx512, gemm_narrow_taps_avx512,
                                                gemm_micro_tail_avx512, gemm_narrow_tail_avx512,
                                                gemm_narrow_taps_tail_avx512,
-                                               gemm_micro_taps_avx512};
+                                               gemm_micro_taps_avx512,
+                                               gemm_micro_segs_avx512,
+                                               gemm_narrow_segs_avx512};
 
 MG_TARGET_END
 #endif
