@@ -31,11 +31,15 @@
  * uneven items (a stride-2 16->32 layer ran no faster on 2 threads than on 1). Here A is x
  * itself, through the micro-kernel's row pointers: along one output row the pixels are
  * sw * c floats apart in every row of A, so an output row is one segment (row i at the
- * pixel's window origin plus its tap offset), and the wide micro-kernel (micro_taps;
- * narrow_taps for <= 16 columns) runs all the rows of a block with the tile in registers.
- * Where some window crosses x's edges, x is first copied once into a zero-padded buffer of
- * the rows and columns the windows read (about x's size: 2-4% of a ResNet stride-2 layer's
- * time, where packing the edge pixels per tile cost 10-40% of small images). B is dy's
+ * pixel's window origin plus its tap offset), and the wide micro-kernel (micro_segs;
+ * narrow_segs for <= 16 columns) runs all the rows of a block with the tile in registers.
+ * x is read in place also where windows cross its edges: a tile cuts each output row at
+ * the columns where one of its tap columns leaves x (a 3x3 stride-2 SAME layer: its last
+ * pixel), into segments in which each row of the tile reads x throughout or a buffer of
+ * zeros (as does a tap row outside x); the segments differ in length, so the _segs kernels
+ * take one length each. (This replaced a zero-padded copy of x, made first: about x's
+ * size, 0.05-0.1 ms of a ResNet-8 stride-2 layer, and the pointer table per segment now
+ * keeps a tile's own rows, not the tallest kernel's: 1 thread 0.87 -> 0.78 ms.) B is dy's
  * columns of a panel, packed per block of output rows (dy itself when co is 32: one panel
  * of 32-float rows). Per block an item packs B for its panels (up to FILTER_NCP), then per
  * tile of C rows builds the row pointers once for all of them. Items: (group, chunk of
@@ -211,18 +215,23 @@ static void input_tile(const input_call *b, const float **rows, unsigned char *l
     const float *group_b = b->packed + (grp * b->panels * b->k_group +
                                         b->phase_k[py * b->phx + px] * g->cog) * MG_GEMM_NR;
     int started = 0;
-    if (p1 - p0 == 1 && g->cig - p0 * MG_GEMM_NR <= GEMM_NR_NARROW && b->t->narrow_taps) {
-        const int nr = (int)(g->cig - p0 * MG_GEMM_NR);
-        const float *bp = group_b + p0 * b->k_group * MG_GEMM_NR;
-        for (int64_t t0 = 0, t1; t0 < ntaps; t0 = t1) {
-            for (t1 = t0 + 1; t1 < ntaps && live[t1] == live[t0];)
-                ++t1;
-            if (live[t0]) {
-                b->t->narrow_taps(t1 - t0, GEMM_MR_MAX, kc_all, rows + t0 * GEMM_MR_MAX, 1,
-                                  bp + t0 * kc_all * MG_GEMM_NR, c + p0 * MG_GEMM_NR, ldc, cnt,
-                                  nr, started);
-                started = 1;
+    if (b->t->narrow_taps && b->t->micro_taps && (kc_all <= KC || p1 - p0 == 1)) {
+        /* per panel, each run of live taps in one call (the tile in registers) */
+        for (int64_t p = p0; p < p1; ++p) {
+            const int nr = (int)min64(MG_GEMM_NR, g->cig - p * MG_GEMM_NR);
+            const float *bp = group_b + p * b->k_group * MG_GEMM_NR;
+            int on = 0;
+            for (int64_t t0 = 0, t1; t0 < ntaps; t0 = t1) {
+                for (t1 = t0 + 1; t1 < ntaps && live[t1] == live[t0];)
+                    ++t1;
+                if (live[t0]) {
+                    (nr <= GEMM_NR_NARROW ? b->t->narrow_taps : b->t->micro_taps)(
+                        t1 - t0, GEMM_MR_MAX, kc_all, rows + t0 * GEMM_MR_MAX, 1,
+                        bp + t0 * kc_all * MG_GEMM_NR, c + p * MG_GEMM_NR, ldc, cnt, nr, on);
+                    on = 1;
+                }
             }
+            started = on;
         }
     } else {
         const float **block = rows + ntaps * GEMM_MR_MAX;
@@ -447,7 +456,8 @@ static void tile_taps(const filter_call *fc, int64_t grp, int64_t m0, int valid,
     for (int i = 0; i < valid; ++tap, cc = 0) {
         const int64_t j = tap % g->kw, dy = tap / g->kw * g->dh;
         for (; cc < g->cig && i < valid; ++cc, ++i)
-            tj[i] = j, tr->dy[i] = dy, tr->off[i] = (dy * g->w + j * g->dw) * g->c + grp * g->cig + cc;
+            tj[i] = j, tr->dy[i] = dy,
+            tr->off[i] = (dy * g->w + j * g->dw) * g->c + grp * g->cig + cc;
         for (int e = 0; e < 2; ++e) { /* insert qlo, qhi of this column (sorted, unique) */
             const int64_t v = e ? fc->qhi[j] : fc->qlo[j];
             int at = 0;
