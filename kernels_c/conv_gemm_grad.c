@@ -93,14 +93,15 @@ static int geometry_check(const geometry *g)
     return MG_OK;
 }
 
-/* Blocks of up to NCP_MAX panels, fewer while the items would not give every thread about
+/* Blocks of up to NCP_MAX panels (of equal sizes: 4 panels as 2 + 2, not 3 + 1, so that the
+ * items weigh the same), fewer while the items would not give every thread about
  * 4 (the split changes no result: each element's chain is the same). */
 static int64_t panels_per_block(int64_t panels, int64_t other_items, int nt)
 {
     int64_t ncp = min64(panels, NCP_MAX);
     while (ncp > 1 && other_items * ceil_div(panels, ncp) < 4 * (int64_t)nt)
         --ncp;
-    return ncp < 1 ? 1 : ncp;
+    return ncp < 1 ? 1 : ceil_div(panels, ceil_div(panels, ncp)); /* blocks of equal size */
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -637,7 +638,7 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
     /* blocks of up to FILTER_NCP panels (a tile's pointers serve them all), and blocks of C
      * row tiles where the (group, chunk, panels) items would not give every thread 2 (each
      * block packs its B again) */
-    const int64_t ncp = min64(panels, FILTER_NCP), nblocks = ceil_div(panels, ncp);
+    const int64_t nblocks = ceil_div(panels, FILTER_NCP), ncp = ceil_div(panels, nblocks);
     const int64_t units = groups * nblocks * nchunks;
     const int64_t nmb = max64(1, min64(ceil_div(cols, t->mr), ceil_div(2 * nt, units)));
     const int rs = t->mr > t->mr_narrow ? t->mr : t->mr_narrow; /* the tallest tile */
