@@ -62,6 +62,13 @@ enum { MB = 96, KC = 256, TILE_PIXELS = 12, NCP_MAX = 8 };
  * ranges of output rows (chunks) of at least CHUNK_MIN pixels while there are fewer than
  * FILTER_ITEMS (group, panel, chunk) items, their partial sums at most PARTS_MAX floats */
 enum { FILTER_KC = 256, FILTER_NCP = 4, FILTER_ITEMS = 16, CHUNK_MIN = 512 };
+/* The filter gradient reads x in place unless an output row's segments times SEGMENT_COST
+ * exceed its pixels times the 16-float vectors of C a tile's row pointers serve (the
+ * pointers per FMA): then from a zero-padded copy. Measured (1 thread, CPU time, noisy),
+ * ms copy / in place: ResNet-8 3x3 s2 16->32 (2 segments of 16 pixels, 2 vectors) 0.87 /
+ * 0.78; 3x3 s1 16->16 32x32 (3 of 32, 1) 2.23-2.32 / 2.43-2.48; 64->64 8x8 (3 of 8, 4)
+ * 1.50-1.53 / 1.57-1.58. */
+enum { SEGMENT_COST = 16 };
 enum { PARTS_MAX = 1 << 22 };
 
 static const gemm_kernel_table *kernels(void)
@@ -483,14 +490,21 @@ static void tile_taps(const filter_call *fc, int64_t grp, int64_t m0, int valid,
     tr->ncuts = ncuts;
 }
 
-/* ntaps segments (lengths kcs) through the ISA's kernel that keeps the tile in registers
- * over them, or one call per segment (the same chains: a call continues from the floats
- * stored before) */
+/* nseg segments (lengths kcs) through the ISA's kernel that keeps the tile in registers
+ * over them (the _taps one where they all have one length: `uniform`), or one call per
+ * segment (the same chains: a call continues from the floats stored before) */
 static void run_segments(const gemm_kernel_table *t, int nr, int64_t nseg, int64_t rstride,
-                         const int64_t *kcs, const float **rows, int64_t ks, const float *bp,
-                         float *c, int64_t ldc, int mr, int load)
+                         const int64_t *kcs, int uniform, const float **rows, int64_t ks,
+                         const float *bp, float *c, int64_t ldc, int mr, int load)
 {
-    const gemm_segs_fn segs = nr <= GEMM_NR_NARROW ? t->narrow_segs : t->micro_segs;
+    const int narrow = nr <= GEMM_NR_NARROW;
+    const gemm_segs_fn segs = narrow ? t->narrow_segs : t->micro_segs;
+    void (*const taps)(int64_t, int64_t, int64_t, const float *const *, int64_t, const float *,
+                       float *, int64_t, int, int, int) = narrow ? t->narrow_taps : t->micro_taps;
+    if (uniform && taps) {
+        taps(nseg, rstride, kcs[0], rows, ks, bp, c, ldc, mr, nr, load);
+        return;
+    }
     if (segs) {
         segs(nseg, rstride, kcs, rows, ks, bp, c, ldc, mr, nr, load);
         return;
@@ -573,10 +587,53 @@ static void filter_item(void *ctx, int64_t item, int tid)
             }
             for (int64_t p = p0; p < p1; ++p)
                 run_segments(fc->t, (int)min64(MG_GEMM_NR, g->cog - p * MG_GEMM_NR), nseg, rs,
-                             lens, ptrs, ks, b + (p - p0) * panel_floats,
+                             lens, reach.ncuts == 2, ptrs, ks, b + (p - p0) * panel_floats,
                              c + m0 * g->co + p * MG_GEMM_NR, g->co, valid, load);
         }
     }
+}
+
+typedef struct {
+    const geometry *g; /* the input's */
+    const float *x;
+    float *xp;
+    int64_t hp, wp; /* the padded copy's rows and columns */
+} pad_call;
+
+/* Rows [lo, hi) (image * hp + row) of the padded copy: x's pixels at (row - pt, column -
+ * pl), zero outside x */
+static void pad_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const pad_call *pc = ctx;
+    const geometry *g = pc->g;
+    const int64_t x0 = min64(g->pl, pc->wp), x1 = min64(pc->wp, g->pl + g->w);
+    for (int64_t r = lo; r < hi; ++r) {
+        float *dst = pc->xp + r * pc->wp * g->c;
+        const int64_t y = r % pc->hp - g->pt;
+        if (y < 0 || y >= g->h || x1 <= x0) {
+            memset(dst, 0, (size_t)(pc->wp * g->c) * sizeof(float));
+            continue;
+        }
+        memset(dst, 0, (size_t)(x0 * g->c) * sizeof(float));
+        memcpy(dst + x0 * g->c, pc->x + ((r / pc->hp * g->h + y) * g->w + x0 - g->pl) * g->c,
+               (size_t)((x1 - x0) * g->c) * sizeof(float));
+        memset(dst + x1 * g->c, 0, (size_t)((pc->wp - x1) * g->c) * sizeof(float));
+    }
+}
+
+/* Output columns [qlo[j], qhi[j]) read x through tap column j (q * sw + j * dw - pl in
+ * [0, w)); returns the most segments an output row is cut into (between distinct cuts) */
+static int64_t column_reach(const geometry *g, int64_t *qlo, int64_t *qhi)
+{
+    int64_t max_cuts = 1;
+    for (int64_t j = 0; j < g->kw; ++j) {
+        const int64_t first = g->pl - j * g->dw; /* q * sw >= first */
+        qlo[j] = min64(g->ow, first <= 0 ? 0 : ceil_div(first, g->sw));
+        const int64_t last = g->w - 1 + g->pl - j * g->dw; /* q * sw <= last */
+        qhi[j] = last < 0 ? 0 : min64(g->ow, last / g->sw + 1);
+        max_cuts += (qlo[j] > 0) + (qhi[j] < g->ow);
+    }
+    return max_cuts;
 }
 
 typedef struct {
@@ -645,19 +702,24 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
     int64_t *q = malloc((size_t)(2 * kw) * sizeof(int64_t));
     if (!q)
         return MG_ENOMEM;
-    /* output columns [qlo[j], qhi[j]) read x through tap column j (q * sw + j * dw - pl in
-     * [0, w)), and the most segments an output row is cut into (between distinct cuts) */
-    int64_t *qlo = q, *qhi = q + kw, max_cuts = 1;
-    for (int64_t j = 0; j < kw; ++j) {
-        const int64_t first = pad_left - j * dilation_w; /* q * sw >= first */
-        qlo[j] = min64(out_w, first <= 0 ? 0 : ceil_div(first, stride_w));
-        const int64_t last = w - 1 + pad_left - j * dilation_w; /* q * sw <= last */
-        qhi[j] = last < 0 ? 0 : min64(out_w, last / stride_w + 1);
-        max_cuts += (qlo[j] > 0) + (qhi[j] < out_w);
+    int64_t *qlo = q, *qhi = q + kw, max_cuts = column_reach(&g, qlo, qhi);
+    /* x in place, or (where a row's segments would cost more in pointers than the copy:
+     * SEGMENT_COST) a zero-padded copy of the rows and columns the windows read, one
+     * segment per output row */
+    const int64_t hp = (out_h - 1) * stride_h + (kh - 1) * dilation_h + 1;
+    const int64_t wp = (out_w - 1) * stride_w + (kw - 1) * dilation_w + 1;
+    const int64_t vectors = ceil_div(min64(g.cog, ncp * MG_GEMM_NR), 16);
+    const int padded = max_cuts > 1 && max_cuts * SEGMENT_COST > out_w * vectors;
+    geometry gx = g;
+    if (padded) {
+        gx.h = hp, gx.w = wp, gx.pt = gx.pl = 0;
+        max_cuts = column_reach(&gx, qlo, qhi);
     }
+    float *xp = padded ? mg_alloc_floats(n * hp * wp * c) : NULL;
     const int64_t zeros_len = (out_w - 1) * stride_w * c + 1; /* a segment's rows in zeros */
-    filter_call fc = {t, g, x, dy, NULL, df, NULL, qlo, qhi, cols, panels, block_rows,
-                      chunk_rows, nchunks, ncp, nblocks, nmb, block_rows * out_w, max_cuts,
+    filter_call fc = {t, gx, padded ? xp : x, dy, NULL, df, NULL, qlo, qhi, cols, panels,
+                      block_rows, chunk_rows, nchunks, ncp, nblocks, nmb, block_rows * out_w,
+                      max_cuts,
                       co == MG_GEMM_NR && groups == 1, NULL, NULL, NULL};
     float *zeros = mg_alloc_floats(zeros_len);
     fc.zeros = zeros;
@@ -666,9 +728,13 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
     fc.ptrs = malloc((size_t)(nt * block_rows * max_cuts * rs) * sizeof(float *));
     fc.lens = malloc((size_t)(nt * block_rows * max_cuts) * sizeof(int64_t));
     int code = MG_ENOMEM;
-    if (zeros && (fc.part || nchunks == 1) && (fc.scratch || fc.direct_b) && fc.ptrs &&
-        fc.lens) {
+    if (zeros && (xp || !padded) && (fc.part || nchunks == 1) &&
+        (fc.scratch || fc.direct_b) && fc.ptrs && fc.lens) {
         memset(zeros, 0, (size_t)zeros_len * sizeof(float));
+        if (padded) {
+            pad_call pc = {&g, x, xp, hp, wp};
+            mg_pool_rows(mg_stream_threads(nt, n * hp * wp * c), n * hp, 1, pad_rows, &pc);
+        }
         mg_pool_run(nt, units * nmb, filter_item, &fc);
         if (nchunks > 1) {
             reduce_call rc = {df, fc.part, nchunks, df_size};
@@ -678,6 +744,7 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
         code = MG_OK;
     }
     free(q);
+    free(xp);
     free(zeros);
     free(fc.part);
     free(fc.scratch);
