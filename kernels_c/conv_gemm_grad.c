@@ -14,10 +14,12 @@
  * dx row Y, column phase px): they read consecutive dy pixels through every tap (a range
  * of them inside dy, zero rows outside), and their dx pixels are sw * c floats apart, so
  * the micro-kernel stores the C tile in dx in place (ldc = sw * c; no scratch, no copy).
- * With one narrow panel a tile runs each run of consecutive taps that reach some of its
- * pixels in one call of the narrow kernel over all of them (gemm_kernel_table.narrow_taps:
- * the tile in registers for all its K), else tap by tap, per block of KC of cog, per
- * panel. Items of the worker pool: (group, block of panels, image, block of dx rows); an
+ * Per panel, a tile runs each run of consecutive taps that reach some of its pixels in one
+ * call of the kernel over all of them (gemm_kernel_table.narrow_taps / micro_taps: the
+ * tile in registers for all its K; for wide panels where cog <= KC or the block has one
+ * panel, which measured 94 -> 102 GFLOP/s on 1 thread for 64-channel stride-2 layers,
+ * against a C tile stored and loaded again per tap), else tap by tap, per block of KC of
+ * cog, per panel (the block of A reused from L1 across the panels). Items of the worker pool: (group, block of panels, image, block of dx rows); an
  * item first writes the zeros of its rows' phases that no tap reaches (the whole row,
  * contiguous, where it owns every channel: for a 1x1 stride-2 convolution 3/4 of dx), then
  * the tiles. A tap that reaches no pixel of a tile is left out of its chain (no term);
@@ -182,10 +184,11 @@ static void zero_strided(float *dst, int64_t count, int64_t stride, int64_t widt
 /* The tile of `cnt` pixels b0 .. b0 + cnt - 1 of phase row a (dx row y) and phase column px,
  * columns of panels p0 .. p1 - 1: every tap of the phase in order, a pixel a tap does not
  * reach reading zeros (a tap that reaches no pixel of the tile is left out), its C tile
- * stored in dx in place (the tile's pixels are sw * c floats apart). One narrow panel:
- * the narrow micro-kernel over each run of consecutive taps in one call where the ISA has
- * it (the tile stays in registers); else per tap, per block of KC of its cog, per panel
- * (the block of A reused from L1 across the panels). rows: the thread's table of
+ * stored in dx in place (the tile's pixels are sw * c floats apart). Per panel, the
+ * micro-kernel over each run of consecutive taps in one call where the ISA has it (the
+ * tile stays in registers; wide panels where cog <= KC or the block has one panel); else
+ * per tap, per block of KC of its cog, per panel (the block of A reused from L1 across
+ * the panels). rows: the thread's table of
  * GEMM_MR_MAX pointers per tap, then as many for a block's. */
 static void input_tile(const input_call *b, const float **rows, unsigned char *live,
                        int64_t grp, int64_t img, int64_t y, int64_t px, int64_t b0, int cnt,

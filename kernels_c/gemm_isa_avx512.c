@@ -9,7 +9,10 @@
  * 17-24 wide, nr <= 8 narrow) is summed in a ymm register: lanes 0-7 of the same FMAs (the
  * same bits), half the work of a zmm one on CPUs that split a 512-bit operation in two (AMD
  * Zen 4: a 24-channel input gradient's panel, 1 thread, 58 -> 79 GFLOP/s). Both also run
- * a list of segments (rows and k steps) in one call, the tile kept in registers (_taps). A tail
+ * a list of segments (rows and k steps) in one call, the tile kept in registers (_taps; _segs:
+ * segments of their own lengths, as the filter gradient's output rows cut at x's edges,
+ * conv_gemm_grad.c; a narrow tile of 24 rows ran ~7% slower with the lengths read per
+ * segment, so the drivers call _taps where the lengths are all equal). A tail
  * (gemm_internal.h) is applied to the accumulators before the stores (vtail: the stages of
  * activations_template.h, lane by lane the same roundings: add, sub then one FMA, add, and
  * Relu / Relu6 as masks that keep NaN and give +0). Compiled for these extensions and used only when the runtime's ISA is AVX-512 (mg_isa_pick
