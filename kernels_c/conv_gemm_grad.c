@@ -19,8 +19,8 @@
  * tile in registers for all its K; for wide panels where cog <= KC or the block has one
  * panel, which measured 94 -> 102 GFLOP/s on 1 thread for 64-channel stride-2 layers,
  * against a C tile stored and loaded again per tap), else tap by tap, per block of KC of
- * cog, per panel (the block of A reused from L1 across the panels). Items of the worker pool: (group, block of panels, image, block of dx rows); an
- * item first writes the zeros of its rows' phases that no tap reaches (the whole row,
+ * cog, per panel (the block of A reused from L1 across the panels). Items of the worker
+ * pool: (group, block of panels, image, block of dx rows); an item first writes the zeros of its rows' phases that no tap reaches (the whole row,
  * contiguous, where it owns every channel: for a 1x1 stride-2 convolution 3/4 of dx), then
  * the tiles. A tap that reaches no pixel of a tile is left out of its chain (no term);
  * a tile no tap reaches is written as zero.
@@ -83,6 +83,18 @@ static const gemm_kernel_table *kernels(void)
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+/* Per-thread tables of `count` items of `size` bytes each start a cache line apart (two
+ * threads writing one line, a tile's pointers or flags, made the input gradient of a
+ * stride-2 layer 1.4x slower on 2 threads, depending on where malloc put the table) */
+static int64_t line_items(int64_t count, int64_t size)
+{
+    const int64_t per_line = 64 / size;
+    return (count + per_line - 1) / per_line * per_line;
+}
+
+/* `bytes` (> 0) on whole cache lines, or NULL */
+static void *alloc_lines(int64_t bytes) { return aligned_alloc(64, (size_t)((bytes + 63) & ~63)); }
+
 static int64_t floor_mod(int64_t a, int64_t b)
 {
     const int64_t r = a % b;
@@ -127,9 +139,10 @@ typedef struct {
     float *dx;
     const phase_tap *row_taps, *col_taps; /* [py][kh], [px][kw] (columns: j descending) */
     const int64_t *nrow, *ncol, *phase_k; /* phase_k[py * phx + px]: its first B row / cog */
-    const float **rows; /* per thread: (max_taps + 1) * GEMM_MR_MAX */
-    unsigned char *live; /* per thread: max_taps */
+    const float **rows; /* per thread: (max_taps + 1) * GEMM_MR_MAX, from a cache line */
+    unsigned char *live; /* per thread: max_taps, from a cache line */
     int64_t phx, panels, ncp, nblocks, k_group, row_block, row_blocks, max_taps;
+    int64_t thread_rows, thread_live; /* the per-thread strides of rows and live */
     int mr; /* pixels per tile: the rows of the first panel's micro-kernel */
 } input_call;
 
@@ -284,8 +297,8 @@ static void input_item(void *ctx, int64_t item, int tid)
     const int64_t width = min64(g->cig, p1 * MG_GEMM_NR) - p0 * MG_GEMM_NR;
     const int whole = width == g->c; /* the item owns every channel of its rows */
     const int64_t y1 = min64(g->h, (rb + 1) * b->row_block);
-    const float **rows = b->rows + (int64_t)tid * (b->max_taps + 1) * GEMM_MR_MAX;
-    unsigned char *live = b->live + (int64_t)tid * b->max_taps;
+    const float **rows = b->rows + (int64_t)tid * b->thread_rows;
+    unsigned char *live = b->live + (int64_t)tid * b->thread_live;
     for (int64_t y = rb * b->row_block; y < y1; ++y) {
         const int64_t py = y % g->sh;
         float *row = b->dx + (img * g->h + y) * g->w * g->c;
@@ -379,8 +392,10 @@ int mg_conv2d_gemm_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, in
     const int64_t ncp = panels_per_block(panels, groups * n * row_blocks, nt);
     const int64_t nblocks = ceil_div(panels, ncp);
     packed = mg_alloc_floats(groups * panels * k_group * MG_GEMM_NR);
-    rows = malloc((size_t)(nt * (max_taps + 1) * GEMM_MR_MAX) * sizeof(float *));
-    live = malloc((size_t)(nt * max_taps + 1));
+    const int64_t thread_rows = line_items((max_taps + 1) * GEMM_MR_MAX, sizeof(float *));
+    const int64_t thread_live = line_items(max_taps, 1);
+    rows = alloc_lines(nt * thread_rows * (int64_t)sizeof(float *));
+    live = alloc_lines(nt * thread_live);
     if (!packed || !rows || !live)
         goto done;
     int mr;
@@ -388,7 +403,7 @@ int mg_conv2d_gemm_backprop_input(int64_t n, int64_t h, int64_t w, int64_t c, in
     mr = mr < TILE_PIXELS ? mr : TILE_PIXELS;
     input_call call = {kernels(), g, dy, packed, zeros, dx, row_taps, col_taps, nrow, ncol,
                        phase_k, rows, live, phx, panels, ncp, nblocks, k_group, row_block,
-                       row_blocks, max_taps, mr};
+                       row_blocks, max_taps, thread_rows, thread_live, mr};
     pack_filter_call pc = {&call, f, packed};
     mg_pool_rows(mg_stream_threads(nt, groups * panels * k_group * MG_GEMM_NR),
                  groups * panels, 1, pack_filter, &pc);
@@ -437,8 +452,9 @@ typedef struct {
     int64_t max_cuts; /* the most segments an output row is cut into */
     int direct_b; /* B is dy itself: co == 32, one group */
     float *scratch;
-    const float **ptrs; /* per thread: a tile's rows per segment of a block */
-    int64_t *lens; /* per thread: the block's segment lengths */
+    const float **ptrs; /* per thread (thread_ptrs apart): a tile's rows per segment */
+    int64_t *lens; /* per thread (thread_lens apart): the block's segment lengths */
+    int64_t thread_ptrs, thread_lens;
 } filter_call;
 
 enum { MAX_CUTS = 2 * GEMM_MR_MAX + 2 }; /* a tile's cuts of an output row: its taps' */
@@ -538,14 +554,14 @@ static void filter_item(void *ctx, int64_t item, int tid)
              * read a tile's own rows only, the others their kernel's whole height) */
     gemm_micro_for(fc->t, (int)min64(MG_GEMM_NR, g->cog - p0 * MG_GEMM_NR), &tr);
     const int rs_max = fc->t->mr > fc->t->mr_narrow ? fc->t->mr : fc->t->mr_narrow;
-    const int rs = fc->t->micro_segs && fc->t->narrow_segs ? tr : rs_max;
+    const int rs = fc->t->micro_segs && fc->t->narrow_segs ? tr : rs_max; /* <= the driver's */
     const int64_t tiles = ceil_div(fc->cols, tr);
     const int64_t t0 = tiles * mb / fc->nmb, t1 = tiles * (mb + 1) / fc->nmb;
     const int64_t rc0 = chunk * fc->chunk_rows, rc1 = min64(g->n * g->oh, rc0 + fc->chunk_rows);
     const int64_t panel_floats = fc->block_pixels * MG_GEMM_NR, ks = g->sw * g->c;
     float *bp = fc->scratch + (int64_t)tid * fc->ncp * panel_floats;
-    const float **ptrs = fc->ptrs + (int64_t)tid * fc->block_rows * fc->max_cuts * rs_max;
-    int64_t *lens = fc->lens + (int64_t)tid * fc->block_rows * fc->max_cuts;
+    const float **ptrs = fc->ptrs + (int64_t)tid * fc->thread_ptrs;
+    int64_t *lens = fc->lens + (int64_t)tid * fc->thread_lens;
     float *c = (chunk ? fc->part + (chunk - 1) * fc->cols * g->co : fc->df) + grp * g->cog;
     for (int64_t r0 = rc0; r0 < rc1 && t0 < t1; r0 += fc->block_rows) {
         const int64_t r1 = min64(rc1, r0 + fc->block_rows), pixels = (r1 - r0) * g->ow;
@@ -723,13 +739,15 @@ int mg_conv2d_gemm_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, i
     filter_call fc = {t, gx, padded ? xp : x, dy, NULL, df, NULL, qlo, qhi, cols, panels,
                       block_rows, chunk_rows, nchunks, ncp, nblocks, nmb, block_rows * out_w,
                       max_cuts,
-                      co == MG_GEMM_NR && groups == 1, NULL, NULL, NULL};
+                      co == MG_GEMM_NR && groups == 1, NULL, NULL, NULL, 0, 0};
     float *zeros = mg_alloc_floats(zeros_len);
     fc.zeros = zeros;
     fc.part = nchunks > 1 ? mg_alloc_floats((nchunks - 1) * df_size) : NULL;
     fc.scratch = fc.direct_b ? NULL : mg_alloc_floats(nt * ncp * fc.block_pixels * MG_GEMM_NR);
-    fc.ptrs = malloc((size_t)(nt * block_rows * max_cuts * rs) * sizeof(float *));
-    fc.lens = malloc((size_t)(nt * block_rows * max_cuts) * sizeof(int64_t));
+    fc.thread_ptrs = line_items(block_rows * max_cuts * rs, sizeof(float *));
+    fc.thread_lens = line_items(block_rows * max_cuts, sizeof(int64_t));
+    fc.ptrs = alloc_lines(nt * fc.thread_ptrs * (int64_t)sizeof(float *));
+    fc.lens = alloc_lines(nt * fc.thread_lens * (int64_t)sizeof(int64_t));
     int code = MG_ENOMEM;
     if (zeros && (xp || !padded) && (fc.part || nchunks == 1) &&
         (fc.scratch || fc.direct_b) && fc.ptrs && fc.lens) {
