@@ -20,9 +20,9 @@
  * panel, which measured 94 -> 102 GFLOP/s on 1 thread for 64-channel stride-2 layers,
  * against a C tile stored and loaded again per tap), else tap by tap, per block of KC of
  * cog, per panel (the block of A reused from L1 across the panels). Items of the worker
- * pool: (group, block of panels, image, block of dx rows); an item first writes the zeros of its rows' phases that no tap reaches (the whole row,
- * contiguous, where it owns every channel: for a 1x1 stride-2 convolution 3/4 of dx), then
- * the tiles. A tap that reaches no pixel of a tile is left out of its chain (no term);
+ * pool: (group, block of panels, image, block of dx rows); an item first writes the zeros
+ * of its rows' phases that no tap reaches (the whole row, contiguous, where it owns every
+ * channel: for a 1x1 stride-2 convolution 3/4 of dx), then the tiles. A tap that reaches no pixel of a tile is left out of its chain (no term);
  * a tile no tap reaches is written as zero.
  *
  * Filter gradient: df = im2col(x)^T * dy per group, C written in df's HWIO layout (ldc = co):
