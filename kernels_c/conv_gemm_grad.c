@@ -22,8 +22,9 @@
  * cog, per panel (the block of A reused from L1 across the panels). Items of the worker
  * pool: (group, block of panels, image, block of dx rows); an item first writes the zeros
  * of its rows' phases that no tap reaches (the whole row, contiguous, where it owns every
- * channel: for a 1x1 stride-2 convolution 3/4 of dx), then the tiles. A tap that reaches no pixel of a tile is left out of its chain (no term);
- * a tile no tap reaches is written as zero.
+ * channel: for a 1x1 stride-2 convolution 3/4 of dx), then the tiles. A tap that reaches
+ * no pixel of a tile is left out of its chain (no term); a tile no tap reaches is written
+ * as zero.
  *
  * Filter gradient: df = im2col(x)^T * dy per group, C written in df's HWIO layout (ldc = co):
  * M = kh*kw*cig (C row m = tap m / cig, channel m % cig), N = cog (panels of 32), K = the
