@@ -212,6 +212,7 @@ static void input_tile(const input_call *b, const float **rows, unsigned char *l
     const int64_t py = y % g->sh, a = y / g->sh;
     const int64_t nrt = b->nrow[py], nct = b->ncol[px], ntaps = nrt * nct;
     const phase_tap *rt = b->row_taps + py * g->kh, *ct = b->col_taps + px * g->kw;
+    const int fill = b->t->exact_rows ? cnt : GEMM_MR_MAX; /* the rows the kernels read */
     for (int64_t ti = 0; ti < nrt; ++ti) {
         const int64_t dyr = a + rt[ti].delta;
         const int row_in = dyr >= 0 && dyr < g->oh;
@@ -230,7 +231,7 @@ static void input_tile(const input_call *b, const float **rows, unsigned char *l
                 r[i] = src + i * g->co;
             for (; i < cnt; ++i)
                 r[i] = b->zeros;
-            for (; i < GEMM_MR_MAX; ++i)
+            for (; i < fill; ++i)
                 r[i] = r[cnt - 1];
             live[t] = hi > lo;
         }
@@ -263,7 +264,7 @@ static void input_tile(const input_call *b, const float **rows, unsigned char *l
         for (int64_t t = 0; t < ntaps; ++t) {
             for (int64_t k0 = 0; live[t] && k0 < kc_all; k0 += KC) {
                 const int64_t kc = min64(KC, kc_all - k0);
-                for (int i = 0; i < GEMM_MR_MAX; ++i)
+                for (int i = 0; i < fill; ++i)
                     block[i] = rows[t * GEMM_MR_MAX + i] + k0;
                 for (int64_t p = p0; p < p1; ++p) {
                     const int nr = (int)min64(MG_GEMM_NR, g->cig - p * MG_GEMM_NR);

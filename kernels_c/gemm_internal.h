@@ -76,6 +76,9 @@ typedef struct {
      * kcs[t] steps of k (the same chains as one call of `micro` / `narrow` per segment),
      * reading rows[t * rstride + i] for i < mr only */
     gemm_segs_fn micro_segs, narrow_segs;
+    /* 1: every kernel of the table reads rows[i] for i < mr only (the driver need not point
+     * the rows past mr anywhere); 0: up to its own tile height */
+    int exact_rows;
 } gemm_kernel_table;
 
 /* The micro-kernel for tiles nr columns wide, its rows per tile in *mr */

@@ -141,10 +141,12 @@ micro_body(int64_t ntaps, int64_t rstride, int64_t kc, const int64_t *kcs,
     }
 }
 
-/* kcs: NULL (every segment kc steps) or each segment's steps */
-static void micro_segments(int64_t ntaps, int64_t rstride, int64_t kc, const int64_t *kcs,
-                           const float *const *rows, int64_t ks, const float *bp, float *c,
-                           int64_t ldc, int mr, int nr, int load, const gemm_tail *tail)
+/* kcs: NULL (every segment kc steps) or each segment's steps; inlined into each caller, so
+ * that a literal NULL leaves no test in the loops (a narrow 24-row tile ran ~7% slower) */
+static inline __attribute__((always_inline)) void
+micro_segments(int64_t ntaps, int64_t rstride, int64_t kc, const int64_t *kcs,
+               const float *const *rows, int64_t ks, const float *bp, float *c, int64_t ldc,
+               int mr, int nr, int load, const gemm_tail *tail)
 {
 #define MICRO(MR_, NR_, LOAD_, R_, H_) \
     micro_body(ntaps, rstride, kc, kcs, rows, ks, bp, c, ldc, MR_, NR_, LOAD_, R_, H_, tail)
@@ -256,10 +258,12 @@ narrow_body(int64_t ntaps, int64_t rstride, int64_t kc, const int64_t *kcs,
         _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i]);
 }
 
-/* kcs: NULL (every segment kc steps) or each segment's steps */
-static void narrow_segments(int64_t ntaps, int64_t rstride, int64_t kc, const int64_t *kcs,
-                            const float *const *rows, int64_t ks, const float *bp, float *c,
-                            int64_t ldc, int mr, int nr, int load, const gemm_tail *tail)
+/* kcs: NULL (every segment kc steps) or each segment's steps; inlined into each caller, so
+ * that a literal NULL leaves no test in the loops (a narrow 24-row tile ran ~7% slower) */
+static inline __attribute__((always_inline)) void
+narrow_segments(int64_t ntaps, int64_t rstride, int64_t kc, const int64_t *kcs,
+                const float *const *rows, int64_t ks, const float *bp, float *c, int64_t ldc,
+                int mr, int nr, int load, const gemm_tail *tail)
 {
 #define NARROW(MR_, NR_, LOAD_, R_, H_) \
     narrow_body(ntaps, rstride, kc, kcs, rows, ks, bp, c, ldc, MR_, NR_, LOAD_, R_, H_, tail)
@@ -329,7 +333,8 @@ const gemm_kernel_table gemm_kernels_avx512 = {MR, gemm_micro_avx512, MR_NARROW,
                                                gemm_narrow_taps_tail_avx512,
                                                gemm_micro_taps_avx512,
                                                gemm_micro_segs_avx512,
-                                               gemm_narrow_segs_avx512};
+                                               gemm_narrow_segs_avx512,
+                                               1};
 
 MG_TARGET_END
 #endif
