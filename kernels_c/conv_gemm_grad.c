@@ -553,10 +553,10 @@ static void filter_item(void *ctx, int64_t item, int tid)
     const int64_t chunk = rest2 % fc->nchunks, grp = rest2 / fc->nchunks;
     const int64_t p0 = pb * fc->ncp, p1 = min64(p0 + fc->ncp, fc->panels);
     int tr; /* the tile's rows; rs: the row pointers kept per segment (the _segs kernels
-             * read a tile's own rows only, the others their kernel's whole height) */
+             * read a tile's own rows only where the kernels have exact_rows) *
     gemm_micro_for(fc->t, (int)min64(MG_GEMM_NR, g->cog - p0 * MG_GEMM_NR), &tr);
     const int rs_max = fc->t->mr > fc->t->mr_narrow ? fc->t->mr : fc->t->mr_narrow;
-    const int rs = fc->t->micro_segs && fc->t->narrow_segs ? tr : rs_max; /* <= the driver's */
+    const int rs = fc->t->exact_rows ? tr : rs_max; /* <= the driver's */
     const int64_t tiles = ceil_div(fc->cols, tr);
     const int64_t t0 = tiles * mb / fc->nmb, t1 = tiles * (mb + 1) / fc->nmb;
     const int64_t rc0 = chunk * fc->chunk_rows, rc1 = min64(g->n * g->oh, rc0 + fc->chunk_rows);
