@@ -553,7 +553,7 @@ static void filter_item(void *ctx, int64_t item, int tid)
     const int64_t chunk = rest2 % fc->nchunks, grp = rest2 / fc->nchunks;
     const int64_t p0 = pb * fc->ncp, p1 = min64(p0 + fc->ncp, fc->panels);
     int tr; /* the tile's rows; rs: the row pointers kept per segment (the _segs kernels
-             * read a tile's own rows only where the kernels have exact_rows) *
+             * read a tile's own rows only where the kernels have exact_rows) */
     gemm_micro_for(fc->t, (int)min64(MG_GEMM_NR, g->cog - p0 * MG_GEMM_NR), &tr);
     const int rs_max = fc->t->mr > fc->t->mr_narrow ? fc->t->mr : fc->t->mr_narrow;
     const int rs = fc->t->exact_rows ? tr : rs_max; /* <= the driver's */
