@@ -145,6 +145,11 @@ def _grouped_matmul(cols: np.ndarray, weights: np.ndarray, groups: int) -> np.nd
     return np.matmul(per_group, w).transpose(1, 0, 2).reshape(rows, co)
 
 
+# inf and NaN operands are values like any other (TensorFlow's): no RuntimeWarning for them
+_QUIET = np.errstate(invalid="ignore", over="ignore")
+
+
+@_QUIET
 def conv2d_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     """Cross-correlation of channels-last ``x`` with the HWIO (DHWIO) filter ``f``: im2col
     then one matmul (a batched one per group when x has ``groups`` times the filter's
@@ -155,13 +160,14 @@ def conv2d_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     *k_sizes, ci, co = f.shape
     if n * int(np.prod(window.out)) == 0 or ci == 0:
         return np.zeros((n, *window.out, co), x.dtype)
-    if not all_finite(f):
+    if padding_meets_filter(f, window):
         return conv_by_taps(x, f, window)
     cols = _patches(_pad_nhwc(x, window.pads), tuple(k_sizes), window)
     y = _grouped_matmul(cols, f, groups_of(x.shape[-1], f))
     return y.reshape(n, *window.out, co)
 
 
+@_QUIET
 def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple,
                                window: Window) -> np.ndarray:
     """d input of a convolution as TensorFlow's CPU kernel forms it: column gradients then
@@ -188,19 +194,16 @@ def conv2d_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple
     per_group = dy.reshape(pixels, groups, cog).transpose(1, 0, 2)
     weights = f.reshape(taps, ci, groups, cog).transpose(2, 3, 0, 1).reshape(groups, cog, -1)
     cols = np.matmul(per_group, weights).reshape(groups, n, *out, taps, ci)
-    for tap, offsets in enumerate(np.ndindex(*k_sizes)):
-        reach = _tap_reach(offsets, window, sizes)
-        if reach is not None:
-            pixels_slices, inputs_slices = reach
-            part = cols[(slice(None), slice(None), *pixels_slices, tap)]  # [groups, n, out..., ci]
-            view = dx[(slice(None), *inputs_slices)]
-            view += np.moveaxis(part, 0, -2).reshape(view.shape)
+    for tap, _, pixels, inputs in _taps_reaching(k_sizes, window, sizes):
+        part = cols[(slice(None), slice(None), *pixels, tap)]  # [groups, n, out..., ci]
+        view = dx[(slice(None), *inputs)]
+        view += np.moveaxis(part, 0, -2).reshape(view.shape)
     return dx
 
 
 def _tap_reach(offsets: tuple, window: Window, sizes) -> tuple[list, list] | None:
     """Where the tap at ``offsets`` reaches real pixels: (the output pixels' slices, the
-    input positions' strided slices they read), or None when it reads only padding.
+    strided slices of the input positions they read), or None when it reads only padding.
     Output pixel p reads input ``p * stride + i * dilation - pad_before`` along each dim."""
     pixels, inputs = [], []
     for i, d, s, (before, _), count, size in zip(offsets, window.dilations, window.strides,
@@ -214,6 +217,16 @@ def _tap_reach(offsets: tuple, window: Window, sizes) -> tuple[list, list] | Non
     return pixels, inputs
 
 
+def _taps_reaching(k_sizes, window: Window, sizes):
+    """Per filter tap (row-major) that reaches real input pixels: (its index, its offsets,
+    and :func:`_tap_reach`'s output pixel and input position slices)."""
+    for tap, offsets in enumerate(np.ndindex(*k_sizes)):
+        reach = _tap_reach(offsets, window, sizes)
+        if reach is not None:
+            yield tap, offsets, *reach
+
+
+@_QUIET
 def conv_by_taps(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     """Cross-correlation of channels-last ``x`` with the HWIO (DHWIO) filter ``f`` as one
     matmul per tap (one per group, batched) over the output pixels where that tap reaches
@@ -221,23 +234,22 @@ def conv_by_taps(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     only where its tap reads the input (TensorFlow's values; im2col's zero padding would
     make 0 * inf = NaN at the borders). Any number of spatial dims."""
     n, *sizes, c = x.shape
-    *k_sizes, ci, co = f.shape
-    groups = groups_of(c, f)
-    cog = co // groups
+    *k_sizes, _, co = f.shape
     y = _zeros((n, *window.out, co), np.result_type(x, f))
-    for offsets in np.ndindex(*k_sizes):
-        reach = _tap_reach(offsets, window, sizes)
-        if reach is None:
-            continue
-        pixels_slices, inputs_slices = reach
-        part = x[(slice(None), *inputs_slices)]  # [n, reached out..., c]
-        rows = part.size // c
-        weights = f[offsets].reshape(ci, groups, cog).transpose(1, 0, 2)  # [g, ci, cog]
-        with np.errstate(invalid="ignore", over="ignore"):
-            product = np.matmul(part.reshape(rows, groups, ci).transpose(1, 0, 2), weights)
-            view = y[(slice(None), *pixels_slices)]
-            view += product.transpose(1, 0, 2).reshape(view.shape)
+    for _, offsets, pixels, inputs in _taps_reaching(k_sizes, window, sizes):
+        part = x[(slice(None), *inputs)]  # [n, reached out..., c]
+        view = y[(slice(None), *pixels)]
+        view += _grouped_matmul(part.reshape(-1, c), f[offsets], groups_of(c, f)
+                                ).reshape(view.shape)
     return y
+
+
+def padding_meets_filter(f: np.ndarray, window: Window) -> bool:
+    """Whether a forward convolution must keep the filter ``f`` off the padding (run
+    :func:`conv_by_taps`): the window pads and a weight is infinite or NaN. Without padding
+    the fast kernels multiply only real pixels: a finite filter, or no padding, skips the
+    check's cost (one read of the filter per call for a fed or variable filter)."""
+    return any(sum(window.pads, ())) and not all_finite(f)
 
 
 def all_finite(f: np.ndarray) -> bool:
@@ -246,23 +258,81 @@ def all_finite(f: np.ndarray) -> bool:
     return frozen_cached(f, "finite", f.shape, lambda: bool(np.isfinite(f).all()))
 
 
+@_QUIET
 def conv2d_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tuple,
-                                window: Window) -> np.ndarray:
+                                window: Window, by_taps: bool = False) -> np.ndarray:
     """d filter = patches^T @ out_backprop, one matmul (one per group, batched), any number
-    of spatial dims."""
+    of spatial dims; ``by_taps``: one such matmul per filter tap over the pixels where that
+    tap reads the input, so out_backprop never meets the padding's zeros (TensorFlow's
+    values where out_backprop is non-finite there: :func:`padding_made_nan`)."""
     *k_sizes, ci, co = filter_shape
     if x.shape[0] * int(np.prod(window.out)) == 0:
         return np.zeros(filter_shape, x.dtype)
-    cols = _patches(_pad_nhwc(x, window.pads), tuple(k_sizes), window)
     groups = groups_of(x.shape[-1], filter_shape)
-    dy = dy.reshape(-1, co)
+    if by_taps:
+        df = _zeros(filter_shape, np.result_type(x, dy))
+        for _, offsets, pixels, inputs in _taps_reaching(k_sizes, window, x.shape[1:-1]):
+            part = x[(slice(None), *inputs)]
+            df[offsets] = _grouped_gram(part.reshape(-1, x.shape[-1]),
+                                        dy[(slice(None), *pixels)].reshape(-1, co), ci, groups)
+        return df
+    cols = _patches(_pad_nhwc(x, window.pads), tuple(k_sizes), window)
+    return _grouped_gram(cols, dy.reshape(-1, co), ci, groups).reshape(filter_shape)
+
+
+def _grouped_gram(cols: np.ndarray, dy: np.ndarray, ci: int, groups: int) -> np.ndarray:
+    """``cols [rows, k * groups * ci]^T @ dy [rows, groups * cog]`` group by group (group
+    g's columns of each of the k taps times group g's columns of dy) as ``[k * ci, groups *
+    cog]``: one matmul, a batched one per group when ``groups`` > 1."""
+    rows, co = dy.shape
     if groups == 1:
-        return np.matmul(cols.T, dy).reshape(filter_shape)
-    rows, cog = cols.shape[0], co // groups
+        return np.matmul(cols.T, dy)
+    cog = co // groups
     per_group = cols.reshape(rows, -1, groups, ci).transpose(2, 1, 3, 0)  # [g, k, ci, rows]
     dyg = dy.reshape(rows, groups, cog).transpose(1, 0, 2)  # [g, rows, cog]
     df = np.matmul(per_group.reshape(groups, -1, rows), dyg)  # [g, k * ci, cog]
-    return df.reshape(groups, -1, ci, cog).transpose(1, 2, 0, 3).reshape(filter_shape)
+    return df.reshape(groups, -1, ci, cog).transpose(1, 2, 0, 3).reshape(-1, co)
+
+
+@_QUIET
+def padding_made_nan(op, x_shape: tuple, dy: np.ndarray, window: Window, df: np.ndarray
+                     ) -> bool:
+    """Whether a filter gradient ``df`` computed over the zero-padded input must be computed
+    again keeping out_backprop ``dy`` off the padding, as TensorFlow's CPU kernels do: a
+    non-finite dy pixel whose window reads padding makes 0 * inf = NaN in df, so only a df
+    with a NaN (its sum NaN: one pass over the small df, the whole per-call cost for
+    finite values) is looked at, then :func:`padding_meets_non_finite`, where the padding
+    is not EXPLICIT (which TensorFlow itself runs on a zero-padded input)."""
+    return (math.isnan(df.sum()) and op.attrs["padding"] != "EXPLICIT"
+            and padding_meets_non_finite(dy, window, x_shape, op.attrs["data_format"]))
+
+
+@_QUIET
+def padding_meets_non_finite(dy: np.ndarray, window: Window, x_shape: tuple, fmt: str
+                             ) -> bool:
+    """Whether out_backprop ``dy`` has an infinity or a NaN at an output pixel whose window
+    reads padding (``dy`` and the input's shape ``x_shape`` in data_format ``fmt``). Only
+    those border slabs are read (:func:`_padding_borders`): a few rows and columns of dy,
+    not all of it; a finite sum of a slab proves it finite in one pass."""
+    return any(not math.isfinite(dy[border].sum()) and not np.isfinite(dy[border]).all()
+               for border in _padding_borders(window, tuple(x_shape), fmt))
+
+
+@functools.lru_cache(maxsize=512)
+def _padding_borders(window: Window, x_shape: tuple, fmt: str) -> tuple:
+    """Index tuples of out_backprop's non-empty slabs of output pixels whose window reads
+    padding, per spatial dim: the pixels before the first whose tap 0 lies in the input,
+    and from the first whose last tap lies beyond it; computed once per geometry."""
+    first, sizes = (1 if fmt.endswith("C") else 2), to_nhwc(x_shape, fmt)[1:-1]
+    borders = []
+    for axis, (k, d, s, (before, _), count, size) in enumerate(
+            zip(window.ksize, window.dilations, window.strides, window.pads, window.out,
+                sizes), first):
+        inside = min(count, placed_rows(-before, s, count, size)[0])
+        beyond = placed_rows((k - 1) * d - before, s, count, size)[1]
+        borders += [(slice(None),) * axis + (slice(start, stop),)
+                    for start, stop in ((0, inside), (beyond, count)) if stop > start]
+    return tuple(borders)
 
 
 # ----------------------------------------------------------------------------- conv kernels
@@ -325,9 +395,11 @@ def conv2d_backprop_filter(op, inputs, ctx):
     f_shape = tuple(sizes.tolist())
     window = conv_geometry(op.attrs, fail_for(op), x.shape, f_shape)
     ct = compute_dtype(x.dtype)
-    df = conv2d_backprop_filter_nhwc(_nhwc(x, fmt).astype(ct, copy=False),
-                                     np.ascontiguousarray(_nhwc(dy, fmt), dtype=ct),
-                                     f_shape, window)
+    args = (_nhwc(x, fmt).astype(ct, copy=False),
+            np.ascontiguousarray(_nhwc(dy, fmt), dtype=ct), f_shape, window)
+    df = conv2d_backprop_filter_nhwc(*args)
+    if padding_made_nan(op, x.shape, dy, window, df):
+        df = conv2d_backprop_filter_nhwc(*args, by_taps=True)
     return [df.astype(x.dtype, copy=False)]
 
 
@@ -444,7 +516,7 @@ def _conv2d_native(x, f, op, epilogue: Epilogue | None = None, out: np.ndarray |
     transposed to NHWC and back (the direct kernel reads NCHW itself, when it is the
     route); ``epilogue`` (NHWC only) applied; in ``out`` where it fits."""
     window = _window(op, x.shape, f.shape)
-    if not all_finite(f):  # padding never multiplies a weight (conv_by_taps)
+    if padding_meets_filter(f, window):
         [y] = conv2d(op, [x, f], None)
         if epilogue is not None:
             c_channel_epilogue(y, epilogue)
@@ -529,7 +601,7 @@ def conv2d_backprop_input_native(op, inputs, ctx, out=None):
     window = conv_geometry(op.attrs, fail_for(op), x_shape, f.shape)
     # a non-finite filter takes the column kernel: the C kernels' zero terms (padding, a
     # tile's other pixels) would turn its infinities into NaNs where TensorFlow has none
-    if not _c_takes(window, x_shape, f.shape) or not np.isfinite(f).all():
+    if not _c_takes(window, x_shape, f.shape) or not all_finite(f):
         return conv2d_backprop_input(op, inputs, ctx)
     channels_last = fmt == "NHWC"
     nhwc_shape = to_nhwc(x_shape, fmt)
@@ -555,14 +627,17 @@ def conv2d_backprop_filter_native(op, inputs, ctx, out=None):
     channels_last = op.attrs["data_format"] == "NHWC"
     channels = x.shape[_channel_axis(channels_last)]
     groups = groups_of(channels, f_shape)
-    if _depthwise_route(groups, f_shape, channels_last):
+    if _depthwise_route(groups, f_shape, channels_last):  # never multiplies the padding
         df = c_depthwise_backprop_filter(x, dy, (*f_shape[:2], groups, f_shape[3] // groups),
                                          window)
         return [df.reshape(f_shape)]
     if direct_grad_wins(op, window, channels, f_shape[-1], groups):
-        return [c_conv2d_backprop_filter(x, dy, f_shape[:2], window.pads, channels_last,
-                                         out)]
-    return [c_gemm_backprop_filter(x, dy, f_shape, window, channels_last, out)]
+        df = c_conv2d_backprop_filter(x, dy, f_shape[:2], window.pads, channels_last, out)
+    else:
+        df = c_gemm_backprop_filter(x, dy, f_shape, window, channels_last, out)
+    if padding_made_nan(op, x.shape, dy, window, df):
+        return conv2d_backprop_filter(op, inputs, ctx)
+    return [df]
 
 
 # ----------------------------------------------------------------------------- depthwise core
@@ -618,6 +693,7 @@ def _tap_regions(window: Window, in_hw: tuple[int, int], k_hw: tuple[int, int]):
                 yield i, j, (rows[0], cols[0]), (rows[1], cols[1])
 
 
+@_QUIET
 def depthwise_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     """Depthwise cross-correlation of NHWC x with f ``[kh, kw, c, mult]``:
     ``y[n, p, q, c*mult + m] = sum_{i, j} x[n, p*s_h + i*d_h - top, q*s_w + j*d_w - left, c]
@@ -631,6 +707,7 @@ def depthwise_nhwc(x: np.ndarray, f: np.ndarray, window: Window) -> np.ndarray:
     return acc.reshape(n, *window.out, c * mult)
 
 
+@_QUIET
 def depthwise_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tuple,
                                   window: Window) -> np.ndarray:
     """``dx[n, r, s, c] = sum dy[n, p, q, c*mult + m] * f[i, j, c, m]`` over the taps (i, j)
@@ -649,6 +726,7 @@ def depthwise_backprop_input_nhwc(dy: np.ndarray, f: np.ndarray, input_shape: tu
     return dx
 
 
+@_QUIET
 def depthwise_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: tuple,
                                    window: Window) -> np.ndarray:
     """``df[i, j, c, m] = sum_{n, p, q} x[n, p*s_h + i*d_h - top, q*s_w + j*d_w - left, c] *
@@ -673,6 +751,49 @@ def depthwise_backprop_filter_nhwc(x: np.ndarray, dy: np.ndarray, filter_shape: 
     for image in part[1:]:
         total = total + image
     return total.reshape(filter_shape)
+
+
+def _unreached(shape: tuple, where: list | None) -> np.ndarray:
+    """The positions of ``shape`` (spatial dims) outside the strided slices ``where`` (all
+    of them when None), as a bool mask."""
+    mask = np.ones(shape, bool)
+    if where is not None:
+        mask[tuple(where)] = False
+    return mask
+
+
+def explicit_depthwise_input_grad_nans(dx: np.ndarray, f: np.ndarray, window: Window) -> None:
+    """TensorFlow's depthwise input gradient with EXPLICIT padding multiplies every weight by
+    the zero-padded, stride-dilated out_backprop: 0 * inf = NaN at each input position
+    (NHWC ``dx``, in place) of a channel whose non-finite weight's tap reaches it from no
+    output pixel (the tap-wise sum leaves those terms out)."""
+    bad = ~np.isfinite(f).all(axis=-1)  # [kh, kw, c]
+    for offsets in zip(*np.nonzero(bad.any(axis=-1))):
+        reach = _tap_reach(offsets, window, dx.shape[1:-1])
+        holes = _unreached(dx.shape[1:-1], None if reach is None else reach[1])
+        dx[:, holes[:, :, None] & bad[offsets]] = np.nan
+
+
+def _explicit_filter_grad_nans(op, df: np.ndarray, dy: np.ndarray, window: Window,
+                               x_nhwc: tuple) -> None:
+    """:func:`explicit_depthwise_filter_grad_nans` where the op's padding is EXPLICIT and
+    NHWC ``dy`` is non-finite where the window reads padding."""
+    if op.attrs["padding"] == "EXPLICIT" and padding_meets_non_finite(dy, window, x_nhwc,
+                                                                      "NHWC"):
+        explicit_depthwise_filter_grad_nans(df, dy, window, x_nhwc[1:-1])
+
+
+def explicit_depthwise_filter_grad_nans(df: np.ndarray, dy: np.ndarray, window: Window,
+                                        in_hw: tuple) -> None:
+    """TensorFlow's depthwise filter gradient with EXPLICIT padding multiplies out_backprop
+    by the padding's zeros: 0 * inf = NaN at each weight (``df [kh, kw, c, mult]``, in
+    place) whose tap reads padding at an output pixel where NHWC ``dy`` is non-finite in
+    that weight's channel."""
+    bad = ~np.isfinite(dy)
+    for offsets in np.ndindex(*df.shape[:2]):
+        reach = _tap_reach(offsets, window, in_hw)
+        holes = _unreached(dy.shape[1:-1], None if reach is None else reach[0])
+        df[offsets][bad[:, holes].any(axis=(0, 1)).reshape(df.shape[2:])] = np.nan
 
 
 # ----------------------------------------------------------------------------- depthwise kernels
@@ -714,6 +835,8 @@ def depthwise_conv2d_backprop_input(op, inputs, ctx):
     ct = compute_dtype(dy.dtype)
     dx = depthwise_backprop_input_nhwc(_nhwc(dy, fmt).astype(ct, copy=False),
                                        f.astype(ct, copy=False), to_nhwc(x_shape, fmt), window)
+    if op.attrs["padding"] == "EXPLICIT" and not all_finite(f):
+        explicit_depthwise_input_grad_nans(dx, f, window)
     return [_from_nhwc(dx, fmt).astype(dy.dtype, copy=False)]
 
 
@@ -724,8 +847,10 @@ def depthwise_conv2d_backprop_filter(op, inputs, ctx):
     f_shape = tuple(sizes.tolist())
     window = depthwise_geometry(op.attrs, fail_for(op), x.shape, f_shape)
     ct = compute_dtype(x.dtype)
-    df = depthwise_backprop_filter_nhwc(_nhwc(x, fmt).astype(ct, copy=False),
-                                        _nhwc(dy, fmt).astype(ct, copy=False), f_shape, window)
+    dy = _nhwc(dy, fmt).astype(ct, copy=False)
+    df = depthwise_backprop_filter_nhwc(_nhwc(x, fmt).astype(ct, copy=False), dy, f_shape,
+                                        window)
+    _explicit_filter_grad_nans(op, df, dy, window, to_nhwc(x.shape, fmt))
     return [df.astype(x.dtype, copy=False)]
 
 
@@ -760,6 +885,8 @@ def depthwise_conv2d_backprop_input_native(op, inputs, ctx, out=None):
     dx = c_depthwise_backprop_input(to_channels_last(dy, last), f,
                                     to_nhwc(x_shape, op.attrs["data_format"])[1:3], window,
                                     out if last else None)
+    if op.attrs["padding"] == "EXPLICIT" and not all_finite(f):
+        explicit_depthwise_input_grad_nans(dx, f, window)
     return [from_channels_last(dx, last, out, (dy, f))]
 
 
@@ -771,8 +898,11 @@ def depthwise_conv2d_backprop_filter_native(op, inputs, ctx, out=None):
     if not _c_takes(window, x.shape, f_shape):
         return depthwise_conv2d_backprop_filter(op, inputs, ctx)
     last = op.attrs["data_format"] == "NHWC"
-    return [c_depthwise_backprop_filter(to_channels_last(x, last), to_channels_last(dy, last),
-                                        f_shape, window, unshared(out, x, dy))]
+    dy = to_channels_last(dy, last)
+    df = c_depthwise_backprop_filter(to_channels_last(x, last), dy, f_shape, window,
+                                     unshared(out, x, dy))
+    _explicit_filter_grad_nans(op, df, dy, window, to_nhwc(x.shape, op.attrs["data_format"]))
+    return [df]
 
 
 # ----------------------------------------------------------------------------- C wrappers

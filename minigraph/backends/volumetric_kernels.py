@@ -23,10 +23,12 @@ step is a strided slice of the whole batch, and padding is never visited.
 native (``backend="native"``, float32): Conv3D, Conv3DBackpropInputV2 and
 Conv3DBackpropFilterV2 on the GEMM micro-kernels (kernels_c/conv3d_gemm.c, wrapped by
 ``backends.conv3d_kernels``) for every stride, dilation and padding, NDHWC and NCDHW; an
-empty tensor, or a size of 2**31 or more, runs the numpy kernel, and so does an input
-gradient whose filter holds a NaN or an infinity: the numpy kernel multiplies every tap
-with every dx element (zeros where no dy voxel reaches it: 0 * inf = NaN spreads through
-the channel), the native one only the taps of the element's stride phase. MaxPool3D
+empty tensor, or a size of 2**31 or more, runs the numpy kernel, and so do the cases where
+TensorFlow's kernels keep a non-finite operand off the padding's zeros (the GEMM kernels'
+zero terms would make 0 * inf = NaN there): a forward or input gradient whose filter holds
+a NaN or an infinity (the forward only where the window pads), and a filter gradient whose
+out_backprop does at a voxel whose window reads padding (docs/ops/convolution.md,
+"Non-finite operands"). MaxPool3D
 (float32) runs the numpy kernel's three passes on the 2-D C max pool, AvgPool3D and
 AvgPool3DGrad the numpy kernels' passes each in C (kernels_c/window_pass.c), MaxPool3DGrad
 and MaxPool3DGradGrad their rules and orders in C (kernels_c/pool3d_grad.c), bit for bit.
@@ -51,7 +53,10 @@ from minigraph.backends.conv3d_kernels import (
 from minigraph.backends.convolution_kernels import (
     NATIVE_CONV,
     _c_takes,
+    all_finite,
     backprop_input_geometry,
+    padding_made_nan,
+    padding_meets_filter,
 )
 from minigraph.backends.native import (
     as_f32,
@@ -80,7 +85,8 @@ register_kernel("AvgPool3DGrad")(pooling_kernels.avg_pool_grad)
 def conv3d_native(op, inputs, ctx):
     x, f = inputs
     window = conv_geometry(op.attrs, fail_for(op), x.shape, f.shape)
-    if x.size == 0 or f.size == 0 or not _c_takes(window, x.shape, f.shape):
+    if (x.size == 0 or f.size == 0 or not _c_takes(window, x.shape, f.shape)
+            or padding_meets_filter(f, window)):  # conv_by_taps
         return convolution_kernels.conv2d(op, inputs, ctx)
     return [c_conv3d(x, f, window, op.attrs["data_format"] == "NDHWC")]
 
@@ -91,7 +97,7 @@ def conv3d_backprop_input_native(op, inputs, ctx):
     fmt = op.attrs["data_format"]
     x_shape, window = backprop_input_geometry(op, sizes, f, dy)
     if (dy.size == 0 or 0 in x_shape or not _c_takes(window, x_shape, f.shape)
-            or not np.isfinite(f).all()):
+            or not all_finite(f)):
         return convolution_kernels.conv2d_backprop_input(op, inputs, ctx)
     return [c_conv3d_backprop_input(dy, f, to_nhwc(x_shape, fmt), window, fmt == "NDHWC")]
 
@@ -103,8 +109,10 @@ def conv3d_backprop_filter_native(op, inputs, ctx):
     window = conv_geometry(op.attrs, fail_for(op), x.shape, f_shape)
     if x.size == 0 or dy.size == 0 or not _c_takes(window, x.shape, f_shape):
         return convolution_kernels.conv2d_backprop_filter(op, inputs, ctx)
-    return [c_conv3d_backprop_filter(x, dy, f_shape, window,
-                                     op.attrs["data_format"] == "NDHWC")]
+    df = c_conv3d_backprop_filter(x, dy, f_shape, window, op.attrs["data_format"] == "NDHWC")
+    if padding_made_nan(op, x.shape, dy, window, df):
+        return convolution_kernels.conv2d_backprop_filter(op, inputs, ctx)
+    return [df]
 
 
 @register_kernel("MaxPool3D", backend="native", dtypes=(dtypes.float32,),
