@@ -244,6 +244,7 @@ int mg_conv_gemm_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
     int64_t ncp = np < CG_NC_PANELS ? np : CG_NC_PANELS;
     while (ncp > 1 && groups * mblocks * ((np + ncp - 1) / ncp) < 4 * (int64_t)nt)
         --ncp;
+    ncp = (np + (np + ncp - 1) / ncp - 1) / ((np + ncp - 1) / ncp); /* blocks of equal size */
     cg_call g = {gemm_kernels(), h, w, c, kh, kw, co, cg, cog, stride_h, stride_w, dilation_h,
                  dilation_w, pad_top, pad_left, out_h, out_w, m, k,
                  nseg, k / nseg, mode, x, packed_f, y,

@@ -47,6 +47,10 @@ typedef void (*gemm_taps_tail_fn)(int64_t ntaps, int64_t rstride, int64_t kc,
                                   float *c, int64_t ldc, int mr, int nr, int load,
                                   const gemm_tail *tail);
 
+typedef void (*gemm_segs_fn)(int64_t nseg, int64_t rstride, const int64_t *kcs,
+                             const float *const *rows, int64_t ks, const float *bp, float *c,
+                             int64_t ldc, int mr, int nr, int load);
+
 #define GEMM_MR_MAX 24
 #define GEMM_NR_NARROW 16
 
@@ -68,6 +72,13 @@ typedef struct {
     void (*micro_taps)(int64_t ntaps, int64_t rstride, int64_t kc, const float *const *rows,
                        int64_t ks, const float *bp, float *c, int64_t ldc, int mr, int nr,
                        int load);
+    /* NULL, or micro_taps / narrow_taps with segments of their own lengths: segment t runs
+     * kcs[t] steps of k (the same chains as one call of `micro` / `narrow` per segment),
+     * reading rows[t * rstride + i] for i < mr only */
+    gemm_segs_fn micro_segs, narrow_segs;
+    /* 1: every kernel of the table reads rows[i] for i < mr only (the driver need not point
+     * the rows past mr anywhere); 0: up to its own tile height */
+    int exact_rows;
 } gemm_kernel_table;
 
 /* The micro-kernel for tiles nr columns wide, its rows per tile in *mr */

@@ -225,6 +225,62 @@ def test_narrow_channels_bit_identical_and_within_the_bound(case):
                   pixels // f.shape[3], "df")
 
 
+@st.composite
+def edge_cases(draw):
+    """(x, f, dy, strides, dilations, explicit pads): a grouped convolution with 1-140
+    channels per group on either side, strides and dilations 1-3 and explicit pads of 0-5 on
+    each side (windows that cross x's edges, or lie wholly in the padding), odd sizes."""
+    groups = draw(st.sampled_from((1, 1, 2, 3)))
+    cig, cog = draw(st.integers(1, 140)), draw(st.integers(1, 140))
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    strides = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilations = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    explicit = tuple((draw(st.integers(0, 5)), draw(st.integers(0, 5))) for _ in range(2))
+    n, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 9)), draw(st.integers(1, 13))
+    out = conv_out_hw((h, w), (kh, kw), strides, dilations, "EXPLICIT", explicit)
+    if min(out) <= 0:
+        h, w = h + (kh - 1) * dilations[0], w + (kw - 1) * dilations[1]
+        out = conv_out_hw((h, w), (kh, kw), strides, dilations, "EXPLICIT", explicit)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = rng.standard_normal((n, h, w, groups * cig)).astype(F32)
+    f = rng.standard_normal((kh, kw, cig, groups * cog)).astype(F32)
+    dy = rng.standard_normal((n, *out, groups * cog)).astype(F32)
+    return x, f, dy, strides, dilations, explicit
+
+
+@needs_native
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edge_cases())
+def test_filter_gradient_edges_read_in_place(case):
+    """The filter gradient reads x in place, each output row cut where a tap column's window
+    leaves x (segments of zeros, of any length, between segments of x): every ISA, 1 and 2
+    threads give the same bits, within the bound of the float64 formula; the input
+    gradient (partial tiles of every height, 17-24 and 1-8 column panels) likewise."""
+    from minigraph.backends.conv_gemm_grad import c_gemm_backprop_filter, c_gemm_backprop_input
+
+    x, f, dy, strides, dilations, explicit = case
+    window = _window(x.shape, f.shape, strides, dilations, "EXPLICIT", explicit)
+    before_isa, results = native.isa(), set()
+    isas = native.ISAS[:native.ISAS.index(native.best_isa()) + 1]
+    try:
+        for isa, threads in itertools.product(isas, (1, 2)):
+            native.set_isa(isa)
+            native.set_num_threads(threads)
+            results.add((c_gemm_backprop_input(dy, f, x.shape, window, True).tobytes(),
+                         c_gemm_backprop_filter(x, dy, f.shape, window, True).tobytes()))
+    finally:
+        native.set_isa(before_isa)
+        native.set_num_threads(None)
+    assert len(results) == 1
+    dx_bytes, df_bytes = results.pop()
+    dx_exact, dx_mags, df_exact, df_mags = references(x, f, dy, strides, dilations,
+                                                      "EXPLICIT", explicit)
+    taps = f.shape[0] * f.shape[1] * f.shape[3] // (x.shape[3] // f.shape[2])
+    assert_within(np.frombuffer(dx_bytes, F32).reshape(x.shape), dx_exact, dx_mags, taps, "dx")
+    assert_within(np.frombuffer(df_bytes, F32).reshape(f.shape), df_exact, df_mags,
+                  dy.shape[0] * dy.shape[1] * dy.shape[2], "df")
+
+
 @pytest.mark.parametrize("shape,k,co,stride,groups", [
     ((4, 32, 32, 3), (3, 3), 16, 1, 1),  # a first layer: one panel, the pixels cut in ranges
     ((3, 17, 15, 24), (3, 3), 36, 2, 1),

@@ -444,6 +444,27 @@ def _as_depthwise(f: np.ndarray, channels: int) -> np.ndarray:
 # pixels" shape, fewest channels for the GEMM there, fewest channels elsewhere), channels
 # being min(kw * c, co) (the GEMM's K block is a tap row of kw * c floats).
 CONV_ROUTE_RULE = (256, 32, 128)
+# Strided (stride > 1 along some axis) dense convolutions: the same rule's form, with fewer
+# "few pixels" and the GEMM only from 512 channels. The direct kernel reads a strided
+# window as cheaply as a dense one, while the GEMM's rows step sw * c floats. Measured
+# (quiet 2 threads, wall, AMD Zen 4, 3x3 stride 2 unless said, ms GEMM / direct, as (batch,
+# h = w, c -> co)): (8, 28, 128 -> 128) 2.38 / 2.17, (2, 28, 128 -> 128) 0.60-0.74 / 0.57,
+# (8, 14, 256 -> 256) 2.85 / 2.27, (4, 30, 96 -> 192) 1.67 / 1.37, (1, 28, 128 -> 128)
+# 0.49 / 0.34, Inception-v3's (8, 35, 288 -> 384) 24.5-24.9 / 23.3, (8, 17, 192 -> 320)
+# 4.14-4.17 / 3.31-3.36, (8, 17, 384 -> 384) 8.5-9.1 / 8.6-8.7; the GEMM ahead at (8, 14,
+# 512 -> 512) 11.7 / 12.0 and at 49 output pixels (1, 14, 256 -> 256) 0.33 / 0.51. Not for
+# 1x1 windows (a GEMM over every sw-th pixel): (8, 56, 256 -> 128) 1.94-1.97 / 2.29-2.34,
+# (8, 56, 256 -> 512) 8.04 / 8.52, (8, 28, 512 -> 256) 1.98-2.14 / 2.06-2.09, (16, 32, 64 ->
+# 128) 0.38-0.41 / 0.38-0.39.
+STRIDED_ROUTE_RULE = (128, 32, 512)
+
+
+def route_rule(strides: tuple, window_hw: tuple) -> tuple[int, int, int]:
+    """The dense route's rule (few pixels, fewest channels for the GEMM there, elsewhere)
+    for these strides and filter (kh, kw): STRIDED_ROUTE_RULE for a strided window wider
+    than 1x1, else CONV_ROUTE_RULE."""
+    strided = any(s > 1 for s in strides) and any(k > 1 for k in window_hw)
+    return STRIDED_ROUTE_RULE if strided else CONV_ROUTE_RULE
 # Grouped convolutions (more than one channel per group) run the implicit GEMM, all groups in
 # one call. Per FLOP the direct kernel group by group was up to 1.25x faster at 8-16
 # channels per group over large maps (single thread, CPU time: (8, 28, 64, 8, 64) cg 8 19-21
@@ -455,8 +476,8 @@ CONV_ROUTE_RULE = (256, 32, 128)
 
 
 def forward_route(x_shape: tuple, f_shape: tuple, window: Window, groups: int) -> str:
-    """The kernel of an NHWC Conv2D forward: "depthwise", "gemm" or "direct" (the rule
-    above, CONV_ROUTE_RULE)."""
+    """The kernel of an NHWC Conv2D forward: "depthwise", "gemm" or "direct" (the rules
+    above, :func:`route_rule`)."""
     kh, kw, cg, co = f_shape
     if groups > 1 and cg == 1:
         return "depthwise"
@@ -465,7 +486,7 @@ def forward_route(x_shape: tuple, f_shape: tuple, window: Window, groups: int) -
         return "gemm"
     if groups > 1:
         return "gemm"
-    few_pixels, few_pixel_channels, channels = CONV_ROUTE_RULE
+    few_pixels, few_pixel_channels, channels = route_rule(window.strides, (kh, kw))
     pixels = x_shape[0] * window.out[0] * window.out[1]
     fewest = min(kw * cg, co)
     if pixels <= few_pixels:
