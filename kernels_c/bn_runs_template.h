@@ -9,6 +9,8 @@
  *   vf_split(a, b, n) lanes < n from a, the others from b (0 < n < VLEN)
  *   vf_ldk(p)         load VLEN floats of a position array
  *   vf_hsum(v)        the sum of the lanes of v
+ *   vf_hsum_batch(v, count, out)  out[k] = vf_hsum(v[k]) for k < count <= BN_HSUM_BATCH
+ *                     (plane runs hand it the sums of up to BN_HSUM_BATCH segments at once)
  *   vf_acc(p, v)      position accumulator update: p[0..VLEN) += v
  *   vf_acc_fma(p, u, v)  the same with p[0..VLEN) = fma(u, v, p[0..VLEN))
  *   ld_<dt>(p, n)     load n <= VLEN tensor elements widened to float (missing lanes 0)
@@ -203,6 +205,8 @@
 #define BN_PLANE_ACC(i, v) (ra_[i][u_] = vf_add(ra_[i][u_], vf_keep(v, n)))
 #define BN_PLANE_ACCF(i, u, v) (ra_[i][u_] = vf_fma(vf_keep(u, n), vf_keep(v, n), ra_[i][u_]))
 #define BN_PLANE_RUN(a, nk, nacc, BODY)                                             \
+    vf pend_[(nacc) + 1][BN_HSUM_BATCH]; /* segment sums awaiting vf_hsum_batch */  \
+    (void)pend_;                                                                    \
     for (int64_t s = 0; s < (a)->nseg; ++s) {                                       \
         vf kv_[(nk) + 1][BN_UNROLL], ra_[(nacc) + 1][BN_UNROLL];                    \
         (void)kv_, (void)ra_;                                                       \
@@ -245,7 +249,12 @@
             vf sum = ra_[i][0];                                                     \
             BN_UNROLL_ALL for (int u = 1; u < BN_UNROLL; ++u)                       \
                 sum = vf_add(sum, ra_[i][u]);                                       \
-            (a)->acc[i][s] = vf_hsum(sum);                                          \
+            pend_[i][s % BN_HSUM_BATCH] = sum;                                      \
+        }                                                                           \
+        if ((nacc) && (s % BN_HSUM_BATCH == BN_HSUM_BATCH - 1 || s == (a)->nseg - 1)) { \
+            const int64_t first_ = s - s % BN_HSUM_BATCH;                           \
+            for (int i = 0; i < (nacc); ++i)                                        \
+                vf_hsum_batch(pend_[i], (int)(s - first_ + 1), (a)->acc[i] + first_); \
         }                                                                           \
     }
 

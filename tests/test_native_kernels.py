@@ -520,6 +520,35 @@ def test_blocks_in_thread_shares_match_one_thread(n, c, elements, rows, rank5, c
     assert_close(single[1][0], expected, np.abs(expected).max(), f"fwd_infer {shape}")
 
 
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(n=st.integers(1, 3), c=st.integers(2, 40), plane=st.integers(32, 150),
+       dtype=st.sampled_from(DTYPES), isa=st.sampled_from(native.ISAS), data=st.data())
+def test_plane_channel_results_do_not_depend_on_the_other_channels(n, c, plane, dtype, isa,
+                                                                    data):
+    """Channels-first planes of >= 32 elements (plane runs) reduce each plane's vector sums
+    to one float; AVX-512 reduces the sums of 16 planes at once (vf_hsum_batch), fewer one by
+    one. Every per-channel output and every element of a channel depends only on that
+    channel's data: a channel among c others (in a batch of 16 or in the remainder) gives
+    the bits it gives alone, on every instruction set, for every function."""
+    previous = native.isa()
+    if native.set_isa(isa) != isa:
+        native.set_isa(previous)
+        return  # this CPU lacks the ISA: the example checks nothing else
+    try:
+        d = make_inputs((n, c, plane), False, dtype, seed=plane * 41 + c)
+        whole = call_all(d, False)
+        for ch in sorted(set(data.draw(st.lists(st.integers(0, c - 1), min_size=1,
+                                                max_size=3)))):
+            alone = {k: (v[:, ch:ch + 1].copy() if v.ndim > 1 else v[ch:ch + 1].copy())
+                     for k, v in d.items() if k != "lay"}
+            single = call_all(alone, False)
+            picked = [tuple(a[:, ch:ch + 1] if a.ndim > 1 else a[ch:ch + 1] for a in outs)
+                      for outs in whole]
+            assert_bitwise_equal(picked, single)
+    finally:
+        native.set_isa(previous)
+
+
 @pytest.mark.parametrize("dtype", [np.dtype(F32), BF16], ids=lambda d: d.name)
 @pytest.mark.parametrize("shape, channels_last", [((1, 1, 1, 5), True), ((3, 2, 2, 17), True),
                                                   ((2, 5, 3, 3), False), ((4, 3, 3, 64), True),
