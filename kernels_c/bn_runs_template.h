@@ -39,13 +39,57 @@
 #define LD(p, n) BN_GLUE2(ld, BN_DT)(p, n)
 /* A store: non-temporal for whole vectors in a streaming run (stream_, a constant in each
  * copy of a run that BN_STREAMING makes), rounded alike either way. */
-#define ST(p, v, n)                                                                 \
+#define BN_ST_CHECKED(p, v, n)                                                      \
     do {                                                                            \
         if (stream_ && (n) == VLEN)                                                 \
             BN_GLUE3(st, BN_DT, nt)(p, v);                                          \
         else                                                                        \
             BN_GLUE2(st, BN_DT)(p, v, n);                                           \
     } while (0)
+#ifdef BN_DEFERRED_STORES
+/* Stores whose conversion is exact except for some input lanes (AVX512-BF16's
+ * vcvtneps2bf16: NaN and subnormal lanes), for an ISA that defines BN_DEFERRED_STORES and
+ * st_<dt>_fast(p, v, n), st_<dt>_fast_nt(p, v) (the unchecked conversion),
+ * bn_special_mask (a lane mask type) and bn_special(m, v, n) (m with the first n lanes of v
+ * that the unchecked conversion would get wrong added). Runs that only write run first
+ * with the unchecked stores, collecting the lanes that need the exact conversion in
+ * special_; if there were any, the run is run again with the checked stores st_<dt> (same
+ * bits as ever). Per vector that is an fpclass and an or, not the checked store's test and
+ * branch (a quarter of a bfloat16 inference forward from cache). A run is run twice only
+ * where its outputs do not overlap its inputs (an in-place call checks per vector), and
+ * runs that also sum never are. */
+#define ST(p, v, n)                                                                 \
+    do {                                                                            \
+        if (defer_) {                                                               \
+            special_ = bn_special(special_, v, n);                                  \
+            if (stream_ && (n) == VLEN)                                             \
+                BN_GLUE3(st, BN_DT, fast_nt)(p, v);                                 \
+            else                                                                    \
+                BN_GLUE3(st, BN_DT, fast)(p, v, n);                                 \
+        } else {                                                                    \
+            BN_ST_CHECKED(p, v, n);                                                 \
+        }                                                                           \
+    } while (0)
+#define BN_DEFERRING(a, nacc, RUN)                                                  \
+    {                                                                               \
+        int checked_ = 1;                                                           \
+        if ((nacc) == 0 && !bn_outputs_overlap_inputs(a, sizeof(BN_T))) {           \
+            enum { defer_ = 1 };                                                    \
+            bn_special_mask special_ = 0;                                           \
+            RUN                                                                     \
+            checked_ = special_ != 0;                                               \
+        }                                                                           \
+        if (checked_) {                                                             \
+            enum { defer_ = 0 };                                                    \
+            bn_special_mask special_ = 0;                                           \
+            (void)special_;                                                         \
+            RUN                                                                     \
+        }                                                                           \
+    }
+#else
+#define ST(p, v, n) BN_ST_CHECKED(p, v, n)
+#define BN_DEFERRING(a, nacc, RUN) RUN
+#endif
 
 /* RUN compiled twice: with stores kept in cache (a->stream == 0) and with non-temporal
  * stores for whole vectors (1; the driver sets it only where every whole vector a run stores
@@ -324,15 +368,15 @@
 #define BN_RUN(name, nk, nacc, BODY)                                                \
     static void FN(row_##name)(const bn_run_args *a)                                \
     {                                                                               \
-        BN_STREAMING(a, BN_ROW_RUN(a, nk, nacc, BODY))                              \
+        BN_DEFERRING(a, nacc, BN_STREAMING(a, BN_ROW_RUN(a, nk, nacc, BODY)))       \
     }                                                                               \
     static void FN(plane_##name)(const bn_run_args *a)                              \
     {                                                                               \
         if ((nacc) == 0 && VLEN > 1 && a->nseg > 1 && a->seg_stride == a->len &&    \
             a->len >= VLEN) {                                                       \
-            BN_STREAMING(a, BN_PLANE_WALK(a, nk, BODY))                             \
+            BN_DEFERRING(a, nacc, BN_STREAMING(a, BN_PLANE_WALK(a, nk, BODY)))      \
         } else {                                                                    \
-            BN_STREAMING(a, BN_PLANE_RUN(a, nk, nacc, BODY))                        \
+            BN_DEFERRING(a, nacc, BN_STREAMING(a, BN_PLANE_RUN(a, nk, nacc, BODY))) \
         }                                                                           \
     }
 

@@ -15,6 +15,7 @@ allowance (it matters only near zero, where cancellation in float32 exceeds an u
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import tracemalloc
@@ -373,6 +374,52 @@ def test_bf16_instruction_stores_give_the_same_bits():
                 integer_only = call_all(d, channels_last)
             assert_bitwise_equal(with_instructions, integer_only)
     finally:
+        native.lib.mg_bn_set_bf16_instructions(1)
+        native.set_isa(previous)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(n=st.integers(1, 4), c=st.integers(1, 40), spatial=st.integers(1, 300),
+       channels_last=st.booleans(), stream=st.sampled_from([0, 1]),
+       specials=st.lists(st.integers(0, 10**6), max_size=4), data=st.data())
+def test_bf16_unchecked_stores_rerun_where_a_lane_needs_the_exact_rounding(
+        n, c, spatial, channels_last, stream, specials, data):
+    """With AVX512-BF16 the runs that only write store with vcvtneps2bf16 unchecked and run
+    again with the checked store when a lane was NaN or subnormal (BN_DEFERRED_STORES): for
+    any shape, layout (row runs, plane runs, plane walks), streaming mode and placement of
+    such lanes (none, or a few anywhere: in one block, a head, a tail), every function gives
+    the bits of the integer rounding alone; an in-place inference forward (y over x, where
+    a second run would read its own output) gives the out-of-place bits."""
+    previous = native.isa()
+    if native.set_isa("avx512") != "avx512" or not native.lib.mg_bn_set_bf16_instructions(1):
+        native.set_isa(previous)
+        pytest.skip("this CPU has no AVX-512 with AVX512-BF16")
+    shape = (n, spatial, c) if channels_last else (n, c, spatial)
+    d = make_inputs(shape, channels_last, BF16, seed=spatial * 53 + c)
+    size = d["x"].size
+    for i in specials:  # outputs NaN (from x), or subnormal (x - mean tiny, offset 0)
+        ch = data.draw(st.integers(0, c - 1))
+        d["mean"][ch], d["offset"][ch] = F32(1e-38), F32(0.0)
+        d["x"].reshape(-1)[i % size] = BF16.type(data.draw(st.sampled_from(
+            [np.nan, 1.5e-38, -2e-39])))
+    try:
+        native.lib.mg_bn_set_streaming(stream)
+        with np.errstate(all="ignore"):
+            native.lib.mg_bn_set_bf16_instructions(0)
+            integer_only = call_all(d, channels_last) + call_fused(d, channels_last)
+            native.lib.mg_bn_set_bf16_instructions(1)
+            unchecked_first = call_all(d, channels_last) + call_fused(d, channels_last)
+            in_place = d["x"].copy()
+            code, outer, channels, inner = native._geometry(in_place, channels_last)
+            ff = functools.partial(native.ffi.from_buffer, "float[]")
+            buf = native.ffi.from_buffer(in_place)
+            assert native.lib.mg_bn_forward_inference(
+                code, outer, channels, inner, buf, ff(d["scale"]), ff(d["offset"]),
+                ff(d["mean"]), ff(d["var"]), EPS, buf, 1) == 0
+        assert_bitwise_equal(integer_only, unchecked_first)
+        assert_bitwise_equal([(integer_only[1][0],)], [(in_place,)])
+    finally:
+        native.lib.mg_bn_set_streaming(-1)
         native.lib.mg_bn_set_bf16_instructions(1)
         native.set_isa(previous)
 
