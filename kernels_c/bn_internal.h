@@ -50,6 +50,22 @@ static inline int64_t bn_align_head(const void *p, size_t align, size_t elsize, 
     return head < len ? head : len;
 }
 
+/* Whether a run's outputs share a byte with its inputs (an in-place call): a run that may
+ * be run twice (bn_runs_template.h's BN_DEFERRING) must not be. A run's tensors span its
+ * segments: (nseg - 1) * seg_stride + len elements from their start (row runs: len). */
+static inline int bn_outputs_overlap_inputs(const bn_run_args *a, size_t elsize)
+{
+    const int64_t span = (a->nseg > 1 ? (a->nseg - 1) * a->seg_stride : 0) + a->len;
+    const uintptr_t bytes = (uintptr_t)span * elsize;
+    const void *const outs[2] = {a->out0, a->out1}, *const ins[3] = {a->x, a->dy, a->gx};
+    for (int o = 0; o < 2; ++o)
+        for (int i = 0; i < 3; ++i)
+            if (outs[o] && ins[i] && (uintptr_t)outs[o] < (uintptr_t)ins[i] + bytes &&
+                (uintptr_t)ins[i] < (uintptr_t)outs[o] + bytes)
+                return 1;
+    return 0;
+}
+
 /* The run kernels. Formulas (xc = x - k0, dc = dy - k1, gc = gx - k2) are next to their
  * bodies in bn_runs_template.h. */
 enum {

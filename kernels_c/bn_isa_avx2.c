@@ -37,6 +37,13 @@ static inline float vf_hsum(vf v)
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
+#define BN_HSUM_BATCH 1
+static inline void vf_hsum_batch(const vf *v, int count, float *out)
+{
+    for (int k = 0; k < count; ++k)
+        out[k] = vf_hsum(v[k]);
+}
+
 static inline vf vf_keep(vf v, int n)
 {
     if (n == VLEN)

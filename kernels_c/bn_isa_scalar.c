@@ -17,6 +17,12 @@ static inline vf vf_split(vf a, vf b, int n) { return n > 0 ? a : b; } /* unused
 static inline vf vf_ldk(const float *p) { return *p; }
 static inline void vf_stk(float *p, vf v) { *p = v; }
 static inline float vf_hsum(vf v) { return v; }
+#define BN_HSUM_BATCH 1
+static inline void vf_hsum_batch(const vf *v, int count, float *out)
+{
+    for (int k = 0; k < count; ++k)
+        out[k] = v[k];
+}
 static inline void vf_acc(float *p, vf v) { *p += v; }
 static inline void vf_acc_fma(float *p, vf u, vf v) { *p = vf_fma(u, v, *p); }
 static inline vf vf_relu(vf v) { return (v > 0.0f || v != v) ? v : 0.0f; } /* as mg_relu */

@@ -9,6 +9,8 @@
  *   vf_split(a, b, n) lanes < n from a, the others from b (0 < n < VLEN)
  *   vf_ldk(p)         load VLEN floats of a position array
  *   vf_hsum(v)        the sum of the lanes of v
+ *   vf_hsum_batch(v, count, out)  out[k] = vf_hsum(v[k]) for k < count <= BN_HSUM_BATCH
+ *                     (plane runs hand it the sums of up to BN_HSUM_BATCH segments at once)
  *   vf_acc(p, v)      position accumulator update: p[0..VLEN) += v
  *   vf_acc_fma(p, u, v)  the same with p[0..VLEN) = fma(u, v, p[0..VLEN))
  *   ld_<dt>(p, n)     load n <= VLEN tensor elements widened to float (missing lanes 0)
@@ -37,13 +39,57 @@
 #define LD(p, n) BN_GLUE2(ld, BN_DT)(p, n)
 /* A store: non-temporal for whole vectors in a streaming run (stream_, a constant in each
  * copy of a run that BN_STREAMING makes), rounded alike either way. */
-#define ST(p, v, n)                                                                 \
+#define BN_ST_CHECKED(p, v, n)                                                      \
     do {                                                                            \
         if (stream_ && (n) == VLEN)                                                 \
             BN_GLUE3(st, BN_DT, nt)(p, v);                                          \
         else                                                                        \
             BN_GLUE2(st, BN_DT)(p, v, n);                                           \
     } while (0)
+#ifdef BN_DEFERRED_STORES
+/* Stores whose conversion is exact except for some input lanes (AVX512-BF16's
+ * vcvtneps2bf16: NaN and subnormal lanes), for an ISA that defines BN_DEFERRED_STORES and
+ * st_<dt>_fast(p, v, n), st_<dt>_fast_nt(p, v) (the unchecked conversion),
+ * bn_special_mask (a lane mask type) and bn_special(m, v, n) (m with the first n lanes of v
+ * that the unchecked conversion would get wrong added). Runs that only write run first
+ * with the unchecked stores, collecting the lanes that need the exact conversion in
+ * special_; if there were any, the run is run again with the checked stores st_<dt> (same
+ * bits as ever). Per vector that is an fpclass and an or, not the checked store's test and
+ * branch (a quarter of a bfloat16 inference forward from cache). A run is run twice only
+ * where its outputs do not overlap its inputs (an in-place call checks per vector), and
+ * runs that also sum never are. */
+#define ST(p, v, n)                                                                 \
+    do {                                                                            \
+        if (defer_) {                                                               \
+            special_ = bn_special(special_, v, n);                                  \
+            if (stream_ && (n) == VLEN)                                             \
+                BN_GLUE3(st, BN_DT, fast_nt)(p, v);                                 \
+            else                                                                    \
+                BN_GLUE3(st, BN_DT, fast)(p, v, n);                                 \
+        } else {                                                                    \
+            BN_ST_CHECKED(p, v, n);                                                 \
+        }                                                                           \
+    } while (0)
+#define BN_DEFERRING(a, nacc, RUN)                                                  \
+    {                                                                               \
+        int checked_ = 1;                                                           \
+        if ((nacc) == 0 && !bn_outputs_overlap_inputs(a, sizeof(BN_T))) {           \
+            enum { defer_ = 1 };                                                    \
+            bn_special_mask special_ = 0;                                           \
+            RUN                                                                     \
+            checked_ = special_ != 0;                                               \
+        }                                                                           \
+        if (checked_) {                                                             \
+            enum { defer_ = 0 };                                                    \
+            bn_special_mask special_ = 0;                                           \
+            (void)special_;                                                         \
+            RUN                                                                     \
+        }                                                                           \
+    }
+#else
+#define ST(p, v, n) BN_ST_CHECKED(p, v, n)
+#define BN_DEFERRING(a, nacc, RUN) RUN
+#endif
 
 /* RUN compiled twice: with stores kept in cache (a->stream == 0) and with non-temporal
  * stores for whole vectors (1; the driver sets it only where every whole vector a run stores
@@ -203,6 +249,8 @@
 #define BN_PLANE_ACC(i, v) (ra_[i][u_] = vf_add(ra_[i][u_], vf_keep(v, n)))
 #define BN_PLANE_ACCF(i, u, v) (ra_[i][u_] = vf_fma(vf_keep(u, n), vf_keep(v, n), ra_[i][u_]))
 #define BN_PLANE_RUN(a, nk, nacc, BODY)                                             \
+    vf pend_[(nacc) + 1][BN_HSUM_BATCH]; /* segment sums awaiting vf_hsum_batch */  \
+    (void)pend_;                                                                    \
     for (int64_t s = 0; s < (a)->nseg; ++s) {                                       \
         vf kv_[(nk) + 1][BN_UNROLL], ra_[(nacc) + 1][BN_UNROLL];                    \
         (void)kv_, (void)ra_;                                                       \
@@ -245,7 +293,12 @@
             vf sum = ra_[i][0];                                                     \
             BN_UNROLL_ALL for (int u = 1; u < BN_UNROLL; ++u)                       \
                 sum = vf_add(sum, ra_[i][u]);                                       \
-            (a)->acc[i][s] = vf_hsum(sum);                                          \
+            pend_[i][s % BN_HSUM_BATCH] = sum;                                      \
+        }                                                                           \
+        if ((nacc) && (s % BN_HSUM_BATCH == BN_HSUM_BATCH - 1 || s == (a)->nseg - 1)) { \
+            const int64_t first_ = s - s % BN_HSUM_BATCH;                           \
+            for (int i = 0; i < (nacc); ++i)                                        \
+                vf_hsum_batch(pend_[i], (int)(s - first_ + 1), (a)->acc[i] + first_); \
         }                                                                           \
     }
 
@@ -315,15 +368,15 @@
 #define BN_RUN(name, nk, nacc, BODY)                                                \
     static void FN(row_##name)(const bn_run_args *a)                                \
     {                                                                               \
-        BN_STREAMING(a, BN_ROW_RUN(a, nk, nacc, BODY))                              \
+        BN_DEFERRING(a, nacc, BN_STREAMING(a, BN_ROW_RUN(a, nk, nacc, BODY)))       \
     }                                                                               \
     static void FN(plane_##name)(const bn_run_args *a)                              \
     {                                                                               \
         if ((nacc) == 0 && VLEN > 1 && a->nseg > 1 && a->seg_stride == a->len &&    \
             a->len >= VLEN) {                                                       \
-            BN_STREAMING(a, BN_PLANE_WALK(a, nk, BODY))                             \
+            BN_DEFERRING(a, nacc, BN_STREAMING(a, BN_PLANE_WALK(a, nk, BODY)))      \
         } else {                                                                    \
-            BN_STREAMING(a, BN_PLANE_RUN(a, nk, nacc, BODY))                        \
+            BN_DEFERRING(a, nacc, BN_STREAMING(a, BN_PLANE_RUN(a, nk, nacc, BODY))) \
         }                                                                           \
     }
 

@@ -15,6 +15,7 @@ allowance (it matters only near zero, where cancellation in float32 exceeds an u
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import tracemalloc
@@ -377,6 +378,52 @@ def test_bf16_instruction_stores_give_the_same_bits():
         native.set_isa(previous)
 
 
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(n=st.integers(1, 4), c=st.integers(1, 40), spatial=st.integers(1, 300),
+       channels_last=st.booleans(), stream=st.sampled_from([0, 1]),
+       specials=st.lists(st.integers(0, 10**6), max_size=4), data=st.data())
+def test_bf16_unchecked_stores_rerun_where_a_lane_needs_the_exact_rounding(
+        n, c, spatial, channels_last, stream, specials, data):
+    """With AVX512-BF16 the runs that only write store with vcvtneps2bf16 unchecked and run
+    again with the checked store when a lane was NaN or subnormal (BN_DEFERRED_STORES): for
+    any shape, layout (row runs, plane runs, plane walks), streaming mode and placement of
+    such lanes (none, or a few anywhere: in one block, a head, a tail), every function gives
+    the bits of the integer rounding alone; an in-place inference forward (y over x, where
+    a second run would read its own output) gives the out-of-place bits."""
+    previous = native.isa()
+    if native.set_isa("avx512") != "avx512" or not native.lib.mg_bn_set_bf16_instructions(1):
+        native.set_isa(previous)
+        pytest.skip("this CPU has no AVX-512 with AVX512-BF16")
+    shape = (n, spatial, c) if channels_last else (n, c, spatial)
+    d = make_inputs(shape, channels_last, BF16, seed=spatial * 53 + c)
+    size = d["x"].size
+    for i in specials:  # outputs NaN (from x), or subnormal (x - mean tiny, offset 0)
+        ch = data.draw(st.integers(0, c - 1))
+        d["mean"][ch], d["offset"][ch] = F32(1e-38), F32(0.0)
+        d["x"].reshape(-1)[i % size] = BF16.type(data.draw(st.sampled_from(
+            [np.nan, 1.5e-38, -2e-39])))
+    try:
+        native.lib.mg_bn_set_streaming(stream)
+        with np.errstate(all="ignore"):
+            native.lib.mg_bn_set_bf16_instructions(0)
+            integer_only = call_all(d, channels_last) + call_fused(d, channels_last)
+            native.lib.mg_bn_set_bf16_instructions(1)
+            unchecked_first = call_all(d, channels_last) + call_fused(d, channels_last)
+            in_place = d["x"].copy()
+            code, outer, channels, inner = native._geometry(in_place, channels_last)
+            ff = functools.partial(native.ffi.from_buffer, "float[]")
+            buf = native.ffi.from_buffer(in_place)
+            assert native.lib.mg_bn_forward_inference(
+                code, outer, channels, inner, buf, ff(d["scale"]), ff(d["offset"]),
+                ff(d["mean"]), ff(d["var"]), EPS, buf, 1) == 0
+        assert_bitwise_equal(integer_only, unchecked_first)
+        assert_bitwise_equal([(integer_only[1][0],)], [(in_place,)])
+    finally:
+        native.lib.mg_bn_set_streaming(-1)
+        native.lib.mg_bn_set_bf16_instructions(1)
+        native.set_isa(previous)
+
+
 def test_grad_grad_training_formula_by_finite_differences():
     """d_x, d_dy, d_scale of ref_gg_train are the exact gradient of
     L = <gx, dx> + <gscale, scale_backprop> + <goffset, offset_backprop>, where the first-order
@@ -518,6 +565,35 @@ def test_blocks_in_thread_shares_match_one_thread(n, c, elements, rows, rank5, c
     x, scale, offset, mean, var = f64(d["x"], d["scale"], d["offset"], d["mean"], d["var"])
     expected = ref_fwd_infer(lay, x, scale, offset, mean, var, EPS)
     assert_close(single[1][0], expected, np.abs(expected).max(), f"fwd_infer {shape}")
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(n=st.integers(1, 3), c=st.integers(2, 40), plane=st.integers(32, 150),
+       dtype=st.sampled_from(DTYPES), isa=st.sampled_from(native.ISAS), data=st.data())
+def test_plane_channel_results_do_not_depend_on_the_other_channels(n, c, plane, dtype, isa,
+                                                                    data):
+    """Channels-first planes of >= 32 elements (plane runs) reduce each plane's vector sums
+    to one float; AVX-512 reduces the sums of 16 planes at once (vf_hsum_batch), fewer one by
+    one. Every per-channel output and every element of a channel depends only on that
+    channel's data: a channel among c others (in a batch of 16 or in the remainder) gives
+    the bits it gives alone, on every instruction set, for every function."""
+    previous = native.isa()
+    if native.set_isa(isa) != isa:
+        native.set_isa(previous)
+        return  # this CPU lacks the ISA: the example checks nothing else
+    try:
+        d = make_inputs((n, c, plane), False, dtype, seed=plane * 41 + c)
+        whole = call_all(d, False)
+        for ch in sorted(set(data.draw(st.lists(st.integers(0, c - 1), min_size=1,
+                                                max_size=3)))):
+            alone = {k: (v[:, ch:ch + 1].copy() if v.ndim > 1 else v[ch:ch + 1].copy())
+                     for k, v in d.items() if k != "lay"}
+            single = call_all(alone, False)
+            picked = [tuple(a[:, ch:ch + 1] if a.ndim > 1 else a[ch:ch + 1] for a in outs)
+                      for outs in whole]
+            assert_bitwise_equal(picked, single)
+    finally:
+        native.set_isa(previous)
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(F32), BF16], ids=lambda d: d.name)
