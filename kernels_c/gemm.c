@@ -146,8 +146,13 @@ int mg_gemm(int64_t m, int64_t n, int64_t k, int trans_a, const float *a,
         memset(c, 0, (size_t)(m * n) * sizeof(float));
     } else {
         const int nt = mg_work_threads(num_threads, (double)m * (double)n * (double)k);
-        const int64_t mc = gemm_block_rows(m, GEMM_MC), mblocks = (m + mc - 1) / mc;
         const int64_t np = panels_of(n);
+        /* M blocks of at most GEMM_MC rows, smaller while the panels alone would leave a
+         * thread without an item (one panel: a dense layer's few outputs) */
+        int64_t most = GEMM_MC;
+        while (most > 16 && (m + most - 1) / most * np < nt)
+            most -= 16;
+        const int64_t mc = gemm_block_rows(m, most), mblocks = (m + mc - 1) / mc;
         /* N blocks of up to GEMM_NC_PANELS panels, fewer while the items would not give
          * every thread about 4 (the split changes no result: gemm.h) */
         int64_t ncp = np < GEMM_NC_PANELS ? np : GEMM_NC_PANELS;
@@ -155,8 +160,8 @@ int mg_gemm(int64_t m, int64_t n, int64_t k, int trans_a, const float *a,
             --ncp;
         gemm_call g = {gemm_kernels(), m, n, k, trans_a, a, packed_b, c, mc,
                        (np + ncp - 1) / ncp, ncp, epilogue, NULL};
-        /* rows that crowd the L1 are copied when more than one panel reads the copy */
-        if (!trans_a && ncp > 1 && gemm_rows_crowd_l1(k * (int64_t)sizeof(float)) &&
+        /* rows that crowd the L1 are copied */
+        if (!trans_a && gemm_rows_crowd_l1(k * (int64_t)sizeof(float)) &&
             !(g.scratch = mg_alloc_floats((int64_t)nt * GEMM_MC * GEMM_COPY_LD)))
             return MG_ENOMEM;
         mg_pool_run(nt, mblocks * g.nblocks, gemm_item, &g);
