@@ -216,35 +216,63 @@ static int64_t block_nvec(int64_t co, int64_t b)
     return nvec_all - 4 * b < 4 ? nvec_all - 4 * b : 4;
 }
 
+/* Packed filter rows [lo, hi), row m = (i * kw + j) * c + ci: the caller's row m, or (flip)
+ * column ci of tap (kh - 1 - i, kw - 1 - j)'s [co][c] block, transposed 16 x 16 at a time */
 static void pack_rows(fwd_ctx *k, int64_t lo, int64_t hi)
 {
     const int64_t c = k->c, co = k->co, cop = k->cop, kh = k->kh, kw = k->kw;
-    for (int64_t m = lo; m < hi; ++m) { /* m = (i * kw + j) * c + ci */
-        float *row = k->fp + m * cop;
+    for (int64_t m = lo, count; m < hi; m += count) {
+        const int64_t ci = m % c, ij = m / c, i = ij / kw, j = ij % kw;
+        /* rows of one tap and 16-channel block */
+        count = 16 - ci % 16 < c - ci ? 16 - ci % 16 : c - ci;
+        count = count < hi - m ? count : hi - m;
         if (!k->flip) {
-            memcpy(row, k->f + m * co, (size_t)co * sizeof(float));
+            for (int64_t r = 0; r < count; ++r)
+                memcpy(k->fp + (m + r) * cop, k->f + (m + r) * co, (size_t)co * sizeof(float));
         } else {
-            const int64_t ci = m % c, ij = m / c, i = ij / kw, j = ij % kw;
             const float *src = k->f + ((kh - 1 - i) * kw + (kw - 1 - j)) * co * c + ci;
-            for (int64_t o = 0; o < co; ++o)
-                row[o] = src[o * c];
+            const float *rows[16];
+            float *dst[16];
+            for (int64_t o0 = 0; o0 < co; o0 += 16) {
+                const int no = (int)(co - o0 < 16 ? co - o0 : 16);
+                for (int r = 0; r < no; ++r)
+                    rows[r] = src + (o0 + r) * c;
+                for (int r = 0; r < (int)count; ++r)
+                    dst[r] = k->fp + (m + r) * cop + o0;
+                k->tab->transpose(rows, no, (int)count, dst);
+            }
         }
-        memset(row + co, 0, (size_t)(cop - co) * sizeof(float));
+        for (int64_t r = 0; r < count; ++r)
+            memset(k->fp + (m + r) * cop + co, 0, (size_t)(cop - co) * sizeof(float));
     }
 }
 
-/* Channel block b: its micro-kernel (returned) and pixels per tile. */
-static nn_fwd_fn block_init(const fwd_ctx *k, int64_t b, nn_fwd_tile *t, int *pixels)
+/* Channel block b's vectors, filter and channels in its tiles */
+static void block_init(const fwd_ctx *k, int64_t b, nn_fwd_tile *t)
 {
     const int nvec = (int)block_nvec(k->co, b);
     t->nvec = nvec;
     t->last_lanes = (b + 1) * 64 >= k->co ? (int)(k->co - b * 64 - (nvec - 1) * 16) : 16;
     t->f = k->fp + b * 64;
     t->ch0 = b * 64;
-    *pixels = k->tab->fwd_pixels[nvec];
-    if (t->last_lanes <= 8 && k->tab->fwd_half[nvec])
-        return k->tab->fwd_half[nvec];
-    return k->tab->fwd[nvec];
+}
+
+/* The micro-kernel for tiles of `pixels` pixels of t's vectors: of exactly that width, or
+ * else the next wider one the table has (its width in *width). */
+static nn_fwd_fn tile_kernel(const conv_kernel_table *tab, const nn_fwd_tile *t, int pixels,
+                             int *width)
+{
+    const int nvec = t->nvec, half = t->last_lanes <= 8, widest = tab->fwd_pixels[nvec];
+    for (int w = pixels; w < widest; ++w) {
+        const nn_fwd_fn fn = half && tab->fwd_narrow_half[nvec][w] ? tab->fwd_narrow_half[nvec][w]
+                                                                    : tab->fwd_narrow[nvec][w];
+        if (fn) {
+            *width = w;
+            return fn;
+        }
+    }
+    *width = widest;
+    return half && tab->fwd_half[nvec] ? tab->fwd_half[nvec] : tab->fwd[nvec];
 }
 
 /* Where a band's tiles read: the zero-padded band in the thread's scratch, or the source
@@ -267,20 +295,50 @@ static int interior(const fwd_ctx *k, int64_t y, int64_t x)
 
 /* Fills tiles with output pixels and runs each when full: a tile may take pixels of several
  * rows, and of several images of a work item (xbase, ybase: the image's first padded
- * source float and first output float, relative to the tile's x and y). */
+ * source float and first output float, relative to the tile's x and y). A run of `count`
+ * pixels is cut into the fewest tiles the widest kernel allows, of widths differing by at
+ * most one: `wide_left` tiles of P pixels, then tiles of P - 1 (each pixel's sums are the
+ * same whatever tile it falls in). Counting (`counting`) only adds up the pixels. */
 typedef struct {
     const fwd_ctx *k;
     nn_fwd_tile *t;
     nn_fwd_fn fn;
-    int P, np;
+    int P, width, np; /* pixels per tile; fn's width (>= P); pixels in the tile */
+    int64_t wide_left;
+    int counting;
+    int64_t count;
     const tile_source *src;
     int64_t y0;
     int64_t xbase, ybase;
 } tile_filler;
 
+static void set_width(tile_filler *f, int P)
+{
+    f->P = P;
+    f->fn = tile_kernel(f->k->tab, f->t, P, &f->width);
+}
+
+/* Runs the tile (its missing pixels, up to the kernel's width, repeat its last one: read,
+ * never stored). */
+static void run_tile(tile_filler *f)
+{
+    nn_fwd_tile *t = f->t;
+    t->npix = f->np;
+    for (int p = f->np; p < f->width; ++p)
+        t->off[p] = t->off[f->np - 1], t->yoff[p] = t->yoff[f->np - 1];
+    f->fn(t);
+    f->np = 0;
+    if (--f->wide_left == 0 && f->P > 1)
+        set_width(f, f->P - 1);
+}
+
 /* Adds output pixels [x0, x1) of row yy to the tile, running it whenever it is full. */
 static void add_pixels(tile_filler *f, int64_t yy, int64_t x0, int64_t x1)
 {
+    if (f->counting) {
+        f->count += x1 - x0;
+        return;
+    }
     const int64_t c = f->k->c, ps = f->src->row_stride / c;
     nn_fwd_tile *t = f->t;
     int64_t off = f->xbase +
@@ -290,11 +348,8 @@ static void add_pixels(tile_filler *f, int64_t yy, int64_t x0, int64_t x1)
     for (int64_t x = x0; x < x1; ++x, off += step, yoff += f->k->co) {
         t->off[f->np] = off;
         t->yoff[f->np] = yoff;
-        if (++f->np == f->P) {
-            t->npix = f->np;
-            f->fn(t);
-            f->np = 0;
-        }
+        if (++f->np == f->P)
+            run_tile(f);
     }
 }
 
@@ -322,18 +377,29 @@ static void band_pixels(tile_filler *f, int which, int64_t rows)
     }
 }
 
-/* Runs the last, partly filled tile (its missing pixels repeat its last one: read, never
- * stored). */
-static void flush_tiles(tile_filler *f)
+/* The tiles of one class of pixels (`which`) of the item's nimg images (rows [f->y0,
+ * f->y0 + rows) of each): counted, cut into tiles, run. */
+static void class_tiles(tile_filler *f, int which, int64_t rows, int64_t nimg,
+                        int64_t img_floats, int64_t img_out)
 {
-    nn_fwd_tile *t = f->t;
-    if (!f->np)
-        return;
-    t->npix = f->np;
-    for (int p = f->np; p < f->P; ++p)
-        t->off[p] = t->off[f->np - 1], t->yoff[p] = t->yoff[f->np - 1];
-    f->fn(t);
-    f->np = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        f->counting = !pass;
+        f->count = 0;
+        f->xbase = f->ybase = 0;
+        for (int64_t i = 0; i < nimg; ++i, f->xbase += img_floats, f->ybase += img_out)
+            band_pixels(f, which, rows);
+        if (!pass) {
+            const int widest = f->k->tab->fwd_pixels[f->t->nvec];
+            const int64_t tiles = (f->count + widest - 1) / widest;
+            if (!tiles)
+                return;
+            const int64_t wide = (f->count + tiles - 1) / tiles;
+            f->wide_left = f->count - tiles * (wide - 1);
+            set_width(f, (int)wide);
+        }
+    }
+    if (f->np)
+        run_tile(f);
 }
 
 /* The padded rows [y0 * sh, (y0 + rows - 1) * sh + kh) a band reads, into xp: whole rows,
@@ -400,8 +466,7 @@ static void fwd_band_item(void *ctx, int64_t item, int tid)
     t.ep = k->ep;
     t.res = NULL;
     for (int64_t b = 0; b < k->nblk; ++b) {
-        int P;
-        const nn_fwd_fn fn = block_init(k, b, &t, &P);
+        block_init(k, b, &t);
         t.y = y + b * 64;
         if (k->ep && k->ep->residual)
             t.res = k->ep->residual + (t.y - k->out);
@@ -413,12 +478,10 @@ static void fwd_band_item(void *ctx, int64_t item, int tid)
             if (split && which == BORDER_PIXELS && b == 0)
                 pad_band(k, img, y0, rows, 1, xp);
             const tile_source *src = which == INTERIOR_PIXELS ? &direct : &padded;
-            tile_filler f = {k, &t, fn, P, 0, src, y0, 0, 0};
+            tile_filler f = {.k = k, .t = &t, .src = src, .y0 = y0};
             t.x = src->x;
             t.row_stride = src->row_stride;
-            for (int64_t i = 0; i < nimg; ++i, f.xbase += img_floats, f.ybase += plane * k->co)
-                band_pixels(&f, which, rows);
-            flush_tiles(&f);
+            class_tiles(&f, which, rows, nimg, img_floats, plane * k->co);
         }
     }
     if (!k->channels_last)

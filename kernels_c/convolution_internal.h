@@ -69,6 +69,11 @@ typedef struct {
     int fwd_pixels[5];
     nn_fwd_fn fwd[5];
     nn_fwd_fn fwd_half[5]; /* the same for last_lanes <= 8 (NULL: use fwd) */
+    /* [nvec][P]: tiles of exactly P < fwd_pixels[nvec] pixels (NULL: none; fewer pixels
+     * then run on the next wider tile), to cut a run of pixels into tiles of nearly equal
+     * widths with no slot computed in vain */
+    nn_fwd_fn fwd_narrow[5][NN_MAX_TILE];
+    nn_fwd_fn fwd_narrow_half[5][NN_MAX_TILE]; /* the same for last_lanes <= 8 (NULL: fwd_narrow) */
     int bwf_rows[5];       /* the most rows of a filter-gradient tile */
     /* [nvec][rows]: tiles of that many rows (NULL: none; bwf[nvec][bwf_rows[nvec]] exists) */
     nn_bwf_fn bwf[5][NN_BWF_MAX_ROWS + 1];
