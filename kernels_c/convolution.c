@@ -204,6 +204,7 @@ typedef struct {
     int64_t nblk;            /* blocks of (up to) 64 output channels */
     int64_t band, nbands;    /* output rows per work item; items per image */
     int64_t imgs;            /* images per work item (> 1: whole small images, band = oh) */
+    int64_t items;           /* work items */
     int64_t scratch_floats;  /* per thread: the item's padded source (+ NCHW: its result) */
     float *scratch;          /* one per thread */
     const mg_epilogue *ep;   /* applied by the tiles (NHWC), or NULL */
@@ -310,7 +311,30 @@ typedef struct {
     const tile_source *src;
     int64_t y0;
     int64_t xbase, ybase;
+    struct prefetcher *pf;
 } tile_filler;
+
+/* What the thread's next work item reads and writes, brought into cache a few lines per
+ * tile while this item's tiles run (the inputs of a training step arrive cold: written by
+ * an earlier op, evicted since): byte ranges [src, src_end) and [out, out_end). */
+typedef struct prefetcher {
+    const char *src, *src_end;
+    const char *out, *out_end;
+    int64_t lines; /* per tile */
+} prefetcher;
+
+static void prefetch_some(prefetcher *pf)
+{
+    for (int64_t l = 0; l < pf->lines; ++l) {
+        if (pf->src < pf->src_end) {
+            __builtin_prefetch(pf->src, 0, 2);
+            pf->src += 64;
+        } else if (pf->out < pf->out_end) {
+            __builtin_prefetch(pf->out, 1, 2);
+            pf->out += 64;
+        }
+    }
+}
 
 static void set_width(tile_filler *f, int P)
 {
@@ -326,6 +350,7 @@ static void run_tile(tile_filler *f)
     t->npix = f->np;
     for (int p = f->np; p < f->width; ++p)
         t->off[p] = t->off[f->np - 1], t->yoff[p] = t->yoff[f->np - 1];
+    prefetch_some(f->pf);
     f->fn(t);
     f->np = 0;
     if (--f->wide_left == 0 && f->P > 1)
@@ -436,13 +461,46 @@ static void pad_band(const fwd_ctx *k, int64_t img, int64_t y0, int64_t rows, in
  * the item's pixels, P at a time across rows and images; NCHW tiles write an NHWC buffer
  * after the padded images, transposed into the output at the end (an NCHW band is a whole
  * image). */
+/* Work item `item`'s images, first output row, rows and images */
+static void item_rows(const fwd_ctx *k, int64_t item, int64_t *img, int64_t *y0,
+                      int64_t *rows, int64_t *nimg)
+{
+    *img = item / k->nbands * k->imgs, *y0 = item % k->nbands * k->band;
+    *rows = k->oh - *y0 < k->band ? k->oh - *y0 : k->band;
+    *nimg = k->n - *img < k->imgs ? k->n - *img : k->imgs;
+}
+
+/* Prefetches item + 1's source rows and output while item's ~`tiles` tiles run. */
+static prefetcher next_item_prefetcher(const fwd_ctx *k, int64_t item, int64_t tiles)
+{
+    prefetcher pf = {0};
+    if (item + 1 >= k->items)
+        return pf;
+    int64_t img, y0, rows, nimg;
+    item_rows(k, item + 1, &img, &y0, &rows, &nimg);
+    const int64_t img_src = k->pad.h * k->pad.w * k->c, plane = k->oh * k->ow;
+    int64_t r0 = y0 * k->sh - k->pad.pt, r1 = (y0 + rows - 1) * k->sh + k->kh - k->pad.pt;
+    r0 = r0 > 0 ? r0 : 0, r1 = r1 < k->pad.h ? r1 : k->pad.h;
+    const float *src = k->pad.src + img * img_src;
+    pf.src = (const char *)(k->nbands > 1 ? src + r0 * k->pad.w * k->c : src);
+    pf.src_end = (const char *)(k->nbands > 1 ? src + r1 * k->pad.w * k->c : src + nimg * img_src);
+    pf.out = (const char *)(k->out + (img * plane + y0 * k->ow) * k->co);
+    pf.out_end = pf.out + ((nimg - 1) * plane + rows * k->ow) * k->co * (int64_t)sizeof(float);
+    const int64_t lines = (pf.src_end - pf.src + pf.out_end - pf.out) / 64;
+    pf.lines = (lines + tiles - 1) / (tiles > 0 ? tiles : 1);
+    return pf;
+}
+
 static void fwd_band_item(void *ctx, int64_t item, int tid)
 {
     fwd_ctx *k = ctx;
-    const int64_t img = item / k->nbands * k->imgs, y0 = item % k->nbands * k->band;
-    const int64_t rows = k->oh - y0 < k->band ? k->oh - y0 : k->band, plane = k->oh * k->ow;
-    const int64_t c = k->c, wp = k->pad.wp, nimg = k->n - img < k->imgs ? k->n - img : k->imgs;
+    int64_t img, y0, rows, nimg;
+    item_rows(k, item, &img, &y0, &rows, &nimg);
+    const int64_t plane = k->oh * k->ow, c = k->c, wp = k->pad.wp;
     const int64_t img_floats = k->pad.hp * wp * c;
+    const int widest = k->tab->fwd_pixels[block_nvec(k->co, 0)];
+    prefetcher pf = next_item_prefetcher(
+        k, item, k->nblk * ((nimg * rows * k->ow + widest - 1) / widest));
     float *xp = k->scratch + (int64_t)tid * k->scratch_floats;
     /* split: some pixels are interior (then column pl of row pt is), and their tap rows
      * are long enough (a vector) for the copy they save to outweigh a second set of tiles */
@@ -478,7 +536,7 @@ static void fwd_band_item(void *ctx, int64_t item, int tid)
             if (split && which == BORDER_PIXELS && b == 0)
                 pad_band(k, img, y0, rows, 1, xp);
             const tile_source *src = which == INTERIOR_PIXELS ? &direct : &padded;
-            tile_filler f = {.k = k, .t = &t, .src = src, .y0 = y0};
+            tile_filler f = {.k = k, .t = &t, .src = src, .y0 = y0, .pf = &pf};
             t.x = src->x;
             t.row_stride = src->row_stride;
             class_tiles(&f, which, rows, nimg, img_floats, plane * k->co);
@@ -584,9 +642,10 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
         err = MG_ENOMEM;
     } else {
         const int64_t rows = kh * kw * c;
+        k.items = (n + k.imgs - 1) / k.imgs * k.nbands;
         const phase phases[2] = {
             {k.fp != f ? (rows + PACK_ROWS - 1) / PACK_ROWS : 0, fwd_pack_item},
-            {(n + k.imgs - 1) / k.imgs * k.nbands, fwd_band_item}};
+            {k.items, fwd_band_item}};
         run_phases(&k, phases, 2, nt);
     }
     if (k.fp != f)
