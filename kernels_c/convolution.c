@@ -12,18 +12,17 @@
  *   2. work items of output rows (a band: a whole image while there are enough images to
  *      share out, fewer rows otherwise, and half images for a shorter tail at several
  *      threads; several whole images when they are small, under SMALL_PLANE output
- *      pixels). An item's thread runs tiles of up to 10 (12, 8, 6) pixels x blocks of up
- *      to 64 output channels, its border pixels' (pixels whose window crosses the source's
- *      edges) from its own zero-padded NHWC copy of what they read (the padded rows above
- *      and below, the edge columns between), made after the interior's tiles (which bring
- *      those lines into cache); each tile is one
- *      micro-kernel call that keeps its outputs in registers over all kh * kw * c taps (and
- *      applies a fused epilogue to them there, when given). NHWC: interior pixels' tiles
- *      read the source itself (no copy), tiles write the output. Small images, and NCHW:
- *      the item's images are padded (transposed) whole into the scratch and its tiles take
- *      their pixels across rows and images (no tile left part empty at each image's end);
- *      NCHW tiles write an NHWC buffer after them that is transposed into the output while
- *      in cache.
+ *      pixels). An item's thread cuts its pixels into rectangles whose windows cross the
+ *      source's edges alike (the interior, the top rows, the left columns, the corners,
+ *      ...; one rectangle across the item's images) and each rectangle into the fewest
+ *      tiles of up to 10 (12, 8, 6) pixels x blocks of up to 64 output channels, of widths
+ *      that differ by at most one; each tile is one micro-kernel call that keeps its
+ *      outputs in registers over the taps that read inside the source (the zero padding's
+ *      are skipped: 0 * w adds nothing to a sum that starts at +0) and applies a fused
+ *      epilogue to them there, when given. NHWC: the tiles read the source and write the
+ *      output (no copy). NCHW: the item's images are transposed whole into a zero-padded
+ *      NHWC scratch, and the tiles write an NHWC buffer after them that is transposed into
+ *      the output while in cache. Each item prefetches the next one's source and output.
  * The filter gradient sums x[pixel + tap] * dy[pixel] over all pixels: after a job that
  * copies x into a zero-padded NHWC scratch, image by image (dy transposed too for NCHW),
  * tiles of filter rows (any height up to what the registers hold, so a tap row is cut with
@@ -276,40 +275,30 @@ static nn_fwd_fn tile_kernel(const conv_kernel_table *tab, const nn_fwd_tile *t,
     return half && tab->fwd_half[nvec] ? tab->fwd_half[nvec] : tab->fwd[nvec];
 }
 
-/* Where a band's tiles read: the zero-padded band in the thread's scratch, or the source
- * image itself (a pixel whose window lies inside it: no copy). Output pixel (y, x) reads
- * at x + ((y * sh - row0) * row_stride / c + x * sw - col0) * c. */
+/* Where an item's tiles read: the source image itself (NHWC), or its zero-padded NHWC copy
+ * in the thread's scratch (NCHW). Tap (i, j) of output pixel (y, x) is at row y * sh + i -
+ * row0, column x * sw + j - col0 of an image (row_stride floats a row, img_stride floats an
+ * image, c floats a pixel). */
 typedef struct {
     const float *x;
-    int64_t row_stride, row0, col0;
+    int64_t row_stride, img_stride, row0, col0;
 } tile_source;
 
-enum { ALL_PIXELS = -1, BORDER_PIXELS = 0, INTERIOR_PIXELS = 1 };
-
-/* Does output pixel (y, x)'s window lie inside the source? (stride 1: the only case that
- * reads the source directly) */
-static int interior(const fwd_ctx *k, int64_t y, int64_t x)
-{
-    return y >= k->pad.pt && y - k->pad.pt + k->kh <= k->pad.h && x >= k->pad.pl &&
-           x - k->pad.pl + k->kw <= k->pad.w;
-}
-
 /* Fills tiles with output pixels and runs each when full: a tile may take pixels of several
- * rows, and of several images of a work item (xbase, ybase: the image's first padded
- * source float and first output float, relative to the tile's x and y). A run of `count`
- * pixels is cut into the fewest tiles the widest kernel allows, of widths differing by at
- * most one: `wide_left` tiles of P pixels, then tiles of P - 1 (each pixel's sums are the
- * same whatever tile it falls in). Counting (`counting`) only adds up the pixels. */
+ * rows, and of several images of a work item (xbase, ybase: the image's first source float
+ * and first output float, relative to the tile's x and y). A run of `count` pixels is cut
+ * into the fewest tiles the widest kernel allows, of widths differing by at most one:
+ * `wide_left` tiles of P pixels, then tiles of P - 1 (each pixel's sums are the same
+ * whatever tile it falls in). The run's pixels share their taps inside the source: tap rows
+ * [i0, i0 + t->kh), tap columns [j0, j0 + t->K / c). */
 typedef struct {
     const fwd_ctx *k;
     nn_fwd_tile *t;
     nn_fwd_fn fn;
     int P, width, np; /* pixels per tile; fn's width (>= P); pixels in the tile */
     int64_t wide_left;
-    int counting;
-    int64_t count;
     const tile_source *src;
-    int64_t y0;
+    int64_t y0, i0, j0;
     int64_t xbase, ybase;
     struct prefetcher *pf;
 } tile_filler;
@@ -360,14 +349,11 @@ static void run_tile(tile_filler *f)
 /* Adds output pixels [x0, x1) of row yy to the tile, running it whenever it is full. */
 static void add_pixels(tile_filler *f, int64_t yy, int64_t x0, int64_t x1)
 {
-    if (f->counting) {
-        f->count += x1 - x0;
-        return;
-    }
-    const int64_t c = f->k->c, ps = f->src->row_stride / c;
+    const tile_source *s = f->src;
+    const int64_t c = f->k->c, ps = s->row_stride / c;
     nn_fwd_tile *t = f->t;
-    int64_t off = f->xbase +
-                  ((yy * f->k->sh - f->src->row0) * ps + x0 * f->k->sw - f->src->col0) * c;
+    int64_t off = f->xbase + ((yy * f->k->sh - s->row0 + f->i0) * ps + x0 * f->k->sw - s->col0 +
+                              f->j0) * c;
     int64_t yoff = f->ybase + ((yy - f->y0) * f->k->ow + x0) * f->k->co;
     const int64_t step = f->k->sw * c;
     for (int64_t x = x0; x < x1; ++x, off += step, yoff += f->k->co) {
@@ -378,89 +364,61 @@ static void add_pixels(tile_filler *f, int64_t yy, int64_t x0, int64_t x1)
     }
 }
 
-/* Adds the band's pixels (rows [f->y0, f->y0 + rows)) of one class (`which`) to the tiles,
- * in row-major order. */
-static void band_pixels(tile_filler *f, int which, int64_t rows)
+/* The taps of output coordinate o (rows: pad = pt, stride sh, kernel kh, source extent h)
+ * that read inside the source: [*lo, *hi) (empty: lo == hi). */
+static void valid_taps(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int64_t extent,
+                       int64_t *lo, int64_t *hi)
+{
+    const int64_t first = o * stride - pad; /* source coordinate of tap 0 */
+    *lo = first < 0 ? (-first < kernel ? -first : kernel) : 0;
+    *hi = extent - first < kernel ? (extent - first > *lo ? extent - first : *lo) : kernel;
+}
+
+/* The end of the run of coordinates from o (below `end`) whose valid taps are those of o */
+static int64_t same_taps_end(int64_t o, int64_t end, int64_t stride, int64_t pad,
+                             int64_t kernel, int64_t extent)
+{
+    int64_t lo, hi, l, h;
+    valid_taps(o, stride, pad, kernel, extent, &lo, &hi);
+    int64_t e = o + 1;
+    while (e < end && (valid_taps(e, stride, pad, kernel, extent, &l, &h), l == lo && h == hi))
+        ++e;
+    return e;
+}
+
+/* The tiles of output rows [ya, yb) x columns [xa, xb) of the item's nimg images (rows
+ * relative to the band's f->y0), whose pixels all read tap rows [i0, i1) and tap columns
+ * [j0, j1) inside the source (the others read the zero padding and are skipped: adding
+ * 0 * w changes no sum, which starts at +0 and so is never -0): cut into tiles, run. */
+static void rect_tiles(tile_filler *f, int64_t ya, int64_t yb, int64_t xa, int64_t xb,
+                       int64_t nimg, int64_t img_out)
 {
     const fwd_ctx *k = f->k;
-    const int64_t y0 = f->y0;
-    /* interior rows [ya, yb) and columns [xa, xb) */
-    const int64_t ya = k->pad.pt, yb = k->pad.h - k->kh + 1 + k->pad.pt;
-    const int64_t xa = k->pad.pl < k->ow ? k->pad.pl : k->ow;
-    const int64_t xb_ = k->pad.w - k->kw + 1 + k->pad.pl;
-    const int64_t xb = xb_ < xa ? xa : (xb_ > k->ow ? k->ow : xb_);
-    for (int64_t yy = y0; yy < y0 + rows; ++yy) {
-        const int inner_row = yy >= ya && yy < yb;
-        if (which == ALL_PIXELS || (which == BORDER_PIXELS && !inner_row)) {
-            add_pixels(f, yy, 0, k->ow);
-        } else if (which == BORDER_PIXELS) {
-            add_pixels(f, yy, 0, xa);
-            add_pixels(f, yy, xb, k->ow);
-        } else if (inner_row) {
+    nn_fwd_tile *t = f->t;
+    int64_t i0, i1, j0, j1;
+    valid_taps(ya, k->sh, k->pad.pt, k->kh, k->pad.h, &i0, &i1);
+    valid_taps(xa, k->sw, k->pad.pl, k->kw, k->pad.w, &j0, &j1);
+    const int widest = k->tab->fwd_pixels[t->nvec];
+    const int64_t count = nimg * (yb - ya) * (xb - xa), tiles = (count + widest - 1) / widest;
+    if (!tiles)
+        return;
+    const int64_t wide = (count + tiles - 1) / tiles;
+    f->wide_left = count - tiles * (wide - 1);
+    set_width(f, (int)wide);
+    const float *f0 = t->f;
+    f->i0 = i0, f->j0 = j0;
+    t->kh = i1 - i0;
+    t->K = (j1 - j0) * k->c;
+    t->f = f0 + (i0 * k->kw + j0) * k->c * k->cop;
+    f->xbase = f->ybase = 0;
+    for (int64_t i = 0; i < nimg; ++i, f->xbase += f->src->img_stride, f->ybase += img_out)
+        for (int64_t yy = ya; yy < yb; ++yy)
             add_pixels(f, yy, xa, xb);
-        }
-    }
-}
-
-/* The tiles of one class of pixels (`which`) of the item's nimg images (rows [f->y0,
- * f->y0 + rows) of each): counted, cut into tiles, run. */
-static void class_tiles(tile_filler *f, int which, int64_t rows, int64_t nimg,
-                        int64_t img_floats, int64_t img_out)
-{
-    for (int pass = 0; pass < 2; ++pass) {
-        f->counting = !pass;
-        f->count = 0;
-        f->xbase = f->ybase = 0;
-        for (int64_t i = 0; i < nimg; ++i, f->xbase += img_floats, f->ybase += img_out)
-            band_pixels(f, which, rows);
-        if (!pass) {
-            const int widest = f->k->tab->fwd_pixels[f->t->nvec];
-            const int64_t tiles = (f->count + widest - 1) / widest;
-            if (!tiles)
-                return;
-            const int64_t wide = (f->count + tiles - 1) / tiles;
-            f->wide_left = f->count - tiles * (wide - 1);
-            set_width(f, (int)wide);
-        }
-    }
     if (f->np)
         run_tile(f);
+    t->f = f0;
 }
 
-/* The padded rows [y0 * sh, (y0 + rows - 1) * sh + kh) a band reads, into xp: whole rows,
- * except (when `split`, stride 1) rows only interior output rows read, of which only the
- * edge columns that border pixels read (interior pixels read the source). */
-static void pad_band(const fwd_ctx *k, int64_t img, int64_t y0, int64_t rows, int split,
-                     float *xp)
-{
-    const int64_t wp = k->pad.wp, ya = k->pad.pt, yb = k->pad.h - k->kh + 1 + k->pad.pt;
-    const int64_t left = k->pad.pl + k->kw - 1 < wp ? k->pad.pl + k->kw - 1 : wp;
-    const int64_t right = k->pad.w - k->kw + 1 + k->pad.pl > left
-                              ? k->pad.w - k->kw + 1 + k->pad.pl : left;
-    if (!split) {
-        pad_rows(&k->pad, img, y0 * k->sh, y0 * k->sh, (y0 + rows - 1) * k->sh + k->kh, 0, wp,
-                 xp);
-        return;
-    }
-    for (int64_t r = y0; r < y0 + rows + k->kh - 1; ++r) {
-        if (r >= ya + k->kh - 1 && r < yb) {
-            pad_rows(&k->pad, img, y0, r, r + 1, 0, left, xp);
-            if (right < wp)
-                pad_rows(&k->pad, img, y0, r, r + 1, right, wp, xp);
-        } else {
-            pad_rows(&k->pad, img, y0, r, r + 1, 0, wp, xp);
-        }
-    }
-}
-
-/* Work item: output rows [y0, y0 + band) of one image, or (imgs > 1) `imgs` whole images.
- * NHWC, one image: tiles of interior pixels read the source itself; then the thread copies
- * what border pixels read into its zero-padded scratch (pad_band) and runs theirs. Several images (small ones,
- * whose border pixels are a large share and would leave many tiles part empty) or NCHW:
- * each image is padded (NCHW: transposed) whole into the scratch and the tiles run over all
- * the item's pixels, P at a time across rows and images; NCHW tiles write an NHWC buffer
- * after the padded images, transposed into the output at the end (an NCHW band is a whole
- * image). */
 /* Work item `item`'s images, first output row, rows and images */
 static void item_rows(const fwd_ctx *k, int64_t item, int64_t *img, int64_t *y0,
                       int64_t *rows, int64_t *nimg)
@@ -491,6 +449,13 @@ static prefetcher next_item_prefetcher(const fwd_ctx *k, int64_t item, int64_t t
     return pf;
 }
 
+/* Work item: output rows [y0, y0 + band) of one image, or (imgs > 1) `imgs` whole images.
+ * The item's pixels are cut into rectangles of pixels whose windows cross the source's
+ * edges alike (top rows, left columns, the interior, ...; one rectangle across the item's
+ * images), each into tiles that run only the taps inside the source. NHWC: the tiles read
+ * the source itself and write the output (no copy). NCHW: each image is transposed whole
+ * into the scratch (zero-padded NHWC) and the tiles write an NHWC buffer after the padded
+ * images, transposed into the output at the end (an NCHW item holds whole images). */
 static void fwd_band_item(void *ctx, int64_t item, int tid)
 {
     fwd_ctx *k = ctx;
@@ -502,24 +467,22 @@ static void fwd_band_item(void *ctx, int64_t item, int tid)
     prefetcher pf = next_item_prefetcher(
         k, item, k->nblk * ((nimg * rows * k->ow + widest - 1) / widest));
     float *xp = k->scratch + (int64_t)tid * k->scratch_floats;
-    /* split: some pixels are interior (then column pl of row pt is), and their tap rows
-     * are long enough (a vector) for the copy they save to outweigh a second set of tiles */
-    const int split = k->channels_last && k->imgs == 1 && k->sh == 1 && k->sw == 1 &&
-                      k->kw * c >= 16 && k->pad.pl < k->ow && k->pad.pt < k->oh &&
-                      interior(k, k->pad.pt, k->pad.pl);
-    if (k->channels_last && k->imgs == 1 && !split)
-        pad_band(k, img, y0, rows, 0, xp);
-    else if (!k->channels_last || k->imgs > 1)
+    if (!k->channels_last)
         for (int64_t i = 0; i < nimg; ++i)
             pad_image(&k->pad, img + i, xp + i * img_floats);
-    const tile_source padded = {xp, wp * c, y0 * k->sh, 0};
-    const tile_source direct = {k->pad.src + img * k->pad.h * k->pad.w * c, k->pad.w * c,
-                                k->pad.pt, k->pad.pl};
+    const tile_source src =
+        k->channels_last ? (tile_source){k->pad.src + img * k->pad.h * k->pad.w * c,
+                                         k->pad.w * c, k->pad.h * k->pad.w * c, k->pad.pt,
+                                         k->pad.pl}
+                         : (tile_source){xp, wp * c, img_floats, 0, 0};
     float *y = k->channels_last ? k->out + (img * plane + y0 * k->ow) * k->co
                                 : xp + k->imgs * img_floats;
+    /* source geometry as the valid taps see it: NCHW reads the padded copy, whose taps
+     * past the source are zeros too, so the same rectangles hold */
     nn_fwd_tile t;
-    t.kh = k->kh;
-    t.K = k->kw * c;
+    t.x = src.x;
+    t.row_stride = src.row_stride;
+    t.frs = k->kw * c * k->cop;
     t.cop = k->cop;
     t.ep = k->ep;
     t.res = NULL;
@@ -528,18 +491,13 @@ static void fwd_band_item(void *ctx, int64_t item, int tid)
         t.y = y + b * 64;
         if (k->ep && k->ep->residual)
             t.res = k->ep->residual + (t.y - k->out);
-        /* split: the interior first, then (padded after it: the edge columns it copies were
-         * brought into cache by the interior's tiles, not fetched one row apart, each a
-         * cache miss in a row) the border */
-        for (int which = split ? INTERIOR_PIXELS : ALL_PIXELS; which >= (split ? 0 : -1);
-             --which) {
-            if (split && which == BORDER_PIXELS && b == 0)
-                pad_band(k, img, y0, rows, 1, xp);
-            const tile_source *src = which == INTERIOR_PIXELS ? &direct : &padded;
-            tile_filler f = {.k = k, .t = &t, .src = src, .y0 = y0, .pf = &pf};
-            t.x = src->x;
-            t.row_stride = src->row_stride;
-            class_tiles(&f, which, rows, nimg, img_floats, plane * k->co);
+        tile_filler f = {.k = k, .t = &t, .src = &src, .y0 = y0, .pf = &pf};
+        for (int64_t ya = y0, yb; ya < y0 + rows; ya = yb) {
+            yb = same_taps_end(ya, y0 + rows, k->sh, k->pad.pt, k->kh, k->pad.h);
+            for (int64_t xa = 0, xb; xa < k->ow; xa = xb) {
+                xb = same_taps_end(xa, k->ow, k->sw, k->pad.pl, k->kw, k->pad.w);
+                rect_tiles(&f, ya, yb, xa, xb, nimg, plane * k->co);
+            }
         }
     }
     if (!k->channels_last)
@@ -632,9 +590,8 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
     k.imgs = item_images(&k, nt);
     k.band = band_rows(&k, nt);
     k.nbands = (oh + k.band - 1) / k.band;
-    /* a tile reads its pixels' kh rows of kw * c floats: all inside the padded band */
-    k.scratch_floats = k.imgs * ((k.band - 1) * sh + kh) * k.pad.wp * c +
-                       (channels_last ? 0 : k.imgs * oh * ow * co);
+    /* NCHW: the item's zero-padded NHWC images and their NHWC result (NHWC: none) */
+    k.scratch_floats = channels_last ? 0 : k.imgs * (k.pad.hp * k.pad.wp * c + oh * ow * co);
     int err = 0;
     k.fp = (!flip && k.cop == co) ? (float *)f : mg_alloc_floats(kh * kw * c * k.cop);
     k.scratch = mg_alloc_floats((int64_t)nt * k.scratch_floats);

@@ -4,9 +4,9 @@
  * accumulators (24 of the 32 registers); per filter tap, V filter vectors are loaded and
  * each pixel's input value is broadcast into V FMAs. Filter gradient: R filter rows x V
  * vectors; per pixel, V dy vectors are loaded and each row's input value broadcast.
- * P x V (forward): 10x1, 12x2, 8x3, 6x4 and each one and two pixels narrower; R x V (filter gradient): every R up to 24x1,
- * 13x2, 8x3, 6x4; each also with its last vector of at most 8 channels in a ymm register
- * (`fwd_half`, `bwf_half`). 10 pixels, not 12, for one
+ * P x V (forward): 10x1, 12x2, 8x3, 6x4 and every narrower width; R x V (filter
+ * gradient): every R up to 24x1, 13x2, 8x3, 6x4; each also with its last vector of at most
+ * 8 channels in a ymm register (`fwd_half`, `bwf_half`). 10 pixels, not 12, for one
  * vector: with 12, the pixels' 12 input pointers and the loop's own registers outgrow the
  * 15 general registers, GCC moves two pointers through vector registers on every tap, and
  * the tile ran ~7% slower.
@@ -81,7 +81,7 @@ static inline __attribute__((always_inline)) void fwd_body(const nn_fwd_tile *t,
         UNROLL for (int v = 0; v < W; ++v) acc[p][v] = _mm512_setzero_ps();
         half[p] = _mm256_setzero_ps();
     }
-    const int64_t K = t->K, cop = t->cop, rs = t->row_stride;
+    const int64_t K = t->K, cop = t->cop, rs = t->row_stride, frs = t->frs;
     const float *f = t->f;
     for (int64_t i = 0; i < t->kh; ++i) {
         const float *fk = f;
@@ -97,7 +97,7 @@ static inline __attribute__((always_inline)) void fwd_body(const nn_fwd_tile *t,
                     half[p] = _mm256_fmadd_ps(_mm256_set1_ps(xp[p][k]), fh, half[p]);
             }
         }
-        f += K * cop;
+        f += frs;
         UNROLL for (int p = 0; p < P; ++p) xp[p] += rs;
     }
     if (H)
@@ -172,17 +172,20 @@ FWD(10, 1)
 FWD(12, 2)
 FWD(8, 3)
 FWD(6, 4)
-/* one and two pixels narrower: the driver cuts a run of pixels into tiles whose widths
- * differ by at most one (256 pixels of 2 vectors: 14 tiles of 12 and 8 of 11, where 12-pixel
- * tiles computed 264) */
-FWD(9, 1)
-FWD(8, 1)
-FWD(11, 2)
-FWD(10, 2)
-FWD(7, 3)
-FWD(6, 3)
-FWD(5, 4)
-FWD(4, 4)
+/* and every narrower width: the driver cuts a run of pixels into tiles whose widths differ
+ * by at most one (256 pixels of 2 vectors: 14 tiles of 12 and 8 of 11, where 12-pixel tiles
+ * computed 264), and the runs of border pixels that skip the same taps are short (the 4
+ * corners: 1 pixel an image) */
+#define FWD_WIDTHS5(M, V) M(1, V) M(2, V) M(3, V) M(4, V) M(5, V)
+#define FWD_WIDTHS7(M, V) FWD_WIDTHS5(M, V) M(6, V) M(7, V)
+#define FWD_WIDTHS9(M, V) FWD_WIDTHS7(M, V) M(8, V) M(9, V)
+#define FWD_WIDTHS11(M, V) FWD_WIDTHS9(M, V) M(10, V) M(11, V)
+FWD_WIDTHS9(FWD, 1)
+FWD_WIDTHS11(FWD, 2)
+FWD_WIDTHS7(FWD, 3)
+FWD_WIDTHS5(FWD, 4)
+#define FWD_FULL(P, V) fwd_##P##x##V,
+#define FWD_HALF(P, V) fwd_##P##x##V##h,
 /* Filter-gradient tiles of every height up to what the registers hold (R x V accumulators
  * and V dy vectors: 24x1, 13x2, 8x3, 6x4), so a tap row of K filter rows is cut into tiles
  * of nearly equal heights, none computed in vain (a 3-channel 3x3 stem, K = 9: one tile of
@@ -247,14 +250,10 @@ const conv_kernel_table conv_kernels_avx512 = {
     .fwd_pixels = {0, 10, 12, 8, 6},
     .fwd = {0, fwd_10x1, fwd_12x2, fwd_8x3, fwd_6x4},
     .fwd_half = {0, fwd_10x1h, fwd_12x2h, fwd_8x3h, fwd_6x4h},
-    .fwd_narrow = {[1] = {[8] = fwd_8x1, [9] = fwd_9x1},
-                   [2] = {[10] = fwd_10x2, [11] = fwd_11x2},
-                   [3] = {[6] = fwd_6x3, [7] = fwd_7x3},
-                   [4] = {[4] = fwd_4x4, [5] = fwd_5x4}},
-    .fwd_narrow_half = {[1] = {[8] = fwd_8x1h, [9] = fwd_9x1h},
-                        [2] = {[10] = fwd_10x2h, [11] = fwd_11x2h},
-                        [3] = {[6] = fwd_6x3h, [7] = fwd_7x3h},
-                        [4] = {[4] = fwd_4x4h, [5] = fwd_5x4h}},
+    .fwd_narrow = {{0}, {0, FWD_WIDTHS9(FWD_FULL, 1)}, {0, FWD_WIDTHS11(FWD_FULL, 2)},
+                   {0, FWD_WIDTHS7(FWD_FULL, 3)}, {0, FWD_WIDTHS5(FWD_FULL, 4)}},
+    .fwd_narrow_half = {{0}, {0, FWD_WIDTHS9(FWD_HALF, 1)}, {0, FWD_WIDTHS11(FWD_HALF, 2)},
+                        {0, FWD_WIDTHS7(FWD_HALF, 3)}, {0, FWD_WIDTHS5(FWD_HALF, 4)}},
     .bwf_rows = {0, 24, 13, 8, 6},
     .bwf = {{0}, {0, ROWS24(BWF_FULL, 1)}, {0, ROWS13(BWF_FULL, 2)}, {0, ROWS8(BWF_FULL, 3)},
             {0, ROWS6(BWF_FULL, 4)}},
