@@ -287,6 +287,30 @@ def test_repeated_runs_without_output_checks(device):
     assert len(uploads) == 1 and uploads.pop() > 0  # every Run moves the same tensors
 
 
+def test_profiling_device_records_each_launch(device):
+    """A profiling device keeps (name, completed event) per kernel launch (forward training:
+    partial_sum, finish_mean, partial_centered_squares, finish_mean, apply_normalize), with
+    timestamps in order, and computes the same bits as the plain device."""
+    profiled = opencl.OpenCLDevice(device.cl, device.device, 0, profiling=True)
+    assert device.events is None
+    rng = np.random.default_rng(7)
+    x = rng.normal(1, 2, (6, 5, 4, 9)).astype(np.float32)
+    scale, offset = np.ones(9, np.float32), np.zeros(9, np.float32)
+    results = []
+    for where in (profiled, device):
+        values = [where.upload(v) for v in (x, scale, offset)]
+        results.append([where.download(r) for r in
+                        where.math.bn_forward_training(*values, 1e-3, True)])
+    names = [name for name, _ in profiled.events]
+    assert names == ["partial_sum", "finish_mean", "partial_centered_squares",
+                     "finish_mean", "apply_normalize"]
+    for _, event in profiled.events:
+        assert event.command_execution_status == device.cl.command_execution_status.COMPLETE
+        assert 0 < event.profile.queued <= event.profile.start <= event.profile.end
+    for a, b in zip(*results):
+        assert a.tobytes() == b.tobytes()
+
+
 def test_results_are_deterministic():
     shape = (8, 16, 16, 17)
     rng = np.random.default_rng(1)
