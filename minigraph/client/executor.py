@@ -105,7 +105,7 @@ class BoundProgram:
             if flag == planner.GUARD:  # its expected shapes: from the first run
                 entry = (_GUARD, partial(step.execute, checked=False), step.op, None, ins,
                          outs, drop, None)
-            elif (flag == planner.CHECK or step.region is not None
+            elif (flag == planner.CHECK or not step.on_host or step.region is not None
                   or step.joins is not None):  # as unbound runs run it
                 entry = (_GENERIC, partial(step.execute, checked=flag == planner.SKIP),
                          step.op, None, ins, outs, drop, step)
