@@ -22,7 +22,7 @@
  *      epilogue to them there, when given. NHWC: the tiles read the source and write the
  *      output (no copy). NCHW: the item's images are transposed whole into a zero-padded
  *      NHWC scratch, and the tiles write an NHWC buffer after them that is transposed into
- *      the output while in cache. Each item prefetches the next one's source and output.
+ *      the output while in cache.
  * The filter gradient sums x[pixel + tap] * dy[pixel] over all pixels: after a job that
  * copies x into a zero-padded NHWC scratch, image by image (dy transposed too for NCHW),
  * tiles of filter rows (any height up to what the registers hold, so a tap row is cut with
@@ -203,7 +203,6 @@ typedef struct {
     int64_t nblk;            /* blocks of (up to) 64 output channels */
     int64_t band, nbands;    /* output rows per work item; items per image */
     int64_t imgs;            /* images per work item (> 1: whole small images, band = oh) */
-    int64_t items;           /* work items */
     int64_t scratch_floats;  /* per thread: the item's padded source (+ NCHW: its result) */
     float *scratch;          /* one per thread */
     const mg_epilogue *ep;   /* applied by the tiles (NHWC), or NULL */
@@ -300,30 +299,7 @@ typedef struct {
     const tile_source *src;
     int64_t y0, i0, j0;
     int64_t xbase, ybase;
-    struct prefetcher *pf;
 } tile_filler;
-
-/* What the thread's next work item reads and writes, brought into cache a few lines per
- * tile while this item's tiles run (the inputs of a training step arrive cold: written by
- * an earlier op, evicted since): byte ranges [src, src_end) and [out, out_end). */
-typedef struct prefetcher {
-    const char *src, *src_end;
-    const char *out, *out_end;
-    int64_t lines; /* per tile */
-} prefetcher;
-
-static void prefetch_some(prefetcher *pf)
-{
-    for (int64_t l = 0; l < pf->lines; ++l) {
-        if (pf->src < pf->src_end) {
-            __builtin_prefetch(pf->src, 0, 2);
-            pf->src += 64;
-        } else if (pf->out < pf->out_end) {
-            __builtin_prefetch(pf->out, 1, 2);
-            pf->out += 64;
-        }
-    }
-}
 
 static void set_width(tile_filler *f, int P)
 {
@@ -339,7 +315,6 @@ static void run_tile(tile_filler *f)
     t->npix = f->np;
     for (int p = f->np; p < f->width; ++p)
         t->off[p] = t->off[f->np - 1], t->yoff[p] = t->yoff[f->np - 1];
-    prefetch_some(f->pf);
     f->fn(t);
     f->np = 0;
     if (--f->wide_left == 0 && f->P > 1)
@@ -428,27 +403,6 @@ static void item_rows(const fwd_ctx *k, int64_t item, int64_t *img, int64_t *y0,
     *nimg = k->n - *img < k->imgs ? k->n - *img : k->imgs;
 }
 
-/* Prefetches item + 1's source rows and output while item's ~`tiles` tiles run. */
-static prefetcher next_item_prefetcher(const fwd_ctx *k, int64_t item, int64_t tiles)
-{
-    prefetcher pf = {0};
-    if (item + 1 >= k->items)
-        return pf;
-    int64_t img, y0, rows, nimg;
-    item_rows(k, item + 1, &img, &y0, &rows, &nimg);
-    const int64_t img_src = k->pad.h * k->pad.w * k->c, plane = k->oh * k->ow;
-    int64_t r0 = y0 * k->sh - k->pad.pt, r1 = (y0 + rows - 1) * k->sh + k->kh - k->pad.pt;
-    r0 = r0 > 0 ? r0 : 0, r1 = r1 < k->pad.h ? r1 : k->pad.h;
-    const float *src = k->pad.src + img * img_src;
-    pf.src = (const char *)(k->nbands > 1 ? src + r0 * k->pad.w * k->c : src);
-    pf.src_end = (const char *)(k->nbands > 1 ? src + r1 * k->pad.w * k->c : src + nimg * img_src);
-    pf.out = (const char *)(k->out + (img * plane + y0 * k->ow) * k->co);
-    pf.out_end = pf.out + ((nimg - 1) * plane + rows * k->ow) * k->co * (int64_t)sizeof(float);
-    const int64_t lines = (pf.src_end - pf.src + pf.out_end - pf.out) / 64;
-    pf.lines = (lines + tiles - 1) / (tiles > 0 ? tiles : 1);
-    return pf;
-}
-
 /* Work item: output rows [y0, y0 + band) of one image, or (imgs > 1) `imgs` whole images.
  * The item's pixels are cut into rectangles of pixels whose windows cross the source's
  * edges alike (top rows, left columns, the interior, ...; one rectangle across the item's
@@ -463,9 +417,6 @@ static void fwd_band_item(void *ctx, int64_t item, int tid)
     item_rows(k, item, &img, &y0, &rows, &nimg);
     const int64_t plane = k->oh * k->ow, c = k->c, wp = k->pad.wp;
     const int64_t img_floats = k->pad.hp * wp * c;
-    const int widest = k->tab->fwd_pixels[block_nvec(k->co, 0)];
-    prefetcher pf = next_item_prefetcher(
-        k, item, k->nblk * ((nimg * rows * k->ow + widest - 1) / widest));
     float *xp = k->scratch + (int64_t)tid * k->scratch_floats;
     if (!k->channels_last)
         for (int64_t i = 0; i < nimg; ++i)
@@ -491,7 +442,7 @@ static void fwd_band_item(void *ctx, int64_t item, int tid)
         t.y = y + b * 64;
         if (k->ep && k->ep->residual)
             t.res = k->ep->residual + (t.y - k->out);
-        tile_filler f = {.k = k, .t = &t, .src = &src, .y0 = y0, .pf = &pf};
+        tile_filler f = {.k = k, .t = &t, .src = &src, .y0 = y0};
         for (int64_t ya = y0, yb; ya < y0 + rows; ya = yb) {
             yb = same_taps_end(ya, y0 + rows, k->sh, k->pad.pt, k->kh, k->pad.h);
             for (int64_t xa = 0, xb; xa < k->ow; xa = xb) {
@@ -524,10 +475,10 @@ static void fwd_pack_item(void *ctx, int64_t item, int tid)
 }
 
 /* Images per work item: one, except for images of fewer than SMALL_PLANE output pixels,
- * which go GROUP_PIXELS' worth at a time (a tile of P pixels wastes up to P - 1 slots at
- * the end of each item and class of pixels: with one 8 x 8 image per item, 12-pixel tiles
- * were 11 % empty), while that leaves ITEMS_PER_THREAD items per thread and the padded
- * images fit BAND_BYTES. */
+ * which go GROUP_PIXELS' worth at a time (an item's rectangles of border pixels, one
+ * across its images, are short: with one 8 x 8 image per item, 12-pixel tiles were 11 %
+ * empty before tiles of every width), while that leaves ITEMS_PER_THREAD items per thread
+ * and the images (padded) fit BAND_BYTES. */
 static int64_t item_images(const fwd_ctx *k, int nt)
 {
     const int64_t plane = k->oh * k->ow;
@@ -542,8 +493,8 @@ static int64_t item_images(const fwd_ctx *k, int nt)
 }
 
 /* Output rows per work item: whole images while there are enough of them to share out
- * (ITEMS_PER_THREAD each), else fewer rows (more items), and never more than fit a padded
- * band of BAND_BYTES; NCHW or several images per item: whole images. With several threads,
+ * (ITEMS_PER_THREAD each), else fewer rows (more items), and never more than read
+ * BAND_BYTES of (padded) rows; NCHW or several images per item: whole images. With several threads,
  * also halved while that leaves bands of SMALL_PLANE pixels or more, up to BAND_ITEMS per
  * thread: the last items of a call are what one thread still runs while the other waits
  * (32 images of 32 x 32 at 2 threads: 64 half images, not 32 images). */
@@ -599,10 +550,9 @@ static int conv_engine(const float *src, int64_t n, int64_t h, int64_t w, int64_
         err = MG_ENOMEM;
     } else {
         const int64_t rows = kh * kw * c;
-        k.items = (n + k.imgs - 1) / k.imgs * k.nbands;
         const phase phases[2] = {
             {k.fp != f ? (rows + PACK_ROWS - 1) / PACK_ROWS : 0, fwd_pack_item},
-            {k.items, fwd_band_item}};
+            {(n + k.imgs - 1) / k.imgs * k.nbands, fwd_band_item}};
         run_phases(&k, phases, 2, nt);
     }
     if (k.fp != f)
