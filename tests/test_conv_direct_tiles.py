@@ -1,16 +1,19 @@
-"""The direct forward / input-gradient kernels (kernels_c/convolution.c) cut each run of
-output pixels (a work item's interior pixels, its border pixels, or all its pixels) into
-the fewest tiles the widest micro-kernel allows, of widths that differ by at most one (the
-AVX-512 tiles one and two pixels narrower than the widest), and pack the input gradient's
-flipped filter by 16 x 16 transposes. Families: images of 3-20 pixels a side (runs of any
-length, whole images or bands), 1-136 output channels (1-3 channel blocks, a last vector
-of up to 8 lanes in a ymm register), 1-40 input channels, both layouts.
+"""The direct forward / input-gradient kernels (kernels_c/convolution.c) cut a work item's
+pixels into rectangles whose windows cross the input's edges alike (one rectangle across
+the item's images), run only the taps inside the input (the zero padding's skipped), cut
+each rectangle into the fewest tiles the widest micro-kernel allows, of widths that differ
+by at most one (AVX-512 tiles of every width), and pack the input gradient's flipped
+filter by 16 x 16 transposes. Families: images of 3-20 pixels a side, 1x1 / 3x3 / 5x5
+SAME and VALID windows (rectangles of every size, whole images or bands), 1-136 output
+channels (1-3 channel blocks, a last vector of up to 8 lanes in a ymm register), 1-40
+input channels, both layouts.
 
-Accuracy: every output is one chain of K fused multiply-adds, taps in order (K = kh * kw *
-c forward, kh * kw * co for the input gradient), whatever tile holds the pixel:
+Accuracy: every output is one chain of at most K fused multiply-adds, taps in order (K =
+kh * kw * c forward, kh * kw * co for the input gradient; a skipped padding tap would add
+0 * w to a sum that starts at +0, which changes no bit), whatever tile holds the pixel:
 ``|result - exact| <= gamma_K * sum |terms|`` against the float64 correlation
 (test_conv_gemm.exact_conv), the same bits for 1, 2 and 3 threads (which change the items
-and so the runs) and, AVX-512, the bits of the implicit GEMM route.
+and so the rectangles) and, AVX-512, the bits of the implicit GEMM route.
 """
 
 from __future__ import annotations
