@@ -4,9 +4,9 @@
  * accumulators (24 of the 32 registers); per filter tap, V filter vectors are loaded and
  * each pixel's input value is broadcast into V FMAs. Filter gradient: R filter rows x V
  * vectors; per pixel, V dy vectors are loaded and each row's input value broadcast.
- * P x V (forward): 10x1, 12x2, 8x3, 6x4 and every narrower width; R x V (filter
- * gradient): every R up to 24x1, 13x2, 8x3, 6x4; each also with its last vector of at most
- * 8 channels in a ymm register (`fwd_half`, `bwf_half`). 10 pixels, not 12, for one
+ * P x V (forward): 10x1, 12x2, 8x3, 6x4; R x V (filter gradient): every R up to 24x1,
+ * 13x2, 8x3, 6x4; each also with its last vector of at most 8 channels in a ymm register
+ * (`fwd_half`, `bwf_half`). 10 pixels, not 12, for one
  * vector: with 12, the pixels' 12 input pointers and the loop's own registers outgrow the
  * 15 general registers, GCC moves two pointers through vector registers on every tap, and
  * the tile ran ~7% slower.
@@ -172,10 +172,10 @@ FWD(10, 1)
 FWD(12, 2)
 FWD(8, 3)
 FWD(6, 4)
-/* and every narrower width: the driver cuts a run of pixels into tiles whose widths differ
- * by at most one (256 pixels of 2 vectors: 14 tiles of 12 and 8 of 11, where 12-pixel tiles
- * computed 264), and the runs of border pixels that skip the same taps are short (the 4
- * corners: 1 pixel an image) */
+/* Forward tiles of every narrower width too: the driver cuts a run of pixels into tiles
+ * whose widths differ by at most one (256 pixels of 2 vectors: 14 tiles of 12 and 8 of 11,
+ * where 12-pixel tiles computed 264), and the runs of border pixels that skip the same taps
+ * are short (the 4 corners: 1 pixel an image) */
 #define FWD_WIDTHS5(M, V) M(1, V) M(2, V) M(3, V) M(4, V) M(5, V)
 #define FWD_WIDTHS7(M, V) FWD_WIDTHS5(M, V) M(6, V) M(7, V)
 #define FWD_WIDTHS9(M, V) FWD_WIDTHS7(M, V) M(8, V) M(9, V)
