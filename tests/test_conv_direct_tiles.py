@@ -12,8 +12,9 @@ Accuracy: every output is one chain of at most K fused multiply-adds, taps in or
 kh * kw * c forward, kh * kw * co for the input gradient; a skipped padding tap would add
 0 * w to a sum that starts at +0, which changes no bit), whatever tile holds the pixel:
 ``|result - exact| <= gamma_K * sum |terms|`` against the float64 correlation
-(test_conv_gemm.exact_conv), the same bits for 1, 2 and 3 threads (which change the items
-and so the rectangles) and, AVX-512, the bits of the implicit GEMM route.
+(test_conv_gemm.exact_conv) on every instruction set this CPU runs, the same bits for 1, 2
+and 3 threads (which change the items and so the rectangles) and, AVX-512, the bits of the
+implicit GEMM route.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 from conftest import NATIVE_AVAILABLE
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from test_conv_direct_narrow import each_isa
 from test_conv_direct_small import each_thread_count, geometry, layout, nhwc
 from test_conv_gemm import assert_within_gamma, exact_conv
 
@@ -40,7 +42,7 @@ def tile_run_cases(draw):
                 channels_last=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(case=tile_run_cases())
 def test_forward_tiles_of_any_width_within_gamma_and_bit_identical(case):
     from minigraph.backends import convolution_kernels as ck
@@ -52,9 +54,13 @@ def test_forward_tiles_of_any_width_within_gamma_and_bit_identical(case):
     x = rng.standard_normal((case["n"], case["h"], case["w"], case["c"])).astype(F32)
     f = rng.standard_normal((*case["k"], case["c"], case["co"])).astype(F32)
     last = case["channels_last"]
-    y = each_thread_count(native, lambda: ck.c_conv2d(layout(x, last), f, pads, out, last))
     exact, mags = exact_conv(x, f, (1, 1), (1, 1), pads, 1)
-    assert_within_gamma(nhwc(y, last), exact, mags, case["k"][0] * case["k"][1] * case["c"])
+
+    def check(isa):
+        y = each_thread_count(native, lambda: ck.c_conv2d(layout(x, last), f, pads, out, last))
+        assert_within_gamma(nhwc(y, last), exact, mags,
+                            case["k"][0] * case["k"][1] * case["c"])
+    each_isa(check)
     isa = native.isa()
     try:
         if native.set_isa("avx512") != "avx512":
@@ -66,7 +72,7 @@ def test_forward_tiles_of_any_width_within_gamma_and_bit_identical(case):
         native.set_isa(isa)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(case=tile_run_cases())
 def test_input_gradient_tiles_of_any_width_within_gamma_and_bit_identical(case):
     """dx is the correlation of dy, padded by (k - 1 - top, ...), with the flipped filter,
@@ -80,11 +86,15 @@ def test_input_gradient_tiles_of_any_width_within_gamma_and_bit_identical(case):
     f = rng.standard_normal((*case["k"], case["c"], case["co"])).astype(F32)
     last = case["channels_last"]
     hw = (case["h"], case["w"])
-    dx = each_thread_count(native, lambda: ck.c_conv2d_backprop_input(layout(dy, last), f, hw,
-                                                                      pads, last))
     flipped = np.ascontiguousarray(f[::-1, ::-1].transpose(0, 1, 3, 2))
     before = [k - 1 - top for k, (top, _) in zip(case["k"], pads)]
     dpads = tuple((b, size + k - 1 - o - b)
                   for b, size, k, o in zip(before, hw, case["k"], out))
     exact, mags = exact_conv(dy, flipped, (1, 1), (1, 1), dpads, 1)
-    assert_within_gamma(nhwc(dx, last), exact, mags, case["k"][0] * case["k"][1] * case["co"])
+
+    def check(isa):
+        dx = each_thread_count(native, lambda: ck.c_conv2d_backprop_input(
+            layout(dy, last), f, hw, pads, last))
+        assert_within_gamma(nhwc(dx, last), exact, mags,
+                            case["k"][0] * case["k"][1] * case["co"])
+    each_isa(check)
