@@ -610,7 +610,9 @@ enum {
     BWF_MAX_GROUPS = 32,
     BWF_GROUP_PIXELS = 1024, /* the fewest output pixels of a group */
     BWF_SUM_FLOATS = 4096,  /* floats of df per item of the final sum */
-    BWF_TAP_CHANNELS = 8    /* the fewest input channels cut by taps */
+    BWF_TAP_CHANNELS = 8,   /* the fewest input channels cut by taps */
+    BWF_CHUNK_PIXELS = 512, /* output pixels a chunk wants */
+    BWF_CHUNK_BYTES = 196608 /* what a chunk's tiles read at most (whole images) */
 };
 
 /* The micro-kernel of tiles of `rows` filter rows: the one of exactly that height, else the
@@ -658,44 +660,55 @@ static void bwf_inside(int64_t tap, int64_t pad, int64_t size, int64_t out, int6
 
 /* Tiles [lo, hi) (channel block by block, tap row by tap row, piece by piece) over the
  * output rows [y, y + ny) of `nimg` images from image img (ny = out_h when several), sums at
- * dst. */
+ * dst. Rows (and images) that lie back to back in x and dy are walked as one row. */
 static void bwf_units(const bwf_ctx *k, int64_t lo, int64_t hi, nn_bwf_tile *t, int64_t img,
-                      int64_t y, int64_t ny, float *dst)
+                      int64_t nimg, int64_t y, int64_t ny, float *dst)
 {
     for (int64_t b = 0; b < k->nblk; ++b) {
         const int last = b == k->nblk - 1;
-        const int64_t per_row = k->pieces * k->tiles[last], rows = k->rows[last];
+        const int64_t tiles = k->tiles[last], rows = k->rows[last], tall = k->tall[last];
+        const int64_t per_row = k->pieces * tiles;
         const int64_t first = b * k->kh * k->pieces * k->tiles[0], end = first + k->kh * per_row;
         const int64_t u0 = lo > first ? lo : first, u1 = hi < end ? hi : end;
+        if (u0 >= u1)
+            continue;
         t->nvec = k->nvec[last];
         t->last_lanes = k->lanes[last];
+        /* tile u is tile q of piece j of tap row i; s: its first row in the tap row */
+        int64_t i = (u0 - first) / per_row, j = (u0 - first) % per_row / tiles;
+        int64_t q = (u0 - first) % tiles;
         for (int64_t u = u0; u < u1; ++u) {
-            const int64_t i = (u - first) / per_row, j = (u - first) % per_row / k->tiles[last];
-            const int64_t q = (u - first) % k->tiles[last], tall = k->tall[last];
             const int64_t s = j * k->span + q * (rows - 1) + (q < tall ? q : tall);
             int64_t y0 = y, y1 = y + ny, x0 = 0, x1 = k->ow;
+            t->x = k->x + img * k->x_img + (y0 + i) * k->x_row + s;
             if (k->by_taps) {
-                int64_t a, z;
-                bwf_inside(i, k->pt, k->h, k->oh, &a, &z);
-                y0 = y0 > a ? y0 : a;
-                y1 = y1 < z ? y1 : z;
+                int64_t top, bottom;
+                bwf_inside(i, k->pt, k->h, k->oh, &top, &bottom);
+                y0 = y0 > top ? y0 : top;
+                y1 = y1 < bottom ? y1 : bottom;
                 y1 = y1 > y0 ? y1 : y0;
                 bwf_inside(j, k->pl, k->w, k->ow, &x0, &x1);
-                const int none = y1 == y0 || x1 == x0;
-                if (none && t->accumulate)
-                    continue; /* no pixel: nothing to add (else the tile stores zeros) */
                 /* x row y + i - pt, column x + j - pl; the tap's offset j * c is in s */
-                t->x = none ? k->x : k->x + img * k->x_img + (y0 + i - k->pt) * k->x_row +
-                                     (x0 - k->pl) * k->c + s;
-            } else {
-                t->x = k->x + img * k->x_img + (y0 + i) * k->x_row + s;
+                t->x = y1 > y0 && x1 > x0 ? k->x + img * k->x_img + (y0 + i - k->pt) * k->x_row +
+                                                (x0 - k->pl) * k->c + s
+                                          : k->x;
             }
+            t->nimg = nimg;
             t->ny = y1 - y0;
             t->nx = x1 - x0;
+            if (t->nx * k->c == k->x_row && t->nx == k->ow) { /* whole rows of x and dy */
+                t->nx *= t->ny;
+                if (t->ny == k->oh && t->ny * k->x_row == k->x_img) /* whole images too */
+                    t->nx *= t->nimg, t->nimg = 1;
+                t->ny = 1;
+            }
             t->nrows = (int)(q < tall ? rows : rows - 1);
             t->dy = k->dyb + ((img * k->oh + y0) * k->ow + x0) * k->co + b * 64;
             t->df = dst + (i * k->K + s) * k->co + b * 64;
-            k->fn[last][q >= tall](t);
+            if ((t->nx && t->ny && t->nimg) || !t->accumulate) /* else nothing to add */
+                k->fn[last][q >= tall](t);
+            if (++q == tiles && (q = 0, ++j == k->pieces))
+                j = 0, ++i;
         }
     }
 }
@@ -736,20 +749,19 @@ static void bwf_tile_item(void *ctx, int64_t item, int tid)
     t.df_stride = k->co;
     for (int64_t r = r0, count; r < r1; r += count) {
         const int64_t img = r / oh, y = r % oh;
-        int64_t ny;
+        int64_t ny, nimg = 1;
         if (y == 0 && r1 - r >= oh && k->chunk_rows >= oh) {
             const int64_t whole = (r1 - r) / oh, fit = k->chunk_rows / oh;
-            t.nimg = whole < fit ? whole : fit;
+            nimg = whole < fit ? whole : fit;
             ny = oh;
-            count = t.nimg * oh;
+            count = nimg * oh;
         } else {
             count = oh - y < r1 - r ? oh - y : r1 - r;
             count = count < k->chunk_rows ? count : k->chunk_rows;
-            t.nimg = 1;
             ny = count;
         }
         t.accumulate = r > r0;
-        bwf_units(k, lo, hi, &t, img, y, ny, dst);
+        bwf_units(k, lo, hi, &t, img, nimg, y, ny, dst);
     }
 }
 
@@ -836,15 +848,16 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
     }
     bwf_plan(&k, x, channels_last);
     k.groups = bwf_groups(&k);
-    /* output rows per chunk: a whole image, or several while what an item's tiles read of
-     * them stays in L1 (~24 KB): per input pixel a 64-byte line of x (a tile's rows; the
-     * item's tiles are mostly of one tap row, their rows adjacent), per output pixel a
-     * block's 64 channels of dy. (Counting every channel held 4 x 4 images of 128 channels
-     * at one image a chunk, their tiles storing and reloading their sums every 16 pixels;
-     * half an image of 12 x 12 x 96 a chunk ran ~5 % slower than one.) */
-    const int64_t img_bytes = (k.x_img / c * (c < 16 ? c : 16) +
+    /* output rows per chunk (whole images): a tile call carries its sums through a chunk,
+     * loading and storing them once, so enough images for BWF_CHUNK_PIXELS output pixels
+     * (an 8 x 8 x 64 layer ran 10 % faster at 8 images a chunk than at one), while what the
+     * chunk's tiles read stays in L2: x and dy of a 64-channel block (12 x 12 x 96 ran 15 %
+     * slower at 8 images a chunk than at 2). */
+    const int64_t img_bytes = (k.x_img / c * (c < 64 ? c : 64) +
                                out_h * out_w * (co < 64 ? co : 64)) * 4;
-    k.chunk_rows = (24576 / img_bytes > 1 ? 24576 / img_bytes : 1) * out_h;
+    const int64_t fit = BWF_CHUNK_BYTES / img_bytes, pixels = out_h * out_w;
+    const int64_t want = (BWF_CHUNK_PIXELS + pixels - 1) / pixels;
+    k.chunk_rows = (want < fit ? want : fit > 1 ? fit : 1) * out_h;
     int err = 0;
     const int copy_x = !k.by_taps || !channels_last;
     k.xp = copy_x ? mg_alloc_floats(n * k.x_img + NN_SLACK) : NULL;
