@@ -29,13 +29,13 @@
  * the tap lies inside the input; of one tap row, fewer channels: reading a zero-padded NHWC
  * copy of x made image by image in a first job; NCHW x and dy transposed in that job; tiles
  * of any height up to what the registers hold, so nothing is computed in vain) x channel
- * blocks; a work item is a run of tiles over one group
- * of consecutive output rows (one group, unless the tiles are few: then a number of groups
- * fixed by the shape, summed apart and added in order at the end), walked in chunks that
- * fit in L1, calling its tiles' micro-kernels (which carry the sums in registers through a
- * chunk). Work items go to threads dynamically (the machine may be shared); each output
- * element is summed in an order fixed by the shape, so results do not depend on the thread
- * count or schedule.
+ * blocks; a work item is a run of tiles over one group of consecutive output rows (one
+ * group, unless the tiles are few: then a number of groups fixed by the shape, summed apart
+ * and added in order at the end), walked in chunks of whole images (~512 output pixels,
+ * what they read within L2), calling its tiles' micro-kernels (which carry the sums in
+ * registers through a chunk). Work items go to threads dynamically (the machine may be
+ * shared); each output element is summed in an order fixed by the shape, so results do not
+ * depend on the thread count or schedule.
  *
  * The micro-kernels are per ISA, one table each (conv_kernel_table), picked once per call
  * (mg_isa_pick): convolution_template.h instantiated for AVX2 + FMA and the baseline
@@ -592,7 +592,7 @@ typedef struct {
     float *partial;     /* groups - 1 partial sums of df's size (group g at (g - 1) * dfsize) */
     int64_t dfsize;
     int64_t groups;     /* runs of output rows, summed apart */
-    int64_t chunk_rows; /* output rows per micro-kernel call: what they read stays in L1 */
+    int64_t chunk_rows; /* output rows per micro-kernel call (whole images) */
     int64_t nblk;
     /* per block kind (a full channel block, the last one): a piece's `tiles` tiles, the
        first `tall` of `rows` filter rows, the rest of rows - 1, and their micro-kernels */
@@ -680,7 +680,6 @@ static void bwf_units(const bwf_ctx *k, int64_t lo, int64_t hi, nn_bwf_tile *t, 
         for (int64_t u = u0; u < u1; ++u) {
             const int64_t s = j * k->span + q * (rows - 1) + (q < tall ? q : tall);
             int64_t y0 = y, y1 = y + ny, x0 = 0, x1 = k->ow;
-            t->x = k->x + img * k->x_img + (y0 + i) * k->x_row + s;
             if (k->by_taps) {
                 int64_t top, bottom;
                 bwf_inside(i, k->pt, k->h, k->oh, &top, &bottom);
@@ -692,6 +691,8 @@ static void bwf_units(const bwf_ctx *k, int64_t lo, int64_t hi, nn_bwf_tile *t, 
                 t->x = y1 > y0 && x1 > x0 ? k->x + img * k->x_img + (y0 + i - k->pt) * k->x_row +
                                                 (x0 - k->pl) * k->c + s
                                           : k->x;
+            } else { /* the padded copy: padded row y + i, column x + j */
+                t->x = k->x + img * k->x_img + (y0 + i) * k->x_row + s;
             }
             t->nimg = nimg;
             t->ny = y1 - y0;
@@ -856,8 +857,8 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
     const int64_t img_bytes = (k.x_img / c * (c < 64 ? c : 64) +
                                out_h * out_w * (co < 64 ? co : 64)) * 4;
     const int64_t fit = BWF_CHUNK_BYTES / img_bytes, pixels = out_h * out_w;
-    const int64_t want = (BWF_CHUNK_PIXELS + pixels - 1) / pixels;
-    k.chunk_rows = (want < fit ? want : fit > 1 ? fit : 1) * out_h;
+    const int64_t imgs = (BWF_CHUNK_PIXELS + pixels - 1) / pixels;
+    k.chunk_rows = (imgs < fit ? imgs : fit > 1 ? fit : 1) * out_h;
     int err = 0;
     const int copy_x = !k.by_taps || !channels_last;
     k.xp = copy_x ? mg_alloc_floats(n * k.x_img + NN_SLACK) : NULL;
