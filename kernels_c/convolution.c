@@ -611,8 +611,7 @@ enum {
     BWF_GROUP_PIXELS = 1024, /* the fewest output pixels of a group */
     BWF_SUM_FLOATS = 4096,  /* floats of df per item of the final sum */
     BWF_TAP_CHANNELS = 8,   /* the fewest input channels cut by taps */
-    BWF_CHUNK_PIXELS = 512, /* output pixels a chunk wants */
-    BWF_CHUNK_BYTES = 196608 /* what a chunk's tiles read at most (whole images) */
+    BWF_CHUNK_BYTES = 196608 /* what a chunk's tiles read at most (bwf_chunk_pixels) */
 };
 
 /* The micro-kernel of tiles of `rows` filter rows: the one of exactly that height, else the
@@ -850,15 +849,20 @@ int mg_conv2d_backprop_filter(int64_t n, int64_t h, int64_t w, int64_t c, int64_
     bwf_plan(&k, x, channels_last);
     k.groups = bwf_groups(&k);
     /* output rows per chunk (whole images): a tile call carries its sums through a chunk,
-     * loading and storing them once, so enough images for BWF_CHUNK_PIXELS output pixels
-     * (an 8 x 8 x 64 layer ran 10 % faster at 8 images a chunk than at one), while what the
-     * chunk's tiles read stays in L2: x and dy of a 64-channel block (12 x 12 x 96 ran 15 %
-     * slower at 8 images a chunk than at 2). */
-    const int64_t img_bytes = (k.x_img / c * (c < 64 ? c : 64) +
-                               out_h * out_w * (co < 64 ? co : 64)) * 4;
-    const int64_t fit = BWF_CHUNK_BYTES / img_bytes, pixels = out_h * out_w;
-    const int64_t imgs = (BWF_CHUNK_PIXELS + pixels - 1) / pixels;
-    k.chunk_rows = (imgs < fit ? imgs : fit > 1 ? fit : 1) * out_h;
+     * loading and storing them once, so (AVX-512) enough images for the table's
+     * bwf_chunk_pixels output pixels (an 8 x 8 x 64 layer ran 10 % faster at 8 images a
+     * chunk than at one), while x and dy of a 64-channel block stay within BWF_CHUNK_BYTES
+     * of L2 (12 x 12 x 96 ran 15 % slower at 8 images a chunk than at 2). Tiles that walk a
+     * chunk once per 16 channels (AVX2, baseline) take what fits in L1 (~24 KB: per pixel a
+     * 64-byte line of x and 16 channels of dy; 8 x 8 x 64 on AVX2 ran 12 % slower with the
+     * L2-sized chunks). */
+    const int64_t pixels = out_h * out_w, tab_pixels = k.tab->bwf_chunk_pixels;
+    const int64_t wide = tab_pixels ? 64 : 16, budget = tab_pixels ? BWF_CHUNK_BYTES : 24576;
+    const int64_t img_bytes = (k.x_img / c * (c < wide ? c : wide) +
+                               pixels * (co < 64 ? co : 64)) * 4;
+    const int64_t fit = budget / img_bytes > 1 ? budget / img_bytes : 1;
+    const int64_t imgs = tab_pixels ? (tab_pixels + pixels - 1) / pixels : fit;
+    k.chunk_rows = (imgs < fit ? imgs : fit) * out_h;
     int err = 0;
     const int copy_x = !k.by_taps || !channels_last;
     k.xp = copy_x ? mg_alloc_floats(n * k.x_img + NN_SLACK) : NULL;

@@ -74,6 +74,9 @@ typedef struct {
     /* [nvec][rows]: tiles of that many rows (NULL: none; bwf[nvec][bwf_rows[nvec]] exists) */
     nn_bwf_fn bwf[5][NN_BWF_MAX_ROWS + 1];
     nn_bwf_fn bwf_half[5][NN_BWF_MAX_ROWS + 1]; /* the same for last_lanes <= 8 (NULL: bwf) */
+    /* output pixels a filter-gradient chunk wants, within L2 (0: as many as fit in L1, for
+       tiles that walk a chunk once per 16 channels) */
+    int bwf_chunk_pixels;
     nn_transpose_fn transpose;
 } conv_kernel_table;
 

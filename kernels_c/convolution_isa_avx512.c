@@ -241,6 +241,7 @@ const conv_kernel_table conv_kernels_avx512 = {
             {0, ROWS6(BWF_FULL, 4)}},
     .bwf_half = {{0}, {0, ROWS24(BWF_HALF, 1)}, {0, ROWS13(BWF_HALF, 2)},
                  {0, ROWS8(BWF_HALF, 3)}, {0, ROWS6(BWF_HALF, 4)}},
+    .bwf_chunk_pixels = 512,
     .transpose = transpose_16,
 };
 
