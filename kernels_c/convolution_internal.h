@@ -12,12 +12,13 @@
  * sums in registers before storing them: the tile's channel j reads the stage vectors at
  * ch0 + j, and its pixel p the residual at res + yoff[p] + j.
  *
- * A filter-gradient tile is `nrows` consecutive filter rows (t0 .. t0 + nrows - 1 of one tap
- * row i, K rows per tap row; the kernel's rows at most) times `nvec` vectors of output
- * channels; it sums x[pixel + r] * dy[pixel] over the pixels of `nimg` images (or of `oh`
- * rows of one image), adding to what df holds when `accumulate`. It reads up to its rows
- * floats past x's last pixel (the scratch has slack there); rows past `nrows` are computed
- * and thrown away.
+ * A filter-gradient tile is `nrows` consecutive filter rows (of one tap row, or of one tap:
+ * the rows of its input channels; the kernel's rows at most) times `nvec` vectors of output
+ * channels; it sums x[pixel][r] * dy[pixel] over a run of pixels: `nimg` images of `ny` rows
+ * of `nx` pixels, x and dy each at its own strides (the run's first pixel at `x`, `dy`),
+ * pixel by pixel in that order, adding to what df holds when `accumulate`. It reads the
+ * kernel's rows of floats at each pixel: where `nrows` is fewer, the rows past it read the
+ * next pixel's (or the scratch's slack past the last) and are computed and thrown away.
  */
 #ifndef MINIGRAPH_CONVOLUTION_INTERNAL_H
 #define MINIGRAPH_CONVOLUTION_INTERNAL_H
@@ -47,12 +48,12 @@ typedef struct {
 } nn_fwd_tile;
 
 typedef struct {
-    const float *x;   /* padded input at (image 0, row i, column 0), channel offset t0 */
-    const float *dy;  /* dy of image 0, pixel 0, at this tile's first channel */
-    int64_t nimg, oh, ow;
-    int64_t c, row_stride, img_stride; /* x: floats per pixel, padded row, padded image */
-    int64_t dy_stride;                 /* dy: floats per pixel (co) */
-    float *df;        /* df row t0 of tap row i, first channel */
+    const float *x;   /* input at the run's first pixel, the tile's first filter row */
+    const float *dy;  /* dy at the run's first pixel, the tile's first output channel */
+    int64_t nimg, ny, nx;              /* images; rows per image; pixels per row */
+    int64_t c, row_stride, img_stride; /* x: floats per pixel, per row, per image */
+    int64_t dy_stride, dy_row_stride, dy_img_stride; /* dy: the same */
+    float *df;        /* df at the tile's first filter row, first channel */
     int64_t df_stride; /* floats between df rows (co) */
     int nrows, nvec, last_lanes, accumulate;
 } nn_bwf_tile;
@@ -78,6 +79,9 @@ typedef struct {
     /* [nvec][rows]: tiles of that many rows (NULL: none; bwf[nvec][bwf_rows[nvec]] exists) */
     nn_bwf_fn bwf[5][NN_BWF_MAX_ROWS + 1];
     nn_bwf_fn bwf_half[5][NN_BWF_MAX_ROWS + 1]; /* the same for last_lanes <= 8 (NULL: bwf) */
+    /* output pixels a filter-gradient chunk wants, within L2 (0: as many as fit in L1, for
+       tiles that walk a chunk once per 16 channels) */
+    int bwf_chunk_pixels;
     nn_transpose_fn transpose;
 } conv_kernel_table;
 

@@ -133,10 +133,10 @@ static inline __attribute__((always_inline)) void bwf_body(const nn_bwf_tile *t,
     }
     const int64_t c = t->c, ds = t->dy_stride;
     for (int64_t n = 0; n < t->nimg; ++n)
-        for (int64_t y = 0; y < t->oh; ++y) {
+        for (int64_t y = 0; y < t->ny; ++y) {
             const float *xq = t->x + n * t->img_stride + y * t->row_stride;
-            const float *dq = t->dy + ((n * t->oh + y) * t->ow) * ds;
-            for (int64_t x = 0; x < t->ow; ++x, xq += c, dq += ds) {
+            const float *dq = t->dy + n * t->dy_img_stride + y * t->dy_row_stride;
+            for (int64_t x = 0; x < t->nx; ++x, xq += c, dq += ds) {
                 __m512 d[4];
                 UNROLL for (int v = 0; v < W; ++v) d[v] = _mm512_maskz_loadu_ps(m[v], dq + 16 * v);
                 const __m256 dh = H ? _mm256_maskz_loadu_ps((__mmask8)m[W], dq + 16 * W)
@@ -259,6 +259,7 @@ const conv_kernel_table conv_kernels_avx512 = {
             {0, ROWS6(BWF_FULL, 4)}},
     .bwf_half = {{0}, {0, ROWS24(BWF_HALF, 1)}, {0, ROWS13(BWF_HALF, 2)},
                  {0, ROWS8(BWF_HALF, 3)}, {0, ROWS6(BWF_HALF, 4)}},
+    .bwf_chunk_pixels = 512,
     .transpose = transpose_16,
 };
 
