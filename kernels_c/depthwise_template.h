@@ -16,7 +16,9 @@
 #define UNROLL _Pragma("GCC unroll 16")
 #define INLINE static inline __attribute__((always_inline))
 
-enum { DW_REG_K = 3 }; /* 3x3 filter-gradient sums in registers */
+/* filter-gradient sums in registers: 3x3 filters, and 5x5 where the ISA has 32 vector
+ * registers (AVX-512: 25 sums, the gradient and the input vector) */
+enum { DW_REG_K = 3, DW_REG_K5 = 5 };
 
 /* ------------------------------------------------------------------------------------------ */
 /* The tile engine of the forward and the input gradient                                      */
@@ -221,8 +223,8 @@ INLINE void FN(interior_columns)(const dw_geo *g, const int64_t KW, int64_t *qa,
 }
 
 /* One image, one vector of channels: per tap (i, j), the chain over the output pixels
- * (p, q) row-major whose input pixel for that tap exists. KH x KW constant (3 x 3): the
- * sums stay in registers, and the pixels whose whole window is inside the input (the rows
+ * (p, q) row-major whose input pixel for that tap exists. KH x KW constant (3 x 3, or 5 x 5
+ * with DW_LANES >= 16): the sums stay in registers, and the pixels whose whole window is inside the input (the rows
  * with every tap row, the columns of interior_columns) run without per-tap checks, in the
  * same order; otherwise (regs == 0, KH, KW the filter's) they live in part. */
 INLINE void FN(bwf_sums)(const dw_geo *g, const float *x, const float *dy, float *part,
@@ -230,7 +232,7 @@ INLINE void FN(bwf_sums)(const dw_geo *g, const float *x, const float *dy, float
                          const int64_t KW, const int regs)
 {
     const int64_t c = g->c, w = g->w;
-    dw_vec acc[DW_REG_K * DW_REG_K];
+    dw_vec acc[DW_REG_K5 * DW_REG_K5];
     if (regs) {
         UNROLL for (int t = 0; t < KH * KW; ++t) acc[t] = dw_zero();
     } else {
@@ -303,6 +305,13 @@ static void FN(backprop_filter)(const dw_geo *g, const float *x, const float *dy
             FN(bwf_sums)(g, x, dy, part, img, c0, DW_LANES, DW_REG_K, DW_REG_K, 1);
         else
             FN(bwf_sums)(g, x, dy, part, img, c0, lanes, DW_REG_K, DW_REG_K, 1);
+#if DW_LANES >= 16
+    } else if (g->kh == DW_REG_K5 && g->kw == DW_REG_K5) {
+        if (full)
+            FN(bwf_sums)(g, x, dy, part, img, c0, DW_LANES, DW_REG_K5, DW_REG_K5, 1);
+        else
+            FN(bwf_sums)(g, x, dy, part, img, c0, lanes, DW_REG_K5, DW_REG_K5, 1);
+#endif
     } else {
         FN(bwf_sums)(g, x, dy, part, img, c0, lanes, g->kh, g->kw, 0);
     }

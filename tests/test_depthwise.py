@@ -504,8 +504,9 @@ def test_every_isa_and_thread_count(restore_isa, monkeypatch):
 
 @st.composite
 def filter_grad_cases(draw_from):
-    """3x3 depthwise geometries around the filter gradient's interior pixels (those whose
-    window lies inside the input run without per-tap checks): maps from narrower than the
+    """3x3 and 5x5 depthwise geometries (the filter gradients that keep their sums in
+    registers) around the filter gradient's interior pixels (those whose window lies inside
+    the input run without per-tap checks): maps from narrower than the
     window to a few vectors wide, strides 1-3, dilations 1-2, SAME / VALID / EXPLICIT pads
     up to 3 (asymmetric), channels across a vector's end, multipliers 1-2."""
     strides = (draw_from(st.integers(1, 3)), draw_from(st.integers(1, 3)))
@@ -513,11 +514,13 @@ def filter_grad_cases(draw_from):
     padding = draw_from(st.sampled_from(["SAME", "VALID", "EXPLICIT"]))
     explicit = tuple((draw_from(st.integers(0, 3)), draw_from(st.integers(0, 3)))
                      for _ in range(2)) if padding == "EXPLICIT" else None
-    reach = [2 * d + 1 for d in dilations]
-    least = [r if padding == "VALID" else 1 for r in reach]
+    k = draw_from(st.sampled_from([3, 5]))
+    reach = [(k - 1) * d + 1 for d in dilations]
+    pads = [sum(pair) for pair in explicit] if explicit else [0, 0]
+    least = [1 if padding == "SAME" else max(1, r - p) for r, p in zip(reach, pads)]
     hw = [draw_from(st.integers(lo, lo + 12)) for lo in least]
     c, mult = draw_from(st.sampled_from([1, 5, 16, 17, 33])), draw_from(st.integers(1, 2))
-    return ((draw_from(st.integers(1, 2)), *hw, c), (3, 3, c, mult), strides, dilations,
+    return ((draw_from(st.integers(1, 2)), *hw, c), (k, k, c, mult), strides, dilations,
             padding, explicit)
 
 
