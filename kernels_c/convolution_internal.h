@@ -2,11 +2,11 @@
  * micro-kernels (convolution_isa_*.c) meet here: the tiles and the table of one ISA.
  *
  * A forward tile is `npix` output pixels (any of them, up to the kernel's `pixels`) times
- * `nvec` vectors of 16 output channels. Its pixel p reads NHWC input at `x + off[p]` (its
- * top-left tap: in the zero-padded band, or in the source itself for a pixel whose window
- * lies inside it); tap row i adds i * row_stride, and a tap row is K = kw * c contiguous
- * floats, matched by K rows of the packed filter (row stride `cop`). It writes pixel p at
- * `y + yoff[p]`.
+ * `nvec` vectors of 16 output channels, over kh tap rows of K taps (all its pixels' taps
+ * that read inside the source: the zero padding's are skipped). Its pixel p reads NHWC input
+ * at `x + off[p]` (its first tap); tap row i adds i * row_stride, and a tap row is K
+ * contiguous floats, matched by K rows of the packed filter from f + i * frs (row stride
+ * `cop`). It writes pixel p at `y + yoff[p]`.
  *
  * With an epilogue (`ep`, NULL: none), the tile applies its stages (activations.h) to the
  * sums in registers before storing them: the tile's channel j reads the stage vectors at
@@ -35,9 +35,9 @@ typedef struct {
     const float *x;   /* padded input scratch */
     int64_t off[NN_MAX_TILE]; /* per pixel: offset of its top-left tap (floats) */
     int64_t row_stride;       /* floats from one tap row to the next (wp * c) */
-    int64_t kh, K;            /* tap rows; taps per row (kw * c) */
-    const float *f;           /* packed filter [kh * K][cop], at this tile's first channel */
-    int64_t cop;
+    int64_t kh, K;            /* tap rows; taps per row (up to kw * c) */
+    const float *f;           /* packed filter rows of its first tap, first channel */
+    int64_t cop, frs;         /* floats from one filter row to the next; tap row to the next */
     float *y;          /* output of the tile's first pixel, first channel */
     int64_t yoff[NN_MAX_TILE]; /* per pixel: its output (and residual) at y + yoff[p] */
     int npix, nvec, last_lanes; /* valid pixels; vectors; valid lanes of the last vector */
@@ -69,6 +69,11 @@ typedef struct {
     int fwd_pixels[5];
     nn_fwd_fn fwd[5];
     nn_fwd_fn fwd_half[5]; /* the same for last_lanes <= 8 (NULL: use fwd) */
+    /* [nvec][P]: tiles of exactly P < fwd_pixels[nvec] pixels (NULL: none; fewer pixels
+     * then run on the next wider tile), to cut a run of pixels into tiles of nearly equal
+     * widths with no slot computed in vain */
+    nn_fwd_fn fwd_narrow[5][NN_MAX_TILE];
+    nn_fwd_fn fwd_narrow_half[5][NN_MAX_TILE]; /* the same for last_lanes <= 8 (NULL: fwd_narrow) */
     int bwf_rows[5];       /* the most rows of a filter-gradient tile */
     /* [nvec][rows]: tiles of that many rows (NULL: none; bwf[nvec][bwf_rows[nvec]] exists) */
     nn_bwf_fn bwf[5][NN_BWF_MAX_ROWS + 1];

@@ -86,7 +86,7 @@ static void FN(fwd)(const nn_fwd_tile *t)
         UNROLL_ALL for (int p = 0; p < TP; ++p) UNROLL_ALL for (int j = 0; j < NCH; ++j)
             acc[p][j] = (vecf){0};
         const float *f = t->f + 16 * v0;
-        for (int64_t i = 0; i < t->kh; ++i, f += K * cop) {
+        for (int64_t i = 0; i < t->kh; ++i, f += t->frs) {
             const float *xr[TP];
             UNROLL_ALL for (int p = 0; p < TP; ++p) xr[p] = t->x + t->off[p] + i * rs;
             for (int64_t k = 0; k < K; ++k) {
