@@ -82,22 +82,120 @@ def parse_options(spec: str) -> tuple[dict[str, object], dict[str, str]]:
 # ----------------------------------------------------------------------------- minigraph
 
 
+class _MinigraphOps:
+    """The model vocabulary in minigraph (``minigraph.nn`` layers where they exist, so the
+    graph is the one a user writes; variables named as :class:`Trace` names parameters
+    under ``model/``; weights are loaded after the initializers, so these start at zero)."""
+
+    def __init__(self, scope, data_format: str) -> None:
+        import minigraph as mg
+        from minigraph import nn, ops
+
+        self.mg, self.nn, self.ops = mg, nn, ops
+        self.model, self.train = scope.NewSubScope("model"), scope.NewSubScope("train")
+        self.data_format, self.variables = data_format, []
+        self.channel_axis = 1 if data_format == "NCHW" else 3
+
+    def _zeros(self, name: str, shape: list[int]):
+        from minigraph.ops.state_ops import constant_fill
+        from minigraph.train.variables import variable
+
+        v = variable(self.model, name, shape,
+                     lambda scope, shape, dtype: constant_fill(scope, shape, 0.0, dtype))
+        self.variables.append(v)
+        return v
+
+    def _window(self, size: int) -> list[int]:
+        return [1, 1, size, size] if self.data_format == "NCHW" else [1, size, size, 1]
+
+    def conv(self, x, name, out, kernel, stride, padding="SAME"):
+        layer = self.nn.Conv2D(self.model, name, x.shape.dims[self.channel_axis], out, kernel,
+                               stride=stride, padding=padding, data_format=self.data_format)
+        self.variables += layer.variables
+        return layer(self.train, x)
+
+    def depthwise(self, x, name, kernel, stride):
+        w = self._zeros(f"{name}/filter", [kernel, kernel, x.shape.dims[self.channel_axis], 1])
+        return self.ops.DepthwiseConv2dNative(self.train, x, w, strides=self._window(stride),
+                                              padding="SAME", data_format=self.data_format)
+
+    def bias(self, x, name):
+        b = self._zeros(f"{name}/bias", [x.shape.dims[self.channel_axis]])
+        return self.ops.BiasAdd(self.train, x, b, data_format=self.data_format)
+
+    def bn(self, x, name):
+        layer = self.nn.BatchNorm(self.model, name, x.shape.dims[self.channel_axis],
+                                  data_format=self.data_format, momentum=1 - BN_AVERAGE_FACTOR,
+                                  epsilon=BN_EPSILON)
+        self.variables += layer.variables
+        return layer(self.train, x, training=True)
+
+    def relu(self, x):
+        return self.ops.Relu(self.train, x)
+
+    def relu6(self, x):
+        return self.ops.Relu6(self.train, x)
+
+    def add(self, x, y):
+        return self.ops.AddV2(self.train, x, y)
+
+    def max_pool(self, x, size):
+        return self.nn.max_pool(self.train, x, size, data_format=self.data_format)
+
+    def global_mean(self, x):
+        spatial = [2, 3] if self.data_format == "NCHW" else [1, 2]
+        return self.ops.Mean(self.train, x, self.ops.Const(self.train, spatial))
+
+    def flatten(self, x):
+        if self.data_format == "NCHW":  # the vocabulary flattens in NHWC order
+            x = self.ops.Transpose(self.train, x, [0, 2, 3, 1])
+        return self.nn.flatten(self.train, x)
+
+    def dense(self, x, name, out):
+        layer = self.nn.Dense(self.model, name, x.shape.dims[1], out)
+        self.variables += layer.variables
+        return layer(self.train, x)
+
+
+def _minigraph_generic(model: Model, data_format: str):
+    """(scope, images, labels, loss, targets) of ``model.forward`` over :class:`_MinigraphOps`
+    with ``minigraph.train``'s optimizer and the batch norms' update ops."""
+    import minigraph as mg
+    from minigraph import nn, ops
+
+    root = mg.Scope.NewRootScope()
+    images = ops.Placeholder(root.WithOpName("images"), mg.float32,
+                             shape=[model.batch, *model.image_shape])
+    labels = ops.Placeholder(root.WithOpName("labels"), mg.int32, shape=[model.batch])
+    f = _MinigraphOps(root, data_format)
+    x = images if data_format == "NHWC" else ops.Transpose(f.train, images, [0, 3, 1, 2])
+    loss = nn.sparse_softmax_cross_entropy(f.train, model.forward(f, x), labels)
+    optimizer = (mg.train.Adam(model.learning_rate, epsilon=ADAM_EPSILON)
+                 if model.optimizer == "adam" else
+                 mg.train.Momentum(model.learning_rate, MOMENTUM))
+    targets = optimizer.minimize(f.train, loss, f.variables)
+    return root, images, labels, loss, targets + root.graph().get_collection(nn.UPDATE_OPS)
+
+
 def _minigraph_graph(model: Model, data_format: str):
-    """(scope, images, labels, loss, targets) of the example builder for ``model``."""
+    """(scope, images, labels, loss, targets) of ``model``: the example builder's graph for
+    the models that have one, else :func:`_minigraph_generic`."""
     import minigraph as mg
 
-    if model.name == "resnet8":
+    if model.builder == "resnet8":
         from minigraph.examples.resnet8 import build_resnet8_training
 
         root = mg.Scope.NewRootScope()
         t = build_resnet8_training(root, model.batch, data_format=data_format,
                                    learning_rate=model.learning_rate, momentum=MOMENTUM)
         return root, t.images, t.labels, t.loss, t.train_op
-    from minigraph.examples.train_digits_cnn import build, parse
+    if model.builder == "digits":
+        from minigraph.examples.train_digits_cnn import build, parse
 
-    g = build(parse(["--data-format", data_format, "--optimizer", model.optimizer,
-                     "--learning-rate", repr(model.learning_rate)]))
-    return g["root"], g["images"], g["labels"], g["loss"], g["step"]
+        g = build(parse(["--data-format", data_format, "--optimizer", model.optimizer,
+                         "--learning-rate", repr(model.learning_rate)]))
+        return g["root"], g["images"], g["labels"], g["loss"], g["step"]
+    return _minigraph_generic(model, data_format)
 
 
 def _load_variables(session, graph, prefix: str, weights: dict[str, np.ndarray]) -> None:
@@ -169,13 +267,26 @@ class _TorchOps:
         self.torch, self.F, self.params, self.buffers = torch, torch.nn.functional, params, \
             buffers
 
-    def conv(self, x, name, out, kernel, stride):
-        (top, bottom), (left, right) = (same_padding(size, kernel, stride)
+    def _conv(self, x, w, stride, padding, groups=1):
+        if padding == "VALID":
+            return self.F.conv2d(x, w, stride=stride, groups=groups)
+        (top, bottom), (left, right) = (same_padding(size, w.shape[-1], stride)
                                         for size in x.shape[2:])
-        w = self.params[f"{name}/filter"]
         if top == bottom and left == right:
-            return self.F.conv2d(x, w, stride=stride, padding=(top, left))
-        return self.F.conv2d(self.F.pad(x, (left, right, top, bottom)), w, stride=stride)
+            return self.F.conv2d(x, w, stride=stride, padding=(top, left), groups=groups)
+        return self.F.conv2d(self.F.pad(x, (left, right, top, bottom)), w, stride=stride,
+                             groups=groups)
+
+    def conv(self, x, name, out, kernel, stride, padding="SAME"):
+        return self._conv(x, self.params[f"{name}/filter"], stride, padding)
+
+    def depthwise(self, x, name, kernel, stride):
+        # HWC1 loads as [1, C, k, k]; a grouped convolution takes [C, 1, k, k] (a view)
+        w = self.params[f"{name}/filter"].transpose(0, 1)
+        return self._conv(x, w, stride, "SAME", x.shape[1])
+
+    def bias(self, x, name):
+        return x + self.params[f"{name}/bias"].view(1, -1, 1, 1)
 
     def bn(self, x, name):
         return self.F.batch_norm(x, self.buffers[f"{name}/moving_mean"],
@@ -185,6 +296,9 @@ class _TorchOps:
 
     def relu(self, x):
         return self.F.relu(x)
+
+    def relu6(self, x):
+        return self.F.relu6(x)
 
     def add(self, x, y):
         return x + y
@@ -251,8 +365,15 @@ class _TFOps:
     def __init__(self, tf, variables: dict) -> None:
         self.tf, self.variables = tf, variables
 
-    def conv(self, x, name, out, kernel, stride):
-        return self.tf.nn.conv2d(x, self.variables[f"{name}/filter"], stride, "SAME")
+    def conv(self, x, name, out, kernel, stride, padding="SAME"):
+        return self.tf.nn.conv2d(x, self.variables[f"{name}/filter"], stride, padding)
+
+    def depthwise(self, x, name, kernel, stride):
+        return self.tf.nn.depthwise_conv2d(x, self.variables[f"{name}/filter"],
+                                           [1, stride, stride, 1], "SAME")
+
+    def bias(self, x, name):
+        return self.tf.nn.bias_add(x, self.variables[f"{name}/bias"])
 
     def bn(self, x, name):
         v = self.variables
@@ -267,6 +388,9 @@ class _TFOps:
 
     def relu(self, x):
         return self.tf.nn.relu(x)
+
+    def relu6(self, x):
+        return self.tf.nn.relu6(x)
 
     def add(self, x, y):
         return x + y

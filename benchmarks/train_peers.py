@@ -1,8 +1,11 @@
-"""One training step of ResNet-8 and the digits CNN: minigraph against PyTorch eager (NCHW and
-channels_last), torch.compile (inductor) and TensorFlow tf.function with and without XLA,
-each framework in its own worker process.
+"""One training step of ResNet-8 and the digits CNN (by default; also LeNet-5, VGG blocks with
+Adam, a MobileNet-style depthwise-separable stack and ResNet-8 at twice the width:
+``_training_models.MODELS``): minigraph against PyTorch eager (NCHW and channels_last),
+torch.compile (inductor) and TensorFlow tf.function with and without XLA, each framework in
+its own worker process.
 
-    python benchmarks/train_peers.py [--models resnet8 digits] [--peers minigraph tf ...]
+    python benchmarks/train_peers.py [--models resnet8 digits lenet5 vgg-adam mobilenet
+        resnet8-wide] [--peers minigraph tf ...]
         [--minigraph-options "" off remapper=off] [--each-pass] [--threads 2]
         [--rounds 15] [--quick]
 

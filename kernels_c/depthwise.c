@@ -9,8 +9,8 @@
  * pixels each input pixel's taps reach (with strides only some taps do; the columns of one
  * residue modulo the stride share their pattern, so they are tiled together).
  * Filter gradient: (image, vector of channels) items, each summing one image over its
- * output pixels (3x3 filters: the nine sums in registers); then the images' sums added in
- * image order, in groups of images whose sums fit a bounded scratch.
+ * output pixels (3x3 filters, and 5x5 on AVX-512: the sums in registers); then the images'
+ * sums added in image order, in groups of images whose sums fit a bounded scratch.
  * With mult > 1 the forward and filter gradient first repeat each input channel mult times
  * (the loops then see one multiplier), the input gradient first moves the multiplier before
  * the channel in dy and f (depthwise_internal.h).

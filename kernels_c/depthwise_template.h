@@ -16,7 +16,9 @@
 #define UNROLL _Pragma("GCC unroll 16")
 #define INLINE static inline __attribute__((always_inline))
 
-enum { DW_REG_K = 3 }; /* 3x3 filter-gradient sums in registers */
+/* filter-gradient sums in registers: 3x3 filters, and 5x5 where the ISA has 32 vector
+ * registers (AVX-512: 25 sums, the gradient and the input vector) */
+enum { DW_REG_K = 3, DW_REG_K5 = 5 };
 
 /* ------------------------------------------------------------------------------------------ */
 /* The tile engine of the forward and the input gradient                                      */
@@ -207,34 +209,69 @@ static void FN(backprop_input)(const dw_geo *g, const float *dy, const float *f,
 /* ------------------------------------------------------------------------------------------ */
 /* Filter gradient                                                                             */
 
+/* The output columns [*qa, *qb) whose window columns all lie inside the input (every tap
+ * column j reads x column q * sw - pl + j * dw in [0, w)); empty when none. */
+INLINE void FN(interior_columns)(const dw_geo *g, const int64_t KW, int64_t *qa, int64_t *qb)
+{
+    const int64_t last = g->w - 1 + g->pl - (KW - 1) * g->dw; /* q * sw <= last */
+    *qa = (g->pl + g->sw - 1) / g->sw;
+    *qb = last < 0 ? 0 : last / g->sw + 1;
+    if (*qb > g->ow)
+        *qb = g->ow;
+    if (*qb < *qa)
+        *qb = *qa;
+}
+
 /* One image, one vector of channels: per tap (i, j), the chain over the output pixels
- * (p, q) row-major whose input pixel for that tap exists. KH x KW constant (3 x 3): the
- * sums stay in registers; otherwise (regs == 0, KH, KW the filter's) they live in part. */
+ * (p, q) row-major whose input pixel for that tap exists. KH x KW constant (3 x 3, or 5 x 5
+ * with DW_LANES >= 16): the sums stay in registers, and the pixels whose whole window is inside the input (the rows
+ * with every tap row, the columns of interior_columns) run without per-tap checks, in the
+ * same order; otherwise (regs == 0, KH, KW the filter's) they live in part. */
 INLINE void FN(bwf_sums)(const dw_geo *g, const float *x, const float *dy, float *part,
                          int64_t img, int64_t c0, int lanes, const int64_t KH,
                          const int64_t KW, const int regs)
 {
     const int64_t c = g->c, w = g->w;
-    dw_vec acc[DW_REG_K * DW_REG_K];
+    dw_vec acc[DW_REG_K5 * DW_REG_K5];
     if (regs) {
         UNROLL for (int t = 0; t < KH * KW; ++t) acc[t] = dw_zero();
     } else {
         for (int64_t t = 0; t < KH * KW; ++t)
             dw_store(part + t * c + c0, dw_zero(), lanes);
     }
+    int64_t qa = 0, qb = 0;
+    if (regs)
+        FN(interior_columns)(g, KW, &qa, &qb);
     const float *ximg = x + img * g->h * w * c + c0;
     const float *dq = dy + img * g->oh * g->ow * c + c0;
     for (int64_t p = 0; p < g->oh; ++p) {
         int64_t i0, i1;
         dw_span(p * g->sh - g->pt, g->dh, KH, g->h, &i0, &i1);
-        for (int64_t q = 0; q < g->ow; ++q, dq += c) {
+        const int full_rows = regs && i0 == 0 && i1 == KH;
+        for (int64_t q = 0; q < g->ow;) {
+            if (full_rows && q == qa && qa < qb) {
+                /* x at tap (0, 0) of pixel (p, q) */
+                const float *xq = ximg + ((p * g->sh - g->pt) * w + q * g->sw - g->pl) * c;
+                for (; q < qb; ++q, dq += c, xq += g->sw * c) {
+                    const dw_vec d = dw_load(dq, lanes);
+                    UNROLL for (int64_t i = 0; i < KH; ++i) UNROLL for (int64_t j = 0; j < KW;
+                                                                          ++j)
+                        acc[i * KW + j] = dw_fma(
+                            dw_load(xq + (i * g->dh * w + j * g->dw) * c, lanes), d,
+                            acc[i * KW + j]);
+                }
+                continue;
+            }
+            const int64_t at = q++; /* this pixel's column */
+            const float *dp = dq;
+            dq += c;
             int64_t j0, j1;
-            dw_span(q * g->sw - g->pl, g->dw, KW, w, &j0, &j1);
+            dw_span(at * g->sw - g->pl, g->dw, KW, w, &j0, &j1);
             if (i0 == i1 || j0 == j1)
                 continue;
-            const dw_vec d = dw_load(dq, lanes);
+            const dw_vec d = dw_load(dp, lanes);
             /* x at tap (i0, j0) of this pixel */
-            const float *xq = ximg + ((p * g->sh - g->pt + i0 * g->dh) * w + q * g->sw -
+            const float *xq = ximg + ((p * g->sh - g->pt + i0 * g->dh) * w + at * g->sw -
                                       g->pl + j0 * g->dw) * c;
             if (regs) {
                 UNROLL for (int64_t i = 0; i < KH; ++i) UNROLL for (int64_t j = 0; j < KW; ++j)
@@ -268,6 +305,13 @@ static void FN(backprop_filter)(const dw_geo *g, const float *x, const float *dy
             FN(bwf_sums)(g, x, dy, part, img, c0, DW_LANES, DW_REG_K, DW_REG_K, 1);
         else
             FN(bwf_sums)(g, x, dy, part, img, c0, lanes, DW_REG_K, DW_REG_K, 1);
+#if DW_LANES >= 16
+    } else if (g->kh == DW_REG_K5 && g->kw == DW_REG_K5) {
+        if (full)
+            FN(bwf_sums)(g, x, dy, part, img, c0, DW_LANES, DW_REG_K5, DW_REG_K5, 1);
+        else
+            FN(bwf_sums)(g, x, dy, part, img, c0, lanes, DW_REG_K5, DW_REG_K5, 1);
+#endif
     } else {
         FN(bwf_sums)(g, x, dy, part, img, c0, lanes, g->kh, g->kw, 0);
     }

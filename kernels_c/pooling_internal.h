@@ -94,7 +94,7 @@ typedef struct {
     pool_rows_fn max_pool_grad; /* dx: g at each window's first maximum, +0 elsewhere      */
     pool_rows_fn max_pool_arg;  /* arg: each window's first maximum (overlapping windows)  */
     pool_rows_fn max_pool_grad_in; /* dx from arg and g (overlapping windows)             */
-    pool_rows_fn max_pool_grad_c1_images; /* the same over single-channel images [lo, hi) */
+    pool_rows_fn max_pool_grad_images; /* the same by scatter over images [lo, hi)      */
     pool_rows_fn avg_pool;      /* y: each window's mean                                    */
     pool_rows_fn avg_pool_grad_in; /* dx: each covering window's g / count, added up       */
 } pool_kernel_table;

@@ -307,23 +307,26 @@ static void FN(max_pool_grad_in)(const pool_geo *g, int64_t lo, int64_t hi)
     }
 }
 
-/* dx of single-channel images [lo, hi) (overlapping windows) from arg and g: each image's
- * plane zeroed, then every output's gradient added at its first maximum from the last output
- * (row-major) to the first, so each element gets +0 plus its gradients in max_pool_grad_in's
- * order (the same bits) without a data-dependent branch per element; then ReluGrad's mask
- * where g->relu */
-static void FN(max_pool_grad_c1_images)(const pool_geo *g, int64_t lo, int64_t hi)
+/* dx of images [lo, hi) (overlapping windows) from arg and g: each image's dx zeroed, then
+ * every output's gradient added at its first maximum from the last output (row-major) to
+ * the first, so each element gets +0 plus its gradients in max_pool_grad_in's order (the
+ * same bits) without a data-dependent branch per element or a scan of every covering
+ * window per input; then ReluGrad's mask where g->relu */
+static void FN(max_pool_grad_images)(const pool_geo *g, int64_t lo, int64_t hi)
 {
-    const int64_t size = g->h * g->w, outputs = g->oh * g->ow;
+    const int64_t c = g->c, size = g->h * g->w * c, outputs = g->oh * g->ow;
     for (int64_t img = lo; img < hi; ++img) {
         float *restrict d = g->dx + img * size;
-        const int64_t *restrict arg = g->arg + img * outputs;
-        const float *restrict grad = g->g + img * outputs;
+        const int64_t *restrict arg = g->arg + img * outputs * c;
+        const float *restrict grad = g->g + img * outputs * c;
         for (int64_t i = 0; i < size; ++i)
             d[i] = 0.0f;
         for (int64_t o = outputs - 1; o >= 0; --o)
-            if (arg[o] >= 0)
-                d[arg[o]] += grad[o];
+            for (int64_t ci = 0; ci < c; ++ci) {
+                const int64_t at = arg[o * c + ci];
+                if (at >= 0)
+                    d[at * c + ci] += grad[o * c + ci];
+            }
         if (g->relu) {
             const float *restrict x = g->x + img * size;
             for (int64_t i = 0; i < size; ++i)
@@ -442,7 +445,7 @@ const pool_kernel_table MG_ISA_FN(pool_kernels) = {
     .max_pool_grad = FN(max_pool_grad_rows),
     .max_pool_arg = FN(max_pool_arg),
     .max_pool_grad_in = FN(max_pool_grad_in),
-    .max_pool_grad_c1_images = FN(max_pool_grad_c1_images),
+    .max_pool_grad_images = FN(max_pool_grad_images),
     .avg_pool = FN(avg_pool),
     .avg_pool_grad_in = FN(avg_pool_grad_in),
 };

@@ -34,7 +34,11 @@ from _training_peers import _minigraph_graph, make_step, parse_options  # noqa: 
 from train_peers import LOSS_RTOL, each_pass_options, start_workers  # noqa: E402
 
 TRAINED = ("resnet8", "digits")
-PRODUCTS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MatMul")
+# the models minigraph builds over the benchmark's vocabulary (not an example's builder)
+GENERIC = tuple(name for name, model in MODELS.items() if model.builder == "generic")
+DEPTHWISE = ("DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
+             "DepthwiseConv2dNativeBackpropFilter")
+PRODUCTS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MatMul", *DEPTHWISE)
 
 
 def _losses(model: str, peer: str, backend: str = "native") -> list[float]:
@@ -84,12 +88,14 @@ def _graph_macs(model) -> dict[str, int]:
         # the digits builder leaves the batch dimension unknown: it is the model's batch
         shapes = [tuple(model.batch if d is None else d for d in t.shape.dims)
                   for t in (*op.inputs, op.outputs[0])]
-        if op.type == "Conv2D":
-            macs["forward"] += math.prod(shapes[-1]) * math.prod(shapes[1][:3])
-        elif op.type in ("Conv2DBackpropInput", "Conv2DBackpropFilter"):
-            kernel = shapes[1] if op.type == "Conv2DBackpropInput" else shapes[-1]
-            kind = "input_grad" if op.type == "Conv2DBackpropInput" else "weight_grad"
-            macs[kind] += math.prod(shapes[2]) * math.prod(kernel[:3])
+        # a filter's multiply-adds per output: kh * kw * in_channels (depthwise: kh * kw)
+        taps = 2 if op.type in DEPTHWISE else 3
+        if op.type in ("Conv2D", "DepthwiseConv2dNative"):
+            macs["forward"] += math.prod(shapes[-1]) * math.prod(shapes[1][:taps])
+        elif op.type.endswith(("BackpropInput", "BackpropFilter")):
+            kernel = shapes[1] if op.type.endswith("BackpropInput") else shapes[-1]
+            kind = "input_grad" if op.type.endswith("BackpropInput") else "weight_grad"
+            macs[kind] += math.prod(shapes[2]) * math.prod(kernel[:taps])
         elif op.type == "MatMul":
             a = shapes[0]
             inner = a[0] if op.attrs["transpose_a"] else a[1]
@@ -99,7 +105,7 @@ def _graph_macs(model) -> dict[str, int]:
     return macs
 
 
-@pytest.mark.parametrize("model", TRAINED)
+@pytest.mark.parametrize("model", list(MODELS))
 def test_analytic_flops_match_minigraph_graph(model):
     trace = Trace(MODELS[model])
     assert _graph_macs(MODELS[model]) == {"forward": trace.forward_macs,
@@ -156,8 +162,18 @@ def test_same_padding_gives_tf_output_size(size, kernel, stride):
     assert (padded - kernel) // stride + 1 == math.ceil(size / stride)
 
 
+@pytest.mark.parametrize("model", GENERIC)
+def test_generic_models_match_reference_backend(model):
+    """The models built over the vocabulary (``_training_peers._MinigraphOps``): native and
+    reference backends' first losses agree within the benchmark's tolerance."""
+    native = _losses(model, "minigraph")
+    assert np.all(np.isfinite(native))
+    np.testing.assert_allclose(native, _losses(model, "minigraph", "reference"),
+                               rtol=LOSS_RTOL)
+
+
 @pytest.mark.oracle
-@pytest.mark.parametrize("model", TRAINED)
+@pytest.mark.parametrize("model", TRAINED + ("lenet5", "mobilenet", "vgg-adam"))
 def test_tensorflow_peer_matches_minigraph(model, tmp_path):
     """TensorFlow's step, in its own worker process as the benchmark runs it (a process
     that already ran TensorFlow cannot set its thread counts again)."""

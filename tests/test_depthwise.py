@@ -25,6 +25,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 from conftest import BACKENDS, NATIVE_AVAILABLE, assert_close
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import minigraph as mg
 from minigraph import ops
@@ -498,6 +500,46 @@ def test_every_isa_and_thread_count(restore_isa, monkeypatch):
             got, _ = native_vs_reference(case)
             for name, a, r in zip(OPS, got, ref):
                 assert_bitwise(a, r, f"{name} {isa} {threads} threads {case_id(case)}")
+
+
+@st.composite
+def filter_grad_cases(draw_from):
+    """3x3 and 5x5 depthwise geometries (the filter gradients that keep their sums in
+    registers) around the filter gradient's interior pixels (those whose window lies inside
+    the input run without per-tap checks): maps from narrower than the
+    window to a few vectors wide, strides 1-3, dilations 1-2, SAME / VALID / EXPLICIT pads
+    up to 3 (asymmetric), channels across a vector's end, multipliers 1-2."""
+    strides = (draw_from(st.integers(1, 3)), draw_from(st.integers(1, 3)))
+    dilations = (draw_from(st.integers(1, 2)), draw_from(st.integers(1, 2)))
+    padding = draw_from(st.sampled_from(["SAME", "VALID", "EXPLICIT"]))
+    explicit = tuple((draw_from(st.integers(0, 3)), draw_from(st.integers(0, 3)))
+                     for _ in range(2)) if padding == "EXPLICIT" else None
+    k = draw_from(st.sampled_from([3, 5]))
+    reach = [(k - 1) * d + 1 for d in dilations]
+    pads = [sum(pair) for pair in explicit] if explicit else [0, 0]
+    least = [1 if padding == "SAME" else max(1, r - p) for r, p in zip(reach, pads)]
+    hw = [draw_from(st.integers(lo, lo + 12)) for lo in least]
+    c, mult = draw_from(st.sampled_from([1, 5, 16, 17, 33])), draw_from(st.integers(1, 2))
+    return ((draw_from(st.integers(1, 2)), *hw, c), (k, k, c, mult), strides, dilations,
+            padding, explicit)
+
+
+@needs_native
+@settings(max_examples=40, deadline=None)
+@given(case=filter_grad_cases())
+def test_native_filter_gradient_interior_matches_reference_bitwise(case):
+    """Every ISA's loops give the reference's bits."""
+    from minigraph.backends import native
+
+    before = native.isa()
+    try:
+        for isa in native.ISAS[:native.ISAS.index(native.best_isa()) + 1]:
+            assert native.set_isa(isa) == isa
+            got, ref = native_vs_reference(case)
+            for name, a, r in zip(OPS, got, ref):
+                assert_bitwise(a, r, f"{name} {isa} {case_id(case)}")
+    finally:
+        native.set_isa(before)
 
 
 @needs_native

@@ -22,6 +22,7 @@ tested against loop references and TensorFlow in test_nn_ops.py):
 from __future__ import annotations
 
 import functools
+import itertools
 import multiprocessing
 
 import ml_dtypes
@@ -273,7 +274,10 @@ POOL_CASES = [
     (3, 6, 7, 17, (3, 3), (3, 3)),
     (2, 7, 9, 70, (2, 3), (3, 3)),   # gaps between windows; > 64 channels
     (2, 5, 5, 5, (1, 1), (2, 2)),
-    (2, 9, 8, 4, (3, 3), (2, 2)),    # overlapping windows: gradients gathered per input
+    (2, 9, 8, 4, (3, 3), (2, 2)),    # overlapping windows: gradients scattered per image
+    (1, 9, 8, 17, (3, 3), (2, 2)),   # ... gathered per input row (fewer images than threads)
+    (3, 11, 10, 70, (3, 3), (2, 2)),
+    (2, 6, 7, 5, (3, 3), (1, 1)),
     (2, 6, 37, 3, (2, 2), (2, 2)),   # NCHW rows of more than 16 windows, odd width
     (1, 5, 64, 2, (2, 2), (2, 2)),   # ... exactly 32 windows
     (2, 4, 2, 3, (2, 2), (2, 2)),    # NCHW even sizes, 16 / out_w output rows per vector:
@@ -319,6 +323,22 @@ def test_max_pool_matches_numpy_bit_for_bit(case, fmt, padding, values):
     # depends on its SIMD vs scalar loop); everything else, NaN included, is equal
     np.testing.assert_array_equal(got[0], ref[0], "MaxPool")
     assert_bitwise(got[1], ref[1], "MaxPoolGrad")
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_overlapping_max_pool_grad_bits_for_any_thread_count(threads, monkeypatch):
+    """Overlapping windows scatter per image (images >= threads, or single-channel NCHW
+    planes) or gather per input row: the numpy kernel's bits either way."""
+    monkeypatch.setenv("MINIGRAPH_NUM_THREADS", threads)
+    rng = np.random.default_rng(int(threads))
+    for n, h, w, c in ((1, 9, 8, 17), (2, 12, 11, 3), (4, 7, 9, 33)):
+        x = rng.integers(0, 4, (n, h, w, c)).astype(F32)  # ties: the first maximum wins
+        for fmt, padding in itertools.product(FORMATS, ("SAME", "VALID")):
+            oh, ow = pool_out(h, w, (3, 3), (2, 2), padding)
+            g = rng.standard_normal((n, oh, ow, c)).astype(F32)
+            got, ref = run_both(functools.partial(pool_ops, fmt=fmt, padding=padding, x=x,
+                                                  g=g, ksize=(3, 3), strides=(2, 2)))
+            assert_bitwise(got[1], ref[1], f"MaxPoolGrad {n}x{h}x{w}x{c} {fmt} {padding}")
 
 
 def test_max_pool_uses_the_native_path():
