@@ -12,8 +12,6 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from conftest import (
     BF16,
     assert_close,
@@ -27,6 +25,8 @@ from conftest import (
     run,
     x_shape,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import minigraph as mg
 from minigraph import ops
