@@ -301,22 +301,36 @@ def bn_forward_inference_ex(x, scale, offset, mean, variance, epsilon, channels_
 
 
 def bn_backward_training_ex(dy, x, scale, mean, variance, y, epsilon, channels_last, *,
-                            side_backprop=False, out=None):
+                            side_backprop=False, out=None, addend=None):
     """(dx, scale_backprop, offset_backprop, side_backprop or None): bn_backward_training of
     g = y > 0 ? dy : dy * 0 (ReluGrad's mask from the forward's output y), g itself as the
-    side input's gradient when asked (_FusedBatchNormGradEx)."""
+    side input's gradient when asked (_FusedBatchNormGradEx). With ``addend`` (float32 x
+    only), of dy + addend (AddN's sum: _FusedAddBatchNormGradEx), or None where a channel
+    needs the exceptional recomputation (``MG_BN_UNFUSED``: the caller adds and calls again
+    without it)."""
     code, outer, channels, inner = _geometry(x, channels_last)
     _same_as_x(x, dy, y)
     _vectors(channels, scale, mean, variance)
-    dx = _bn_out(out, x, dy, y)
+    if addend is not None:
+        _same_as_x(x, addend)
+        if x.dtype != F32:
+            raise TypeError(f"native batch norm: an addend needs float32, got {x.dtype}")
+    dx = _bn_out(out, x, dy, y, addend)
     side = np.empty(x.shape, x.dtype) if side_backprop else None
     scale_backprop = np.empty(channels, F32)
     offset_backprop = np.empty(channels, F32)
-    check_code(lib.mg_bn_backward_training_ex(
-        code, outer, channels, inner, _buf(dy), _buf(x), fbuf(scale), fbuf(mean),
-        fbuf(variance), _buf(y), float(epsilon), _buf(dx),
-        ffi.NULL if side is None else _buf(side), fbuf(scale_backprop), fbuf(offset_backprop),
-        num_threads()))
+    args = (_buf(x), fbuf(scale), fbuf(mean), fbuf(variance), _buf(y), float(epsilon),
+            _buf(dx), ffi.NULL if side is None else _buf(side), fbuf(scale_backprop),
+            fbuf(offset_backprop), num_threads())
+    if addend is None:
+        check_code(lib.mg_bn_backward_training_ex(code, outer, channels, inner, _buf(dy),
+                                                  *args))
+    else:
+        rc = lib.mg_bn_backward_training_ex_add(code, outer, channels, inner, _buf(dy),
+                                                _buf(addend), *args)
+        if rc == lib.MG_BN_UNFUSED:
+            return None
+        check_code(rc)
     return dx, scale_backprop, offset_backprop, side
 
 
