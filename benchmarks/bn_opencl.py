@@ -8,7 +8,12 @@ offset_backprop. Timed per Run (median of ``--reps`` after a warm-up):
 * ``opencl run``: the same graph placed on the OpenCL device, fed and fetched from the host,
   so the time includes the transfers (x and dy up; y and x_backprop down);
 * ``opencl kernels``: the device math alone on device-resident tensors (queue drained), i.e.
-  the Run time without transfers and session overhead.
+  the Run time without transfers and session overhead;
+* ``device``: the sum of the batch_norm.cl kernels' own execution times (profiling events,
+  end - start) in that step, i.e. without the host's launch overhead, and the bandwidth it
+  means: the step reads or writes a tensor of x's size 9 times (x in partial_sum,
+  partial_centered_squares and apply_normalize, which writes y; dy and x in partial_backward
+  and in apply_backward_training, which writes dx).
 
     python benchmarks/bn_opencl.py [--quick] [--dtype float32|float16|bfloat16]
                                    [--device /device:OPENCL:0] [--reps 5]
@@ -75,18 +80,34 @@ def cpu_sessions(shape, dtype) -> dict[str, tuple]:
     return sessions
 
 
-def kernels_only(device: opencl.OpenCLDevice, values, reps: int) -> float:
-    """The device math of the graph on device-resident tensors, queue drained."""
-    x, dy, scale, offset = (device.upload(v) for v in values)
-    math = device.math
+TENSOR_PASSES = 9  # tensors of x's size read or written by one step (see the docstring)
 
-    def step():
-        with device.lock:
-            _, mean, variance = math.bn_forward_training(x, scale, offset, 1e-3, True)
-            math.bn_backward_training(dy, x, scale, mean, variance, 1e-3, True)
-            device.queue.finish()
 
-    return median_ms(step, reps)
+def kernels_only(device: opencl.OpenCLDevice, values, reps: int) -> tuple[float, float]:
+    """The device math of the graph on device-resident tensors, queue drained: (wall ms on
+    ``device``, kernel execution ms on a profiling twin of it), medians."""
+    index = int(device.name.rsplit(":", 1)[1])
+    profiled = opencl.OpenCLDevice(device.cl, device.device, index, profiling=True)
+    times: dict[opencl.OpenCLDevice, list[float]] = {device: [], profiled: []}
+    for where in times:
+        x, dy, scale, offset = (where.upload(v) for v in values)
+
+        def step(where=where, x=x, dy=dy, scale=scale, offset=offset):
+            with where.lock:
+                _, mean, variance = where.math.bn_forward_training(x, scale, offset, 1e-3,
+                                                                   True)
+                where.math.bn_backward_training(dy, x, scale, mean, variance, 1e-3, True)
+                where.queue.finish()
+
+        if where is device:
+            times[where].append(median_ms(step, reps))
+            continue
+        for _ in range(reps + 1):
+            profiled.events.clear()
+            step()
+            times[where].append(sum(event.profile.end - event.profile.start
+                                    for _, event in profiled.events) * 1e-6)
+    return times[device][0], statistics.median(times[profiled][1:])
 
 
 def main() -> None:
@@ -120,18 +141,21 @@ def main() -> None:
         session = mg.ClientSession(root, backend="reference")
         feeds = dict(zip(holders, values))
         run = median_ms(lambda s=session, f=feeds, t=fetches: s.Run(f, t), args.reps)
-        kernels = kernels_only(device, values, args.reps)
-        rows.append((shape, dtype.itemsize * int(np.prod(shape)) / 2 ** 20, cpu, run, kernels))
+        kernels, device_ms = kernels_only(device, values, args.reps)
+        rows.append((shape, dtype.itemsize * int(np.prod(shape)) / 2 ** 20, cpu, run, kernels,
+                     device_ms))
     header = (["shape", "x MiB"] + [f"cpu {b} ms" for b in backends_seen]
-              + ["opencl run ms (incl. transfers)", "opencl kernels ms",
-                 "best cpu / opencl run"])
+              + ["opencl run ms (incl. transfers)", "opencl kernels ms", "device ms",
+                 "device GB/s", "best cpu / opencl run"])
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for shape, mib, cpu, run, kernels in rows:
+    for shape, mib, cpu, run, kernels, device_ms in rows:
         best = min(cpu.values()) if cpu else float("nan")
         cells = ([str(shape), f"{mib:.1f}"] + [f"{cpu.get(b, float('nan')):.2f}"
                                                for b in backends_seen]
-                 + [f"{run:.2f}", f"{kernels:.2f}", f"{best / run:.2f}x"])
+                 + [f"{run:.2f}", f"{kernels:.2f}", f"{device_ms:.3f}",
+                    f"{TENSOR_PASSES * mib * 2 ** 20 / device_ms / 1e6:.0f}",
+                    f"{best / run:.2f}x"])
         print("| " + " | ".join(cells) + " |")
 
 

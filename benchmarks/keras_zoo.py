@@ -3,9 +3,12 @@ against minigraph on the same frozen GraphDef, each framework in its own process
 
     python benchmarks/keras_zoo.py [--models resnet50 ...] [--batch 2] [--threads 2]
                                    [--repeats 11] [--large-batch 32 --large-models ...]
+                                   [--size N]
 
 The graphs are the zoo's (``minigraph/testing/keras_zoo.py``: random weights, the stated
-small input, frozen by TensorFlow and cached on disk). For each model the harness starts one
+small input, frozen by TensorFlow and cached on disk); ``--size N`` runs every model at
+N x N input instead (``keras_zoo.application_at``: sizes nobody tuned for; a family whose
+smallest size is above N fails in Keras). For each model the harness starts one
 worker process per framework in the default environment (no BLAS or OpenMP variables set),
 ``threads`` intra-op threads each (TensorFlow: a v1 Session with grappler and oneDNN as
 shipped; minigraph: the native backend), and samples them interleaved, in alternating order,
@@ -90,11 +93,11 @@ def _minigraph_runner(graph, feeds: dict, threads: int):
     return lambda: session.Run(feeds, graph.fetches), graph_flops(session, root.graph(), feeds)
 
 
-def worker(framework: str, model: str, batch: int, threads: int) -> None:
+def worker(framework: str, model: str, batch: int, threads: int, size: int | None) -> None:
     """Serve ``_workers``' protocol, plus ``save PATH`` (the outputs, npz)."""
     from minigraph.testing import keras_zoo
 
-    graph = keras_zoo.load(model)
+    graph = keras_zoo.load(model, size)
     feeds = keras_zoo.batch_feeds(graph, batch)
     make = _tensorflow_runner if framework == "tensorflow" else _minigraph_runner
     run, flops = make(graph, feeds, threads)
@@ -110,17 +113,19 @@ def worker(framework: str, model: str, batch: int, threads: int) -> None:
 # ----------------------------------------------------------------------------- coordinator
 
 
-def _start(framework: str, model: str, batch: int, threads: int) -> Worker:
+def _start(framework: str, model: str, batch: int, threads: int, size: int | None) -> Worker:
+    sized = ["--size", str(size)] if size else []
     return Worker([os.path.abspath(__file__), "--worker", framework, "--models", model,
-                   "--batch", str(batch), "--threads", str(threads)],
+                   "--batch", str(batch), "--threads", str(threads), *sized],
                   name=f"{framework} ({model})")
 
 
 def measure(model: str, batch: int, threads: int, repeats: int, peak: float,
-            settle: float = 0.005) -> list:
-    """One table row: ``model`` at ``batch`` in both frameworks; ``peak`` is the FMA peak
-    in GFLOP/s at ``threads`` threads."""
-    workers = {f: _start(f, model, batch, threads) for f in FRAMEWORKS}
+            size: int | None = None, settle: float = 0.005) -> list:
+    """One table row: ``model`` (at ``size`` x ``size`` input, None: the zoo's) at
+    ``batch`` in both frameworks; ``peak`` is the FMA peak in GFLOP/s at ``threads``
+    threads."""
+    workers = {f: _start(f, model, batch, threads, size) for f in FRAMEWORKS}
     try:
         medians = interleaved_medians(workers, repeats, settle=settle)
         outputs = {}
@@ -140,7 +145,8 @@ def measure(model: str, batch: int, threads: int, repeats: int, peak: float,
     diff = max(float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0
                for a, b in zip(outputs["minigraph"], outputs["tensorflow"]))
     gflops = flops / mg_s / 1e9
-    return [model, batch, f"{tf_s * 1e3:.2f}", f"{mg_s * 1e3:.2f}", f"{tf_s / mg_s:.2f}x",
+    return [f"{model}@{size}" if size else model, batch, f"{tf_s * 1e3:.2f}",
+            f"{mg_s * 1e3:.2f}", f"{tf_s / mg_s:.2f}x",
             f"{flops / 1e9:.3f}", f"{gflops:.1f}", f"{100 * gflops / peak:.0f}%",
             f"{rss['tensorflow'] >> 20}", f"{rss['minigraph'] >> 20}", f"{diff:.1e}"]
 
@@ -156,11 +162,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--large-batch", type=int, default=32)
     parser.add_argument("--large-models", nargs="*", default=["resnet50", "mobilenet_v2"])
+    parser.add_argument("--size", type=int, help="every model at SIZE x SIZE input")
     parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.models[0], args.batch, args.threads)
+        worker(args.worker, args.models[0], args.batch, args.threads, args.size)
         return
     header = ["model", "batch", "TF ms", "minigraph ms", "TF / minigraph", "GFLOP",
               "minigraph GFLOP/s", "of FMA peak", "TF peak RSS MiB", "minigraph peak RSS MiB",
@@ -172,7 +179,7 @@ def main() -> None:
     print(f"FMA peak at {args.threads} threads (measured now): {peak:.0f} GFLOP/s",
           file=sys.stderr, flush=True)
     for model, batch in runs:
-        rows.append(measure(model, batch, args.threads, args.repeats, peak))
+        rows.append(measure(model, batch, args.threads, args.repeats, peak, args.size))
         print(" | ".join(str(c) for c in rows[-1]), file=sys.stderr, flush=True)
     ratios = [float(r[4][:-1]) for r in rows if r[1] == args.batch]
     print(f"FMA peak at {args.threads} threads, measured in this run: {peak:.0f} GFLOP/s\n")

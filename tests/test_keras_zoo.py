@@ -148,6 +148,21 @@ def test_cache_stores_what_was_built_and_reads_it_back(counted_builds, tmp_path)
     assert counted_builds == ["softmax"]  # the second load read the file
 
 
+
+def test_applications_at_other_sizes_are_cached_apart(counted_builds):
+    """An application at another input size is its own entry (name, shape, cache file); at
+    its own size it is the zoo's entry; a non-application is refused."""
+    resized = keras_zoo.application_at("resnet50", 48)
+    assert (resized.name, resized.input_shape) == ("resnet50@48", (48, 48, 3))
+    assert keras_zoo.application_at("resnet50", 64) is keras_zoo.ZOO["resnet50"]
+    assert keras_zoo.cache_path(resized) != keras_zoo.cache_path(keras_zoo.ZOO["resnet50"])
+    keras_zoo.load("resnet50", size=48)
+    keras_zoo.load("resnet50", size=48)
+    keras_zoo.load("resnet50", size=56)
+    assert counted_builds == ["resnet50@48", "resnet50@56"]
+    with pytest.raises(ValueError, match="softmax"):
+        keras_zoo.application_at("softmax", 32)
+
 def _truncate(path):
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 

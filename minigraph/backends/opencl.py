@@ -236,10 +236,14 @@ class OpenCLDevice:
     One lock serialises the use of the queue and kernel objects across threads.
     """
 
-    def __init__(self, cl, device, index: int, fp64: bool | None = None) -> None:
+    def __init__(self, cl, device, index: int, fp64: bool | None = None,
+                 profiling: bool = False) -> None:
         """``fp64``: accumulate sums in double (default: where the device has
         cl_khr_fp64); False forces float sums with the host check of
-        :meth:`OpenCLMath._checked` (tests use it to cover devices without double)."""
+        :meth:`OpenCLMath._checked` (tests use it to cover devices without double).
+        ``profiling``: the queue records timestamps and every launch of a batch_norm.cl
+        kernel appends (its name, its event) to ``events`` (else None), so the device's own kernel
+        time can be told apart from the host's launch overhead (benchmarks/bn_opencl.py)."""
         self.cl = cl
         self.name = f"/device:OPENCL:{index}"
         self.description = (f"{device.name.strip()} [{_type_name(cl, device)}] on "
@@ -247,9 +251,12 @@ class OpenCLDevice:
         self.device = device
         self.lock = threading.RLock()
         self.transfers = {"to_device": 0, "to_host": 0}
+        self.events: list | None = [] if profiling else None
         try:
             self.context = cl.Context([device])
-            self.queue = cl.CommandQueue(self.context)
+            self.queue = cl.CommandQueue(
+                self.context, properties=cl.command_queue_properties.PROFILING_ENABLE
+                if profiling else 0)
         except cl.Error as exc:
             raise UnavailableError(f"{self.name} ({self.description}) is unavailable: "
                                    f"creating a context failed: {exc}") from None
@@ -445,6 +452,12 @@ class _Launcher:
         self.kernels = device.kernels(storage, self.wide)
         self.queue = device.queue
 
+    def launch(self, name: str, global_size: tuple, local_size: tuple | None, *args) -> None:
+        """Enqueue kernel ``name`` (its event kept when the device is profiling)."""
+        event = self.kernels[name](self.queue, global_size, local_size, *args)
+        if self.device.events is not None:
+            self.device.events.append((name, event))
+
     def index(self, value: int):
         return np.uint64(value) if self.wide else np.uint32(value)
 
@@ -454,8 +467,7 @@ class _Launcher:
     def flat(self, name: str, total: int, args: list, outputs: list) -> None:
         """A 1-D kernel over ``total`` elements (the dtype conversions)."""
         width = self.device.apply_width
-        self.kernels[name](self.queue, (-(-total // width) * width,), (width,), *args,
-                           *outputs)
+        self.launch(name, (-(-total // width) * width,), (width,), *args, *outputs)
 
     def elementwise(self, name: str, layout: _Layout, args: list, outputs: list) -> None:
         """An apply_* kernel: a 2-D range of (columns of a row, rows), see batch_norm.cl;
@@ -467,12 +479,11 @@ class _Launcher:
         lines = width // lanes
         column_groups = -(-row // lanes)
         row_groups = min(-(-(layout.total // row) // lines), _MAX_GROUPS)
-        self.kernels[name](self.queue, (column_groups * lanes, row_groups * lines),
-                           (lanes, lines), *args, *self.geometry(layout),
-                           self.index(layout.total), *outputs)
+        self.launch(name, (column_groups * lanes, row_groups * lines), (lanes, lines), *args,
+                    *self.geometry(layout), self.index(layout.total), *outputs)
 
     def vector(self, name: str, channels: int, args: list) -> None:
-        self.kernels[name](self.queue, (-(-channels // 64) * 64,), None, *args)
+        self.launch(name, (-(-channels // 64) * 64,), None, *args)
 
     def reduce(self, name: str, layout: _Layout, nterms: int, args: list):
         """Stage 1 of a reduction: (partials buffer [nterms, G, C], G)."""
@@ -490,9 +501,9 @@ class _Launcher:
         accumulator = device.accumulator
         partials = device.math.xp.empty((nterms * groups * channels,), accumulator)
         scratch = device.cl.LocalMemory(accumulator.itemsize * nterms * width)
-        self.kernels[name](self.queue, (channel_groups * lanes, groups * rows), (lanes, rows),
-                           *args, *self.geometry(layout), self.index(n), self.index(chunk),
-                           partials.data, scratch)
+        self.launch(name, (channel_groups * lanes, groups * rows), (lanes, rows), *args,
+                    *self.geometry(layout), self.index(n), self.index(chunk), partials.data,
+                    scratch)
         return partials, self.index(groups)
 
 

@@ -12,11 +12,12 @@ already did:
   with ``out=`` where its kernel takes one: a dying input only the run holds
   (``planner.reusable``, as unbound runs do) or else its buffer of the plan's arena
   (:class:`planner.Arena`);
-* every other step (a check to run, a transfer, a device, a zero-copy concat) runs as
-  unbound runs run it (``_Step.execute``), so what is new is checked as always; where a
-  step's shapes depend on data (``planner.GUARD``), its results' shapes are compared with
-  the first run's, and the rest of a run where they differ runs with every check (the
-  plan then binds anew).
+* every other step (a check to run, a zero-copy concat) runs as unbound runs run it
+  (``_Step.execute``), so what is new is checked as always; where a step's shapes depend
+  on data (``planner.GUARD``), its results' shapes are compared with the first run's, and
+  the rest of a run where they differ runs with every check (the plan then binds anew).
+  Plans with a step on a device (an OpenCL ``_Transfer``) never run bound
+  (``session._Plan.bindable``).
 
 The first bound run of a signature also observes each arena candidate's result (shape,
 dtype, which later values are views of it) and plans the arena from it
@@ -62,16 +63,12 @@ from minigraph.framework.errors import ResourceExhaustedError
 # entry kinds
 _DIRECT = 0  # kernel(op, values, ctx)
 _OUT = 1  # kernel(op, values, ctx, out=...): in place or into the arena
-_GENERIC = 2  # step.execute(values, scratch, session, checked) / a transfer's copy
+_GENERIC = 2  # step.execute(values, scratch, session, checked)
 _GUARD = 3  # _GENERIC, then its results' shapes must be those of the first run
 
 _NONE, _TRASH = 0, 1  # registers: a ref input's None; where a fed output's result goes
 # the largest value a bound program keeps from one run to the next as fixed by the signature
 FOLD_BYTES = 1 << 16
-
-
-def _transfer(copy: Any, values: list, scratch: dict, session: Any) -> list:
-    return [copy(values[0])]
 
 
 class BoundProgram:
@@ -102,15 +99,10 @@ class BoundProgram:
         self.candidates: list[int] = []  # entries that may take an arena buffer
         self.probes: list[int] = []  # entries to check once: is their validate shape-only?
         for index, (step, dead, flag) in enumerate(zip(steps, release, checked)):
-            ins = tuple(register(key) for key in
-                        ((step.source,) if hasattr(step, "source") else step.inputs))
-            outs = tuple(_TRASH if key is None else register(key) for key in
-                         ((step.target,) if hasattr(step, "target") else step.outputs))
+            ins = tuple(register(key) for key in step.inputs)
+            outs = tuple(_TRASH if key is None else register(key) for key in step.outputs)
             drop = tuple(register(key) for key in dead)
-            if hasattr(step, "source"):
-                entry = (_GENERIC, partial(_transfer, step.copy), None, None, ins, outs, drop,
-                         None)
-            elif flag == planner.GUARD:  # its expected shapes: from the first run
+            if flag == planner.GUARD:  # its expected shapes: from the first run
                 entry = (_GUARD, partial(step.execute, checked=False), step.op, None, ins,
                          outs, drop, None)
             elif (flag == planner.CHECK or not step.on_host or step.region is not None
@@ -292,8 +284,7 @@ class BoundProgram:
         """Entries ``start`` on with every check, as an unbound run runs them."""
         for entry, step in zip(self.entries[start:], self.steps[start:]):
             values = [regs[i] for i in entry[4]]
-            results = (entry[1](values, scratch, session) if hasattr(step, "source")
-                       else step.execute(values, scratch, session))
+            results = step.execute(values, scratch, session)
             for i, result in zip(entry[5], results):
                 regs[i] = result if type(result) is np.ndarray else np.asarray(result)
             for i in entry[6]:

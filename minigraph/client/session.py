@@ -241,7 +241,8 @@ class _Plan(list):
     (fed values' shapes and dtypes, variables' shapes) repeats that of a run in which every
     check passed runs bound (``bound``): the steps whose checks can only pass again
     (``planner.bind``) skip them; a new signature runs every check and rebinds. Sessions
-    that check every kernel's output (the tests) never run bound.
+    that check every kernel's output (the tests) never run bound, nor do plans with a step
+    on a device (they have a ``_Transfer``: see ``bindable``).
     """
 
     def __init__(self, steps: list, fetch_keys: Sequence = (), fed_keys: Sequence = (),
@@ -262,10 +263,13 @@ class _Plan(list):
                                 | {name for step in steps if isinstance(step, _Step)
                                    for _, name in step.refs})
         # a variable whose shape a step may change (Assign without validate_shape): the
-        # signature at the start of a run does not fix later shapes
+        # signature at the start of a run does not fix later shapes; a step on a device
+        # (OpenCL): its values are device arrays, and the bound program's arena, in-place
+        # and folding checks work on numpy arrays only
         self.bindable = memory_planner and not any(
-            isinstance(step, _Step) and step.op.type == "Assign"
-            and not step.op.attrs["validate_shape"] for step in steps)
+            isinstance(step, _Transfer)
+            or (step.op.type == "Assign" and not step.op.attrs["validate_shape"])
+            for step in steps)
         self.bound: executor.BoundProgram | None = None  # the steps compiled for a signature
         self.feeds: dict[Output, Output] = {}  # each fed Output -> its key's in the plan
 

@@ -209,10 +209,11 @@ def _read(path: Path) -> TFGraph | None:
                    meta["producer"])
 
 
-def load(name: str) -> TFGraph:
-    """The entry ``name`` frozen, from the cache when it holds it, else built by TensorFlow
-    and stored (older entries of the same name, for other versions or sources, removed)."""
-    entry = ZOO[name]
+def load(name: str, size: int | None = None) -> TFGraph:
+    """The entry ``name`` frozen (an application at ``size`` x ``size``: see
+    :func:`application_at`), from the cache when it holds it, else built by TensorFlow and
+    stored (older entries of the same name, for other versions or sources, removed)."""
+    entry = ZOO[name] if size is None else application_at(name, size)
     path = cache_path(entry)
     graph = _read(path)
     if graph is None:
@@ -287,6 +288,21 @@ def application(constructor: str, size: int):
     weights, logits out."""
     return getattr(keras().applications, constructor)(
         input_shape=(size, size, 3), weights=None, classifier_activation=None)
+
+
+def application_at(name: str, size: int) -> ZooEntry:
+    """The zoo's application ``name`` at ``size`` x ``size`` RGB input instead of its own
+    (named ``name@size``), for benchmarks and checks at input sizes nobody tuned for. Each
+    family has its own smallest size (Keras raises below it, e.g. 75 for InceptionV3)."""
+    if name not in APPLICATIONS:
+        raise ValueError(f"{name!r} is not an application of the zoo "
+                         f"(one of {', '.join(APPLICATIONS)})")
+    constructor, own_size, _ = APPLICATIONS[name]
+    if size == own_size:
+        return ZOO[name]
+    return ZooEntry(f"{name}@{size}", "application",
+                    functools.partial(application, constructor, size), (size, size, 3),
+                    ci=False)
 
 
 def _register_applications() -> None:
