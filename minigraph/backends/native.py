@@ -443,6 +443,10 @@ def as_f32(array) -> np.ndarray:
     or misaligned data (a buffer offset by a byte), which C must never see."""
     if plain_f32(array):  # the usual case, without np.require's cost
         return array
+    if type(array) is np.ndarray and array.ndim:  # a broadcast or strided view: a C copy
+        copy = np.ascontiguousarray(array, F32)
+        if plain_f32(copy):
+            return copy
     return np.require(array, F32, ("C", "A", "E"))
 
 
