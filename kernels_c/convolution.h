@@ -10,10 +10,12 @@
  * Direct convolution: no im2col matrix. Register-blocked micro-kernels (AVX-512: up to 64
  * output channels in 4 vectors, 6-12 pixels or filter rows per tile; AVX2 and baseline
  * versions too) run over tiles that the worker pool's threads take in groups; the forward
- * tiles read interior pixels' windows from the input itself and border pixels' from a small
- * zero-padded copy (the filter gradient pads the whole input once).
- * Every output element is summed in an order fixed by the shape (taps for the forward and
- * input gradient, one tile's chain; for the filter gradient, pixels image by image, in
+ * tiles read the NHWC input itself (NCHW: a zero-padded NHWC copy), each tile only the taps
+ * its pixels read inside the input (the filter gradient pads the whole input once).
+ * Every output element is summed in an order fixed by the shape (taps inside the input, in
+ * order, for the forward and input gradient: one tile's chain, with the bits of a chain over
+ * all taps whose padding taps add 0 * w, for a finite filter; for the filter gradient,
+ * pixels image by image, in
  * one chain or, when its tiles are few, in a shape-fixed number of groups of consecutive
  * output rows added in order), so results are bit-identical for any thread count.
  *

@@ -2,22 +2,23 @@
  * micro-kernels (convolution_isa_*.c) meet here: the tiles and the table of one ISA.
  *
  * A forward tile is `npix` output pixels (any of them, up to the kernel's `pixels`) times
- * `nvec` vectors of 16 output channels. Its pixel p reads NHWC input at `x + off[p]` (its
- * top-left tap: in the zero-padded band, or in the source itself for a pixel whose window
- * lies inside it); tap row i adds i * row_stride, and a tap row is K = kw * c contiguous
- * floats, matched by K rows of the packed filter (row stride `cop`). It writes pixel p at
- * `y + yoff[p]`.
+ * `nvec` vectors of 16 output channels, over kh tap rows of K taps (all its pixels' taps
+ * that read inside the source: the zero padding's are skipped). Its pixel p reads NHWC input
+ * at `x + off[p]` (its first tap); tap row i adds i * row_stride, and a tap row is K
+ * contiguous floats, matched by K rows of the packed filter from f + i * frs (row stride
+ * `cop`). It writes pixel p at `y + yoff[p]`.
  *
  * With an epilogue (`ep`, NULL: none), the tile applies its stages (activations.h) to the
  * sums in registers before storing them: the tile's channel j reads the stage vectors at
  * ch0 + j, and its pixel p the residual at res + yoff[p] + j.
  *
- * A filter-gradient tile is `nrows` consecutive filter rows (t0 .. t0 + nrows - 1 of one tap
- * row i, K rows per tap row; the kernel's rows at most) times `nvec` vectors of output
- * channels; it sums x[pixel + r] * dy[pixel] over the pixels of `nimg` images (or of `oh`
- * rows of one image), adding to what df holds when `accumulate`. It reads up to its rows
- * floats past x's last pixel (the scratch has slack there); rows past `nrows` are computed
- * and thrown away.
+ * A filter-gradient tile is `nrows` consecutive filter rows (of one tap row, or of one tap:
+ * the rows of its input channels; the kernel's rows at most) times `nvec` vectors of output
+ * channels; it sums x[pixel][r] * dy[pixel] over a run of pixels: `nimg` images of `ny` rows
+ * of `nx` pixels, x and dy each at its own strides (the run's first pixel at `x`, `dy`),
+ * pixel by pixel in that order, adding to what df holds when `accumulate`. It reads the
+ * kernel's rows of floats at each pixel: where `nrows` is fewer, the rows past it read the
+ * next pixel's (or the scratch's slack past the last) and are computed and thrown away.
  */
 #ifndef MINIGRAPH_CONVOLUTION_INTERNAL_H
 #define MINIGRAPH_CONVOLUTION_INTERNAL_H
@@ -35,9 +36,9 @@ typedef struct {
     const float *x;   /* padded input scratch */
     int64_t off[NN_MAX_TILE]; /* per pixel: offset of its top-left tap (floats) */
     int64_t row_stride;       /* floats from one tap row to the next (wp * c) */
-    int64_t kh, K;            /* tap rows; taps per row (kw * c) */
-    const float *f;           /* packed filter [kh * K][cop], at this tile's first channel */
-    int64_t cop;
+    int64_t kh, K;            /* tap rows; taps per row (up to kw * c) */
+    const float *f;           /* packed filter rows of its first tap, first channel */
+    int64_t cop, frs;         /* floats from one filter row to the next; tap row to the next */
     float *y;          /* output of the tile's first pixel, first channel */
     int64_t yoff[NN_MAX_TILE]; /* per pixel: its output (and residual) at y + yoff[p] */
     int npix, nvec, last_lanes; /* valid pixels; vectors; valid lanes of the last vector */
@@ -47,12 +48,12 @@ typedef struct {
 } nn_fwd_tile;
 
 typedef struct {
-    const float *x;   /* padded input at (image 0, row i, column 0), channel offset t0 */
-    const float *dy;  /* dy of image 0, pixel 0, at this tile's first channel */
-    int64_t nimg, oh, ow;
-    int64_t c, row_stride, img_stride; /* x: floats per pixel, padded row, padded image */
-    int64_t dy_stride;                 /* dy: floats per pixel (co) */
-    float *df;        /* df row t0 of tap row i, first channel */
+    const float *x;   /* input at the run's first pixel, the tile's first filter row */
+    const float *dy;  /* dy at the run's first pixel, the tile's first output channel */
+    int64_t nimg, ny, nx;              /* images; rows per image; pixels per row */
+    int64_t c, row_stride, img_stride; /* x: floats per pixel, per row, per image */
+    int64_t dy_stride, dy_row_stride, dy_img_stride; /* dy: the same */
+    float *df;        /* df at the tile's first filter row, first channel */
     int64_t df_stride; /* floats between df rows (co) */
     int nrows, nvec, last_lanes, accumulate;
 } nn_bwf_tile;
@@ -69,10 +70,18 @@ typedef struct {
     int fwd_pixels[5];
     nn_fwd_fn fwd[5];
     nn_fwd_fn fwd_half[5]; /* the same for last_lanes <= 8 (NULL: use fwd) */
+    /* [nvec][P]: tiles of exactly P < fwd_pixels[nvec] pixels (NULL: none; fewer pixels
+     * then run on the next wider tile), to cut a run of pixels into tiles of nearly equal
+     * widths with no slot computed in vain */
+    nn_fwd_fn fwd_narrow[5][NN_MAX_TILE];
+    nn_fwd_fn fwd_narrow_half[5][NN_MAX_TILE]; /* the same for last_lanes <= 8 (NULL: fwd_narrow) */
     int bwf_rows[5];       /* the most rows of a filter-gradient tile */
     /* [nvec][rows]: tiles of that many rows (NULL: none; bwf[nvec][bwf_rows[nvec]] exists) */
     nn_bwf_fn bwf[5][NN_BWF_MAX_ROWS + 1];
     nn_bwf_fn bwf_half[5][NN_BWF_MAX_ROWS + 1]; /* the same for last_lanes <= 8 (NULL: bwf) */
+    /* output pixels a filter-gradient chunk wants, within L2 (0: as many as fit in L1, for
+       tiles that walk a chunk once per 16 channels) */
+    int bwf_chunk_pixels;
     nn_transpose_fn transpose;
 } conv_kernel_table;
 

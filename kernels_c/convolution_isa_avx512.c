@@ -81,7 +81,7 @@ static inline __attribute__((always_inline)) void fwd_body(const nn_fwd_tile *t,
         UNROLL for (int v = 0; v < W; ++v) acc[p][v] = _mm512_setzero_ps();
         half[p] = _mm256_setzero_ps();
     }
-    const int64_t K = t->K, cop = t->cop, rs = t->row_stride;
+    const int64_t K = t->K, cop = t->cop, rs = t->row_stride, frs = t->frs;
     const float *f = t->f;
     for (int64_t i = 0; i < t->kh; ++i) {
         const float *fk = f;
@@ -97,7 +97,7 @@ static inline __attribute__((always_inline)) void fwd_body(const nn_fwd_tile *t,
                     half[p] = _mm256_fmadd_ps(_mm256_set1_ps(xp[p][k]), fh, half[p]);
             }
         }
-        f += K * cop;
+        f += frs;
         UNROLL for (int p = 0; p < P; ++p) xp[p] += rs;
     }
     if (H)
@@ -133,10 +133,10 @@ static inline __attribute__((always_inline)) void bwf_body(const nn_bwf_tile *t,
     }
     const int64_t c = t->c, ds = t->dy_stride;
     for (int64_t n = 0; n < t->nimg; ++n)
-        for (int64_t y = 0; y < t->oh; ++y) {
+        for (int64_t y = 0; y < t->ny; ++y) {
             const float *xq = t->x + n * t->img_stride + y * t->row_stride;
-            const float *dq = t->dy + ((n * t->oh + y) * t->ow) * ds;
-            for (int64_t x = 0; x < t->ow; ++x, xq += c, dq += ds) {
+            const float *dq = t->dy + n * t->dy_img_stride + y * t->dy_row_stride;
+            for (int64_t x = 0; x < t->nx; ++x, xq += c, dq += ds) {
                 __m512 d[4];
                 UNROLL for (int v = 0; v < W; ++v) d[v] = _mm512_maskz_loadu_ps(m[v], dq + 16 * v);
                 const __m256 dh = H ? _mm256_maskz_loadu_ps((__mmask8)m[W], dq + 16 * W)
@@ -172,6 +172,20 @@ FWD(10, 1)
 FWD(12, 2)
 FWD(8, 3)
 FWD(6, 4)
+/* Forward tiles of every narrower width too: the driver cuts a run of pixels into tiles
+ * whose widths differ by at most one (256 pixels of 2 vectors: 14 tiles of 12 and 8 of 11,
+ * where 12-pixel tiles computed 264), and the runs of border pixels that skip the same taps
+ * are short (the 4 corners: 1 pixel an image) */
+#define FWD_WIDTHS5(M, V) M(1, V) M(2, V) M(3, V) M(4, V) M(5, V)
+#define FWD_WIDTHS7(M, V) FWD_WIDTHS5(M, V) M(6, V) M(7, V)
+#define FWD_WIDTHS9(M, V) FWD_WIDTHS7(M, V) M(8, V) M(9, V)
+#define FWD_WIDTHS11(M, V) FWD_WIDTHS9(M, V) M(10, V) M(11, V)
+FWD_WIDTHS9(FWD, 1)
+FWD_WIDTHS11(FWD, 2)
+FWD_WIDTHS7(FWD, 3)
+FWD_WIDTHS5(FWD, 4)
+#define FWD_FULL(P, V) fwd_##P##x##V,
+#define FWD_HALF(P, V) fwd_##P##x##V##h,
 /* Filter-gradient tiles of every height up to what the registers hold (R x V accumulators
  * and V dy vectors: 24x1, 13x2, 8x3, 6x4), so a tap row of K filter rows is cut into tiles
  * of nearly equal heights, none computed in vain (a 3-channel 3x3 stem, K = 9: one tile of
@@ -236,11 +250,16 @@ const conv_kernel_table conv_kernels_avx512 = {
     .fwd_pixels = {0, 10, 12, 8, 6},
     .fwd = {0, fwd_10x1, fwd_12x2, fwd_8x3, fwd_6x4},
     .fwd_half = {0, fwd_10x1h, fwd_12x2h, fwd_8x3h, fwd_6x4h},
+    .fwd_narrow = {{0}, {0, FWD_WIDTHS9(FWD_FULL, 1)}, {0, FWD_WIDTHS11(FWD_FULL, 2)},
+                   {0, FWD_WIDTHS7(FWD_FULL, 3)}, {0, FWD_WIDTHS5(FWD_FULL, 4)}},
+    .fwd_narrow_half = {{0}, {0, FWD_WIDTHS9(FWD_HALF, 1)}, {0, FWD_WIDTHS11(FWD_HALF, 2)},
+                        {0, FWD_WIDTHS7(FWD_HALF, 3)}, {0, FWD_WIDTHS5(FWD_HALF, 4)}},
     .bwf_rows = {0, 24, 13, 8, 6},
     .bwf = {{0}, {0, ROWS24(BWF_FULL, 1)}, {0, ROWS13(BWF_FULL, 2)}, {0, ROWS8(BWF_FULL, 3)},
             {0, ROWS6(BWF_FULL, 4)}},
     .bwf_half = {{0}, {0, ROWS24(BWF_HALF, 1)}, {0, ROWS13(BWF_HALF, 2)},
                  {0, ROWS8(BWF_HALF, 3)}, {0, ROWS6(BWF_HALF, 4)}},
+    .bwf_chunk_pixels = 512,
     .transpose = transpose_16,
 };
 

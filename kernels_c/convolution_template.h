@@ -86,7 +86,7 @@ static void FN(fwd)(const nn_fwd_tile *t)
         UNROLL_ALL for (int p = 0; p < TP; ++p) UNROLL_ALL for (int j = 0; j < NCH; ++j)
             acc[p][j] = (vecf){0};
         const float *f = t->f + 16 * v0;
-        for (int64_t i = 0; i < t->kh; ++i, f += K * cop) {
+        for (int64_t i = 0; i < t->kh; ++i, f += t->frs) {
             const float *xr[TP];
             UNROLL_ALL for (int p = 0; p < TP; ++p) xr[p] = t->x + t->off[p] + i * rs;
             for (int64_t k = 0; k < K; ++k) {
@@ -116,10 +116,10 @@ FN(bwf_sum)(const nn_bwf_tile *t, int v0, int lanes, const int full, vecf acc[TR
 {
     const int64_t c = t->c, ds = t->dy_stride;
     for (int64_t n = 0; n < t->nimg; ++n)
-        for (int64_t y = 0; y < t->oh; ++y) {
+        for (int64_t y = 0; y < t->ny; ++y) {
             const float *xq = t->x + n * t->img_stride + y * t->row_stride;
-            const float *dq = t->dy + ((n * t->oh + y) * t->ow) * ds + 16 * v0;
-            for (int64_t x = 0; x < t->ow; ++x, xq += c, dq += ds) {
+            const float *dq = t->dy + n * t->dy_img_stride + y * t->dy_row_stride + 16 * v0;
+            for (int64_t x = 0; x < t->nx; ++x, xq += c, dq += ds) {
                 vecf d[NCH];
                 if (full) {
                     UNROLL_ALL for (int j = 0; j < NCH; ++j) d[j] = FN(vload)(dq + j * VW);

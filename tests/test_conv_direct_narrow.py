@@ -1,8 +1,8 @@
 """The direct convolution kernels (kernels_c/convolution.c) at few channels over larger
 images: the shapes whose filter gradient has few tiles (1-8 input channels, few output
 channels), summed in several fixed groups of output rows and added in order, with tiles of
-any height up to the registers; and forward / input-gradient tiles that read interior
-pixels from the source and border pixels from a padded copy made after them.
+any height up to the registers; and forward / input-gradient tiles over larger images,
+whose border pixels' tiles skip the taps that read the padding.
 
 Accuracy: the filter gradient sums each element as groups of consecutive pixels (each a
 chain of fused multiply-adds) then adds the groups in order: at most n * out_h * out_w
@@ -108,8 +108,8 @@ def larger_image_cases(draw):
 @settings(max_examples=20, deadline=None)
 @given(case=larger_image_cases())
 def test_forward_on_larger_images_within_gamma_bit_identical_and_the_gemm_route(case):
-    """NHWC: the border pixels' padded copy is made after the interior's tiles ran; every
-    thread count gives the same bits, and (AVX-512) the implicit GEMM's."""
+    """NHWC, tiles reading the input itself (the border's skipping the padding's taps):
+    every thread count gives the same bits, and (AVX-512) the implicit GEMM's."""
     from minigraph.backends import convolution_kernels as ck
     from minigraph.backends import native
     from minigraph.ops.window import Window

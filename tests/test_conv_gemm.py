@@ -281,14 +281,15 @@ def test_fused_conv_chain_is_bit_identical_to_the_unfused_ops(case, relu6):
                                               (2, 5, 200, 40, 2), (8, 20, 64, 64, 1),
                                               (8, 20, 128, 256, 2), (4, 9, 8, 32, 1),
                                               (8, 14, 256, 256, 2), (8, 14, 512, 512, 2),
-                                              (1, 20, 128, 128, 2), (8, 28, 128, 128, 1)])
+                                              (1, 20, 128, 128, 2), (8, 28, 128, 128, 1),
+                                              (2, 8, 512, 512, 1), (1, 7, 600, 520, 1)])
 def test_forward_route_follows_the_rule(n, h, c, co, stride):
     """Every route is taken by the shapes the rule sends to it."""
     from minigraph.backends import convolution_kernels as ck
     from minigraph.ops.window import Window
     out = (h - 1) // stride + 1
     window = Window((3, 3), (stride, stride), (1, 1), ((1, 1), (1, 1)), (out, out))
-    few_pixels, few_pixel_channels, channels = (ck.CONV_ROUTE_RULE if stride == 1
+    few_pixels, few_pixel_channels, channels = (ck.PADDED_ROUTE_RULE if stride == 1
                                                 else ck.STRIDED_ROUTE_RULE)
     one = Window((1, 1), (stride, stride), (1, 1), ((0, 0), (0, 0)), (out, out))
     pixels_1x1 = n * out * out  # a 1x1 window: the unstrided rule at any stride
@@ -299,6 +300,11 @@ def test_forward_route_follows_the_rule(n, h, c, co, stride):
     least = few_pixel_channels if n * out * out <= few_pixels else channels
     dense = ck.forward_route((n, h, h, c), (3, 3, c, co), window, 1)
     assert dense == ("gemm" if min(3 * c, co) >= least else "direct")
+    if stride == 1:  # no padding: nothing for the direct kernel to skip
+        valid = Window((3, 3), (1, 1), (1, 1), ((0, 0), (0, 0)), (h - 2, h - 2))
+        least = rule[1] if n * (h - 2) ** 2 <= rule[0] else rule[2]
+        assert ck.forward_route((n, h, h, c), (3, 3, c, co), valid, 1) == (
+            "gemm" if min(3 * c, co) >= least else "direct")
     assert ck.forward_route((n, h, h, c), (3, 3, 1, c), window, c) == "depthwise"
     for per_group in (2, 8, 16, 17, 64):  # grouped: every group in one implicit GEMM call
         assert ck.forward_route((n, h, h, 2 * per_group), (3, 3, per_group, co), window,

@@ -61,12 +61,12 @@ class _RouteMetadata(RunMetadata):
         _routes.clear()
 
 
-def profile(model: str, batch: int, threads: int, runs: int, wall: bool = False
-            ) -> list[tuple]:
+def profile(model: str, batch: int, threads: int, runs: int, wall: bool = False,
+            size: int | None = None) -> list[tuple]:
     """(node, op type, kernel, route or None, median seconds, convolution FLOPs or 0) per
-    executed step."""
+    executed step (an application at ``size`` x ``size`` input; None: the zoo's)."""
     native.set_num_threads(threads)
-    graph = keras_zoo.load(model)
+    graph = keras_zoo.load(model, size)
     feeds = keras_zoo.batch_feeds(graph, batch)
     session = mg.ClientSession(mg.import_graph_def(graph.graph_def), backend="native")
     for _ in range(2):
@@ -145,12 +145,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--wall", action="store_true", help="wall time, not CPU time")
+    parser.add_argument("--size", type=int, help="an application at SIZE x SIZE input")
     parser.add_argument("--layers", type=int, default=0,
                         help="also list this many slowest convolution nodes with GFLOP/s")
     args = parser.parse_args()
     clock = "wall" if args.wall else "CPU"
     print(f"{args.model}, batch {args.batch}, {args.threads} threads, {clock} time")
-    rows = profile(args.model, args.batch, args.threads, args.runs, args.wall)
+    rows = profile(args.model, args.batch, args.threads, args.runs, args.wall, args.size)
     print(report(rows, args.top))
     if args.layers:
         print(layers(rows, args.layers, args.threads, args.wall))

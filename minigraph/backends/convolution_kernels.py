@@ -15,7 +15,8 @@ native (``backend="native"``, float32): the forward on the C kernels of
 kernels_c/convolution*.c (dilation 1, SAME/VALID); the gradients for any strides, dilations,
 padding and groups on the GEMM micro-kernels (kernels_c/conv_gemm_grad.c,
 ``backends.conv_gemm_grad``), or on the stride-1 direct kernels where those are faster
-(:func:`direct_grad_wins`). The ``c_*`` wrappers check every buffer against what C reads and
+(:func:`direct_grad_applies`: every stride-1 filter gradient; :func:`direct_grad_wins`: the
+input gradient). The ``c_*`` wrappers check every buffer against what C reads and
 writes.
 
 Depthwise (DepthwiseConv2dNative and its backprops): per filter tap, one vectorized
@@ -342,7 +343,7 @@ def _c_convolution(op) -> bool:
     """The cases the C convolution gradients handle (besides float32): any strides,
     dilations, padding (SAME/VALID/EXPLICIT) and groups whose attrs fit int32 (the GEMM
     gradients of kernels_c/conv_gemm_grad.c; the stride-1 direct kernels where
-    :func:`direct_grad_wins`)."""
+    :func:`direct_grad_applies` (filter) or :func:`direct_grad_wins` (input))."""
     return attrs_fit_int32(op, "strides", "dilations", "explicit_paddings")
 
 
@@ -457,14 +458,27 @@ CONV_ROUTE_RULE = (256, 32, 128)
 # (8, 56, 256 -> 512) 8.04 / 8.52, (8, 28, 512 -> 256) 1.98-2.14 / 2.06-2.09, (16, 32, 64 ->
 # 128) 0.38-0.41 / 0.38-0.39.
 STRIDED_ROUTE_RULE = (128, 32, 512)
+# Stride-1 windows wider than 1x1 over zero padding: the direct kernel runs only the taps
+# inside the input (a 3x3 SAME window over 8 x 8 pixels reads 16 % padding, over 14 x 14 9 %)
+# where the GEMM multiplies the padding's zeros too, and leads up to 256 channels. Measured
+# (one thread, CPU time, shared AMD Zen 4, 3x3 SAME, GFLOP/s of the nominal work, direct vs
+# GEMM, as (batch, h = w, c = co)): (32, 8, 128) 126 vs 101, (2, 8, 64) 104 vs 82, (1, 8, 32)
+# 69 vs 44, (32, 4, 256) 137 vs 98, (1, 14, 256) 104 vs 81, (8, 14, 256) 111 vs 105, (4, 28,
+# 128) 112 vs 99, (8, 16, 128) 113 vs 104; the GEMM from 512: (1, 7, 512) 58 vs 62, (8, 7,
+# 512) 90 vs 93.
+PADDED_ROUTE_RULE = (256, 512, 512)
 
 
-def route_rule(strides: tuple, window_hw: tuple) -> tuple[int, int, int]:
+def route_rule(strides: tuple, window_hw: tuple, padded: bool = False
+               ) -> tuple[int, int, int]:
     """The dense route's rule (few pixels, fewest channels for the GEMM there, elsewhere)
     for these strides and filter (kh, kw): STRIDED_ROUTE_RULE for a strided window wider
-    than 1x1, else CONV_ROUTE_RULE."""
-    strided = any(s > 1 for s in strides) and any(k > 1 for k in window_hw)
-    return STRIDED_ROUTE_RULE if strided else CONV_ROUTE_RULE
+    than 1x1, PADDED_ROUTE_RULE for a stride-1 one over zero padding (`padded`), else
+    CONV_ROUTE_RULE."""
+    wide = any(k > 1 for k in window_hw)
+    if wide and any(s > 1 for s in strides):
+        return STRIDED_ROUTE_RULE
+    return PADDED_ROUTE_RULE if wide and padded else CONV_ROUTE_RULE
 # Grouped convolutions (more than one channel per group) run the implicit GEMM, all groups in
 # one call. Per FLOP the direct kernel group by group was up to 1.25x faster at 8-16
 # channels per group over large maps (single thread, CPU time: (8, 28, 64, 8, 64) cg 8 19-21
@@ -486,7 +500,8 @@ def forward_route(x_shape: tuple, f_shape: tuple, window: Window, groups: int) -
         return "gemm"
     if groups > 1:
         return "gemm"
-    few_pixels, few_pixel_channels, channels = route_rule(window.strides, (kh, kw))
+    few_pixels, few_pixel_channels, channels = route_rule(window.strides, (kh, kw),
+                                                          any(sum(window.pads, ())))
     pixels = x_shape[0] * window.out[0] * window.out[1]
     fewest = min(kw * cg, co)
     if pixels <= few_pixels:
@@ -579,14 +594,28 @@ def _window(op, x_shape: tuple, f_shape: tuple):
 # the filter gradient reading x in place (1 thread, CPU time, busy machine), filter GEMM /
 # direct: ResNet-8 16->16 2.80 / 1.53 ms, 32->32 16x16 1.82 / 1.49, 64->64 8x8 1.76 / 1.53,
 # 96->96 12x12 b16 4.71 / 3.93: the direct kernels keep the stride-1 filter gradients.
+# With the filter gradient's tiles cut by taps (no padded copy, no padding terms; 1 thread,
+# CPU time, busy machine), filter GEMM / direct at 512 channels and more: 3x3 512->512 4x4
+# b8 6.66 / 4.35 ms, 7x7 b8 20.1 / 16.6, 14x14 b8 87.9 / 74.3, 28x28 b2 83.8 / 66.3, 3x3
+# 512->1024 14x14 b4 87.3 / 72.4, 768->768 7x7 b8 45.8 / 35.9, 1x1 2048->512 7x7 b8 9.61 /
+# 8.16, 1024->256 14x14 b8 11.7 / 9.18: the filter gradient takes the direct kernels at
+# every channel count (direct_grad_applies), the input gradient below
+# DIRECT_GRAD_MAX_CHANNELS.
 DIRECT_GRAD_MAX_CHANNELS = 512
+
+
+def direct_grad_applies(op, window: Window, groups: int) -> bool:
+    """Whether the stride-1 direct kernels compute this convolution's gradients: stride and
+    dilation 1, one group, SAME/VALID padding (TensorFlow multiplies EXPLICIT padding's
+    zeros in the filter gradient; the direct kernels never do)."""
+    return (op.attrs["padding"] != "EXPLICIT" and groups == 1
+            and window.strides == (1, 1) and window.dilations == (1, 1))
 
 
 def direct_grad_wins(op, window: Window, in_channels: int, out_channels: int,
                      groups: int) -> bool:
-    """Whether a convolution gradient runs on the stride-1 direct kernels (see above)."""
-    return (op.attrs["padding"] != "EXPLICIT" and groups == 1
-            and window.strides == (1, 1) and window.dilations == (1, 1)
+    """Whether the input gradient runs on the stride-1 direct kernels (see above)."""
+    return (direct_grad_applies(op, window, groups)
             and min(in_channels, out_channels) < DIRECT_GRAD_MAX_CHANNELS)
 
 
@@ -631,7 +660,7 @@ def conv2d_backprop_filter_native(op, inputs, ctx, out=None):
         df = c_depthwise_backprop_filter(x, dy, (*f_shape[:2], groups, f_shape[3] // groups),
                                          window)
         return [df.reshape(f_shape)]
-    if direct_grad_wins(op, window, channels, f_shape[-1], groups):
+    if direct_grad_applies(op, window, groups):
         df = c_conv2d_backprop_filter(x, dy, f_shape[:2], window.pads, channels_last, out)
     else:
         df = c_gemm_backprop_filter(x, dy, f_shape, window, channels_last, out)
