@@ -239,6 +239,7 @@ struct bn_call {
     const char *x, *dy, *gx;
     char *out0, *out1;
     const char *relu_y;      /* _FusedBatchNormGradEx: dy is masked by this Relu output   */
+    const char *dy2;         /* ... after this addend is added to it (or NULL)            */
     /* the current pass */
     int run;                 /* BN_* run id (pass_block) */
     int ncoef, nacc;         /* coefficient vectors it reads, accumulators it folds into records */
@@ -443,6 +444,7 @@ static void block_args(const bn_call *k, const bn_block *blk, const bn_scratch *
     a->x = k->x ? k->x + off : NULL;
     a->dy = k->dy ? k->dy + off : NULL;
     a->gx = k->gx ? k->gx + off : NULL;
+    a->dy2 = k->dy2 ? k->dy2 + off : NULL;
     a->out0 = k->out0 ? k->out0 + off : NULL;
     a->out1 = k->out1 ? k->out1 + off : NULL;
     a->len = blk->len;
@@ -1099,10 +1101,10 @@ static int backward_exceptional(const bn_call *k, int64_t c, const float *scale,
 }
 
 static int backward(int training, int dtype, int64_t outer, int64_t channels, int64_t inner,
-                    const void *dy, const void *x, const float *scale, const float *mean,
-                    const float *variance, const void *relu_y, double epsilon, void *dx,
-                    void *side_backprop, float *scale_backprop, float *offset_backprop,
-                    int num_threads)
+                    const void *dy, const void *dy2, const void *x, const float *scale,
+                    const float *mean, const float *variance, const void *relu_y,
+                    double epsilon, void *dx, void *side_backprop, float *scale_backprop,
+                    float *offset_backprop, int num_threads)
 {
     bn_call k;
     const int rc = call_begin(&k, dtype, outer, channels, inner, 2, num_threads, dx, 0.0f,
@@ -1118,7 +1120,14 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         chan_coef(&k, 0)[c] = mean[c];
         chan_coef(&k, 1)[c] = scale[c] * rsqrt_f32(variance[c], epsilon);
     }
-    if (training) {
+    if (dy2) {
+        /* the masked sum, stored by the sums pass where the apply pass reads it: the side
+         * gradient, else dx itself (the apply pass reads each element before writing it) */
+        k.dy2 = dy2;
+        k.out1 = side_backprop ? side_backprop : dx;
+        element_pass(&k, BN_BWD_SUMS_RELU_ADD, 1, 2);
+        k.dy2 = NULL;
+    } else if (training) {
         k.out1 = side_backprop; /* the masked dy, stored by the sums pass */
         element_pass(&k, relu_y ? BN_BWD_SUMS_RELU : BN_BWD_SUMS, 1, 2);
     } else {
@@ -1137,12 +1146,14 @@ static int backward(int training, int dtype, int64_t outer, int64_t channels, in
         chan_coef(&k, 3)[c] = sum_dy / n;
         exceptional |= backward_exceptional(&k, c, scale, mean, variance);
     }
+    if (dy2 && exceptional) /* recomputed from the sum, which no buffer holds: the caller's */
+        return MG_BN_UNFUSED;
     if (training) {
         /* dx from the stored masked dy where there is one (the same g, one read less) */
         const void *dy_in = k.dy;
-        const int masked = relu_y && !side_backprop;
-        if (side_backprop)
-            k.dy = side_backprop;
+        const int masked = relu_y && !side_backprop && !dy2;
+        if (side_backprop || dy2)
+            k.dy = k.out1;
         k.out0 = dx;
         k.out1 = NULL;
         element_pass(&k, masked ? BN_BWD_APPLY_RELU : BN_BWD_APPLY, 4, 0);
@@ -1161,7 +1172,8 @@ int mg_bn_backward_training(int dtype, int64_t outer, int64_t channels, int64_t 
                             void *dx, float *scale_backprop, float *offset_backprop,
                             int num_threads)
 {
-    return backward(1, dtype, outer, channels, inner, dy, x, scale, mean, variance, NULL, epsilon,
+    return backward(1, dtype, outer, channels, inner, dy, NULL, x, scale, mean, variance, NULL,
+                    epsilon,
                     dx, NULL, scale_backprop, offset_backprop, num_threads);
 }
 
@@ -1171,7 +1183,8 @@ int mg_bn_backward_inference(int dtype, int64_t outer, int64_t channels, int64_t
                              void *dx, float *scale_backprop, float *offset_backprop,
                              int num_threads)
 {
-    return backward(0, dtype, outer, channels, inner, dy, x, scale, mean, variance, NULL, epsilon,
+    return backward(0, dtype, outer, channels, inner, dy, NULL, x, scale, mean, variance, NULL,
+                    epsilon,
                     dx, NULL, scale_backprop, offset_backprop, num_threads);
 }
 
@@ -1187,8 +1200,28 @@ int mg_bn_backward_training_ex(int dtype, int64_t outer, int64_t channels, int64
 {
     if (!y)
         return MG_EINVAL;
-    return backward(1, dtype, outer, channels, inner, dy, x, scale, mean, variance, y, epsilon,
-                    dx, side_backprop, scale_backprop, offset_backprop, num_threads);
+    return backward(1, dtype, outer, channels, inner, dy, NULL, x, scale, mean, variance, y,
+                    epsilon, dx, side_backprop, scale_backprop, offset_backprop, num_threads);
+}
+
+/* _FusedBatchNormGradEx with an addend: mg_bn_backward_training_ex of dy + dy2 (AddN of the
+ * two, float32, in that order, rounded once) without AddN's pass over memory: the sums pass
+ * reads both and stores the masked sum (to side_backprop when given, else to dx), the apply
+ * pass reads it back. Float32 only. A channel that needs the exceptional recomputation
+ * (non-finite or huge values, see above) returns MG_BN_UNFUSED before dx is written: the
+ * caller then adds the two and calls mg_bn_backward_training_ex (the outputs hold nothing
+ * meaningful until then). */
+int mg_bn_backward_training_ex_add(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                                   const void *dy, const void *dy2, const void *x,
+                                   const float *scale, const float *mean, const float *variance,
+                                   const void *y, double epsilon, void *dx,
+                                   void *side_backprop, float *scale_backprop,
+                                   float *offset_backprop, int num_threads)
+{
+    if (!y || !dy2 || dtype != MG_BN_F32)
+        return MG_EINVAL;
+    return backward(1, dtype, outer, channels, inner, dy, dy2, x, scale, mean, variance, y,
+                    epsilon, dx, side_backprop, scale_backprop, offset_backprop, num_threads);
 }
 
 /* Second order, training: the gradient of (dx, scale_backprop, offset_backprop) of the

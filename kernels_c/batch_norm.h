@@ -70,6 +70,17 @@ int mg_bn_backward_training_ex(int dtype, int64_t outer, int64_t channels, int64
                                double epsilon, void *dx, void *side_backprop,
                                float *scale_backprop, float *offset_backprop, int num_threads);
 
+/* The same for dy + dy2 (AddN -> ReluGrad -> the backward, float32 only); returns
+ * MG_BN_UNFUSED, having written nothing meaningful, where a channel needs the exceptional
+ * recomputation: the caller then adds the two and calls mg_bn_backward_training_ex. */
+#define MG_BN_UNFUSED 3
+int mg_bn_backward_training_ex_add(int dtype, int64_t outer, int64_t channels, int64_t inner,
+                                   const void *dy, const void *dy2, const void *x,
+                                   const float *scale, const float *mean, const float *variance,
+                                   const void *y, double epsilon, void *dx,
+                                   void *side_backprop, float *scale_backprop,
+                                   float *offset_backprop, int num_threads);
+
 int mg_bn_backward_training(int dtype, int64_t outer, int64_t channels, int64_t inner,
                             const void *dy, const void *x, const float *scale,
                             const float *mean, const float *variance, double epsilon,

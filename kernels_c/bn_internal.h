@@ -20,6 +20,7 @@
 
 typedef struct {
     const void *x, *dy, *gx; /* inputs at the start of the run */
+    const void *dy2;         /* BN_BWD_SUMS_RELU_ADD: added to dy (else NULL) */
     void *out0, *out1;       /* outputs at the start of the run */
     int64_t len;             /* elements in the run (plane runs: in each segment) */
     int64_t period;          /* row runs: positions per row: a multiple of the vector width,
@@ -84,6 +85,7 @@ enum {
     BN_FWD_APPLY_SIDE_RELU, /* out0 = relu((xc * k1 + k2) + dy)                        */
     BN_BWD_SUMS_RELU,  /* BN_BWD_SUMS of g = gx > 0 ? dy : dy * 0 (gx: the Relu output y); out1 = g where given */
     BN_BWD_APPLY_RELU, /* BN_BWD_APPLY of that g                                          */
+    BN_BWD_SUMS_RELU_ADD, /* BN_BWD_SUMS_RELU of dy + dy2 (AddN's float32 sum); out1 = g */
     BN_NRUNS
 };
 

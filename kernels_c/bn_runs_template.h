@@ -111,9 +111,10 @@
     const BN_T *const x = (a)->x ? (const BN_T *)(a)->x + (off) : NULL;             \
     const BN_T *const dy = (a)->dy ? (const BN_T *)(a)->dy + (off) : NULL;          \
     const BN_T *const gx = (a)->gx ? (const BN_T *)(a)->gx + (off) : NULL;          \
+    const BN_T *const dy2 = (a)->dy2 ? (const BN_T *)(a)->dy2 + (off) : NULL;       \
     BN_T *const out0 = (a)->out0 ? (BN_T *)(a)->out0 + (off) : NULL;                \
     BN_T *const out1 = (a)->out1 ? (BN_T *)(a)->out1 + (off) : NULL;                \
-    (void)x, (void)dy, (void)gx, (void)out0, (void)out1
+    (void)x, (void)dy, (void)gx, (void)dy2, (void)out0, (void)out1
 
 /* ---- Row runs ------------------------------------------------------------------------- */
 /* Element e of a row run has position (e - head) mod period; j is the position of the current
@@ -451,6 +452,18 @@ BN_RUN(bwd_sums_relu, 1, 2, BODY_BWD_SUMS_RELU)
         ST(out0 + e, vf_fma(K(1), vf_sub(g, K(3)), t), n);                          \
     }
 BN_RUN(bwd_apply_relu, 4, 0, BODY_BWD_APPLY_RELU)
+/* _FusedBatchNormGradEx with an addend (AddN(dy, dy2) -> ReluGrad -> the backward): the
+ * masked sum g = relu_grad(dy + dy2, y), AddN's float32 sum (its input order) rounded once
+ * (float32 only: the driver takes no other dtype), summed as BODY_BWD_SUMS_RELU and stored
+ * to out1 for the apply pass (BODY_BWD_APPLY of g). */
+#define BODY_BWD_SUMS_RELU_ADD(K, ACC, ACCF)                                              \
+    {                                                                               \
+        const vf g = vf_relu_grad(vf_add(LD(dy + e, n), LD(dy2 + e, n)), LD(gx + e, n)); \
+        ACC(0, g);                                                                  \
+        ACCF(1, g, vf_sub(LD(x + e, n), K(0)));                  \
+        ST(out1 + e, g, n);                                                         \
+    }
+BN_RUN(bwd_sums_relu_add, 1, 2, BODY_BWD_SUMS_RELU_ADD)
 
 /* Inference backward in one pass: dx = dy * k1 (k1 = scale * r); acc0 += dy;
  * acc1 += dy * (x - k0) */
@@ -539,4 +552,5 @@ const bn_run_table BN_GLUE3(bn_runs, BN_ISA, BN_DT) = {
     BN_BOTH(BN_FWD_APPLY_SIDE_RELU, fwd_apply_side_relu),
     BN_BOTH(BN_BWD_SUMS_RELU, bwd_sums_relu),
     BN_BOTH(BN_BWD_APPLY_RELU, bwd_apply_relu),
+    BN_BOTH(BN_BWD_SUMS_RELU_ADD, bwd_sums_relu_add),
 };

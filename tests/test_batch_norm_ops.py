@@ -25,6 +25,8 @@ from conftest import (
     run,
     x_shape,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import minigraph as mg
 from minigraph import ops
@@ -214,6 +216,40 @@ def test_exponential_avg_factor_extremes(backend, eaf):
     if eaf == 0.0:  # the running statistics come back unchanged
         assert_identical(out["batch_mean"], case[3])
         assert_identical(out["batch_variance"], case[4])
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(st.tuples(st.integers(1, 5), st.integers(1, 4), st.integers(1, 6),
+                                st.sampled_from([1.0, 0.5, 0.1, 0.01, 0.0, 1.5, np.nan])
+                                | st.floats(0.0009765625, 1.0, width=32),
+                                st.sampled_from([None, np.nan, np.inf, -np.inf, 3e38])),
+                      min_size=2, max_size=4))
+def test_running_statistics_round_as_float32_formulas(backend, cases):
+    """The blended running statistics, bit for bit TF's float32 formulas (each product and
+    sum rounded): mean * (1 - f) + batch_mean * f and var * (1 - f) +
+    (biased_var * (n / (n - 1))) * f, from the op's own batch statistics (reserve spaces),
+    for several batch sizes and factors in one process (the scalars are made once per
+    count and factor), with a non-finite or huge running statistic and a NaN factor."""
+    rng = np.random.default_rng(len(cases))
+    for n, c, hw, eaf, special in cases:
+        x, scale, offset, mean, variance = random_case(rng, (n, hw, 1, c), "NHWC", np.float32)
+        if special is not None:
+            mean[rng.integers(0, c)] = special
+            variance[rng.integers(0, c)] = special
+        out = forward(backend, x, scale, offset, mean, variance, exponential_avg_factor=eaf)
+        count = n * hw
+        f = F32(eaf)
+        bessel = F32(count) / F32(max(count - 1, 1))
+        with np.errstate(all="ignore"):
+            if f == 1:
+                want_mean, want_var = out["reserve_space_1"], out["reserve_space_2"] * bessel
+            else:
+                keep = F32(1) - f
+                want_mean = mean * keep + out["reserve_space_1"] * f
+                want_var = variance * keep + out["reserve_space_2"] * bessel * f
+        assert_identical(out["batch_mean"], want_mean, what=f"running mean {n, hw, c, eaf}")
+        assert_identical(out["batch_variance"], want_var, what=f"running var {n, hw, c, eaf}")
 
 
 @pytest.mark.parametrize("length", [0, 1, 7])

@@ -137,6 +137,64 @@ def test_fused_batch_norm_ex_checks_values_at_run_time():
                 {x: np.zeros((1, 2, 2, 3), F32), side: np.zeros((1, 2, 2, 1), F32)}, [ex.y])
 
 
+
+@pytest.mark.skipif(not NATIVE_AVAILABLE, reason="compares the native ISAs")
+@settings(max_examples=30, deadline=None)
+@given(_bn_case(), st.sampled_from(["dy", "addend", "x"]))
+def test_fused_add_batch_norm_grad_matches_the_chain(case, special_in):
+    """_FusedAddBatchNormGradEx gives AddN -> ReluGrad -> FusedBatchNormGradV3's bits on
+    every backend and ISA, row and plane blocks, with and without the side gradient, Relu
+    or Identity, training or inference, and with an infinite, NaN or huge element in a
+    gradient or in x (the C kernel then hands the call back: AddN, then the unfused
+    kernel)."""
+    layout, shape, c, seed, with_side, relu_on, _factor, training, special = case
+    rng = np.random.default_rng(seed)
+    x, dy, addend = (rng.standard_normal(shape).astype(F32) for _ in range(3))
+    if special is not None:
+        chosen = {"dy": dy, "addend": addend, "x": x}[special_in]
+        chosen.flat[rng.integers(0, chosen.size)] = special
+    scale, offset = rng.standard_normal(c).astype(F32), rng.standard_normal(c).astype(F32)
+    mean, variance = rng.standard_normal(c).astype(F32), rng.uniform(0.5, 2, c).astype(F32)
+    root = mg.Scope.NewRootScope()
+    X, DY, A = (ops.Placeholder(root, mg.float32) for _ in range(3))
+    attrs = {"data_format": layout, "is_training": training}
+    mode = "Relu" if relu_on else "Identity"
+    ex = fused_ops.FusedBatchNormEx(root, X, scale, offset, mean, variance, [],
+                                    activation_mode=mode, **attrs)
+    total = ops.AddN(root, [DY, A])
+    g = ops.ReluGrad(root, total, ex.y) if relu_on else total
+    grad = ops.FusedBatchNormGradV3(root, g, X, scale, ex.reserve_space_1,
+                                    ex.reserve_space_2, ex.reserve_space_3, **attrs)
+    fused = fused_ops.FusedAddBatchNormGradEx(
+        root, DY, X, scale, ex.reserve_space_1, ex.reserve_space_2, ex.reserve_space_3,
+        offset, ex.y, A, num_side_inputs=int(with_side), activation_mode=mode, **attrs)
+    unfused = [*grad[:3]] + ([g] if with_side else [])
+    together = [*fused[:3]] + ([fused[5]] if with_side else [])
+    feeds = {X: x, DY: dy, A: addend}
+    try:
+        for isa in _isas():
+            native.set_isa(isa)
+            for backend in BACKENDS:
+                values = mg.ClientSession(root, backend=backend,
+                                          optimizer=REMAPPER_OFF).Run(feeds, unfused + together)
+                _assert_same_bits(values[:len(unfused)], values[len(unfused):])
+    finally:
+        native.set_isa(native.best_isa())
+
+
+def test_fused_add_batch_norm_grad_checks_the_addend():
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, mg.float32, shape=[2, 3, 3, 4])
+    ex = fused_ops.FusedBatchNormEx(root, x, np.ones(4, F32), np.zeros(4, F32),
+                                    np.zeros(0, F32), np.zeros(0, F32), [],
+                                    activation_mode="Relu")
+    with pytest.raises(mg.errors.InvalidArgumentError, match="y_backprop_addend"):
+        fused_ops.FusedAddBatchNormGradEx(
+            root, x, x, np.ones(4, F32), ex.reserve_space_1, ex.reserve_space_2,
+            ex.reserve_space_3, np.zeros(4, F32), ex.y, np.ones((2, 3, 3, 5), F32),
+            activation_mode="Relu")
+
+
 # ----------------------------------------------------------------------------- the rewrites
 
 
@@ -151,7 +209,10 @@ def _block_graph(fetch_bn_y=False, fetch_sum=False, control_on_bn=False, side=Tr
     bn = ops.FusedBatchNormV3(root, conv, scale, offset, np.zeros(0, F32), np.zeros(0, F32))
     total = ops.AddV2(root, bn.y, x) if side else bn.y
     relu = ops.Relu(root, total)
-    loss = ops.Sum(root, ops.Mul(root, relu, relu), [0, 1, 2, 3])
+    # a loss linear in relu: one gradient term reaches it (a sum of two would fuse into
+    # _FusedAddBatchNormGradEx: test_gradient_sums_fuse_unless_read_elsewhere)
+    weights = rng.standard_normal((2, 5, 5, 4)).astype(F32)
+    loss = ops.Sum(root, ops.Mul(root, relu, weights), [0, 1, 2, 3])
     fetches = [loss, *mg.AddSymbolicGradients(root, [loss], [x, scale, offset])]
     if fetch_bn_y:
         fetches.append(bn.y)
@@ -163,7 +224,7 @@ def _block_graph(fetch_bn_y=False, fetch_sum=False, control_on_bn=False, side=Tr
 
 
 TRAINING_FUSIONS = ("_FusedBatchNormEx", "_FusedBatchNormGradEx", "_FusedReluMaxPool",
-                    "_FusedMaxPoolGradReluGrad")
+                    "_FusedMaxPoolGradReluGrad", "_FusedAddBatchNormGradEx")
 
 
 def _fused_types(root, fetches) -> list[str]:
@@ -183,6 +244,44 @@ def test_fused_ops_form_where_nothing_else_reads_the_intermediates(side):
     ran = {stats.op_type: stats.backend for stats in metadata.step_stats}
     assert ran["_FusedBatchNormEx"] == ran["_FusedBatchNormGradEx"] == backend
     assert "FusedBatchNormV3" not in ran and "ReluGrad" not in ran
+
+
+def _residual_pair(fetch_sum=False):
+    """Two conv -> BN -> Relu blocks, the first one's output read by the second and by
+    the loss (its gradient: an AddN of the two); the fetches, with the first block's
+    gradient sum where ``fetch_sum``."""
+    rng = np.random.default_rng(3)
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, mg.float32, shape=[2, 5, 5, 4])
+    outputs = [x]
+    for _ in range(2):
+        conv = ops.Conv2D(root, outputs[-1], rng.standard_normal((3, 3, 4, 4)).astype(F32),
+                          [1, 1, 1, 1], "SAME")
+        bn = ops.FusedBatchNormV3(root, conv, rng.uniform(0.5, 1.5, 4).astype(F32),
+                                  np.zeros(4, F32), np.zeros(0, F32), np.zeros(0, F32))
+        outputs.append(ops.Relu(root, bn.y))
+    first, second = outputs[1:]
+    loss = ops.AddN(root, [ops.Sum(root, ops.Mul(root, t, rng.standard_normal(
+        (2, 5, 5, 4)).astype(F32)), [0, 1, 2, 3]) for t in (first, second)])
+    fetches = [loss, *mg.AddSymbolicGradients(root, [loss], [x])]
+    if fetch_sum:  # the gradient reaching the first block's output, fetched by name
+        summed = [op for op in root.graph().operations() if op.type == "AddN"
+                  and "gradients" in op.name]
+        fetches.append(summed[-1].outputs[0])
+    return root, x, fetches
+
+
+@pytest.mark.parametrize("fetch_sum", [False, True])
+def test_gradient_sums_fuse_unless_read_elsewhere(fetch_sum):
+    root, x, fetches = _residual_pair(fetch_sum)
+    types = [op.type for op in mg.optimize(root, fetches).operations()]
+    assert types.count("_FusedAddBatchNormGradEx") == (0 if fetch_sum else 1)
+    feeds = {x: np.random.default_rng(1).standard_normal((2, 5, 5, 4)).astype(F32)}
+    for backend in BACKENDS:
+        fused = mg.ClientSession(root, backend=backend).Run(feeds, fetches)
+        plain = mg.ClientSession(root, backend=backend, optimizer=REMAPPER_OFF).Run(feeds,
+                                                                                    fetches)
+        _assert_same_bits(fused, plain)
 
 
 @pytest.mark.parametrize("gate", ["fetch_bn_y", "fetch_sum", "control_on_bn"])
@@ -297,6 +396,7 @@ def test_random_training_graphs_give_the_same_bits_fused_and_unfused(drawn):
              if op.type in TRAINING_FUSIONS]
     event(f"batch-norm fusions formed: {sum(t.startswith('_FusedBatchNorm') for t in types)}")
     event(f"pool fusions formed: {sum('Pool' in t for t in types)}")
+    event(f"gradient sums fused: {types.count('_FusedAddBatchNormGradEx')}")
     feeds = {graph.x: graph.rng.standard_normal(graph.shape).astype(F32)}
     for backend in BACKENDS:
         fused = mg.ClientSession(graph.root, backend=backend).Run(feeds, fetches)

@@ -12,7 +12,7 @@ elsewhere. Inputs were already validated by the session.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,16 @@ def fused_batch_norm(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
     return batch_norm_forward(op, inputs, ctx, training, inference)
 
 
+@lru_cache(maxsize=256)
+def _blend_scalars(ct: type, count: int, factor: float) -> tuple:
+    """(Bessel's n / max(n - 1, 1), the averaging factor f, 1 - f) as ``ct`` scalars, for
+    the running statistics ``mean * (1 - f) + batch_mean * f`` and ``variance * (1 - f) +
+    (biased_variance * bessel) * f`` (made once per shape and factor: numpy scalar
+    arithmetic costs a microsecond an operation at every training step)."""
+    f = ct(factor)
+    return ct(count) / ct(max(count - 1, 1)), f, ct(1) - f
+
+
 def batch_norm_forward(op: Operation, inputs: list[np.ndarray], ctx: KernelContext,
                        training: Callable, inference: Callable) -> list[np.ndarray]:
     """:func:`fused_batch_norm`'s outputs, y computed by ``training(x, scale, offset,
@@ -90,12 +100,10 @@ def batch_norm_forward(op: Operation, inputs: list[np.ndarray], ctx: KernelConte
         outputs = [xp.empty(x.shape, x.dtype), nan, nan.copy(), zeros, zeros.copy()]
     elif attrs["is_training"]:
         y, batch_mean, biased_variance = training(x, scale, offset, epsilon, last)
-        bessel = ct(count) / ct(max(count - 1, 1))
-        factor = ct(attrs["exponential_avg_factor"])
+        bessel, factor, keep = _blend_scalars(ct, count, attrs["exponential_avg_factor"])
         if factor == 1:
             running_mean, running_variance = batch_mean.copy(), biased_variance * bessel
         else:
-            keep = ct(1) - factor
             running_mean = mean * keep + batch_mean * factor
             running_variance = variance * keep + biased_variance * bessel * factor
         outputs = [y, running_mean, running_variance, batch_mean, biased_variance]

@@ -31,7 +31,7 @@ import numpy as np
 from minigraph.backends import native, pooling_kernels, training_kernels
 from minigraph.backends.activation_kernels import c_relu, c_relu_grad, relu, relu_grad
 from minigraph.backends.batch_norm_kernels import batch_norm_forward, fused_batch_norm_grad
-from minigraph.backends.math_kernels import c_broadcast
+from minigraph.backends.math_kernels import add_n, c_add_n, c_broadcast
 from minigraph.backends.registry import KernelContext, find_kernel, register_kernel
 from minigraph.framework import dtypes
 from minigraph.framework.graph import Operation
@@ -62,6 +62,11 @@ def _relu(y: np.ndarray, on_native: bool) -> np.ndarray:
 def _relu_grad(g: np.ndarray, features: np.ndarray, on_native: bool) -> np.ndarray:
     """ReluGrad's kernel on this backend."""
     return c_relu_grad(g, features) if on_native else relu_grad(None, [g, features], None)[0]
+
+
+def _add_n(a: np.ndarray, b: np.ndarray, on_native: bool) -> np.ndarray:
+    """AddN's kernel of (a, b) on this backend."""
+    return c_add_n([a, b]) if on_native else add_n(None, [a, b], None)[0]
 
 
 def _on_native(ctx: KernelContext, x: np.ndarray) -> bool:
@@ -146,13 +151,53 @@ def fused_batch_norm_grad_ex_native(op: Operation, inputs: list[np.ndarray],
     if not (attrs["is_training"] and attrs["activation_mode"] == "Relu" and x.size):
         return _grad_ex_chain(op, inputs, ctx, True)
     f32 = native.as_f32
-    dx, scale_backprop, offset_backprop, side = native.bn_backward_training_ex(
+    return _grad_ex_outputs(*native.bn_backward_training_ex(
         f32(dy), f32(x), f32(scale), f32(mean), f32(variance), f32(y), attrs["epsilon"],
         channels_last(attrs["data_format"]), side_backprop=bool(attrs["num_side_inputs"]),
-        out=out)
+        out=out))
+
+
+def _grad_ex_outputs(dx: np.ndarray, scale_backprop: np.ndarray,
+                     offset_backprop: np.ndarray, side: np.ndarray | None) -> list[np.ndarray]:
+    """The gradient ops' outputs: the C results, two empty reserves, the side gradient."""
     empty = np.zeros(0, np.float32)
     outputs = [dx, scale_backprop, offset_backprop, empty, empty.copy()]
     return outputs + ([side] if side is not None else [])
+
+
+# --------------------------------------------------------------- _FusedAddBatchNormGradEx
+
+
+@register_kernel("_FusedAddBatchNormGradEx")
+def fused_add_batch_norm_grad_ex(op: Operation, inputs: list[np.ndarray], ctx: KernelContext
+                                 ) -> list[np.ndarray]:
+    """AddN(y_backprop, y_backprop_addend)'s kernel, then _FusedBatchNormGradEx's."""
+    on_native = _on_native(ctx, inputs[1])
+    total = _add_n(inputs[0], inputs[8], on_native)
+    return _grad_ex_chain(op, [total, *inputs[1:8]], ctx, on_native)
+
+
+@register_kernel("_FusedAddBatchNormGradEx", **NATIVE, out=True)
+def fused_add_batch_norm_grad_ex_native(op: Operation, inputs: list[np.ndarray],
+                                        ctx: KernelContext, out: np.ndarray | None = None
+                                        ) -> list[np.ndarray]:
+    """Training with Relu: one C call whose sums pass reads both gradients, adds them as
+    AddN does and stores the masked sum for the apply pass (``mg_bn_backward_training_ex_add``:
+    AddN's pass over memory saved; x_backprop in ``out`` where it fits). Otherwise, or where a
+    channel needs the exceptional recomputation (C then writes nothing: ``None`` below), the
+    native AddN and then _FusedBatchNormGradEx's kernel."""
+    attrs = op.attrs
+    dy, x, scale, mean, variance, _reserve_3, _offset, y, addend = inputs
+    if attrs["is_training"] and attrs["activation_mode"] == "Relu" and x.size:
+        f32 = native.as_f32
+        result = native.bn_backward_training_ex(
+            f32(dy), f32(x), f32(scale), f32(mean), f32(variance), f32(y), attrs["epsilon"],
+            channels_last(attrs["data_format"]), side_backprop=bool(attrs["num_side_inputs"]),
+            out=out, addend=f32(addend))
+        if result is not None:
+            return _grad_ex_outputs(*result)
+    total = _add_n(dy, addend, True)
+    return fused_batch_norm_grad_ex_native(op, [total, *inputs[1:8]], ctx, out=out)
 
 
 # ----------------------------------------------------------------------------- update lists

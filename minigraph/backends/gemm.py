@@ -13,6 +13,7 @@ product.
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -133,7 +134,7 @@ def c_gemm(a, b: PackedB, trans_a: bool = False, epilogue: Epilogue | None = Non
         if (out.dtype != F32 or not out.flags.c_contiguous or not out.flags.aligned
                 or not out.flags.writeable):
             raise ValueError("native GEMM: out must be a writable C-contiguous float32 array")
-    if int(np.prod(shape)) != m * b.n or (shape and shape[-1] != b.n) or not shape:
+    if math.prod(shape) != m * b.n or (shape and shape[-1] != b.n) or not shape:
         raise ValueError(f"native GEMM: output shape {shape} does not hold {m}x{b.n}")
     c = np.empty(shape, F32) if out is None else out
     c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(c.shape)

@@ -112,7 +112,8 @@ def cast_float64(op, inputs, ctx):
 
 def _axes(x: np.ndarray, axes: np.ndarray) -> tuple[int, ...]:
     """The reduction axes in [0, rank) (the shape function checked their range)."""
-    return tuple(a % x.ndim for a in np.atleast_1d(axes).tolist())
+    listed = np.asarray(axes).tolist()  # (np.atleast_1d's Python layer, at every step)
+    return tuple(a % x.ndim for a in (listed if type(listed) is list else [listed]))
 
 
 @register_kernel("Sum")
@@ -322,12 +323,37 @@ def fill(op, inputs, ctx):
     return [np.full(dims.tolist(), value, value.dtype)]
 
 
+def broadcast_view(x: np.ndarray, shape: tuple[int, ...] | list[int]) -> np.ndarray:
+    """``np.broadcast_to(x, shape)``: the same read-only view of ``x`` (stride 0 along the
+    broadcast axes, ``x`` its base), built directly for a non-empty C-contiguous ndarray:
+    np.broadcast_to's Python layer (an nditer) costs 3-4x as much at every step that
+    broadcasts a gradient. Anything else (and shapes that do not broadcast, for its error)
+    goes to np.broadcast_to."""
+    shape = tuple(shape)
+    lead = len(shape) - getattr(x, "ndim", 0)
+    if type(x) is np.ndarray and x.size and x.flags.c_contiguous and lead >= 0:
+        strides = [0] * lead
+        for size, dim, stride in zip(shape[lead:], x.shape, x.strides):
+            if dim == 1 and size >= 0:  # (numpy's stride for every size-1 dim of x)
+                strides.append(0)
+            elif dim == size:
+                strides.append(stride)
+            else:
+                break
+        else:
+            if min(shape, default=0) >= 0:
+                view = np.ndarray(shape, x.dtype, x, 0, tuple(strides))
+                view.flags.writeable = False
+                return view
+    return np.broadcast_to(x, shape)
+
+
 @register_kernel("BroadcastTo")
 def broadcast_to(op, inputs, ctx):
     """A read-only broadcast view: no copy (gradients of Sum/Mean broadcast a cotangent over
     the whole input, and the consumer reads it once)."""
     x, shape = inputs
-    return [np.broadcast_to(x, shape.tolist())]
+    return [broadcast_view(x, shape.tolist())]
 
 
 @register_kernel("BroadcastTo", backend="native", dtypes=(dtypes.float32,))
@@ -414,6 +440,10 @@ def _unbroadcast(array: np.ndarray) -> np.ndarray:
                        for stride in array.strides)]
 
 
+# the broadcast shape of two shapes, made once per pair (np.broadcast_shapes' Python layer)
+_broadcast_shape = functools.lru_cache(maxsize=1024)(np.broadcast_shapes)
+
+
 def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None
                 ) -> np.ndarray | None:
     """``x OP y`` with numpy broadcasting, OP the op ``c_name`` of kernels_c/broadcast's
@@ -425,7 +455,7 @@ def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray, out: np.ndarray | Non
     if plain_f32(x) and plain_f32(y):  # the usual case: z's shape is the plan's (cached)
         z_shape = None
     else:
-        z_shape = np.broadcast_shapes(x.shape, y.shape)
+        z_shape = _broadcast_shape(x.shape, y.shape)
         x, y = _unbroadcast(x), _unbroadcast(y)
         if not (plain_f32(x) and plain_f32(y)):
             return None
@@ -438,7 +468,7 @@ def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray, out: np.ndarray | Non
                             fbuf(x), fbuf(y), fbuf(z), num_threads())
     if code:
         check_code(code, c_name)
-    return z if z_shape is None or computed == z_shape else np.broadcast_to(z, z_shape)
+    return z if z_shape is None or computed == z_shape else broadcast_view(z, z_shape)
 
 
 def register_native_binary(op_type: str, c_name: str) -> None:

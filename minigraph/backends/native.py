@@ -301,22 +301,36 @@ def bn_forward_inference_ex(x, scale, offset, mean, variance, epsilon, channels_
 
 
 def bn_backward_training_ex(dy, x, scale, mean, variance, y, epsilon, channels_last, *,
-                            side_backprop=False, out=None):
+                            side_backprop=False, out=None, addend=None):
     """(dx, scale_backprop, offset_backprop, side_backprop or None): bn_backward_training of
     g = y > 0 ? dy : dy * 0 (ReluGrad's mask from the forward's output y), g itself as the
-    side input's gradient when asked (_FusedBatchNormGradEx)."""
+    side input's gradient when asked (_FusedBatchNormGradEx). With ``addend`` (float32 x
+    only), of dy + addend (AddN's sum: _FusedAddBatchNormGradEx), or None where a channel
+    needs the exceptional recomputation (``MG_BN_UNFUSED``: the caller adds and calls again
+    without it)."""
     code, outer, channels, inner = _geometry(x, channels_last)
     _same_as_x(x, dy, y)
     _vectors(channels, scale, mean, variance)
-    dx = _bn_out(out, x, dy, y)
+    if addend is not None:
+        _same_as_x(x, addend)
+        if x.dtype != F32:
+            raise TypeError(f"native batch norm: an addend needs float32, got {x.dtype}")
+    dx = _bn_out(out, x, dy, y, addend)
     side = np.empty(x.shape, x.dtype) if side_backprop else None
     scale_backprop = np.empty(channels, F32)
     offset_backprop = np.empty(channels, F32)
-    check_code(lib.mg_bn_backward_training_ex(
-        code, outer, channels, inner, _buf(dy), _buf(x), fbuf(scale), fbuf(mean),
-        fbuf(variance), _buf(y), float(epsilon), _buf(dx),
-        ffi.NULL if side is None else _buf(side), fbuf(scale_backprop), fbuf(offset_backprop),
-        num_threads()))
+    args = (_buf(x), fbuf(scale), fbuf(mean), fbuf(variance), _buf(y), float(epsilon),
+            _buf(dx), ffi.NULL if side is None else _buf(side), fbuf(scale_backprop),
+            fbuf(offset_backprop), num_threads())
+    if addend is None:
+        check_code(lib.mg_bn_backward_training_ex(code, outer, channels, inner, _buf(dy),
+                                                  *args))
+    else:
+        rc = lib.mg_bn_backward_training_ex_add(code, outer, channels, inner, _buf(dy),
+                                                _buf(addend), *args)
+        if rc == lib.MG_BN_UNFUSED:
+            return None
+        check_code(rc)
     return dx, scale_backprop, offset_backprop, side
 
 
@@ -429,6 +443,10 @@ def as_f32(array) -> np.ndarray:
     or misaligned data (a buffer offset by a byte), which C must never see."""
     if plain_f32(array):  # the usual case, without np.require's cost
         return array
+    if type(array) is np.ndarray and array.ndim:  # a broadcast or strided view: a C copy
+        copy = np.ascontiguousarray(array, F32)
+        if plain_f32(copy):
+            return copy
     return np.require(array, F32, ("C", "A", "E"))
 
 
@@ -459,7 +477,16 @@ def padded_bytes(nbytes: int) -> tuple[np.ndarray, int]:
     time, in its output stores). The buffer itself owns its memory: arrays made on it with
     ``np.ndarray(shape, dtype, buffer, offset)`` keep it as their base (reference counts)."""
     raw = np.empty(nbytes + CACHE_LINE, np.uint8)
-    return raw, -raw.ctypes.data % CACHE_LINE
+    return raw, -_address(raw) % CACHE_LINE
+
+
+def _address(array: np.ndarray) -> int:
+    """The address of ``array``'s data: through cffi where the extension is built
+    (``array.ctypes.data`` builds a ctypes object, 3x the cost at every kernel call that
+    makes a line-aligned buffer), else numpy's."""
+    if ffi is None:
+        return array.ctypes.data
+    return int(ffi.cast("uintptr_t", ffi.from_buffer(array)))
 
 
 def line_aligned_bytes(nbytes: int) -> np.ndarray:

@@ -10,6 +10,10 @@ that runs it, in one kernel call (one trip through memory instead of one per op)
   output); ``side_input_backprop`` is the masked gradient, which is what the side input's
   ``AddV2`` passes back. ``offset`` is read by TF's GPU kernel only; here it is unread.
 
+* ``_FusedAddBatchNormGradEx`` (minigraph's own): ``AddN(y_backprop, y_backprop_addend) ->
+  _FusedBatchNormGradEx``: a residual network's gradient at a block's output (the sum of
+  what its readers pass back) masked and back through the batch norm without AddN's pass
+  over memory; ``_FusedBatchNormGradEx``'s inputs, then the addend.
 * ``_FusedReluMaxPool`` (minigraph's own): ``Relu -> MaxPool``; outputs the pool and the
   Relu's output (which the backward reads).
 * ``_FusedMaxPoolGradReluGrad`` (minigraph's own): ``MaxPoolGrad -> ReluGrad`` where the
@@ -168,8 +172,35 @@ FUSED_BATCH_NORM_GRAD_EX = register_op(OpDef(
     validate=_validate_grad_ex,
 ))
 
+
+
+def _add_grad_ex_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """_FusedBatchNormGradEx's shapes, the addend of x's shape."""
+    shapes = _fused_batch_norm_grad_ex_shape(ctx)
+    addend = ctx.op_def.input_index("y_backprop_addend", ctx.attrs)
+    dx = _same_shapes(ctx, shapes[0], addend, 1, "y_backprop_addend")
+    return [dx, *shapes[1:5]] + [dx] * ctx.attrs["num_side_inputs"]
+
+
+def _validate_add_grad_ex(ctx: RunContext, values: list[np.ndarray]) -> None:
+    _validate_grad_ex(ctx, values[:8])
+    _check_like_x(ctx, "y_backprop_addend", values[8:], values[1])
+
+
+FUSED_ADD_BATCH_NORM_GRAD_EX = register_op(OpDef(
+    name="_FusedAddBatchNormGradEx",
+    inputs=[*FUSED_BATCH_NORM_GRAD_EX.inputs,
+            ArgDef("y_backprop_addend", type_attr="T",
+                   doc="Added to y_backprop first (AddN's sum, in that order).")],
+    outputs=list(FUSED_BATCH_NORM_GRAD_EX.outputs),
+    attrs=list(FUSED_BATCH_NORM_GRAD_EX.attrs),
+    shape_fn=_add_grad_ex_shape,
+    validate=_validate_add_grad_ex,
+))
+
 FusedBatchNormEx = make_wrapper(FUSED_BATCH_NORM_EX)
 FusedBatchNormGradEx = make_wrapper(FUSED_BATCH_NORM_GRAD_EX)
+FusedAddBatchNormGradEx = make_wrapper(FUSED_ADD_BATCH_NORM_GRAD_EX)
 
 
 # ----------------------------------------------------------------------------- update lists

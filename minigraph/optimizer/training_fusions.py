@@ -9,6 +9,8 @@ TensorFlow forms on GPU and oneDNN only).
   ``x``, ``scale`` and reserve spaces are that op's becomes one ``_FusedBatchNormGradEx``
   named as the gradient; other readers of the masked gradient (the side input's gradient)
   read its ``side_input_backprop``.
+* ``AddN(a, b) -> _FusedBatchNormGradEx`` (the sum read by the gradient alone) becomes one
+  ``_FusedAddBatchNormGradEx`` named as the gradient.
 
 Gates, as grappler's: every node of a pattern is float32 (the native kernels' type; other
 types would mix backends), on one device, not preserved (fetched, fed, a target), and no
@@ -180,6 +182,33 @@ def fuse_batch_norm_relu_grad(item: GraphItem) -> GraphItem:
         _replace(item, [relu_grad, grad], fused)
         if sides:
             item.forward(masked, tensor_name(fused.name, 5))
+        edges = Edges(item)
+    return item
+
+
+@register_fusion("add_batch_norm_grad", order=22)
+def fuse_add_batch_norm_grad(item: GraphItem) -> GraphItem:
+    """``AddN(a, b) -> _FusedBatchNormGradEx`` (training, Relu) -> ``_FusedAddBatchNormGradEx``
+    named as the gradient, where the float32 sum of two is read by the gradient alone: a
+    residual block's output gradient, the sum of its readers' (the next block's branch and
+    shortcut), goes into the batch norm's backward without a pass of its own."""
+    edges = Edges(item)
+    for grad in item:
+        if not (grad.op == "_FusedBatchNormGradEx" and item.nodes.get(grad.name) is grad
+                and grad.attrs["is_training"] and grad.attrs["activation_mode"] == "Relu"
+                and _float32(grad) and not item.is_fed(grad.name)):
+            continue
+        dy_text = tensor_name(*parse_input(grad.data_inputs[0]))
+        add = item.nodes.get(parse_input(dy_text)[0])
+        if not (add is not None and add.op == "AddN" and parse_input(dy_text)[1] == 0
+                and add.attrs.get("N") == 2 and _float32(add) and edges.free(add)
+                and add.device == grad.device and edges.only_reader(dy_text) is grad):
+            continue
+        first, second = add.data_inputs
+        fused = Node(grad.name, "_FusedAddBatchNormGradEx",
+                     [first, *grad.data_inputs[1:], second] + _controls(add, grad),
+                     dict(grad.attrs), grad.device)
+        _replace(item, [add, grad], fused)
         edges = Edges(item)
     return item
 
