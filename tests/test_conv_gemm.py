@@ -282,7 +282,8 @@ def test_fused_conv_chain_is_bit_identical_to_the_unfused_ops(case, relu6):
                                               (8, 20, 128, 256, 2), (4, 9, 8, 32, 1),
                                               (8, 14, 256, 256, 2), (8, 14, 512, 512, 2),
                                               (1, 20, 128, 128, 2), (8, 28, 128, 128, 1),
-                                              (2, 8, 512, 512, 1), (1, 7, 600, 520, 1)])
+                                              (2, 8, 512, 512, 1), (1, 7, 600, 520, 1),
+                                              (2, 8, 128, 128, 1)])
 def test_forward_route_follows_the_rule(n, h, c, co, stride):
     """Every route is taken by the shapes the rule sends to it."""
     from minigraph.backends import convolution_kernels as ck

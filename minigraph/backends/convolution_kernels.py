@@ -460,13 +460,16 @@ CONV_ROUTE_RULE = (256, 32, 128)
 STRIDED_ROUTE_RULE = (128, 32, 512)
 # Stride-1 windows wider than 1x1 over zero padding: the direct kernel runs only the taps
 # inside the input (a 3x3 SAME window over 8 x 8 pixels reads 16 % padding, over 14 x 14 9 %)
-# where the GEMM multiplies the padding's zeros too, and leads up to 256 channels. Measured
-# (one thread, CPU time, shared AMD Zen 4, 3x3 SAME, GFLOP/s of the nominal work, direct vs
-# GEMM, as (batch, h = w, c = co)): (32, 8, 128) 126 vs 101, (2, 8, 64) 104 vs 82, (1, 8, 32)
-# 69 vs 44, (32, 4, 256) 137 vs 98, (1, 14, 256) 104 vs 81, (8, 14, 256) 111 vs 105, (4, 28,
-# 128) 112 vs 99, (8, 16, 128) 113 vs 104; the GEMM from 512: (1, 7, 512) 58 vs 62, (8, 7,
-# 512) 90 vs 93.
-PADDED_ROUTE_RULE = (256, 512, 512)
+# where the GEMM multiplies the padding's zeros too. On one thread it led up to 256 channels
+# at every size ((1, 14, 256) 104 vs 81 GFLOP/s). On two threads (quiet, wall, AMD Zen 4,
+# 3x3 SAME, ms GEMM / direct, as (batch, h = w, c = co); route_grid over batch 1-32, 4-28
+# pixels, 64-512 channels) the direct kernel leads at 64 channels everywhere ((2, 4, 64)
+# 1.16, (32, 4, 64) 1.76, (8, 28, 64) 1.19) and from 128 channels over more than 256
+# output pixels ((2, 16, 128) 1.26, (32, 8, 256) 1.18; (8, 8, 256) 0.87 and (2, 16, 256)
+# 0.89 the exceptions); over at most 256 pixels the GEMM splits better from 128 channels
+# ((2, 4, 256) 0.60, (8, 4, 256) 0.76, (1, 8, 256) 0.85; (2, 8, 128) 1.04 about even), and
+# from 512 channels everywhere ((2, 16, 512) 0.78, (32, 4, 512) 0.97).
+PADDED_ROUTE_RULE = (256, 128, 512)
 
 
 def route_rule(strides: tuple, window_hw: tuple, padded: bool = False
