@@ -71,6 +71,23 @@ def each_thread_count(native, call):
     return results[0]
 
 
+def assert_gemm_route_bits(x, f, pads, out, k, strides=(1, 1)):
+    """On AVX-512 (where this CPU runs it), the direct kernel's NHWC forward gives the
+    implicit GEMM route's bits (the same chains, taps in the same order)."""
+    from minigraph.backends import convolution_kernels as ck
+    from minigraph.backends import native
+    from minigraph.ops.window import Window
+    isa = native.isa()
+    try:
+        if native.set_isa("avx512") != "avx512":
+            return
+        window = Window(k, strides, (1, 1), pads, out)
+        assert (ck.c_conv2d(x, f, pads, out, True, strides=strides).tobytes()
+                == ck.c_conv_gemm(x, f, window).tobytes())
+    finally:
+        native.set_isa(isa)
+
+
 @settings(max_examples=30, deadline=None)
 @given(case=small_image_cases())
 def test_forward_within_gamma_and_bit_identical_for_any_thread_count(case):
@@ -118,9 +135,7 @@ def test_forward_is_the_gemm_route_bit_for_bit_and_fuses_its_epilogue(case, acti
     """AVX-512: the implicit GEMM sums each output in the same chain; the epilogue (bias,
     batch norm, residual, activation) in the tiles is the separate pass, bit for bit."""
     from minigraph.backends import convolution_kernels as ck
-    from minigraph.backends import native
     from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
-    from minigraph.ops.window import Window
     pads, out = geometry(case, case["strides"])
     assume(min(out) > 0)
     rng = np.random.default_rng(case["seed"])
@@ -134,15 +149,7 @@ def test_forward_is_the_gemm_route_bit_for_bit_and_fuses_its_epilogue(case, acti
     fused = ck.c_conv2d(x, f, pads, out, True, epilogue, case["strides"])
     c_channel_epilogue(y, epilogue)
     assert fused.tobytes() == y.tobytes()
-    isa = native.isa()
-    try:
-        if native.set_isa("avx512") != "avx512":
-            return
-        window = Window(case["k"], case["strides"], (1, 1), pads, out)
-        assert (ck.c_conv2d(x, f, pads, out, True, strides=case["strides"]).tobytes()
-                == ck.c_conv_gemm(x, f, window).tobytes())
-    finally:
-        native.set_isa(isa)
+    assert_gemm_route_bits(x, f, pads, out, case["k"], case["strides"])
 
 
 @settings(max_examples=30, deadline=None)

@@ -25,7 +25,13 @@ from conftest import NATIVE_AVAILABLE
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_conv_direct_narrow import each_isa
-from test_conv_direct_small import each_thread_count, geometry, layout, nhwc
+from test_conv_direct_small import (
+    assert_gemm_route_bits,
+    each_thread_count,
+    geometry,
+    layout,
+    nhwc,
+)
 from test_conv_gemm import assert_within_gamma, exact_conv
 
 pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="native kernels are not built")
@@ -47,7 +53,6 @@ def tile_run_cases(draw):
 def test_forward_tiles_of_any_width_within_gamma_and_bit_identical(case):
     from minigraph.backends import convolution_kernels as ck
     from minigraph.backends import native
-    from minigraph.ops.window import Window
     pads, out = geometry(case, (1, 1))
     assume(min(out) > 0)
     rng = np.random.default_rng(case["seed"])
@@ -61,15 +66,7 @@ def test_forward_tiles_of_any_width_within_gamma_and_bit_identical(case):
         assert_within_gamma(nhwc(y, last), exact, mags,
                             case["k"][0] * case["k"][1] * case["c"])
     each_isa(check)
-    isa = native.isa()
-    try:
-        if native.set_isa("avx512") != "avx512":
-            return
-        window = Window(case["k"], (1, 1), (1, 1), pads, out)
-        assert (ck.c_conv2d(x, f, pads, out, True).tobytes()
-                == ck.c_conv_gemm(x, f, window).tobytes())
-    finally:
-        native.set_isa(isa)
+    assert_gemm_route_bits(x, f, pads, out, case["k"])
 
 
 @settings(max_examples=40, deadline=None)
