@@ -48,6 +48,20 @@ def _assert_same_bits(first: list, second: list) -> None:
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(_bits(a), _bits(b))
 
+def _same_bits_on_every_isa_and_backend(root, feeds, unfused, fused, optimizer=None):
+    """The fetches ``fused`` give the bits of ``unfused`` in one Run, on every instruction
+    set this CPU runs and every backend."""
+    try:
+        for isa in _isas():
+            native.set_isa(isa)
+            for backend in BACKENDS:
+                values = mg.ClientSession(root, backend=backend, optimizer=optimizer).Run(
+                    feeds, unfused + fused)
+                _assert_same_bits(values[:len(unfused)], values[len(unfused):])
+    finally:
+        native.set_isa(native.best_isa())
+
+
 
 # ----------------------------------------------------------------------------- the ops alone
 
@@ -99,16 +113,7 @@ def test_fused_batch_norm_ops_match_the_chain(case):
         data_format=layout, is_training=training)
     unfused = [y, *bn[1:5], *grad[:3]] + ([g] if with_side else [])
     fused = [ex.y, *ex[1:5], *grad_ex[:3]] + ([grad_ex[5]] if with_side else [])
-    feeds = {X: x, S: side, DY: dy}
-    try:
-        for isa in _isas():
-            native.set_isa(isa)
-            for backend in BACKENDS:
-                session = mg.ClientSession(root, backend=backend)
-                values = session.Run(feeds, unfused + fused)
-                _assert_same_bits(values[:len(unfused)], values[len(unfused):])
-    finally:
-        native.set_isa(native.best_isa())
+    _same_bits_on_every_isa_and_backend(root, {X: x, S: side, DY: dy}, unfused, fused)
 
 
 def test_fused_batch_norm_ex_rejects_bad_side_input():
@@ -170,16 +175,8 @@ def test_fused_add_batch_norm_grad_matches_the_chain(case, special_in):
         offset, ex.y, A, num_side_inputs=int(with_side), activation_mode=mode, **attrs)
     unfused = [*grad[:3]] + ([g] if with_side else [])
     together = [*fused[:3]] + ([fused[5]] if with_side else [])
-    feeds = {X: x, DY: dy, A: addend}
-    try:
-        for isa in _isas():
-            native.set_isa(isa)
-            for backend in BACKENDS:
-                values = mg.ClientSession(root, backend=backend,
-                                          optimizer=REMAPPER_OFF).Run(feeds, unfused + together)
-                _assert_same_bits(values[:len(unfused)], values[len(unfused):])
-    finally:
-        native.set_isa(native.best_isa())
+    _same_bits_on_every_isa_and_backend(root, {X: x, DY: dy, A: addend}, unfused, together,
+                                         REMAPPER_OFF)
 
 
 def test_fused_add_batch_norm_grad_checks_the_addend():
