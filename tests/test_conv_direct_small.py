@@ -71,6 +71,17 @@ def each_thread_count(native, call):
     return results[0]
 
 
+def exact_input_gradient(dy, f, pads, hw, out):
+    """The float64 input gradient of a stride-1 correlation (and each output's sum of
+    |terms|): the correlation of dy, padded by (k - 1 - top, ...) to the input's size
+    ``hw``, with the filter flipped in H and W and its channels swapped."""
+    k = f.shape[:2]
+    flipped = np.ascontiguousarray(f[::-1, ::-1].transpose(0, 1, 3, 2))
+    before = [kk - 1 - top for kk, (top, _) in zip(k, pads)]
+    dpads = tuple((b, size + kk - 1 - o - b) for b, size, kk, o in zip(before, hw, k, out))
+    return exact_conv(dy, flipped, (1, 1), (1, 1), dpads, 1)
+
+
 def assert_gemm_route_bits(x, f, pads, out, k, strides=(1, 1)):
     """On AVX-512 (where this CPU runs it), the direct kernel's NHWC forward gives the
     implicit GEMM route's bits (the same chains, taps in the same order)."""
@@ -121,11 +132,7 @@ def test_input_gradient_within_gamma_and_bit_identical_for_any_thread_count(case
     hw = (case["h"], case["w"])
     dx = each_thread_count(native, lambda: ck.c_conv2d_backprop_input(layout(dy, last), f, hw,
                                                                       pads, last))
-    flipped = np.ascontiguousarray(f[::-1, ::-1].transpose(0, 1, 3, 2))
-    before = [k - 1 - top for k, (top, _) in zip(case["k"], pads)]
-    dpads = tuple((b, size + k - 1 - o - b)
-                  for b, size, k, o in zip(before, hw, case["k"], out))
-    exact, mags = exact_conv(dy, flipped, (1, 1), (1, 1), dpads, 1)
+    exact, mags = exact_input_gradient(dy, f, pads, hw, out)
     assert_within_gamma(nhwc(dx, last), exact, mags, case["k"][0] * case["k"][1] * case["co"])
 
 
