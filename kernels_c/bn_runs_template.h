@@ -130,12 +130,14 @@
 /* Memory order (runs that stream a block from memory, a->chunks == 0): rows of `period`
  * positions; a row whose length is not a multiple of VLEN ends with one masked vector.
  * Sums go to the position arrays (an L1-resident load, add and store per vector): the
- * hardware prefetchers see one forward stream per tensor. */
+ * hardware prefetchers see one forward stream per tensor. Unrolled 4 vectors deep: a
+ * float16 inference forward from cache ran 1.3-1.5x faster at 256-512 channels (2 threads,
+ * interleaved in one process), float32 from memory the same. */
 #define BN_FOR_ROW_VECTORS(len, period, ...)                                        \
     for (int64_t row_ = 0; row_ < (len); row_ += (period)) {                        \
         const int64_t rowlen_ = (len) - row_ < (period) ? (len) - row_ : (period);  \
         int64_t j = 0;                                                              \
-        for (; j + VLEN <= rowlen_; j += VLEN) {                                    \
+        _Pragma("GCC unroll 4") for (; j + VLEN <= rowlen_; j += VLEN) {            \
             const int64_t e = row_ + j;                                             \
             const int n = VLEN;                                                     \
             __VA_ARGS__                                                             \
