@@ -10,6 +10,7 @@ kernel streaming those bytes could show in this run. Then the target summary and
 second-order comparison (forward + first + second order gradients).
 
     python benchmarks/bn_kernels.py            # everything (several minutes)
+    python benchmarks/bn_kernels.py --rounds 3 # the same, each cell the median of 3 sweeps
     python benchmarks/bn_kernels.py --quick    # float32, two shapes
     python benchmarks/bn_kernels.py --dtypes float32 --shapes 128x14x14x256 \
         --formats NHWC --ops fwd-train,bwd-train --no-second-order   # a few cells
@@ -18,6 +19,7 @@ second-order comparison (forward + first + second order gradients).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -70,7 +72,6 @@ class Case:
         self.mean = rng.normal(size=self.channels).astype(np.float32) * 0.1
         self.variance = rng.uniform(0.5, 1.5, self.channels).astype(np.float32)
         self.last = data_format.endswith("C")
-        self.bytes = self.x.nbytes
 
 
 def kernel_call(math, case: Case, op: str):
@@ -185,42 +186,61 @@ def load_peers(skip: set[str]):
     return peers
 
 
+def cell_functions(case: Case, op: str, peers, with_reference: bool) -> dict:
+    """The callables timed against each other in one cell: minigraph's kernel and Run, the
+    reference backend where asked, and every peer that accepts the combination."""
+    functions = {"kernel": kernel_call(native, case, op),
+                 "session": session_call(case, op, "native")}
+    if with_reference:
+        functions["reference"] = kernel_call(reference, case, op)
+    for name, module in peers.items():
+        try:
+            functions[name] = (torch_call if name == "torch" else tf_call)(module, case, op)
+        except Exception:  # noqa: BLE001  the peer refuses this combination
+            pass
+    return functions
+
+
 def benchmark_table(dtype, shapes, peers, warm_gbs, repeats, with_reference, formats=None,
-                    op_names=OPS):
-    rows, results = [], {}
-    for shape in shapes:
-        for data_format in formats_for(shape):
-            if formats and data_format not in formats:
-                continue
+                    op_names=OPS, rounds=1):
+    """Every cell timed in ``rounds`` sweeps over the whole table (minutes apart, so that a
+    slow drift of the shared host's memory bandwidth hits a cell in one round, not all):
+    a cell's times are the medians over rounds of each round's interleaved medians, and its
+    ratio the median of the per-round ratios (each from one interleaved run), with their
+    range beside it."""
+    cells = [(shape, data_format, op) for shape in shapes for data_format in formats_for(shape)
+             if not formats or data_format in formats for op in op_names]
+    per_round: dict = {cell: [] for cell in cells}
+    for r in range(rounds):
+        for shape, data_format, op in cells:
             case = Case(shape, data_format, dtype)
-            for op in op_names:
-                functions = {"kernel": kernel_call(native, case, op),
-                             "session": session_call(case, op, "native")}
-                if with_reference:
-                    functions["reference"] = kernel_call(reference, case, op)
-                for name, module in peers.items():
-                    try:
-                        functions[name] = (torch_call if name == "torch" else tf_call)(
-                            module, case, op)
-                    except Exception:  # noqa: BLE001  the peer refuses this combination
-                        pass
-                times = time_interleaved(functions, repeats)
-                peer_times = {k: v for k, v in times.items() if k in peers}
-                best_peer = min(peer_times, key=peer_times.get) if peer_times else None
-                ratio = peer_times[best_peer] / times["kernel"] if best_peer else float("nan")
-                gbs = TWO_PASS_BYTES[op] * case.bytes / times["kernel"] / 1e9
-                ceiling_time = TWO_PASS_BYTES[op] * case.bytes / (warm_gbs * 1e9)
-                ceiling = peer_times[best_peer] / ceiling_time if best_peer else float("nan")
-                results[(shape, data_format, op)] = {**times, "ratio": ratio, "gbs": gbs,
-                                                     "best_peer": best_peer,
-                                                     "ceiling": ceiling}
-                ms = {k: f"{v * 1e3:.3f}" for k, v in times.items()}
-                rows.append(["x".join(map(str, shape)), data_format, op, ms["kernel"],
-                             ms["session"], ms.get("reference", "-"), ms.get("torch", "n/a"),
-                             ms.get("tf", "n/a"), f"{gbs:.1f}", f"{100 * gbs / warm_gbs:.0f}%",
-                             f"{ratio:.2f}x ({best_peer})" if best_peer else "-",
-                             f"{ceiling:.2f}x"])
-                print(f"  {rows[-1]}", file=sys.stderr, flush=True)
+            times = time_interleaved(cell_functions(case, op, peers, with_reference), repeats)
+            per_round[(shape, data_format, op)].append(times)
+            peer_times = {k: v for k, v in times.items() if k in peers}
+            best = min(peer_times.values()) / times["kernel"] if peer_times else float("nan")
+            print(f"  round {r + 1}/{rounds} {'x'.join(map(str, shape))} {data_format} {op}: "
+                  f"kernel {times['kernel'] * 1e3:.3f} ms, best peer / mg {best:.2f}x",
+                  file=sys.stderr, flush=True)
+    rows, results = [], {}
+    for (shape, data_format, op), samples in per_round.items():
+        case_bytes = math.prod(shape) * dtype.np_dtype.itemsize
+        times = {name: statistics.median(t[name] for t in samples) for name in samples[0]}
+        peer_times = {k: v for k, v in times.items() if k in peers}
+        best_peer = min(peer_times, key=peer_times.get) if peer_times else None
+        ratios = [t[best_peer] / t["kernel"] for t in samples] if best_peer else [float("nan")]
+        ratio = statistics.median(ratios)
+        gbs = TWO_PASS_BYTES[op] * case_bytes / times["kernel"] / 1e9
+        ceiling_time = TWO_PASS_BYTES[op] * case_bytes / (warm_gbs * 1e9)
+        ceiling = peer_times[best_peer] / ceiling_time if best_peer else float("nan")
+        results[(shape, data_format, op)] = {**times, "ratio": ratio, "gbs": gbs,
+                                             "best_peer": best_peer, "ceiling": ceiling}
+        ms = {k: f"{v * 1e3:.3f}" for k, v in times.items()}
+        spread = f" [{min(ratios):.2f}-{max(ratios):.2f}]" if len(ratios) > 1 else ""
+        rows.append(["x".join(map(str, shape)), data_format, op, ms["kernel"],
+                     ms["session"], ms.get("reference", "-"), ms.get("torch", "n/a"),
+                     ms.get("tf", "n/a"), f"{gbs:.1f}", f"{100 * gbs / warm_gbs:.0f}%",
+                     f"{ratio:.2f}x{spread} ({best_peer})" if best_peer else "-",
+                     f"{ceiling:.2f}x"])
     header = ["shape (N..C)", "format", "op", "mg kernel ms", "mg Run ms", "reference ms",
               "torch ms", "tf ms", "GB/s (2-pass)", "% warm STREAM", "best peer / mg",
               "2-pass ceiling"]
@@ -331,6 +351,8 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="sweeps over the whole table; cells report the median round")
     parser.add_argument("--dtypes", default="float32,bfloat16,float16")
     parser.add_argument("--skip", default="", help="comma list of peers to skip: torch,tf")
     parser.add_argument("--no-reference", action="store_true")
@@ -367,7 +389,8 @@ def main(argv=None) -> int:
         dtype = mg.as_dtype(name)
         table, results = benchmark_table(dtype, shapes, peers, warm, args.repeats,
                                          with_reference=not args.no_reference and name ==
-                                         "float32", formats=formats, op_names=op_names)
+                                         "float32", formats=formats, op_names=op_names,
+                                         rounds=args.rounds)
         print(f"## {name}\n\n{table}\n", flush=True)
         summaries += summary(dtype, results, warm)
     print("## Targets\n\n(two-pass ceiling: the same measure for a kernel that streams the "
