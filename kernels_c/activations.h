@@ -18,6 +18,13 @@
  *   Softplus:   log(1 + e^x)                                       <= 3 ulp
  * with TensorFlow's values at +-inf (0/1, -1/1, -1, -scale * alpha, 0/inf) and NaN staying
  * NaN; results that are subnormal stay subnormal (TensorFlow flushes them to zero).
+ * The error function (Erf, Erfc: exact GELU's), through the C library in double precision:
+ *   Erf:        erf(x)  = 2/sqrt(pi) * integral_0^x e^(-t^2) dt      correctly rounded
+ *   Erfc:       erfc(x) = 1 - erf(x), without the cancellation      correctly rounded
+ * each element widened to double, glibc's erf/erfc (within an ulp of double) and rounded
+ * once to float32: CPython's math.erf/erfc are the same functions, so the results are their
+ * values rounded (TensorFlow's float32 polynomials are up to 6 ulps (Erf) and 65 ulps (Erfc)
+ * off, and flush Erfc's subnormal results to zero).
  * Each is one line of activations_internal.h (its scalar formula); activations_template.h
  * makes the per-ISA loops of it and activations.c the entry point (threads, checks). Every
  * ISA computes the same bits (no FMA contraction), whatever the thread count.
@@ -44,6 +51,8 @@ int mg_selu(int64_t count, const float *x, float *y, int num_threads);
 int mg_softplus(int64_t count, const float *x, float *y, int num_threads);
 int mg_softsign(int64_t count, const float *x, float *y, int num_threads);
 int mg_leaky_relu(int64_t count, const float *x, float *y, float alpha, int num_threads);
+int mg_erf(int64_t count, const float *x, float *y, int num_threads);
+int mg_erfc(int64_t count, const float *x, float *y, int num_threads);
 
 int mg_relu_grad(int64_t count, const float *g, const float *features, float *dx,
                  int num_threads);

@@ -63,7 +63,7 @@ SOURCES = [name for sources, _ in FAMILIES.values() for name in sources]
 HEADERS = [name for _, headers in FAMILIES.values() for name in headers]
 CDEF_HEADERS = [headers[0] for _, headers in FAMILIES.values()]  # the public ones
 COMPILE_ARGS = ["-O3", "-g0", "-pthread", "-fno-math-errno", "-std=gnu11"]
-LINK_ARGS = ["-pthread"]  # the worker pool (mg_runtime.c) is pthreads
+LINK_ARGS = ["-pthread", "-lm"]  # the worker pool (mg_runtime.c) is pthreads; erf, erfc
 # The sanitized variant (``--sanitized DIR``, tests/test_fuzz_sanitized.py, ``make fuzz-asan``):
 # the same sources and module name under AddressSanitizer + UBSan, built into DIR, never into
 # minigraph/. Python is not instrumented, so the process that loads it needs libasan first in

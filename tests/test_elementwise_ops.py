@@ -309,6 +309,26 @@ def test_error_function_is_float64_accurate():
     assert erf(np.array(0.25)).shape == ()
 
 
+@pytest.mark.skipif("native" not in BACKENDS, reason="the native backend did not build")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_native_error_function_is_the_float64_one_rounded(threads, monkeypatch):
+    """The native float32 Erf/Erfc (the C library's double erf/erfc, rounded once) give the
+    numpy kernels' bits (NaN stays NaN): every 4099th float32 bit pattern (both signs,
+    subnormals, +-inf, NaN), the seams of the numpy evaluation and signed zeros, in a
+    tensor large enough for the worker pool."""
+    monkeypatch.setenv("MINIGRAPH_NUM_THREADS", str(threads))
+    patterns = np.arange(0, 2 ** 32, 4099, dtype=np.uint64).astype(np.uint32)
+    x = np.concatenate([patterns.view(F32), np.array([0.0, -0.0, 0.5, -0.5, 26.0, 27.3, 9.2,
+                                                      -9.2, np.inf, -np.inf, np.nan], F32)])
+    root = mg.Scope.NewRootScope()
+    fetches = [ops.Erf(root, x), ops.Erfc(root, x)]
+    for ours, theirs in zip(run(root, fetches, "native"), run(root, fetches, "reference")):
+        assert ours.dtype == F32
+        nan = np.isnan(theirs)
+        np.testing.assert_array_equal(np.isnan(ours), nan)  # NaN stays NaN (any payload)
+        np.testing.assert_array_equal(ours[~nan].view(np.uint32), theirs[~nan].view(np.uint32))
+
+
 # ----------------------------------------------------------------------------- TensorFlow
 
 
