@@ -12,13 +12,16 @@
  *                least 128 floats (C = 3: 48 rows = 144 positions = 9 AVX-512 vectors), so
  *                SIMD runs across channels, with per-position coefficient arrays.
  *   plane blocks (channels-first, planes of >= 32 elements): a block is consecutive whole
- *                planes of one sample (or a chunk of one long plane), also one contiguous
- *                stretch; SIMD runs along each plane with the channel's coefficients and
- *                sums in registers.
+ *                planes of one sample, a contiguous stretch, or the same stretch of several
+ *                consecutive samples when planes are short (records of at least
+ *                BN_RECORD_MIN_ELEMS elements per channel), or a chunk of one long plane;
+ *                SIMD runs along each plane with the channel's coefficients and sums in
+ *                registers.
  *
  * Blocks hold ~128 KB of each tensor (row blocks at least 256 rows, up to 512 KB: a block's
  * bookkeeping grows with C, and wide rows would otherwise pay it every 64 rows, measured
- * 10-15% of a 7x7x512 training call), so a block's statistics are computed with two
+ * 10-15% of a 7x7x512 training call; plane blocks of short planes up to 512 KB as well, for
+ * the same reason: see make_plan), so a block's statistics are computed with two
  * sub-passes (sums, then centered sums) while the block sits in L2: training ops stream the
  * tensors twice (statistics, then outputs), inference ops once (the inference backward's
  * outputs and sums in one pass). Row runs that read a block from memory walk it in memory
@@ -56,8 +59,10 @@ enum {
     BN_ROW_MIN_PERIOD = 128,        /* rows are replicated to at least this many positions,   */
     BN_ROW_MAX_PERIOD = 4096,       /* but only while that stays below this many             */
     BN_PLANE_MIN_INNER = 32,        /* shorter channels-first planes use row blocks...        */
+    BN_RECORD_MIN_ELEMS = 1024,     /* plane blocks span samples up to this many per channel  */
     BN_ROW_MAX_LEN = 1 << 16,       /* ...unless a row (C * inner) is longer than this        */
     BN_PARALLEL_MIN_ELEMS = 1 << 15, /* smaller tensors run on the calling thread (overhead)  */
+    BN_MIN_PARALLEL_BLOCKS = 8,     /* ...larger ones keep this many blocks where they can    */
     BN_PARALLEL_MIN_RECORDS = 1 << 14 /* block records x channels merged on the pool         */
 };
 
@@ -133,6 +138,7 @@ typedef struct {
     int64_t acc_len;         /* floats per accumulator array                                   */
     int64_t rows_per_block;                                                 /* row blocks   */
     int64_t channels_per_block, chunk, chunks_per_plane, blocks_per_sample; /* plane blocks */
+    int64_t samples_per_block;                                               /* plane blocks */
 } bn_plan;
 
 typedef struct {
@@ -141,6 +147,8 @@ typedef struct {
     int64_t c0, nc;       /* the block's channels [c0, c0 + nc); plane blocks: segment s is
                              channel c0 + s, segments are `inner` elements apart               */
     int64_t count;        /* elements per channel in the block                                  */
+    int64_t nsamples;     /* plane blocks: the stretch repeats for this many consecutive samples,
+                             row_len elements apart (row blocks: 1)                              */
 } bn_block;
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -190,13 +198,30 @@ static void make_plan(bn_plan *p, int64_t outer, int64_t channels, int64_t inner
             p->chunk = ceil_div(inner, p->chunks_per_plane);
             p->chunks_per_plane = ceil_div(inner, p->chunk);
             p->channels_per_block = 1;
-        } else { /* consecutive whole planes of one sample per block */
+        } else { /* consecutive whole planes of one or more samples per block */
             p->chunks_per_plane = 1;
             p->chunk = inner;
             p->channels_per_block = min64(channels, block_elems / inner);
+            /* whole samples of short planes: a block record (written, read back and merged
+             * per channel: combine_moments) costs about as much as summing a 7x7 plane, so
+             * a block spans consecutive samples, up to BN_RECORD_MIN_ELEMS elements per
+             * channel and 4 blocks' worth of bytes (still in L2 for the second sub-pass):
+             * 256x512x7x7 float16 had 131072 records of 49 elements, 17% of its training
+             * forward. (Splitting the channels too, for longer records, walks stretches of
+             * a few KB from memory: 0.7-0.9x.) Calls that run on the pool keep at least
+             * BN_MIN_PARALLEL_BLOCKS blocks (two blocks of 8x32x16x16 on 2 threads: 0.9x). */
+            if (p->channels_per_block == channels) {
+                int64_t samples = min64(ceil_div(BN_RECORD_MIN_ELEMS, inner),
+                                        4 * block_elems / p->row_len);
+                if (outer * p->row_len >= BN_PARALLEL_MIN_ELEMS)
+                    samples = min64(samples, outer / BN_MIN_PARALLEL_BLOCKS);
+                p->samples_per_block = max64(1, min64(outer, samples));
+            }
         }
+        if (!p->samples_per_block)
+            p->samples_per_block = 1;
         p->blocks_per_sample = ceil_div(channels, p->channels_per_block) * p->chunks_per_plane;
-        p->nblocks = outer * p->blocks_per_sample;
+        p->nblocks = ceil_div(outer, p->samples_per_block) * p->blocks_per_sample;
         p->block_channels = p->channels_per_block;
         p->acc_len = p->channels_per_block;
         p->period = p->padded = vlen;
@@ -212,14 +237,17 @@ static void plan_block(const bn_plan *p, int64_t b, bn_block *blk)
         blk->c0 = 0;
         blk->nc = p->channels;
         blk->count = (r1 - r0) * p->inner;
+        blk->nsamples = 1;
     } else {
-        const int64_t n = b / p->blocks_per_sample, r = b % p->blocks_per_sample;
+        const int64_t n = b / p->blocks_per_sample * p->samples_per_block,
+                      r = b % p->blocks_per_sample;
         const int64_t i0 = (r % p->chunks_per_plane) * p->chunk;
         blk->c0 = (r / p->chunks_per_plane) * p->channels_per_block;
         blk->nc = min64(p->channels_per_block, p->channels - blk->c0);
         blk->len = min64(p->chunk, p->inner - i0);
         blk->start = (n * p->channels + blk->c0) * p->inner + i0;
-        blk->count = blk->len;
+        blk->nsamples = min64(p->samples_per_block, p->outer - n);
+        blk->count = blk->len * blk->nsamples;
     }
 }
 
@@ -432,14 +460,15 @@ static void run_blocks(bn_call *k, bn_block_fn fn)
     mg_pool_run(k->nthreads, k->plan.nblocks, run_block_item, &job);
 }
 
-/* Run args for the block: tensors at its start, its length / segments, accumulators zeroed
- * (row runs add to them; plane runs overwrite them). chunks: row runs walk the block in
- * chunks with sums in registers, for a block already in cache (bn_runs_template.h); else in
- * memory order from the aligned head (row_head) on. */
-static void block_args(const bn_call *k, const bn_block *blk, const bn_scratch *s, int nacc,
-                       int chunks, bn_run_args *a)
+/* Run args for sample j of the block (j < blk->nsamples): tensors at the start of its
+ * stretch, its length / segments, accumulators zeroed (row runs add to them; plane runs
+ * overwrite them). chunks: row runs walk the block in chunks with sums in registers, for a
+ * block already in cache (bn_runs_template.h); else in memory order from the aligned head
+ * (row_head) on. */
+static void block_args(const bn_call *k, const bn_block *blk, int64_t j, const bn_scratch *s,
+                       int nacc, int chunks, bn_run_args *a)
 {
-    const size_t off = (size_t)blk->start * k->elsize;
+    const size_t off = (size_t)(blk->start + j * k->plan.row_len) * k->elsize;
     memset(a, 0, sizeof *a);
     a->x = k->x ? k->x + off : NULL;
     a->dy = k->dy ? k->dy + off : NULL;
@@ -463,9 +492,10 @@ static void block_args(const bn_call *k, const bn_block *blk, const bn_scratch *
 /* out[i][c] = sum of accumulator i over the block's channel c (c local to the block), row
  * blocks in the order of the positions counted from the row start whatever the run's head
  * (its position arrays count from the head: see bn_runs_template.h), so that the sums do not
- * depend on where the buffers happen to be. */
-static void fold(const bn_call *k, const bn_block *blk, const bn_run_args *run, double *out,
-                 int nacc)
+ * depend on where the buffers happen to be. Plane blocks of several samples fold the run of
+ * each sample j in turn: j > 0 adds to out (in double, in sample order). */
+static void fold(const bn_call *k, const bn_block *blk, int64_t j, const bn_run_args *run,
+                 double *out, int nacc)
 {
     const bn_plan *p = &k->plan;
     const int64_t nc = blk->nc;
@@ -478,9 +508,12 @@ static void fold(const bn_call *k, const bn_block *blk, const bn_run_args *run, 
                 o[c] = 0.0;
             for (int64_t pos = 0; pos < used; ++pos)
                 o[k->chan[pos]] += a[pos >= head ? pos - head : pos - head + p->period];
-        } else { /* one sum per segment */
+        } else if (j == 0) { /* one sum per segment */
             for (int64_t c = 0; c < nc; ++c)
                 o[c] = a[c];
+        } else {
+            for (int64_t c = 0; c < nc; ++c)
+                o[c] += a[c];
         }
     }
 }
@@ -516,24 +549,31 @@ static void stats_block(bn_call *k, int64_t b, int tid)
     const double inv_count = 1.0 / (double)blk.count; /* multiplied: divisions are slow */
     bn_run_args a;
 
-    block_args(k, &blk, &s, nvars, 0, &a);
-    k->runs[nvars == 1 ? BN_SUM_X : BN_GG_SUM](&a);
-    fold(k, &blk, &a, s.fold, nvars);
+    for (int64_t j = 0; j < blk.nsamples; ++j) {
+        block_args(k, &blk, j, &s, nvars, 0, &a);
+        k->runs[nvars == 1 ? BN_SUM_X : BN_GG_SUM](&a);
+        fold(k, &blk, j, &a, s.fold, nvars);
+    }
 
-    block_args(k, &blk, &s, nvars + np, 1, &a);
+    const float *means[3];
     for (int v = 0; v < nvars; ++v) {
         float *m = s.means + v * nc;
         for (size_t c = 0; c < nc; ++c)
             m[c] = (float)(s.fold[v * nc + c] * inv_count);
         if (k->plan.rows) {
             expand(k, m, s.pos[v], 0);
-            a.k[v] = s.pos[v];
+            means[v] = s.pos[v];
         } else {
-            a.k[v] = m;
+            means[v] = m;
         }
     }
-    k->runs[nvars == 1 ? BN_DEV_X : BN_GG_DEV](&a);
-    fold(k, &blk, &a, s.fold, nvars + np);
+    for (int64_t j = 0; j < blk.nsamples; ++j) {
+        block_args(k, &blk, j, &s, nvars + np, 1, &a);
+        for (int v = 0; v < nvars; ++v)
+            a.k[v] = means[v];
+        k->runs[nvars == 1 ? BN_DEV_X : BN_GG_DEV](&a);
+        fold(k, &blk, j, &a, s.fold, nvars + np);
+    }
 
     double *rec = record(k, b);
     const double *dev = s.fold, *prod = s.fold + nvars * nc;
@@ -672,14 +712,16 @@ static void pass_block(bn_call *k, int64_t b, int tid)
     plan_block(&k->plan, b, &blk);
     const bn_scratch s = thread_scratch(k, tid);
     bn_run_args a;
-    block_args(k, &blk, &s, k->nacc, 0, &a);
-    a.stream = block_stream(k, &a);
-    for (int i = 0; i < k->ncoef; ++i)
-        a.k[i] = k->plan.rows ? k->row_coef + (size_t)i * (size_t)k->plan.padded
-                              : chan_coef(k, i) + blk.c0;
-    k->runs[k->run](&a);
-    if (k->nacc)
-        fold(k, &blk, &a, record(k, b), k->nacc);
+    for (int64_t j = 0; j < blk.nsamples; ++j) {
+        block_args(k, &blk, j, &s, k->nacc, 0, &a);
+        a.stream = block_stream(k, &a);
+        for (int i = 0; i < k->ncoef; ++i)
+            a.k[i] = k->plan.rows ? k->row_coef + (size_t)i * (size_t)k->plan.padded
+                                  : chan_coef(k, i) + blk.c0;
+        k->runs[k->run](&a);
+        if (k->nacc)
+            fold(k, &blk, j, &a, record(k, b), k->nacc);
+    }
 }
 
 /* Whether an element pass stores non-temporally: when the tensors the call touches (read
