@@ -366,6 +366,73 @@
         }                                                                           \
     }
 
+/* Plane runs that sum over adjacent whole planes shorter than BN_UNROLL vectors
+ * (seg_stride == len, VLEN <= len < BN_UNROLL * VLEN, no streaming stores): one walk over
+ * the nseg * len contiguous elements on the vector grid of the run's start, as
+ * BN_PLANE_WALK, with each plane's sums in one register per accumulator. The vector that
+ * holds a boundary (its first m_ lanes in plane s_) is evaluated once with mixed
+ * coefficients; its first lanes are added to plane s_'s sums, which then go to pend_, and
+ * its other lanes start plane s_ + 1's (BN_SWALK_B_ACC: 0 + v, as a sum from +0 would).
+ * The grid, and so which lane each element is summed in, depends only on the shape, never
+ * on alignment. A 49-element plane takes 3 or 4 vectors where the plane run takes 4 (one
+ * masked), without the per-segment set-up. */
+#define BN_SWALK_ACC(i, v) (ra_[i] = vf_add(ra_[i], vf_keep(v, n)))
+#define BN_SWALK_ACCF(i, u, v) (ra_[i] = vf_fma(vf_keep(u, n), vf_keep(v, n), ra_[i]))
+#define BN_SWALK_B_ACC(i, v)                                                        \
+    (ra_[i] = vf_split(vf_add(ra_[i], (v)), ra_[i], m_),                            \
+     nx_[i] = vf_split(vf_zero(), vf_add(vf_zero(), (v)), m_))
+#define BN_SWALK_B_ACCF(i, u, v)                                                    \
+    (ra_[i] = vf_split(vf_fma((u), (v), ra_[i]), ra_[i], m_),                       \
+     nx_[i] = vf_split(vf_zero(), vf_fma((u), (v), vf_zero()), m_))
+#define BN_PLANE_SUM_WALK(a, nk, nacc, BODY)                                        \
+    {                                                                               \
+        BN_RUN_TENSORS(a, 0);                                                       \
+        vf pend_[(nacc) + 1][BN_HSUM_BATCH];                                        \
+        vf ra_[(nacc) + 1], nx_[(nacc) + 1], cur_[(nk) + 1], next_[(nk) + 1], mix_[(nk) + 1]; \
+        (void)cur_, (void)next_, (void)mix_, (void)nx_;                             \
+        const int64_t len_ = (a)->len, nseg_ = (a)->nseg;                           \
+        for (int i = 0; i <= (nk); ++i) /* (slot nk unused: quiets -Wmaybe-uninitialized) */ \
+            cur_[i] = next_[i] = i < (nk) ? vf_set1((a)->k[i][0]) : vf_zero();      \
+        for (int i = 0; i < (nacc); ++i)                                            \
+            ra_[i] = vf_zero();                                                     \
+        int64_t e = 0;                                                              \
+        for (int64_t s_ = 0; s_ < nseg_; ++s_) {                                    \
+            const int64_t end_ = (s_ + 1) * len_;                                   \
+            for (; e + VLEN <= end_; e += VLEN) {                                   \
+                const int n = VLEN;                                                 \
+                BODY(BN_WALK_CUR_K, BN_SWALK_ACC, BN_SWALK_ACCF)                    \
+            }                                                                       \
+            const int m_ = (int)(end_ - e); /* lanes of plane s_ in the vector at e */ \
+            const int last_ = s_ + 1 == nseg_;                                      \
+            if (m_ && last_) { /* the run's masked tail */                          \
+                const int n = m_;                                                   \
+                BODY(BN_WALK_CUR_K, BN_SWALK_ACC, BN_SWALK_ACCF)                    \
+            }                                                                       \
+            if (!last_)                                                             \
+                for (int i = 0; i < (nk); ++i)                                      \
+                    next_[i] = vf_set1((a)->k[i][s_ + 1]);                          \
+            if (m_ && !last_) { /* a whole vector across the boundary */            \
+                for (int i = 0; i < (nk); ++i)                                      \
+                    mix_[i] = vf_split(cur_[i], next_[i], m_);                      \
+                const int n = VLEN;                                                 \
+                BODY(BN_WALK_MIX_K, BN_SWALK_B_ACC, BN_SWALK_B_ACCF)                \
+                e += VLEN;                                                          \
+            }                                                                       \
+            for (int i = 0; i < (nacc); ++i) {                                      \
+                pend_[i][s_ % BN_HSUM_BATCH] = ra_[i];                              \
+                ra_[i] = m_ && !last_ ? nx_[i] : vf_zero();                         \
+            }                                                                       \
+            if (s_ % BN_HSUM_BATCH == BN_HSUM_BATCH - 1 || last_) {                 \
+                const int64_t first_ = s_ - s_ % BN_HSUM_BATCH;                     \
+                for (int i = 0; i < (nacc); ++i)                                    \
+                    vf_hsum_batch(pend_[i], (int)(s_ - first_ + 1), (a)->acc[i] + first_); \
+            }                                                                       \
+            if (!last_)                                                             \
+                for (int i = 0; i < (nk); ++i)                                      \
+                    cur_[i] = next_[i];                                             \
+        }                                                                           \
+    }
+
 /* Defines FN(row_<name>) and FN(plane_<name>) from BODY(K, ACC, ACCF), which uses nk
  * coefficients and nacc accumulators. */
 #define BN_RUN(name, nk, nacc, BODY)                                                \
@@ -378,6 +445,13 @@
         if ((nacc) == 0 && VLEN > 1 && a->nseg > 1 && a->seg_stride == a->len &&    \
             a->len >= VLEN) {                                                       \
             BN_DEFERRING(a, nacc, BN_STREAMING(a, BN_PLANE_WALK(a, nk, BODY)))      \
+        } else if ((nacc) > 0 && VLEN > 1 && !a->stream && a->nseg > 1 &&          \
+                   a->seg_stride == a->len && a->len >= VLEN &&                     \
+                   a->len < BN_UNROLL * VLEN) {                                     \
+            BN_DEFERRING(a, nacc, {                                                 \
+                enum { stream_ = 0 };                                               \
+                BN_PLANE_SUM_WALK(a, nk, nacc, BODY)                                \
+            })                                                                      \
         } else {                                                                    \
             BN_DEFERRING(a, nacc, BN_STREAMING(a, BN_PLANE_RUN(a, nk, nacc, BODY))) \
         }                                                                           \

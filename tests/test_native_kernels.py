@@ -567,16 +567,10 @@ def test_blocks_in_thread_shares_match_one_thread(n, c, elements, rows, rank5, c
     assert_close(single[1][0], expected, np.abs(expected).max(), f"fwd_infer {shape}")
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(n=st.integers(1, 3), c=st.integers(2, 40), plane=st.integers(32, 150),
-       dtype=st.sampled_from(DTYPES), isa=st.sampled_from(native.ISAS), data=st.data())
-def test_plane_channel_results_do_not_depend_on_the_other_channels(n, c, plane, dtype, isa,
-                                                                    data):
-    """Channels-first planes of >= 32 elements (plane runs) reduce each plane's vector sums
-    to one float; AVX-512 reduces the sums of 16 planes at once (vf_hsum_batch), fewer one by
-    one. Every per-channel output and every element of a channel depends only on that
-    channel's data: a channel among c others (in a batch of 16 or in the remainder) gives
-    the bits it gives alone, on every instruction set, for every function."""
+def assert_channels_isolated(n, c, plane, dtype, isa, picked_channels):
+    """Replacing every channel's inputs but the picked ones (by other values, infinities and
+    NaNs among them) leaves the picked channels' outputs bit for bit as they were, for every
+    function (channels-first (n, c, plane) on instruction set isa)."""
     previous = native.isa()
     if native.set_isa(isa) != isa:
         native.set_isa(previous)
@@ -584,16 +578,49 @@ def test_plane_channel_results_do_not_depend_on_the_other_channels(n, c, plane, 
     try:
         d = make_inputs((n, c, plane), False, dtype, seed=plane * 41 + c)
         whole = call_all(d, False)
-        for ch in sorted(set(data.draw(st.lists(st.integers(0, c - 1), min_size=1,
-                                                max_size=3)))):
-            alone = {k: (v[:, ch:ch + 1].copy() if v.ndim > 1 else v[ch:ch + 1].copy())
-                     for k, v in d.items() if k != "lay"}
-            single = call_all(alone, False)
+        others = make_inputs((n, c, plane), False, dtype, seed=plane * 41 + c + 1)
+        for name in ("x", "dy", "gx"):  # non-finite values next to the kept channel
+            flat = others[name].reshape(-1)
+            flat[::7] = np.inf
+            flat[3::11] = np.nan
+        for ch in picked_channels:
+            mixed = {k: v.copy() for k, v in others.items() if k != "lay"}
+            for k, v in mixed.items():
+                if v.ndim > 1:
+                    v[:, ch] = d[k][:, ch]
+                else:
+                    v[ch] = d[k][ch]
+            changed = call_all(mixed, False)
             picked = [tuple(a[:, ch:ch + 1] if a.ndim > 1 else a[ch:ch + 1] for a in outs)
                       for outs in whole]
-            assert_bitwise_equal(picked, single)
+            kept = [tuple(a[:, ch:ch + 1] if a.ndim > 1 else a[ch:ch + 1] for a in outs)
+                    for outs in changed]
+            assert_bitwise_equal(picked, kept)
     finally:
         native.set_isa(previous)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(n=st.integers(1, 3), c=st.integers(2, 40), plane=st.integers(32, 150),
+       dtype=st.sampled_from(DTYPES), isa=st.sampled_from(native.ISAS), data=st.data())
+def test_plane_channel_results_do_not_depend_on_the_other_channels(n, c, plane, dtype, isa,
+                                                                    data):
+    """Channels-first planes of >= 32 elements (plane runs) reduce each plane's vector sums
+    to one float; AVX-512 reduces the sums of 16 planes at once (vf_hsum_batch). Every
+    per-channel output and every element of a channel depends only on that channel's data,
+    on every instruction set, for every function."""
+    picked = sorted(set(data.draw(st.lists(st.integers(0, c - 1), min_size=1, max_size=3))))
+    assert_channels_isolated(n, c, plane, dtype, isa, picked)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n, c, plane", [(2, 5, 49), (3, 17, 33), (1, 40, 63), (5, 3, 36)])
+def test_short_plane_walk_keeps_each_plane_to_its_channel(n, c, plane, dtype):
+    """AVX-512 sums planes shorter than 4 vectors in one walk, whose boundary vectors hold
+    the end of one plane and the start of the next: no lane of a neighbour reaches a
+    channel's sums (neighbours with infinities and NaNs included), first, middle and last
+    channels alike."""
+    assert_channels_isolated(n, c, plane, dtype, "avx512", [0, c // 2, c - 1])
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(F32), BF16], ids=lambda d: d.name)
