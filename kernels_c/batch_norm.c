@@ -686,7 +686,8 @@ static double combined(const bn_call *k, int i, int64_t c)
  * the block as one stretch (bn_runs_template.h's BN_PLANE_WALK), plain stores only at its
  * ends; runs that only write align their stores with a head themselves (the outputs must
  * share their alignment), runs that also sum cannot (their vector partition fixes the sums'
- * order), so their segments must start aligned. */
+ * order), so their segments must start aligned; runs that sum over short planes walk them on
+ * the grid of the block's start (bn_plane_sums_walk) and never stream. */
 static int block_stream(const bn_call *k, const bn_run_args *a)
 {
     const size_t align = (size_t)k->vlen * k->elsize;
@@ -697,6 +698,8 @@ static int block_stream(const bn_call *k, const bn_run_args *a)
     if (k->plan.rows)
         return k->plan.period % k->vlen == 0 &&
                ((uintptr_t)a->out0 + (size_t)a->head * k->elsize) % align == 0;
+    if (bn_plane_sums_walk(a, k->vlen, k->nacc))
+        return 0;
     const int walk = k->nacc == 0 && k->vlen > 1 && a->len >= k->vlen;
     if (a->nseg > 1 && (size_t)k->plan.inner * k->elsize % align && !walk)
         return 0;

@@ -51,6 +51,17 @@ static inline int64_t bn_align_head(const void *p, size_t align, size_t elsize, 
     return head < len ? head : len;
 }
 
+/* Whether a plane run that sums walks its adjacent whole planes as one stretch
+ * (bn_runs_template.h's BN_PLANE_SUM_WALK: planes of at least one and fewer than 16 vectors
+ * of vlen floats). Its vectors lie on the grid of the run's start, not of an aligned head, so
+ * it stores plainly: the driver never sets such a run to stream (block_stream), and the
+ * choice depends on the shape alone, never on the buffers' alignment. */
+static inline int bn_plane_sums_walk(const bn_run_args *a, int vlen, int nacc)
+{
+    return nacc > 0 && vlen > 1 && a->nseg > 1 && a->seg_stride == a->len && a->len >= vlen &&
+           a->len < 16 * (int64_t)vlen;
+}
+
 /* Whether a run's outputs share a byte with its inputs (an in-place call): a run that may
  * be run twice (bn_runs_template.h's BN_DEFERRING) must not be. A run's tensors span its
  * segments: (nseg - 1) * seg_stride + len elements from their start (row runs: len). */

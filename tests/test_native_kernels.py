@@ -614,9 +614,10 @@ def test_plane_channel_results_do_not_depend_on_the_other_channels(n, c, plane, 
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("n, c, plane", [(2, 5, 49), (3, 17, 33), (1, 40, 63), (5, 3, 36)])
+@pytest.mark.parametrize("n, c, plane", [(2, 5, 49), (3, 17, 33), (1, 40, 63), (5, 3, 36),
+                                          (2, 4, 196), (1, 9, 255)])
 def test_short_plane_walk_keeps_each_plane_to_its_channel(n, c, plane, dtype):
-    """AVX-512 sums planes shorter than 4 vectors in one walk, whose boundary vectors hold
+    """AVX-512 sums planes shorter than 16 vectors in one walk, whose boundary vectors hold
     the end of one plane and the start of the next: no lane of a neighbour reaches a
     channel's sums (neighbours with infinities and NaNs included), first, middle and last
     channels alike."""
@@ -627,7 +628,7 @@ def test_short_plane_walk_keeps_each_plane_to_its_channel(n, c, plane, dtype):
 @pytest.mark.parametrize("shape, channels_last", [((1, 1, 1, 5), True), ((3, 2, 2, 17), True),
                                                   ((2, 5, 3, 3), False), ((4, 3, 3, 64), True),
                                                   ((2, 3, 2, 33), False), ((2, 3, 4, 16), False),
-                                                  ((2, 3, 3, 200), True)],
+                                                  ((2, 3, 3, 200), True), ((2, 3, 2, 24), False)],
                          ids=str)
 @pytest.mark.parametrize("stream", [0, 1], ids=["plain-stores", "non-temporal"])
 def test_output_alignment_does_not_matter(dtype, shape, channels_last, stream):
