@@ -1,12 +1,13 @@
 """Inference time of every ``tf_keras.applications`` family of the Keras zoo, TensorFlow 2.21
 against minigraph on the same frozen GraphDef, each framework in its own process.
 
-    python benchmarks/keras_zoo.py [--models resnet50 ...] [--batch 2] [--threads 2]
+    python benchmarks/keras_zoo.py [--models resnet50 ... | --all] [--batch 2] [--threads 2]
                                    [--repeats 11] [--large-batch 32 --large-models ...]
                                    [--size N]
 
 The graphs are the zoo's (``minigraph/testing/keras_zoo.py``: random weights, the stated
-small input, frozen by TensorFlow and cached on disk); ``--size N`` runs every model at
+small input, frozen by TensorFlow and cached on disk; one model per family, or with ``--all``
+the families' variants too: deeper, wider and narrower models); ``--size N`` runs every model at
 N x N input instead (``keras_zoo.application_at``: sizes nobody tuned for; a family whose
 smallest size is above N fails in Keras). For each model the harness starts one
 worker process per framework in the default environment (no BLAS or OpenMP variables set),
@@ -154,9 +155,11 @@ def measure(model: str, batch: int, threads: int, repeats: int, peak: float,
 def main() -> None:
     from minigraph.testing import keras_zoo
 
-    applications = [e.name for e in keras_zoo.entries("application", full=False)]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=applications)
+    parser.add_argument("--models", nargs="*",
+                        help="zoo application names (default: the CI set, one per family)")
+    parser.add_argument("--all", action="store_true",
+                        help="every application of the zoo, the families' variants included")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=11)
@@ -169,6 +172,8 @@ def main() -> None:
     if args.worker:
         worker(args.worker, args.models[0], args.batch, args.threads, args.size)
         return
+    if args.models is None:
+        args.models = [e.name for e in keras_zoo.entries("application", full=args.all)]
     header = ["model", "batch", "TF ms", "minigraph ms", "TF / minigraph", "GFLOP",
               "minigraph GFLOP/s", "of FMA peak", "TF peak RSS MiB", "minigraph peak RSS MiB",
               "max |diff|"]

@@ -100,7 +100,7 @@ def test_zoo_has_every_application_family():
     families = {getattr(k.applications, name).__module__ for name in dir(k.applications)
                 if name[0].isupper() and callable(getattr(k.applications, name))}
     covered = {getattr(k.applications, constructor).__module__
-               for constructor, _, _ in keras_zoo.APPLICATIONS.values()}
+               for constructor, *_ in keras_zoo.APPLICATIONS.values()}
     assert families and families <= covered, sorted(families - covered)
     assert set(_zoo_names(full=False)) < set(_zoo_names(full=True))
 

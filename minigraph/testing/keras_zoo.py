@@ -37,7 +37,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -259,35 +259,63 @@ def max_abs_diff(actual: list[np.ndarray], expected: list[np.ndarray]) -> float:
 
 # ----------------------------------------------------------------------------- applications
 
-# zoo name: (tf_keras.applications constructor, input size, in the CI set)
-APPLICATIONS: dict[str, tuple[str, int, bool]] = {
-    "resnet50": ("ResNet50", 64, True),
-    "resnet50_v2": ("ResNet50V2", 64, True),
-    "resnet_rs50": ("ResNetRS50", 64, True),
-    "vgg16": ("VGG16", 32, True),
-    "vgg19": ("VGG19", 32, False),  # VGG16's layers, three convolutions more
-    "mobilenet": ("MobileNet", 96, True),
-    "mobilenet_v2": ("MobileNetV2", 96, True),
-    "mobilenet_v3_small": ("MobileNetV3Small", 96, True),
-    "mobilenet_v3_large": ("MobileNetV3Large", 96, True),
-    "efficientnet_b0": ("EfficientNetB0", 64, True),
-    "efficientnet_v2_b0": ("EfficientNetV2B0", 64, True),
-    "densenet121": ("DenseNet121", 64, True),
-    "inception_v3": ("InceptionV3", 75, True),
-    "inception_resnet_v2": ("InceptionResNetV2", 75, True),
-    "xception": ("Xception", 71, True),
-    "nasnet_mobile": ("NASNetMobile", 32, True),
-    "convnext_tiny": ("ConvNeXtTiny", 32, True),
-    "regnet_x002": ("RegNetX002", 64, True),
-    "regnet_y002": ("RegNetY002", 64, True),
+class Application(NamedTuple):
+    """A zoo application: the ``tf_keras.applications`` constructor, the input size, whether
+    it is in the CI set, and the constructor's other arguments (a variant's width or depth)."""
+
+    constructor: str
+    size: int
+    ci: bool
+    options: tuple[tuple[str, Any], ...] = ()
+
+
+# zoo name -> Application. The CI set has one model of every family; the rest are variants
+# of the same families (deeper, wider, narrower, other block types) that run with
+# ``--zoo-full`` and in ``benchmarks/keras_zoo.py --all``: their layers have channel counts,
+# depths and shapes that no kernel choice was tuned on.
+APPLICATIONS: dict[str, Application] = {
+    "resnet50": Application("ResNet50", 64, True),
+    "resnet50_v2": Application("ResNet50V2", 64, True),
+    "resnet_rs50": Application("ResNetRS50", 64, True),
+    "vgg16": Application("VGG16", 32, True),
+    "vgg19": Application("VGG19", 32, False),  # VGG16's layers, three convolutions more
+    "mobilenet": Application("MobileNet", 96, True),
+    "mobilenet_v2": Application("MobileNetV2", 96, True),
+    "mobilenet_v3_small": Application("MobileNetV3Small", 96, True),
+    "mobilenet_v3_large": Application("MobileNetV3Large", 96, True),
+    "efficientnet_b0": Application("EfficientNetB0", 64, True),
+    "efficientnet_v2_b0": Application("EfficientNetV2B0", 64, True),
+    "densenet121": Application("DenseNet121", 64, True),
+    "inception_v3": Application("InceptionV3", 75, True),
+    "inception_resnet_v2": Application("InceptionResNetV2", 75, True),
+    "xception": Application("Xception", 71, True),
+    "nasnet_mobile": Application("NASNetMobile", 32, True),
+    "convnext_tiny": Application("ConvNeXtTiny", 32, True),
+    "regnet_x002": Application("RegNetX002", 64, True),
+    "regnet_y002": Application("RegNetY002", 64, True),
+    # variants
+    "resnet101": Application("ResNet101", 64, False),
+    "resnet152_v2": Application("ResNet152V2", 64, False),
+    "resnet_rs101": Application("ResNetRS101", 64, False),
+    "densenet169": Application("DenseNet169", 64, False),
+    "efficientnet_b3": Application("EfficientNetB3", 64, False),
+    "efficientnet_v2_s": Application("EfficientNetV2S", 64, False),
+    "convnext_small": Application("ConvNeXtSmall", 32, False),
+    "regnet_x016": Application("RegNetX016", 64, False),
+    "regnet_y008": Application("RegNetY008", 64, False),
+    "mobilenet_v3_small_minimalistic": Application("MobileNetV3Small", 96, False,
+                                                   (("minimalistic", True),)),
+    "mobilenet_alpha_025": Application("MobileNet", 96, False, (("alpha", 0.25),)),
+    "mobilenet_v2_alpha_035": Application("MobileNetV2", 96, False, (("alpha", 0.35),)),
 }
 
 
-def application(constructor: str, size: int):
+def application(constructor: str, size: int, options: tuple[tuple[str, Any], ...] = ()):
     """``tf_keras.applications.<constructor>`` for ``size`` x ``size`` RGB images, random
-    weights, logits out."""
+    weights, logits out, with the constructor's other arguments ``options``."""
     return getattr(keras().applications, constructor)(
-        input_shape=(size, size, 3), weights=None, classifier_activation=None)
+        input_shape=(size, size, 3), weights=None, classifier_activation=None,
+        **dict(options))
 
 
 def application_at(name: str, size: int) -> ZooEntry:
@@ -297,18 +325,20 @@ def application_at(name: str, size: int) -> ZooEntry:
     if name not in APPLICATIONS:
         raise ValueError(f"{name!r} is not an application of the zoo "
                          f"(one of {', '.join(APPLICATIONS)})")
-    constructor, own_size, _ = APPLICATIONS[name]
-    if size == own_size:
+    spec = APPLICATIONS[name]
+    if size == spec.size:
         return ZOO[name]
     return ZooEntry(f"{name}@{size}", "application",
-                    functools.partial(application, constructor, size), (size, size, 3),
-                    ci=False)
+                    functools.partial(application, spec.constructor, size, spec.options),
+                    (size, size, 3), ci=False)
 
 
 def _register_applications() -> None:
-    for name, (constructor, size, ci) in APPLICATIONS.items():
-        _register(ZooEntry(name, "application", functools.partial(application, constructor, size),
-                           (size, size, 3), ci=ci))
+    for name, spec in APPLICATIONS.items():
+        _register(ZooEntry(name, "application",
+                           functools.partial(application, spec.constructor, spec.size,
+                                             spec.options),
+                           (spec.size, spec.size, 3), ci=spec.ci))
 
 
 _register_applications()
