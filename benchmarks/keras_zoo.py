@@ -5,21 +5,21 @@ against minigraph on the same frozen GraphDef, each framework in its own process
                                    [--repeats 11] [--large-batch 32 --large-models ...]
                                    [--size N]
 
-The graphs are the zoo's (``minigraph/testing/keras_zoo.py``: random weights, the stated
-small input, frozen by TensorFlow and cached on disk; one model per family, or with ``--all``
-the families' variants too: deeper, wider and narrower models); ``--size N`` runs every model at
-N x N input instead (``keras_zoo.application_at``: sizes nobody tuned for; a family whose
-smallest size is above N fails in Keras). For each model the harness starts one
+The graphs are the zoo's (``minigraph/testing/keras_zoo.py``: random weights, the stated small
+input, frozen by TensorFlow and cached on disk; the CI set, one model per family and the cheap
+variants, or with ``--all`` every variant: deeper, wider and narrower models); ``--size N`` runs
+every model at N x N input instead (``keras_zoo.application_at``: sizes nobody tuned for; a
+family whose smallest size is above N fails in Keras). For each model the harness starts one
 worker process per framework in the default environment (no BLAS or OpenMP variables set),
-``threads`` intra-op threads each (TensorFlow: a v1 Session with grappler and oneDNN as
-shipped; minigraph: the native backend), and samples them interleaved, in alternating order,
-each sample after the other worker has been idle for a few milliseconds and two untimed runs
-(``_workers.interleaved_medians``); the table gives the
-medians, TensorFlow's time over minigraph's (above 1: minigraph is faster), minigraph's
-GFLOP/s (2 x multiply-adds of its convolutions and matmuls) and share of the machine's FMA
-peak at the same thread count, measured in the same run (``_common.fma_peak``: the nominal
-clock x 64 FLOP per cycle overstates what a hypervisor's cores sustain), each process's
-peak resident memory, and the largest difference between the two outputs.
+``threads`` intra-op threads each (TensorFlow: a v1 Session with grappler and oneDNN as shipped;
+minigraph: the native backend), and samples them interleaved, in alternating order, each sample
+after the other worker has been idle for a few milliseconds and two untimed runs
+(``_workers.interleaved_medians``); the table gives the medians, TensorFlow's time over
+minigraph's (above 1: minigraph is faster), minigraph's GFLOP/s (2 x multiply-adds of its
+convolutions and matmuls) and share of the machine's FMA peak at the same thread count, measured
+in the same run (``_common.fma_peak``: the nominal clock x 64 FLOP per cycle overstates what a
+hypervisor's cores sustain), each process's peak resident memory, and the largest difference
+between the two outputs.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*",
-                        help="zoo application names (default: the CI set, one per family)")
+                        help="zoo application names (default: the CI set)")
     parser.add_argument("--all", action="store_true",
                         help="every application of the zoo, the families' variants included")
     parser.add_argument("--batch", type=int, default=2)
