@@ -26,8 +26,10 @@ static const float cg_zeros[CG_KC]; /* the row of a tap in the padding */
 
 /* How K is cut into segments, each read in chunks of at most CG_KC floats: per tap row (kw
  * * c floats, in x, zeros or, cut by the padding, a copy; groups 1 and dilation_w 1), else
- * per tap (its group's channels, in x or zeros). (Gathering a grouped convolution's short
- * tap rows into the scratch measured slower than its per-tap blocks.) */
+ * per tap (its group's channels, in x or zeros), also where a tap column lies in the
+ * padding for every output column, so that its taps can be skipped (cg_item). (Gathering a
+ * grouped convolution's short tap rows into the scratch measured slower than its per-tap
+ * blocks.) */
 enum seg_mode { SEG_TAP, SEG_ROW };
 
 typedef struct {
@@ -107,6 +109,27 @@ static void chunk_rows(const cg_call *g, const int64_t *base, const int64_t *r0,
                 memcpy(scratch + p * GEMM_COPY_LD, ptrs[p], (size_t)kc * sizeof(float));
                 ptrs[p] = scratch + p * GEMM_COPY_LD;
             }
+}
+
+/* Whether K chunk [s0, s0 + kc) of tap row i (tap (i, j) per tap) reads x for any of the
+ * item's pixels: chunk_rows would point every row at zeros otherwise, and the chunk can be
+ * skipped (cg_item) */
+static int chunk_live(const cg_call *g, const int64_t *r0, const int64_t *q0,
+                      const int64_t *origin, int64_t rows, int64_t i, int64_t j, int64_t s0,
+                      int64_t kc)
+{
+    const int64_t jf = s0 / g->cg * g->dw, jl = (s0 + kc - 1) / g->cg * g->dw;
+    for (int64_t p = 0; p < rows; ++p) {
+        const int64_t r = r0[p] + i * g->dh;
+        if (g->mode == SEG_TAP && origin[p] >= 0)
+            return 1;
+        if (r < 0 || r >= g->h)
+            continue;
+        if (g->mode == SEG_TAP ? q0[p] + j * g->dw >= 0 && q0[p] + j * g->dw < g->w
+                               : q0[p] + jl >= 0 && q0[p] + jf < g->w)
+            return 1;
+    }
+    return 0;
 }
 
 /* The tail (the epilogue) of the tile of output pixels from m0 at the group's channel j0,
@@ -191,10 +214,31 @@ static void cg_item(void *ctx, int64_t item, int tid)
     float *scratch = g->scratch ? g->scratch + (int64_t)tid * CG_MC * GEMM_COPY_LD : NULL;
     const float *bg = g->bp + group * g->gfloats;
     float *yg = g->y + group * g->cog;
+    /* K chunks that read only zeros for every pixel (taps in the padding: a small image's
+     * border taps) are skipped: each would add 0 * f to sums that start at +0 and so are
+     * never -0, which leaves them as they are for a finite filter (the caller keeps a
+     * non-finite one off the padding). The first chunk computed starts the sums, the last
+     * applies the epilogue; with none live, the first chunk runs (all zeros). */
+    int64_t first = -1, last = 0;
+    for (int64_t seg = 0; seg < g->nseg; ++seg)
+        for (int64_t s0 = 0; s0 < g->seglen; s0 += CG_KC) {
+            const int64_t i = g->mode == SEG_ROW ? seg : seg / g->kw;
+            if (chunk_live(g, r0, q0, origin, rows, i, seg % g->kw, s0,
+                           min64(g->seglen - s0, CG_KC))) {
+                last = seg * g->seglen + s0;
+                if (first < 0)
+                    first = last;
+            }
+        }
+    if (first < 0)
+        first = 0;
     for (int64_t seg = 0; seg < g->nseg; ++seg)
         for (int64_t s0 = 0; s0 < g->seglen; s0 += CG_KC) {
             const int64_t kc = min64(g->seglen - s0, CG_KC), kk = seg * g->seglen + s0;
             const int64_t i = g->mode == SEG_ROW ? seg : seg / g->kw;
+            if (kk != first && (kk > last || !chunk_live(g, r0, q0, origin, rows, i,
+                                                         seg % g->kw, s0, kc)))
+                continue;
             chunk_rows(g, base, r0, q0, origin, rows, i, seg % g->kw, s0, kc, group, scratch, ptrs);
             for (int r = 0; r < GEMM_MR_MAX; ++r)
                 ptrs[rows + r] = ptrs[rows - 1];
@@ -207,8 +251,8 @@ static void cg_item(void *ctx, int64_t item, int tid)
                 for (int64_t r = 0; r < rows; r += mr) {
                     gemm_tail tail;
                     micro(kc, ptrs + r, 1, bpp, yg + (m0 + r) * g->co + j0, g->co,
-                          (int)min64(rows - r, mr), nr, kk > 0,
-                          tile_tail(g, kk + kc == g->k, group, m0 + r, j0, &tail));
+                          (int)min64(rows - r, mr), nr, kk > first,
+                          tile_tail(g, kk >= last, group, m0 + r, j0, &tail));
                 }
             }
         }
@@ -237,7 +281,11 @@ int mg_conv_gemm_forward(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
         return epilogue ? mg_channel_epilogue(m, co, y, epilogue, num_threads) : MG_OK;
     }
     const int nt = mg_work_threads(num_threads, (double)m * (double)co * (double)k);
-    const int mode = kw > 1 && groups == 1 && dilation_w == 1 ? SEG_ROW : SEG_TAP;
+    /* a tap column in the padding for every output column (a few-pixel-wide image): per
+     * tap, so that cg_item skips that column's taps */
+    const int dead_column = (out_w - 1) * stride_w - pad_left < 0 || kw - 1 - pad_left >= w;
+    const int mode = kw > 1 && groups == 1 && dilation_w == 1 && !dead_column ? SEG_ROW
+                                                                              : SEG_TAP;
     const int64_t nseg = mode == SEG_ROW ? kh : kh * kw;
     const int64_t mc = gemm_block_rows(m, CG_MC), mblocks = (m + mc - 1) / mc;
     const int64_t np = panels_of(cog);
