@@ -66,6 +66,20 @@ static void gather_row(const cg_call *g, const float *row, int64_t q0, int64_t s
     }
 }
 
+/* Whether a pixel's K chunk reads only the padding: its tap row r0 + i * dh lies outside x,
+ * or its tap's column q0 + j * dw (per tap), or the chunk's columns q0 + [jf, jl] all (per
+ * tap row) */
+static int chunk_in_padding(const cg_call *g, int64_t r0, int64_t q0, int64_t i, int64_t j,
+                            int64_t jf, int64_t jl)
+{
+    const int64_t r = r0 + i * g->dh;
+    if (r < 0 || r >= g->h)
+        return 1;
+    if (g->mode == SEG_TAP)
+        return q0 + j * g->dw < 0 || q0 + j * g->dw >= g->w;
+    return q0 + jl < 0 || q0 + jf >= g->w;
+}
+
 /* Every pixel's row pointer (rows of the item) for K chunk [s0, s0 + kc) of tap row i (tap
  * (i, j) per tap): into x, at zeros, or at a copy in `scratch` (row stride GEMM_COPY_LD:
  * rows cut by the padding, and with g->copy every row that lies in x) */
@@ -85,19 +99,15 @@ static void chunk_rows(const cg_call *g, const int64_t *base, const int64_t *r0,
     for (int64_t p = 0; p < rows; ++p) {
         if (g->mode == SEG_TAP && origin[p] >= 0)
             continue;
-        const int64_t r = r0[p] + i * g->dh;
-        if (r < 0 || r >= g->h) {
+        if (chunk_in_padding(g, r0[p], q0[p], i, j, jf, jl)) {
             ptrs[p] = cg_zeros;
             continue;
         }
-        const int64_t row = base[p] + r * g->w * g->c + group * g->cg;
+        const int64_t row = base[p] + (r0[p] + i * g->dh) * g->w * g->c + group * g->cg;
         if (g->mode == SEG_TAP) { /* one tap: its channels of the group */
-            const int64_t col = q0[p] + j * g->dw;
-            ptrs[p] = col < 0 || col >= g->w ? cg_zeros : g->x + row + col * g->c + s0;
+            ptrs[p] = g->x + row + (q0[p] + j * g->dw) * g->c + s0;
         } else if (q0[p] + jf >= 0 && q0[p] + jl < g->w) { /* inside */
             ptrs[p] = g->x + (row + q0[p] * g->c + s0);
-        } else if (q0[p] + jl < 0 || q0[p] + jf >= g->w) {
-            ptrs[p] = cg_zeros;
         } else { /* cut by the padding */
             gather_row(g, g->x + row, q0[p], s0, kc, scratch + p * GEMM_COPY_LD);
             ptrs[p] = scratch + p * GEMM_COPY_LD;
@@ -119,16 +129,10 @@ static int chunk_live(const cg_call *g, const int64_t *r0, const int64_t *q0,
                       int64_t kc)
 {
     const int64_t jf = s0 / g->cg * g->dw, jl = (s0 + kc - 1) / g->cg * g->dw;
-    for (int64_t p = 0; p < rows; ++p) {
-        const int64_t r = r0[p] + i * g->dh;
-        if (g->mode == SEG_TAP && origin[p] >= 0)
+    for (int64_t p = 0; p < rows; ++p)
+        if ((g->mode == SEG_TAP && origin[p] >= 0) ||
+            !chunk_in_padding(g, r0[p], q0[p], i, j, jf, jl))
             return 1;
-        if (r < 0 || r >= g->h)
-            continue;
-        if (g->mode == SEG_TAP ? q0[p] + j * g->dw >= 0 && q0[p] + j * g->dw < g->w
-                               : q0[p] + jl >= 0 && q0[p] + jf < g->w)
-            return 1;
-    }
     return 0;
 }
 
