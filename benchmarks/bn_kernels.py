@@ -1,5 +1,6 @@
 """Batch-norm kernel benchmark: minigraph (native kernel, full ClientSession.Run, reference)
-against PyTorch CPU and TensorFlow CPU, measured interleaved in one run.
+against PyTorch CPU and TensorFlow CPU, measured interleaved in one run, each framework in its
+own process.
 
 For each dtype, shape, layout and op (fwd-train, fwd-infer, bwd-train, bwd-infer) it prints
 medians of interleaved runs, effective GB/s on two-pass bytes (fwd-train 3T, fwd-infer 2T,
@@ -8,6 +9,14 @@ ratio best-peer time / minigraph kernel time, and the two-pass ceiling: the best
 the time the two-pass bytes take at the warm STREAM rate, i.e. the largest ratio that any
 kernel streaming those bytes could show in this run. Then the target summary and the
 second-order comparison (forward + first + second order gradients).
+
+Why processes (``_workers``): with TensorFlow merely imported into minigraph's process, idle,
+some cells took twice their time (bfloat16 128x14x14x256 NHWC fwd-train 1.48 ms against
+0.78 ms in a process of its own; float16 256x7x7x512 fwd-infer 0.71 against 0.40 ms). The
+coordinator imports no framework; the minigraph, PyTorch and TensorFlow workers start in the
+default environment, build each cell's inputs from the same seed, and are sampled in turn
+(rotating order, a 5 ms pause before each sample, two untimed calls, then k calls lasting at
+least 2 ms).
 
     python benchmarks/bn_kernels.py            # everything (several minutes)
     python benchmarks/bn_kernels.py --rounds 3 # the same, each cell the median of 3 sweeps
@@ -19,31 +28,28 @@ second-order comparison (forward + first + second order gradients).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
 import sys
 
-# PyTorch's OpenMP runtime spins at most this many iterations before sleeping: with 2 cores,
-# its threads spinning beside minigraph's pool workers (which poll for 300 us, then sleep)
-# time-slice each other into 8 ms plateaus that measure the scheduler, not the kernels.
-os.environ.setdefault("GOMP_SPINCOUNT", "100000")
-
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import geomean, markdown_table, stream_triad, time_interleaved  # noqa: E402
-
-import minigraph as mg  # noqa: E402
-from minigraph import ops  # noqa: E402
-from minigraph.backends import native, reference  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from _common import geomean, markdown_table, stream_triad  # noqa: E402
+from _workers import Worker, interleaved_samples, serve  # noqa: E402
 
 SHAPES = [(32, 56, 56, 64), (64, 28, 28, 128), (128, 14, 14, 256), (8, 112, 112, 32),
           (256, 7, 7, 512), (16, 8, 8, 16), (8, 16, 16, 16, 32)]
 LARGE = [(32, 56, 56, 64), (64, 28, 28, 128), (128, 14, 14, 256), (256, 7, 7, 512)]
 OPS = ["fwd-train", "fwd-infer", "bwd-train", "bwd-infer"]
 TWO_PASS_BYTES = {"fwd-train": 3, "fwd-infer": 2, "bwd-train": 5, "bwd-infer": 3}
+ITEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+PEERS = ("torch", "tf")
 EPSILON = 1e-3
+MIN_SAMPLE = 2e-3  # seconds a sample lasts at least (k back-to-back calls)
 
 
 def formats_for(shape) -> list[str]:
@@ -57,16 +63,22 @@ def logical(shape, data_format):
     return (shape[0], shape[-1], *shape[1:-1])
 
 
-class Case:
-    """Inputs of one (shape, format, dtype) cell, shared by every implementation."""
+# ----------------------------------------------------------------------------- workers
 
-    def __init__(self, shape, data_format, dtype):
+
+class Case:
+    """Inputs of one (shape, format, dtype) cell, the same in every worker (one seed)."""
+
+    def __init__(self, shape, data_format, dtype_name: str):
+        import ml_dtypes
+
+        np_dtype = np.dtype(ml_dtypes.bfloat16 if dtype_name == "bfloat16" else dtype_name)
         rng = np.random.default_rng(0)
-        self.shape, self.data_format, self.dtype = logical(shape, data_format), data_format, \
-            dtype
+        self.shape, self.data_format, self.dtype_name = logical(shape, data_format), \
+            data_format, dtype_name
         self.channels = shape[-1]
-        self.x = rng.normal(size=self.shape).astype(np.float32).astype(dtype.np_dtype)
-        self.dy = rng.normal(size=self.shape).astype(np.float32).astype(dtype.np_dtype)
+        self.x = rng.normal(size=self.shape).astype(np.float32).astype(np_dtype)
+        self.dy = rng.normal(size=self.shape).astype(np.float32).astype(np_dtype)
         self.scale = rng.uniform(0.5, 1.5, self.channels).astype(np.float32)
         self.offset = rng.normal(size=self.channels).astype(np.float32)
         self.mean = rng.normal(size=self.channels).astype(np.float32) * 0.1
@@ -88,9 +100,13 @@ def kernel_call(math, case: Case, op: str):
 
 def session_call(case: Case, op: str, backend: str):
     """The full ClientSession.Run of a one-op graph fed with x (and dy)."""
+    import minigraph as mg
+    from minigraph import ops
+
     c = case
     root = mg.Scope.NewRootScope()
-    x = ops.Placeholder(root, c.dtype, shape=c.shape)
+    dtype = mg.as_dtype(c.dtype_name)
+    x = ops.Placeholder(root, dtype, shape=c.shape)
     training = op.endswith("train")
     if op.startswith("fwd"):
         stats = (np.zeros(0, np.float32),) * 2 if training else (c.mean, c.variance)
@@ -98,7 +114,7 @@ def session_call(case: Case, op: str, backend: str):
                                     data_format=c.data_format, is_training=training)
         fetches, feeds = [node.y, node.batch_mean, node.batch_variance], {x: c.x}
     else:
-        dy = ops.Placeholder(root, c.dtype, shape=c.shape)
+        dy = ops.Placeholder(root, dtype, shape=c.shape)
         node = ops.FusedBatchNormGradV3(root, dy, x, c.scale, c.mean, c.variance,
                                         np.zeros(0, np.float32), epsilon=EPSILON,
                                         data_format=c.data_format, is_training=training)
@@ -111,7 +127,7 @@ def session_call(case: Case, op: str, backend: str):
 def torch_call(torch, case: Case, op: str):
     c = case
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16,
-                   "float16": torch.float16}[c.dtype.name]
+                   "float16": torch.float16}[c.dtype_name]
 
     def tensor(array):
         t = torch.from_numpy(np.asarray(array, np.float32)).to(torch_dtype)
@@ -135,7 +151,7 @@ def torch_call(torch, case: Case, op: str):
 def tf_call(tf, case: Case, op: str):
     c = case
     tf_dtype = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}[
-        c.dtype.name]
+        c.dtype_name]
     x = tf.constant(c.x.astype(np.float32), dtype=tf.float32)
     x = tf.cast(x, tf_dtype)
     dy = tf.cast(tf.constant(c.dy.astype(np.float32)), tf_dtype)
@@ -165,56 +181,184 @@ def tf_call(tf, case: Case, op: str):
     return call
 
 
-def load_peers(skip: set[str]):
-    peers = {}
-    if "torch" not in skip:
+SECOND_SHAPE = (32, 28, 28, 64)
+
+
+def second_order_inputs():
+    """Inputs of the second-order comparison (the same seed in every worker)."""
+    rng = np.random.default_rng(1)
+    x, dy, v = (rng.normal(size=SECOND_SHAPE).astype(np.float32) for _ in range(3))
+    channels = SECOND_SHAPE[-1]
+    return x, dy, v, np.ones(channels, np.float32), np.zeros(channels, np.float32)
+
+
+def minigraph_second() -> dict:
+    """Forward + first order + second order (d/d(x, scale, dy) of <x_backprop, v>), training
+    mode, and the forward + first order alone."""
+    import minigraph as mg
+    from minigraph import ops
+
+    x_value, dy_value, v_value, scale_value, offset_value = second_order_inputs()
+    root = mg.Scope.NewRootScope()
+    x, dy, v = (ops.Placeholder(root, mg.float32, shape=SECOND_SHAPE) for _ in range(3))
+    scale = ops.Placeholder(root, mg.float32, shape=[SECOND_SHAPE[-1]])
+    empty = np.zeros(0, np.float32)
+    bn = ops.FusedBatchNormV3(root, x, scale, offset_value, empty, empty, epsilon=EPSILON)
+    dx, = mg.AddSymbolicGradients(root, [bn.y], [x], [dy])
+    product = ops.Sum(root, ops.Mul(root, dx, v), [0, 1, 2, 3])
+    second = mg.AddSymbolicGradients(root, [product], [x, scale, dy])
+    session = mg.ClientSession(root, backend="native")
+    feeds = {x: x_value, dy: dy_value, v: v_value, scale: scale_value}
+    return {"minigraph": lambda: session.Run(feeds, [bn.y, dx] + second),
+            "minigraph 1st order only": lambda: session.Run(feeds, [bn.y, dx])}
+
+
+def tf_second(tf) -> dict:
+    x_value, dy_value, v_value, scale_value, offset_value = second_order_inputs()
+    tx, tdy, tv = (tf.constant(a) for a in (x_value, dy_value, v_value))
+    tscale, toffset = tf.constant(scale_value), tf.constant(offset_value)
+
+    @tf.function
+    def second(x, scale, dy):
+        with tf.GradientTape() as outer:
+            outer.watch([x, scale, dy])
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                y = tf.raw_ops.FusedBatchNormV3(
+                    x=x, scale=scale, offset=toffset, mean=tf.zeros([0]),
+                    variance=tf.zeros([0]), epsilon=EPSILON, is_training=True)[0]
+            dx = inner.gradient(y, x, output_gradients=dy)
+            product = tf.reduce_sum(dx * tv)
+        return y, dx, outer.gradient(product, [x, scale, dy])
+
+    return {"tensorflow": lambda: second(tx, tscale, tdy)}
+
+
+def torch_second(torch) -> dict:
+    x_value, dy_value, v_value, scale_value, offset_value = second_order_inputs()
+
+    def second():
+        px = torch.from_numpy(x_value).permute(0, 3, 1, 2).requires_grad_()
+        pscale = torch.from_numpy(scale_value.copy()).requires_grad_()
+        pdy = torch.from_numpy(dy_value).permute(0, 3, 1, 2).requires_grad_()
+        y = torch.nn.functional.batch_norm(px, None, None, pscale,
+                                           torch.from_numpy(offset_value), True, 0.1, EPSILON)
+        dx, = torch.autograd.grad(y, px, pdy, create_graph=True)
+        product = (dx * torch.from_numpy(v_value).permute(0, 3, 1, 2)).sum()
+        return torch.autograd.grad(product, [px, pscale, pdy])
+
+    return {"pytorch": second}
+
+
+def worker(framework: str) -> None:
+    """Serve ``_workers``' protocol for one framework, plus ``cell SPEC`` (build a cell's
+    callables: a JSON object with shape, format, dtype, op and reference, or {"second": true};
+    answers the JSON list of their names, those the framework refuses left out) and ``use
+    NAME`` (the callable that ``time`` runs)."""
+    if framework == "minigraph":
+        from minigraph.backends import native, reference
+
+        module = None
+        ready = {"threads": native.num_threads(), "isa": native.isa(),
+                 "l3_mb": int(native.lib.mg_cache_size(3)) >> 20}
+    elif framework == "torch":
+        import torch as module
+
+        module.set_num_threads(os.cpu_count() or 1)
+        ready = {"threads": module.get_num_threads()}
+    else:
+        import tensorflow as module
+
+        ready = {"threads": os.cpu_count()}
+    current: dict = {"functions": {}, "run": None}
+
+    def builders(spec: dict) -> dict:
+        if spec.get("second"):
+            make = {"minigraph": minigraph_second, "torch": torch_second, "tf": tf_second}
+            return {"all": lambda: make[framework](*([module] if module else []))}
+        case = Case(tuple(spec["shape"]), spec["format"], spec["dtype"])
+        op = spec["op"]
+        if framework == "minigraph":
+            found = {"kernel": lambda: kernel_call(native, case, op),
+                     "session": lambda: session_call(case, op, "native")}
+            if spec["reference"]:
+                found["reference"] = lambda: kernel_call(reference, case, op)
+            return found
+        peer_call = torch_call if framework == "torch" else tf_call
+        return {framework: lambda: peer_call(module, case, op)}
+
+    def cell(argument: str) -> str:
+        functions = {}
+        for name, build in builders(json.loads(argument)).items():
+            try:
+                built = build()
+            except Exception:  # noqa: BLE001  the peer refuses this combination
+                continue
+            functions.update(built if isinstance(built, dict) else {name: built})
+        current["functions"] = functions
+        return json.dumps(list(functions))
+
+    def use(name: str) -> str:
+        current["run"] = current["functions"][name]
+        return "ok"
+
+    serve(lambda: current["run"](), ready, {"cell": cell, "use": use})
+
+
+# ----------------------------------------------------------------------------- coordinator
+
+
+class Implementation:
+    """One callable of a worker, as ``interleaved_samples`` asks it: selects it, then asks."""
+
+    def __init__(self, worker: Worker, name: str) -> None:
+        self.worker, self.name = worker, name
+
+    def ask(self, command: str) -> str:
+        self.worker.ask(f"use {self.name}")
+        return self.worker.ask(command)
+
+
+def start_workers(skip: set[str]) -> dict[str, Worker]:
+    """The minigraph worker, and each peer that starts (one that is not installed is left
+    out, with a line on stderr)."""
+    argv = [os.path.abspath(__file__), "--worker"]
+    workers = {"minigraph": Worker(argv + ["minigraph"], name="minigraph")}
+    for peer in PEERS:
+        if peer in skip:
+            continue
         try:
-            import torch
-
-            torch.set_num_threads(os.cpu_count() or 1)
-            peers["torch"] = torch
-        except ImportError:
-            pass
-    if "tf" not in skip:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        try:
-            import tensorflow as tf
-
-            peers["tf"] = tf
-        except ImportError:
-            pass
-    return peers
+            workers[peer] = Worker(argv + [peer], name=peer)
+        except RuntimeError as error:
+            print(f"{peer}: left out ({error})", file=sys.stderr)
+    return workers
 
 
-def cell_functions(case: Case, op: str, peers, with_reference: bool) -> dict:
-    """The callables timed against each other in one cell: minigraph's kernel and Run, the
-    reference backend where asked, and every peer that accepts the combination."""
-    functions = {"kernel": kernel_call(native, case, op),
-                 "session": session_call(case, op, "native")}
-    if with_reference:
-        functions["reference"] = kernel_call(reference, case, op)
-    for name, module in peers.items():
-        try:
-            functions[name] = (torch_call if name == "torch" else tf_call)(module, case, op)
-        except Exception:  # noqa: BLE001  the peer refuses this combination
-            pass
-    return functions
+def time_cell(workers: dict[str, Worker], spec: dict, repeats: int,
+              min_sample: float = MIN_SAMPLE) -> dict[str, float]:
+    """Median seconds per call of every callable the workers build for ``spec``."""
+    implementations = {name: Implementation(w, name) for w in workers.values()
+                       for name in json.loads(w.ask("cell " + json.dumps(spec)))}
+    samples = interleaved_samples(implementations, repeats, min_sample)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def benchmark_table(dtype, shapes, peers, warm_gbs, repeats, with_reference, formats=None,
-                    op_names=OPS, rounds=1):
+def benchmark_table(workers, dtype_name, shapes, warm_gbs, repeats, with_reference,
+                    formats=None, op_names=OPS, rounds=1):
     """Every cell timed in ``rounds`` sweeps over the whole table (minutes apart, so that a
     slow drift of the shared host's memory bandwidth hits a cell in one round, not all):
     a cell's times are the medians over rounds of each round's interleaved medians, and its
     ratio the median of the per-round ratios (each from one interleaved run), with their
     range beside it."""
+    peers = [p for p in PEERS if p in workers]
     cells = [(shape, data_format, op) for shape in shapes for data_format in formats_for(shape)
              if not formats or data_format in formats for op in op_names]
     per_round: dict = {cell: [] for cell in cells}
     for r in range(rounds):
         for shape, data_format, op in cells:
-            case = Case(shape, data_format, dtype)
-            times = time_interleaved(cell_functions(case, op, peers, with_reference), repeats)
+            spec = {"shape": shape, "format": data_format, "dtype": dtype_name, "op": op,
+                    "reference": with_reference}
+            times = time_cell(workers, spec, repeats)
             per_round[(shape, data_format, op)].append(times)
             peer_times = {k: v for k, v in times.items() if k in peers}
             best = min(peer_times.values()) / times["kernel"] if peer_times else float("nan")
@@ -223,7 +367,7 @@ def benchmark_table(dtype, shapes, peers, warm_gbs, repeats, with_reference, for
                   file=sys.stderr, flush=True)
     rows, results = [], {}
     for (shape, data_format, op), samples in per_round.items():
-        case_bytes = math.prod(shape) * dtype.np_dtype.itemsize
+        case_bytes = math.prod(shape) * ITEM_BYTES[dtype_name]
         times = {name: statistics.median(t[name] for t in samples) for name in samples[0]}
         peer_times = {k: v for k, v in times.items() if k in peers}
         best_peer = min(peer_times, key=peer_times.get) if peer_times else None
@@ -247,8 +391,8 @@ def benchmark_table(dtype, shapes, peers, warm_gbs, repeats, with_reference, for
     return markdown_table(header, rows), results
 
 
-def summary(dtype, results, warm_gbs) -> list[list[str]]:
-    target = 1.5 if dtype is mg.float32 else 2.0
+def summary(dtype_name, results, warm_gbs) -> list[list[str]]:
+    target = 1.5 if dtype_name == "float32" else 2.0
     rows = []
     for op in ("fwd-train", "bwd-train"):
         for layout in ("channels-last", "channels-first"):
@@ -257,88 +401,34 @@ def summary(dtype, results, warm_gbs) -> list[list[str]]:
                          layout == "channels-last")]
             value = geomean([r["ratio"] for r in cells])
             ceiling = geomean([r["ceiling"] for r in cells])
-            rows.append([dtype.name, op, layout, f"{value:.2f}", f">= {target}",
+            rows.append([dtype_name, op, layout, f"{value:.2f}", f">= {target}",
                          "PASS" if value >= target else "FAIL", f"{ceiling:.2f}"])
     worst = min((r["ratio"] for r in results.values() if np.isfinite(r["ratio"])),
                 default=float("nan"))
-    rows.append([dtype.name, "all", "worst cell", f"{worst:.2f}", ">= 1.0",
+    rows.append([dtype_name, "all", "worst cell", f"{worst:.2f}", ">= 1.0",
                  "PASS" if worst >= 1.0 else "FAIL", "-"])
-    if dtype is mg.float32:
+    if dtype_name == "float32":
         for op in ("fwd-train", "bwd-train"):
             bandwidth = [r["gbs"] / warm_gbs for (shape, fmt, o), r in results.items()
                          if o == op and shape in LARGE]
             if bandwidth:
                 value = float(np.mean(bandwidth))
-                rows.append([dtype.name, op, "mean % warm STREAM (large)",
+                rows.append([dtype_name, op, "mean % warm STREAM (large)",
                              f"{100 * value:.0f}%", ">= 90%",
                              "PASS" if value >= 0.9 else "FAIL", "100%"])
         tiny = [r["session"] - r["kernel"] for (shape, fmt, op), r in results.items()
                 if shape == (16, 8, 8, 16)]
         if tiny:
             value = max(tiny) * 1e6
-            rows.append([dtype.name, "all", "Run overhead, 16x8x8x16 (max)", f"{value:.0f} us",
+            rows.append([dtype_name, "all", "Run overhead, 16x8x8x16 (max)", f"{value:.0f} us",
                          "<= 30 us", "PASS" if value <= 30 else "FAIL", "-"])
     return rows
 
 
-def second_order(peers, repeats) -> str:
+def second_order(workers, repeats) -> str:
     """Forward + first order + second order (d/d(x, scale, dy) of <x_backprop, v>),
     32x28x28x64 NHWC float32, training mode."""
-    shape, rng = (32, 28, 28, 64), np.random.default_rng(1)
-    x_value = rng.normal(size=shape).astype(np.float32)
-    dy_value = rng.normal(size=shape).astype(np.float32)
-    v_value = rng.normal(size=shape).astype(np.float32)
-    scale_value, offset_value = np.ones(64, np.float32), np.zeros(64, np.float32)
-    root = mg.Scope.NewRootScope()
-    x = ops.Placeholder(root, mg.float32, shape=shape)
-    dy = ops.Placeholder(root, mg.float32, shape=shape)
-    v = ops.Placeholder(root, mg.float32, shape=shape)
-    scale = ops.Placeholder(root, mg.float32, shape=[64])
-    empty = np.zeros(0, np.float32)
-    bn = ops.FusedBatchNormV3(root, x, scale, offset_value, empty, empty, epsilon=EPSILON)
-    dx, = mg.AddSymbolicGradients(root, [bn.y], [x], [dy])
-    product = ops.Sum(root, ops.Mul(root, dx, v), [0, 1, 2, 3])
-    second = mg.AddSymbolicGradients(root, [product], [x, scale, dy])
-    session = mg.ClientSession(root, backend="native")
-    feeds = {x: x_value, dy: dy_value, v: v_value, scale: scale_value}
-    first_only = lambda: session.Run(feeds, [bn.y, dx])  # noqa: E731
-    functions = {"minigraph": lambda: session.Run(feeds, [bn.y, dx] + second),
-                 "minigraph 1st order only": first_only}
-    if "tf" in peers:
-        tf = peers["tf"]
-        tx, tdy, tv = (tf.constant(a) for a in (x_value, dy_value, v_value))
-        tscale, toffset = tf.constant(scale_value), tf.constant(offset_value)
-
-        @tf.function
-        def tf_second(x, scale, dy):
-            with tf.GradientTape() as outer:
-                outer.watch([x, scale, dy])
-                with tf.GradientTape() as inner:
-                    inner.watch(x)
-                    y = tf.raw_ops.FusedBatchNormV3(
-                        x=x, scale=scale, offset=toffset, mean=tf.zeros([0]),
-                        variance=tf.zeros([0]), epsilon=EPSILON, is_training=True)[0]
-                dx = inner.gradient(y, x, output_gradients=dy)
-                product = tf.reduce_sum(dx * tv)
-            return y, dx, outer.gradient(product, [x, scale, dy])
-
-        functions["tensorflow"] = lambda: tf_second(tx, tscale, tdy)
-    if "torch" in peers:
-        torch = peers["torch"]
-
-        def torch_second():
-            px = torch.from_numpy(x_value).permute(0, 3, 1, 2).requires_grad_()
-            pscale = torch.from_numpy(scale_value.copy()).requires_grad_()
-            pdy = torch.from_numpy(dy_value).permute(0, 3, 1, 2).requires_grad_()
-            y = torch.nn.functional.batch_norm(px, None, None, pscale,
-                                               torch.from_numpy(offset_value), True, 0.1,
-                                               EPSILON)
-            dx, = torch.autograd.grad(y, px, pdy, create_graph=True)
-            product = (dx * torch.from_numpy(v_value).permute(0, 3, 1, 2)).sum()
-            return torch.autograd.grad(product, [px, pscale, pdy])
-
-        functions["pytorch"] = torch_second
-    times = time_interleaved(functions, max(5, repeats // 3), min_sample=0)
+    times = time_cell(workers, {"second": True}, max(5, repeats // 3), min_sample=0)
     peers_only = {k: t for k, t in times.items() if k in ("tensorflow", "pytorch")}
     best = min(peers_only.values()) if peers_only else float("nan")
     rows = [[name, f"{t * 1e3:.2f}", f"{best / t:.2f}x" if peers_only else "-"]
@@ -362,23 +452,35 @@ def main(argv=None) -> int:
                         help="comma list of data formats to keep: NHWC,NCHW,NDHWC,NCDHW")
     parser.add_argument("--ops", default=",".join(OPS), help="comma list of " + ", ".join(OPS))
     parser.add_argument("--no-second-order", action="store_true")
+    parser.add_argument("--worker", choices=("minigraph", *PEERS), help=argparse.SUPPRESS)
+    parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.worker:
+        worker(args.worker)
+        return 0
     op_names = [op for op in args.ops.split(",") if op]
     if not set(op_names) <= set(OPS):
         parser.error(f"--ops: expected a comma list of {', '.join(OPS)}")
-    if not native.available():
-        print(f"native backend unavailable: {native.unavailable_reason()}")
-        return 1
-    peers = load_peers(set(filter(None, args.skip.split(","))))
+    workers = start_workers(set(filter(None, args.skip.split(","))))
+    try:
+        return report(workers, args, op_names)
+    finally:
+        for w in workers.values():
+            w.close()
+
+
+def report(workers: dict[str, Worker], args, op_names: list[str]) -> int:
+    """The tables, printed as they are measured."""
+    facts = workers["minigraph"].ready
     # Median of five probes (each the best of its repetitions): the machine is shared, and
     # neither one busy moment nor one implausibly fast repetition must set the bar.
     warm = statistics.median(stream_triad(26) for _ in range(5))
     dram = statistics.median(stream_triad(256, reps=5) for _ in range(3))
-    print(f"# Batch-norm kernels: minigraph native vs peers\n\nthreads: {native.num_threads()}"
-          f", GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']} (PyTorch's OpenMP), ISA: "
-          f"{native.isa()}, L3 {native.lib.mg_cache_size(3) >> 20} MB, "
-          f"peers: {', '.join(peers) or 'none'}; STREAM triad "
-          f"(measured now): warm (3x26 MB) {warm:.1f} GB/s, DRAM (3x256 MB) {dram:.1f} GB/s\n")
+    peers = [p for p in PEERS if p in workers]
+    print(f"# Batch-norm kernels: minigraph native vs peers\n\nthreads: {facts['threads']}"
+          f", ISA: {facts['isa']}, L3 {facts['l3_mb']} MB, peers: {', '.join(peers) or 'none'}"
+          f" (each framework in its own process); STREAM triad (measured now): warm "
+          f"(3x26 MB) {warm:.1f} GB/s, DRAM (3x256 MB) {dram:.1f} GB/s\n")
     shapes = [SHAPES[0], SHAPES[5]] if args.quick else SHAPES
     if args.shapes:
         shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
@@ -386,20 +488,19 @@ def main(argv=None) -> int:
     dtypes = ["float32"] if args.quick else args.dtypes.split(",")
     summaries = []
     for name in dtypes:
-        dtype = mg.as_dtype(name)
-        table, results = benchmark_table(dtype, shapes, peers, warm, args.repeats,
+        table, results = benchmark_table(workers, name, shapes, warm, args.repeats,
                                          with_reference=not args.no_reference and name ==
                                          "float32", formats=formats, op_names=op_names,
                                          rounds=args.rounds)
         print(f"## {name}\n\n{table}\n", flush=True)
-        summaries += summary(dtype, results, warm)
+        summaries += summary(name, results, warm)
     print("## Targets\n\n(two-pass ceiling: the same measure for a kernel that streams the "
           "two-pass bytes at the warm STREAM rate measured above)\n\n" + markdown_table(
               ["dtype", "op", "measure", "value", "target", "", "two-pass ceiling"], summaries)
           + "\n")
     if not args.no_second_order:
         print("## Second order (32x28x28x64 NHWC float32: forward + 1st + 2nd order)\n\n"
-              + second_order(peers, args.repeats) + "\n")
+              + second_order(workers, args.repeats) + "\n")
     return 0
 
 

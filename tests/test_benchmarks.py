@@ -220,3 +220,21 @@ def test_conv_peers_minigraph_cases_compute_their_layers(index, nchw):
             got = got.transpose(0, 2, 3, 1)
         scale = np.abs(want).max()
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * scale, err_msg=direction)
+
+
+def test_bn_kernels_times_its_cells_in_a_minigraph_worker(capsys):
+    """benchmarks/bn_kernels.py runs minigraph in a worker process of its own: a cell's row
+    (kernel and Run times, GB/s) and the second-order table come back through the worker
+    protocol (the peers skipped: CI has no PyTorch)."""
+    import bn_kernels
+
+    assert bn_kernels.main(["--skip", "torch,tf", "--dtypes", "float32", "--shapes",
+                            "16x8x8x16", "--formats", "NHWC", "--ops", "fwd-train,bwd-infer",
+                            "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split("|") for line in out.splitlines() if line.startswith("| 16x8x8x16")]
+    assert [row[3].strip() for row in rows] == ["fwd-train", "bwd-infer"]
+    for row in rows:
+        kernel_ms, run_ms, reference_ms = (float(row[i]) for i in (4, 5, 6))
+        assert 0 < kernel_ms < run_ms and reference_ms > 0
+    assert "| minigraph 1st order only |" in out

@@ -60,3 +60,59 @@ def test_batch_norm_and_convolutions_share_one_pool_and_no_openmp_runtime(thread
     assert result["after_bn"] - result["before"] == threads - 1
     # ...and the convolution reuses them: no second team
     assert result["after_all"] == result["after_bn"]
+
+
+AFFINITY_PROBE = r"""
+import json, os, sys, time
+import numpy as np
+from minigraph.backends import native
+
+cpus = sorted(os.sched_getaffinity(0))
+if sys.argv[1] == "one":
+    os.sched_setaffinity(0, cpus[:1])  # the pool's workers inherit it when they start
+rng = np.random.default_rng(0)
+x = rng.standard_normal((64, 16, 16, 32)).astype(np.float32)
+c = rng.uniform(0.5, 1.5, 32).astype(np.float32)
+results = []
+for _ in range(20):
+    results.append(native.bn_forward_training(x, c, c, 1e-3, True)[0])
+    time.sleep(0.002)  # longer than the workers poll: each call wakes them from sleep
+masks = {}
+for tid in os.listdir("/proc/self/task"):
+    with open(f"/proc/self/task/{tid}/status") as status:
+        for line in status:
+            if line.startswith("Cpus_allowed_list:"):
+                masks[tid] = line.split()[1]
+native.set_num_threads(1)
+serial = native.bn_forward_training(x, c, c, 1e-3, True)[0]
+print(json.dumps({"masks": sorted(set(masks.values())), "threads": len(masks),
+                  "same": all(np.array_equal(r, serial) for r in results)}))
+"""
+
+
+def _cpu_list(cpus: list[int]) -> str:
+    """The kernel's Cpus_allowed_list spelling of a sorted CPU set (ranges joined by ',')."""
+    runs, start = [], cpus[0]
+    for previous, cpu in zip(cpus, cpus[1:] + [None]):
+        if cpu != previous + 1:
+            runs.append(f"{start}-{previous}" if previous > start else str(start))
+            start = cpu
+    return ",".join(runs)
+
+
+@pytest.mark.parametrize("allowed", ["all", "one"])
+def test_woken_workers_keep_their_cpu_masks_and_the_results(allowed):
+    """A woken worker that lands on its job's CPU narrows its own CPU mask to move off it and
+    restores it at once (mg_runtime.c, leave_master_cpu): after calls that each wake the pool
+    from sleep, every thread still has the process's mask (all CPUs, or the one CPU the
+    process was restricted to: then there is nowhere to move), and every call gives the
+    bits of a one-thread call."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIGRAPH_")}
+    env.update(MINIGRAPH_NUM_THREADS="2", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", AFFINITY_PROBE, allowed], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    cpus = sorted(os.sched_getaffinity(0))
+    assert result["masks"] == [_cpu_list(cpus if allowed == "all" else cpus[:1])]
+    assert result["threads"] >= 2 and result["same"]
