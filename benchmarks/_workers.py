@@ -135,3 +135,53 @@ def interleaved_medians(workers: dict[str, Worker], repeats: int, min_sample: fl
     :func:`interleaved_samples` timed with ``command``."""
     samples = interleaved_samples(workers, repeats, min_sample, settle, command)
     return {name: statistic(values) for name, values in samples.items()}
+
+
+# --------------------------------------------------------------- several callables per case
+
+
+def serve_cases(factories: Callable[[dict], dict[str, Callable[[], Callable[[], object]]]],
+                ready: dict) -> None:
+    """:func:`serve` for a worker that times several callables per case (a kernel, a whole
+    session run, ...): ``case JSON`` calls ``factories(spec)`` and builds each callable (one
+    whose factory raises, a combination the framework refuses, is left out), answering the
+    JSON list of their names; ``use NAME`` picks the one ``time`` runs."""
+    current: dict = {"callables": {}, "run": None}
+
+    def case(argument: str) -> str:
+        built = {}
+        for name, factory in factories(json.loads(argument)).items():
+            try:
+                built[name] = factory()
+            except Exception:  # noqa: BLE001  the framework refuses this case
+                continue
+        current["callables"] = built
+        return json.dumps(list(built))
+
+    def use(name: str) -> str:
+        current["run"] = current["callables"][name]
+        return "ok"
+
+    serve(lambda: current["run"](), ready, {"case": case, "use": use})
+
+
+class CaseCallable:
+    """One callable of a :func:`serve_cases` worker, as :func:`interleaved_samples` asks it:
+    picks it, then asks."""
+
+    def __init__(self, worker: Worker, name: str) -> None:
+        self.worker, self.name = worker, name
+
+    def ask(self, command: str) -> str:
+        self.worker.ask(f"use {self.name}")
+        return self.worker.ask(command)
+
+
+def time_case(workers: dict[str, Worker], spec: dict, repeats: int, min_sample: float = 0.02,
+              settle: float = 0.005) -> dict[str, float]:
+    """Median seconds per call of every callable the :func:`serve_cases` workers build for
+    ``spec``, sampled interleaved across all of them (:func:`interleaved_samples`)."""
+    callables = {name: CaseCallable(w, name) for w in workers.values()
+                 for name in json.loads(w.ask("case " + json.dumps(spec)))}
+    samples = interleaved_samples(callables, repeats, min_sample, settle)
+    return {name: statistics.median(values) for name, values in samples.items()}

@@ -28,7 +28,6 @@ least 2 ms).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -39,7 +38,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from _common import geomean, markdown_table, stream_triad  # noqa: E402
-from _workers import Worker, interleaved_samples, serve  # noqa: E402
+from _workers import Worker, serve_cases, time_case  # noqa: E402
 
 SHAPES = [(32, 56, 56, 64), (64, 28, 28, 128), (128, 14, 14, 256), (8, 112, 112, 32),
           (256, 7, 7, 512), (16, 8, 8, 16), (8, 16, 16, 16, 32)]
@@ -192,9 +191,9 @@ def second_order_inputs():
     return x, dy, v, np.ones(channels, np.float32), np.zeros(channels, np.float32)
 
 
-def minigraph_second() -> dict:
+def minigraph_second(first_only: bool = False):
     """Forward + first order + second order (d/d(x, scale, dy) of <x_backprop, v>), training
-    mode, and the forward + first order alone."""
+    mode; ``first_only``: the forward and first order alone."""
     import minigraph as mg
     from minigraph import ops
 
@@ -206,14 +205,13 @@ def minigraph_second() -> dict:
     bn = ops.FusedBatchNormV3(root, x, scale, offset_value, empty, empty, epsilon=EPSILON)
     dx, = mg.AddSymbolicGradients(root, [bn.y], [x], [dy])
     product = ops.Sum(root, ops.Mul(root, dx, v), [0, 1, 2, 3])
-    second = mg.AddSymbolicGradients(root, [product], [x, scale, dy])
+    second = [] if first_only else mg.AddSymbolicGradients(root, [product], [x, scale, dy])
     session = mg.ClientSession(root, backend="native")
     feeds = {x: x_value, dy: dy_value, v: v_value, scale: scale_value}
-    return {"minigraph": lambda: session.Run(feeds, [bn.y, dx] + second),
-            "minigraph 1st order only": lambda: session.Run(feeds, [bn.y, dx])}
+    return lambda: session.Run(feeds, [bn.y, dx] + second)
 
 
-def tf_second(tf) -> dict:
+def tf_second(tf):
     x_value, dy_value, v_value, scale_value, offset_value = second_order_inputs()
     tx, tdy, tv = (tf.constant(a) for a in (x_value, dy_value, v_value))
     tscale, toffset = tf.constant(scale_value), tf.constant(offset_value)
@@ -231,10 +229,10 @@ def tf_second(tf) -> dict:
             product = tf.reduce_sum(dx * tv)
         return y, dx, outer.gradient(product, [x, scale, dy])
 
-    return {"tensorflow": lambda: second(tx, tscale, tdy)}
+    return lambda: second(tx, tscale, tdy)
 
 
-def torch_second(torch) -> dict:
+def torch_second(torch):
     x_value, dy_value, v_value, scale_value, offset_value = second_order_inputs()
 
     def second():
@@ -247,35 +245,35 @@ def torch_second(torch) -> dict:
         product = (dx * torch.from_numpy(v_value).permute(0, 3, 1, 2)).sum()
         return torch.autograd.grad(product, [px, pscale, pdy])
 
-    return {"pytorch": second}
+    return second
 
 
 def worker(framework: str) -> None:
-    """Serve ``_workers``' protocol for one framework, plus ``cell SPEC`` (build a cell's
-    callables: a JSON object with shape, format, dtype, op and reference, or {"second": true};
-    answers the JSON list of their names, those the framework refuses left out) and ``use
-    NAME`` (the callable that ``time`` runs)."""
+    """Serve ``_workers.serve_cases`` for one framework: a case is a JSON object with shape,
+    format, dtype, op and reference, or {"second": true}."""
     if framework == "minigraph":
         from minigraph.backends import native, reference
 
-        module = None
         ready = {"threads": native.num_threads(), "isa": native.isa(),
                  "l3_mb": int(native.lib.mg_cache_size(3)) >> 20}
     elif framework == "torch":
-        import torch as module
+        import torch
 
-        module.set_num_threads(os.cpu_count() or 1)
-        ready = {"threads": module.get_num_threads()}
+        torch.set_num_threads(os.cpu_count() or 1)
+        ready = {"threads": torch.get_num_threads()}
     else:
-        import tensorflow as module
+        import tensorflow as tf
 
         ready = {"threads": os.cpu_count()}
-    current: dict = {"functions": {}, "run": None}
 
-    def builders(spec: dict) -> dict:
+    def factories(spec: dict) -> dict:
         if spec.get("second"):
-            make = {"minigraph": minigraph_second, "torch": torch_second, "tf": tf_second}
-            return {"all": lambda: make[framework](*([module] if module else []))}
+            if framework == "minigraph":
+                return {"minigraph": minigraph_second,
+                        "minigraph 1st order only": lambda: minigraph_second(first_only=True)}
+            if framework == "torch":
+                return {"pytorch": lambda: torch_second(torch)}
+            return {"tensorflow": lambda: tf_second(tf)}
         case = Case(tuple(spec["shape"]), spec["format"], spec["dtype"])
         op = spec["op"]
         if framework == "minigraph":
@@ -284,39 +282,14 @@ def worker(framework: str) -> None:
             if spec["reference"]:
                 found["reference"] = lambda: kernel_call(reference, case, op)
             return found
-        peer_call = torch_call if framework == "torch" else tf_call
-        return {framework: lambda: peer_call(module, case, op)}
+        if framework == "torch":
+            return {"torch": lambda: torch_call(torch, case, op)}
+        return {"tf": lambda: tf_call(tf, case, op)}
 
-    def cell(argument: str) -> str:
-        functions = {}
-        for name, build in builders(json.loads(argument)).items():
-            try:
-                built = build()
-            except Exception:  # noqa: BLE001  the peer refuses this combination
-                continue
-            functions.update(built if isinstance(built, dict) else {name: built})
-        current["functions"] = functions
-        return json.dumps(list(functions))
-
-    def use(name: str) -> str:
-        current["run"] = current["functions"][name]
-        return "ok"
-
-    serve(lambda: current["run"](), ready, {"cell": cell, "use": use})
+    serve_cases(factories, ready)
 
 
 # ----------------------------------------------------------------------------- coordinator
-
-
-class Implementation:
-    """One callable of a worker, as ``interleaved_samples`` asks it: selects it, then asks."""
-
-    def __init__(self, worker: Worker, name: str) -> None:
-        self.worker, self.name = worker, name
-
-    def ask(self, command: str) -> str:
-        self.worker.ask(f"use {self.name}")
-        return self.worker.ask(command)
 
 
 def start_workers(skip: set[str]) -> dict[str, Worker]:
@@ -334,15 +307,6 @@ def start_workers(skip: set[str]) -> dict[str, Worker]:
     return workers
 
 
-def time_cell(workers: dict[str, Worker], spec: dict, repeats: int,
-              min_sample: float = MIN_SAMPLE) -> dict[str, float]:
-    """Median seconds per call of every callable the workers build for ``spec``."""
-    implementations = {name: Implementation(w, name) for w in workers.values()
-                       for name in json.loads(w.ask("cell " + json.dumps(spec)))}
-    samples = interleaved_samples(implementations, repeats, min_sample)
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
 def benchmark_table(workers, dtype_name, shapes, warm_gbs, repeats, with_reference,
                     formats=None, op_names=OPS, rounds=1):
     """Every cell timed in ``rounds`` sweeps over the whole table (minutes apart, so that a
@@ -358,7 +322,7 @@ def benchmark_table(workers, dtype_name, shapes, warm_gbs, repeats, with_referen
         for shape, data_format, op in cells:
             spec = {"shape": shape, "format": data_format, "dtype": dtype_name, "op": op,
                     "reference": with_reference}
-            times = time_cell(workers, spec, repeats)
+            times = time_case(workers, spec, repeats, MIN_SAMPLE)
             per_round[(shape, data_format, op)].append(times)
             peer_times = {k: v for k, v in times.items() if k in peers}
             best = min(peer_times.values()) / times["kernel"] if peer_times else float("nan")
@@ -428,7 +392,7 @@ def summary(dtype_name, results, warm_gbs) -> list[list[str]]:
 def second_order(workers, repeats) -> str:
     """Forward + first order + second order (d/d(x, scale, dy) of <x_backprop, v>),
     32x28x28x64 NHWC float32, training mode."""
-    times = time_cell(workers, {"second": True}, max(5, repeats // 3), min_sample=0)
+    times = time_case(workers, {"second": True}, max(5, repeats // 3), min_sample=0)
     peers_only = {k: t for k, t in times.items() if k in ("tensorflow", "pytorch")}
     best = min(peers_only.values()) if peers_only else float("nan")
     rows = [[name, f"{t * 1e3:.2f}", f"{best / t:.2f}x" if peers_only else "-"]

@@ -41,7 +41,7 @@ FRAMEWORKS = ("tensorflow", "minigraph")
 # ----------------------------------------------------------------------------- workers
 
 
-def _tensorflow_runner(graph, feeds: dict, threads: int):
+def tensorflow_runner(graph, feeds: dict, threads: int):
     from minigraph.testing import tf_graphs
 
     tf = tf_graphs.tensorflow()
@@ -84,7 +84,7 @@ def graph_flops(session, graph, feeds: dict) -> float:
     return 2.0 * float(total)
 
 
-def _minigraph_runner(graph, feeds: dict, threads: int):
+def minigraph_runner(graph, feeds: dict, threads: int):
     import minigraph as mg
     from minigraph.backends import native
 
@@ -100,7 +100,7 @@ def worker(framework: str, model: str, batch: int, threads: int, size: int | Non
 
     graph = keras_zoo.load(model, size)
     feeds = keras_zoo.batch_feeds(graph, batch)
-    make = _tensorflow_runner if framework == "tensorflow" else _minigraph_runner
+    make = tensorflow_runner if framework == "tensorflow" else minigraph_runner
     run, flops = make(graph, feeds, threads)
     run()
 

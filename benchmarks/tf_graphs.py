@@ -1,6 +1,6 @@
 """Inference time of TensorFlow-made graphs imported into minigraph, against TensorFlow
-running the same frozen GraphDef (a v1 Session, grappler on), same process, interleaved
-medians, batch 32, float32, 2 threads each.
+running the same frozen GraphDef (a v1 Session, grappler on), each framework in its own
+process, interleaved medians, batch 32, float32, 2 threads each.
 
     python benchmarks/tf_graphs.py [--batch 32] [--threads 2] [--repeats 15]
 
@@ -9,9 +9,11 @@ Graphs: the Keras CNN and residual stack of the interop tests (issue target: min
 TensorFlow's time over minigraph's: above 1 means minigraph is faster. Also prints the
 largest difference between the two outputs.
 
-minigraph's kernels here run on its worker pool (kernels_c/mg_runtime.c: idle workers poll,
-yielding their core, for 300 us before they sleep), TensorFlow's on its own thread pool; the
-harness lets both settle for 5 ms before each sample (benchmarks/_common.py).
+The TensorFlow worker builds and freezes the graph and writes it, with the batch to feed, to
+a file the minigraph worker reads (minigraph's process never imports TensorFlow: an idle
+TensorFlow in the same process slowed some minigraph kernels twofold, see
+``bn_kernels.py``). The workers start in the default environment and are sampled in turn
+(``_workers.interleaved_medians``: rotating order, a 5 ms pause before each sample).
 """
 
 from __future__ import annotations
@@ -19,34 +21,84 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import numpy as np  # noqa: E402
-from _common import markdown_table, time_interleaved  # noqa: E402
+from _common import markdown_table  # noqa: E402
+from _workers import Worker, interleaved_medians, serve  # noqa: E402
+from keras_zoo import minigraph_runner, tensorflow_runner  # noqa: E402
 
-import minigraph as mg  # noqa: E402
-from minigraph.backends import native  # noqa: E402
-from minigraph.testing import tf_graphs  # noqa: E402
-
-GRAPHS = {"keras_cnn": tf_graphs.keras_cnn, "residual_stack": tf_graphs.residual_stack,
-          "mobilenet_v2": tf_graphs.mobilenet_v2}
+GRAPHS = ("keras_cnn", "residual_stack", "mobilenet_v2")
+FRAMEWORKS = ("tensorflow", "minigraph")
 
 
-def tensorflow_runner(tf, graph: tf_graphs.TFGraph, feeds: dict, threads: int):
-    """TensorFlow running the frozen GraphDef (grappler rewrites it on the first run)."""
-    tf_graph = tf.Graph()
-    with tf_graph.as_default():
-        tf.graph_util.import_graph_def(tf.compat.v1.GraphDef.FromString(graph.graph_def),
-                                       name="")
-    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads,
-                                      inter_op_parallelism_threads=1)
-    session = tf.compat.v1.Session(graph=tf_graph, config=config)
-    return lambda: session.run(graph.fetches, feeds)
+def export(name: str, batch: int, path: str):
+    """Build graph ``name`` (minigraph.testing.tf_graphs, needs TensorFlow), draw a standard
+    normal batch for its input and write both to ``path``; returns the TFGraph fed with it."""
+    from minigraph.testing import tf_graphs
+
+    graph = getattr(tf_graphs, name)()
+    (feed, value), = graph.feeds.items()
+    x = np.random.default_rng(0).standard_normal((batch, *value.shape[1:])).astype(np.float32)
+    graph.feeds = {feed: x}
+    np.savez(path, graph_def=np.frombuffer(graph.graph_def, np.uint8), feed=feed, x=x,
+             fetches=np.array(graph.fetches))
+    return graph
 
 
-def minigraph_runner(graph: tf_graphs.TFGraph, feeds: dict):
-    session = mg.ClientSession(mg.import_graph_def(graph.graph_def), backend="native")
-    return lambda: session.Run(feeds, graph.fetches)
+def load(path: str):
+    """The graph and batch :func:`export` wrote."""
+    from minigraph.testing.tf_graphs import TFGraph
+
+    with np.load(path) as data:
+        return TFGraph(os.path.basename(path), data["graph_def"].tobytes(),
+                       {str(data["feed"]): data["x"]}, [str(f) for f in data["fetches"]])
+
+
+def worker(framework: str, name: str, batch: int, threads: int, path: str) -> None:
+    """Serve ``_workers``' protocol, plus ``save PATH`` (the outputs, npz)."""
+    if framework == "tensorflow":
+        graph = export(name, batch, path)
+        run, _ = tensorflow_runner(graph, graph.feeds, threads)
+    else:
+        graph = load(path)
+        run, _ = minigraph_runner(graph, graph.feeds, threads)
+    run()
+
+    def save(out: str) -> str:
+        np.savez(out, *[np.asarray(v) for v in run()])
+        return "saved"
+
+    serve(run, {}, {"save": save})
+
+
+def measure(name: str, batch: int, threads: int, repeats: int) -> list[str]:
+    """One table row: graph ``name`` at ``batch`` in both frameworks."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "graph.npz")
+        workers: dict[str, Worker] = {}
+        try:
+            for framework in FRAMEWORKS:  # TensorFlow first: it writes the graph
+                workers[framework] = Worker(
+                    [os.path.abspath(__file__), "--worker", framework, "--graphs", name,
+                     "--batch", str(batch), "--threads", str(threads), "--path", path],
+                    name=f"{framework} ({name})")
+            times = interleaved_medians(workers, repeats)
+            outputs = {}
+            for framework, w in workers.items():
+                out = os.path.join(scratch, f"{framework}.npz")
+                w.ask(f"save {out}")
+                with np.load(out) as data:
+                    outputs[framework] = [data[f"arr_{i}"] for i in range(len(data.files))]
+        finally:
+            for w in workers.values():
+                w.close()
+    difference = max(float(np.max(np.abs(a - b)))
+                     for a, b in zip(outputs["minigraph"], outputs["tensorflow"]))
+    return [name, f"{times['minigraph'] * 1e3:.2f}", f"{times['tensorflow'] * 1e3:.2f}",
+            f"{times['tensorflow'] / times['minigraph']:.2f}x", f"{difference:.1e}"]
 
 
 def main() -> None:
@@ -55,24 +107,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--graphs", nargs="*", default=list(GRAPHS), choices=list(GRAPHS))
+    parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    tf = tf_graphs.tensorflow()
-    native.set_num_threads(args.threads)
-    print(f"minigraph native ISA {native.isa()}, {native.num_threads()} threads; TensorFlow "
-          f"{tf.__version__}, {args.threads} intra-op threads; batch {args.batch}, float32")
-    rows = []
-    for name in args.graphs:
-        graph = GRAPHS[name]()
-        shape = next(iter(graph.feeds.values())).shape[1:]
-        x = np.random.default_rng(0).standard_normal((args.batch, *shape)).astype(np.float32)
-        feeds = {next(iter(graph.feeds)): x}
-        ours, theirs = minigraph_runner(graph, feeds), tensorflow_runner(tf, graph, feeds,
-                                                                         args.threads)
-        difference = max(float(np.max(np.abs(a - b))) for a, b in zip(ours(), theirs()))
-        times = time_interleaved({"minigraph": ours, "tensorflow": theirs},
-                                 repeats=args.repeats)
-        rows.append([name, f"{times['minigraph'] * 1e3:.2f}", f"{times['tensorflow'] * 1e3:.2f}",
-                     f"{times['tensorflow'] / times['minigraph']:.2f}x", f"{difference:.1e}"])
+    if args.worker:
+        worker(args.worker, args.graphs[0], args.batch, args.threads, args.path)
+        return
+    print(f"each framework in its own process, {args.threads} threads each (minigraph's pool, "
+          f"TensorFlow's intra-op pool); batch {args.batch}, float32")
+    rows = [measure(name, args.batch, args.threads, args.repeats) for name in args.graphs]
     print(markdown_table(["graph", "minigraph ms", "TensorFlow ms", "TF / minigraph",
                           "max |diff|"], rows))
 

@@ -106,7 +106,9 @@ int mg_native_threads(int requested);
  * kernels of a step does not put it to sleep, so the next kernel does not wait tens of
  * microseconds for a halted vCPU to wake, and beside another busy process it gives its core
  * away at once. One job at a time: a call made while another thread's job runs (or with
- * nt <= 1, or in a child forked while a job ran) runs its items on the calling thread. */
+ * nt <= 1, or in a child forked while a job ran) runs its items on the calling thread. A
+ * worker woken from sleep that Linux queued on the job's own CPU moves to another CPU it may
+ * run on (narrowing its CPU mask for a moment; mg_runtime.c, leave_master_cpu). */
 #define MG_POOL_SPIN_US 300
 typedef void (*mg_pool_fn)(void *ctx, int64_t item, int tid);
 void mg_pool_run(int nt, int64_t count, mg_pool_fn fn, void *ctx);
