@@ -6,9 +6,11 @@
  * order (segments: one tap or one tap row, seg_mode; each cut into chunks of at most
  * CG_KC floats). Per K block it points every pixel's row at its chunk (in x, at zeros, or at
  * a copy in the thread's scratch: a row cut by the padding, or every row when neighbouring
- * pixels lie a multiple of 4 KiB apart, gemm_rows_crowd_l1) once, and runs the micro-kernel over every (panel, group
- * of mr pixels; the narrow micro-kernel, with its own mr, for a panel of at most 16 output
- * channels, as a grouped convolution's 8-16 channels per group): the block's rows stay in L2
+ * pixels lie a multiple of 4 KiB apart, gemm_rows_crowd_l1) once, and runs the micro-kernel
+ * over every (panel, group of at most mr pixels that read x in that block: a pixel whose
+ * taps there all lie in the padding skips it; the narrow micro-kernel, with its own mr, for
+ * a panel of at most 16 output channels, as a grouped convolution's 8-16 channels per
+ * group): the block's rows stay in L2
  * while a panel's chunk of B sits in L1. The last block's micro-kernels apply the epilogue
  * to each tile before storing it (gemm_tail). An output element is written by one item
  * only, its chain in the order conv_gemm.h gives. */
@@ -121,19 +123,13 @@ static void chunk_rows(const cg_call *g, const int64_t *base, const int64_t *r0,
             }
 }
 
-/* Whether K chunk [s0, s0 + kc) of tap row i (tap (i, j) per tap) reads x for any of the
- * item's pixels: chunk_rows would point every row at zeros otherwise, and the chunk can be
- * skipped (cg_item) */
-static int chunk_live(const cg_call *g, const int64_t *r0, const int64_t *q0,
-                      const int64_t *origin, int64_t rows, int64_t i, int64_t j, int64_t s0,
-                      int64_t kc)
+/* Whether a pixel reads x in K chunk [s0, s0 + kc) of tap row i (tap (i, j) per tap):
+ * chunk_rows points its row at zeros otherwise, and the pixel skips the chunk (cg_item) */
+static int pixel_live(const cg_call *g, int64_t r0, int64_t q0, int64_t origin, int64_t i,
+                      int64_t j, int64_t s0, int64_t kc)
 {
     const int64_t jf = s0 / g->cg * g->dw, jl = (s0 + kc - 1) / g->cg * g->dw;
-    for (int64_t p = 0; p < rows; ++p)
-        if ((g->mode == SEG_TAP && origin[p] >= 0) ||
-            !chunk_in_padding(g, r0[p], q0[p], i, j, jf, jl))
-            return 1;
-    return 0;
+    return (g->mode == SEG_TAP && origin >= 0) || !chunk_in_padding(g, r0, q0, i, j, jf, jl);
 }
 
 /* The tail (the epilogue) of the tile of output pixels from m0 at the group's channel j0,
@@ -218,30 +214,54 @@ static void cg_item(void *ctx, int64_t item, int tid)
     float *scratch = g->scratch ? g->scratch + (int64_t)tid * CG_MC * GEMM_COPY_LD : NULL;
     const float *bg = g->bp + group * g->gfloats;
     float *yg = g->y + group * g->cog;
-    /* K chunks that read only zeros for every pixel (taps in the padding: a small image's
-     * border taps) are skipped: each would add 0 * f to sums that start at +0 and so are
-     * never -0, which leaves them as they are for a finite filter (the caller keeps a
-     * non-finite one off the padding). The first chunk computed starts the sums, the last
-     * applies the epilogue; with none live, the first chunk runs (all zeros). */
-    int64_t first = -1, last = 0;
+    /* Each pixel skips the K chunks it reads only zeros from (its window's taps in the
+     * padding: the border pixels' taps over a small image's edge), so each pixel's sums run
+     * over its own live chunks: the first starts them, the last applies the epilogue. A
+     * skipped chunk would add 0 * f to sums that start at +0 and so are never -0, which
+     * leaves them as they are for a finite filter (the caller keeps a non-finite one off
+     * the padding). A pixel with no live chunk runs the first chunk (all zeros). Per chunk,
+     * the pixels that run it are cut into runs of consecutive rows sharing those two roles,
+     * each run in tiles of at most mr rows. */
+    int64_t first[CG_MC], last[CG_MC];
+    for (int64_t p = 0; p < rows; ++p)
+        first[p] = -1, last[p] = 0;
     for (int64_t seg = 0; seg < g->nseg; ++seg)
         for (int64_t s0 = 0; s0 < g->seglen; s0 += CG_KC) {
-            const int64_t i = g->mode == SEG_ROW ? seg : seg / g->kw;
-            if (chunk_live(g, r0, q0, origin, rows, i, seg % g->kw, s0,
-                           min64(g->seglen - s0, CG_KC))) {
-                last = seg * g->seglen + s0;
-                if (first < 0)
-                    first = last;
-            }
+            const int64_t i = g->mode == SEG_ROW ? seg : seg / g->kw, kk = seg * g->seglen + s0;
+            const int64_t kc = min64(g->seglen - s0, CG_KC);
+            for (int64_t p = 0; p < rows; ++p)
+                if (pixel_live(g, r0[p], q0[p], origin[p], i, seg % g->kw, s0, kc)) {
+                    last[p] = kk;
+                    if (first[p] < 0)
+                        first[p] = kk;
+                }
         }
-    if (first < 0)
-        first = 0;
+    for (int64_t p = 0; p < rows; ++p)
+        if (first[p] < 0)
+            first[p] = 0;
+    int64_t run_start[CG_MC], run_len[CG_MC];
+    int run_load[CG_MC], run_tail[CG_MC];
     for (int64_t seg = 0; seg < g->nseg; ++seg)
         for (int64_t s0 = 0; s0 < g->seglen; s0 += CG_KC) {
             const int64_t kc = min64(g->seglen - s0, CG_KC), kk = seg * g->seglen + s0;
             const int64_t i = g->mode == SEG_ROW ? seg : seg / g->kw;
-            if (kk != first && (kk > last || !chunk_live(g, r0, q0, origin, rows, i,
-                                                         seg % g->kw, s0, kc)))
+            int64_t runs = 0;
+            for (int64_t p = 0; p < rows; ++p) {
+                if (kk != first[p] && (kk > last[p] || kk < first[p] ||
+                                       !pixel_live(g, r0[p], q0[p], origin[p], i,
+                                                   seg % g->kw, s0, kc)))
+                    continue;
+                const int load = kk > first[p], tail = kk >= last[p];
+                if (runs && run_start[runs - 1] + run_len[runs - 1] == p &&
+                    run_load[runs - 1] == load && run_tail[runs - 1] == tail) {
+                    ++run_len[runs - 1];
+                } else {
+                    run_start[runs] = p, run_len[runs] = 1;
+                    run_load[runs] = load, run_tail[runs] = tail;
+                    ++runs;
+                }
+            }
+            if (!runs)
                 continue;
             chunk_rows(g, base, r0, q0, origin, rows, i, seg % g->kw, s0, kc, group, scratch, ptrs);
             for (int r = 0; r < GEMM_MR_MAX; ++r)
@@ -252,12 +272,13 @@ static void cg_item(void *ctx, int64_t item, int tid)
                 const float *bpp = bg + p * g->k * MG_GEMM_NR + kk * MG_GEMM_NR;
                 int mr;
                 const gemm_micro_tail_fn micro = gemm_micro_tail_for(g->t, nr, &mr);
-                for (int64_t r = 0; r < rows; r += mr) {
-                    gemm_tail tail;
-                    micro(kc, ptrs + r, 1, bpp, yg + (m0 + r) * g->co + j0, g->co,
-                          (int)min64(rows - r, mr), nr, kk > first,
-                          tile_tail(g, kk >= last, group, m0 + r, j0, &tail));
-                }
+                for (int64_t u = 0; u < runs; ++u)
+                    for (int64_t r = run_start[u]; r < run_start[u] + run_len[u]; r += mr) {
+                        gemm_tail tail;
+                        micro(kc, ptrs + r, 1, bpp, yg + (m0 + r) * g->co + j0, g->co,
+                              (int)min64(run_start[u] + run_len[u] - r, mr), nr, run_load[u],
+                              tile_tail(g, run_tail[u], group, m0 + r, j0, &tail));
+                    }
             }
         }
 }

@@ -250,6 +250,27 @@ def padded_small_images(draw):
                 fmt="NHWC", seed=draw(st.integers(0, 2**16)))
 
 
+@st.composite
+def border_pixels(draw):
+    """Images of a few pixels under 3x3 and 5x5 windows: the border pixels of a block read
+    some K chunks (tap rows; tap columns, where a column's channels fill whole chunks of 256
+    floats) only from the padding, the interior ones never, so that each pixel skips its own
+    chunks: runs of pixels with different first and last chunks inside one tile."""
+    k = draw(st.sampled_from([3, 5]))
+    pads = [draw(st.integers(0, k - 1)) for _ in range(4)]
+    return dict(n=draw(st.integers(1, 3)), h=draw(st.integers(2, 9)), w=draw(st.integers(2, 9)),
+                groups=1, cg=draw(st.sampled_from([5, 256, 300, 512])),
+                cog=draw(st.integers(1, 70)), kh=k, kw=k, strides=(1, 1), dilations=(1, 1),
+                padding=draw(st.sampled_from(["SAME", "EXPLICIT"])), explicit=pads,
+                fmt="NHWC", seed=draw(st.integers(0, 2**16)))
+
+
+def _vgg_block5(n):
+    """VGG16's last block at a 112 x 112 input: 3x3 SAME over 7 x 7 maps of 512 channels."""
+    return dict(n=n, h=7, w=7, groups=1, cg=512, cog=40, kh=3, kw=3, strides=(1, 1),
+                dilations=(1, 1), padding="SAME", explicit=[], fmt="NHWC", seed=11)
+
+
 def _all_padding_block(k, cg):
     """A 1 x 1 image under pads of 8: the first block of output pixels reads only padding."""
     return dict(n=1, h=1, w=1, groups=1, cg=cg, cog=7, kh=k, kw=k, strides=(1, 1),
@@ -257,12 +278,13 @@ def _all_padding_block(k, cg):
 
 
 @settings(max_examples=40, deadline=None)
-@given(case=padded_small_images())
+@given(case=st.one_of(padded_small_images(), border_pixels()))
 @example(case=_all_padding_block(1, 5))
 @example(case=_all_padding_block(3, 300))
+@example(case=_vgg_block5(3))
 def test_chunks_reading_only_padding_are_skipped_exactly(case):
-    """The GEMM skips the K chunks whose rows are all the padding's zeros, for an item's
-    every pixel; the first chunk it runs starts the sums, the last applies the epilogue. The
+    """The GEMM skips, per pixel, the K chunks whose rows are the padding's zeros; a pixel's
+    first chunk run starts its sums, its last applies the epilogue. The
     sums keep their bits: within gamma of float64, +0 where a window reads only padding,
     the direct route's bits where it runs the shape, and the unfused epilogue's bits (the
     output buffer starts as NaN, so a chunk that loaded it before any wrote it would show)."""
