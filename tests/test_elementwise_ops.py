@@ -48,7 +48,9 @@ UNARY = {
     "Exp": np.exp, "Log": np.log, "Log1p": np.log1p, "Expm1": np.expm1, "Sqrt": np.sqrt,
     "Erf": np.vectorize(math.erf, otypes=[F64]), "Erfc": np.vectorize(math.erfc, otypes=[F64]),
     "Floor": np.floor, "Ceil": np.ceil, "Sin": np.sin, "Cos": np.cos, "Abs": np.abs,
-    "Round": _half_to_even, "Sign": _sign,
+    "Round": _half_to_even, "Sign": _sign, "Rint": _half_to_even, "Tan": np.tan,
+    "Asin": np.arcsin, "Acos": np.arccos, "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh,
+    "Asinh": np.arcsinh, "Acosh": np.arccosh, "Atanh": np.arctanh,
 }
 INTEGER_UNARY = {"Abs": np.abs, "Round": lambda x: x, "Sign": np.sign}
 
@@ -63,7 +65,13 @@ BINARY = {
     "Minimum": lambda x, y: np.where(np.isnan(x) | np.isnan(y), np.nan, np.minimum(x, y)),
     "Pow": np.power, "SquaredDifference": lambda x, y: (x - y) ** 2,
     "FloorDiv": lambda x, y: np.floor(x / y), "FloorMod": _floor_mod,
+    "TruncateDiv": lambda x, y: np.trunc(x / y), "TruncateMod": np.fmod,
     "DivNoNan": lambda x, y: np.where(y == 0, 0.0, x / np.where(y == 0, 1.0, y)),
+    "MulNoNan": lambda x, y: np.where(y == 0, 0.0, x * y),
+    # 0 wherever x is 0, whatever y is (NaN, 0 or infinite)
+    "Xlogy": lambda x, y: np.where(x == 0, 0.0, x * np.log(y)),
+    "Xdivy": lambda x, y: np.where(x == 0, 0.0, x / y),
+    "Xlog1py": lambda x, y: np.where(x == 0, 0.0, x * np.log1p(y)),
 }
 COMPARISONS = {"Less": np.less, "LessEqual": np.less_equal, "Greater": np.greater,
                "GreaterEqual": np.greater_equal, "NotEqual": np.not_equal}
@@ -121,7 +129,7 @@ def test_binary_floats_broadcast(backend, dtype):
         for name, out, value in zip(BINARY, outs, run(root, outs, backend)):
             assert out.shape == mg.TensorShape([5, 3, 8])
             expected = BINARY[name](x.astype(F64), y.astype(F64))
-            if name in ("FloorDiv", "FloorMod"):
+            if name in ("FloorDiv", "FloorMod", "TruncateDiv", "TruncateMod"):
                 expected = np.where(np.isfinite(x.astype(F64)) & (y != 0), expected, value)
             assert_close(value, _rounded(expected, dtype), dtype=np.dtype(dtype), mag=0.0,
                          what=name)
@@ -167,6 +175,49 @@ def test_ties_nan_and_signed_zeros(backend):
     np.testing.assert_array_equal(rounded, [0, 2, 2, -0.0, -2])
     assert quotient == 10 and np.floor_divide(np.float32(1), np.float32(0.1)) == 9
     np.testing.assert_array_equal(safe, [0, 0, 0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", FLOAT_TYPES, ids=lambda d: np.dtype(d).name)
+def test_float_predicates_and_atan2(backend, dtype):
+    """IsFinite/IsInf/IsNan are numpy's tests (bool results); Atan2(y, x) is the angle of
+    (x, y), quadrant and signed zeros included (atan2(+0, -0) = pi, atan2(-0, -1) = -pi)."""
+    x = X.astype(dtype)
+    y = np.array([0.0, -0.0, 1.0, 0.0, -2.5, np.inf, np.nan, -1.0]).astype(dtype)
+    a = np.array([-0.0, -1.0, 0.0, 0.0, -np.inf, -np.inf, 1.0, 3.0]).astype(dtype)
+    root = mg.Scope.NewRootScope()
+    tests = {"IsFinite": np.isfinite, "IsInf": np.isinf, "IsNan": np.isnan}
+    fetches = [_wrapper(name)(root, x) for name in tests] + [ops.Atan2(root, y, a)]
+    *flags, angle = run(root, fetches, backend)
+    for name, value in zip(tests, flags):
+        assert value.dtype == np.bool_
+        np.testing.assert_array_equal(value, tests[name](x.astype(F64)), err_msg=name)
+    expected = np.arctan2(y.astype(F64), a.astype(F64))
+    assert_close(angle, _rounded(expected, dtype), dtype=np.dtype(dtype), mag=0.0, what="Atan2")
+    np.testing.assert_array_equal(np.signbit(angle[:4]), [False, True, False, False])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", INT_TYPES, ids=lambda d: np.dtype(d).name)
+def test_integer_truncating_division_rounds_toward_zero(backend, dtype):
+    """TruncateDiv/TruncateMod of integers are C's / and % (toward 0, the dividend's sign),
+    the minimum over -1 wrapping around as TF's does, not trapping."""
+    info = np.iinfo(dtype)
+    x = np.array([[-7], [7], [0], [5], [-1], [info.min]], dtype)
+    y = np.array([2, -3, 1, 4, -1], dtype)
+    root = mg.Scope.NewRootScope()
+    quotient, remainder = run(root, [ops.TruncateDiv(root, x, y), ops.TruncateMod(root, x, y)],
+                              backend)
+    span = 1 << info.bits
+
+    def c_quotient(a: int, b: int) -> int:
+        exact = (abs(a) // abs(b)) * (-1 if (a < 0) != (b < 0) else 1)
+        return (exact - info.min) % span + info.min  # wrapped into the type
+
+    expected_q = [[c_quotient(a, int(b)) for b in y] for a in map(int, x[:, 0])]
+    np.testing.assert_array_equal(quotient, np.array(expected_q, dtype))
+    np.testing.assert_array_equal(remainder, x - quotient * y)
+    assert quotient.dtype == remainder.dtype == dtype
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -340,7 +391,9 @@ def _tf():
 # TF's float32 kernels approximate these (Eigen's polynomials; SqrtGrad rounds twice, in an
 # order that depends on the element's position): compare at float32 tolerance, elementwise;
 # the others are exact, so they must agree bit for bit
-APPROXIMATE = {"Exp", "Log", "Log1p", "Expm1", "Erf", "Erfc", "Sin", "Cos", "Pow", "SqrtGrad"}
+APPROXIMATE = {"Exp", "Log", "Log1p", "Expm1", "Erf", "Erfc", "Sin", "Cos", "Pow", "SqrtGrad",
+               "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Atan2",
+               "Xlogy", "Xlog1py"}
 
 
 def _assert_matches_tf(name, ours, theirs):
@@ -367,7 +420,10 @@ def test_against_tensorflow(backend):
               for name in list(BINARY) + list(COMPARISONS)]
     cases += [(name, _wrapper(name)(root, *ints), getattr(raw, name)(x=ints[0], y=ints[1]))
               for name in ("Maximum", "Minimum", "SquaredDifference", "FloorDiv", "FloorMod",
-                           "Less", "NotEqual")]
+                           "TruncateDiv", "TruncateMod", "Less", "NotEqual")]
+    cases += [(name, _wrapper(name)(root, x32), getattr(raw, name)(x=x32))
+              for name in ("IsFinite", "IsInf", "IsNan")]
+    cases.append(("Atan2", ops.Atan2(root, xb, yb), raw.Atan2(y=xb, x=yb)))
     cases.append(("Pow", ops.Pow(root, *powers), raw.Pow(x=powers[0], y=powers[1])))
     cases += [(name, _wrapper(name)(root, ints[0]), getattr(raw, name)(x=ints[0]))
               for name in ("Abs", "Sign")]

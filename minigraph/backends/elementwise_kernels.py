@@ -3,18 +3,23 @@
 Two ways to compute, by what matches TensorFlow best:
 
 * **float64, rounded once** (``Exp``, ``Log``, ``Log1p``, ``Expm1``, ``Sqrt``, ``Erf``,
-  ``Erfc``, ``Sin``, ``Cos``, ``Pow``, ``SqrtGrad``): floating inputs are promoted to float64
+  ``Erfc``, the trigonometric and hyperbolic functions and their inverses, ``Atan2``,
+  ``Xlogy``, ``Xdivy``, ``Xlog1py``, ``Pow``, ``SqrtGrad``): floating inputs are promoted to float64
   and the result rounded once to ``T``, so float32 results are within one rounding of the
   exact value (TF's own float32 approximations are a few ulps off: the tests bound the
   distance). Integer ``Pow`` wraps around in ``T`` as TF's does.
 * **in T** (float16 and bfloat16 in float32, rounded once: minigraph's rule) where the result
-  is exact (``Abs``, ``Floor``, ``Ceil``, ``Round``, ``Sign``, ``Maximum``, ``Minimum``,
-  comparisons, ``Select``) or where TF's float32 result depends on float32's own rounding:
+  is exact (``Abs``, ``Floor``, ``Ceil``, ``Round``, ``Rint``, ``Sign``, ``Maximum``,
+  ``Minimum``, ``IsFinite``, ``IsInf``, ``IsNan``, comparisons, ``Select``) or where TF's
+  float32 result depends on float32's own rounding:
   ``SquaredDifference`` is ``(x - y) * (x - y)`` with the difference rounded
   (TF's two roundings; integers wrap), ``FloorDiv`` is ``floor(x / y)`` of the quotient
   rounded to ``T`` (so ``floor(1 / 0.1) = 10``, not numpy's 9), ``FloorMod`` is
   ``fmod(x, y)`` moved into ``y``'s sign (``+ y``, rounded in ``T``), ``DivNoNan`` is
-  ``x / y`` or 0 where ``y = 0``. (TF rounds each step to float16/bfloat16 in those types.)
+  ``x / y`` or 0 where ``y = 0``, ``MulNoNan`` ``x * y`` or 0 where ``y = 0``,
+  ``TruncateDiv`` is ``trunc(x / y)`` of the rounded quotient (integers: C's division,
+  rounding toward 0), ``TruncateMod`` is ``fmod(x, y)`` (the dividend's sign). (TF rounds
+  each step to float16/bfloat16 in those types.)
 """
 
 from __future__ import annotations
@@ -112,16 +117,49 @@ def _div_no_nan(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(y == 0, np.zeros((), x.dtype), x / y)
 
 
+def _truncate_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The quotient rounded toward 0: floats ``trunc(x / y)`` of the quotient rounded to T;
+    integers as C divides (floor division moved up by one where a remainder is left and the
+    signs differ; the minimum by -1 wraps around instead of trapping)."""
+    if _is_floating(x):
+        return np.trunc(x / y)
+    quotient = np.floor_divide(x, y)
+    inexact = (x - quotient * y != 0) & ((x < 0) != (y < 0))
+    return quotient + inexact.astype(quotient.dtype)
+
+
+def _where_x_zero(function: Callable) -> Callable:
+    """``function(x, y)``, and 0 wherever x == 0 (whatever y: NaN, 0, infinite), as TF's
+    Xlogy, Xdivy and Xlog1py."""
+    def kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.where(x == 0, np.zeros((), x.dtype), function(x, y))
+
+    return kernel
+
+
+def _mul_no_nan(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x * y, and 0 wherever y == 0 (even for x NaN or infinite)."""
+    return np.where(y == 0, np.zeros((), x.dtype), x * y)
+
+
 _register({"Exp": np.exp, "Log": np.log, "Log1p": np.log1p, "Expm1": np.expm1,
            "Sqrt": np.sqrt, "Erf": erf, "Erfc": erfc, "Sin": np.sin, "Cos": np.cos,
+           "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos, "Atan": np.arctan,
+           "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh, "Acosh": np.arccosh,
+           "Atanh": np.arctanh, "Atan2": np.arctan2,
+           "Xlogy": _where_x_zero(lambda x, y: x * np.log(y)),
+           "Xdivy": _where_x_zero(lambda x, y: x / y),
+           "Xlog1py": _where_x_zero(lambda x, y: x * np.log1p(y)),
            "Pow": np.power, "SqrtGrad": lambda y, dy: 0.5 * dy / y}, promote=_float64)
 _register({"Abs": np.abs, "Floor": np.floor, "Ceil": np.ceil, "Round": _round, "Sign": _sign,
-           "Maximum": _maximum, "Minimum": _minimum, "FloorDiv": _floor_div,
-           "FloorMod": _floor_mod, "DivNoNan": _div_no_nan,
+           "Rint": np.rint, "Maximum": _maximum, "Minimum": _minimum, "FloorDiv": _floor_div,
+           "FloorMod": _floor_mod, "TruncateDiv": _truncate_div, "TruncateMod": np.fmod,
+           "DivNoNan": _div_no_nan, "MulNoNan": _mul_no_nan,
            "SquaredDifference": _squared_difference})
 _register({"Less": np.less, "LessEqual": np.less_equal, "Greater": np.greater,
            "GreaterEqual": np.greater_equal, "LogicalAnd": np.logical_and,
-           "LogicalOr": np.logical_or, "LogicalNot": np.logical_not}, out_dtype=_bool)
+           "LogicalOr": np.logical_or, "LogicalNot": np.logical_not, "IsFinite": np.isfinite,
+           "IsInf": np.isinf, "IsNan": np.isnan}, out_dtype=_bool)
 
 
 @register_kernel("NotEqual")

@@ -14,6 +14,8 @@ from minigraph.framework.wrapper_docs import DTypeLike, ShapeLike, TensorLike
 
 __all__ = [
     "Abs",
+    "Acos",
+    "Acosh",
     "Add",
     "AddN",
     "AddV2",
@@ -24,7 +26,12 @@ __all__ = [
     "ApplyMomentum",
     "ArgMax",
     "ArgMin",
+    "Asin",
+    "Asinh",
     "Assign",
+    "Atan",
+    "Atan2",
+    "Atanh",
     "AvgPool",
     "AvgPool3D",
     "AvgPool3DGrad",
@@ -52,6 +59,7 @@ __all__ = [
     "Conv3DBackpropFilterV2",
     "Conv3DBackpropInputV2",
     "Cos",
+    "Cosh",
     "Cumprod",
     "Cumsum",
     "DepthToSpace",
@@ -86,6 +94,9 @@ __all__ = [
     "Identity",
     "IdentityN",
     "InvertPermutation",
+    "IsFinite",
+    "IsInf",
+    "IsNan",
     "L2Loss",
     "LeakyRelu",
     "LeakyReluGrad",
@@ -112,6 +123,7 @@ __all__ = [
     "MirrorPad",
     "MirrorPadGrad",
     "Mul",
+    "MulNoNan",
     "Neg",
     "NoOp",
     "NotEqual",
@@ -138,6 +150,7 @@ __all__ = [
     "ResizeNearestNeighbor",
     "ResizeNearestNeighborGrad",
     "ReverseV2",
+    "Rint",
     "Round",
     "Rsqrt",
     "Select",
@@ -150,6 +163,7 @@ __all__ = [
     "SigmoidGrad",
     "Sign",
     "Sin",
+    "Sinh",
     "Size",
     "Slice",
     "Snapshot",
@@ -174,13 +188,19 @@ __all__ = [
     "StridedSliceGrad",
     "Sub",
     "Sum",
+    "Tan",
     "Tanh",
     "TanhGrad",
     "Tile",
     "Transpose",
+    "TruncateDiv",
+    "TruncateMod",
     "Unpack",
     "UnsortedSegmentSum",
     "Variable",
+    "Xdivy",
+    "Xlog1py",
+    "Xlogy",
     "ZerosLike",
 ]
 
@@ -217,6 +237,72 @@ class Abs:
         def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Abs.Attrs | None = None) -> Output: ...
+
+
+class Acos:
+    """Builds one 'Acos' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Acos.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Acos node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Acos.Attrs | None = None) -> Output: ...
+
+
+class Acosh:
+    """Builds one 'Acosh' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Acosh.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Acosh node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Acosh.Attrs | None = None) -> Output: ...
 
 
 class Add:
@@ -667,6 +753,72 @@ class ArgMin:
     ) -> Output: ...
 
 
+class Asin:
+    """Builds one 'Asin' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Asin.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Asin node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Asin.Attrs | None = None) -> Output: ...
+
+
+class Asinh:
+    """Builds one 'Asinh' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Asinh.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Asinh node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Asinh.Attrs | None = None) -> Output: ...
+
+
 class Assign:
     """Builds one 'Assign' node.
 
@@ -716,6 +868,112 @@ class Assign:
         validate_shape: bool = True,
         use_locking: bool = True,
     ) -> Output: ...
+
+
+class Atan:
+    """Builds one 'Atan' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Atan.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Atan node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Atan.Attrs | None = None) -> Output: ...
+
+
+class Atan2:
+    """Builds one 'Atan2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Atan2.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        y: T (float16, bfloat16, float32, float64).
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'y', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Atan2 node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        y: TensorLike,
+        x: TensorLike,
+        attrs: Atan2.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Atanh:
+    """Builds one 'Atanh' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Atanh.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Atanh node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Atanh.Attrs | None = None) -> Output: ...
 
 
 class AvgPool:
@@ -2304,6 +2562,39 @@ class Cos:
         def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Cos.Attrs | None = None) -> Output: ...
+
+
+class Cosh:
+    """Builds one 'Cosh' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Cosh.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Cosh node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Cosh.Attrs | None = None) -> Output: ...
 
 
 class Cumprod:
@@ -4225,6 +4516,110 @@ class InvertPermutation:
     ) -> Output: ...
 
 
+class IsFinite:
+    """Builds one 'IsFinite' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    IsFinite.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: bool.
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one IsFinite node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        attrs: IsFinite.Attrs | None = None,
+    ) -> Output: ...
+
+
+class IsInf:
+    """Builds one 'IsInf' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a IsInf.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: bool.
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one IsInf node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: IsInf.Attrs | None = None) -> Output: ...
+
+
+class IsNan:
+    """Builds one 'IsNan' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a IsNan.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: bool.
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one IsNan node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: IsNan.Attrs | None = None) -> Output: ...
+
+
 class L2Loss:
     """Builds one 'L2Loss' node.
 
@@ -5517,6 +5912,46 @@ class Mul:
     ) -> Output: ...
 
 
+class MulNoNan:
+    """Builds one 'MulNoNan' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    MulNoNan.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+        y: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one MulNoNan node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: MulNoNan.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Neg:
     """Builds one 'Neg' node.
 
@@ -6638,6 +7073,39 @@ class ReverseV2:
     ) -> Output: ...
 
 
+class Rint:
+    """Builds one 'Rint' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Rint.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Rint node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Rint.Attrs | None = None) -> Output: ...
+
+
 class Round:
     """Builds one 'Round' node.
 
@@ -7058,6 +7526,39 @@ class Sin:
         def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Sin.Attrs | None = None) -> Output: ...
+
+
+class Sinh:
+    """Builds one 'Sinh' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Sinh.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Sinh node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Sinh.Attrs | None = None) -> Output: ...
 
 
 class Size:
@@ -8168,6 +8669,39 @@ class Sum:
     ) -> Output: ...
 
 
+class Tan:
+    """Builds one 'Tan' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Tan.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        y: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'y'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Tan node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(cls, scope: Scope, x: TensorLike, attrs: Tan.Attrs | None = None) -> Output: ...
+
+
 class Tanh:
     """Builds one 'Tanh' node.
 
@@ -8320,6 +8854,88 @@ class Transpose:
         x: TensorLike,
         perm: TensorLike,
         attrs: Transpose.Attrs | None = None,
+    ) -> Output: ...
+
+
+class TruncateDiv:
+    """Builds one 'TruncateDiv' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    TruncateDiv.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one TruncateDiv node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: TruncateDiv.Attrs | None = None,
+    ) -> Output: ...
+
+
+class TruncateMod:
+    """Builds one 'TruncateMod' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    TruncateMod.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64, int32, int64).
+        y: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64, int32,
+            int64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one TruncateMod node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: TruncateMod.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -8484,6 +9100,126 @@ class Variable:
         *,
         container: str = "",
         shared_name: str = "",
+    ) -> Output: ...
+
+
+class Xdivy:
+    """Builds one 'Xdivy' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Xdivy.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+        y: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Xdivy node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: Xdivy.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Xlog1py:
+    """Builds one 'Xlog1py' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Xlog1py.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+        y: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Xlog1py node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: Xlog1py.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Xlogy:
+    """Builds one 'Xlogy' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Xlogy.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+        y: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        z: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'z'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Xlogy node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        y: TensorLike,
+        attrs: Xlogy.Attrs | None = None,
     ) -> Output: ...
 
 

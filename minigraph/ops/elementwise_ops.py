@@ -4,10 +4,13 @@
 (``core/ops/math_ops.cc``, restricted to minigraph's dtypes).
 
 * unary, floats: ``Exp``, ``Log``, ``Log1p``, ``Expm1``, ``Sqrt``, ``Erf``, ``Erfc``,
-  ``Floor``, ``Ceil``, ``Sin``, ``Cos``; numbers: ``Abs``, ``Round`` (half to even),
-  ``Sign``;
+  ``Floor``, ``Ceil``, ``Rint`` (half to even), ``Sin``, ``Cos``, ``Tan``, ``Asin``,
+  ``Acos``, ``Atan``, ``Sinh``, ``Cosh``, ``Asinh``, ``Acosh``, ``Atanh``; numbers: ``Abs``,
+  ``Round`` (half to even), ``Sign``; floats to bool: ``IsFinite``, ``IsInf``, ``IsNan``;
 * binary, broadcasting like numpy: ``Maximum``, ``Minimum``, ``Pow``, ``SquaredDifference``,
-  ``FloorDiv``, ``FloorMod`` (numbers), ``DivNoNan`` (floats);
+  ``FloorDiv``, ``FloorMod``, ``TruncateDiv``, ``TruncateMod`` (numbers), ``DivNoNan``,
+  ``MulNoNan``, ``Atan2`` (inputs ``y``, ``x``), ``Xlogy``, ``Xdivy``, ``Xlog1py`` (floats:
+  0 where ``x`` is 0, whatever ``y``);
 * comparisons (bool result): ``Less``, ``LessEqual``, ``Greater``, ``GreaterEqual``
   (numbers), ``NotEqual`` (any type, with ``Equal``'s ``incompatible_shape_error``);
   ``LogicalAnd``, ``LogicalOr``, ``LogicalNot`` (bool);
@@ -15,7 +18,8 @@
   ``SelectV2`` (all three broadcast);
 * ``SqrtGrad``, the op ``Sqrt``'s gradient is (as in TF).
 
-Integer ``FloorDiv``/``FloorMod`` by zero and integer ``Pow`` to a negative power are refused
+Integer ``FloorDiv``/``FloorMod``/``TruncateDiv``/``TruncateMod`` by zero and integer ``Pow``
+to a negative power are refused
 at run time with TF's words (``validate``). The gradients, TF's formulas written with
 minigraph ops, are at the bottom.
 """
@@ -61,10 +65,12 @@ from minigraph.ops.nn_ops import equal_shape
 
 # The wrappers minigraph.ops exports.
 __all__ = [
-    "Abs", "Ceil", "Cos", "DivNoNan", "Erf", "Erfc", "Exp", "Expm1", "Floor", "FloorDiv",
-    "FloorMod", "Greater", "GreaterEqual", "Less", "LessEqual", "Log", "Log1p", "LogicalAnd",
-    "LogicalNot", "LogicalOr", "Maximum", "Minimum", "NotEqual", "Pow", "Round", "Select",
-    "SelectV2", "Sign", "Sin", "Sqrt", "SqrtGrad", "SquaredDifference",
+    "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atan2", "Atanh", "Ceil", "Cos", "Cosh",
+    "DivNoNan", "Erf", "Erfc", "Exp", "Expm1", "Floor", "FloorDiv", "FloorMod", "Greater",
+    "GreaterEqual", "IsFinite", "IsInf", "IsNan", "Less", "LessEqual", "Log", "Log1p",
+    "LogicalAnd", "LogicalNot", "LogicalOr", "Maximum", "Minimum", "MulNoNan", "NotEqual", "Pow",
+    "Rint", "Round", "Select", "SelectV2", "Sign", "Sin", "Sinh", "Sqrt", "SqrtGrad",
+    "SquaredDifference", "Tan", "TruncateDiv", "TruncateMod", "Xdivy", "Xlog1py", "Xlogy",
 ]
 
 BOOL = dtypes.bool_
@@ -140,6 +146,16 @@ Floor = _unary("Floor")
 Ceil = _unary("Ceil")
 Sin = _unary("Sin")
 Cos = _unary("Cos")
+Tan = _unary("Tan")
+Asin = _unary("Asin")
+Acos = _unary("Acos")
+Atan = _unary("Atan")
+Sinh = _unary("Sinh")
+Cosh = _unary("Cosh")
+Asinh = _unary("Asinh")
+Acosh = _unary("Acosh")
+Atanh = _unary("Atanh")
+Rint = _unary("Rint")
 Abs = _unary("Abs", NUMBERS)
 Round = _unary("Round", NUMBERS)
 Sign = _unary("Sign", NUMBERS)
@@ -154,6 +170,16 @@ def _sqrt_grad_shape(ctx: InferenceContext) -> list[TensorShape]:
 SqrtGrad = make_wrapper(_elementwise("SqrtGrad", ("y", "dy"), FLOATS, output="z",
                                      shape_fn=_sqrt_grad_shape))
 
+
+def _predicate(name: str) -> type:
+    """A float -> bool elementwise test."""
+    return make_wrapper(_elementwise(name, ("x",), FLOATS, output="y", output_dtype=BOOL))
+
+
+IsFinite = _predicate("IsFinite")
+IsInf = _predicate("IsInf")
+IsNan = _predicate("IsNan")
+
 # ----------------------------------------------------------------------------- binary
 
 Maximum = _binary("Maximum")
@@ -163,6 +189,13 @@ SquaredDifference = _binary("SquaredDifference")
 FloorDiv = _binary("FloorDiv", validate=_nonzero_integer_divisor)
 FloorMod = _binary("FloorMod", validate=_nonzero_integer_divisor)
 DivNoNan = _binary("DivNoNan", FLOATS)
+TruncateDiv = _binary("TruncateDiv", validate=_nonzero_integer_divisor)
+TruncateMod = _binary("TruncateMod", validate=_nonzero_integer_divisor)
+MulNoNan = _binary("MulNoNan", FLOATS)
+Xlogy = _binary("Xlogy", FLOATS)
+Xdivy = _binary("Xdivy", FLOATS)
+Xlog1py = _binary("Xlog1py", FLOATS)
+Atan2 = make_wrapper(_elementwise("Atan2", ("y", "x"), FLOATS, output="z"))
 
 # ----------------------------------------------------------------------------- comparisons
 
@@ -237,7 +270,8 @@ SelectV2 = _select("SelectV2", _select_v2_shape)
 # (TensorFlow's python/ops/math_grad.py formulas).
 
 NotDifferentiable("Less", "LessEqual", "Greater", "GreaterEqual", "NotEqual", "LogicalAnd",
-                  "LogicalOr", "LogicalNot", "FloorDiv")
+                  "LogicalOr", "LogicalNot", "FloorDiv", "TruncateDiv", "TruncateMod",
+                  "IsFinite", "IsInf", "IsNan")
 
 
 def _constant(scope, value: float, like):
@@ -271,6 +305,26 @@ _unary_gradient("Erfc", lambda s, op: _erf_slope(s, op, -1.0))
 _unary_gradient("Abs", lambda s, op: Sign(s, op.inputs[0]))
 _unary_gradient("Sin", lambda s, op: Cos(s, op.inputs[0]))
 _unary_gradient("Cos", lambda s, op: Neg(s, Sin(s, op.inputs[0])))
+_unary_gradient("Tan", lambda s, op: Square(s, Reciprocal(s, Cos(s, op.inputs[0]))))
+_unary_gradient("Sinh", lambda s, op: Cosh(s, op.inputs[0]))
+_unary_gradient("Cosh", lambda s, op: Sinh(s, op.inputs[0]))
+_unary_gradient("Atan", lambda s, op: Reciprocal(s, Add(s, _constant(s, 1, op.inputs[0]),
+                                                        Square(s, op.inputs[0]))))
+_unary_gradient("Atanh", lambda s, op: Reciprocal(s, Sub(s, _constant(s, 1, op.inputs[0]),
+                                                         Square(s, op.inputs[0]))))
+# asinh' = 1 / cosh(asinh x), acosh' = 1 / sinh(acosh x): TF's forms, from the output
+_unary_gradient("Asinh", lambda s, op: Reciprocal(s, Cosh(s, op.outputs[0])))
+_unary_gradient("Acosh", lambda s, op: Reciprocal(s, Sinh(s, op.outputs[0])))
+
+
+def _one_minus_square_root(scope, x):
+    """sqrt(1 - x^2): asin' = 1 / it, acos' = -1 / it."""
+    return Sqrt(scope, Sub(scope, _constant(scope, 1, x), Square(scope, x)))
+
+
+_unary_gradient("Asin", lambda s, op: Reciprocal(s, _one_minus_square_root(s, op.inputs[0])))
+_unary_gradient("Acos", lambda s, op: Neg(s, Reciprocal(s, _one_minus_square_root(
+    s, op.inputs[0]))))
 
 
 @RegisterGradient("Floor")
@@ -281,6 +335,7 @@ def _floor_grad(scope, op, grads):
 
 RegisterGradient("Ceil")(_floor_grad)
 RegisterGradient("Round")(_floor_grad)
+RegisterGradient("Rint")(_floor_grad)
 
 
 @RegisterGradient("Sign")
@@ -362,6 +417,56 @@ def _div_no_nan_grad(scope, op, grads):
     x, y = op.inputs
     return _reduced_pair(scope, op, DivNoNan(scope, g, y),
                          Mul(scope, g, DivNoNan(scope, DivNoNan(scope, Neg(scope, x), y), y)))
+
+
+@RegisterGradient("MulNoNan")
+def _mul_no_nan_grad(scope, op, grads):
+    """z = x * y (0 where y = 0): dx = g * y, dy = x * g, each 0 where its other factor
+    is 0 (TF's mul_no_nan forms)."""
+    g = grads[0]
+    x, y = op.inputs
+    return _reduced_pair(scope, op, MulNoNan(scope, g, y), MulNoNan(scope, x, g))
+
+
+@RegisterGradient("Atan2")
+def _atan2_grad(scope, op, grads):
+    """z = atan2(y, x): dy = g * x / (x^2 + y^2), dx = -g * y / (x^2 + y^2)."""
+    y, x = op.inputs
+    scaled = RealDiv(scope, grads[0], Add(scope, Square(scope, x), Square(scope, y)))
+    return _reduced_pair(scope, op, Mul(scope, scaled, x), Neg(scope, Mul(scope, scaled, y)))
+
+
+def _nonzero(scope, x):
+    """1 where x != 0, else 0, in x's dtype (the x-derivatives of Xlogy & co. vanish at 0)."""
+    return SelectV2(scope, NotEqual(scope, x, ZerosLike(scope, x)), OnesLike(scope, x),
+                    ZerosLike(scope, x))
+
+
+@RegisterGradient("Xlogy")
+def _xlogy_grad(scope, op, grads):
+    """z = x log y (0 at x = 0): dx = g * xlogy(x != 0, y), dy = g * xdivy(x, y)."""
+    x, y = op.inputs
+    g = grads[0]
+    return _reduced_pair(scope, op, Mul(scope, g, Xlogy(scope, _nonzero(scope, x), y)),
+                         Mul(scope, g, Xdivy(scope, x, y)))
+
+
+@RegisterGradient("Xdivy")
+def _xdivy_grad(scope, op, grads):
+    """z = x / y (0 at x = 0): dx = g * xdivy(x != 0, y), dy = g * xdivy(-x, y^2)."""
+    x, y = op.inputs
+    g = grads[0]
+    return _reduced_pair(scope, op, Mul(scope, g, Xdivy(scope, _nonzero(scope, x), y)),
+                         Mul(scope, g, Xdivy(scope, Neg(scope, x), Square(scope, y))))
+
+
+@RegisterGradient("Xlog1py")
+def _xlog1py_grad(scope, op, grads):
+    """z = x log(1 + y) (0 at x = 0): dx = g * xlog1py(x != 0, y), dy = g * xdivy(x, y + 1)."""
+    x, y = op.inputs
+    g = grads[0]
+    return _reduced_pair(scope, op, Mul(scope, g, Xlog1py(scope, _nonzero(scope, x), y)),
+                         Mul(scope, g, Xdivy(scope, x, Add(scope, y, _constant(scope, 1, y)))))
 
 
 @RegisterGradient("Select")
