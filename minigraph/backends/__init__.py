@@ -35,6 +35,7 @@ from minigraph.backends import (  # noqa: F401  (importing registers the kernels
     pooling_kernels,
     reduction_kernels,
     reference,
+    selection_kernels,
     spatial_kernels,
     state_kernels,
     training_kernels,

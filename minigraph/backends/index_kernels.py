@@ -74,3 +74,18 @@ def range_(op, inputs, ctx):
         return [wrapped.view(np.int64).astype(start.dtype)]
     steps = np.arange(size).astype(start.dtype)
     return [start + steps * delta]
+
+
+@register_kernel("LinSpace")
+def lin_space(op, inputs, ctx):
+    """start + step * i in the values' type (step = (stop - start) / (num - 1) rounded to
+    it), the last value stop itself; num == 1 gives [start] (TF's kernel)."""
+    start, stop, num = (v[()] for v in inputs)
+    num = int(num)
+    if num == 1:
+        return [np.array([start])]
+    dtype = start.dtype
+    step = dtype.type((stop - start) / dtype.type(num - 1))
+    out = start + step * np.arange(num).astype(dtype)
+    out[-1] = stop
+    return [out.astype(dtype, copy=False)]

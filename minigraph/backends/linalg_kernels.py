@@ -131,3 +131,18 @@ def einsum(op, inputs, ctx):
         out = product.reshape([sizes[c] for c in labels]).transpose(
             [labels.index(c) for c in plan.output])
     return [np.asarray(out, order="C").astype(inputs[0].dtype, copy=False)]
+
+
+@register_kernel("MatrixBandPart")
+def matrix_band_part(op, inputs, ctx):
+    """Entry (m, n) of each inner matrix is kept where (num_lower < 0 or m - n <= num_lower)
+    and (num_upper < 0 or n - m <= num_upper), else 0."""
+    x, num_lower, num_upper = inputs
+    rows, cols = x.shape[-2:]
+    offset = np.arange(rows)[:, None] - np.arange(cols)[None, :]  # m - n
+    keep = np.ones((rows, cols), bool)
+    if num_lower >= 0:
+        keep &= offset <= num_lower
+    if num_upper >= 0:
+        keep &= -offset <= num_upper
+    return [np.where(keep, x, np.zeros((), x.dtype))]

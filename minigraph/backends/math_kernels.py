@@ -317,6 +317,19 @@ def size(op, inputs, ctx):
     return [np.array(inputs[0].size, op.attrs["out_type"].np_dtype)]
 
 
+@register_kernel("Rank")
+def rank(op, inputs, ctx):
+    return [np.array(inputs[0].ndim, np.int32)]
+
+
+@register_kernel("BroadcastArgs")
+def broadcast_args(op, inputs, ctx):
+    """The broadcast shape of two shape vectors (the shape function checked they
+    broadcast)."""
+    s0, s1 = inputs
+    return [np.array(np.broadcast_shapes(tuple(s0.tolist()), tuple(s1.tolist())), s0.dtype)]
+
+
 @register_kernel("Fill")
 def fill(op, inputs, ctx):
     dims, value = inputs

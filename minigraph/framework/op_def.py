@@ -74,8 +74,9 @@ class ArgDef:
 
 @dataclass(frozen=True)
 class AttrDef:
-    """An attr: kind is float, int, bool, string, type, shape or tensor; ``doc`` says what it
-    means, for the wrapper's docstring, its builder setter and the stub."""
+    """An attr: kind is float, int, bool, string, type, shape, tensor or a list of int,
+    float, string or type; ``doc`` says what it means, for the wrapper's docstring, its
+    builder setter and the stub."""
 
     name: str
     kind: str
@@ -427,6 +428,16 @@ def _check_attr(op_def: OpDef, name: str, attr: AttrDef, value: Any) -> Any:
             raise InvalidArgumentError(f"{where} must be a list of ints, got "
                                        f"{_short_repr(value)}")
         value = [_int64_attr(item, f"{where} element {i}") for i, item in enumerate(value)]
+    elif kind == "list(float)":
+        if isinstance(value, np.ndarray) and value.ndim == 1:
+            value = value.tolist()
+        if not isinstance(value, (list, tuple)) or any(
+                isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer))
+                for v in value):
+            raise InvalidArgumentError(f"{where} must be a list of floats, got "
+                                       f"{_short_repr(value)}")
+        with np.errstate(over="ignore"):  # stored as float32, as in TF's AttrValue
+            value = [float(np.float32(v)) for v in value]
     elif kind == "list(string)":
         if not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
             raise InvalidArgumentError(f"{where} must be a list of strings, got "

@@ -145,7 +145,8 @@ def attr_type_text(attr: AttrDef) -> str:
     if attr.kind == "string" and attr.allowed is not None:
         return "Literal[" + ", ".join(f'"{v}"' for v in attr.allowed) + "]"
     return {"float": "float", "int": "int", "bool": "bool", "string": "str",
-            "list(int)": "Sequence[int]", "list(type)": "Sequence[DTypeLike]",
+            "list(int)": "Sequence[int]", "list(float)": "Sequence[float]",
+            "list(type)": "Sequence[DTypeLike]",
             "list(string)": "Sequence[str]",
             "type": "DTypeLike", "shape": "ShapeLike", "tensor": "np.ndarray"}[attr.kind]
 

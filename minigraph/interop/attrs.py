@@ -52,6 +52,8 @@ def attr_from_proto(value: Any, attr: AttrDef, where: str) -> Any:
                                    f"{where}")
     if attr.kind == "list(int)":
         return list(value.list.i)
+    if attr.kind == "list(float)":
+        return list(value.list.f)
     if attr.kind == "list(string)":
         try:
             return [raw.decode("utf-8") for raw in value.list.s]
@@ -83,6 +85,9 @@ def attr_to_proto(value: Any, kind: str, proto: Any) -> None:
     if kind == "list(int)":
         proto.list.SetInParent()  # an empty list is still a list
         proto.list.i.extend(int(v) for v in value)
+    elif kind == "list(float)":
+        proto.list.SetInParent()
+        proto.list.f.extend(float(v) for v in value)
     elif kind == "list(string)":
         proto.list.SetInParent()
         proto.list.s.extend(v.encode("utf-8") for v in value)

@@ -21,6 +21,7 @@ from minigraph.ops import (
     nn_ops,
     pooling_ops,
     reduction_ops,
+    selection_ops,
     spatial_ops,
     state_ops,
     training_ops,
@@ -40,6 +41,7 @@ from minigraph.ops.math_ops import *  # noqa: F403
 from minigraph.ops.nn_ops import *  # noqa: F403
 from minigraph.ops.pooling_ops import *  # noqa: F403
 from minigraph.ops.reduction_ops import *  # noqa: F403
+from minigraph.ops.selection_ops import *  # noqa: F403
 from minigraph.ops.spatial_ops import *  # noqa: F403
 from minigraph.ops.state_ops import *  # noqa: F403
 from minigraph.ops.training_ops import *  # noqa: F403
@@ -47,6 +49,6 @@ from minigraph.ops.volumetric_ops import *  # noqa: F403
 
 _FAMILIES = (activation_ops, array_ops, batch_norm, concat_ops, convolution_ops,
              elementwise_ops, fused_ops, fused_training_ops, image_ops, index_ops, layout_ops,
-             linalg_ops, math_ops, nn_ops, pooling_ops, reduction_ops, spatial_ops, state_ops,
-             training_ops, volumetric_ops)
+             linalg_ops, math_ops, nn_ops, pooling_ops, reduction_ops, selection_ops,
+             spatial_ops, state_ops, training_ops, volumetric_ops)
 __all__ = sorted(name for family in _FAMILIES for name in family.__all__)

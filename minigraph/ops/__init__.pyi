@@ -44,8 +44,10 @@ __all__ = [
     "BatchToSpaceND",
     "BiasAdd",
     "BiasAddGrad",
+    "BroadcastArgs",
     "BroadcastGradientArgs",
     "BroadcastTo",
+    "Bucketize",
     "Cast",
     "Ceil",
     "Concat",
@@ -102,6 +104,7 @@ __all__ = [
     "LeakyReluGrad",
     "Less",
     "LessEqual",
+    "LinSpace",
     "Log",
     "Log1p",
     "LogSoftmax",
@@ -109,6 +112,7 @@ __all__ = [
     "LogicalNot",
     "LogicalOr",
     "MatMul",
+    "MatrixBandPart",
     "Max",
     "MaxPool",
     "MaxPool3D",
@@ -137,6 +141,7 @@ __all__ = [
     "Prod",
     "RandomUniform",
     "Range",
+    "Rank",
     "RealDiv",
     "Reciprocal",
     "ReducedShape",
@@ -192,12 +197,14 @@ __all__ = [
     "Tanh",
     "TanhGrad",
     "Tile",
+    "TopKV2",
     "Transpose",
     "TruncateDiv",
     "TruncateMod",
     "Unpack",
     "UnsortedSegmentSum",
     "Variable",
+    "Where",
     "Xdivy",
     "Xlog1py",
     "Xlogy",
@@ -1747,6 +1754,46 @@ class BiasAddGrad:
     ) -> Output: ...
 
 
+class BroadcastArgs:
+    """Builds one 'BroadcastArgs' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    BroadcastArgs.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        s0: T (int32, int64).
+        s1: T (int32, int64).
+
+    Attrs:
+        T: type, inferred from input 's0', one of int32, int64.
+
+    Outputs:
+        r0: T (int32, int64).
+
+    Returns:
+        The Output 'r0'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one BroadcastArgs node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        s0: TensorLike,
+        s1: TensorLike,
+        attrs: BroadcastArgs.Attrs | None = None,
+    ) -> Output: ...
+
+
 class _BroadcastGradientArgsOutputs(OpResult):
     """The outputs of one BroadcastGradientArgs node, by name."""
 
@@ -1836,6 +1883,52 @@ class BroadcastTo:
         input: TensorLike,
         shape: TensorLike,
         attrs: BroadcastTo.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Bucketize:
+    """Builds one 'Bucketize' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    Bucketize.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (int32, int64, float32, float64).
+
+    Attrs:
+        boundaries: list(float), required. Sorted bucket edges; bucket i holds
+            boundaries[i-1] <= x < boundaries[i].
+        T: type, inferred from input 'input', one of int32, int64, float32, float64.
+
+    Outputs:
+        output: int32.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Bucketize node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Boundaries(self, value: Sequence[float]) -> Bucketize.Attrs:
+            """Set attr 'boundaries' (list(float), required). Sorted bucket edges; bucket i
+            holds boundaries[i-1] <= x < boundaries[i].
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        boundaries: Sequence[float],
+        attrs: Bucketize.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -4832,6 +4925,49 @@ class LessEqual:
     ) -> Output: ...
 
 
+class LinSpace:
+    """Builds one 'LinSpace' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    LinSpace.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        start: T (float16, bfloat16, float32, float64). A scalar: the first value.
+        stop: T (float16, bfloat16, float32, float64). A scalar: the last value.
+        num: Tidx (int32, int64). A scalar > 0: how many values.
+
+    Attrs:
+        T: type, inferred from input 'start', one of float16, bfloat16, float32, float64.
+        Tidx: type, inferred from input 'num', one of int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LinSpace node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        start: TensorLike,
+        stop: TensorLike,
+        num: TensorLike,
+        attrs: LinSpace.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Log:
     """Builds one 'Log' node.
 
@@ -5104,6 +5240,51 @@ class MatMul:
         transpose_b: bool = False,
         grad_a: bool = False,
         grad_b: bool = False,
+    ) -> Output: ...
+
+
+class MatrixBandPart:
+    """Builds one 'MatrixBandPart' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    MatrixBandPart.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type). At least a matrix: [..., M, N].
+        num_lower: Tindex (int32, int64). Subdiagonals kept (a scalar; negative: all of
+            them).
+        num_upper: Tindex (int32, int64). Superdiagonals kept (a scalar; negative: all of
+            them).
+
+    Attrs:
+        T: type, inferred from input 'input'.
+        Tindex: type, inferred from input 'num_lower', one of int32, int64.
+
+    Outputs:
+        band: T (any type).
+
+    Returns:
+        The Output 'band'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one MatrixBandPart node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        num_lower: TensorLike,
+        num_upper: TensorLike,
+        attrs: MatrixBandPart.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -6474,6 +6655,44 @@ class Range:
         limit: TensorLike,
         delta: TensorLike,
         attrs: Range.Attrs | None = None,
+    ) -> Output: ...
+
+
+class Rank:
+    """Builds one 'Rank' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Rank.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+
+    Attrs:
+        T: type, inferred from input 'input'.
+
+    Outputs:
+        output: int32.
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Rank node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        attrs: Rank.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -8816,6 +9035,72 @@ class Tile:
     ) -> Output: ...
 
 
+class _TopKV2Outputs(OpResult):
+    """The outputs of one TopKV2 node, by name."""
+
+    values: Output
+    indices: Output
+    operation: Operation
+
+
+class TopKV2:
+    """Builds one 'TopKV2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a TopKV2.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64, int32, int64). At least a vector:
+            rows along the last axis.
+        k: Tk (int32, int64). A scalar: how many entries each row keeps.
+
+    Attrs:
+        sorted: bool, default True. TF's 'largest first' flag; minigraph always sorts.
+        index_type: type, default int32, one of int32, int64.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tk: type, inferred from input 'k', one of int32, int64.
+
+    Outputs:
+        values: T (float16, bfloat16, float32, float64, int32, int64).
+        indices: index_type (int32, int64).
+
+    Returns:
+        An object with the outputs as attributes (.values, .indices), also by index and in
+        order when iterated, and the node as .operation.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one TopKV2 node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Sorted(self, value: bool) -> TopKV2.Attrs:
+            """Set attr 'sorted' (bool, default True). TF's 'largest first' flag; minigraph
+            always sorts.
+            """
+
+        def IndexType(self, value: DTypeLike) -> TopKV2.Attrs:
+            """Set attr 'index_type' (type, default int32, one of int32, int64)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        k: TensorLike,
+        attrs: TopKV2.Attrs | None = None,
+        *,
+        sorted: bool = True,
+        index_type: DTypeLike = ...,
+    ) -> _TopKV2Outputs: ...
+
+
 class Transpose:
     """Builds one 'Transpose' node.
 
@@ -9100,6 +9385,46 @@ class Variable:
         *,
         container: str = "",
         shared_name: str = "",
+    ) -> Output: ...
+
+
+class Where:
+    """Builds one 'Where' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Where.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64, int32, int64, bool). Any shape: true
+            or nonzero entries count.
+
+    Attrs:
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64,
+            int32, int64, bool.
+
+    Outputs:
+        index: int64.
+
+    Returns:
+        The Output 'index'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Where node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        attrs: Where.Attrs | None = None,
     ) -> Output: ...
 
 

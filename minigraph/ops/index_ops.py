@@ -1,5 +1,8 @@
 """Ops built around integer indices: GatherV2 (Keras' ``Embedding``, ``tf.gather``), its
-gradient's UnsortedSegmentSum, OneHot and Range.
+gradient's UnsortedSegmentSum, OneHot, Range and LinSpace (``num`` evenly spaced values from
+``start`` to ``stop``, both included: the step ``(stop - start) / (num - 1)`` and each
+``start + step * i`` rounded in the values' type, the last value ``stop`` itself, as TF's
+kernel computes them).
 
 Shape functions and run-time checks follow TensorFlow 2.21's kernels, in their words: an
 index out of range is the clean error TF's CPU kernel gives (``indices[0,1] = 7 is not in
@@ -32,9 +35,18 @@ from minigraph.ops.concat_ops import ConcatV2
 from minigraph.ops.layout_ops import Pad, Slice
 from minigraph.ops.math_ops import AddV2, Mul, Reshape, Shape, Transpose
 
-__all__ = ["GatherV2", "OneHot", "Range", "UnsortedSegmentSum"]
+__all__ = ["GatherV2", "LinSpace", "OneHot", "Range", "UnsortedSegmentSum"]
 
 INT64_MAX = 2 ** 63 - 1
+
+
+def require_scalars(ctx: InferenceContext, names: tuple[str, ...], wording: str) -> None:
+    """Each input of ``names`` must be a scalar (or of unknown rank); TF's ``wording`` for
+    the error differs from op to op (``must be a scalar, not shape``)."""
+    for name in names:
+        shape = ctx.input_shape(name)
+        if shape.rank not in (None, 0):
+            raise ctx.error(f"{name} {wording} {dims_text(shape)} (input '{name}')")
 
 
 def index_text(shape: tuple[int, ...], flat: int) -> str:
@@ -202,11 +214,7 @@ UnsortedSegmentSum = make_wrapper(register_op(OpDef(
 def _one_hot_shape(ctx: InferenceContext) -> list[TensorShape]:
     """indices' shape with ``depth`` inserted at ``axis`` (-1: last)."""
     indices = ctx.input_shape("indices")
-    for name in ("depth", "on_value", "off_value"):
-        shape = ctx.input_shape(name)
-        if shape.rank not in (None, 0):
-            raise ctx.error(f"{name} must be a scalar, but got: {dims_text(shape)} (input "
-                            f"'{name}')")
+    require_scalars(ctx, ("depth", "on_value", "off_value"), "must be a scalar, but got:")
     depth = ctx.constant_value("depth")
     if depth is not None and depth < 0:
         raise ctx.error(f"depth must be non-negative, got: {depth} (input 'depth')")
@@ -271,13 +279,9 @@ def range_size(start: np.generic, limit: np.generic, delta: np.generic, error) -
 
 
 def _range_shape(ctx: InferenceContext) -> list[TensorShape]:
-    scalars = []
-    for name in ("start", "limit", "delta"):
-        shape = ctx.input_shape(name)
-        if shape.rank not in (None, 0):
-            raise ctx.error(f"{name} must be a scalar, not shape {dims_text(shape)} (input "
-                            f"'{name}')")
-        scalars.append(ctx.constant_value(name))
+    names = ("start", "limit", "delta")
+    require_scalars(ctx, names, "must be a scalar, not shape")
+    scalars = [ctx.constant_value(name) for name in names]
     if any(v is None for v in scalars):
         return [TensorShape([None])]
     cast = ctx.attrs["Tidx"].np_dtype.type
@@ -295,10 +299,32 @@ Range = make_wrapper(register_op(OpDef(
 )))
 
 
+def _lin_space_shape(ctx: InferenceContext) -> list[TensorShape]:
+    require_scalars(ctx, ("start", "stop", "num"), "must be a scalar, not shape")
+    num = ctx.constant_value("num")
+    if num is None:
+        return [TensorShape([None])]
+    if int(num) <= 0:
+        raise ctx.error(f"Requires num > 0: {int(num)} (input 'num')")
+    return [TensorShape([int(num)])]
+
+
+LinSpace = make_wrapper(register_op(OpDef(
+    name="LinSpace",
+    inputs=[ArgDef("start", type_attr="T", doc="A scalar: the first value."),
+            ArgDef("stop", type_attr="T", doc="A scalar: the last value."),
+            ArgDef("num", type_attr="Tidx", doc="A scalar > 0: how many values.")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type", allowed=FLOATING),
+           AttrDef("Tidx", "type", default=dtypes.int32, allowed=INTEGERS)],
+    shape_fn=_lin_space_shape,
+)))
+
+
 # ----------------------------------------------------------------------------- gradients
 # As TF's array_grad.py and math_grad.py.
 
-NotDifferentiable("OneHot", "Range")
+NotDifferentiable("OneHot", "Range", "LinSpace")
 
 
 def _static_int(tensor, what: str, op) -> int:

@@ -1,7 +1,9 @@
 """Batched matrix products: ``BatchMatMul``, ``BatchMatMulV2`` (batch dims broadcast),
 ``BatchMatMulV3`` and ``Einsum`` (TF's names, inputs, outputs and attrs,
 ``core/ops/math_ops.cc``, ``linalg_ops.cc``). What Keras' ``MultiHeadAttention`` and
-``EinsumDense`` freeze to.
+``EinsumDense`` freeze to. Also ``MatrixBandPart`` (``tf.linalg.band_part``: the causal
+masks of attention layers), which keeps a band of diagonals of each inner matrix and zeroes
+the rest.
 
 ``Einsum`` takes the equations Keras emits and more: one or two operands, letters as labels,
 each label at most once per operand and in the output. It is lowered, at run time, to
@@ -38,7 +40,7 @@ from minigraph.ops.layout_ops import ExpandDims
 from minigraph.ops.window import mismatch
 
 # The wrappers minigraph.ops exports.
-__all__ = ["BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum"]
+__all__ = ["BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum", "MatrixBandPart"]
 
 # TF's allowed T restricted to minigraph's dtypes
 MATMUL_TYPES = dtypes.NUMBERS
@@ -247,6 +249,42 @@ def Einsum(scope: Scope, inputs: list, equation: str, **attrs: Any) -> Output:
                                     {"equation": equation, **attrs}).outputs[0]
 
 
+# ----------------------------------------------------------------------------- MatrixBandPart
+
+
+def _band_part_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """At least a matrix; each bound a scalar, negative (the whole triangle) or at most the
+    rows (num_lower) or columns (num_upper) of the inner matrices, as TF's kernel checks."""
+    x = ctx.input_shape("input")
+    if x.rank is not None and x.rank < 2:
+        raise ctx.error(f"input must be at least 2-dim, received shape: {dims_text(x)} "
+                        f"(input 'input')")
+    for name, axis, what in (("num_lower", -2, "rows (M)"), ("num_upper", -1, "columns (N)")):
+        shape = ctx.input_shape(name)
+        if shape.rank not in (None, 0):
+            raise ctx.error(f"{name} must be scalar, got shape {dims_text(shape)}")
+        bound = ctx.constant_value(name)
+        if bound is not None and x.rank is not None and x[axis] is not None and \
+                int(bound) > x[axis]:
+            raise ctx.error(f"{name} must be negative or less or equal to number of {what} "
+                            f"({x[axis]}) got: {int(bound)}")
+    return [x]
+
+
+MatrixBandPart = make_wrapper(register_op(OpDef(
+    name="MatrixBandPart",
+    inputs=[ArgDef("input", type_attr="T", doc="At least a matrix: [..., M, N]."),
+            ArgDef("num_lower", type_attr="Tindex",
+                   doc="Subdiagonals kept (a scalar; negative: all of them)."),
+            ArgDef("num_upper", type_attr="Tindex",
+                   doc="Superdiagonals kept (a scalar; negative: all of them).")],
+    outputs=[ArgDef("band", type_attr="T")],
+    attrs=[required("T", "type"),
+           AttrDef("Tindex", "type", default=dtypes.int64, allowed=dtypes.INTEGERS)],
+    shape_fn=_band_part_shape,
+)))
+
+
 # ----------------------------------------------------------------------------- gradients
 
 
@@ -312,3 +350,9 @@ def _einsum_grad(scope, op, grads):
         result.append(d)
     return result
 
+
+@RegisterGradient("MatrixBandPart")
+def _matrix_band_part_grad(scope, op, grads):
+    """The band passes the cotangent through, the zeroed entries stop it (TF's rule)."""
+    _, num_lower, num_upper = op.inputs
+    return [MatrixBandPart(scope, grads[0], num_lower, num_upper), None, None]

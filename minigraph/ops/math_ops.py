@@ -27,14 +27,15 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.scope import Scope
-from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
+from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape, dims_text
 from minigraph.ops.array_ops import Const
 
 # The wrappers minigraph.ops exports.
 __all__ = [
-    "Add", "AddN", "AddV2", "BroadcastGradientArgs", "BroadcastTo", "Cast", "Div", "Fill",
-    "InvertPermutation", "Mean", "Mul", "Neg", "OnesLike", "RealDiv", "Reciprocal", "ReducedShape",
-    "Reshape", "Rsqrt", "Shape", "Size", "Square", "Sub", "Sum", "Transpose", "ZerosLike",
+    "Add", "AddN", "AddV2", "BroadcastArgs", "BroadcastGradientArgs", "BroadcastTo", "Cast",
+    "Div", "Fill", "InvertPermutation", "Mean", "Mul", "Neg", "OnesLike", "Rank", "RealDiv",
+    "Reciprocal", "ReducedShape", "Reshape", "Rsqrt", "Shape", "Size", "Square", "Sub", "Sum",
+    "Transpose", "ZerosLike",
 ]
 
 FLOATS, NUMBERS, INDEX = dtypes.FLOATING, dtypes.NUMBERS, dtypes.INTEGERS
@@ -256,6 +257,13 @@ Size = make_wrapper(register_op(OpDef(
     attrs=[required("T", "type"), OUT_TYPE],
     shape_fn=lambda ctx: [TensorShape([])],
 )))
+Rank = make_wrapper(register_op(OpDef(
+    name="Rank",
+    inputs=[ArgDef("input", type_attr="T")],
+    outputs=[ArgDef("output", dtype=dtypes.int32)],
+    attrs=[required("T", "type")],
+    shape_fn=lambda ctx: [TensorShape([])],
+)))
 
 
 def _fill_shape(ctx: InferenceContext) -> list[TensorShape]:
@@ -344,6 +352,33 @@ def _broadcast_gradient_args_shape(ctx: InferenceContext) -> list[TensorShape]:
     return [TensorShape([None]), TensorShape([None])]
 
 
+def _broadcast_args_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """Two shape vectors that must broadcast together; output: their broadcast shape."""
+    for name in ("s0", "s1"):
+        shape = ctx.input_shape(name)
+        if shape.rank not in (None, 1):
+            raise ctx.error(f"input '{name}' must be a vector of dimensions, got shape "
+                            f"{dims_text(shape)}")
+    s0, s1 = ctx.shape_input("s0"), ctx.shape_input("s1")
+    if s0 is None or s1 is None:
+        ranks = [ctx.input_shape(n)[0] for n in ("s0", "s1")]
+        return [TensorShape([max(ranks) if None not in ranks else None])]
+    try:
+        return [TensorShape([len(broadcast_shapes(TensorShape(s0), TensorShape(s1)).dims)])]
+    except ShapeMismatch:
+        raise ctx.error(f"Incompatible shapes: {dims_text(TensorShape(s0))} vs. "
+                        f"{dims_text(TensorShape(s1))} (inputs 's0' and 's1')") from None
+
+
+BroadcastArgs = make_wrapper(register_op(OpDef(
+    name="BroadcastArgs",
+    inputs=[ArgDef("s0", type_attr="T"), ArgDef("s1", type_attr="T")],
+    outputs=[ArgDef("r0", type_attr="T")],
+    attrs=[AttrDef("T", "type", default=dtypes.int32, allowed=INDEX)],
+    shape_fn=_broadcast_args_shape,
+)))
+
+
 BroadcastGradientArgs = make_wrapper(register_op(OpDef(
     name="BroadcastGradientArgs",
     inputs=[ArgDef("s0", type_attr="T"), ArgDef("s1", type_attr="T")],
@@ -357,8 +392,8 @@ BroadcastGradientArgs = make_wrapper(register_op(OpDef(
 # Each function returns d(loss)/d(input) for every input, given d(loss)/d(output).
 
 
-NotDifferentiable("InvertPermutation", "Shape", "Size", "ReducedShape",
-                  "BroadcastGradientArgs", "ZerosLike", "OnesLike")
+NotDifferentiable("InvertPermutation", "Shape", "Size", "Rank", "BroadcastArgs",
+                  "ReducedShape", "BroadcastGradientArgs", "ZerosLike", "OnesLike")
 
 
 def _same_static_shape(a: Output, b: Output) -> bool:

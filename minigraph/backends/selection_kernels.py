@@ -1,0 +1,38 @@
+"""numpy kernels of the selection ops (``ops.selection_ops``): TopKV2, Where, Bucketize.
+Every backend runs them; the shape functions checked k, the rank and the boundaries."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minigraph.backends.registry import register_kernel
+
+
+@register_kernel("TopKV2")
+def top_k(op, inputs, ctx):
+    """Each row's k largest entries, largest first, equal ones in index order, NaN after
+    every number: a stable sort on (is NaN, -x) for floats (-0 == +0), on ~x for integers
+    (-x - 1: decreasing in x, and the minimum's has no overflow)."""
+    x, k = inputs
+    if x.dtype.kind in "fV":  # bfloat16 is numpy kind 'V'
+        wide = x.astype(np.float64)
+        order = np.lexsort((-wide, np.isnan(wide)), axis=-1)
+    else:
+        order = np.argsort(~x, axis=-1, kind="stable")
+    indices = order[..., :int(k)]
+    return [np.take_along_axis(x, indices, axis=-1),
+            indices.astype(op.attrs["index_type"].np_dtype)]
+
+
+@register_kernel("Where")
+def where(op, inputs, ctx):
+    """The coordinates of the true / nonzero entries, row-major, as int64 [count, rank]."""
+    return [np.argwhere(inputs[0] != 0).astype(np.int64)]
+
+
+@register_kernel("Bucketize")
+def bucketize(op, inputs, ctx):
+    """How many boundaries are <= each value (upper_bound; NaN: all of them)."""
+    x = inputs[0]
+    boundaries = np.array(op.attrs["boundaries"], np.float64)
+    return [np.searchsorted(boundaries, x.astype(np.float64), side="right").astype(np.int32)]
