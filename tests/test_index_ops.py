@@ -236,3 +236,84 @@ def test_against_tensorflow(backend):
         theirs = theirs.numpy()
         assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
         np.testing.assert_array_equal(ours, theirs)
+
+
+# ----------------------------------------------------------------------------- GatherNd
+
+
+def _gather_nd_reference(params, indices):
+    """out[i...] = params[indices[i..., 0], ..., indices[i..., M-1]] element by element."""
+    lead, depth = indices.shape[:-1], indices.shape[-1]
+    out = np.empty(lead + params.shape[depth:], params.dtype)
+    for position in np.ndindex(*lead):
+        out[position] = params[tuple(int(v) for v in indices[position])]
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_gather_nd_and_scatter_nd_values(backend, index):
+    """Elements (M = rank), slices (M < rank), batched index grids, empty index lists; and
+    ScatterNd summing duplicates into zeros."""
+    cases = [np.array([[0, 1, 2, 3], [1, 2, 3, 4]], index),  # elements
+             np.array([[[1, 0], [0, 2]], [[1, 1], [0, 0]]], index),  # slices, a 2x2 grid
+             np.array([[1], [0], [1]], index), np.zeros((0, 3), index),
+             np.zeros((2, 0), index)]
+    root = mg.Scope.NewRootScope()
+    gathers = [ops.GatherNd(root, P, c) for c in cases]
+    indices = np.array([[0, 1], [3, 2], [0, 1], [1, 4]], index)
+    updates = RNG.standard_normal((4, 6)).astype(F32)
+    scatter = ops.ScatterNd(root, indices, updates, np.array([4, 5, 6], index))
+    *values, scattered = run(root, [*gathers, scatter], backend)
+    for c, out, value in zip(cases, gathers, values):
+        expected = _gather_nd_reference(P, c)
+        assert out.shape == mg.TensorShape(expected.shape)
+        np.testing.assert_array_equal(value, expected)
+    expected = np.zeros((4, 5, 6), F32)
+    for row, update in zip(indices, updates):
+        expected[tuple(row)] += update
+    np.testing.assert_array_equal(scattered, expected)
+    # one index row addressing an element: a scalar
+    scalar = run(root, ops.GatherNd(root, np.array([5.0, 6.0], F32), np.array([1], index)),
+                 backend)
+    assert scalar.shape == () and scalar == 6.0
+
+
+def test_gather_nd_and_scatter_nd_refuse_bad_indices():
+    root = mg.Scope.NewRootScope()
+    bad = [(lambda: ops.GatherNd(root, P, np.array([[0, 3]], np.int32)),
+            r"indices\[0\] = \[0, 3\] does not index into param shape \[2,3,4,5\]"),
+           (lambda: ops.GatherNd(root, P, np.array([[0, 0], [-1, 0]], np.int64)),
+            r"indices\[1\] = \[-1, 0\] does not index into param shape"),
+           (lambda: ops.GatherNd(root, P, np.zeros((1, 5), np.int32)),
+            "index innermost dimension length must be <= params rank; saw: 5 vs. 4"),
+           (lambda: ops.GatherNd(root, P, np.int32(0)), "indices must be at least a vector"),
+           (lambda: ops.ScatterNd(root, np.array([[4]], np.int32), np.ones((1, 2), F32),
+                                  np.array([4, 2], np.int32)),
+            r"indices\[0\] = \[4\] does not index into shape \[4,2\]"),
+           (lambda: ops.ScatterNd(root, np.array([[1]], np.int32), np.ones((1, 3), F32),
+                                  np.array([4, 2], np.int32)),
+            r"updates must have shape indices.shape\[:-1\] \+ shape\[indices.shape\[-1\]:\]")]
+    for build, message in bad:
+        with pytest.raises(mg.errors.InvalidArgumentError, match=message):
+            build()
+    x = ops.Placeholder(root, mg.int32, shape=[None, 2])
+    picked = ops.GatherNd(root, P, x)  # checked at run time, with the same words
+    with pytest.raises(mg.errors.InvalidArgumentError, match="does not index into param"):
+        run(root, picked, feeds={x: np.array([[1, 3]], np.int32)})
+
+
+@pytest.mark.oracle
+def test_gather_nd_scatter_nd_against_tensorflow():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tf = pytest.importorskip("tensorflow")
+    indices = np.array([[[1, 0], [0, 2]], [[1, 1], [0, 0]]], np.int64)
+    root = mg.Scope.NewRootScope()
+    ours = run(root, [ops.GatherNd(root, P, indices),
+                      ops.ScatterNd(root, indices, P[:2, :2].copy(),
+                                    tf.constant([3, 3, 4, 5], tf.int64).numpy())])
+    theirs = [tf.raw_ops.GatherNd(params=P, indices=indices),
+              tf.raw_ops.ScatterNd(indices=indices, updates=P[:2, :2],
+                                   shape=tf.constant([3, 3, 4, 5], tf.int64))]
+    for value, expected in zip(ours, theirs):
+        np.testing.assert_array_equal(value, expected.numpy())

@@ -322,3 +322,30 @@ def test_squeeze_dims_may_repeat_and_pack_names_an_unknown_rank(backend):
                                                              r"<unknown> != values\[2\]"):
         ops.Pack(root, [x, ops.Placeholder(root, mg.float32, shape=[4, 2]),
                         ops.Placeholder(root, mg.float32, shape=[3])], axis=1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_roll_shifts_cyclically_and_adds_repeated_axes(backend):
+    """Roll against index arithmetic: out[(i + shift) % n] = x[i] along each axis; a repeated
+    axis rolls by the sum of its shifts; negative axes and shifts beyond the length wrap."""
+    x = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    cases = [(np.int32(1), np.int32(0)), (np.array([-2, 7], np.int64), np.array([1, -1])),
+             (np.array([1, 2], np.int32), np.array([2, 2], np.int32))]
+    root = mg.Scope.NewRootScope()
+    outs = [ops.Roll(root, x, shift, np.asarray(axis, np.int32)) for shift, axis in cases]
+    for (shift, axis), value in zip(cases, run(root, outs, backend)):
+        expected = np.empty_like(x)
+        totals = {}
+        for s, a in zip(np.ravel(shift), np.ravel(axis)):
+            totals[int(a) % 3] = totals.get(int(a) % 3, 0) + int(s)
+        for position in np.ndindex(*x.shape):
+            moved = list(position)
+            for a, s in totals.items():
+                moved[a] = (position[a] + s) % x.shape[a]
+            expected[tuple(moved)] = x[position]
+        np.testing.assert_array_equal(value, expected)
+    with pytest.raises(mg.errors.InvalidArgumentError, match="shift and axis must have the "
+                                                              "same size"):
+        ops.Roll(root, x, np.array([1, 2], np.int32), np.int32(0))
+    with pytest.raises(mg.errors.InvalidArgumentError, match="axis 3 is out of range"):
+        ops.Roll(root, x, np.int32(1), np.int32(3))

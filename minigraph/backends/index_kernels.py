@@ -89,3 +89,26 @@ def lin_space(op, inputs, ctx):
     out = start + step * np.arange(num).astype(dtype)
     out[-1] = stop
     return [out.astype(dtype, copy=False)]
+
+
+@register_kernel("GatherNd")
+def gather_nd(op, inputs, ctx):
+    """params[tuple(row)] for each row of indices (the shape function checked the rows)."""
+    params, indices = inputs
+    depth = indices.shape[-1]
+    rows = indices.reshape(math.prod(indices.shape[:-1]), depth)
+    picked = params[tuple(rows.T)] if depth else np.broadcast_to(
+        params, (rows.shape[0], *params.shape))
+    return [np.ascontiguousarray(picked).reshape(indices.shape[:-1] + params.shape[depth:])]
+
+
+@register_kernel("ScatterNd")
+def scatter_nd(op, inputs, ctx):
+    """Zeros of ``shape`` with each update added at its index (duplicates summed in index
+    order, as TF's CPU kernel adds them)."""
+    indices, updates, shape = inputs
+    out = np.zeros(tuple(shape.tolist()), updates.dtype)
+    depth = indices.shape[-1]
+    rows = indices.reshape(math.prod(indices.shape[:-1]), depth)
+    np.add.at(out, tuple(rows.T), updates.reshape(rows.shape[0], *out.shape[depth:]))
+    return [out]

@@ -136,3 +136,15 @@ def strided_slice_grad(op, inputs, ctx):
     out = np.zeros(shape.tolist(), dy.dtype)
     out[index] = dy.reshape(spec.sizes)
     return [out]
+
+
+@register_kernel("Roll")
+def roll(op, inputs, ctx):
+    """np.roll with the shifts of each axis added up (a repeated axis rolls by the sum)."""
+    x, shift, axis = inputs
+    total: dict[int, int] = {}
+    for s, a in zip(np.ravel(shift).tolist(), np.ravel(axis).tolist()):
+        a %= x.ndim
+        total[a] = total.get(a, 0) + s
+    axes = list(total)
+    return [np.roll(x, [total[a] for a in axes], axis=axes) if axes else x.copy()]

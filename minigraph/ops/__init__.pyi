@@ -90,6 +90,7 @@ __all__ = [
     "FusedBatchNormGradV3",
     "FusedBatchNormV2",
     "FusedBatchNormV3",
+    "GatherNd",
     "GatherV2",
     "Greater",
     "GreaterEqual",
@@ -156,8 +157,10 @@ __all__ = [
     "ResizeNearestNeighborGrad",
     "ReverseV2",
     "Rint",
+    "Roll",
     "Round",
     "Rsqrt",
+    "ScatterNd",
     "Select",
     "SelectV2",
     "Selu",
@@ -4350,6 +4353,57 @@ class FusedBatchNormV3:
     ) -> _FusedBatchNormV3Outputs: ...
 
 
+class GatherNd:
+    """Builds one 'GatherNd' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    GatherNd.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        params: Tparams (any type).
+        indices: Tindices (int32, int64). [..., M]: each row the index of an element (M =
+            rank of params) or of a slice (M < rank) of params.
+
+    Attrs:
+        bad_indices_policy: string, default "", one of "", "DEFAULT", "ERROR". TF's policy
+            for an index out of range: minigraph always refuses it.
+        Tparams: type, inferred from input 'params'.
+        Tindices: type, inferred from input 'indices', one of int32, int64.
+
+    Outputs:
+        output: Tparams (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one GatherNd node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def BadIndicesPolicy(self, value: Literal["", "DEFAULT", "ERROR"]) -> GatherNd.Attrs:
+            """Set attr 'bad_indices_policy' (string, default "", one of "", "DEFAULT",
+            "ERROR"). TF's policy for an index out of range: minigraph always refuses it.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        params: TensorLike,
+        indices: TensorLike,
+        attrs: GatherNd.Attrs | None = None,
+        *,
+        bad_indices_policy: Literal["", "DEFAULT", "ERROR"] = "",
+    ) -> Output: ...
+
+
 class GatherV2:
     """Builds one 'GatherV2' node.
 
@@ -7325,6 +7379,51 @@ class Rint:
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Rint.Attrs | None = None) -> Output: ...
 
 
+class Roll:
+    """Builds one 'Roll' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Roll.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+        shift: Tshift (int32, int64). Positions each element moves along its axis (negative:
+            backwards).
+        axis: Taxis (int32, int64). The axes, one per shift.
+
+    Attrs:
+        T: type, inferred from input 'input'.
+        Tshift: type, inferred from input 'shift', one of int32, int64.
+        Taxis: type, inferred from input 'axis', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Roll node, set with C++-style chained setters that each return
+        a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        shift: TensorLike,
+        axis: TensorLike,
+        attrs: Roll.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Round:
     """Builds one 'Round' node.
 
@@ -7390,6 +7489,60 @@ class Rsqrt:
         def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Rsqrt.Attrs | None = None) -> Output: ...
+
+
+class ScatterNd:
+    """Builds one 'ScatterNd' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ScatterNd.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        indices: Tindices (int32, int64).
+        updates: T (float16, bfloat16, float32, float64, int32, int64). indices.shape[:-1] +
+            shape[M:]: added at each index (duplicates sum).
+        shape: Tindices (int32, int64). The output's shape.
+
+    Attrs:
+        bad_indices_policy: string, default "", one of "", "DEFAULT", "ERROR". TF's policy
+            for an index out of range: minigraph always refuses it.
+        T: type, inferred from input 'updates', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tindices: type, inferred from input 'indices', one of int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ScatterNd node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def BadIndicesPolicy(self, value: Literal["", "DEFAULT", "ERROR"]) -> ScatterNd.Attrs:
+            """Set attr 'bad_indices_policy' (string, default "", one of "", "DEFAULT",
+            "ERROR"). TF's policy for an index out of range: minigraph always refuses it.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        indices: TensorLike,
+        updates: TensorLike,
+        shape: TensorLike,
+        attrs: ScatterNd.Attrs | None = None,
+        *,
+        bad_indices_policy: Literal["", "DEFAULT", "ERROR"] = "",
+    ) -> Output: ...
 
 
 class Select:

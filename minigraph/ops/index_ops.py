@@ -1,5 +1,7 @@
 """Ops built around integer indices: GatherV2 (Keras' ``Embedding``, ``tf.gather``), its
-gradient's UnsortedSegmentSum, OneHot, Range and LinSpace (``num`` evenly spaced values from
+gradient's UnsortedSegmentSum, GatherNd (``tf.gather_nd``: each index row picks an element
+or slice of params) and its gradient's ScatterNd (updates summed into zeros of a given
+shape), OneHot, Range and LinSpace (``num`` evenly spaced values from
 ``start`` to ``stop``, both included: the step ``(stop - start) / (num - 1)`` and each
 ``start + step * i`` rounded in the values' type, the last value ``stop`` itself, as TF's
 kernel computes them).
@@ -35,7 +37,8 @@ from minigraph.ops.concat_ops import ConcatV2
 from minigraph.ops.layout_ops import Pad, Slice
 from minigraph.ops.math_ops import AddV2, Mul, Reshape, Shape, Transpose
 
-__all__ = ["GatherV2", "LinSpace", "OneHot", "Range", "UnsortedSegmentSum"]
+__all__ = ["GatherNd", "GatherV2", "LinSpace", "OneHot", "Range", "ScatterNd",
+           "UnsortedSegmentSum"]
 
 INT64_MAX = 2 ** 63 - 1
 
@@ -246,6 +249,90 @@ OneHot = make_wrapper(register_op(OpDef(
 )))
 
 
+# ----------------------------------------------------------------------------- GatherNd, ScatterNd
+
+
+def check_index_rows(ctx: InferenceContext, indices_name: str, target: list[int] | None,
+                     what: str) -> None:
+    """Every row of the known ``indices`` value (its last axis) must address an element of a
+    ``target``-shaped tensor: TF's ``indices[3] = [0, 5] does not index into <what> [3,4]``
+    (the row counted over the flattened leading axes)."""
+    value = ctx.constant_value(indices_name)
+    if value is None or target is None or np.ndim(value) == 0 or np.size(value) == 0:
+        return
+    rows = np.asarray(value).reshape(-1, np.shape(value)[-1])
+    bounds = np.array(target[:rows.shape[1]], np.int64)
+    bad = np.flatnonzero(((rows < 0) | (rows >= bounds)).any(axis=1))
+    if bad.size:
+        row = rows[bad[0]].tolist()
+        raise ctx.error(f"indices[{bad[0]}] = [{', '.join(map(str, row))}] does not index "
+                        f"into {what} [{','.join(map(str, target))}] (input '{indices_name}')")
+
+
+def _gather_nd_shape(ctx: InferenceContext) -> list[TensorShape]:
+    params, indices = ctx.input_shape("params"), ctx.input_shape("indices")
+    if indices.rank == 0:
+        raise ctx.error("indices must be at least a vector, got a scalar (input 'indices')")
+    if indices.rank is None or params.rank is None or indices[-1] is None:
+        return [TensorShape(None)]
+    depth = indices[-1]
+    if depth > params.rank:
+        raise ctx.error(f"index innermost dimension length must be <= params rank; saw: "
+                        f"{depth} vs. {params.rank} (inputs 'indices' and 'params')")
+    known = None if None in params.dims else list(params.dims)
+    check_index_rows(ctx, "indices", known, "param shape")
+    return [TensorShape([*indices.dims[:-1], *params.dims[depth:]])]
+
+
+GatherNd = make_wrapper(register_op(OpDef(
+    name="GatherNd",
+    inputs=[ArgDef("params", type_attr="Tparams"),
+            ArgDef("indices", type_attr="Tindices",
+                   doc="[..., M]: each row the index of an element (M = rank of params) or of "
+                       "a slice (M < rank) of params.")],
+    outputs=[ArgDef("output", type_attr="Tparams")],
+    attrs=[required("Tparams", "type"), required("Tindices", "type", allowed=INTEGERS),
+           AttrDef("bad_indices_policy", "string", default="", allowed=("", "DEFAULT", "ERROR"),
+                   doc="TF's policy for an index out of range: minigraph always refuses it.")],
+    shape_fn=_gather_nd_shape,
+)))
+
+
+def _scatter_nd_shape(ctx: InferenceContext) -> list[TensorShape]:
+    indices, updates = ctx.input_shape("indices"), ctx.input_shape("updates")
+    target = ctx.shape_input("shape")
+    if target is None:
+        rank = ctx.input_shape("shape")[0]
+        return [TensorShape.unknown(rank) if rank is not None else TensorShape(None)]
+    if indices.rank == 0:
+        raise ctx.error("indices must be at least a vector, got a scalar (input 'indices')")
+    if indices.rank is not None and indices[-1] is not None:
+        depth = indices[-1]
+        if depth > len(target):
+            raise ctx.error(f"Output must have at least {depth} dimensions (the last "
+                            f"dimension of input 'indices'), got shape {target}")
+        expected = TensorShape([*indices.dims[:-1], *target[depth:]])
+        ctx.merge_shapes(expected, updates, f"updates must have shape indices.shape[:-1] + "
+                                            f"shape[indices.shape[-1]:] = {expected}, got "
+                                            f"{updates} (input 'updates')")
+        check_index_rows(ctx, "indices", target, "shape")
+    return [TensorShape(target)]
+
+
+ScatterNd = make_wrapper(register_op(OpDef(
+    name="ScatterNd",
+    inputs=[ArgDef("indices", type_attr="Tindices"),
+            ArgDef("updates", type_attr="T",
+                   doc="indices.shape[:-1] + shape[M:]: added at each index (duplicates sum)."),
+            ArgDef("shape", type_attr="Tindices", doc="The output's shape.")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type", allowed=NUMBERS), required("Tindices", "type", allowed=INTEGERS),
+           AttrDef("bad_indices_policy", "string", default="", allowed=("", "DEFAULT", "ERROR"),
+                   doc="TF's policy for an index out of range: minigraph always refuses it.")],
+    shape_fn=_scatter_nd_shape,
+)))
+
+
 # ----------------------------------------------------------------------------- Range
 
 
@@ -394,3 +481,18 @@ def _unsorted_segment_sum_grad(scope, op, grads):
     padded = Pad(scope, grads[0], np.array([[1, 0]] + [[0, 0]] * (rank - 1), np.int32))
     shifted = Relu(scope, AddV2(scope, ids, np.ones((), ids.dtype.np_dtype)))
     return [GatherV2(scope, padded, shifted, np.array(0, np.int32)), None, None]
+
+
+@RegisterGradient("GatherNd")
+def _gather_nd_grad(scope, op, grads):
+    """The cotangent summed back into the addressed elements of params (TF's ScatterNd)."""
+    params, indices = op.inputs
+    return [ScatterNd(scope, indices, grads[0], Shape(scope, params, out_type=indices.dtype)),
+            None]
+
+
+@RegisterGradient("ScatterNd")
+def _scatter_nd_grad(scope, op, grads):
+    """Each update's cotangent is the output's at its index."""
+    indices = op.inputs[0]
+    return [None, GatherNd(scope, grads[0], indices), None]

@@ -1,6 +1,7 @@
 """Ops that move elements without arithmetic, as TF graphs use them around models: Pad
 (Keras' ZeroPadding2D), Slice, StridedSlice (Python's ``x[1:, ..., None, ::-2]``), Pack
-(tf.stack), ExpandDims, Squeeze, Tile.
+(tf.stack), ExpandDims, Squeeze, Tile, Roll (``tf.roll``: elements shifted cyclically along
+axes, shifts of a repeated axis adding up, as TF's kernel does; Swin transformers' windows).
 
 Shape functions check index values whenever they are known (constants at construction,
 every value at run time), leading with TensorFlow's words; output shapes are exact then, so
@@ -31,9 +32,9 @@ from minigraph.framework.op_def import (
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
 from minigraph.ops.array_ops import Const
-from minigraph.ops.math_ops import Reshape, Shape, Sub, Sum, ZerosLike
+from minigraph.ops.math_ops import Neg, Reshape, Shape, Sub, Sum, ZerosLike
 
-__all__ = ["ExpandDims", "Pack", "Pad", "ShapeN", "Slice", "Squeeze", "StridedSlice",
+__all__ = ["ExpandDims", "Pack", "Pad", "Roll", "ShapeN", "Slice", "Squeeze", "StridedSlice",
            "StridedSliceGrad", "Tile", "Unpack"]
 
 
@@ -478,6 +479,43 @@ StridedSliceGrad = make_wrapper(register_op(OpDef(
 )))
 
 
+def _roll_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """shift and axis: scalars or vectors of one length; each axis in [-rank, rank)."""
+    x = ctx.input_shape("input")
+    if x.rank == 0:
+        raise ctx.error("input must be 1-D or higher (input 'input')")
+    sizes = []
+    for name in ("shift", "axis"):
+        shape = ctx.input_shape(name)
+        if shape.rank not in (None, 0, 1):
+            raise ctx.error(f"{name} must be a scalar or a 1-D vector. Found: {_dims(shape)} "
+                            f"(input '{name}')")
+        sizes.append(None if shape.rank is None else (1 if shape.rank == 0 else shape[0]))
+    if None not in sizes and sizes[0] != sizes[1]:
+        raise ctx.error(f"shift and axis must have the same size (inputs 'shift' and 'axis': "
+                        f"{sizes[0]} and {sizes[1]})")
+    axes = ctx.constant_value("axis")
+    if axes is not None and x.rank is not None:
+        for axis in np.ravel(axes).tolist():
+            if not -x.rank <= axis < x.rank:
+                raise ctx.error(f"axis {axis} is out of range (input 'axis', for an input of "
+                                f"rank {x.rank})")
+    return [x]
+
+
+Roll = make_wrapper(register_op(OpDef(
+    name="Roll",
+    inputs=[ArgDef("input", type_attr="T"),
+            ArgDef("shift", type_attr="Tshift",
+                   doc="Positions each element moves along its axis (negative: backwards)."),
+            ArgDef("axis", type_attr="Taxis", doc="The axes, one per shift.")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type"), required("Tshift", "type", allowed=INTEGERS),
+           required("Taxis", "type", allowed=INTEGERS)],
+    shape_fn=_roll_shape,
+)))
+
+
 # ----------------------------------------------------------------------------- gradients
 # As TF's array_grad.py: each returns d(loss)/d(input) for every input.
 
@@ -574,3 +612,10 @@ def _strided_slice_grad_grad(scope, op, grads):
     _, begin, end, strides, _ = op.inputs
     masks = {name: op.attrs[name] for name in MASKS}
     return [None, None, None, None, StridedSlice(scope, grads[0], begin, end, strides, **masks)]
+
+
+@RegisterGradient("Roll")
+def _roll_grad(scope, op, grads):
+    """Rolled back by the opposite shifts."""
+    _, shift, axis = op.inputs
+    return [Roll(scope, grads[0], Neg(scope, shift), axis), None, None]
