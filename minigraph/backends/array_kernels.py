@@ -19,6 +19,7 @@ def const_float64(op, inputs, ctx):
 
 
 @register_kernel("Identity", "StopGradient", "Snapshot", "PreventGradient", "IdentityN",
+                 "CheckNumerics",
                  backend=("reference", "opencl"))
 def identity(op, inputs, ctx):
     """The inputs themselves, uncopied (values are never updated in place)."""

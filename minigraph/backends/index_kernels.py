@@ -112,3 +112,28 @@ def scatter_nd(op, inputs, ctx):
     rows = indices.reshape(math.prod(indices.shape[:-1]), depth)
     np.add.at(out, tuple(rows.T), updates.reshape(rows.shape[0], *out.shape[depth:]))
     return [out]
+
+
+def _tensor_scatter(combine):
+    """A TensorScatter kernel: a copy of the tensor, ``combine(copy, index, updates)`` in
+    index-row order (the shape function checked the rows)."""
+    def kernel(op, inputs, ctx):
+        tensor, indices, updates = inputs
+        out = tensor.copy()
+        depth = indices.shape[-1]
+        rows = indices.reshape(math.prod(indices.shape[:-1]), depth)
+        combine(out, tuple(rows.T), updates.reshape(rows.shape[0], *tensor.shape[depth:]))
+        return [out]
+
+    return kernel
+
+
+def _assign_in_order(out, index, updates):
+    """Writes in index order, so a row written twice keeps the last update (TF's CPU)."""
+    for position in range(updates.shape[0]):
+        out[tuple(axis[position] for axis in index)] = updates[position]
+
+
+register_kernel("TensorScatterUpdate")(_tensor_scatter(_assign_in_order))
+register_kernel("TensorScatterAdd")(_tensor_scatter(np.add.at))
+register_kernel("TensorScatterSub")(_tensor_scatter(np.subtract.at))

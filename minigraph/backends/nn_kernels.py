@@ -222,3 +222,19 @@ def equal(op, inputs, ctx):
     except ValueError:  # only with incompatible_shape_error=False (the shape function)
         return [np.array(False)]
     return [np.asarray(np.equal(x, y), np.bool_).reshape(shape)]
+
+
+@register_kernel("LRN")
+def lrn(op, inputs, ctx):
+    """x / (bias + alpha * sum of x^2 over channels [c - r, c + r])^beta, in float64 (each
+    window summed directly, offset by offset: no running-sum differences to cancel)."""
+    x = inputs[0]
+    a = op.attrs
+    wide = x.astype(np.float64)
+    channels, r = x.shape[-1], min(a["depth_radius"], x.shape[-1])
+    squares = np.pad(wide * wide, [(0, 0)] * (x.ndim - 1) + [(r, r)])
+    window = np.zeros_like(wide)
+    for offset in range(2 * r + 1):
+        window += squares[..., offset:offset + channels]
+    with np.errstate(all="ignore"):
+        return [(wide / (a["bias"] + a["alpha"] * window) ** a["beta"]).astype(x.dtype)]

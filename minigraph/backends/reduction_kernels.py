@@ -1,8 +1,9 @@
 """numpy kernels of the reductions and scans (``ops.reduction_ops``); every backend runs them.
 
-``Max``/``Min`` are exact in ``T`` (NaN propagates, as in TF); ``Prod``, ``Cumsum`` and
-``Cumprod`` accumulate floating types in float64 and round once to ``T`` (TF accumulates in
-``T``: for long float16 sums the results differ, see docs/ops/reductions.md), integers in
+``Max``/``Min`` are exact in ``T`` (NaN propagates, as in TF); ``Prod``, ``EuclideanNorm``,
+``Cumsum``, ``Cumprod`` and ``CumulativeLogsumexp`` accumulate floating types in float64
+and round once to ``T`` (TF accumulates in ``T``: for long float16 sums the results differ,
+see docs/ops/reductions.md), integers in
 ``T`` (wrapping around as TF's do). ``ArgMin`` (and ``ArgMax``, whose kernel in
 ``nn_kernels`` calls :func:`arg_extreme`) skip NaN as TF's CPU kernels do.
 """
@@ -106,3 +107,16 @@ def _scan(ufunc, identity: int):
 
 register_kernel("Cumsum")(_scan(np.add, 0))
 register_kernel("Cumprod")(_scan(np.multiply, 1))
+register_kernel("CumulativeLogsumexp")(_scan(np.logaddexp, -np.inf))
+
+
+@register_kernel("EuclideanNorm")
+def euclidean_norm(op, inputs, ctx):
+    """sqrt(sum(x^2)) accumulated in float64 (integers too), rounded once to T (integers
+    truncated, as TF's sqrt of an integer sum is)."""
+    x, axes = inputs
+    wide = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        value = np.sqrt(np.sum(wide * wide, axis=_axes(x, axes),
+                               keepdims=op.attrs["keep_dims"]))
+        return [np.asarray(value).astype(x.dtype, copy=False)]

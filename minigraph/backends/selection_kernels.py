@@ -36,3 +36,16 @@ def bucketize(op, inputs, ctx):
     x = inputs[0]
     boundaries = np.array(op.attrs["boundaries"], np.float64)
     return [np.searchsorted(boundaries, x.astype(np.float64), side="right").astype(np.int32)]
+
+
+@register_kernel("InTopKV2")
+def in_top_k(op, inputs, ctx):
+    """Fewer than k predictions of the row strictly above the target's, the target in range
+    and every prediction of the row finite."""
+    predictions, targets, k = inputs
+    rows, classes = predictions.shape
+    valid = (targets >= 0) & (targets < classes)
+    picked = predictions[np.arange(rows), np.where(valid, targets, 0)]
+    above = (predictions > picked[:, None]).sum(axis=1)
+    finite = np.isfinite(predictions).all(axis=1)
+    return [valid & finite & (above < int(k))]

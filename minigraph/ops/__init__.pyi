@@ -50,6 +50,7 @@ __all__ = [
     "Bucketize",
     "Cast",
     "Ceil",
+    "CheckNumerics",
     "Concat",
     "ConcatOffset",
     "ConcatV2",
@@ -64,6 +65,7 @@ __all__ = [
     "Cosh",
     "Cumprod",
     "Cumsum",
+    "CumulativeLogsumexp",
     "DepthToSpace",
     "DepthwiseConv2dNative",
     "DepthwiseConv2dNativeBackpropFilter",
@@ -76,6 +78,7 @@ __all__ = [
     "Equal",
     "Erf",
     "Erfc",
+    "EuclideanNorm",
     "Exp",
     "ExpandDims",
     "Expm1",
@@ -96,11 +99,13 @@ __all__ = [
     "GreaterEqual",
     "Identity",
     "IdentityN",
+    "InTopKV2",
     "InvertPermutation",
     "IsFinite",
     "IsInf",
     "IsNan",
     "L2Loss",
+    "LRN",
     "LeakyRelu",
     "LeakyReluGrad",
     "Less",
@@ -199,6 +204,9 @@ __all__ = [
     "Tan",
     "Tanh",
     "TanhGrad",
+    "TensorScatterAdd",
+    "TensorScatterSub",
+    "TensorScatterUpdate",
     "Tile",
     "TopKV2",
     "Transpose",
@@ -2017,6 +2025,51 @@ class Ceil:
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Ceil.Attrs | None = None) -> Output: ...
 
 
+class CheckNumerics:
+    """Builds one 'CheckNumerics' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    CheckNumerics.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        tensor: T (float16, bfloat16, float32, float64).
+
+    Attrs:
+        message: string, required. Leads the error when the tensor holds Inf or NaN.
+        T: type, inferred from input 'tensor', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one CheckNumerics node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Message(self, value: str) -> CheckNumerics.Attrs:
+            """Set attr 'message' (string, required). Leads the error when the tensor holds Inf
+            or NaN.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        tensor: TensorLike,
+        message: str,
+        attrs: CheckNumerics.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Concat:
     """Builds one 'Concat' node.
 
@@ -2805,6 +2858,62 @@ class Cumsum:
     ) -> Output: ...
 
 
+class CumulativeLogsumexp:
+    """Builds one 'CumulativeLogsumexp' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    CumulativeLogsumexp.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (float16, bfloat16, float32, float64).
+        axis: Tidx (int32, int64).
+
+    Attrs:
+        exclusive: bool, default False. Leave each element out of its own result (the first
+            is the identity).
+        reverse: bool, default False. Scan from the last element.
+        T: type, inferred from input 'x', one of float16, bfloat16, float32, float64.
+        Tidx: type, inferred from input 'axis', one of int32, int64.
+
+    Outputs:
+        out: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'out'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one CumulativeLogsumexp node, set with C++-style chained setters
+        that each return a new builder; pass it after the positional arguments or as
+        attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Exclusive(self, value: bool) -> CumulativeLogsumexp.Attrs:
+            """Set attr 'exclusive' (bool, default False). Leave each element out of its own
+            result (the first is the identity).
+            """
+
+        def Reverse(self, value: bool) -> CumulativeLogsumexp.Attrs:
+            """Set attr 'reverse' (bool, default False). Scan from the last element."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        axis: TensorLike,
+        attrs: CumulativeLogsumexp.Attrs | None = None,
+        *,
+        exclusive: bool = False,
+        reverse: bool = False,
+    ) -> Output: ...
+
+
 class DepthToSpace:
     """Builds one 'DepthToSpace' node.
 
@@ -3362,6 +3471,54 @@ class Erfc:
         def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Erfc.Attrs | None = None) -> Output: ...
+
+
+class EuclideanNorm:
+    """Builds one 'EuclideanNorm' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    EuclideanNorm.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32, float64, int32, int64).
+        reduction_indices: Tidx (int32, int64).
+
+    Attrs:
+        keep_dims: bool, default False.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tidx: type, inferred from input 'reduction_indices', one of int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one EuclideanNorm node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def KeepDims(self, value: bool) -> EuclideanNorm.Attrs:
+            """Set attr 'keep_dims' (bool, default False)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        reduction_indices: TensorLike,
+        attrs: EuclideanNorm.Attrs | None = None,
+        *,
+        keep_dims: bool = False,
+    ) -> Output: ...
 
 
 class Exp:
@@ -4625,6 +4782,48 @@ class IdentityN:
     ) -> _IdentityNOutputs: ...
 
 
+class InTopKV2:
+    """Builds one 'InTopKV2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    InTopKV2.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        predictions: float32. [batch, classes] scores.
+        targets: T (int32, int64). [batch] class indices.
+        k: T (int32, int64). A scalar: how many top classes count.
+
+    Attrs:
+        T: type, inferred from input 'targets', one of int32, int64.
+
+    Outputs:
+        precision: bool.
+
+    Returns:
+        The Output 'precision'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one InTopKV2 node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        predictions: TensorLike,
+        targets: TensorLike,
+        k: TensorLike,
+        attrs: InTopKV2.Attrs | None = None,
+    ) -> Output: ...
+
+
 class InvertPermutation:
     """Builds one 'InvertPermutation' node.
 
@@ -4798,6 +4997,65 @@ class L2Loss:
         def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, t: TensorLike, attrs: L2Loss.Attrs | None = None) -> Output: ...
+
+
+class LRN:
+    """Builds one 'LRN' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a LRN.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (float16, bfloat16, float32). 4-D, channels last.
+
+    Attrs:
+        depth_radius: int, default 5. Half-width r of the channel window.
+        bias: float, default 1.0. Added to the scaled sum.
+        alpha: float, default 1.0. Scale of the sum of squares.
+        beta: float, default 0.5. Exponent of the divisor.
+        T: type, inferred from input 'input', one of float16, bfloat16, float32.
+
+    Outputs:
+        output: T (float16, bfloat16, float32).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one LRN node, set with C++-style chained setters that each return a
+        new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def DepthRadius(self, value: int) -> LRN.Attrs:
+            """Set attr 'depth_radius' (int, default 5). Half-width r of the channel window."""
+
+        def Bias(self, value: float) -> LRN.Attrs:
+            """Set attr 'bias' (float, default 1.0). Added to the scaled sum."""
+
+        def Alpha(self, value: float) -> LRN.Attrs:
+            """Set attr 'alpha' (float, default 1.0). Scale of the sum of squares."""
+
+        def Beta(self, value: float) -> LRN.Attrs:
+            """Set attr 'beta' (float, default 0.5). Exponent of the divisor."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        attrs: LRN.Attrs | None = None,
+        *,
+        depth_radius: int = 5,
+        bias: float = 1.0,
+        alpha: float = 1.0,
+        beta: float = 0.5,
+    ) -> Output: ...
 
 
 class LeakyRelu:
@@ -9144,6 +9402,174 @@ class TanhGrad:
         y: TensorLike,
         dy: TensorLike,
         attrs: TanhGrad.Attrs | None = None,
+    ) -> Output: ...
+
+
+class TensorScatterAdd:
+    """Builds one 'TensorScatterAdd' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    TensorScatterAdd.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        tensor: T (float16, bfloat16, float32, float64, int32, int64).
+        indices: Tindices (int32, int64).
+        updates: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        bad_indices_policy: string, default "", one of "", "DEFAULT", "ERROR". TF's policy
+            for an index out of range: minigraph always refuses it.
+        T: type, inferred from input 'tensor', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tindices: type, inferred from input 'indices', one of int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one TensorScatterAdd node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def BadIndicesPolicy(
+            self,
+            value: Literal["", "DEFAULT", "ERROR"],
+        ) -> TensorScatterAdd.Attrs:
+            """Set attr 'bad_indices_policy' (string, default "", one of "", "DEFAULT",
+            "ERROR"). TF's policy for an index out of range: minigraph always refuses it.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        tensor: TensorLike,
+        indices: TensorLike,
+        updates: TensorLike,
+        attrs: TensorScatterAdd.Attrs | None = None,
+        *,
+        bad_indices_policy: Literal["", "DEFAULT", "ERROR"] = "",
+    ) -> Output: ...
+
+
+class TensorScatterSub:
+    """Builds one 'TensorScatterSub' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    TensorScatterSub.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        tensor: T (float16, bfloat16, float32, float64, int32, int64).
+        indices: Tindices (int32, int64).
+        updates: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Attrs:
+        bad_indices_policy: string, default "", one of "", "DEFAULT", "ERROR". TF's policy
+            for an index out of range: minigraph always refuses it.
+        T: type, inferred from input 'tensor', one of float16, bfloat16, float32, float64,
+            int32, int64.
+        Tindices: type, inferred from input 'indices', one of int32, int64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one TensorScatterSub node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def BadIndicesPolicy(
+            self,
+            value: Literal["", "DEFAULT", "ERROR"],
+        ) -> TensorScatterSub.Attrs:
+            """Set attr 'bad_indices_policy' (string, default "", one of "", "DEFAULT",
+            "ERROR"). TF's policy for an index out of range: minigraph always refuses it.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        tensor: TensorLike,
+        indices: TensorLike,
+        updates: TensorLike,
+        attrs: TensorScatterSub.Attrs | None = None,
+        *,
+        bad_indices_policy: Literal["", "DEFAULT", "ERROR"] = "",
+    ) -> Output: ...
+
+
+class TensorScatterUpdate:
+    """Builds one 'TensorScatterUpdate' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    TensorScatterUpdate.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        tensor: T (any type).
+        indices: Tindices (int32, int64).
+        updates: T (any type).
+
+    Attrs:
+        bad_indices_policy: string, default "", one of "", "DEFAULT", "ERROR". TF's policy
+            for an index out of range: minigraph always refuses it.
+        T: type, inferred from input 'tensor'.
+        Tindices: type, inferred from input 'indices', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one TensorScatterUpdate node, set with C++-style chained setters
+        that each return a new builder; pass it after the positional arguments or as
+        attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def BadIndicesPolicy(
+            self,
+            value: Literal["", "DEFAULT", "ERROR"],
+        ) -> TensorScatterUpdate.Attrs:
+            """Set attr 'bad_indices_policy' (string, default "", one of "", "DEFAULT",
+            "ERROR"). TF's policy for an index out of range: minigraph always refuses it.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        tensor: TensorLike,
+        indices: TensorLike,
+        updates: TensorLike,
+        attrs: TensorScatterUpdate.Attrs | None = None,
+        *,
+        bad_indices_policy: Literal["", "DEFAULT", "ERROR"] = "",
     ) -> Output: ...
 
 

@@ -17,6 +17,7 @@ from minigraph.framework.op_def import (
     ArgDef,
     AttrDef,
     OpDef,
+    RunContext,
     build_operation,
     make_wrapper,
     register_constant_op,
@@ -27,8 +28,8 @@ from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import TensorShape
 
 # The wrappers minigraph.ops exports.
-__all__ = ["Const", "Identity", "IdentityN", "NoOp", "Placeholder", "PreventGradient",
-           "Snapshot", "StopGradient"]
+__all__ = ["CheckNumerics", "Const", "Identity", "IdentityN", "NoOp", "Placeholder",
+           "PreventGradient", "Snapshot", "StopGradient"]
 
 PLACEHOLDER = register_op(OpDef(
     name="Placeholder",
@@ -76,15 +77,17 @@ def Const(scope: Scope, value: Any, dtype: DType | None = None) -> Output:
 register_constant_op(Const)  # values given to any op's inputs become Const nodes
 
 
-def _pass_through(name: str, *extra: AttrDef) -> OpDef:
+def _pass_through(name: str, *extra: AttrDef, allowed: tuple | None = None,
+                  validate=None, input_name: str = "input") -> OpDef:
     """An op whose output is its input (Identity and the ops that differ from it only in
-    their gradient)."""
+    their gradient or a run-time check)."""
     return register_op(OpDef(
         name=name,
-        inputs=[ArgDef("input", type_attr="T")],
+        inputs=[ArgDef(input_name, type_attr="T")],
         outputs=[ArgDef("output", type_attr="T")],
-        attrs=[required("T", "type"), *extra],
+        attrs=[required("T", "type", allowed=allowed), *extra],
         shape_fn=lambda ctx: [ctx.input_shapes[0]],
+        validate=validate,
     ))
 
 
@@ -98,6 +101,22 @@ Snapshot = make_wrapper(_pass_through("Snapshot"))
 PreventGradient = make_wrapper(_pass_through(
     "PreventGradient", AttrDef("message", "string", default="",
                                doc="Why the gradient is disabled (quoted by the error).")))
+
+
+def _all_finite(ctx: RunContext, values: list) -> None:
+    """TF's tf.debugging.check_numerics: ``<message> : Tensor had Inf and NaN values``."""
+    x = values[0] if isinstance(values[0], np.ndarray) else values[0].get()
+    wide = x.astype(np.float32) if x.dtype.itemsize < 4 else x
+    found = [what for what, test in (("Inf", np.isinf), ("NaN", np.isnan)) if test(wide).any()]
+    if found:
+        raise ctx.error(f"{ctx.op.attrs['message']} : Tensor had {' and '.join(found)} values")
+
+
+# Passes a float tensor on, refusing it at run time if it holds Inf or NaN.
+CheckNumerics = make_wrapper(_pass_through(
+    "CheckNumerics", required("message", "string",
+                              doc="Leads the error when the tensor holds Inf or NaN."),
+    allowed=dtypes.FLOATING, validate=_all_finite, input_name="tensor"))
 
 # Several tensors of any types passed on together (tf.identity_n; Keras' custom gradients
 # freeze to it).
@@ -124,6 +143,13 @@ def _snapshot_grad(scope, op, grads):
 def _identity_n_grad(scope, op, grads):
     """Each input's gradient is its output's (None where no loss reads it)."""
     return list(grads)
+
+
+@RegisterGradient("CheckNumerics")
+def _check_numerics_grad(scope, op, grads):
+    """The gradient checked in turn (TF's message)."""
+    return [CheckNumerics(scope, grads[0], message="Not a number (NaN) or infinity (Inf) "
+                          f"values detected in gradient. {op.attrs['message']}")]
 
 
 @RegisterGradient("PreventGradient")

@@ -1,7 +1,9 @@
 """Ops built around integer indices: GatherV2 (Keras' ``Embedding``, ``tf.gather``), its
 gradient's UnsortedSegmentSum, GatherNd (``tf.gather_nd``: each index row picks an element
 or slice of params) and its gradient's ScatterNd (updates summed into zeros of a given
-shape), OneHot, Range and LinSpace (``num`` evenly spaced values from
+shape), TensorScatterUpdate / Add / Sub (updates written into, added to or subtracted from
+a copy of a tensor at index rows; an update written twice: the last wins), OneHot, Range and
+LinSpace (``num`` evenly spaced values from
 ``start`` to ``stop``, both included: the step ``(stop - start) / (num - 1)`` and each
 ``start + step * i`` rounded in the values' type, the last value ``stop`` itself, as TF's
 kernel computes them).
@@ -35,10 +37,10 @@ from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape, dims_te
 from minigraph.ops.activation_ops import Relu
 from minigraph.ops.concat_ops import ConcatV2
 from minigraph.ops.layout_ops import Pad, Slice
-from minigraph.ops.math_ops import AddV2, Mul, Reshape, Shape, Transpose
+from minigraph.ops.math_ops import AddV2, Mul, Neg, Reshape, Shape, Transpose, ZerosLike
 
 __all__ = ["GatherNd", "GatherV2", "LinSpace", "OneHot", "Range", "ScatterNd",
-           "UnsortedSegmentSum"]
+           "TensorScatterAdd", "TensorScatterSub", "TensorScatterUpdate", "UnsortedSegmentSum"]
 
 INT64_MAX = 2 ** 63 - 1
 
@@ -333,6 +335,50 @@ ScatterNd = make_wrapper(register_op(OpDef(
 )))
 
 
+def _tensor_scatter_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """The tensor's shape; updates of indices.shape[:-1] + tensor.shape[M:], every index row
+    inside the tensor (TF's words)."""
+    tensor, indices, updates = ctx.input_shapes
+    if indices.rank == 0:
+        raise ctx.error("indices must be at least a vector, got a scalar (input 'indices')")
+    if tensor.rank is None or indices.rank is None or indices[-1] is None:
+        return [tensor]
+    depth = indices[-1]
+    if depth > tensor.rank:
+        raise ctx.error(f"Output must have at least {depth} dimensions (the last dimension "
+                        f"of input 'indices'), got shape {dims_text(tensor)} (input 'tensor')")
+    expected = TensorShape([*indices.dims[:-1], *tensor.dims[depth:]])
+    ctx.merge_shapes(expected, updates, f"updates must have shape indices.shape[:-1] + "
+                                        f"tensor.shape[indices.shape[-1]:] = {expected}, got "
+                                        f"{updates} (input 'updates')")
+    check_index_rows(ctx, "indices", None if None in tensor.dims else list(tensor.dims),
+                     "shape")
+    return [tensor]
+
+
+def _tensor_scatter(name: str) -> type:
+    """``tensor`` with ``updates`` written at (Update: the last duplicate wins), added to (Add)
+    or subtracted from (Sub) the addressed elements or slices."""
+    return make_wrapper(register_op(OpDef(
+        name=name,
+        inputs=[ArgDef("tensor", type_attr="T"), ArgDef("indices", type_attr="Tindices"),
+                ArgDef("updates", type_attr="T")],
+        outputs=[ArgDef("output", type_attr="T")],
+        attrs=[required("T", "type", allowed=None if name == "TensorScatterUpdate" else NUMBERS),
+               required("Tindices", "type", allowed=INTEGERS),
+               AttrDef("bad_indices_policy", "string", default="",
+                       allowed=("", "DEFAULT", "ERROR"),
+                       doc="TF's policy for an index out of range: minigraph always refuses "
+                           "it.")],
+        shape_fn=_tensor_scatter_shape,
+    )))
+
+
+TensorScatterUpdate = _tensor_scatter("TensorScatterUpdate")
+TensorScatterAdd = _tensor_scatter("TensorScatterAdd")
+TensorScatterSub = _tensor_scatter("TensorScatterSub")
+
+
 # ----------------------------------------------------------------------------- Range
 
 
@@ -496,3 +542,25 @@ def _scatter_nd_grad(scope, op, grads):
     """Each update's cotangent is the output's at its index."""
     indices = op.inputs[0]
     return [None, GatherNd(scope, grads[0], indices), None]
+
+
+@RegisterGradient("TensorScatterUpdate")
+def _tensor_scatter_update_grad(scope, op, grads):
+    """The overwritten elements get no gradient from the tensor; each update gets the
+    output's at its index."""
+    _, indices, updates = op.inputs
+    g = grads[0]
+    return [TensorScatterUpdate(scope, g, indices, ZerosLike(scope, updates)), None,
+            GatherNd(scope, g, indices)]
+
+
+@RegisterGradient("TensorScatterAdd")
+def _tensor_scatter_add_grad(scope, op, grads):
+    indices = op.inputs[1]
+    return [grads[0], None, GatherNd(scope, grads[0], indices)]
+
+
+@RegisterGradient("TensorScatterSub")
+def _tensor_scatter_sub_grad(scope, op, grads):
+    indices = op.inputs[1]
+    return [grads[0], None, Neg(scope, GatherNd(scope, grads[0], indices))]

@@ -33,8 +33,8 @@ from minigraph.ops.window import FORMATS, mismatch
 
 # The wrappers minigraph.ops exports.
 __all__ = [
-    "ArgMax", "BiasAdd", "BiasAddGrad", "Equal", "L2Loss", "LogSoftmax", "MatMul", "Softmax",
-    "SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits",
+    "ArgMax", "BiasAdd", "BiasAddGrad", "Equal", "L2Loss", "LRN", "LogSoftmax", "MatMul",
+    "Softmax", "SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits",
 ]
 
 
@@ -266,6 +266,33 @@ Equal = make_wrapper(register_op(OpDef(
     shape_fn=equal_shape,
 )))
 
+
+
+def _lrn_shape(ctx: InferenceContext) -> list[TensorShape]:
+    x = ctx.input_shapes[0]
+    if x.rank not in (None, 4):
+        raise ctx.error(f"input must be 4-dimensional, got shape {x} (input 'input')")
+    return [x]
+
+
+# Local response normalization (AlexNet, GoogLeNet v1): over each channel window
+# [c - r, c + r] of the last axis, sqr_sum = sum(x^2); out = x / (bias + alpha * sqr_sum)^beta
+# (computed in float64, rounded once). No gradient yet (TF's LRNGrad is not implemented).
+LRN = make_wrapper(register_op(OpDef(
+    name="LRN",
+    inputs=[ArgDef("input", type_attr="T", doc="4-D, channels last.")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[AttrDef("depth_radius", "int", default=5,
+                   check=lambda r: None if 0 <= r <= 2**31 - 1 else
+                   f"must be in [0, 2**31 - 1], got {r}",
+                   doc="Half-width r of the channel window."),
+           AttrDef("bias", "float", default=1.0, doc="Added to the scaled sum."),
+           AttrDef("alpha", "float", default=1.0, doc="Scale of the sum of squares."),
+           AttrDef("beta", "float", default=0.5, doc="Exponent of the divisor."),
+           AttrDef("T", "type", default=dtypes.float32,
+                   allowed=(dtypes.float16, dtypes.bfloat16, dtypes.float32))],
+    shape_fn=_lrn_shape,
+)))
 
 
 # ----------------------------------------------------------------------------- gradients

@@ -1,6 +1,8 @@
-"""Reductions and scans beyond ``Sum``/``Mean``: ``Max``, ``Min``, ``Prod``, ``All``, ``Any``,
-``ArgMin``, ``Cumsum`` and ``Cumprod``, with TensorFlow's names, inputs, outputs, attrs and
-allowed dtypes (``core/ops/math_ops.cc``, restricted to minigraph's dtypes).
+"""Reductions and scans beyond ``Sum``/``Mean``: ``Max``, ``Min``, ``Prod``,
+``EuclideanNorm`` (``sqrt(sum(x^2))``), ``All``, ``Any``, ``ArgMin``, ``Cumsum``, ``Cumprod``
+and ``CumulativeLogsumexp`` (``log(cumsum(exp(x)))``, floats), with TensorFlow's names,
+inputs, outputs, attrs and allowed dtypes (``core/ops/math_ops.cc``, restricted to
+minigraph's dtypes).
 
 The reductions share ``Sum``'s signature and shape function (``math_ops.reduction_shape``:
 axes a scalar or a vector, each in ``[-rank, rank)``, none twice); ``ArgMin`` shares
@@ -11,6 +13,8 @@ written with minigraph ops, are at the bottom.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from minigraph.framework import dtypes
 from minigraph.framework.errors import InvalidArgumentError
@@ -25,15 +29,22 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.tensor_shape import TensorShape, dims_text
-from minigraph.ops.elementwise_ops import DivNoNan
+from minigraph.ops.array_ops import Const
+from minigraph.ops.elementwise_ops import DivNoNan, Exp, Greater, Less, Log, SelectV2
 from minigraph.ops.layout_ops import StridedSlice
 from minigraph.ops.math_ops import (
     INDEX,
     NUMBERS,
+    AddV2,
     Cast,
     Div,
     Mul,
+    Neg,
+    OnesLike,
+    RealDiv,
+    Sub,
     Sum,
+    ZerosLike,
     _reduction,
     reduction_shape,
     sum_grad_of,
@@ -41,13 +52,15 @@ from minigraph.ops.math_ops import (
 from minigraph.ops.nn_ops import Equal, arg_max_shape
 
 # The wrappers minigraph.ops exports.
-__all__ = ["All", "Any", "ArgMin", "Cumprod", "Cumsum", "Max", "Min", "Prod"]
+__all__ = ["All", "Any", "ArgMin", "Cumprod", "Cumsum", "CumulativeLogsumexp", "EuclideanNorm",
+           "Max", "Min", "Prod"]
 
 TIDX = AttrDef("Tidx", "type", default=dtypes.int32, allowed=INDEX)
 
 Max = make_wrapper(_reduction("Max"))
 Min = make_wrapper(_reduction("Min"))
 Prod = make_wrapper(_reduction("Prod"))
+EuclideanNorm = make_wrapper(_reduction("EuclideanNorm"))
 
 
 def _logical_reduction(name: str) -> type:
@@ -87,9 +100,9 @@ def _scan_shape(ctx: InferenceContext) -> list[TensorShape]:
     return [x]
 
 
-def _scan(name: str) -> type:
-    """``Cumsum``/``Cumprod`` along 'axis'; ``exclusive`` leaves each element out of its own
-    result, ``reverse`` runs from the end."""
+def _scan(name: str, allowed: tuple = NUMBERS) -> type:
+    """``Cumsum``/``Cumprod``/``CumulativeLogsumexp`` along 'axis'; ``exclusive`` leaves each
+    element out of its own result, ``reverse`` runs from the end."""
     return make_wrapper(register_op(OpDef(
         name=name,
         inputs=[ArgDef("x", type_attr="T"), ArgDef("axis", type_attr="Tidx")],
@@ -98,13 +111,14 @@ def _scan(name: str) -> type:
                        doc="Leave each element out of its own result (the first is the "
                            "identity)."),
                AttrDef("reverse", "bool", default=False, doc="Scan from the last element."),
-               required("T", "type", allowed=NUMBERS), TIDX],
+               required("T", "type", allowed=allowed), TIDX],
         shape_fn=_scan_shape,
     )))
 
 
 Cumsum = _scan("Cumsum")
 Cumprod = _scan("Cumprod")
+CumulativeLogsumexp = _scan("CumulativeLogsumexp", dtypes.FLOATING)
 
 
 # ----------------------------------------------------------------------------- gradients
@@ -179,3 +193,34 @@ def _cumprod_grad(scope, op, grads):
     total = Cumsum(scope, Mul(scope, product, grads[0]), axis, exclusive=attrs["exclusive"],
                    reverse=not attrs["reverse"])
     return [DivNoNan(scope, total, x), None]
+
+
+@RegisterGradient("EuclideanNorm")
+def _euclidean_norm_grad(scope, op, grads):
+    """n = sqrt(sum(x^2)): dx = x / (n / g), n and g broadcast back over the reduced axes
+    (TF's form: 0 / 0 is NaN where the norm is 0, as in TF)."""
+    x = op.inputs[0]
+    return [RealDiv(scope, x, RealDiv(scope, sum_grad_of(scope, op, op.outputs[0]),
+                                      sum_grad_of(scope, op, grads[0]))), None]
+
+
+@RegisterGradient("CumulativeLogsumexp")
+def _cumulative_logsumexp_grad(scope, op, grads):
+    """TF's form: the cotangent split into its positive and negative parts, each carried in
+    log space through the opposite-direction scan: dx = exp(clse(log g+ - out) + x) -
+    exp(clse(log g- - out) + x), clse running the other way."""
+    x, axis = op.inputs
+    g, out = grads[0], op.outputs[0]
+    lowest = Const(scope, np.array(np.finfo(x.dtype.np_dtype).min, x.dtype.np_dtype))
+    zero = ZerosLike(scope, g)
+
+    def part(mask, magnitude):
+        logs = SelectV2(scope, mask, Log(scope, SelectV2(scope, mask, magnitude,
+                                                         OnesLike(scope, g))), lowest)
+        scanned = CumulativeLogsumexp(scope, Sub(scope, logs, out), axis,
+                                      exclusive=op.attrs["exclusive"],
+                                      reverse=not op.attrs["reverse"])
+        return Exp(scope, AddV2(scope, scanned, x))
+
+    return [Sub(scope, part(Greater(scope, g, zero), g), part(Less(scope, g, zero),
+                                                               Neg(scope, g))), None]

@@ -14,6 +14,9 @@ the values are known and again before the kernel runs.
   nonzero (NaN is nonzero, -0 is zero), in row-major order.
 * ``Bucketize``: for each value the number of boundaries <= it (``upper_bound``): NaN lands
   past the last boundary; boundaries must be sorted and not NaN.
+* ``InTopKV2``: whether each row's target class is among its k largest predictions, ties
+  at the boundary all counting as in; False for a target out of range or a row holding any
+  non-finite prediction (TF's CPU kernel).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from minigraph.framework.op_def import (
 )
 from minigraph.framework.tensor_shape import TensorShape, dims_text
 
-__all__ = ["Bucketize", "TopKV2", "Where"]
+__all__ = ["Bucketize", "InTopKV2", "TopKV2", "Where"]
 
 
 # ----------------------------------------------------------------------------- TopKV2
@@ -118,9 +121,41 @@ Bucketize = make_wrapper(register_op(OpDef(
 )))
 
 
+# ----------------------------------------------------------------------------- InTopKV2
+
+
+def _in_top_k_shape(ctx: InferenceContext) -> list[TensorShape]:
+    predictions, targets, k = ctx.input_shapes
+    if predictions.rank not in (None, 2):
+        raise ctx.error(f"predictions must be 2-dimensional, got shape "
+                        f"{dims_text(predictions)} (input 'predictions')")
+    if targets.rank not in (None, 1):
+        raise ctx.error(f"targets must be 1-dimensional, got shape {dims_text(targets)} "
+                        f"(input 'targets')")
+    if k.rank not in (None, 0):
+        raise ctx.error(f"k must be a scalar, got shape {dims_text(k)} (input 'k')")
+    rows = predictions[0] if predictions.rank == 2 else None
+    if rows is not None and targets.rank == 1 and targets[0] not in (None, rows):
+        raise ctx.error(f"First dimension of predictions {rows} must match length of targets "
+                        f"{targets[0]} (inputs 'predictions' and 'targets')")
+    return [TensorShape([rows if rows is not None else
+                         (targets[0] if targets.rank == 1 else None)])]
+
+
+InTopKV2 = make_wrapper(register_op(OpDef(
+    name="InTopKV2",
+    inputs=[ArgDef("predictions", dtype=dtypes.float32, doc="[batch, classes] scores."),
+            ArgDef("targets", type_attr="T", doc="[batch] class indices."),
+            ArgDef("k", type_attr="T", doc="A scalar: how many top classes count.")],
+    outputs=[ArgDef("precision", dtype=dtypes.bool_)],
+    attrs=[AttrDef("T", "type", default=dtypes.int32, allowed=INTEGERS)],
+    shape_fn=_in_top_k_shape,
+)))
+
+
 # ----------------------------------------------------------------------------- gradients
 
-NotDifferentiable("Where", "Bucketize")
+NotDifferentiable("Where", "Bucketize", "InTopKV2")
 
 
 @RegisterGradient("TopKV2")
