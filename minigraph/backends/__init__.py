@@ -22,6 +22,7 @@ from minigraph.backends import (  # noqa: F401  (importing registers the kernels
     batch_norm_kernels,
     concat_kernels,
     convolution_kernels,
+    detection_kernels,
     elementwise_kernels,
     fused_kernels,
     fused_training_kernels,

@@ -136,6 +136,8 @@ __all__ = [
     "MulNoNan",
     "Neg",
     "NoOp",
+    "NonMaxSuppressionV3",
+    "NonMaxSuppressionV4",
     "NotEqual",
     "OneHot",
     "OnesLike",
@@ -6501,6 +6503,125 @@ class NoOp:
         def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, attrs: NoOp.Attrs | None = None) -> Operation: ...
+
+
+class NonMaxSuppressionV3:
+    """Builds one 'NonMaxSuppressionV3' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    NonMaxSuppressionV3.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        boxes: T (float16, float32). [num_boxes, 4]: y1, x1, y2, x2 (corners in either
+            order).
+        scores: T (float16, float32). [num_boxes].
+        max_output_size: int32. A scalar >= 0.
+        iou_threshold: T_threshold (float16, float32). A scalar in [0, 1].
+        score_threshold: T_threshold (float16, float32). A scalar: only boxes scoring above
+            it are considered.
+
+    Attrs:
+        T: type, inferred from input 'boxes', one of float16, float32.
+        T_threshold: type, inferred from input 'iou_threshold', one of float16, float32.
+
+    Outputs:
+        selected_indices: int32.
+
+    Returns:
+        The Output 'selected_indices'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one NonMaxSuppressionV3 node, set with C++-style chained setters
+        that each return a new builder; pass it after the positional arguments or as
+        attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        boxes: TensorLike,
+        scores: TensorLike,
+        max_output_size: TensorLike,
+        iou_threshold: TensorLike,
+        score_threshold: TensorLike,
+        attrs: NonMaxSuppressionV3.Attrs | None = None,
+    ) -> Output: ...
+
+
+class _NonMaxSuppressionV4Outputs(OpResult):
+    """The outputs of one NonMaxSuppressionV4 node, by name."""
+
+    selected_indices: Output
+    valid_outputs: Output
+    operation: Operation
+
+
+class NonMaxSuppressionV4:
+    """Builds one 'NonMaxSuppressionV4' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    NonMaxSuppressionV4.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        boxes: T (float16, float32). [num_boxes, 4]: y1, x1, y2, x2 (corners in either
+            order).
+        scores: T (float16, float32). [num_boxes].
+        max_output_size: int32. A scalar >= 0.
+        iou_threshold: T_threshold (float16, float32). A scalar in [0, 1].
+        score_threshold: T_threshold (float16, float32). A scalar: only boxes scoring above
+            it are considered.
+
+    Attrs:
+        pad_to_max_output_size: bool, default False. Pad the indices with zeros to
+            max_output_size.
+        T: type, inferred from input 'boxes', one of float16, float32.
+        T_threshold: type, inferred from input 'iou_threshold', one of float16, float32.
+
+    Outputs:
+        selected_indices: int32.
+        valid_outputs: int32.
+
+    Returns:
+        An object with the outputs as attributes (.selected_indices, .valid_outputs), also
+        by index and in order when iterated, and the node as .operation.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one NonMaxSuppressionV4 node, set with C++-style chained setters
+        that each return a new builder; pass it after the positional arguments or as
+        attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def PadToMaxOutputSize(self, value: bool) -> NonMaxSuppressionV4.Attrs:
+            """Set attr 'pad_to_max_output_size' (bool, default False). Pad the indices with
+            zeros to max_output_size.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        boxes: TensorLike,
+        scores: TensorLike,
+        max_output_size: TensorLike,
+        iou_threshold: TensorLike,
+        score_threshold: TensorLike,
+        attrs: NonMaxSuppressionV4.Attrs | None = None,
+        *,
+        pad_to_max_output_size: bool = False,
+    ) -> _NonMaxSuppressionV4Outputs: ...
 
 
 class NotEqual:
