@@ -349,3 +349,77 @@ def test_frozen_keras_resizes_import_and_match(tf, backend):
         types, ours, theirs = tf_graphs.run_frozen(model, x, backend)
         assert any(t.startswith("Resize") for t in types)
         np.testing.assert_array_equal(ours, theirs)
+
+
+def _crop_reference(image, boxes, box_ind, crop, method, fill):
+    """Each crop sample from the definition, in float64: the box's rows and columns spread
+    evenly over [y1, y2] * (H - 1) (one sample: the centre), bilinear or nearest (halves away
+    from zero), ``fill`` outside the image."""
+    n, (crop_h, crop_w) = len(boxes), crop
+    _, height, width, depth = image.shape
+    out = np.empty((n, crop_h, crop_w, depth))
+    for i, ((y1, x1, y2, x2), b) in enumerate(zip(boxes.astype(F64), box_ind)):
+        for r in range(crop_h):
+            y = y1 * (height - 1) + r * (y2 - y1) * (height - 1) / (crop_h - 1) \
+                if crop_h > 1 else 0.5 * (y1 + y2) * (height - 1)
+            for c in range(crop_w):
+                x = x1 * (width - 1) + c * (x2 - x1) * (width - 1) / (crop_w - 1) \
+                    if crop_w > 1 else 0.5 * (x1 + x2) * (width - 1)
+                if not (0 <= y <= height - 1 and 0 <= x <= width - 1):
+                    out[i, r, c] = fill
+                elif method == "nearest":
+                    # a position within rounding of a half could go either way: NaN = skip
+                    ambiguous = min(abs(y % 1 - 0.5), abs(x % 1 - 0.5)) < 1e-4
+                    out[i, r, c] = np.nan if ambiguous else \
+                        image[b, int(np.floor(y + 0.5)), int(np.floor(x + 0.5))]
+                else:
+                    t, le = int(np.floor(y)), int(np.floor(x))
+                    bo, ri = min(t + 1, height - 1), min(le + 1, width - 1)
+                    dy, dx = y - t, x - le
+                    upper = image[b, t, le] * (1 - dx) + image[b, t, ri] * dx
+                    lower = image[b, bo, le] * (1 - dx) + image[b, bo, ri] * dx
+                    out[i, r, c] = upper * (1 - dy) + lower * dy
+    return out
+
+
+CROP_BOXES = np.array([[0.1, 0.2, 0.8, 0.9], [0.5, 0.5, 0.5, 0.5], [-0.2, 0.3, 1.3, 0.6],
+                       [0.9, 0.9, 0.1, 0.1], [0.0, 0.0, 1.0, 1.0]], F32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("method", ["bilinear", "nearest"])
+@pytest.mark.parametrize("crop", [(3, 4), (1, 2), (7, 1)])
+def test_crop_and_resize_samples_each_box(backend, method, crop):
+    image = np.random.default_rng(4).standard_normal((2, 5, 6, 3)).astype(F32)
+    box_ind = np.array([0, 1, 1, 0, 1], np.int32)
+    root = mg.Scope.NewRootScope()
+    out = ops.CropAndResize(root, image, CROP_BOXES, box_ind, np.array(crop, np.int32),
+                            method=method, extrapolation_value=-2.5)
+    assert out.shape == mg.TensorShape([5, *crop, 3])
+    value = mg.ClientSession(root, backend=backend).Run({}, out)
+    expected = _crop_reference(image, CROP_BOXES, box_ind, crop, method, -2.5)
+    decided = ~np.isnan(expected)  # (nearest: the samples not at a half)
+    assert decided.mean() > 0.3
+    np.testing.assert_allclose(value[decided], expected[decided], rtol=1e-5, atol=1e-5)
+    with pytest.raises(mg.errors.InvalidArgumentError, match=r"outside \[0, batch_size\)"):
+        ops.CropAndResize(root, image, CROP_BOXES, np.array([0, 2, 1, 0, 0], np.int32),
+                          np.array(crop, np.int32))
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("method", ["bilinear", "nearest"])
+def test_crop_and_resize_against_tensorflow(method):
+    """Bit for bit: the sample positions and lerps are TF's float32 steps."""
+    tf = pytest.importorskip("tensorflow")
+    rng = np.random.default_rng(5)
+    image = rng.standard_normal((3, 9, 7, 2)).astype(F32)
+    boxes = np.concatenate([CROP_BOXES, rng.uniform(-0.3, 1.3, (20, 4)).astype(F32)])
+    box_ind = rng.integers(0, 3, len(boxes)).astype(np.int32)
+    root = mg.Scope.NewRootScope()
+    ours = mg.ClientSession(root).Run({}, ops.CropAndResize(
+        root, image, boxes, box_ind, np.array([5, 6], np.int32), method=method,
+        extrapolation_value=0.5))
+    theirs = tf.raw_ops.CropAndResize(image=image, boxes=boxes, box_ind=box_ind,
+                                      crop_size=[5, 6], method=method,
+                                      extrapolation_value=0.5).numpy()
+    np.testing.assert_array_equal(ours, theirs)

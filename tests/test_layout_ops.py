@@ -349,3 +349,32 @@ def test_roll_shifts_cyclically_and_adds_repeated_axes(backend):
         ops.Roll(root, x, np.array([1, 2], np.int32), np.int32(0))
     with pytest.raises(mg.errors.InvalidArgumentError, match="axis 3 is out of range"):
         ops.Roll(root, x, np.int32(1), np.int32(3))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reverse_sequence_reverses_each_prefix(backend):
+    """Batch entry b's first seq_lengths[b] steps along seq_dim reversed, the rest in place;
+    batch_dim after seq_dim too; TF's errors for bad lengths and axes."""
+    x = np.arange(2 * 4 * 3, dtype=np.float32).reshape(2, 4, 3)
+    root = mg.Scope.NewRootScope()
+    cases = [(np.array([2, 4], np.int64), 1, 0), (np.array([0, 1, 3], np.int32), 1, 2)]
+    outs = [ops.ReverseSequence(root, x, lengths, seq_dim=seq, batch_dim=batch)
+            for lengths, seq, batch in cases]
+    for (lengths, seq, batch), value in zip(cases, run(root, outs, backend)):
+        expected = x.copy()
+        for b, n in enumerate(lengths):
+            index = [slice(None)] * 3
+            index[batch] = b
+            for step in range(n):
+                index[seq] = step
+                source = list(index)
+                source[seq] = n - 1 - step
+                expected[tuple(index)] = x[tuple(source)]
+        np.testing.assert_array_equal(value, expected)
+    for lengths, seq, batch, words in (([5, 1], 1, 0, r"seq_lens\(0\) > input.dims\(1\)"),
+                                       ([-1, 1], 1, 0, r"seq_lens\(0\) < 0"),
+                                       ([1, 1], 0, 0, "batch_dim == seq_dim == 0"),
+                                       ([1, 1, 1], 1, 0, "Length of seq_lengths != input")):
+        with pytest.raises(mg.errors.InvalidArgumentError, match=words):
+            ops.ReverseSequence(root, x, np.array(lengths, np.int64), seq_dim=seq,
+                                batch_dim=batch)

@@ -222,10 +222,21 @@ def test_einsum_gradients(equation):
     assert_gradients_match(xs, values, ops.Einsum(root, xs, equation))
 
 
+@pytest.mark.parametrize("lower,upper", [(0, -1), (1, 0), (-1, 2)])
+def test_matrix_band_part_gradients(lower, upper):
+    """The band passes the cotangent through; the zeroed entries stop it."""
+    value = np.random.default_rng(8).standard_normal((2, 3, 4))
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, mg.float32, shape=value.shape)
+    assert_gradients_match([x], [value], ops.MatrixBandPart(root, x, np.int64(lower),
+                                                            np.int64(upper)))
+
+
 LINALG_GRADIENT_TESTS = {"BatchMatMul": "test_batch_matmul_gradients",
                          "BatchMatMulV2": "test_batch_matmul_gradients",
                          "BatchMatMulV3": "test_batch_matmul_gradients",
-                         "Einsum": "test_einsum_gradients"}
+                         "Einsum": "test_einsum_gradients",
+                         "MatrixBandPart": "test_matrix_band_part_gradients"}
 
 
 def test_every_linalg_gradient_is_checked():

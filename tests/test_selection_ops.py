@@ -225,3 +225,40 @@ def test_keras_graphs_using_them_import_and_match():
             session = mg.ClientSession(mg.import_graph_def(frozen.graph_def), backend=backend)
             ours = session.Run(frozen.feeds, frozen.fetches)[0]
             np.testing.assert_allclose(ours, frozen.expected[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unique_keeps_first_appearances(backend):
+    """Distinct values by first appearance; -0 and +0 one value (the first kept); each NaN a
+    value of its own; counts with UniqueWithCounts; an empty vector gives empties."""
+    x = np.array([3.0, 1.0, np.nan, 3.0, -0.0, 0.0, np.nan, 1.0], F32)
+    ints = RNG.integers(0, 5, 30).astype(np.int64)
+    root = mg.Scope.NewRootScope()
+    u = ops.Unique(root, x)
+    w = ops.UniqueWithCounts(root, ints, out_idx=mg.int64)
+    e = ops.Unique(root, np.zeros(0, np.int32))
+    y, idx, wy, widx, wcount, ey, eidx = run(
+        root, [u.y, u.idx, w.y, w.idx, w.count, e.y, e.idx], backend)
+    np.testing.assert_array_equal(y, [3.0, 1.0, np.nan, -0.0, np.nan])
+    assert np.signbit(y[3]) and idx.dtype == np.int32
+    np.testing.assert_array_equal(idx, [0, 1, 2, 0, 3, 3, 4, 1])
+    order = list(dict.fromkeys(ints.tolist()))  # first appearances
+    np.testing.assert_array_equal(wy, order)
+    np.testing.assert_array_equal(widx, [order.index(v) for v in ints])
+    np.testing.assert_array_equal(wcount, [int((ints == v).sum()) for v in order])
+    assert widx.dtype == wcount.dtype == np.int64
+    assert ey.shape == (0,) and eidx.shape == (0,)
+    with pytest.raises(mg.errors.InvalidArgumentError, match="unique expects a 1D vector"):
+        ops.Unique(root, np.zeros((2, 2), F32))
+
+
+@pytest.mark.oracle
+def test_unique_against_tensorflow():
+    tf = _tf()
+    x = RNG.integers(-3, 4, 40).astype(F32)
+    root = mg.Scope.NewRootScope()
+    u = ops.UniqueWithCounts(root, x)
+    ours = run(root, [u.y, u.idx, u.count])
+    theirs = tf.raw_ops.UniqueWithCounts(x=x)
+    for value, expected in zip(ours, (theirs.y, theirs.idx, theirs.count)):
+        np.testing.assert_array_equal(value, expected.numpy())

@@ -233,3 +233,49 @@ def c_resize_bilinear(images: np.ndarray, rows: LinearTable, cols: LinearTable) 
 
 def _i64(array: np.ndarray):
     return ffi.cast("const int64_t *", ffi.from_buffer(array))
+
+
+def _crop_coordinates(lo, hi, size: int, crop: int) -> np.ndarray:
+    """[boxes, crop] sample positions in the image along one axis, in float32 as TF's kernel
+    computes them: lo * (size - 1) + i * scale, scale = (hi - lo) * (size - 1) / (crop - 1);
+    one sample: the box's centre, 0.5 * (lo + hi) * (size - 1) rounded once."""
+    f32 = np.float32
+    if crop > 1:
+        scale = (hi - lo) * f32(size - 1) / f32(crop - 1)
+        return lo[:, None] * f32(size - 1) + np.arange(crop, dtype=f32)[None, :] * scale[:, None]
+    centre = 0.5 * (lo.astype(np.float64) + hi.astype(np.float64)) * (size - 1)
+    return centre.astype(f32)[:, None]
+
+
+@register_kernel("CropAndResize")
+def crop_and_resize(op, inputs, ctx):
+    """Each box's crop_size grid sampled bilinearly (top + (bottom - top) * y_lerp of the
+    row lerps) or at the nearest pixel (roundf), extrapolation_value outside the image."""
+    image, boxes, box_ind, size = inputs
+    f32 = np.float32
+    img = image.astype(f32)
+    _, height, width, _ = img.shape
+    crop_h, crop_w = (int(v) for v in size)
+    ys = _crop_coordinates(boxes[:, 0], boxes[:, 2], height, crop_h)  # [n, crop_h]
+    xs = _crop_coordinates(boxes[:, 1], boxes[:, 3], width, crop_w)  # [n, crop_w]
+    fill = f32(op.attrs["extrapolation_value"])
+    inside = ((ys >= 0) & (ys <= height - 1))[:, :, None] & \
+        ((xs >= 0) & (xs <= width - 1))[:, None, :]
+    b = box_ind[:, None, None]
+    if op.attrs["method"] == "nearest":
+        yi = np.clip(np.floor(ys + f32(0.5)) * (ys >= 0) + np.ceil(ys - f32(0.5)) * (ys < 0),
+                     0, height - 1).astype(np.int64)
+        xi = np.clip(np.floor(xs + f32(0.5)) * (xs >= 0) + np.ceil(xs - f32(0.5)) * (xs < 0),
+                     0, width - 1).astype(np.int64)
+        samples = img[b, yi[:, :, None], xi[:, None, :]]
+    else:
+        top, left = np.floor(ys), np.floor(xs)
+        y_lerp, x_lerp = (ys - top)[:, :, None, None], (xs - left)[:, None, :, None]
+        t = np.clip(top, 0, height - 1).astype(np.int64)[:, :, None]
+        bo = np.clip(np.ceil(ys), 0, height - 1).astype(np.int64)[:, :, None]
+        le = np.clip(left, 0, width - 1).astype(np.int64)[:, None, :]
+        ri = np.clip(np.ceil(xs), 0, width - 1).astype(np.int64)[:, None, :]
+        upper = img[b, t, le] + (img[b, t, ri] - img[b, t, le]) * x_lerp
+        lower = img[b, bo, le] + (img[b, bo, ri] - img[b, bo, le]) * x_lerp
+        samples = upper + (lower - upper) * y_lerp
+    return [np.where(inside[..., None], samples, fill).astype(f32)]

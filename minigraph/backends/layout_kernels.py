@@ -148,3 +148,16 @@ def roll(op, inputs, ctx):
         total[a] = total.get(a, 0) + s
     axes = list(total)
     return [np.roll(x, [total[a] for a in axes], axis=axes) if axes else x.copy()]
+
+
+@register_kernel("ReverseSequence")
+def reverse_sequence(op, inputs, ctx):
+    """Each batch entry's first seq_lengths[b] steps reversed, the rest copied."""
+    x, lengths = inputs
+    seq, batch = op.attrs["seq_dim"], op.attrs["batch_dim"]
+    out = x.copy()
+    moved_in, moved_out = np.moveaxis(x, (batch, seq), (0, 1)), np.moveaxis(out, (batch, seq),
+                                                                            (0, 1))
+    for b, n in enumerate(np.ravel(lengths).tolist()):
+        moved_out[b, :n] = moved_in[b, :n][::-1]
+    return [out]

@@ -49,3 +49,25 @@ def in_top_k(op, inputs, ctx):
     above = (predictions > picked[:, None]).sum(axis=1)
     finite = np.isfinite(predictions).all(axis=1)
     return [valid & finite & (above < int(k))]
+
+
+@register_kernel("Unique", "UniqueWithCounts")
+def unique(op, inputs, ctx):
+    """Distinct values by first appearance (-0 == +0; each NaN its own value), each element's
+    index into them, and (UniqueWithCounts) their counts."""
+    x = inputs[0]
+    index_type = op.attrs["out_idx"].np_dtype
+    first: dict = {}
+    idx = np.empty(x.shape[0], index_type)
+    order = []
+    for i, value in enumerate(x.tolist()):
+        key = (i,) if value != value else value  # NaN != NaN: a key of its own
+        if key not in first:
+            first[key] = len(order)
+            order.append(i)
+        idx[i] = first[key]
+    y = x[np.array(order, np.int64)] if order else x[:0].copy()
+    outputs = [np.ascontiguousarray(y), idx]
+    if op.type == "UniqueWithCounts":
+        outputs.append(np.bincount(idx, minlength=len(order)).astype(index_type))
+    return outputs

@@ -63,6 +63,7 @@ __all__ = [
     "Conv3DBackpropInputV2",
     "Cos",
     "Cosh",
+    "CropAndResize",
     "Cumprod",
     "Cumsum",
     "CumulativeLogsumexp",
@@ -162,6 +163,7 @@ __all__ = [
     "ResizeBilinearGrad",
     "ResizeNearestNeighbor",
     "ResizeNearestNeighborGrad",
+    "ReverseSequence",
     "ReverseV2",
     "Rint",
     "Roll",
@@ -214,6 +216,8 @@ __all__ = [
     "Transpose",
     "TruncateDiv",
     "TruncateMod",
+    "Unique",
+    "UniqueWithCounts",
     "Unpack",
     "UnsortedSegmentSum",
     "Variable",
@@ -2746,6 +2750,65 @@ class Cosh:
         def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Cosh.Attrs | None = None) -> Output: ...
+
+
+class CropAndResize:
+    """Builds one 'CropAndResize' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    CropAndResize.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        image: T (int32, int64, float16, float32, float64, bfloat16). [batch, height, width,
+            depth].
+        boxes: float32. [num_boxes, 4]: y1, x1, y2, x2 normalized to [0, 1] (y2 < y1 flips).
+        box_ind: int32. [num_boxes]: each box's image.
+        crop_size: int32. [crop_height, crop_width], both > 0.
+
+    Attrs:
+        method: string, default "bilinear", one of "bilinear", "nearest".
+        extrapolation_value: float, default 0.0. The value of samples outside the image.
+        T: type, inferred from input 'image', one of int32, int64, float16, float32,
+            float64, bfloat16.
+
+    Outputs:
+        crops: float32.
+
+    Returns:
+        The Output 'crops'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one CropAndResize node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Method(self, value: Literal["bilinear", "nearest"]) -> CropAndResize.Attrs:
+            """Set attr 'method' (string, default "bilinear", one of "bilinear", "nearest")."""
+
+        def ExtrapolationValue(self, value: float) -> CropAndResize.Attrs:
+            """Set attr 'extrapolation_value' (float, default 0.0). The value of samples
+            outside the image.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        image: TensorLike,
+        boxes: TensorLike,
+        box_ind: TensorLike,
+        crop_size: TensorLike,
+        attrs: CropAndResize.Attrs | None = None,
+        *,
+        method: Literal["bilinear", "nearest"] = "bilinear",
+        extrapolation_value: float = 0.0,
+    ) -> Output: ...
 
 
 class Cumprod:
@@ -7683,6 +7746,58 @@ class ResizeNearestNeighborGrad:
     ) -> Output: ...
 
 
+class ReverseSequence:
+    """Builds one 'ReverseSequence' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ReverseSequence.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type).
+        seq_lengths: Tlen (int32, int64). One length per batch entry.
+
+    Attrs:
+        seq_dim: int, required. The axis reversed.
+        batch_dim: int, default 0. The axis of the batch entries.
+        T: type, inferred from input 'input'.
+        Tlen: type, inferred from input 'seq_lengths', one of int32, int64.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ReverseSequence node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def SeqDim(self, value: int) -> ReverseSequence.Attrs:
+            """Set attr 'seq_dim' (int, required). The axis reversed."""
+
+        def BatchDim(self, value: int) -> ReverseSequence.Attrs:
+            """Set attr 'batch_dim' (int, default 0). The axis of the batch entries."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        seq_lengths: TensorLike,
+        seq_dim: int,
+        attrs: ReverseSequence.Attrs | None = None,
+        *,
+        batch_dim: int = 0,
+    ) -> Output: ...
+
+
 class ReverseV2:
     """Builds one 'ReverseV2' node.
 
@@ -9922,6 +10037,116 @@ class TruncateMod:
         y: TensorLike,
         attrs: TruncateMod.Attrs | None = None,
     ) -> Output: ...
+
+
+class _UniqueOutputs(OpResult):
+    """The outputs of one Unique node, by name."""
+
+    y: Output
+    idx: Output
+    operation: Operation
+
+
+class Unique:
+    """Builds one 'Unique' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Unique.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (any type). A vector.
+
+    Attrs:
+        out_idx: type, default int32, one of int32, int64.
+        T: type, inferred from input 'x'.
+
+    Outputs:
+        y: T (any type).
+        idx: out_idx (int32, int64).
+
+    Returns:
+        An object with the outputs as attributes (.y, .idx), also by index and in order when
+        iterated, and the node as .operation.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Unique node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def OutIdx(self, value: DTypeLike) -> Unique.Attrs:
+            """Set attr 'out_idx' (type, default int32, one of int32, int64)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        attrs: Unique.Attrs | None = None,
+        *,
+        out_idx: DTypeLike = ...,
+    ) -> _UniqueOutputs: ...
+
+
+class _UniqueWithCountsOutputs(OpResult):
+    """The outputs of one UniqueWithCounts node, by name."""
+
+    y: Output
+    idx: Output
+    count: Output
+    operation: Operation
+
+
+class UniqueWithCounts:
+    """Builds one 'UniqueWithCounts' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    UniqueWithCounts.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        x: T (any type). A vector.
+
+    Attrs:
+        out_idx: type, default int32, one of int32, int64.
+        T: type, inferred from input 'x'.
+
+    Outputs:
+        y: T (any type).
+        idx: out_idx (int32, int64).
+        count: out_idx (int32, int64).
+
+    Returns:
+        An object with the outputs as attributes (.y, .idx, .count), also by index and in
+        order when iterated, and the node as .operation.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one UniqueWithCounts node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def OutIdx(self, value: DTypeLike) -> UniqueWithCounts.Attrs:
+            """Set attr 'out_idx' (type, default int32, one of int32, int64)."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        x: TensorLike,
+        attrs: UniqueWithCounts.Attrs | None = None,
+        *,
+        out_idx: DTypeLike = ...,
+    ) -> _UniqueWithCountsOutputs: ...
 
 
 class _UnpackOutputs(OpResult):

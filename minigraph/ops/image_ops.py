@@ -9,9 +9,16 @@ how an output pixel maps to the input (docs/ops/image.md, TF 2.21's ``image_resi
 ``half_pixel_centers`` (pixel centres at ``i + 0.5``; what Keras and ``tf.image.resize``
 use); neither gives the legacy asymmetric mapping ``in = out * scale``. ResizeBilinear's
 output is float32 whatever ``T`` is, as in TF. The gradients are at the bottom.
+
+``CropAndResize`` (``tf.image.crop_and_resize``, two-stage detectors' ROI crops) samples a
+``crop_size`` grid inside each normalized box ``[y1, x1, y2, x2]`` of image ``box_ind[i]``,
+bilinearly or at the nearest pixel, in float32 step by step as TF's kernel does; samples
+outside the image take ``extrapolation_value``. It has no gradient yet.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from minigraph.framework import dtypes
 from minigraph.framework.gradient_registry import RegisterGradient
@@ -29,7 +36,7 @@ from minigraph.ops import math_ops as m
 from minigraph.ops.layout_ops import StridedSlice
 
 # The wrappers minigraph.ops exports.
-__all__ = ["ResizeBilinear", "ResizeBilinearGrad", "ResizeNearestNeighbor",
+__all__ = ["CropAndResize", "ResizeBilinear", "ResizeBilinearGrad", "ResizeNearestNeighbor",
            "ResizeNearestNeighborGrad"]
 
 # TF's allowed T restricted to minigraph's dtypes
@@ -54,19 +61,20 @@ def _check_mode(ctx: InferenceContext) -> None:
                         "(attrs 'half_pixel_centers' and 'align_corners')")
 
 
-def _size_input(ctx: InferenceContext, positive: str) -> tuple[int | None, int | None]:
-    """The (height, width) of input 'size' (None while unknown), checked as TF does: a
+def _size_input(ctx: InferenceContext, positive: str, name: str = "size"
+                ) -> tuple[int | None, int | None]:
+    """The (height, width) of input ``name`` (None while unknown), checked as TF does: a
     vector of two elements, each > 0 (``positive`` is TF's message for that)."""
-    size = ctx.input_shape("size")
+    size = ctx.input_shape(name)
     if size.rank is not None and size.rank != 1:
-        raise ctx.error(f"shape_t must be 1-dimensional{size} (input 'size')")
+        raise ctx.error(f"shape_t must be 1-dimensional{size} (input '{name}')")
     if size.rank == 1 and size[0] is not None and size[0] != 2:
-        raise ctx.error(f"shape_t must have two elements{size} (input 'size')")
-    value = ctx.constant_value("size")
+        raise ctx.error(f"shape_t must have two elements{size} (input '{name}')")
+    value = ctx.constant_value(name)
     if value is None:
         return None, None
     if any(v <= 0 for v in value):
-        raise ctx.error(f"{positive}: input 'size' is {value}")
+        raise ctx.error(f"{positive}: input '{name}' is {value}")
     return value[0], value[1]
 
 
@@ -154,6 +162,45 @@ ResizeBilinearGrad = make_wrapper(register_op(OpDef(
     outputs=[ArgDef("output", type_attr="T")],
     attrs=[required("T", "type", allowed=dtypes.FLOATING), *_mode_attrs()],
     shape_fn=resize_bilinear_grad_shape,
+)))
+
+
+def _crop_and_resize_shape(ctx: InferenceContext) -> list[TensorShape]:
+    image, boxes, box_ind = (ctx.input_shape(n) for n in ("image", "boxes", "box_ind"))
+    if image.rank not in (None, 4):
+        raise ctx.error(f"input image must be 4-D, got shape {image} (input 'image')")
+    if boxes.rank not in (None, 2) or (boxes.rank == 2 and boxes[1] not in (None, 4)):
+        raise ctx.error(f"boxes must be 2-D [num_boxes, 4], got shape {boxes} (input 'boxes')")
+    if box_ind.rank not in (None, 1):
+        raise ctx.error(f"box_index must be 1-D, got shape {box_ind} (input 'box_ind')")
+    if boxes.rank == 2 and box_ind.rank == 1 and None not in (boxes[0], box_ind[0]) and \
+            boxes[0] != box_ind[0]:
+        raise ctx.error(f"box_index has incompatible shape: {box_ind[0]} indices for "
+                        f"{boxes[0]} boxes (inputs 'box_ind' and 'boxes')")
+    height, width = _size_input(ctx, "crop dimensions must be positive", "crop_size")
+    index = ctx.constant_value("box_ind")
+    batch = image[0] if image.rank == 4 else None
+    if index is not None and batch is not None and np.size(index) and \
+            ((np.asarray(index) < 0) | (np.asarray(index) >= batch)).any():
+        raise ctx.error(f"box_index has values outside [0, batch_size) = [0, {batch}) (input "
+                        f"'box_ind')")
+    return [TensorShape([boxes[0] if boxes.rank == 2 else None, height, width,
+                         image[3] if image.rank == 4 else None])]
+
+
+CropAndResize = make_wrapper(register_op(OpDef(
+    name="CropAndResize",
+    inputs=[ArgDef("image", type_attr="T", doc="[batch, height, width, depth]."),
+            ArgDef("boxes", dtype=dtypes.float32,
+                   doc="[num_boxes, 4]: y1, x1, y2, x2 normalized to [0, 1] (y2 < y1 flips)."),
+            ArgDef("box_ind", dtype=dtypes.int32, doc="[num_boxes]: each box's image."),
+            ArgDef("crop_size", dtype=dtypes.int32, doc="[crop_height, crop_width], both > 0.")],
+    outputs=[ArgDef("crops", dtype=dtypes.float32)],
+    attrs=[required("T", "type", allowed=RESIZE_TYPES),
+           AttrDef("method", "string", default="bilinear", allowed=("bilinear", "nearest")),
+           AttrDef("extrapolation_value", "float", default=0.0,
+                   doc="The value of samples outside the image.")],
+    shape_fn=_crop_and_resize_shape,
 )))
 
 

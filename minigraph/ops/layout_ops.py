@@ -1,7 +1,9 @@
 """Ops that move elements without arithmetic, as TF graphs use them around models: Pad
 (Keras' ZeroPadding2D), Slice, StridedSlice (Python's ``x[1:, ..., None, ::-2]``), Pack
 (tf.stack), ExpandDims, Squeeze, Tile, Roll (``tf.roll``: elements shifted cyclically along
-axes, shifts of a repeated axis adding up, as TF's kernel does; Swin transformers' windows).
+axes, shifts of a repeated axis adding up, as TF's kernel does; Swin transformers' windows),
+ReverseSequence (``tf.reverse_sequence``: each batch entry's first ``seq_lengths[b]`` steps
+reversed, the rest left in place).
 
 Shape functions check index values whenever they are known (constants at construction,
 every value at run time), leading with TensorFlow's words; output shapes are exact then, so
@@ -34,8 +36,8 @@ from minigraph.framework.tensor_shape import ShapeMismatch, TensorShape
 from minigraph.ops.array_ops import Const
 from minigraph.ops.math_ops import Neg, Reshape, Shape, Sub, Sum, ZerosLike
 
-__all__ = ["ExpandDims", "Pack", "Pad", "Roll", "ShapeN", "Slice", "Squeeze", "StridedSlice",
-           "StridedSliceGrad", "Tile", "Unpack"]
+__all__ = ["ExpandDims", "Pack", "Pad", "ReverseSequence", "Roll", "ShapeN", "Slice", "Squeeze",
+           "StridedSlice", "StridedSliceGrad", "Tile", "Unpack"]
 
 
 def _dims(shape: TensorShape) -> str:
@@ -503,6 +505,46 @@ def _roll_shape(ctx: InferenceContext) -> list[TensorShape]:
     return [x]
 
 
+def _reverse_sequence_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """TF's checks: distinct axes inside the input, one length per batch entry, each length
+    in [0, input.dims(seq_dim)]."""
+    x, lengths = ctx.input_shape("input"), ctx.input_shape("seq_lengths")
+    seq, batch = ctx.attrs["seq_dim"], ctx.attrs["batch_dim"]
+    if lengths.rank not in (None, 1):
+        raise ctx.error(f"seq_lengths must be 1-dim, not {lengths.rank} (input 'seq_lengths')")
+    if seq == batch:
+        raise ctx.error(f"batch_dim == seq_dim == {seq}")
+    if x.rank is None:
+        return [x]
+    for name, axis in (("seq_dim", seq), ("batch_dim", batch)):
+        if not 0 <= axis < x.rank:
+            raise ctx.error(f"Invalid {name} {axis}: the input has rank {x.rank}")
+    if lengths.rank == 1 and None not in (lengths[0], x[batch]) and lengths[0] != x[batch]:
+        raise ctx.error(f"Length of seq_lengths != input.dims({batch}), ({lengths[0]} vs. "
+                        f"{x[batch]})")
+    values = ctx.constant_value("seq_lengths")
+    if values is not None:
+        for i, n in enumerate(np.ravel(values).tolist()):
+            if n < 0:
+                raise ctx.error(f"seq_lens({i}) < 0")
+            if x[seq] is not None and n > x[seq]:
+                raise ctx.error(f"seq_lens({i}) > input.dims({seq})")
+    return [x]
+
+
+ReverseSequence = make_wrapper(register_op(OpDef(
+    name="ReverseSequence",
+    inputs=[ArgDef("input", type_attr="T"),
+            ArgDef("seq_lengths", type_attr="Tlen", doc="One length per batch entry.")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("seq_dim", "int", doc="The axis reversed."),
+           AttrDef("batch_dim", "int", default=0, doc="The axis of the batch entries."),
+           required("T", "type"),
+           AttrDef("Tlen", "type", default=dtypes.int64, allowed=INTEGERS)],
+    shape_fn=_reverse_sequence_shape,
+)))
+
+
 Roll = make_wrapper(register_op(OpDef(
     name="Roll",
     inputs=[ArgDef("input", type_attr="T"),
@@ -619,3 +661,10 @@ def _roll_grad(scope, op, grads):
     """Rolled back by the opposite shifts."""
     _, shift, axis = op.inputs
     return [Roll(scope, grads[0], Neg(scope, shift), axis), None, None]
+
+
+@RegisterGradient("ReverseSequence")
+def _reverse_sequence_grad(scope, op, grads):
+    """Reversed back the same way (the reversal is its own inverse)."""
+    return [ReverseSequence(scope, grads[0], op.inputs[1], seq_dim=op.attrs["seq_dim"],
+                            batch_dim=op.attrs["batch_dim"]), None]

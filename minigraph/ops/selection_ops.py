@@ -14,6 +14,9 @@ the values are known and again before the kernel runs.
   nonzero (NaN is nonzero, -0 is zero), in row-major order.
 * ``Bucketize``: for each value the number of boundaries <= it (``upper_bound``): NaN lands
   past the last boundary; boundaries must be sorted and not NaN.
+* ``Unique`` / ``UniqueWithCounts``: a vector's distinct values in order of first
+  appearance, each element's index into them (and how often each occurs); -0 and +0 are one
+  value (the first seen kept), every NaN a value of its own (TF's hash map).
 * ``InTopKV2``: whether each row's target class is among its k largest predictions, ties
   at the boundary all counting as in; False for a target out of range or a row holding any
   non-finite prediction (TF's CPU kernel).
@@ -39,7 +42,7 @@ from minigraph.framework.op_def import (
 )
 from minigraph.framework.tensor_shape import TensorShape, dims_text
 
-__all__ = ["Bucketize", "InTopKV2", "TopKV2", "Where"]
+__all__ = ["Bucketize", "InTopKV2", "TopKV2", "Unique", "UniqueWithCounts", "Where"]
 
 
 # ----------------------------------------------------------------------------- TopKV2
@@ -121,6 +124,36 @@ Bucketize = make_wrapper(register_op(OpDef(
 )))
 
 
+# ----------------------------------------------------------------------------- Unique
+
+
+def _unique_shape(ctx: InferenceContext) -> list[TensorShape]:
+    x = ctx.input_shapes[0]
+    if x.rank not in (None, 1):
+        raise ctx.error(f"unique expects a 1D vector, got shape {dims_text(x)} (input 'x')")
+    n = [None] if x.rank is None else [x[0]]
+    return [TensorShape([None]), TensorShape(n)] + \
+        ([TensorShape([None])] if len(ctx.op_def.outputs) == 3 else [])
+
+
+def _unique(name: str, counts: bool) -> type:
+    outputs = [ArgDef("y", type_attr="T"), ArgDef("idx", type_attr="out_idx")]
+    if counts:
+        outputs.append(ArgDef("count", type_attr="out_idx"))
+    return make_wrapper(register_op(OpDef(
+        name=name,
+        inputs=[ArgDef("x", type_attr="T", doc="A vector.")],
+        outputs=outputs,
+        attrs=[required("T", "type"),
+               AttrDef("out_idx", "type", default=dtypes.int32, allowed=INTEGERS)],
+        shape_fn=_unique_shape,
+    )))
+
+
+Unique = _unique("Unique", counts=False)
+UniqueWithCounts = _unique("UniqueWithCounts", counts=True)
+
+
 # ----------------------------------------------------------------------------- InTopKV2
 
 
@@ -155,7 +188,7 @@ InTopKV2 = make_wrapper(register_op(OpDef(
 
 # ----------------------------------------------------------------------------- gradients
 
-NotDifferentiable("Where", "Bucketize", "InTopKV2")
+NotDifferentiable("Where", "Bucketize", "InTopKV2", "Unique", "UniqueWithCounts")
 
 
 @RegisterGradient("TopKV2")
