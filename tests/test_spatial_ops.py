@@ -281,3 +281,69 @@ def test_random_specs_agree_with_tensorflow(backend):
         assert expected is not None, (name, args, attrs)
         np.testing.assert_array_equal(run(root, out, backend), expected)
     assert 30 < refused < 270
+
+
+def _patches_reference(x, ksize, strides, rates, padding):
+    """Window by window from the definition: output pixel (r, c) reads rows r * sh - top +
+    i * rh and columns c * sw - left + j * rw (zero outside), flattened (i, j, depth)."""
+    n, h, w, d = x.shape
+    (kh, kw), (sh, sw), (rh, rw) = ksize, strides, rates
+    eff_h, eff_w = (kh - 1) * rh + 1, (kw - 1) * rw + 1
+    if padding == "VALID":
+        oh, ow, top, left = (h - eff_h) // sh + 1, (w - eff_w) // sw + 1, 0, 0
+    else:
+        oh, ow = -(-h // sh), -(-w // sw)
+        top = max(0, (oh - 1) * sh + eff_h - h) // 2
+        left = max(0, (ow - 1) * sw + eff_w - w) // 2
+    out = np.zeros((n, oh, ow, kh * kw * d), x.dtype)
+    for r in range(oh):
+        for c in range(ow):
+            for i in range(kh):
+                for j in range(kw):
+                    row, col = r * sh - top + i * rh, c * sw - left + j * rw
+                    if 0 <= row < h and 0 <= col < w:
+                        out[:, r, c, (i * kw + j) * d:(i * kw + j + 1) * d] = x[:, row, col]
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("ksize,strides,rates,padding", [
+    ((2, 3), (2, 2), (1, 1), "VALID"), ((2, 2), (3, 2), (2, 1), "SAME"),
+    ((3, 3), (1, 1), (1, 1), "SAME"), ((4, 4), (4, 4), (1, 1), "VALID"),
+    ((1, 1), (2, 3), (1, 1), "VALID")])
+def test_extract_image_patches_against_the_definition(backend, ksize, strides, rates, padding):
+    x = np.random.default_rng(2).standard_normal((2, 8, 7, 3)).astype(np.float32)
+    x[0, 1, 1, 0] = np.nan  # passed through, not mixed into its neighbours
+    root = mg.Scope.NewRootScope()
+    out = ops.ExtractImagePatches(root, x, [1, *ksize, 1], [1, *strides, 1], [1, *rates, 1],
+                                  padding=padding)
+    value = mg.ClientSession(root, backend=backend).Run({}, out)
+    expected = _patches_reference(x, ksize, strides, rates, padding)
+    assert out.shape == mg.TensorShape(expected.shape)
+    np.testing.assert_array_equal(value, expected)
+
+
+def test_extract_image_patches_refuses_what_tf_refuses():
+    root = mg.Scope.NewRootScope()
+    x = np.zeros((1, 5, 6, 2), np.float32)
+    for attrs, words in ((dict(ksizes=[2, 2, 2, 1]), "Only support ksizes across space"),
+                         (dict(rates=[1, 0, 1, 1]), "rates is out of range"),
+                         (dict(ksizes=[1, 9, 1, 1]), "Computed output size would be negative")):
+        full = dict(ksizes=[1, 2, 2, 1], strides=[1, 1, 1, 1], rates=[1, 1, 1, 1],
+                    padding="VALID")
+        full.update(attrs)
+        with pytest.raises(mg.errors.InvalidArgumentError, match=words):
+            ops.ExtractImagePatches(root, x, **full)
+
+
+@pytest.mark.oracle
+def test_extract_image_patches_against_tensorflow():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tf = pytest.importorskip("tensorflow")
+    x = np.random.default_rng(3).standard_normal((2, 9, 10, 3)).astype(np.float32)
+    root = mg.Scope.NewRootScope()
+    attrs = dict(ksizes=[1, 3, 2, 1], strides=[1, 2, 3, 1], rates=[1, 2, 1, 1],
+                 padding="SAME")
+    ours = mg.ClientSession(root).Run({}, ops.ExtractImagePatches(root, x, **attrs))
+    theirs = tf.raw_ops.ExtractImagePatches(images=x, **attrs).numpy()
+    np.testing.assert_array_equal(ours, theirs)

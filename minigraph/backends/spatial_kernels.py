@@ -11,6 +11,7 @@ import numpy as np
 
 from minigraph.backends.compute import compute_dtype
 from minigraph.backends.registry import register_kernel
+from minigraph.ops.spatial_ops import patch_geometry
 
 
 def _pairs(paddings: np.ndarray) -> list[list[int]]:
@@ -112,3 +113,20 @@ def reverse_v2(op, inputs, ctx):
     x, axis = inputs
     axes = tuple(a % x.ndim for a in axis.tolist()) if x.ndim else ()
     return [np.flip(x, axes).copy() if axes else x.copy()]
+
+
+@register_kernel("ExtractImagePatches")
+def extract_image_patches(op, inputs, ctx):
+    """Each output pixel's window, read pixel by pixel (zeros in the SAME padding) and
+    flattened as (row, column, depth): a gather, so Inf and NaN pass through unmixed."""
+    x = inputs[0]
+    (kh, kw), (sh, sw), (rh, rw), ((top, bottom), (left, right)), (oh, ow) = patch_geometry(
+        op.attrs, lambda message: ctx.error(op, message), x.shape)
+    padded = np.pad(x, [(0, 0), (top, bottom), (left, right), (0, 0)])
+    n, depth = x.shape[0], x.shape[3]
+    out = np.empty((n, oh, ow, kh, kw, depth), x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, :, i, j] = padded[:, i * rh:i * rh + (oh - 1) * sh + 1:sh,
+                                        j * rw:j * rw + (ow - 1) * sw + 1:sw]
+    return [out.reshape(n, oh, ow, kh * kw * depth)]

@@ -83,6 +83,7 @@ __all__ = [
     "Exp",
     "ExpandDims",
     "Expm1",
+    "ExtractImagePatches",
     "Fill",
     "Floor",
     "FloorDiv",
@@ -3691,6 +3692,69 @@ class Expm1:
         def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Expm1.Attrs | None = None) -> Output: ...
+
+
+class ExtractImagePatches:
+    """Builds one 'ExtractImagePatches' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ExtractImagePatches.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        images: T (float16, bfloat16, float32, float64, int32, int64). [batch, rows, cols,
+            depth].
+
+    Attrs:
+        ksizes: list(int), required. [1, rows, cols, 1] of a patch.
+        strides: list(int), required. [1, rows, cols, 1] between patches.
+        rates: list(int), required. [1, rows, cols, 1] between a patch's pixels.
+        padding: string, required, one of "SAME", "VALID".
+        T: type, inferred from input 'images', one of float16, bfloat16, float32, float64,
+            int32, int64.
+
+    Outputs:
+        patches: T (float16, bfloat16, float32, float64, int32, int64).
+
+    Returns:
+        The Output 'patches'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ExtractImagePatches node, set with C++-style chained setters
+        that each return a new builder; pass it after the positional arguments or as
+        attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Ksizes(self, value: Sequence[int]) -> ExtractImagePatches.Attrs:
+            """Set attr 'ksizes' (list(int), required). [1, rows, cols, 1] of a patch."""
+
+        def Strides(self, value: Sequence[int]) -> ExtractImagePatches.Attrs:
+            """Set attr 'strides' (list(int), required). [1, rows, cols, 1] between patches."""
+
+        def Rates(self, value: Sequence[int]) -> ExtractImagePatches.Attrs:
+            """Set attr 'rates' (list(int), required). [1, rows, cols, 1] between a patch's
+            pixels.
+            """
+
+        def Padding(self, value: Literal["SAME", "VALID"]) -> ExtractImagePatches.Attrs:
+            """Set attr 'padding' (string, required, one of "SAME", "VALID")."""
+
+    def __new__(
+        cls,
+        scope: Scope,
+        images: TensorLike,
+        ksizes: Sequence[int],
+        strides: Sequence[int],
+        rates: Sequence[int],
+        padding: Literal["SAME", "VALID"],
+        attrs: ExtractImagePatches.Attrs | None = None,
+    ) -> Output: ...
 
 
 class Fill:

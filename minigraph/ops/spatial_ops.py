@@ -1,7 +1,10 @@
 """Ops that rearrange or mirror the spatial dimensions: MirrorPad (REFLECT / SYMMETRIC) and
 its gradient MirrorPadGrad, SpaceToBatchND and BatchToSpaceND (what a dilated convolution
 freezes to: ``atrous`` = SpaceToBatchND, Conv2D, BatchToSpaceND), SpaceToDepth and
-DepthToSpace (pixel shuffles), ReverseV2.
+DepthToSpace (pixel shuffles), ReverseV2, ExtractImagePatches (``tf.image.extract_patches``,
+a ViT's patch embedding: each window of the image flattened into the depth, row by row,
+column by column, then the channels; VALID or SAME windows with strides and rates, zeros
+in the SAME padding).
 
 Shape functions run TensorFlow 2.21's checks in its kernels' words, on the index inputs'
 values whenever they are known (constants at construction, everything at run time), so
@@ -11,6 +14,8 @@ every output shape is exact before anything is allocated.
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from minigraph.framework import dtypes
 from minigraph.framework.dtypes import INTEGERS
@@ -25,9 +30,10 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.tensor_shape import TensorShape, dims_text
+from minigraph.ops.window import windowed_output_size
 
-__all__ = ["BatchToSpaceND", "DepthToSpace", "MirrorPad", "MirrorPadGrad", "ReverseV2",
-           "SpaceToBatchND", "SpaceToDepth"]
+__all__ = ["BatchToSpaceND", "DepthToSpace", "ExtractImagePatches", "MirrorPad",
+           "MirrorPadGrad", "ReverseV2", "SpaceToBatchND", "SpaceToDepth"]
 
 
 def _index_attr(name: str) -> AttrDef:
@@ -382,6 +388,53 @@ ReverseV2 = make_wrapper(register_op(OpDef(
 )))
 
 
+def patch_geometry(ctx_or_attrs, fail, shape) -> tuple:
+    """(ksize, strides, rates, pads, out) over the rows and columns of an NHWC ``shape`` for
+    ExtractImagePatches' attrs (TF's checks: 4 entries each, 1 in the batch and depth
+    entries, every entry >= 1)."""
+    attrs = ctx_or_attrs
+    lists = {}
+    for name in ("ksizes", "strides", "rates"):
+        value = list(attrs[name])
+        if len(value) != 4:
+            raise fail(f"{name} must be a list of 4 ints, got {value}")
+        if value[0] != 1 or value[3] != 1:
+            raise fail(f"Only support {name} across space: {name} is {value}")
+        if min(value) < 1:
+            raise fail(f"{name} is out of range: {value}")
+        lists[name] = value[1:3]
+    sizes = [windowed_output_size(shape[1 + i], lists["ksizes"][i], lists["strides"][i],
+                                  lists["rates"][i], attrs["padding"], (0, 0), fail,
+                                  ("rows", "columns")[i] + " of input 'images'")
+             for i in range(2)]
+    return (lists["ksizes"], lists["strides"], lists["rates"],
+            [(s[1], s[2]) for s in sizes], [s[0] for s in sizes])
+
+
+def _extract_patches_shape(ctx: InferenceContext) -> list[TensorShape]:
+    x = ctx.input_shape("images")
+    if x.rank not in (None, 4):
+        raise ctx.error(f"input must be 4-dimensional, got shape {dims_text(x)} (input "
+                        f"'images')")
+    dims = [None] * 4 if x.rank is None else list(x.dims)
+    ksize, _, _, _, out = patch_geometry(ctx.attrs, ctx.error, dims)
+    depth = None if dims[3] is None else ksize[0] * ksize[1] * dims[3]
+    return [TensorShape([dims[0], out[0], out[1], depth])]
+
+
+ExtractImagePatches = make_wrapper(register_op(OpDef(
+    name="ExtractImagePatches",
+    inputs=[ArgDef("images", type_attr="T", doc="[batch, rows, cols, depth].")],
+    outputs=[ArgDef("patches", type_attr="T")],
+    attrs=[required("ksizes", "list(int)", doc="[1, rows, cols, 1] of a patch."),
+           required("strides", "list(int)", doc="[1, rows, cols, 1] between patches."),
+           required("rates", "list(int)", doc="[1, rows, cols, 1] between a patch's pixels."),
+           required("T", "type", allowed=dtypes.NUMBERS),
+           required("padding", "string", allowed=("SAME", "VALID"))],
+    shape_fn=_extract_patches_shape,
+)))
+
+
 # ----------------------------------------------------------------------------- gradients
 # As TF's array_grad.py: each op's gradient is its inverse (or, for MirrorPad, the folding).
 
@@ -423,3 +476,26 @@ def _space_to_depth_grad(scope, op, grads):
 @RegisterGradient("ReverseV2")
 def _reverse_grad(scope, op, grads):
     return [ReverseV2(scope, grads[0], op.inputs[1]), None]
+
+
+@RegisterGradient("ExtractImagePatches")
+def _extract_image_patches_grad(scope, op, grads):
+    """Every patch entry's cotangent summed back onto the pixel it was read from: the
+    transposed convolution of the cotangent with the one-hot filter that extracts the
+    patches (filter[i, j, c, (i * kw + j) * depth + c] = 1; the rates as dilations)."""
+    from minigraph.ops.array_ops import Const
+    from minigraph.ops.convolution_ops import Conv2DBackpropInput
+    from minigraph.ops.math_ops import Shape
+
+    x = op.inputs[0]
+    depth = x.shape[3] if x.shape.rank == 4 else None
+    if depth is None:
+        raise NotImplementedError(f"ExtractImagePatches '{op.name}': its gradient needs the "
+                                  f"input's depth")
+    attrs = op.attrs
+    kh, kw = attrs["ksizes"][1:3]
+    eye = np.eye(kh * kw * depth, dtype=x.dtype.np_dtype).reshape(kh, kw, depth,
+                                                                   kh * kw * depth)
+    return [Conv2DBackpropInput(scope, Shape(scope, x), Const(scope, eye), grads[0],
+                                strides=attrs["strides"], padding=attrs["padding"],
+                                dilations=attrs["rates"])]
