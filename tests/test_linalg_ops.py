@@ -236,7 +236,10 @@ LINALG_GRADIENT_TESTS = {"BatchMatMul": "test_batch_matmul_gradients",
                          "BatchMatMulV2": "test_batch_matmul_gradients",
                          "BatchMatMulV3": "test_batch_matmul_gradients",
                          "Einsum": "test_einsum_gradients",
-                         "MatrixBandPart": "test_matrix_band_part_gradients"}
+                         "MatrixBandPart": "test_matrix_band_part_gradients",
+                         "MatrixDiagPartV3": "test_matrix_diagonal_gradients",
+                         "MatrixDiagV3": "test_matrix_diagonal_gradients",
+                         "MatrixSetDiagV3": "test_matrix_diagonal_gradients"}
 
 
 def test_every_linalg_gradient_is_checked():
@@ -337,3 +340,121 @@ def test_frozen_keras_sequence_blocks(tf, backend, block):
     x = np.random.default_rng(11).standard_normal((3, 7, 5)).astype(F32)
     _, ours, theirs = tf_graphs.run_frozen(model, x, backend)
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- diagonals
+
+ALIGNS = ["RIGHT_LEFT", "LEFT_RIGHT", "LEFT_LEFT", "RIGHT_RIGHT"]
+
+
+def _diagonals_reference(x, low, high, align, padding):
+    """Row i holds diagonal d = high - i, entries (m, m + d) in order of m, padded to the
+    longest diagonal on the side ``align`` names for it (RIGHT_LEFT: superdiagonals right)."""
+    rows, cols = x.shape[-2:]
+    entries = {d: [(i, i + d) for i in range(rows) if 0 <= i + d < cols]
+               for d in range(low, high + 1)}
+    longest = max(len(e) for e in entries.values())
+    out = np.full((*x.shape[:-2], high - low + 1, longest), padding, x.dtype)
+    for row, d in enumerate(range(high, low - 1, -1)):
+        right = (d >= 0 and align.startswith("RIGHT")) or (d <= 0 and align.endswith("RIGHT"))
+        start = longest - len(entries[d]) if right else 0
+        for n, (i, j) in enumerate(entries[d]):
+            out[..., row, start + n] = x[..., i, j]
+    return out[..., 0, :] if low == high else out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("align", ALIGNS)
+@pytest.mark.parametrize("shape,band", [((3, 4), (0, 0)), ((2, 3, 4), (-1, 2)),
+                                         ((5, 3), (-3, 1)), ((4, 4), (1, 3)),
+                                         ((2, 6, 2), (-2, -1))])
+def test_matrix_diagonals_round_trip(backend, align, shape, band):
+    """MatrixDiagPartV3 against the definition; MatrixSetDiagV3 writes exactly those
+    entries; MatrixDiagV3 builds a matrix whose diagonals read back the same."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(shape).astype(F32)
+    low, high = band
+    k = np.array([low, high], np.int32) if low != high else np.int32(low)
+    expected = _diagonals_reference(x, low, high, align, -7.0)
+    new = rng.standard_normal(expected.shape).astype(F32)
+    root = mg.Scope.NewRootScope()
+    part = ops.MatrixDiagPartV3(root, x, k, F32(-7.0), align=align)
+    setd = ops.MatrixSetDiagV3(root, x, new, k, align=align)
+    built = ops.MatrixDiagV3(root, new, k, np.int32(shape[-2]), np.int32(shape[-1]), F32(0),
+                             align=align)
+    again = ops.MatrixDiagPartV3(root, built, k, F32(-7.0), align=align)
+    part_v, set_v, built_v, again_v = mg.ClientSession(root, backend=backend).Run(
+        {}, [part, setd, built, again])
+    assert part.shape == mg.TensorShape(expected.shape)
+    np.testing.assert_array_equal(part_v, expected)
+    changed = _diagonals_reference(set_v, low, high, align, -7.0)
+    keep = expected != -7.0  # the padding slots hold no entry
+    np.testing.assert_array_equal(changed[keep], new[keep])
+    band_mask = (lambda i, j: (j - i >= low) & (j - i <= high))(*np.indices(shape[-2:]))
+    np.testing.assert_array_equal(set_v[..., ~band_mask], x[..., ~band_mask])
+    np.testing.assert_array_equal(built_v[..., ~band_mask], 0)
+    np.testing.assert_array_equal(again_v[keep], new[keep])
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("align", ALIGNS)
+def test_matrix_diagonals_against_tensorflow(align):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tf = pytest.importorskip("tensorflow")
+    raw = tf.raw_ops
+    x = np.random.default_rng(10).standard_normal((2, 4, 5)).astype(F32)
+    d = np.random.default_rng(11).standard_normal((2, 3, 4)).astype(F32)
+    root = mg.Scope.NewRootScope()
+    k = np.array([-1, 1], np.int32)
+    ours = mg.ClientSession(root).Run({}, [
+        ops.MatrixDiagPartV3(root, x, k, F32(5), align=align),
+        ops.MatrixSetDiagV3(root, x, d, k, align=align),
+        ops.MatrixDiagV3(root, d, k, np.int32(-1), np.int32(-1), F32(2), align=align),
+        ops.MatrixDiagV3(root, d[:, 0], np.int32(1), np.int32(-1), np.int32(6), F32(0),
+                         align=align)])
+    theirs = [raw.MatrixDiagPartV3(input=x, k=k, padding_value=F32(5), align=align),
+              raw.MatrixSetDiagV3(input=x, diagonal=d, k=k, align=align),
+              raw.MatrixDiagV3(diagonal=d, k=k, num_rows=-1, num_cols=-1,
+                               padding_value=F32(2), align=align),
+              raw.MatrixDiagV3(diagonal=d[:, 0], k=1, num_rows=-1, num_cols=6,
+                               padding_value=F32(0), align=align)]
+    for value, expected in zip(ours, theirs):
+        np.testing.assert_array_equal(value, expected.numpy())
+
+
+def test_matrix_diagonal_errors():
+    root = mg.Scope.NewRootScope()
+    m = np.ones((3, 4), F32)
+    d = np.ones((2, 3), F32)
+    cases = [(lambda: ops.MatrixDiagPartV3(root, m, np.array([2, 1], np.int32), F32(0)),
+              "lower_diag_index must not be larger than upper_diag_index: 2 > 1"),
+             (lambda: ops.MatrixDiagPartV3(root, m, np.array([0, 4], np.int32), F32(0)),
+              "upper_diag_index is out of bound: 4"),
+             (lambda: ops.MatrixDiagV3(root, d, np.array([0, 2], np.int32), np.int32(-1),
+                                       np.int32(-1), F32(0)),
+              "The number of diagonals provided in the input does not match"),
+             (lambda: ops.MatrixDiagV3(root, np.ones(2, F32), np.int32(0), np.int32(1),
+                                       np.int32(-1), F32(0)), "The number of rows is too small"),
+             (lambda: ops.MatrixSetDiagV3(root, m, np.ones(2, F32), np.int32(0)),
+              "Either first dimensions of diagonal don't match")]
+    for build, words in cases:
+        with pytest.raises(mg.errors.InvalidArgumentError, match=words):
+            build()
+
+
+@pytest.mark.parametrize("band", [(0, 0), (-1, 1)])
+def test_matrix_diagonal_gradients(band):
+    """Part, set and build: each passes the cotangent of exactly the diagonal entries."""
+    rng = np.random.default_rng(12)
+    low, high = band
+    k = np.array([low, high], np.int32) if low != high else np.int32(low)
+    x_value = rng.standard_normal((2, 3, 4))
+    diag_shape = (2, 3) if low == high else (2, high - low + 1, 3)
+    d_value = rng.standard_normal(diag_shape)
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root, mg.float32, shape=x_value.shape)
+    d = ops.Placeholder(root, mg.float32, shape=d_value.shape)
+    assert_gradients_match([x], [x_value], ops.MatrixDiagPartV3(root, x, k, F32(0)))
+    assert_gradients_match([x, d], [x_value, d_value], ops.MatrixSetDiagV3(root, x, d, k))
+    assert_gradients_match([d], [d_value], ops.MatrixDiagV3(root, d, k, np.int32(3),
+                                                            np.int32(4), F32(0)))

@@ -31,7 +31,13 @@ from minigraph.backends.gemm import c_gemm, pack_b, packed_b
 from minigraph.backends.native import as_f32, num_threads, output_array
 from minigraph.backends.registry import register_kernel
 from minigraph.framework import dtypes
-from minigraph.ops.linalg_ops import EinsumPlan, parse_einsum
+from minigraph.ops.linalg_ops import (
+    EinsumPlan,
+    diag_len,
+    diag_matrix_size,
+    diag_offset,
+    parse_einsum,
+)
 
 
 @functools.cache
@@ -146,3 +152,53 @@ def matrix_band_part(op, inputs, ctx):
     if num_upper >= 0:
         keep &= -offset <= num_upper
     return [np.where(keep, x, np.zeros((), x.dtype))]
+
+
+def _diag_slots(rows: int, cols: int, k, align: str):
+    """For each slot (row i = diagonal k1 - i, position n) of the diagonals' padded layout:
+    its matrix row and column and whether it holds an entry (the rest is padding)."""
+    flat = np.ravel(k).tolist()
+    low, high = (flat[0], flat[0]) if len(flat) == 1 else flat
+    longest = max(0, min(rows + min(high, 0), cols - max(low, 0)))
+    diagonals = np.arange(high, low - 1, -1)
+    lengths = np.array([diag_len(rows, cols, int(d)) for d in diagonals])
+    offsets = np.array([diag_offset(align, int(d), longest, int(n))
+                        for d, n in zip(diagonals, lengths)])
+    j = np.arange(longest)[None, :] - offsets[:, None]  # index along each diagonal
+    valid = (j >= 0) & (j < lengths[:, None])
+    row = j + np.maximum(-diagonals, 0)[:, None]
+    col = j + np.maximum(diagonals, 0)[:, None]
+    return np.where(valid, row, 0), np.where(valid, col, 0), valid, low == high
+
+
+@register_kernel("MatrixDiagPartV3")
+def matrix_diag_part(op, inputs, ctx):
+    x, k, padding = inputs
+    row, col, valid, single = _diag_slots(*x.shape[-2:], k, op.attrs["align"])
+    out = np.where(valid, x[..., row, col], padding)
+    return [np.ascontiguousarray(out[..., 0, :] if single else out)]
+
+
+def _set_diagonals(out: np.ndarray, diagonal: np.ndarray, k, align: str) -> np.ndarray:
+    row, col, valid, single = _diag_slots(*out.shape[-2:], k, align)
+    values = diagonal[..., None, :] if single else diagonal
+    out[..., row[valid], col[valid]] = values[..., valid]
+    return out
+
+
+@register_kernel("MatrixSetDiagV3")
+def matrix_set_diag(op, inputs, ctx):
+    x, diagonal, k = inputs
+    return [_set_diagonals(x.copy(), diagonal, k, op.attrs["align"])]
+
+
+@register_kernel("MatrixDiagV3")
+def matrix_diag(op, inputs, ctx):
+    diagonal, k, rows, cols, padding = inputs
+    flat = np.ravel(k).tolist()
+    low, high = (flat[0], flat[0]) if len(flat) == 1 else flat
+    batch = diagonal.shape[:-1] if low == high else diagonal.shape[:-2]
+    size = diag_matrix_size(int(rows), int(cols), low, high, diagonal.shape[-1],
+                            lambda message: ctx.error(op, message))
+    out = np.full((*batch, *size), padding, diagonal.dtype)
+    return [_set_diagonals(out, diagonal, k, op.attrs["align"])]

@@ -121,6 +121,9 @@ __all__ = [
     "LogicalOr",
     "MatMul",
     "MatrixBandPart",
+    "MatrixDiagPartV3",
+    "MatrixDiagV3",
+    "MatrixSetDiagV3",
     "Max",
     "MaxPool",
     "MaxPool3D",
@@ -5726,6 +5729,175 @@ class MatrixBandPart:
         num_lower: TensorLike,
         num_upper: TensorLike,
         attrs: MatrixBandPart.Attrs | None = None,
+    ) -> Output: ...
+
+
+class MatrixDiagPartV3:
+    """Builds one 'MatrixDiagPartV3' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    MatrixDiagPartV3.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type). At least a matrix: [..., M, N].
+        k: int32. A diagonal d, or a band [k0, k1].
+        padding_value: T (any type). Fills the short diagonals' rows.
+
+    Attrs:
+        align: string, default "RIGHT_LEFT", one of "LEFT_RIGHT", "RIGHT_LEFT", "LEFT_LEFT",
+            "RIGHT_RIGHT". How diagonals shorter than the longest sit in their padded rows.
+        T: type, inferred from input 'input'.
+
+    Outputs:
+        diagonal: T (any type).
+
+    Returns:
+        The Output 'diagonal'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one MatrixDiagPartV3 node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Align(
+            self,
+            value: Literal["LEFT_RIGHT", "RIGHT_LEFT", "LEFT_LEFT", "RIGHT_RIGHT"],
+        ) -> MatrixDiagPartV3.Attrs:
+            """Set attr 'align' (string, default "RIGHT_LEFT", one of "LEFT_RIGHT",
+            "RIGHT_LEFT", "LEFT_LEFT", "RIGHT_RIGHT"). How diagonals shorter than the
+            longest sit in their padded rows.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        k: TensorLike,
+        padding_value: TensorLike,
+        attrs: MatrixDiagPartV3.Attrs | None = None,
+        *,
+        align: Literal["LEFT_RIGHT", "RIGHT_LEFT", "LEFT_LEFT", "RIGHT_RIGHT"] = "RIGHT_LEFT",
+    ) -> Output: ...
+
+
+class MatrixDiagV3:
+    """Builds one 'MatrixDiagV3' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    MatrixDiagV3.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        diagonal: T (any type). [..., max_len] or [..., bands, max_len].
+        k: int32. A diagonal d, or a band [k0, k1].
+        num_rows: int32. -1: the smallest that fits.
+        num_cols: int32. -1: the smallest that fits.
+        padding_value: T (any type). Every entry off the diagonals.
+
+    Attrs:
+        align: string, default "RIGHT_LEFT", one of "LEFT_RIGHT", "RIGHT_LEFT", "LEFT_LEFT",
+            "RIGHT_RIGHT". How diagonals shorter than the longest sit in their padded rows.
+        T: type, inferred from input 'diagonal'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one MatrixDiagV3 node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Align(
+            self,
+            value: Literal["LEFT_RIGHT", "RIGHT_LEFT", "LEFT_LEFT", "RIGHT_RIGHT"],
+        ) -> MatrixDiagV3.Attrs:
+            """Set attr 'align' (string, default "RIGHT_LEFT", one of "LEFT_RIGHT",
+            "RIGHT_LEFT", "LEFT_LEFT", "RIGHT_RIGHT"). How diagonals shorter than the
+            longest sit in their padded rows.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        diagonal: TensorLike,
+        k: TensorLike,
+        num_rows: TensorLike,
+        num_cols: TensorLike,
+        padding_value: TensorLike,
+        attrs: MatrixDiagV3.Attrs | None = None,
+        *,
+        align: Literal["LEFT_RIGHT", "RIGHT_LEFT", "LEFT_LEFT", "RIGHT_RIGHT"] = "RIGHT_LEFT",
+    ) -> Output: ...
+
+
+class MatrixSetDiagV3:
+    """Builds one 'MatrixSetDiagV3' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    MatrixSetDiagV3.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: T (any type). At least a matrix: [..., M, N].
+        diagonal: T (any type). As MatrixDiagPartV3 returns it.
+        k: int32. A diagonal d, or a band [k0, k1].
+
+    Attrs:
+        align: string, default "RIGHT_LEFT", one of "LEFT_RIGHT", "RIGHT_LEFT", "LEFT_LEFT",
+            "RIGHT_RIGHT". How diagonals shorter than the longest sit in their padded rows.
+        T: type, inferred from input 'input'.
+
+    Outputs:
+        output: T (any type).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one MatrixSetDiagV3 node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Align(
+            self,
+            value: Literal["LEFT_RIGHT", "RIGHT_LEFT", "LEFT_LEFT", "RIGHT_RIGHT"],
+        ) -> MatrixSetDiagV3.Attrs:
+            """Set attr 'align' (string, default "RIGHT_LEFT", one of "LEFT_RIGHT",
+            "RIGHT_LEFT", "LEFT_LEFT", "RIGHT_RIGHT"). How diagonals shorter than the
+            longest sit in their padded rows.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        diagonal: TensorLike,
+        k: TensorLike,
+        attrs: MatrixSetDiagV3.Attrs | None = None,
+        *,
+        align: Literal["LEFT_RIGHT", "RIGHT_LEFT", "LEFT_LEFT", "RIGHT_RIGHT"] = "RIGHT_LEFT",
     ) -> Output: ...
 
 

@@ -3,7 +3,12 @@
 ``core/ops/math_ops.cc``, ``linalg_ops.cc``). What Keras' ``MultiHeadAttention`` and
 ``EinsumDense`` freeze to. Also ``MatrixBandPart`` (``tf.linalg.band_part``: the causal
 masks of attention layers), which keeps a band of diagonals of each inner matrix and zeroes
-the rest.
+the rest, and the diagonal ops of ``tf.linalg.diag`` / ``diag_part`` / ``set_diag``:
+``MatrixDiagV3``, ``MatrixDiagPartV3``, ``MatrixSetDiagV3``. Diagonal d holds the entries
+(m, m + d); ``k`` picks one diagonal or a band ``[k0, k1]``, stored top row first (d = k1
+down to k0), each row as long as the longest, a shorter one aligned left or right by
+``align`` (``RIGHT_LEFT``: superdiagonals to the right, subdiagonals to the left) and
+padded with ``padding_value``.
 
 ``Einsum`` takes the equations Keras emits and more: one or two operands, letters as labels,
 each label at most once per operand and in the output. It is lowered, at run time, to
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from minigraph.framework import dtypes
 from minigraph.framework.gradient_registry import RegisterGradient
@@ -40,7 +47,8 @@ from minigraph.ops.layout_ops import ExpandDims
 from minigraph.ops.window import mismatch
 
 # The wrappers minigraph.ops exports.
-__all__ = ["BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum", "MatrixBandPart"]
+__all__ = ["BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum", "MatrixBandPart",
+           "MatrixDiagPartV3", "MatrixDiagV3", "MatrixSetDiagV3"]
 
 # TF's allowed T restricted to minigraph's dtypes
 MATMUL_TYPES = dtypes.NUMBERS
@@ -285,6 +293,174 @@ MatrixBandPart = make_wrapper(register_op(OpDef(
 )))
 
 
+# ----------------------------------------------------------------------------- diagonals
+
+ALIGNS = ("LEFT_RIGHT", "RIGHT_LEFT", "LEFT_LEFT", "RIGHT_RIGHT")
+
+
+def diag_len(rows: int, cols: int, d: int) -> int:
+    """The length of diagonal d of a rows x cols matrix."""
+    return max(0, min(cols - max(d, 0), rows + min(d, 0)))
+
+
+def diag_offset(align: str, d: int, longest: int, length: int) -> int:
+    """Where diagonal d's entries start in its padded row: right-aligned ones after the
+    padding (superdiagonals with RIGHT_*, subdiagonals with *_RIGHT; the main one either)."""
+    right = (d >= 0 and align.startswith("RIGHT")) or (d <= 0 and align.endswith("RIGHT"))
+    return longest - length if right else 0
+
+
+def diag_band(ctx: InferenceContext, rows: int | None, cols: int | None
+              ) -> tuple[int, int] | None:
+    """The known (k0, k1) of input 'k', checked as TF's kernels do; None while unknown."""
+    shape = ctx.input_shape("k")
+    if shape.rank not in (None, 0, 1) or (shape.rank == 1 and shape[0] not in (None, 1, 2)):
+        raise ctx.error(f"diag_index must be a scalar or vector with 1 or 2 elements, got "
+                        f"shape {dims_text(shape)} (input 'k')")
+    value = ctx.constant_value("k")
+    if value is None:
+        return None
+    flat = np.ravel(value).tolist()
+    low, high = (flat[0], flat[0]) if len(flat) == 1 else flat
+    if low > high:
+        raise ctx.error(f"lower_diag_index must not be larger than upper_diag_index: {low} > "
+                        f"{high}")
+    if rows is not None and cols is not None and rows * cols:
+        if not -rows < low < cols:
+            raise ctx.error(f"lower_diag_index is out of bound: {low}. It must be between "
+                            f"{-rows} and {cols}")
+        if not -rows < high < cols:
+            raise ctx.error(f"upper_diag_index is out of bound: {high} It must be between "
+                            f"{-rows} and {cols}")
+    return low, high
+
+
+def _diag_part_shape(ctx: InferenceContext) -> list[TensorShape]:
+    x = ctx.input_shape("input")
+    if x.rank is not None and x.rank < 2:
+        raise ctx.error(f"input must be at least 2-dim, received shape: {dims_text(x)} "
+                        f"(input 'input')")
+    if ctx.input_shape("padding_value").rank not in (None, 0):
+        raise ctx.error("padding_value must be a scalar (input 'padding_value')")
+    rows, cols = (x[-2], x[-1]) if x.rank is not None else (None, None)
+    band = diag_band(ctx, rows, cols)
+    if x.rank is None or band is None:
+        return [TensorShape(None)]
+    low, high = band
+    longest = None if None in (rows, cols) else min(rows + min(high, 0), cols - max(low, 0))
+    tail = [longest] if low == high else [high - low + 1, longest]
+    return [TensorShape([*x.dims[:-2], *tail])]
+
+
+def _diag_inputs(ctx: InferenceContext, diagonal: TensorShape) -> tuple | None:
+    """(batch dims, k0, k1, longest) of a diagonal input; None while k is unknown."""
+    band = diag_band(ctx, None, None)
+    if band is None or diagonal.rank is None:
+        return None
+    low, high = band
+    need = 1 if low == high else 2
+    if diagonal.rank < need:
+        raise ctx.error(f"diagonal must be at least {need}-dim, got shape "
+                        f"{dims_text(diagonal)} (input 'diagonal')")
+    if need == 2 and diagonal[-2] is not None and diagonal[-2] != high - low + 1:
+        raise ctx.error("The number of diagonals provided in the input does not match the "
+                        "lower_diag_index and upper_diag_index range.")
+    return list(diagonal.dims[:-need]), low, high, diagonal[-1]
+
+
+def _diag_shape(ctx: InferenceContext) -> list[TensorShape]:
+    for name in ("num_rows", "num_cols", "padding_value"):
+        if ctx.input_shape(name).rank not in (None, 0):
+            raise ctx.error(f"{name} must be a scalar (input '{name}')")
+    parts = _diag_inputs(ctx, ctx.input_shape("diagonal"))
+    if parts is None:
+        return [TensorShape(None)]
+    batch, low, high, longest = parts
+    rows, cols = ctx.constant_value("num_rows"), ctx.constant_value("num_cols")
+    if longest is None or rows is None or cols is None:
+        return [TensorShape([*batch, None, None])]
+    return [TensorShape([*batch, *diag_matrix_size(int(rows), int(cols), low, high, longest,
+                                                   ctx.error)])]
+
+
+def diag_matrix_size(rows: int, cols: int, low: int, high: int, longest: int, fail
+                     ) -> tuple[int, int]:
+    """MatrixDiagV3's output rows and columns: -1 infers the smallest that holds the
+    diagonals (both -1: a square one), as TF does."""
+    least_rows, least_cols = longest - min(high, 0), longest + max(low, 0)
+    if rows == -1 and cols == -1:
+        rows = cols = max(least_rows, least_cols)
+    elif rows == -1:
+        rows = least_rows
+    elif cols == -1:
+        cols = least_cols
+    if rows < least_rows:
+        raise fail("The number of rows is too small.")
+    if cols < least_cols:
+        raise fail("The number of columns is too small.")
+    if rows != least_rows and cols != least_cols:
+        raise fail("The number of rows or columns is not consistent with the specified "
+                   "d_lower, d_upper, and diagonal.")
+    return rows, cols
+
+
+def _set_diag_shape(ctx: InferenceContext) -> list[TensorShape]:
+    x = ctx.input_shape("input")
+    if x.rank is not None and x.rank < 2:
+        raise ctx.error(f"input must be at least 2-dim, received shape: {dims_text(x)} "
+                        f"(input 'input')")
+    rows, cols = (x[-2], x[-1]) if x.rank is not None else (None, None)
+    diag_band(ctx, rows, cols)
+    parts = _diag_inputs(ctx, ctx.input_shape("diagonal"))
+    if parts is not None and x.rank is not None and None not in (rows, cols):
+        _, low, high, _ = parts
+        expected = [*x.dims[:-2]] + ([] if low == high else [high - low + 1]) + \
+            [min(rows + min(high, 0), cols - max(low, 0))]
+        got = ctx.input_shape("diagonal")
+        if got.rank != len(expected) or any(mismatch(g, e) for g, e in zip(got.dims, expected)):
+            raise ctx.error(f"Either first dimensions of diagonal don't match "
+                            f"input.shape[:-2], or diagonal.shape[:-1] is not equal to the "
+                            f"longests diagonal in range [lower_diag_index:upper_diag_index]."
+                            f" Input shape: {dims_text(x)} Diagonal shape: {dims_text(got)}")
+    return [x]
+
+
+def _align_attr() -> AttrDef:
+    return AttrDef("align", "string", default="RIGHT_LEFT", allowed=ALIGNS,
+                   doc="How diagonals shorter than the longest sit in their padded rows.")
+
+
+MatrixDiagPartV3 = make_wrapper(register_op(OpDef(
+    name="MatrixDiagPartV3",
+    inputs=[ArgDef("input", type_attr="T", doc="At least a matrix: [..., M, N]."),
+            ArgDef("k", dtype=dtypes.int32, doc="A diagonal d, or a band [k0, k1]."),
+            ArgDef("padding_value", type_attr="T", doc="Fills the short diagonals' rows.")],
+    outputs=[ArgDef("diagonal", type_attr="T")],
+    attrs=[required("T", "type"), _align_attr()],
+    shape_fn=_diag_part_shape,
+)))
+MatrixDiagV3 = make_wrapper(register_op(OpDef(
+    name="MatrixDiagV3",
+    inputs=[ArgDef("diagonal", type_attr="T", doc="[..., max_len] or [..., bands, max_len]."),
+            ArgDef("k", dtype=dtypes.int32, doc="A diagonal d, or a band [k0, k1]."),
+            ArgDef("num_rows", dtype=dtypes.int32, doc="-1: the smallest that fits."),
+            ArgDef("num_cols", dtype=dtypes.int32, doc="-1: the smallest that fits."),
+            ArgDef("padding_value", type_attr="T", doc="Every entry off the diagonals.")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type"), _align_attr()],
+    shape_fn=_diag_shape,
+)))
+MatrixSetDiagV3 = make_wrapper(register_op(OpDef(
+    name="MatrixSetDiagV3",
+    inputs=[ArgDef("input", type_attr="T", doc="At least a matrix: [..., M, N]."),
+            ArgDef("diagonal", type_attr="T", doc="As MatrixDiagPartV3 returns it."),
+            ArgDef("k", dtype=dtypes.int32, doc="A diagonal d, or a band [k0, k1].")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("T", "type"), _align_attr()],
+    shape_fn=_set_diag_shape,
+)))
+
+
 # ----------------------------------------------------------------------------- gradients
 
 
@@ -356,3 +532,31 @@ def _matrix_band_part_grad(scope, op, grads):
     """The band passes the cotangent through, the zeroed entries stop it (TF's rule)."""
     _, num_lower, num_upper = op.inputs
     return [MatrixBandPart(scope, grads[0], num_lower, num_upper), None, None]
+
+
+@RegisterGradient("MatrixDiagPartV3")
+def _matrix_diag_part_grad(scope, op, grads):
+    """The cotangent set onto the diagonals of zeros shaped like the input."""
+    x, k, _ = op.inputs
+    return [MatrixSetDiagV3(scope, m.ZerosLike(scope, x), grads[0], k,
+                            align=op.attrs["align"]), None, None]
+
+
+@RegisterGradient("MatrixDiagV3")
+def _matrix_diag_grad(scope, op, grads):
+    """The cotangent's diagonals (padding 0)."""
+    k = op.inputs[1]
+    zero = np.zeros((), op.inputs[0].dtype.np_dtype)
+    return [MatrixDiagPartV3(scope, grads[0], k, zero, align=op.attrs["align"]), None, None,
+            None, None]
+
+
+@RegisterGradient("MatrixSetDiagV3")
+def _matrix_set_diag_grad(scope, op, grads):
+    """The input gets the cotangent with the set diagonals zeroed; the diagonal gets the
+    cotangent's diagonals."""
+    _, diagonal, k = op.inputs
+    align = op.attrs["align"]
+    zero = np.zeros((), diagonal.dtype.np_dtype)
+    return [MatrixSetDiagV3(scope, grads[0], m.ZerosLike(scope, diagonal), k, align=align),
+            MatrixDiagPartV3(scope, grads[0], k, zero, align=align), None]
