@@ -423,3 +423,77 @@ def test_crop_and_resize_against_tensorflow(method):
                                       crop_size=[5, 6], method=method,
                                       extrapolation_value=0.5).numpy()
     np.testing.assert_array_equal(ours, theirs)
+
+
+def _keys(a, t):
+    """The cubic convolution kernel of Keys (1981) with parameter a, at distance t."""
+    t = abs(t)
+    if t <= 1:
+        return ((a + 2) * t - (a + 3)) * t * t + 1
+    if t < 2:
+        return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return 0.0
+
+
+def _bicubic_reference(x, size, align_corners, half_pixel):
+    """Separable cubic convolution from the definition, in float64, with the continuous
+    kernel (TF reads it from a table at 1/1024 steps): taps at floor(p) - 1 .. + 2, edge
+    pixels repeated (a = -0.75), or off-image taps dropped and the rest renormalized
+    (half_pixel_centers, a = -0.5)."""
+    a = -0.5 if half_pixel else -0.75
+
+    def axis_weights(out_size, in_size):
+        scale = (in_size - 1) / (out_size - 1) if align_corners and out_size > 1 \
+            else in_size / out_size
+        matrix = np.zeros((out_size, in_size))
+        for o in range(out_size):
+            p = (o + 0.5) * scale - 0.5 if half_pixel else o * scale
+            base = int(np.floor(p))
+            taps = [(base + t, _keys(a, p - (base + t))) for t in range(-1, 3)]
+            if half_pixel:
+                taps = [(i, w) for i, w in taps if 0 <= i < in_size]
+                total = sum(w for _, w in taps)
+                taps = [(i, w / total) for i, w in taps]
+            for i, w in taps:
+                matrix[o, min(max(i, 0), in_size - 1)] += w
+        return matrix
+
+    rows = axis_weights(size[0], x.shape[1])
+    cols = axis_weights(size[1], x.shape[2])
+    return np.einsum("ph,nhwc,qw->npqc", rows, x.astype(F64), cols)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("sizes", SIZES, ids=str)
+def test_resize_bicubic_is_cubic_convolution(backend, mode, sizes):
+    (in_hw, out_hw) = sizes
+    x = np.random.default_rng(6).standard_normal((2, *in_hw, 3)).astype(F32)
+    root = mg.Scope.NewRootScope()
+    out = ops.ResizeBicubic(root, x, np.array(out_hw, np.int32), align_corners=mode[0],
+                            half_pixel_centers=mode[1])
+    value = mg.ClientSession(root, backend=backend).Run({}, out)
+    assert value.dtype == F32 and out.shape == mg.TensorShape([2, *out_hw, 3])
+    expected = _bicubic_reference(x, out_hw, *mode)
+    # TF's weights are tabulated at 1/1024 steps: a weight may be 3e-3 off the kernel's
+    np.testing.assert_allclose(value, expected, rtol=0, atol=4e-3 * np.abs(x).max())
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_resize_bicubic_against_tensorflow(mode):
+    """TF's own float32 steps: bit for bit, but for a 1 x 1 image spread with align_corners
+    (all taps on the one pixel), where TF's sum lands 2-3 ulps away from the pixel's value
+    that minigraph returns."""
+    tf = pytest.importorskip("tensorflow")
+    rng = np.random.default_rng(7)
+    for in_hw, out_hw in SIZES:
+        x = rng.standard_normal((2, *in_hw, 3)).astype(F32)
+        root = mg.Scope.NewRootScope()
+        ours = mg.ClientSession(root).Run({}, ops.ResizeBicubic(
+            root, x, np.array(out_hw, np.int32), align_corners=mode[0],
+            half_pixel_centers=mode[1]))
+        theirs = tf.raw_ops.ResizeBicubic(images=x, size=out_hw, align_corners=mode[0],
+                                          half_pixel_centers=mode[1]).numpy()
+        ulps = np.abs(ours.view(np.int32).astype(np.int64) - theirs.view(np.int32))
+        assert ulps.max() <= (4 if in_hw == (1, 1) and mode[0] else 0), (in_hw, out_hw)

@@ -17,6 +17,7 @@ float64 where the graph says another type).
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -279,3 +280,64 @@ def crop_and_resize(op, inputs, ctx):
         lower = img[b, bo, le] + (img[b, bo, ri] - img[b, bo, le]) * x_lerp
         samples = upper + (lower - upper) * y_lerp
     return [np.where(inside[..., None], samples, fill).astype(f32)]
+
+
+CUBIC_TABLE_SIZE = 1 << 10
+
+
+@functools.lru_cache(maxsize=2)
+def _cubic_table(a: float) -> np.ndarray:
+    """TF's coefficient table: [i, 0] the weight of a tap at distance i / 1024 (|x| <= 1),
+    [i, 1] at distance 1 + i / 1024, computed in double and stored as float32."""
+    x = np.arange(CUBIC_TABLE_SIZE + 1, dtype=np.float64) / CUBIC_TABLE_SIZE
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far_x = x + 1.0
+    far = ((a * far_x - 5 * a) * far_x + 8 * a) * far_x - 4 * a
+    return np.stack([near, far], axis=1).astype(F32)
+
+
+def cubic_weights(out_size: int, in_size: int, align_corners: bool, half_pixel_centers: bool
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """TF's GetWeightsAndIndices for one axis: ([out, 4] input indices, [out, 4] float32
+    weights) of the taps at floor(position) - 1 .. + 2."""
+    scale = resize_scale(in_size, out_size, align_corners)
+    i = np.arange(out_size, dtype=F32)
+    position = (i + F32(0.5)) * scale - F32(0.5) if half_pixel_centers else i * scale
+    base = np.floor(position).astype(np.int64)
+    delta = (position - base.astype(F32)).astype(F32)
+    offset = np.rint(delta * F32(CUBIC_TABLE_SIZE)).astype(np.int64)  # lrintf: half to even
+    table = _cubic_table(-0.5 if half_pixel_centers else -0.75)
+    weights = np.stack([table[offset, 1], table[offset, 0], table[CUBIC_TABLE_SIZE - offset, 0],
+                        table[CUBIC_TABLE_SIZE - offset, 1]], axis=1)
+    taps = base[:, None] + np.arange(-1, 3)[None, :]
+    indices = np.clip(taps, 0, in_size - 1)
+    if half_pixel_centers:  # taps off the image weigh 0, the others renormalized
+        weights = np.where(indices == taps, weights, F32(0))
+        total = ((weights[:, 0] + weights[:, 1]) + weights[:, 2]) + weights[:, 3]
+        usable = np.abs(total) >= F32(1000) * np.finfo(F32).tiny
+        weights = np.where(usable[:, None], weights * (F32(1) / np.where(usable, total, 1))
+                           [:, None], weights)
+    return indices, weights.astype(F32)
+
+
+def _weighted_four(values, weights) -> np.ndarray:
+    """v0 * w0 + v1 * w1 + v2 * w2 + v3 * w3 in float32, left to right (TF's Interpolate1D)."""
+    total = values[0] * weights[0] + values[1] * weights[1]
+    return (total + values[2] * weights[2]) + values[3] * weights[3]
+
+
+@register_kernel("ResizeBicubic")
+def resize_bicubic(op, inputs, ctx):
+    """Each output pixel: the 4 x 4 taps interpolated down the columns first (the row
+    weights), then across (the column weights), in float32 as TF's kernel does."""
+    images, size = inputs
+    x = images.astype(F32)
+    (out_h, out_w), (in_h, in_w) = (int(v) for v in size), x.shape[1:3]
+    rows, row_w = cubic_weights(out_h, in_h, *_mode(op))
+    cols, col_w = cubic_weights(out_w, in_w, *_mode(op))
+    # [n, out_h, in_w, c]: each output row from its 4 input rows
+    columns = _weighted_four([x[:, rows[:, t]] for t in range(4)],
+                             [row_w[None, :, t, None, None] for t in range(4)])
+    out = _weighted_four([columns[:, :, cols[:, t]] for t in range(4)],
+                         [col_w[None, None, :, t, None] for t in range(4)])
+    return [np.ascontiguousarray(out, dtype=F32)]

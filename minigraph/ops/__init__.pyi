@@ -163,6 +163,7 @@ __all__ = [
     "Relu6Grad",
     "ReluGrad",
     "Reshape",
+    "ResizeBicubic",
     "ResizeBilinear",
     "ResizeBilinearGrad",
     "ResizeNearestNeighbor",
@@ -7741,6 +7742,64 @@ class Reshape:
         tensor: TensorLike,
         shape: TensorLike,
         attrs: Reshape.Attrs | None = None,
+    ) -> Output: ...
+
+
+class ResizeBicubic:
+    """Builds one 'ResizeBicubic' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ResizeBicubic.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        images: T (int32, int64, float16, float32, float64, bfloat16). NHWC images.
+        size: int32. [new_height, new_width], each > 0.
+
+    Attrs:
+        align_corners: bool, default False. Map the corner pixels' centres of input and
+            output onto each other.
+        half_pixel_centers: bool, default False. Pixel centres at i + 0.5 (Keras,
+            tf.image.resize); both False: the legacy asymmetric mapping.
+        T: type, inferred from input 'images', one of int32, int64, float16, float32,
+            float64, bfloat16.
+
+    Outputs:
+        resized_images: float32.
+
+    Returns:
+        The Output 'resized_images'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ResizeBicubic node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def AlignCorners(self, value: bool) -> ResizeBicubic.Attrs:
+            """Set attr 'align_corners' (bool, default False). Map the corner pixels' centres
+            of input and output onto each other.
+            """
+
+        def HalfPixelCenters(self, value: bool) -> ResizeBicubic.Attrs:
+            """Set attr 'half_pixel_centers' (bool, default False). Pixel centres at i + 0.5
+            (Keras, tf.image.resize); both False: the legacy asymmetric mapping.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        images: TensorLike,
+        size: TensorLike,
+        attrs: ResizeBicubic.Attrs | None = None,
+        *,
+        align_corners: bool = False,
+        half_pixel_centers: bool = False,
     ) -> Output: ...
 
 

@@ -1,4 +1,5 @@
 """Image resize ops: ``ResizeNearestNeighbor``, ``ResizeBilinear`` and their gradients
+(``ResizeBicubic`` without one yet),
 ``ResizeNearestNeighborGrad``, ``ResizeBilinearGrad`` (TF's names, inputs, outputs and attrs,
 ``core/ops/image_ops.cc``). What Keras' ``UpSampling2D``, ``Resizing`` and
 ``tf.image.resize`` freeze to.
@@ -36,8 +37,8 @@ from minigraph.ops import math_ops as m
 from minigraph.ops.layout_ops import StridedSlice
 
 # The wrappers minigraph.ops exports.
-__all__ = ["CropAndResize", "ResizeBilinear", "ResizeBilinearGrad", "ResizeNearestNeighbor",
-           "ResizeNearestNeighborGrad"]
+__all__ = ["CropAndResize", "ResizeBicubic", "ResizeBilinear", "ResizeBilinearGrad",
+           "ResizeNearestNeighbor", "ResizeNearestNeighborGrad"]
 
 # TF's allowed T restricted to minigraph's dtypes
 RESIZE_TYPES = (dtypes.int32, dtypes.int64, dtypes.float16, dtypes.float32, dtypes.float64,
@@ -139,6 +140,17 @@ ResizeNearestNeighbor = make_wrapper(register_op(OpDef(
 )))
 ResizeBilinear = make_wrapper(register_op(OpDef(
     name="ResizeBilinear",
+    inputs=[ArgDef("images", type_attr="T", doc="NHWC images."),
+            ArgDef("size", dtype=dtypes.int32, doc="[new_height, new_width], each > 0.")],
+    outputs=[ArgDef("resized_images", dtype=dtypes.float32)],
+    attrs=[required("T", "type", allowed=RESIZE_TYPES), *_mode_attrs()],
+    shape_fn=resize_shape,
+)))
+# Cubic convolution over 4 x 4 input pixels, weights from TF's table of 1025 positions per
+# unit (Keys' a = -0.5 with half_pixel_centers, where taps off the image weigh 0 and the rest
+# are renormalized; a = -0.75 otherwise, the edge pixels repeated); no gradient yet.
+ResizeBicubic = make_wrapper(register_op(OpDef(
+    name="ResizeBicubic",
     inputs=[ArgDef("images", type_attr="T", doc="NHWC images."),
             ArgDef("size", dtype=dtypes.int32, doc="[new_height, new_width], each > 0.")],
     outputs=[ArgDef("resized_images", dtype=dtypes.float32)],
