@@ -1,6 +1,5 @@
-"""Image resize ops: ``ResizeNearestNeighbor``, ``ResizeBilinear`` and their gradients
-(``ResizeBicubic`` without one yet),
-``ResizeNearestNeighborGrad``, ``ResizeBilinearGrad`` (TF's names, inputs, outputs and attrs,
+"""Image resize ops: ``ResizeNearestNeighbor``, ``ResizeBilinear``, ``ResizeBicubic`` and the
+gradients ``ResizeNearestNeighborGrad``, ``ResizeBilinearGrad`` (none for bicubic yet; TF's names, inputs, outputs and attrs,
 ``core/ops/image_ops.cc``). What Keras' ``UpSampling2D``, ``Resizing`` and
 ``tf.image.resize`` freeze to.
 
