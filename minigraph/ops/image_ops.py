@@ -1,7 +1,7 @@
 """Image resize ops: ``ResizeNearestNeighbor``, ``ResizeBilinear``, ``ResizeBicubic`` and the
-gradients ``ResizeNearestNeighborGrad``, ``ResizeBilinearGrad`` (none for bicubic yet; TF's names, inputs, outputs and attrs,
-``core/ops/image_ops.cc``). What Keras' ``UpSampling2D``, ``Resizing`` and
-``tf.image.resize`` freeze to.
+gradients ``ResizeNearestNeighborGrad``, ``ResizeBilinearGrad`` (none for bicubic yet), with
+TF's names, inputs, outputs and attrs (``core/ops/image_ops.cc``). What Keras'
+``UpSampling2D``, ``Resizing`` and ``tf.image.resize`` freeze to.
 
 Images are NHWC; ``size`` is an int32 vector ``[new_height, new_width]``. Two attrs pick
 how an output pixel maps to the input (docs/ops/image.md, TF 2.21's ``image_resizer_state.h``):
