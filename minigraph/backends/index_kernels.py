@@ -137,3 +137,22 @@ def _assign_in_order(out, index, updates):
 register_kernel("TensorScatterUpdate")(_tensor_scatter(_assign_in_order))
 register_kernel("TensorScatterAdd")(_tensor_scatter(np.add.at))
 register_kernel("TensorScatterSub")(_tensor_scatter(np.subtract.at))
+
+
+@register_kernel("DenseBincount")
+def dense_bincount(op, inputs, ctx):
+    """Per row (or for the vector), the count or summed weight of each value in [0, size),
+    1 where it occurs with binary_output; larger values dropped."""
+    x, size, weights = inputs
+    bins = int(size)
+    rows = x.reshape(1, -1) if x.ndim == 1 else x
+    out = np.zeros((rows.shape[0], bins), weights.dtype)
+    keep = rows < bins
+    row_index = np.broadcast_to(np.arange(rows.shape[0])[:, None], rows.shape)[keep]
+    if op.attrs["binary_output"]:
+        out[row_index, rows[keep]] = 1
+    else:
+        added = np.ones(rows.shape, weights.dtype) if weights.size == 0 else \
+            weights.reshape(rows.shape)
+        np.add.at(out, (row_index, rows[keep]), added[keep])
+    return [out[0] if x.ndim == 1 else out]

@@ -23,7 +23,7 @@ from minigraph.framework.graph import Graph, Operation, Output
 from minigraph.framework.names import is_valid_node_name, shown
 from minigraph.framework.op_def import build_operation
 from minigraph.framework.scope import Scope
-from minigraph.interop import attrs, protos, tensors, versions
+from minigraph.interop import asserts, attrs, protos, tensors, versions
 from minigraph.interop.importer import TEXT_SUFFIXES
 from minigraph.io import atomic_write
 
@@ -36,6 +36,9 @@ MINIGRAPH_ONLY_OPS = {
     "FlatConcat": "minigraph's flatten-and-concatenate of data-parallel gradients (TF builds "
                   "it from Reshape and ConcatV2)",
 }
+# attrs of TF's ops that minigraph adds, and how each is written for TF instead: Assert's
+# message (TF carries it as a string tensor among the data; interop.asserts folds it back)
+MINIGRAPH_ONLY_ATTRS = {"Assert": ("message",)}
 # inputs that make a value unknown until a step runs
 _NON_CONSTANT_OPS = ("Placeholder", "Variable", "RandomUniform")
 # ops whose value is their input's static shape, known once that shape is fully defined
@@ -98,9 +101,31 @@ def _add_node(graph_def: Any, op: Operation, renamed: dict[str, str]) -> None:
     node.name, node.op, node.device = op.name, op.type, op.device
     node.input.extend(renamed.get(_input_text(i), _input_text(i)) for i in op.inputs)
     node.input.extend(f"^{c.name}" for c in op.control_inputs)
+    skipped = MINIGRAPH_ONLY_ATTRS.get(op.type, ())
     for attr in op.op_def.attrs:
-        if attr.name in op.attrs:
+        if attr.name in op.attrs and attr.name not in skipped:
             attrs.attr_to_proto(op.attrs[attr.name], attr.kind, node.attr[attr.name])
+    if op.type == "Assert" and op.attrs["message"]:
+        _add_assert_message(graph_def, node, op)
+
+
+def _add_assert_message(graph_def: Any, node: Any, op: Operation) -> None:
+    """TF's form of an Assert's message: a string Const (``<name>/message``, or the first
+    free ``<name>/message_N``) as its first data tensor."""
+    taken = {n.name for n in graph_def.node} | {o.name for o in op.graph.operations()}
+    name, n = f"{op.name}/message", 0
+    while name in taken:
+        n += 1
+        name = f"{op.name}/message_{n}"
+    message = graph_def.node.add()
+    message.name, message.op, message.device = name, "Const", op.device
+    message.attr["dtype"].type = asserts.DT_STRING
+    tensor = message.attr["value"].tensor
+    tensor.dtype = asserts.DT_STRING
+    tensor.tensor_shape.SetInParent()
+    tensor.string_val.append(op.attrs["message"].encode("utf-8"))
+    node.input.insert(1, name)
+    node.attr["T"].list.type.insert(0, asserts.DT_STRING)
 
 
 def _add_folded(graph_def: Any, op: Operation, renamed: dict[str, str]) -> None:

@@ -36,7 +36,7 @@ from minigraph.framework.op_def import (
 )
 from minigraph.framework.scope import Scope
 from minigraph.framework.toposort import stable_topological_order
-from minigraph.interop import attrs, functions, protos, versions
+from minigraph.interop import asserts, attrs, functions, protos, versions
 from minigraph.interop.tensors import tf_type_name
 
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
@@ -304,7 +304,9 @@ class _Importer:
     def import_nodes(self, nodes: Sequence[Any], inputs: dict[str, list[tuple[str, int]]],
                      calls: tuple[str, ...]) -> None:
         """Build ``nodes`` in dependency order; ``calls``: the functions whose bodies they
-        are in (outermost first), for recursion."""
+        are in (outermost first), for recursion. Assert messages held in string constants
+        are folded into the Asserts first (``interop.asserts``)."""
+        nodes, inputs = asserts.fold_string_messages(nodes, inputs)
         for node in _topological_order(nodes, inputs):
             call = self.library.call(node)
             if call is None:

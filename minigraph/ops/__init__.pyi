@@ -28,6 +28,7 @@ __all__ = [
     "ArgMin",
     "Asin",
     "Asinh",
+    "Assert",
     "Assign",
     "Atan",
     "Atan2",
@@ -67,6 +68,7 @@ __all__ = [
     "Cumprod",
     "Cumsum",
     "CumulativeLogsumexp",
+    "DenseBincount",
     "DepthToSpace",
     "DepthwiseConv2dNative",
     "DepthwiseConv2dNativeBackpropFilter",
@@ -846,6 +848,56 @@ class Asinh:
         def __init__(self, **values: typing.Any) -> None: ...
 
     def __new__(cls, scope: Scope, x: TensorLike, attrs: Asinh.Attrs | None = None) -> Output: ...
+
+
+class Assert:
+    """Builds one 'Assert' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a Assert.Attrs()
+    builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        condition: bool. A scalar: the run fails when False.
+        data: T (a list of types). Tensors shown in the error.
+
+    Attrs:
+        summarize: int, default 3. Entries of each data tensor shown.
+        message: string, default "". The text TF's Assert carried as string tensors.
+        T: list(type), inferred from input 'data'.
+
+    Returns:
+        The Operation (the op has no outputs).
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one Assert node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def Summarize(self, value: int) -> Assert.Attrs:
+            """Set attr 'summarize' (int, default 3). Entries of each data tensor shown."""
+
+        def Message(self, value: str) -> Assert.Attrs:
+            """Set attr 'message' (string, default ""). The text TF's Assert carried as string
+            tensors.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        condition: TensorLike,
+        data: TensorLike,
+        attrs: Assert.Attrs | None = None,
+        *,
+        summarize: int = 3,
+        message: str = "",
+    ) -> Operation: ...
 
 
 class Assign:
@@ -2981,6 +3033,59 @@ class CumulativeLogsumexp:
         *,
         exclusive: bool = False,
         reverse: bool = False,
+    ) -> Output: ...
+
+
+class DenseBincount:
+    """Builds one 'DenseBincount' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    DenseBincount.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        input: Tidx (int32, int64). A vector, or a matrix counted by row.
+        size: Tidx (int32, int64). A scalar >= 0: the number of bins.
+        weights: T (int32, int64, float32, float64). Empty (each value counts 1), or one
+            weight per value.
+
+    Attrs:
+        binary_output: bool, default False. 1 wherever a value occurs, instead of its count
+            or summed weight.
+        Tidx: type, inferred from input 'input', one of int32, int64.
+        T: type, inferred from input 'weights', one of int32, int64, float32, float64.
+
+    Outputs:
+        output: T (int32, int64, float32, float64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one DenseBincount node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def BinaryOutput(self, value: bool) -> DenseBincount.Attrs:
+            """Set attr 'binary_output' (bool, default False). 1 wherever a value occurs,
+            instead of its count or summed weight.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        input: TensorLike,
+        size: TensorLike,
+        weights: TensorLike,
+        attrs: DenseBincount.Attrs | None = None,
+        *,
+        binary_output: bool = False,
     ) -> Output: ...
 
 

@@ -16,6 +16,7 @@ from minigraph.framework.graph import Output
 from minigraph.framework.op_def import (
     ArgDef,
     AttrDef,
+    InferenceContext,
     OpDef,
     RunContext,
     build_operation,
@@ -28,7 +29,7 @@ from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import TensorShape
 
 # The wrappers minigraph.ops exports.
-__all__ = ["CheckNumerics", "Const", "Identity", "IdentityN", "NoOp", "Placeholder",
+__all__ = ["Assert", "CheckNumerics", "Const", "Identity", "IdentityN", "NoOp", "Placeholder",
            "PreventGradient", "Snapshot", "StopGradient"]
 
 PLACEHOLDER = register_op(OpDef(
@@ -131,7 +132,7 @@ IdentityN = make_wrapper(register_op(OpDef(
 )))
 
 
-NotDifferentiable("StopGradient")
+NotDifferentiable("StopGradient", "Assert")
 
 
 @RegisterGradient("Snapshot")
@@ -156,6 +157,49 @@ def _check_numerics_grad(scope, op, grads):
 def _prevent_gradient_grad(scope, op, grads):
     raise InvalidArgumentError(f"PreventGradient '{op.name}': Gradient explicitly disabled. "
                                f"Reason: {op.attrs['message']}")
+
+def _assert_shape(ctx: InferenceContext) -> list[TensorShape]:
+    condition = ctx.input_shape("condition")
+    if condition.rank not in (None, 0):
+        raise ctx.error(f"In[0] is not a scalar: {condition} (input 'condition')")
+    return []
+
+
+def _assert_holds(ctx: RunContext, values: list) -> None:
+    """TF's ``assertion failed: [<message>] [<data>...]`` when the condition is False (the
+    data summarized: at most ``summarize`` entries of each tensor)."""
+    condition = values[0] if isinstance(values[0], np.ndarray) else values[0].get()
+    if np.ndim(condition):
+        raise ctx.error(f"In[0] is not a scalar: {list(np.shape(condition))} (input "
+                        f"'condition')")
+    if bool(condition):
+        return
+    limit = ctx.op.attrs["summarize"]
+    parts = [ctx.op.attrs["message"]] if ctx.op.attrs["message"] else []
+    for value in values[1:]:
+        flat = np.ravel(value if isinstance(value, np.ndarray) else value.get())
+        shown_values = " ".join(str(v) for v in flat[:limit].tolist())
+        parts.append(shown_values + ("..." if flat.size > limit else ""))
+    raise ctx.error("assertion failed: " + " ".join(f"[{p}]" for p in parts))
+
+
+# Fails the run when ``condition`` is False, naming ``message`` and showing ``data``. TF's
+# Assert carries its message as string tensors among the data; minigraph has no string
+# tensors, so the importer folds those constants into ``message``.
+Assert = make_wrapper(register_op(OpDef(
+    name="Assert",
+    inputs=[ArgDef("condition", dtype=dtypes.bool_, doc="A scalar: the run fails when False."),
+            ArgDef("data", type_list_attr="T", doc="Tensors shown in the error.")],
+    outputs=[],
+    attrs=[required("T", "list(type)"),
+           AttrDef("summarize", "int", default=3, doc="Entries of each data tensor shown."),
+           AttrDef("message", "string", default="",
+                   doc="The text TF's Assert carried as string tensors.")],
+    shape_fn=_assert_shape,
+    validate=_assert_holds,
+    is_stateful=True,
+)))
+
 
 # Does nothing: a target that groups control inputs (frozen TF 2 graphs hang every output
 # on one), so ``Run(targets=[no_op])`` runs them all.

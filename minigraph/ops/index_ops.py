@@ -2,8 +2,10 @@
 gradient's UnsortedSegmentSum, GatherNd (``tf.gather_nd``: each index row picks an element
 or slice of params) and its gradient's ScatterNd (updates summed into zeros of a given
 shape), TensorScatterUpdate / Add / Sub (updates written into, added to or subtracted from
-a copy of a tensor at index rows; an update written twice: the last wins), OneHot, Range and
-LinSpace (``num`` evenly spaced values from
+a copy of a tensor at index rows; an update written twice: the last wins), DenseBincount
+(``tf.math.bincount``, Keras' ``CategoryEncoding``: how often, or with what summed weight,
+each value in [0, size) occurs, per row of a matrix; values >= size are dropped, negative
+ones refused), OneHot, Range and LinSpace (``num`` evenly spaced values from
 ``start`` to ``stop``, both included: the step ``(stop - start) / (num - 1)`` and each
 ``start + step * i`` rounded in the values' type, the last value ``stop`` itself, as TF's
 kernel computes them).
@@ -39,7 +41,7 @@ from minigraph.ops.concat_ops import ConcatV2
 from minigraph.ops.layout_ops import Pad, Slice
 from minigraph.ops.math_ops import AddV2, Mul, Neg, Reshape, Shape, Transpose, ZerosLike
 
-__all__ = ["GatherNd", "GatherV2", "LinSpace", "OneHot", "Range", "ScatterNd",
+__all__ = ["DenseBincount", "GatherNd", "GatherV2", "LinSpace", "OneHot", "Range", "ScatterNd",
            "TensorScatterAdd", "TensorScatterSub", "TensorScatterUpdate", "UnsortedSegmentSum"]
 
 INT64_MAX = 2 ** 63 - 1
@@ -379,6 +381,44 @@ TensorScatterAdd = _tensor_scatter("TensorScatterAdd")
 TensorScatterSub = _tensor_scatter("TensorScatterSub")
 
 
+def _dense_bincount_shape(ctx: InferenceContext) -> list[TensorShape]:
+    x, size, weights = (ctx.input_shape(n) for n in ("input", "size", "weights"))
+    if x.rank not in (None, 1, 2):
+        raise ctx.error(f"input must be 1-D or 2-D, got shape {dims_text(x)} (input 'input')")
+    if size.rank not in (None, 0):
+        raise ctx.error(f"size must be a scalar, got shape {dims_text(size)} (input 'size')")
+    if weights.rank is not None and weights.num_elements() != 0 and x.rank is not None:
+        ctx.merge_shapes(x, weights, f"weights must be empty or of input's shape {x}, got "
+                                     f"{weights} (inputs 'weights' and 'input')")
+    bins = ctx.constant_value("size")
+    if bins is not None and int(bins) < 0:
+        raise ctx.error(f"size ({int(bins)}) must be non-negative (input 'size')")
+    values = ctx.constant_value("input")
+    if values is not None and np.size(values) and np.min(values) < 0:
+        raise ctx.error(f"Input 'in' must be non-negative! Negative input value found: "
+                        f"{int(np.min(values))} (input 'input')")
+    width = None if bins is None else int(bins)
+    if x.rank is None:
+        return [TensorShape(None)]
+    return [TensorShape([width] if x.rank == 1 else [x[0], width])]
+
+
+DenseBincount = make_wrapper(register_op(OpDef(
+    name="DenseBincount",
+    inputs=[ArgDef("input", type_attr="Tidx", doc="A vector, or a matrix counted by row."),
+            ArgDef("size", type_attr="Tidx", doc="A scalar >= 0: the number of bins."),
+            ArgDef("weights", type_attr="T",
+                   doc="Empty (each value counts 1), or one weight per value.")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[required("Tidx", "type", allowed=INTEGERS),
+           required("T", "type", allowed=(dtypes.int32, dtypes.int64, dtypes.float32,
+                                          dtypes.float64)),
+           AttrDef("binary_output", "bool", default=False,
+                   doc="1 wherever a value occurs, instead of its count or summed weight.")],
+    shape_fn=_dense_bincount_shape,
+)))
+
+
 # ----------------------------------------------------------------------------- Range
 
 
@@ -457,7 +497,7 @@ LinSpace = make_wrapper(register_op(OpDef(
 # ----------------------------------------------------------------------------- gradients
 # As TF's array_grad.py and math_grad.py.
 
-NotDifferentiable("OneHot", "Range", "LinSpace")
+NotDifferentiable("OneHot", "Range", "LinSpace", "DenseBincount")
 
 
 def _static_int(tensor, what: str, op) -> int:
