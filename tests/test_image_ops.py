@@ -497,3 +497,60 @@ def test_resize_bicubic_against_tensorflow(mode):
                                           half_pixel_centers=mode[1]).numpy()
         ulps = np.abs(ours.view(np.int32).astype(np.int64) - theirs.view(np.int32))
         assert ulps.max() <= (4 if in_hw == (1, 1) and mode[0] else 0), (in_hw, out_hw)
+
+
+def _hsv_reference(rgb):
+    """The hexcone model from its definition (float64): hue in [0, 1) from the largest
+    channel, saturation range / value, value the largest channel."""
+    out = np.zeros(rgb.shape)
+    for index in np.ndindex(*rgb.shape[:-1]):
+        r, g, b = rgb[index].astype(F64)
+        high, low = max(r, g, b), min(r, g, b)
+        spread = high - low
+        if spread == 0:
+            hue = 0.0
+        elif high == r:
+            hue = ((g - b) / spread / 6) % 1.0
+        elif high == g:
+            hue = (b - r) / spread / 6 + 1 / 3
+        else:
+            hue = (r - g) / spread / 6 + 2 / 3
+        out[index] = [hue, spread / high if high > 0 else 0.0, high]
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_colour_conversions_and_contrast(backend):
+    rgb = np.random.default_rng(8).random((2, 4, 5, 3)).astype(F32)
+    rgb[0, 0, :4] = [[0.5, 0.5, 0.5], [0, 0, 0], [1, 0, 1], [0.2, 0.9, 0.9]]
+    root = mg.Scope.NewRootScope()
+    hsv = ops.RGBToHSV(root, rgb)
+    fetches = [hsv, ops.HSVToRGB(root, hsv), ops.AdjustContrastv2(root, rgb, F32(1.7))]
+    hsv_v, back, contrast = mg.ClientSession(root, backend=backend).Run({}, fetches)
+    np.testing.assert_allclose(hsv_v, _hsv_reference(rgb), atol=1e-6)
+    np.testing.assert_allclose(back, rgb, atol=1e-6)
+    mean = rgb.astype(F64).mean(axis=(1, 2), keepdims=True)
+    np.testing.assert_allclose(contrast, (rgb - mean) * 1.7 + mean, atol=1e-6)
+    with pytest.raises(InvalidArgumentError, match="input must have 3 channels but input only "
+                                                   "has 4 channels"):
+        ops.RGBToHSV(root, np.zeros((2, 4), F32))
+    with pytest.raises(InvalidArgumentError, match="input must be at least 3-D"):
+        ops.AdjustContrastv2(root, np.zeros((4, 3), F32), F32(1))
+
+
+@pytest.mark.oracle
+def test_colour_ops_against_tensorflow():
+    """RGBToHSV and HSVToRGB bit for bit (TF's expression order); AdjustContrastv2 within an
+    ulp (TF's mean is a float32 tree sum, minigraph's a float64 sum rounded once)."""
+    tf = pytest.importorskip("tensorflow")
+    rgb = np.random.default_rng(9).random((3, 6, 7, 3)).astype(F32)
+    rgb[0, 0, :3] = [[0.5, 0.5, 0.5], [0, 0, 0], [1, 0, 1]]
+    root = mg.Scope.NewRootScope()
+    hsv_t = tf.raw_ops.RGBToHSV(images=rgb).numpy()
+    ours = mg.ClientSession(root).Run({}, [ops.RGBToHSV(root, rgb), ops.HSVToRGB(root, hsv_t),
+                                           ops.AdjustContrastv2(root, rgb, F32(0.6))])
+    np.testing.assert_array_equal(ours[0], hsv_t)
+    np.testing.assert_array_equal(ours[1], tf.raw_ops.HSVToRGB(images=hsv_t).numpy())
+    contrast = tf.raw_ops.AdjustContrastv2(images=rgb, contrast_factor=F32(0.6)).numpy()
+    ulps = np.abs(ours[2].view(np.int32).astype(np.int64) - contrast.view(np.int32))
+    assert ulps.max() <= 2

@@ -341,3 +341,53 @@ def resize_bicubic(op, inputs, ctx):
     out = _weighted_four([columns[:, :, cols[:, t]] for t in range(4)],
                          [col_w[None, None, :, t, None] for t in range(4)])
     return [np.ascontiguousarray(out, dtype=F32)]
+
+
+@register_kernel("RGBToHSV")
+def rgb_to_hsv(op, inputs, ctx):
+    """TF's colorspace_op.h in T's arithmetic (half types in float32): value = max, range =
+    max - min, saturation = range / value (0 at black), hue from the largest channel with
+    norm = (1 / range) * (1 / 6), in [0, 1)."""
+    x = inputs[0]
+    work = compute_dtype(x.dtype)
+    c = x.astype(work)
+    r, g, b = c[..., 0], c[..., 1], c[..., 2]
+    t = work.type
+    value = np.maximum(np.maximum(r, g), b)
+    spread = value - np.minimum(np.minimum(r, g), b)
+    with np.errstate(all="ignore"):
+        saturation = np.where(value > 0, spread / value, t(0))
+        norm = (t(1) / spread) * (t(1) / t(6))
+        hue = np.where(r == value, norm * (g - b),
+                       np.where(g == value, norm * (b - r) + t(2) / t(6),
+                                norm * (r - g) + t(4) / t(6)))
+    hue = np.where(spread > 0, hue, t(0))
+    hue = np.where(hue < 0, hue + t(1), hue)
+    return [np.stack([hue, saturation, value], axis=-1).astype(x.dtype)]
+
+
+@register_kernel("HSVToRGB")
+def hsv_to_rgb(op, inputs, ctx):
+    """TF's colorspace_op.h: each channel (1 - s + s * clamp(...(6 h)...)) * v."""
+    x = inputs[0]
+    work = compute_dtype(x.dtype)
+    c = x.astype(work)
+    h, s, v = c[..., 0], c[..., 1], c[..., 2]
+    t = work.type
+    dh = h * t(6)
+    dr = np.clip(np.abs(dh - t(3)) - t(1), t(0), t(1))
+    dg = np.clip(-np.abs(dh - t(2)) + t(2), t(0), t(1))
+    db = np.clip(-np.abs(dh - t(4)) + t(2), t(0), t(1))
+    one_s = -s + t(1)
+    rgb = [(one_s + s * d) * v for d in (dr, dg, db)]
+    return [np.stack(rgb, axis=-1).astype(x.dtype)]
+
+
+@register_kernel("AdjustContrastv2")
+def adjust_contrast(op, inputs, ctx):
+    """(x - mean) * factor + mean, the mean of each channel over height and width, in
+    float32 (half images too); the mean summed in float64 and rounded once."""
+    x, factor = inputs
+    work = x.astype(F32)
+    mean = work.astype(np.float64).mean(axis=(-3, -2), keepdims=True).astype(F32)
+    return [((work - mean) * F32(factor) + mean).astype(x.dtype)]

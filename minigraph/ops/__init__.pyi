@@ -19,6 +19,7 @@ __all__ = [
     "Add",
     "AddN",
     "AddV2",
+    "AdjustContrastv2",
     "All",
     "Any",
     "ApplyAdam",
@@ -101,6 +102,7 @@ __all__ = [
     "GatherV2",
     "Greater",
     "GreaterEqual",
+    "HSVToRGB",
     "Identity",
     "IdentityN",
     "InTopKV2",
@@ -154,6 +156,7 @@ __all__ = [
     "Pow",
     "PreventGradient",
     "Prod",
+    "RGBToHSV",
     "RandomUniform",
     "Range",
     "Rank",
@@ -419,6 +422,46 @@ class AddV2:
         x: TensorLike,
         y: TensorLike,
         attrs: AddV2.Attrs | None = None,
+    ) -> Output: ...
+
+
+class AdjustContrastv2:
+    """Builds one 'AdjustContrastv2' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    AdjustContrastv2.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        images: T (float16, float32). [..., height, width, channels].
+        contrast_factor: float32. A scalar.
+
+    Attrs:
+        T: type, inferred from input 'images', one of float16, float32.
+
+    Outputs:
+        output: T (float16, float32).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one AdjustContrastv2 node, set with C++-style chained setters that
+        each return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        images: TensorLike,
+        contrast_factor: TensorLike,
+        attrs: AdjustContrastv2.Attrs | None = None,
     ) -> Output: ...
 
 
@@ -4936,6 +4979,44 @@ class GreaterEqual:
     ) -> Output: ...
 
 
+class HSVToRGB:
+    """Builds one 'HSVToRGB' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    HSVToRGB.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        images: T (float16, bfloat16, float32, float64). [..., 3] colours in [0, 1].
+
+    Attrs:
+        T: type, inferred from input 'images', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one HSVToRGB node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        images: TensorLike,
+        attrs: HSVToRGB.Attrs | None = None,
+    ) -> Output: ...
+
+
 class Identity:
     """Builds one 'Identity' node.
 
@@ -7393,6 +7474,44 @@ class Prod:
         attrs: Prod.Attrs | None = None,
         *,
         keep_dims: bool = False,
+    ) -> Output: ...
+
+
+class RGBToHSV:
+    """Builds one 'RGBToHSV' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    RGBToHSV.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        images: T (float16, bfloat16, float32, float64). [..., 3] colours in [0, 1].
+
+    Attrs:
+        T: type, inferred from input 'images', one of float16, bfloat16, float32, float64.
+
+    Outputs:
+        output: T (float16, bfloat16, float32, float64).
+
+    Returns:
+        The Output 'output'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one RGBToHSV node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+    def __new__(
+        cls,
+        scope: Scope,
+        images: TensorLike,
+        attrs: RGBToHSV.Attrs | None = None,
     ) -> Output: ...
 
 

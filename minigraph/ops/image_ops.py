@@ -10,6 +10,10 @@ how an output pixel maps to the input (docs/ops/image.md, TF 2.21's ``image_resi
 use); neither gives the legacy asymmetric mapping ``in = out * scale``. ResizeBilinear's
 output is float32 whatever ``T`` is, as in TF. The gradients are at the bottom.
 
+``RGBToHSV`` / ``HSVToRGB`` (the last axis: 3 channels) and ``AdjustContrastv2`` (each
+channel of each image moved away from its mean: ``(x - mean) * factor + mean``) are TF's
+colour ops, computed in its expression order (``colorspace_op.h``); none has a gradient yet.
+
 ``CropAndResize`` (``tf.image.crop_and_resize``, two-stage detectors' ROI crops) samples a
 ``crop_size`` grid inside each normalized box ``[y1, x1, y2, x2]`` of image ``box_ind[i]``,
 bilinearly or at the nearest pixel, in float32 step by step as TF's kernel does; samples
@@ -36,8 +40,9 @@ from minigraph.ops import math_ops as m
 from minigraph.ops.layout_ops import StridedSlice
 
 # The wrappers minigraph.ops exports.
-__all__ = ["CropAndResize", "ResizeBicubic", "ResizeBilinear", "ResizeBilinearGrad",
-           "ResizeNearestNeighbor", "ResizeNearestNeighborGrad"]
+__all__ = ["AdjustContrastv2", "CropAndResize", "HSVToRGB", "RGBToHSV", "ResizeBicubic",
+           "ResizeBilinear", "ResizeBilinearGrad", "ResizeNearestNeighbor",
+           "ResizeNearestNeighborGrad"]
 
 # TF's allowed T restricted to minigraph's dtypes
 RESIZE_TYPES = (dtypes.int32, dtypes.int64, dtypes.float16, dtypes.float32, dtypes.float64,
@@ -173,6 +178,50 @@ ResizeBilinearGrad = make_wrapper(register_op(OpDef(
     outputs=[ArgDef("output", type_attr="T")],
     attrs=[required("T", "type", allowed=dtypes.FLOATING), *_mode_attrs()],
     shape_fn=resize_bilinear_grad_shape,
+)))
+
+
+def _three_channels(ctx: InferenceContext) -> list[TensorShape]:
+    x = ctx.input_shape("images")
+    if x.rank == 0:
+        raise ctx.error("input must be at least 1D (input 'images')")
+    if x.rank is not None and x[-1] not in (None, 3):
+        raise ctx.error(f"input must have 3 channels but input only has {x[-1]} channels "
+                        f"(input 'images')")
+    return [x]
+
+
+def _colour(name: str) -> type:
+    return make_wrapper(register_op(OpDef(
+        name=name,
+        inputs=[ArgDef("images", type_attr="T", doc="[..., 3] colours in [0, 1].")],
+        outputs=[ArgDef("output", type_attr="T")],
+        attrs=[AttrDef("T", "type", default=dtypes.float32, allowed=dtypes.FLOATING)],
+        shape_fn=_three_channels,
+    )))
+
+
+RGBToHSV = _colour("RGBToHSV")
+HSVToRGB = _colour("HSVToRGB")
+
+
+def _adjust_contrast_shape(ctx: InferenceContext) -> list[TensorShape]:
+    x, factor = ctx.input_shape("images"), ctx.input_shape("contrast_factor")
+    if x.rank is not None and x.rank < 3:
+        raise ctx.error(f"input must be at least 3-D, got shape{x} (input 'images')")
+    if factor.rank not in (None, 0):
+        raise ctx.error(f"contrast_factor must be scalar: {factor} (input 'contrast_factor')")
+    return [x]
+
+
+AdjustContrastv2 = make_wrapper(register_op(OpDef(
+    name="AdjustContrastv2",
+    inputs=[ArgDef("images", type_attr="T", doc="[..., height, width, channels]."),
+            ArgDef("contrast_factor", dtype=dtypes.float32, doc="A scalar.")],
+    outputs=[ArgDef("output", type_attr="T")],
+    attrs=[AttrDef("T", "type", default=dtypes.float32,
+                   allowed=(dtypes.float16, dtypes.float32))],
+    shape_fn=_adjust_contrast_shape,
 )))
 
 
