@@ -41,6 +41,10 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.tensor_shape import TensorShape, dims_text
+from minigraph.ops.array_ops import Const
+from minigraph.ops.index_ops import OneHot
+from minigraph.ops.layout_ops import ExpandDims, StridedSlice
+from minigraph.ops.math_ops import Cast, Mul, Shape, Sum
 
 __all__ = ["Bucketize", "InTopKV2", "TopKV2", "Unique", "UniqueWithCounts", "Where"]
 
@@ -196,11 +200,6 @@ def _top_k_grad(scope, op, grads):
     """The values' cotangent goes back to the entries they were taken from, zero elsewhere
     (TF scatters it by the indices): dx[..., j] = sum over i of g[..., i] * (indices[..., i]
     == j), a one-hot of the indices over the row's n entries."""
-    from minigraph.ops.array_ops import Const
-    from minigraph.ops.index_ops import OneHot
-    from minigraph.ops.layout_ops import ExpandDims, StridedSlice
-    from minigraph.ops.math_ops import Cast, Mul, Shape, Sum
-
     x, indices, g = op.inputs[0], op.outputs[1], grads[0]
     if g is None:
         return [None, None]

@@ -30,6 +30,9 @@ from minigraph.framework.op_def import (
     required,
 )
 from minigraph.framework.tensor_shape import TensorShape, dims_text
+from minigraph.ops.array_ops import Const
+from minigraph.ops.convolution_ops import Conv2DBackpropInput
+from minigraph.ops.math_ops import Shape
 from minigraph.ops.window import windowed_output_size
 
 __all__ = ["BatchToSpaceND", "DepthToSpace", "ExtractImagePatches", "MirrorPad",
@@ -388,11 +391,10 @@ ReverseV2 = make_wrapper(register_op(OpDef(
 )))
 
 
-def patch_geometry(ctx_or_attrs, fail, shape) -> tuple:
+def patch_geometry(attrs: dict, fail, shape) -> tuple:
     """(ksize, strides, rates, pads, out) over the rows and columns of an NHWC ``shape`` for
     ExtractImagePatches' attrs (TF's checks: 4 entries each, 1 in the batch and depth
-    entries, every entry >= 1)."""
-    attrs = ctx_or_attrs
+    entries, every entry >= 1); ``fail(message)`` makes the error."""
     lists = {}
     for name in ("ksizes", "strides", "rates"):
         value = list(attrs[name])
@@ -483,10 +485,6 @@ def _extract_image_patches_grad(scope, op, grads):
     """Every patch entry's cotangent summed back onto the pixel it was read from: the
     transposed convolution of the cotangent with the one-hot filter that extracts the
     patches (filter[i, j, c, (i * kw + j) * depth + c] = 1; the rates as dilations)."""
-    from minigraph.ops.array_ops import Const
-    from minigraph.ops.convolution_ops import Conv2DBackpropInput
-    from minigraph.ops.math_ops import Shape
-
     x = op.inputs[0]
     depth = x.shape[3] if x.shape.rank == 4 else None
     if depth is None:
