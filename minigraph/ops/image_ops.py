@@ -142,25 +142,23 @@ ResizeNearestNeighbor = make_wrapper(register_op(OpDef(
     attrs=[required("T", "type", allowed=RESIZE_TYPES), *_mode_attrs()],
     shape_fn=resize_shape,
 )))
-ResizeBilinear = make_wrapper(register_op(OpDef(
-    name="ResizeBilinear",
-    inputs=[ArgDef("images", type_attr="T", doc="NHWC images."),
-            ArgDef("size", dtype=dtypes.int32, doc="[new_height, new_width], each > 0.")],
-    outputs=[ArgDef("resized_images", dtype=dtypes.float32)],
-    attrs=[required("T", "type", allowed=RESIZE_TYPES), *_mode_attrs()],
-    shape_fn=resize_shape,
-)))
+def _float_resize(name: str) -> type:
+    """A resize whose output is float32 whatever T is (TF's bilinear and bicubic)."""
+    return make_wrapper(register_op(OpDef(
+        name=name,
+        inputs=[ArgDef("images", type_attr="T", doc="NHWC images."),
+                ArgDef("size", dtype=dtypes.int32, doc="[new_height, new_width], each > 0.")],
+        outputs=[ArgDef("resized_images", dtype=dtypes.float32)],
+        attrs=[required("T", "type", allowed=RESIZE_TYPES), *_mode_attrs()],
+        shape_fn=resize_shape,
+    )))
+
+
+ResizeBilinear = _float_resize("ResizeBilinear")
 # Cubic convolution over 4 x 4 input pixels, weights from TF's table of 1025 positions per
 # unit (Keys' a = -0.5 with half_pixel_centers, where taps off the image weigh 0 and the rest
 # are renormalized; a = -0.75 otherwise, the edge pixels repeated); no gradient yet.
-ResizeBicubic = make_wrapper(register_op(OpDef(
-    name="ResizeBicubic",
-    inputs=[ArgDef("images", type_attr="T", doc="NHWC images."),
-            ArgDef("size", dtype=dtypes.int32, doc="[new_height, new_width], each > 0.")],
-    outputs=[ArgDef("resized_images", dtype=dtypes.float32)],
-    attrs=[required("T", "type", allowed=RESIZE_TYPES), *_mode_attrs()],
-    shape_fn=resize_shape,
-)))
+ResizeBicubic = _float_resize("ResizeBicubic")
 ResizeNearestNeighborGrad = make_wrapper(register_op(OpDef(
     name="ResizeNearestNeighborGrad",
     inputs=[ArgDef("grads", type_attr="T", doc="The gradient of the resized images."),

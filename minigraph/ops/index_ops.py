@@ -45,6 +45,9 @@ __all__ = ["DenseBincount", "GatherNd", "GatherV2", "LinSpace", "OneHot", "Range
            "TensorScatterAdd", "TensorScatterSub", "TensorScatterUpdate", "UnsortedSegmentSum"]
 
 INT64_MAX = 2 ** 63 - 1
+BAD_INDICES_POLICY = AttrDef(
+    "bad_indices_policy", "string", default="", allowed=("", "DEFAULT", "ERROR"),
+    doc="TF's policy for an index out of range: minigraph always refuses it.")
 
 
 def require_scalars(ctx: InferenceContext, names: tuple[str, ...], wording: str) -> None:
@@ -296,8 +299,7 @@ GatherNd = make_wrapper(register_op(OpDef(
                        "a slice (M < rank) of params.")],
     outputs=[ArgDef("output", type_attr="Tparams")],
     attrs=[required("Tparams", "type"), required("Tindices", "type", allowed=INTEGERS),
-           AttrDef("bad_indices_policy", "string", default="", allowed=("", "DEFAULT", "ERROR"),
-                   doc="TF's policy for an index out of range: minigraph always refuses it.")],
+           BAD_INDICES_POLICY],
     shape_fn=_gather_nd_shape,
 )))
 
@@ -331,8 +333,7 @@ ScatterNd = make_wrapper(register_op(OpDef(
             ArgDef("shape", type_attr="Tindices", doc="The output's shape.")],
     outputs=[ArgDef("output", type_attr="T")],
     attrs=[required("T", "type", allowed=NUMBERS), required("Tindices", "type", allowed=INTEGERS),
-           AttrDef("bad_indices_policy", "string", default="", allowed=("", "DEFAULT", "ERROR"),
-                   doc="TF's policy for an index out of range: minigraph always refuses it.")],
+           BAD_INDICES_POLICY],
     shape_fn=_scatter_nd_shape,
 )))
 
@@ -368,10 +369,7 @@ def _tensor_scatter(name: str) -> type:
         outputs=[ArgDef("output", type_attr="T")],
         attrs=[required("T", "type", allowed=None if name == "TensorScatterUpdate" else NUMBERS),
                required("Tindices", "type", allowed=INTEGERS),
-               AttrDef("bad_indices_policy", "string", default="",
-                       allowed=("", "DEFAULT", "ERROR"),
-                       doc="TF's policy for an index out of range: minigraph always refuses "
-                           "it.")],
+               BAD_INDICES_POLICY],
         shape_fn=_tensor_scatter_shape,
     )))
 
