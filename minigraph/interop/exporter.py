@@ -35,6 +35,9 @@ MINIGRAPH_ONLY_OPS = {
                     "DynamicStitch and Fill, which minigraph lacks)",
     "FlatConcat": "minigraph's flatten-and-concatenate of data-parallel gradients (TF builds "
                   "it from Reshape and ConcatV2)",
+    "WhileLoop": "minigraph's form of a while loop imported from TF (its condition and body "
+                 "are subgraphs; TF's frozen graphs hold the loop's frame of Enter, Merge, "
+                 "Switch and Exit nodes)",
 }
 # attrs of TF's ops that minigraph adds, and how each is written for TF instead: Assert's
 # message (TF carries it as a string tensor among the data; interop.asserts folds it back)

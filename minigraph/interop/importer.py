@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from minigraph.framework import files
+from minigraph.framework import dtypes, files
 from minigraph.framework.dtypes import DType, as_dtype
 from minigraph.framework.errors import (
     InvalidArgumentError,
@@ -36,8 +36,10 @@ from minigraph.framework.op_def import (
 )
 from minigraph.framework.scope import Scope
 from minigraph.framework.toposort import stable_topological_order
-from minigraph.interop import asserts, attrs, functions, protos, versions
-from minigraph.interop.tensors import tf_type_name
+from minigraph.interop import asserts, attrs, functions, loops, protos, versions
+from minigraph.interop.tensors import enum_to_dtype, tf_type_name
+from minigraph.ops.array_ops import PLACEHOLDER
+from minigraph.ops.control_flow_ops import WHILE_LOOP, Subgraph
 
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
 # protobuf refuses messages over 2 GiB; TF's GraphDefs never are larger
@@ -305,9 +307,14 @@ class _Importer:
                      calls: tuple[str, ...]) -> None:
         """Build ``nodes`` in dependency order; ``calls``: the functions whose bodies they
         are in (outermost first), for recursion. Assert messages held in string constants
-        are folded into the Asserts first (``interop.asserts``)."""
+        are folded into the Asserts first (``interop.asserts``), and lowered while loops
+        lifted (``interop.loops``)."""
         nodes, inputs = asserts.fold_string_messages(nodes, inputs)
+        nodes, inputs = loops.lift(nodes, inputs, lambda name: name in self.names)
         for node in _topological_order(nodes, inputs):
+            if isinstance(node, loops.Loop):
+                self._import_loop(node, inputs[node.name], calls)
+                continue
             call = self.library.call(node)
             if call is None:
                 sources, controls = self._sources(node, inputs[node.name])
@@ -337,6 +344,52 @@ class _Importer:
             else:
                 sources.append(self._output(node, source, index))
         return sources, controls
+
+    def _import_loop(self, loop: loops.Loop, entries: list[tuple[str, int]],
+                     calls: tuple[str, ...]) -> None:
+        """Build a lifted while loop: its condition and body, each imported into a graph of
+        its own fed by one Placeholder per loop variable, then the ``WhileLoop`` node."""
+        sources, controls = self._sources(loop, entries)
+        initial, lengths = sources[:loop.variables], sources[loop.variables:]
+        try:
+            cond = self._subgraph(loop, initial, *loop.cond[:2], [loop.cond[2]], [], calls)
+            body = self._subgraph(loop, initial, *loop.body, loop.body_targets, calls)
+        except (InvalidArgumentError, NotFoundError, UnimplementedError) as exc:
+            raise type(exc)(f"{exc} (in while loop '{shown(loop.frame)}')") from None
+        if cond.outputs[0].dtype is not dtypes.bool_:
+            raise InvalidArgumentError(f"while loop '{shown(loop.frame)}': its condition is "
+                                       f"{cond.outputs[0].dtype.name}, expected bool")
+        list_types = [enum_to_dtype(t, f"while loop '{shown(loop.frame)}'")
+                      for t in loop.list_types]
+        for position, (index, item) in enumerate(zip(body.outputs[loop.variables::2],
+                                                     body.outputs[loop.variables + 1::2])):
+            if index.dtype is not dtypes.int32 or item.dtype is not list_types[position]:
+                raise InvalidArgumentError(
+                    f"while loop '{shown(loop.frame)}': list {position} holds "
+                    f"{list_types[position].name} items at int32 indices; the body writes "
+                    f"{item.dtype.name} at {index.dtype.name}")
+        scope = (self.root.WithOpName(self.prefix + loop.name).WithDevice(loop.device)
+                 .WithControlDependencies(controls))
+        build_operation(scope, WHILE_LOOP, [initial, lengths],
+                        {"list_types": list_types, "cond": cond, "body": body})
+
+    def _subgraph(self, loop: loops.Loop, initial: list[Output], nodes: list[Any],
+                  inputs: dict[str, list[tuple[str, int]]], outputs: list[tuple[str, int]],
+                  targets: list[str], calls: tuple[str, ...]) -> Subgraph:
+        """``nodes`` imported into a new graph whose Placeholders ``loop.placeholders`` take
+        the loop variables' dtypes."""
+        root = Scope(Graph())
+        importer = _Importer(root, "", self.producer, self.library, self.names)
+        feeds = [build_operation(root.WithOpName(name), PLACEHOLDER, [],
+                                 {"dtype": value.dtype}).outputs[0]
+                 for name, value in zip(loop.placeholders, initial)]
+        importer.names.update(loop.placeholders)
+        importer.import_nodes(nodes, inputs, calls)
+        self.names |= importer.names
+        graph = root.graph()
+        return Subgraph(graph, tuple(feeds),
+                        tuple(importer._output(loop, *entry) for entry in outputs),
+                        tuple(graph.get_operation(name) for name in targets))
 
     def _inline(self, call: functions.Call, entries: list[tuple[str, int]],
                 calls: tuple[str, ...]) -> None:

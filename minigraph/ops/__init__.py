@@ -9,6 +9,7 @@ from minigraph.ops import (
     array_ops,
     batch_norm,
     concat_ops,
+    control_flow_ops,
     convolution_ops,
     detection_ops,
     elementwise_ops,
@@ -32,6 +33,7 @@ from minigraph.ops.activation_ops import *  # noqa: F403
 from minigraph.ops.array_ops import *  # noqa: F403
 from minigraph.ops.batch_norm import *  # noqa: F403
 from minigraph.ops.concat_ops import *  # noqa: F403
+from minigraph.ops.control_flow_ops import *  # noqa: F403
 from minigraph.ops.convolution_ops import *  # noqa: F403
 from minigraph.ops.detection_ops import *  # noqa: F403
 from minigraph.ops.elementwise_ops import *  # noqa: F403
@@ -49,8 +51,8 @@ from minigraph.ops.state_ops import *  # noqa: F403
 from minigraph.ops.training_ops import *  # noqa: F403
 from minigraph.ops.volumetric_ops import *  # noqa: F403
 
-_FAMILIES = (activation_ops, array_ops, batch_norm, concat_ops, convolution_ops,
-             detection_ops, elementwise_ops, fused_ops, fused_training_ops, image_ops,
-             index_ops, layout_ops, linalg_ops, math_ops, nn_ops, pooling_ops, reduction_ops,
-             selection_ops, spatial_ops, state_ops, training_ops, volumetric_ops)
+_FAMILIES = (activation_ops, array_ops, batch_norm, concat_ops, control_flow_ops,
+             convolution_ops, detection_ops, elementwise_ops, fused_ops, fused_training_ops,
+             image_ops, index_ops, layout_ops, linalg_ops, math_ops, nn_ops, pooling_ops,
+             reduction_ops, selection_ops, spatial_ops, state_ops, training_ops, volumetric_ops)
 __all__ = sorted(name for family in _FAMILIES for name in family.__all__)

@@ -1,0 +1,466 @@
+"""TensorFlow's lowered ``while`` loops at import: each frame lifted into one ``WhileLoop``.
+
+A frozen ``tf.while_loop`` (Keras' recurrent layers) is a *frame*: per loop variable ``i``
+
+    Enter_i(initial) -> Merge_i(Enter_i, NextIteration_i) -> Switch_i(Merge_i, LoopCond)
+    Switch_i:0 -> Exit_i (the final value)      Switch_i:1 -> body -> NextIteration_i
+
+where the condition reads the ``Merge`` outputs and feeds ``LoopCond``; ``Enter`` nodes with
+``is_constant`` bring loop invariants in. :func:`lift` finds each outermost frame (the
+``Enter`` nodes of one ``frame_name``), takes the nodes the condition and the body need
+(walking inputs back from ``LoopCond`` and from the ``NextIteration`` nodes, to the
+``Merge``/``Switch``/invariant ``Enter`` nodes, which become the subgraphs' Placeholders),
+and replaces the frame by a :class:`Loop`, which the importer builds as a ``WhileLoop``
+(``ops/control_flow_ops.py``); what read an ``Exit`` reads the loop's output. Nested frames
+lie inside a body and are lifted when the body is imported.
+
+Tensor arrays are ``TensorList`` ops on ``variant`` tensors, which minigraph lacks; the two
+uses TensorFlow's loops make of them are rewritten:
+
+* a list made by ``TensorListFromTensor(t)`` and only read in the loop
+  (``TensorListGetItem(list, i)``) is the loop variable ``t``, read by ``GatherV2(t, i, 0)``;
+* a list made by ``TensorListReserve(shape, n)``, written once an iteration by
+  ``TensorListSetItem(list, i, item)`` and stacked after the loop (``TensorListStack``) is
+  one of the loop's written lists: the body returns ``(i, item)``, the loop the stack.
+
+Anything else (another ``TensorList`` op, a frame without one ``LoopCond``, a node reading
+into a frame without an ``Enter``) is refused with an error naming the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from minigraph.framework.errors import InvalidArgumentError, UnimplementedError
+from minigraph.framework.names import shown
+from minigraph.interop import protos
+
+Entry = tuple[str, int]  # (node, output); output -1: a control edge
+FRAME_OPS = ("Enter", "Merge", "Switch", "NextIteration", "LoopCond", "Exit")
+LIST_OPS = ("TensorListFromTensor", "TensorListReserve", "TensorListGetItem",
+            "TensorListSetItem", "TensorListStack")
+_DT_INT32, _DT_VARIANT = 3, 21
+
+
+@dataclass
+class Loop:
+    """A lifted frame, standing in the node list for its nodes (the importer builds it).
+
+    ``initial``: the outer tensors the loop variables start from, then the written lists'
+    reserved lengths; ``placeholders``: the subgraphs' input node names, one per loop
+    variable; ``cond``/``body``: each subgraph's nodes, parsed inputs and outputs
+    (``body_targets``: nodes the body runs for their effects); ``list_types``: the written
+    lists' item dtype enums."""
+
+    name: str
+    frame: str
+    device: str
+    variables: int
+    initial: list[Entry]
+    placeholders: list[str]
+    cond: tuple[list[Any], dict[str, list[Entry]], Entry]
+    body: tuple[list[Any], dict[str, list[Entry]], list[Entry]]
+    body_targets: list[str]
+    list_types: list[int] = field(default_factory=list)
+    op: str = "WhileLoop"
+
+
+def _frame_error(frame: str, message: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"while loop '{shown(frame)}': {message}")
+
+
+class _Frame:
+    """One frame's nodes, found from its ``Enter`` nodes (see the module docstring)."""
+
+    def __init__(self, name: str, enters: list[Any], by_name: dict[str, Any],
+                 inputs: dict[str, list[Entry]], consumers: dict[str, list[tuple[str, int]]]
+                 ) -> None:
+        self.name, self.enters, self.by_name = name, enters, by_name
+        self.inputs, self.consumers = inputs, consumers
+        self.members = self._members()
+
+    def _members(self) -> set[str]:
+        """Every node reached from the frame's ``Enter`` nodes, stopping after its
+        ``Exit`` nodes (whose readers are outside)."""
+        seen = {enter.name for enter in self.enters}
+        stack = list(seen)
+        while stack:
+            name = stack.pop()
+            if self.by_name[name].op == "Exit" and self.is_own(name):
+                continue
+            for consumer, _ in self.consumers.get(name, ()):
+                if consumer not in seen:
+                    seen.add(consumer)
+                    stack.append(consumer)
+        return seen
+
+    def is_own(self, name: str) -> bool:
+        """Whether the frame node ``name`` (a Merge, Switch or Exit) is this frame's own,
+        not a nested frame's: its chain leads back to one of this frame's Enters."""
+        node = self.by_name[name]
+        while node.op in ("Exit", "Switch", "Merge"):
+            data = [e for e in self.inputs[node.name] if e[1] >= 0]
+            if not data:
+                return False
+            node = self.by_name[data[0][0]]
+        return node.op == "Enter" and node.attr["frame_name"].s.decode("utf-8",
+                                                                       "replace") == self.name
+
+
+def _data(inputs: dict[str, list[Entry]], name: str) -> list[Entry]:
+    return [entry for entry in inputs[name] if entry[1] >= 0]
+
+
+def _consumers(nodes: Sequence[Any], inputs: dict[str, list[Entry]]
+               ) -> dict[str, list[tuple[str, int]]]:
+    """source -> [(consumer, output index read; -1 for a control edge)]."""
+    found: dict[str, list[tuple[str, int]]] = {}
+    for node in nodes:
+        for source, index in inputs[node.name]:
+            found.setdefault(source, []).append((node.name, index))
+    return found
+
+
+def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
+         taken: Callable[[str], bool]) -> tuple[list[Any], dict[str, list[Entry]]]:
+    """``nodes`` with each outermost frame replaced by a :class:`Loop`; ``inputs`` (parsed,
+    per node) rewritten to match; ``taken(name)``: whether a node name is in use.
+
+    Placeholders of dtype ``variant`` that nothing reads are dropped: TF's freezing leaves
+    them (``unused_control_flow_input_N``) where a lowered loop's inputs were."""
+    consumers = _consumers(nodes, inputs)
+    nodes = [node for node in nodes
+             if not (node.op == "Placeholder" and node.name not in consumers
+                     and node.attr["dtype"].type == _DT_VARIANT)]
+    enters: dict[str, list[Any]] = {}
+    for node in nodes:
+        if node.op == "Enter":
+            frame = node.attr["frame_name"].s.decode("utf-8", "replace")
+            enters.setdefault(frame, []).append(node)
+    if not enters:
+        if any(node.op in FRAME_OPS for node in nodes):
+            odd = next(node for node in nodes if node.op in FRAME_OPS)
+            raise UnimplementedError(
+                f"Node '{shown(odd.name)}' is a {odd.op} outside any while loop (a lowered "
+                f"tf.cond): minigraph imports while loops, not conditionals")
+        return nodes, inputs
+    by_name = {node.name: node for node in nodes}
+    frames = [_Frame(name, group, by_name, inputs, consumers) for name, group in enters.items()]
+    outermost = [f for f in frames
+                 if not any(g is not f and f.enters[0].name in g.members for g in frames)]
+    owner: dict[str, str] = {}  # removed node -> its frame
+    renamed: dict[Entry, Entry] = {}
+    loops = []
+    for frame in outermost:
+        loop, gone, outputs = _Lifter(frame, taken).lift()
+        loops.append(loop)
+        owner.update(dict.fromkeys(gone, frame.name))
+        renamed.update(outputs)
+    kept = [node for node in nodes if node.name not in owner]
+    new_inputs = {}
+    for node in kept:
+        entries = []
+        for source, index in inputs[node.name]:
+            if source in owner:
+                target = renamed.get((source, index)) or renamed.get((source, max(index, 0)))
+                if target is None:
+                    raise _frame_error(owner[source], f"node '{shown(node.name)}' reads "
+                                                      f"'{shown(source)}' of the loop without "
+                                                      f"an Exit")
+                source, index = target[0], index if index < 0 else target[1]
+            entries.append((source, index))
+        new_inputs[node.name] = entries
+    for loop in loops:
+        new_inputs[loop.name] = list(loop.initial)
+    return kept + loops, new_inputs
+
+
+class _Lifter:
+    """Lifts one frame: its loop variables, condition and body (:meth:`lift`)."""
+
+    def __init__(self, frame: _Frame, taken: Callable[[str], bool]) -> None:
+        self.frame, self.taken = frame, taken
+        self.by_name, self.inputs, self.consumers = frame.by_name, frame.inputs, frame.consumers
+
+    def error(self, message: str) -> InvalidArgumentError:
+        return _frame_error(self.frame.name, message)
+
+    def unsupported(self, message: str) -> UnimplementedError:
+        return UnimplementedError(f"while loop '{shown(self.frame.name)}': {message}")
+
+    def node(self, name: str) -> Any:
+        return self.by_name[name]
+
+    def only_reader(self, name: str, op: str) -> str:
+        """The one node reading data from ``name``, which must be a ``op``."""
+        readers = [r for r in self.consumers.get(name, []) if r[1] >= 0]
+        if len(readers) != 1 or self.node(readers[0][0]).op != op:
+            raise self.error(f"{self.node(name).op} '{shown(name)}' must be read by exactly "
+                             f"one {op}, got {[shown(r) for r, _ in readers][:4]}")
+        return readers[0][0]
+
+    def data_readers(self, name: str | None) -> list[str]:
+        """The nodes reading data from ``name`` (none for None)."""
+        return [r for r, i in self.consumers.get(name or "", ()) if i >= 0]
+
+    def resolve(self, entry: Entry) -> Entry:
+        """The tensor an Identity chain ending at ``entry`` passes on."""
+        for _ in range(len(self.by_name)):
+            if self.node(entry[0]).op != "Identity" or not _data(self.inputs, entry[0]):
+                break
+            entry = _data(self.inputs, entry[0])[0]
+        return entry
+
+    def is_own(self, name: str) -> bool:
+        """Whether the frame node ``name`` is this frame's (not a nested frame's)."""
+        node = self.node(name)
+        if node.op in ("Merge", "Switch", "Exit"):
+            return self.frame.is_own(name)
+        if node.op == "Enter":
+            return node.attr["frame_name"].s.decode("utf-8", "replace") == self.frame.name
+        follower = "Merge" if node.op == "NextIteration" else "Switch"
+        return any(self.node(c).op == follower and self.frame.is_own(c)
+                   for c, _ in self.consumers.get(name, ()))
+
+    # ------------------------------------------------------------------ the structure
+
+    def variables(self) -> list[dict[str, Any]]:
+        """One record per loop variable (non-constant Enter): its Enter, Merge, Switch,
+        NextIteration, Exit (or None) and kind (``tensor``, ``read`` or ``written``)."""
+        found = []
+        for enter in self.frame.enters:
+            if enter.attr["is_constant"].b:
+                continue
+            merge = self.only_reader(enter.name, "Merge")
+            merge_inputs = _data(self.inputs, merge)
+            if len(merge_inputs) != 2 or merge_inputs[0][0] != enter.name or \
+                    self.node(merge_inputs[1][0]).op != "NextIteration":
+                raise self.error(f"Merge '{shown(merge)}' must read its Enter, then a "
+                                 f"NextIteration")
+            readers = self.consumers.get(merge, ())
+            switches = [c for c, i in readers if i >= 0 and self.node(c).op == "Switch"]
+            if len(switches) != 1:
+                raise self.error(f"Merge '{shown(merge)}' must feed exactly one Switch")
+            switch = switches[0]
+            out0 = [c for c, i in self.consumers.get(switch, ()) if i == 0]
+            if len(out0) > 1 or any(self.node(c).op != "Exit" for c in out0):
+                raise self.error(f"Switch '{shown(switch)}': its output 0 may only feed one "
+                                 f"Exit")
+            found.append({"enter": enter, "merge": merge, "switch": switch,
+                          "next": merge_inputs[1][0], "exit": out0[0] if out0 else None,
+                          "kind": self.kind(enter)})
+        if not found:
+            raise self.error("it has no loop variable (every Enter is constant)")
+        return found
+
+    def kind(self, enter: Any) -> str:
+        """``tensor``, ``read`` (a TensorListFromTensor list) or ``written`` (Reserve)."""
+        source = _data(self.inputs, enter.name)[0][0]
+        op = self.node(source).op
+        if op == "TensorListFromTensor":
+            return "read"
+        if op == "TensorListReserve":
+            return "written"
+        if op.startswith("TensorList"):
+            raise self.unsupported(f"a loop variable comes from '{shown(source)}', a {op}: "
+                                   f"minigraph imports lists made by TensorListFromTensor "
+                                   f"(read in the loop) or TensorListReserve (written)")
+        return "tensor"
+
+    def loop_cond(self, variables: list[dict[str, Any]]) -> str:
+        """The frame's one LoopCond, which every Switch reads."""
+        preds = set()
+        for variable in variables:
+            data = _data(self.inputs, variable["switch"])
+            preds.add(data[1][0] if len(data) == 2 else "")
+        pred = preds.pop() if len(preds) == 1 else ""
+        if not pred or self.node(pred).op != "LoopCond" or not _data(self.inputs, pred):
+            raise self.error("its Switch nodes must all be controlled by one LoopCond")
+        return pred
+
+    # ------------------------------------------------------------------ lifting
+
+    def lift(self) -> tuple[Loop, set[str], dict[Entry, Entry]]:
+        """The Loop, the nodes it replaces, and what reads of those nodes read instead."""
+        frame = self.frame
+        variables = self.variables()
+        pred = self.loop_cond(variables)
+        name = frame.name
+        while self.taken(name) or name in self.by_name:
+            name += "_lifted"
+        kept = [v for v in variables if v["kind"] != "written"]
+        written = [v for v in variables if v["kind"] == "written"]
+        invariants = [e for e in frame.enters if e.attr["is_constant"].b]
+        count = len(kept) + len(invariants)
+        placeholders = []
+        for i in range(count):
+            text = f"{frame.name}/loop_var_{i}"
+            while text in self.by_name:
+                text += "_"
+            placeholders.append(text)
+        removed = set(frame.members)
+        renamed: dict[Entry, Entry] = {}
+        cond_map: dict[Entry, str] = {}  # what the subgraphs read instead of frame nodes
+        body_map: dict[Entry, str] = {}
+        initial: list[Entry] = []
+        read_lists: dict[str, int] = {}  # placeholder -> item dtype enum
+        for position, variable in enumerate(kept):
+            cond_map[(variable["merge"], 0)] = placeholders[position]
+            body_map[(variable["switch"], 1)] = placeholders[position]
+            source = _data(self.inputs, variable["enter"].name)[0]
+            if variable["kind"] == "read":
+                self.only_reader(source[0], "Enter")
+                removed.add(source[0])
+                renamed[(source[0], -1)] = (_data(self.inputs, source[0])[0][0], -1)
+                read_lists[placeholders[position]] = self.node(source[0]).attr["element_dtype"].type
+                readers = self.data_readers(variable["exit"])
+                if readers:
+                    raise self.unsupported(f"the list read in the loop is used after it, by "
+                                           f"'{shown(readers[0])}'")
+                source = _data(self.inputs, source[0])[0]
+            initial.append(source)
+            if variable["exit"]:
+                renamed[(variable["exit"], 0)] = (name, position)
+        for offset, enter in enumerate(invariants):
+            cond_map[(enter.name, 0)] = body_map[(enter.name, 0)] = placeholders[len(kept)
+                                                                                + offset]
+            initial.append(_data(self.inputs, enter.name)[0])
+        body_outputs = [_data(self.inputs, v["next"])[0] for v in kept]
+        body_outputs += [(p, 0) for p in placeholders[len(kept):]]
+        list_types = []
+        for k, variable in enumerate(written):
+            reserve = _data(self.inputs, variable["enter"].name)[0][0]
+            self.only_reader(reserve, "Enter")
+            removed.add(reserve)
+            renamed[(reserve, -1)] = (_data(self.inputs, reserve)[1][0], -1)
+            initial.append(_data(self.inputs, reserve)[1])
+            list_types.append(self.node(reserve).attr["element_dtype"].type)
+            body_outputs += self.write(variable, reserve)
+            for reader in self.data_readers(variable["exit"]):
+                if self.node(reader).op != "TensorListStack":
+                    raise self.unsupported(f"the list written in the loop is read after it by "
+                                           f"'{shown(reader)}', a {self.node(reader).op}; "
+                                           f"minigraph reads it with TensorListStack only")
+                removed.add(reader)
+                renamed[(reader, 0)] = (name, count + k)
+        for variable in variables:  # what waited for an Exit waits for the loop
+            if variable["exit"]:
+                renamed[(variable["exit"], -1)] = (name, -1)
+        initial += [e for enter in frame.enters for e in self.inputs[enter.name] if e[1] < 0]
+        controls = [e[0] for v in variables for e in self.inputs[v["next"]] if e[1] < 0]
+        cond_output = _data(self.inputs, pred)[0]
+        cond = self.subgraph([cond_output], cond_map, read_lists, "condition")
+        body = self.subgraph(body_outputs + [(c, -1) for c in controls], body_map,
+                             read_lists, "body")
+        loop = Loop(name, frame.name, frame.enters[0].device, count, initial, placeholders,
+                    (*cond, _mapped(cond_output, cond_map)),
+                    (*body, [_mapped(e, body_map) for e in body_outputs]),
+                    controls, list_types)
+        return loop, removed, renamed
+
+    def write(self, variable: dict[str, Any], reserve: str) -> list[Entry]:
+        """The (index, item) a written list's one ``TensorListSetItem`` an iteration
+        writes."""
+        set_item = self.resolve(_data(self.inputs, variable["next"])[0])[0]
+        data = _data(self.inputs, set_item)
+        if self.node(set_item).op != "TensorListSetItem" or len(data) != 3 or \
+                self.resolve(data[0]) != (variable["switch"], 1):
+            raise self.unsupported(f"the list reserved by '{shown(reserve)}' must be written by "
+                                   f"one TensorListSetItem an iteration; its next value comes "
+                                   f"from '{shown(set_item)}', a {self.node(set_item).op}")
+        if self.node(set_item).attr["resize_if_index_out_of_bounds"].b:
+            raise self.unsupported(f"'{shown(set_item)}' grows its list "
+                                   f"(resize_if_index_out_of_bounds)")
+        return data[1:3]
+
+    def subgraph(self, roots: list[Entry], replaced: dict[Entry, str], read_lists: dict[str, int],
+                 what: str) -> tuple[list[Any], dict[str, list[Entry]]]:
+        """The nodes ``roots`` need (inputs walked back to the frame nodes ``replaced`` maps
+        to placeholders), with their inputs rewritten; ``TensorListGetItem`` of a read list
+        becomes ``GatherV2``."""
+        def rewritten(source: str, index: int) -> Entry | None:
+            """What the subgraph reads for an input: a placeholder, nothing (a control edge
+            on the frame's own nodes orders nothing inside one iteration), or the input."""
+            if (source, max(index, 0)) in replaced:
+                return None if index < 0 else (replaced[(source, index)], 0)
+            if index < 0 and self.node(source).op in FRAME_OPS and self.is_own(source):
+                return None
+            return source, index
+
+        placeholders = set(replaced.values())
+
+        def walked(entries: list[Entry]) -> list[str]:
+            return [s for s, i in entries
+                    if s not in placeholders and rewritten(s, i) == (s, i)]
+
+        order: list[str] = []
+        seen: set[str] = set()
+        stack = walked(roots)
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            node = self.node(name)
+            if name not in self.frame.members:
+                raise self.error(f"its {what} reads '{shown(name)}' from outside the loop "
+                                 f"without an Enter")
+            if node.op in FRAME_OPS and self.is_own(name):
+                raise self.error(f"its {what} reads the loop's {node.op} '{shown(name)}'")
+            seen.add(name)
+            order.append(name)
+            stack += walked(self.inputs[name])
+        nodes, inputs = [], {}
+        for name in order:
+            node = self.node(name)
+            entries = [e for e in (rewritten(s, i) for s, i in self.inputs[name]) if e]
+            lists = [i for i, entry in enumerate(_data(self.inputs, name))
+                     if _mapped(self.resolve(entry), replaced)[0] in read_lists]
+            if node.op == "TensorListGetItem" and lists == [0]:
+                node, entries, axis = self.gather(node, entries)
+                nodes.append(axis)
+                inputs[axis.name] = []
+            elif node.op == "Identity" and lists == [0]:  # passes the tensor on
+                node = _copy(node)
+                node.attr["T"].type = read_lists[self.resolved_list(name, replaced)]
+            elif node.op in LIST_OPS or lists:
+                raise self.unsupported(
+                    f"node '{shown(name)}' ({node.op}) uses a list; in a loop minigraph "
+                    f"imports TensorListGetItem of a list made by TensorListFromTensor, and "
+                    f"one TensorListSetItem an iteration of a reserved list")
+            nodes.append(node)
+            inputs[node.name] = entries
+        return nodes, inputs
+
+    def resolved_list(self, name: str, replaced: dict[Entry, str]) -> str:
+        """The placeholder of the read list the Identity ``name`` passes on."""
+        return _mapped(self.resolve((name, 0)), replaced)[0]
+
+    def gather(self, node: Any, entries: list[Entry]) -> tuple[Any, list[Entry], Any]:
+        """``TensorListGetItem(list, i, shape)`` as ``GatherV2(t, i, axis)`` and its axis,
+        a Const 0."""
+        node_def = protos.message_class("tensorflow.NodeDef")
+        gather = node_def(name=node.name, op="GatherV2", device=node.device)
+        gather.attr["Tparams"].type = node.attr["element_dtype"].type
+        gather.attr["Tindices"].type = _DT_INT32
+        gather.attr["Taxis"].type = _DT_INT32
+        axis = node_def(name=f"{node.name}/lifted_axis", op="Const", device=node.device)
+        axis.attr["dtype"].type = _DT_INT32
+        axis.attr["value"].tensor.dtype = _DT_INT32
+        axis.attr["value"].tensor.tensor_shape.SetInParent()
+        axis.attr["value"].tensor.int_val.append(0)
+        data = [e for e in entries if e[1] >= 0]
+        return gather, [data[0], data[1], (axis.name, 0)] + [e for e in entries
+                                                            if e[1] < 0], axis
+
+
+def _copy(node: Any) -> Any:
+    copied = type(node)()
+    copied.CopyFrom(node)
+    return copied
+
+
+def _mapped(entry: Entry, replaced: dict[Entry, str]) -> Entry:
+    """``entry``, or the placeholder that stands for it."""
+    return (replaced[entry], 0) if entry in replaced else entry

@@ -1,0 +1,112 @@
+"""Loops: ``WhileLoop``, the op a TensorFlow ``while`` loop becomes when minigraph imports it.
+
+TensorFlow lowers a ``while`` loop (a Keras ``LSTM``, ``GRU`` or ``SimpleRNN`` layer, any
+``tf.while_loop``) into a frame of ``Enter``, ``Merge``, ``Switch``, ``NextIteration``,
+``LoopCond`` and ``Exit`` nodes before it freezes a graph; its tensor arrays become
+``TensorList`` ops on a ``variant`` tensor. minigraph has neither frames nor variants: the
+importer (``interop/loops.py``) lifts each frame back into one ``WhileLoop`` node whose
+condition and body are :class:`Subgraph`s, and the session runs it by running those
+subgraphs (``client/loops.py``)::
+
+    values = loop_vars
+    while cond(values):               # a scalar bool
+        values, (index, item)... = body(values)
+        lists[k][index] = item        # the loop's TensorListSetItem, one per list
+    return values, stack(lists)       # the TensorListStack after the loop
+
+A list read in the body (``TensorListGetItem`` of a list made by ``TensorListFromTensor``)
+is the tensor it was made from, read with ``GatherV2``; a list written in the body (a
+``TensorListReserve``'d list, ``TensorListSetItem``) is an accumulator of the op: the body
+returns each write's index and item after the loop variables, and the op returns each
+list stacked (``[length, *item shape]``; rows never written are zeros) after the final
+loop variables. ``WhileLoop`` is minigraph's own op (TensorFlow's ``While`` calls library
+functions), has no gradient and is not exported back to a GraphDef.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from minigraph.framework import dtypes
+from minigraph.framework.graph import Graph, Operation, Output
+from minigraph.framework.op_def import (
+    ArgDef,
+    AttrDef,
+    InferenceContext,
+    OpDef,
+    register_op,
+    required,
+)
+from minigraph.framework.tensor_shape import TensorShape
+
+# no wrappers: loops come from imported graphs (``mg.import_graph_def``)
+__all__: list[str] = []
+
+
+@dataclass(eq=False)
+class Subgraph:
+    """A loop's condition or body: a graph of its own, fed at ``inputs`` (Placeholders, one
+    per loop variable), computing ``outputs``; ``targets`` are run too for their effects
+    (an ``Assert`` only a control edge keeps). ``runners`` caches one session per backend
+    (``client/loops.py``)."""
+
+    graph: Graph
+    inputs: tuple[Output, ...]
+    outputs: tuple[Output, ...]
+    targets: tuple[Operation, ...] = ()
+    runners: dict[str, Any] = field(default_factory=dict, repr=False)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __repr__(self) -> str:
+        return (f"<Subgraph of {len(self.graph)} nodes: {len(self.inputs)} inputs -> "
+                f"{len(self.outputs)} outputs>")
+
+
+def _common_shape(a: TensorShape, b: TensorShape) -> TensorShape:
+    """The static shape true of both ``a`` and ``b``: their dims where they agree."""
+    if a.rank is None or b.rank is None or a.rank != b.rank:
+        return TensorShape(None)
+    return TensorShape([x if x == y else None for x, y in zip(a.dims, b.dims)])
+
+
+def _while_loop_shapes(ctx: InferenceContext) -> list[TensorShape]:
+    """A loop variable's shape is what its initial value and every body result share (zero
+    iterations return the initial value); a stacked list is ``[length, *item shape]``."""
+    count = len(ctx.attrs["T"])
+    body = ctx.attrs["body"]
+    for index in range(count, len(ctx.input_shapes)):
+        if ctx.input_shapes[index].rank not in (None, 0):
+            raise ctx.error(f"list length {index - count} must be a scalar, got shape "
+                            f"{ctx.input_shapes[index]}")
+    shapes = [_common_shape(ctx.input_shapes[i], body.outputs[i].shape) for i in range(count)]
+    items = body.outputs[count + 1::2]
+    shapes += [TensorShape(None) if item.shape.rank is None
+               else TensorShape([None, *item.shape.dims]) for item in items]
+    return shapes
+
+
+WHILE_LOOP = register_op(OpDef(
+    name="WhileLoop",
+    inputs=[ArgDef("loop_vars", type_list_attr="T",
+                   doc="The loop variables' initial values."),
+            ArgDef("list_lengths", dtype=dtypes.int32, number_attr="num_lists",
+                   doc="The length each written list was reserved with.")],
+    outputs=[ArgDef("outputs", type_list_attr="T",
+                    doc="The loop variables when the condition turns false."),
+             ArgDef("stacked", type_list_attr="list_types",
+                    doc="Each written list, stacked: [length, *item shape].")],
+    attrs=[required("T", "list(type)", doc="The loop variables' dtypes."),
+           required("num_lists", "int",
+                    check=lambda n: None if n >= 0 else f"must be >= 0, got {n}",
+                    doc="How many lists the body writes."),
+           AttrDef("list_types", "list(type)", default=[],
+                   doc="The item dtype of each written list."),
+           required("cond", "func", doc="The condition: loop variables -> scalar bool."),
+           required("body", "func",
+                    doc="The body: loop variables -> next loop variables, then an "
+                        "(index, item) pair per written list.")],
+    shape_fn=_while_loop_shapes,
+    is_stateful=True,  # never folded or merged: its subgraphs are not compared by value
+))
