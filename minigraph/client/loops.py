@@ -4,9 +4,11 @@ each run by a session of its own on the backend the loop's session runs on.
 Each iteration runs the condition on the loop variables (a scalar bool, TensorFlow's
 ``LoopCond``), then the body, whose results are the next loop variables followed by one
 ``(index, item)`` pair per written list. A write follows ``TensorListSetItem``: the index
-must lie in ``[0, length)``, and every item of a list has the dtype and shape of the first.
+must lie in ``[0, length)`` (a growable list grows to ``index + 1`` instead), and every
+item of a list has the dtype and shape of the first.
 After the loop each list is stacked (``TensorListStack``): ``[length, *item shape]``, rows
-never written are zeros; a list with rows but no write has no item shape and is refused.
+never written are zeros; a list nobody wrote takes the element shape it was reserved with,
+and is refused when that is not fully defined.
 
 A loop that runs more than :data:`MAX_ITERATIONS` times raises ``ResourceExhaustedError``
 instead of hanging: a hostile graph's condition may never turn false.
@@ -48,8 +50,11 @@ def _run(subgraph: Subgraph, session: ClientSession, values: Sequence[np.ndarray
 class _List:
     """A list the body writes: ``length`` rows, filled as the writes come."""
 
-    def __init__(self, op: Operation, position: int, length: np.ndarray) -> None:
+    def __init__(self, op: Operation, position: int, length: np.ndarray,
+                 element_shape: np.ndarray) -> None:
         self.op, self.position, self.length = op, position, int(length)
+        self.element_shape = element_shape
+        self.growable = position in op.attrs["growable"]
         if self.length < 0:
             raise self.error(f"its reserved length is {self.length}, expected >= 0")
         self.rows: dict[int, np.ndarray] = {}
@@ -62,6 +67,8 @@ class _List:
         if index.shape != ():
             raise self.error(f"the index must be a scalar, got shape {index.shape}")
         where = int(index)
+        if self.growable and where >= self.length:
+            self.length = where + 1
         if not 0 <= where < self.length:
             raise self.error(f"Trying to modify element {where} in a list with "
                              f"{self.length} elements.")
@@ -74,16 +81,18 @@ class _List:
         self.rows[where] = item
 
     def stacked(self) -> np.ndarray:
-        if not self.rows:
-            if self.length:
-                raise self.error(f"none of its {self.length} elements was written, so their "
-                                 f"shape is unknown and the list cannot be stacked")
-            dtype = self.op.attrs["list_types"][self.position].np_dtype
-            return np.zeros((0,), dtype)
-        first = next(iter(self.rows.values()))
-        check_allocation(TensorShape([self.length, *first.shape]), first.itemsize,
+        dtype = self.op.attrs["list_types"][self.position].np_dtype
+        if self.rows:
+            shape = next(iter(self.rows.values())).shape
+        elif self.element_shape.ndim == 1 and (self.element_shape >= 0).all():
+            shape = tuple(int(d) for d in self.element_shape)
+        else:
+            raise self.error(f"none of its {self.length} elements was written and its "
+                             f"element shape {self.element_shape.tolist()} is not fully "
+                             f"defined, so it cannot be stacked")
+        check_allocation(TensorShape([self.length, *shape]), dtype.itemsize,
                          f"{self.op.type} '{self.op.name}': list {self.position}")
-        result = np.zeros((self.length, *first.shape), first.dtype)
+        result = np.zeros((self.length, *shape), dtype)
         for where, item in self.rows.items():
             result[where] = item
         return result
@@ -96,7 +105,10 @@ def while_loop(op: Operation, inputs: list, ctx: KernelContext) -> list:
     cond, body = op.attrs["cond"], op.attrs["body"]
     run_cond, run_body = _runner(cond, ctx.backend), _runner(body, ctx.backend)
     values = list(inputs[:count])
-    lists = [_List(op, k, length) for k, length in enumerate(inputs[count:])]
+    lengths = inputs[count:count + op.attrs["num_lists"]]
+    shapes = inputs[count + op.attrs["num_lists"]:]
+    lists = [_List(op, k, length, shape)
+             for k, (length, shape) in enumerate(zip(lengths, shapes))]
     iterations = 0
     while True:
         (go,) = _run(cond, run_cond, values)

@@ -630,6 +630,12 @@ def output_args(op_def: OpDef, attrs: dict[str, Any]) -> list[ArgDef]:
     return [arg for arg in op_def.outputs for _ in range(arg.length(attrs))]
 
 
+def input_args(op_def: OpDef, attrs: dict[str, Any]) -> list[ArgDef]:
+    """One ArgDef per input tensor: a list input (``ConcatV2``'s ``values``) stands for as
+    many as its length attr says."""
+    return [arg for arg in op_def.inputs for _ in range(arg.length(attrs))]
+
+
 def output_specs(op_def: OpDef, attrs: dict[str, Any], shapes: list[TensorShape]
                  ) -> list[tuple[DType, TensorShape]]:
     """(dtype, static shape) of every output tensor."""

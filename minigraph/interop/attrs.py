@@ -103,6 +103,8 @@ def attr_to_proto(value: Any, kind: str, proto: Any) -> None:
         tensors.array_to_proto(np.asarray(value), proto.tensor)
     elif kind == "string":
         proto.s = value.encode("utf-8")
+    elif kind == "func":  # a loop's subgraph, only ever written for display (TensorBoard)
+        proto.func.name = f"subgraph of {len(value.graph)} nodes"
     else:
         setattr(proto, _SCALAR_FIELDS[kind], value)
 

@@ -350,7 +350,9 @@ class _Importer:
         """Build a lifted while loop: its condition and body, each imported into a graph of
         its own fed by one Placeholder per loop variable, then the ``WhileLoop`` node."""
         sources, controls = self._sources(loop, entries)
-        initial, lengths = sources[:loop.variables], sources[loop.variables:]
+        initial = sources[:loop.variables]
+        lists = len(loop.list_types)
+        lengths, shapes = sources[loop.variables:][:lists], sources[loop.variables + lists:]
         try:
             cond = self._subgraph(loop, initial, *loop.cond[:2], [loop.cond[2]], [], calls)
             body = self._subgraph(loop, initial, *loop.body, loop.body_targets, calls)
@@ -370,8 +372,9 @@ class _Importer:
                     f"{item.dtype.name} at {index.dtype.name}")
         scope = (self.root.WithOpName(self.prefix + loop.name).WithDevice(loop.device)
                  .WithControlDependencies(controls))
-        build_operation(scope, WHILE_LOOP, [initial, lengths],
-                        {"list_types": list_types, "cond": cond, "body": body})
+        build_operation(scope, WHILE_LOOP, [initial, lengths, shapes],
+                        {"list_types": list_types, "growable": loop.growable, "cond": cond,
+                         "body": body})
 
     def _subgraph(self, loop: loops.Loop, initial: list[Output], nodes: list[Any],
                   inputs: dict[str, list[tuple[str, int]]], outputs: list[tuple[str, int]],

@@ -42,6 +42,11 @@ FRAME_OPS = ("Enter", "Merge", "Switch", "NextIteration", "LoopCond", "Exit")
 LIST_OPS = ("TensorListFromTensor", "TensorListReserve", "TensorListGetItem",
             "TensorListSetItem", "TensorListStack")
 _DT_INT32, _DT_VARIANT = 3, 21
+# how many data inputs TF's OpDef gives each (Merge: its attr N)
+_ARITY = {"Enter": 1, "Exit": 1, "NextIteration": 1, "LoopCond": 1, "Switch": 2,
+          "TensorListFromTensor": 2, "TensorListReserve": 2, "TensorListGetItem": 3,
+          "TensorListSetItem": 3, "TensorListStack": 2}
+_OUTSIDE = protos.message_class("tensorflow.NodeDef")()
 
 
 @dataclass
@@ -49,10 +54,11 @@ class Loop:
     """A lifted frame, standing in the node list for its nodes (the importer builds it).
 
     ``initial``: the outer tensors the loop variables start from, then the written lists'
-    reserved lengths; ``placeholders``: the subgraphs' input node names, one per loop
-    variable; ``cond``/``body``: each subgraph's nodes, parsed inputs and outputs
-    (``body_targets``: nodes the body runs for their effects); ``list_types``: the written
-    lists' item dtype enums."""
+    reserved lengths and element shapes, then control inputs; ``placeholders``: the
+    subgraphs' input node names, one per loop variable; ``cond``/``body``: each subgraph's
+    nodes, parsed inputs and outputs (``body_targets``: nodes the body runs for their
+    effects); ``list_types``: the written lists' item dtype enums; ``growable``: the lists a
+    write past the end grows."""
 
     name: str
     frame: str
@@ -64,7 +70,7 @@ class Loop:
     body: tuple[list[Any], dict[str, list[Entry]], list[Entry]]
     body_targets: list[str]
     list_types: list[int] = field(default_factory=list)
-    op: str = "WhileLoop"
+    growable: list[int] = field(default_factory=list)
 
 
 def _frame_error(frame: str, message: str) -> InvalidArgumentError:
@@ -100,9 +106,11 @@ class _Frame:
         """Whether the frame node ``name`` (a Merge, Switch or Exit) is this frame's own,
         not a nested frame's: its chain leads back to one of this frame's Enters."""
         node = self.by_name[name]
-        while node.op in ("Exit", "Switch", "Merge"):
+        for _ in range(3):  # Exit -> Switch -> Merge -> Enter, at most
+            if node.op not in ("Exit", "Switch", "Merge"):
+                break
             data = [e for e in self.inputs[node.name] if e[1] >= 0]
-            if not data:
+            if not data or data[0][0] not in self.by_name:
                 return False
             node = self.by_name[data[0][0]]
         return node.op == "Enter" and node.attr["frame_name"].s.decode("utf-8",
@@ -134,6 +142,7 @@ def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
     nodes = [node for node in nodes
              if not (node.op == "Placeholder" and node.name not in consumers
                      and node.attr["dtype"].type == _DT_VARIANT)]
+    _check_arity(nodes, inputs)
     enters: dict[str, list[Any]] = {}
     for node in nodes:
         if node.op == "Enter":
@@ -151,30 +160,47 @@ def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
     outermost = [f for f in frames
                  if not any(g is not f and f.enters[0].name in g.members for g in frames)]
     owner: dict[str, str] = {}  # removed node -> its frame
-    renamed: dict[Entry, Entry] = {}
-    loops = []
+    renamed: dict[str, str] = {}  # removed node -> what a control edge on it waits for
+    loops, relays = [], []
     for frame in outermost:
-        loop, gone, outputs = _Lifter(frame, taken).lift()
+        loop, gone, outputs, relayed = _Lifter(frame, taken).lift()
         loops.append(loop)
         owner.update(dict.fromkeys(gone, frame.name))
         renamed.update(outputs)
+        relays += relayed
     kept = [node for node in nodes if node.name not in owner]
+    for relay in relays:  # an Exit, a TensorListStack: still there, reading the loop
+        del owner[relay.name]
     new_inputs = {}
     for node in kept:
         entries = []
         for source, index in inputs[node.name]:
             if source in owner:
-                target = renamed.get((source, index)) or renamed.get((source, max(index, 0)))
-                if target is None:
+                if index >= 0 or source not in renamed:
                     raise _frame_error(owner[source], f"node '{shown(node.name)}' reads "
                                                       f"'{shown(source)}' of the loop without "
                                                       f"an Exit")
-                source, index = target[0], index if index < 0 else target[1]
+                source = renamed[source]
             entries.append((source, index))
         new_inputs[node.name] = entries
     for loop in loops:
         new_inputs[loop.name] = list(loop.initial)
-    return kept + loops, new_inputs
+    for relay in relays:
+        new_inputs[relay.name] = [_parse(relay.input[0])]
+    return kept + loops + relays, new_inputs
+
+
+def _check_arity(nodes: Sequence[Any], inputs: dict[str, list[Entry]]) -> None:
+    """Each frame and list node has the data inputs its TF OpDef says (minigraph has no
+    OpDef of them to check a node against)."""
+    for node in nodes:
+        wanted = node.attr["N"].i if node.op == "Merge" else _ARITY.get(node.op)
+        if wanted is None:
+            continue
+        count = len(_data(inputs, node.name))
+        if count != wanted:
+            raise InvalidArgumentError(f"Node '{shown(node.name)}' (a {node.op}) has {count} "
+                                       f"data inputs, expected {wanted}")
 
 
 class _Lifter:
@@ -183,6 +209,7 @@ class _Lifter:
     def __init__(self, frame: _Frame, taken: Callable[[str], bool]) -> None:
         self.frame, self.taken = frame, taken
         self.by_name, self.inputs, self.consumers = frame.by_name, frame.inputs, frame.consumers
+        self.written_switches: set[str] = set()  # the Switch nodes of written lists
 
     def error(self, message: str) -> InvalidArgumentError:
         return _frame_error(self.frame.name, message)
@@ -191,7 +218,9 @@ class _Lifter:
         return UnimplementedError(f"while loop '{shown(self.frame.name)}': {message}")
 
     def node(self, name: str) -> Any:
-        return self.by_name[name]
+        """The NodeDef ``name``; a node outside the list (a Placeholder of the subgraph
+        being imported) reads as one of op type ``""``."""
+        return self.by_name.get(name) or _OUTSIDE
 
     def only_reader(self, name: str, op: str) -> str:
         """The one node reading data from ``name``, which must be a ``op``."""
@@ -263,7 +292,7 @@ class _Lifter:
             return "read"
         if op == "TensorListReserve":
             return "written"
-        if op.startswith("TensorList"):
+        if "TensorList" in op:
             raise self.unsupported(f"a loop variable comes from '{shown(source)}', a {op}: "
                                    f"minigraph imports lists made by TensorListFromTensor "
                                    f"(read in the loop) or TensorListReserve (written)")
@@ -282,8 +311,11 @@ class _Lifter:
 
     # ------------------------------------------------------------------ lifting
 
-    def lift(self) -> tuple[Loop, set[str], dict[Entry, Entry]]:
-        """The Loop, the nodes it replaces, and what reads of those nodes read instead."""
+    def lift(self) -> tuple[Loop, set[str], dict[str, str], list[Any]]:
+        """The Loop, the nodes it replaces, what a control edge on one of them waits for
+        instead (a list maker: what it was made from; a list's Exit: the loop), and the
+        relays: an Identity of the loop's output named like each Exit of a tensor and each
+        TensorListStack, so that their readers, and fetches by name, read the loop."""
         frame = self.frame
         variables = self.variables()
         pred = self.loop_cond(variables)
@@ -292,6 +324,7 @@ class _Lifter:
             name += "_lifted"
         kept = [v for v in variables if v["kind"] != "written"]
         written = [v for v in variables if v["kind"] == "written"]
+        self.written_switches = {v["switch"] for v in written}
         invariants = [e for e in frame.enters if e.attr["is_constant"].b]
         count = len(kept) + len(invariants)
         placeholders = []
@@ -301,7 +334,8 @@ class _Lifter:
                 text += "_"
             placeholders.append(text)
         removed = set(frame.members)
-        renamed: dict[Entry, Entry] = {}
+        renamed: dict[str, str] = {}
+        relays: list[Any] = []
         cond_map: dict[Entry, str] = {}  # what the subgraphs read instead of frame nodes
         body_map: dict[Entry, str] = {}
         initial: list[Entry] = []
@@ -313,7 +347,7 @@ class _Lifter:
             if variable["kind"] == "read":
                 self.only_reader(source[0], "Enter")
                 removed.add(source[0])
-                renamed[(source[0], -1)] = (_data(self.inputs, source[0])[0][0], -1)
+                renamed[source[0]] = _data(self.inputs, source[0])[0][0]
                 read_lists[placeholders[position]] = self.node(source[0]).attr["element_dtype"].type
                 readers = self.data_readers(variable["exit"])
                 if readers:
@@ -321,33 +355,43 @@ class _Lifter:
                                            f"'{shown(readers[0])}'")
                 source = _data(self.inputs, source[0])[0]
             initial.append(source)
-            if variable["exit"]:
-                renamed[(variable["exit"], 0)] = (name, position)
+            if variable["exit"] and variable["kind"] == "tensor":
+                relays.append(_identity(self.node(variable["exit"]), name, position,
+                                        self.node(variable["exit"]).attr["T"].type))
         for offset, enter in enumerate(invariants):
             cond_map[(enter.name, 0)] = body_map[(enter.name, 0)] = placeholders[len(kept)
                                                                                 + offset]
             initial.append(_data(self.inputs, enter.name)[0])
         body_outputs = [_data(self.inputs, v["next"])[0] for v in kept]
         body_outputs += [(p, 0) for p in placeholders[len(kept):]]
-        list_types = []
+        list_types, growable, lengths, shapes = [], [], [], []
         for k, variable in enumerate(written):
             reserve = _data(self.inputs, variable["enter"].name)[0][0]
             self.only_reader(reserve, "Enter")
             removed.add(reserve)
-            renamed[(reserve, -1)] = (_data(self.inputs, reserve)[1][0], -1)
-            initial.append(_data(self.inputs, reserve)[1])
+            renamed[reserve] = _data(self.inputs, reserve)[1][0]
+            lengths.append(_data(self.inputs, reserve)[1])
+            stacks = [r for r in self.data_readers(variable["exit"])
+                      if self.node(r).op == "TensorListStack"]
+            # the shape a list nobody wrote stacks to: TensorListStack's, else the reserved
+            shapes.append(_data(self.inputs, stacks[0] if stacks else reserve)[1 if stacks
+                                                                               else 0])
             list_types.append(self.node(reserve).attr["element_dtype"].type)
             body_outputs += self.write(variable, reserve)
+            set_item = self.node(self.resolve(_data(self.inputs, variable["next"])[0])[0])
+            if set_item.attr["resize_if_index_out_of_bounds"].b:
+                growable.append(k)
             for reader in self.data_readers(variable["exit"]):
                 if self.node(reader).op != "TensorListStack":
                     raise self.unsupported(f"the list written in the loop is read after it by "
                                            f"'{shown(reader)}', a {self.node(reader).op}; "
                                            f"minigraph reads it with TensorListStack only")
                 removed.add(reader)
-                renamed[(reader, 0)] = (name, count + k)
-        for variable in variables:  # what waited for an Exit waits for the loop
-            if variable["exit"]:
-                renamed[(variable["exit"], -1)] = (name, -1)
+                relays.append(_identity(self.node(reader), name, count + k, list_types[-1]))
+        initial += lengths + shapes
+        for variable in variables:  # what waited for a list's Exit waits for the loop
+            if variable["exit"] and variable["kind"] != "tensor":
+                renamed[variable["exit"]] = name
         initial += [e for enter in frame.enters for e in self.inputs[enter.name] if e[1] < 0]
         controls = [e[0] for v in variables for e in self.inputs[v["next"]] if e[1] < 0]
         cond_output = _data(self.inputs, pred)[0]
@@ -357,12 +401,12 @@ class _Lifter:
         loop = Loop(name, frame.name, frame.enters[0].device, count, initial, placeholders,
                     (*cond, _mapped(cond_output, cond_map)),
                     (*body, [_mapped(e, body_map) for e in body_outputs]),
-                    controls, list_types)
-        return loop, removed, renamed
+                    controls, list_types, growable)
+        return loop, removed, renamed, relays
 
     def write(self, variable: dict[str, Any], reserve: str) -> list[Entry]:
         """The (index, item) a written list's one ``TensorListSetItem`` an iteration
-        writes."""
+        writes (a dynamic-size TensorArray's grows the list: ``growable``)."""
         set_item = self.resolve(_data(self.inputs, variable["next"])[0])[0]
         data = _data(self.inputs, set_item)
         if self.node(set_item).op != "TensorListSetItem" or len(data) != 3 or \
@@ -370,9 +414,6 @@ class _Lifter:
             raise self.unsupported(f"the list reserved by '{shown(reserve)}' must be written by "
                                    f"one TensorListSetItem an iteration; its next value comes "
                                    f"from '{shown(set_item)}', a {self.node(set_item).op}")
-        if self.node(set_item).attr["resize_if_index_out_of_bounds"].b:
-            raise self.unsupported(f"'{shown(set_item)}' grows its list "
-                                   f"(resize_if_index_out_of_bounds)")
         return data[1:3]
 
     def subgraph(self, roots: list[Entry], replaced: dict[Entry, str], read_lists: dict[str, int],
@@ -391,26 +432,33 @@ class _Lifter:
 
         placeholders = set(replaced.values())
 
-        def walked(entries: list[Entry]) -> list[str]:
-            return [s for s, i in entries
+        def walked(entries: list[Entry], reader: str) -> list[tuple[str, str]]:
+            return [(s, reader) for s, i in entries
                     if s not in placeholders and rewritten(s, i) == (s, i)]
 
         order: list[str] = []
         seen: set[str] = set()
-        stack = walked(roots)
+        stack = walked(roots, "")
         while stack:
-            name = stack.pop()
+            name, reader = stack.pop()
             if name in seen:
                 continue
             node = self.node(name)
             if name not in self.frame.members:
                 raise self.error(f"its {what} reads '{shown(name)}' from outside the loop "
                                  f"without an Enter")
+            if name in self.written_switches:
+                raise self.unsupported(f"its {what} reads a list it writes (in "
+                                       f"'{shown(reader)}', a {self.node(reader).op}); "
+                                       f"minigraph imports one TensorListSetItem an iteration "
+                                       f"on such a list")
             if node.op in FRAME_OPS and self.is_own(name):
                 raise self.error(f"its {what} reads the loop's {node.op} '{shown(name)}'")
             seen.add(name)
             order.append(name)
-            stack += walked(self.inputs[name])
+            # an error names the node that uses a value, not the Identity passing it on
+            stack += walked(self.inputs[name], reader if node.op == "Identity" and reader
+                            else name)
         nodes, inputs = [], {}
         for name in order:
             node = self.node(name)
@@ -453,6 +501,20 @@ class _Lifter:
         data = [e for e in entries if e[1] >= 0]
         return gather, [data[0], data[1], (axis.name, 0)] + [e for e in entries
                                                             if e[1] < 0], axis
+
+
+def _identity(node: Any, loop: str, index: int, dtype: int) -> Any:
+    """An Identity named like ``node`` (same device, control inputs) reading ``loop:index``."""
+    relay = protos.message_class("tensorflow.NodeDef")(name=node.name, op="Identity",
+                                                       device=node.device)
+    relay.input.append(f"{loop}:{index}")
+    relay.attr["T"].type = dtype
+    return relay
+
+
+def _parse(text: str) -> Entry:
+    name, _, index = text.rpartition(":")
+    return name, int(index)
 
 
 def _copy(node: Any) -> Any:

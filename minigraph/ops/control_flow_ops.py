@@ -18,8 +18,10 @@ A list read in the body (``TensorListGetItem`` of a list made by ``TensorListFro
 is the tensor it was made from, read with ``GatherV2``; a list written in the body (a
 ``TensorListReserve``'d list, ``TensorListSetItem``) is an accumulator of the op: the body
 returns each write's index and item after the loop variables, and the op returns each
-list stacked (``[length, *item shape]``; rows never written are zeros) after the final
-loop variables. ``WhileLoop`` is minigraph's own op (TensorFlow's ``While`` calls library
+list stacked (``[length, *item shape]``; rows never written are zeros; a list nobody
+wrote takes its reserved element shape, which must then be fully defined) after the final
+loop variables. A ``growable`` list (a dynamic-size TensorArray's) grows to ``index + 1``
+on a write past its end. ``WhileLoop`` is minigraph's own op (TensorFlow's ``While`` calls library
 functions), has no gradient and is not exported back to a GraphDef.
 """
 
@@ -74,12 +76,15 @@ def _common_shape(a: TensorShape, b: TensorShape) -> TensorShape:
 def _while_loop_shapes(ctx: InferenceContext) -> list[TensorShape]:
     """A loop variable's shape is what its initial value and every body result share (zero
     iterations return the initial value); a stacked list is ``[length, *item shape]``."""
-    count = len(ctx.attrs["T"])
+    count, lists = len(ctx.attrs["T"]), ctx.attrs["num_lists"]
     body = ctx.attrs["body"]
-    for index in range(count, len(ctx.input_shapes)):
-        if ctx.input_shapes[index].rank not in (None, 0):
-            raise ctx.error(f"list length {index - count} must be a scalar, got shape "
-                            f"{ctx.input_shapes[index]}")
+    for k in range(lists):
+        length, shape = ctx.input_shapes[count + k], ctx.input_shapes[count + lists + k]
+        if length.rank not in (None, 0):
+            raise ctx.error(f"list length {k} must be a scalar, got shape {length}")
+        if shape.rank not in (None, 0, 1):
+            raise ctx.error(f"element shape {k} must be a scalar or a vector, got shape "
+                            f"{shape}")
     shapes = [_common_shape(ctx.input_shapes[i], body.outputs[i].shape) for i in range(count)]
     items = body.outputs[count + 1::2]
     shapes += [TensorShape(None) if item.shape.rank is None
@@ -92,7 +97,10 @@ WHILE_LOOP = register_op(OpDef(
     inputs=[ArgDef("loop_vars", type_list_attr="T",
                    doc="The loop variables' initial values."),
             ArgDef("list_lengths", dtype=dtypes.int32, number_attr="num_lists",
-                   doc="The length each written list was reserved with.")],
+                   doc="The length each written list was reserved with."),
+            ArgDef("element_shapes", dtype=dtypes.int32, number_attr="num_lists",
+                   doc="Each written list's item shape as reserved (-1: unknown), for "
+                       "stacking a list nobody wrote.")],
     outputs=[ArgDef("outputs", type_list_attr="T",
                     doc="The loop variables when the condition turns false."),
              ArgDef("stacked", type_list_attr="list_types",
@@ -103,6 +111,9 @@ WHILE_LOOP = register_op(OpDef(
                     doc="How many lists the body writes."),
            AttrDef("list_types", "list(type)", default=[],
                    doc="The item dtype of each written list."),
+           AttrDef("growable", "list(int)", default=[],
+                   doc="The lists a write past their end grows (a dynamic-size "
+                       "TensorArray's), by position."),
            required("cond", "func", doc="The condition: loop variables -> scalar bool."),
            required("body", "func",
                     doc="The body: loop variables -> next loop variables, then an "

@@ -19,7 +19,7 @@ entry that does not read back whole (truncated, not a zip, wrong checksum) is re
 
 Entries have a ``kind``: ``application`` and ``layers`` make up the zoo the tests run
 (``ci=False`` ones only with ``--zoo-full``); ``vocabulary`` entries are the rest of
-Keras's layers (recurrent layers' ``While`` loops among them), frozen to list the ops
+Keras's layers (string preprocessing, ``tf.cond`` among them), frozen to list the ops
 they need (``tools/keras_zoo_report.py``), not tested.
 """
 
@@ -652,34 +652,56 @@ def noise_and_regularization(k, x):
 # ----------------------------------------------------------------------------- the rest of Keras
 
 
-@block((6, 4), kind="vocabulary")
+# ----------------------------------------------------------------------------- recurrent layers
+# (TF's frozen while loops, lifted into WhileLoop at import)
+
+
+@block((6, 4))
 def lstm(k, x):
-    """LSTM (a While loop)."""
+    """LSTM, its last output (a while loop writing a one-element list)."""
     return k.layers.LSTM(5)(x)
 
 
-@block((6, 4), kind="vocabulary")
+@block((6, 4))
 def gru(k, x):
-    """GRU (a While loop)."""
+    """GRU, every step's output (return_sequences: a list the loop writes)."""
     return k.layers.GRU(5, return_sequences=True)(x)
 
 
-@block((6, 4), kind="vocabulary")
+@block((6, 4))
 def simple_rnn(k, x):
-    """SimpleRNN (a While loop)."""
+    """SimpleRNN."""
     return k.layers.SimpleRNN(5)(x)
 
 
-@block((6, 4), kind="vocabulary")
+@block((6, 4))
 def bidirectional(k, x):
-    """Bidirectional LSTM."""
+    """Bidirectional LSTM: two loops, one over the reversed sequence."""
     return k.layers.Bidirectional(k.layers.LSTM(3))(x)
 
 
-@block((3, 6, 6, 2), kind="vocabulary")
+@block((3, 6, 6, 2))
 def conv_lstm2d(k, x):
-    """ConvLSTM2D (a While loop over convolutions)."""
+    """ConvLSTM2D (a while loop over convolutions)."""
     return k.layers.ConvLSTM2D(3, 3, padding="same")(x)
+
+
+@block((7, 3))
+def stacked_recurrent(k, x):
+    """An LSTM's sequence into a GRU without reset_after running backwards, its final
+    state returned too (return_state: the loop's other outputs)."""
+    x = k.layers.LSTM(6, return_sequences=True)(x)
+    output, state = k.layers.GRU(4, reset_after=False, go_backwards=True,
+                                 return_state=True)(x)
+    return k.layers.Concatenate()([output, state])
+
+
+@block((8,), tokens=6)
+def masked_lstm(k, x):
+    """An LSTM over a zero-masked Embedding (the mask: a second list the loop reads, and
+    selects between new and previous states)."""
+    x = k.layers.Embedding(6, 4, mask_zero=True)(x)
+    return k.layers.LSTM(5, return_sequences=True)(x)
 
 
 @block((8, 8, 3), kind="vocabulary")

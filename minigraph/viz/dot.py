@@ -28,6 +28,7 @@ import numpy as np
 
 from minigraph.framework.errors import InvalidArgumentError
 from minigraph.framework.graph import Graph, Operation, Output
+from minigraph.framework.op_def import input_args, output_args
 from minigraph.framework.scope import Scope
 from minigraph.framework.tensor_shape import dims_text
 
@@ -408,7 +409,7 @@ class _Writer:
             elif hasattr(value, "dims"):
                 value = dims_text(value)
             lines.append(f"{name} = {value}")
-        for arg, out in zip(op.op_def.outputs, op.outputs, strict=True):
+        for arg, out in zip(output_args(op.op_def, op.attrs), op.outputs, strict=True):
             lines.append(f"-> {arg.name}: {tensor_text(out)}")
         if op.op_def.deprecation:
             lines.append(f"deprecated: {op.op_def.deprecation}")
@@ -490,8 +491,9 @@ class _Writer:
                 src = self.node_id(source.op)
                 if src == dst and src in self.layout.group_ops:
                     continue  # an edge inside a collapsed group
-                out_name = source.op.op_def.outputs[source.index].name
-                in_name = op.op_def.inputs[index].name if index < len(op.op_def.inputs) else ""
+                out_name = output_args(source.op.op_def, source.op.attrs)[source.index].name
+                in_args = input_args(op.op_def, op.attrs)
+                in_name = in_args[index].name if index < len(in_args) else ""
                 parts = []
                 if len(source.op.outputs) > 1:
                     parts.append(out_name)
