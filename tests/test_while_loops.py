@@ -30,7 +30,7 @@ from minigraph.framework.errors import (
     ResourceExhaustedError,
     UnimplementedError,
 )
-from minigraph.interop import protos, tensors
+from minigraph.interop import importer, protos, tensors
 
 DT = protos.data_type_numbers()
 FLOAT, INT32, BOOL, VARIANT = DT["DT_FLOAT"], DT["DT_INT32"], DT["DT_BOOL"], DT["DT_VARIANT"]
@@ -287,6 +287,16 @@ def test_condition_must_be_bool():
                                           "expected bool")
 
 
+def test_next_value_of_another_dtype_is_refused():
+    graph = counting_loop()
+    add(graph, "loop/i_float", "Cast", ["loop/i_next"], SrcT=("type", INT32),
+        DstT=("type", FLOAT))
+    node(graph, "loop/i/next").input[0] = "loop/i_float"
+    _refused(graph, InvalidArgumentError, "while loop 'loop': loop variable 0 enters as int32 "
+                                          r"\('zero:0'\) and its next value is float32 "
+                                          r"\('loop/i_float:0'\)")
+
+
 def test_lowered_cond_is_refused_naming_the_node():
     graph = protos.GraphDef()
     add(graph, "x", "Placeholder", dtype=("type", FLOAT))
@@ -371,7 +381,7 @@ def test_tf_loop_with_data_dependent_trip_count():
 
 
 @pytest.mark.oracle
-def test_tf_nested_loops():
+def test_tf_nested_loops(monkeypatch):
     tf = pytest.importorskip("minigraph.testing.tf_graphs").tensorflow()
 
     def body(x, n):
@@ -388,6 +398,10 @@ def test_tf_nested_loops():
     assert len(frames) == 2
     x = np.array([1.0, -0.5, 2.0], np.float32)
     _matches_tensorflow(frozen, graph_def, [(x, np.int32(n)) for n in (0, 1, 4)])
+    monkeypatch.setattr(importer, "MAX_CALL_DEPTH", 1)  # the bound on nesting holds
+    with pytest.raises(InvalidArgumentError, match="loops and calls nested 2 deep; minigraph "
+                                                   "imports at most 1 levels"):
+        mg.import_graph_def(graph_def.SerializeToString())
 
 
 @pytest.mark.oracle

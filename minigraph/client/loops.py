@@ -1,9 +1,10 @@
 """Running ``WhileLoop`` (``ops/control_flow_ops.py``): its condition and body are subgraphs,
 each run by a session of its own on the backend the loop's session runs on.
 
-Each iteration runs the condition on the loop variables (a scalar bool, TensorFlow's
-``LoopCond``), then the body, whose results are the next loop variables followed by one
-``(index, item)`` pair per written list. A write follows ``TensorListSetItem``: the index
+The condition runs on the initial loop variables (a scalar bool, TensorFlow's
+``LoopCond``); while it holds, the body runs: its results are the next loop variables, one
+``(index, item)`` pair per written list, and the condition on the next variables (the
+importer builds the body so: one run an iteration). A write follows ``TensorListSetItem``: the index
 must lie in ``[0, length)`` (a growable list grows to ``index + 1`` instead), and every
 item of a list has the dtype and shape of the first.
 After the loop each list is stacked (``TensorListStack``): ``[length, *item shape]``, rows
@@ -16,7 +17,7 @@ instead of hanging: a hostile graph's condition may never turn false.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -32,19 +33,16 @@ from minigraph.ops.control_flow_ops import Subgraph
 MAX_ITERATIONS = 1 << 20
 
 
-def _runner(subgraph: Subgraph, backend: str) -> ClientSession:
-    """The session that runs ``subgraph`` on ``backend`` (one, shared by every run)."""
+def _runner(subgraph: Subgraph, backend: str) -> Callable[[Sequence[np.ndarray]], list]:
+    """The function that runs ``subgraph`` on ``backend`` (one session, shared by every
+    run): its loop variables in, its outputs out."""
     with subgraph.lock:
-        session = subgraph.runners.get(backend)
-        if session is None:
-            session = subgraph.runners[backend] = ClientSession(subgraph.graph, backend)
-    return session
-
-
-def _run(subgraph: Subgraph, session: ClientSession, values: Sequence[np.ndarray]
-         ) -> list[np.ndarray]:
-    feeds = dict(zip(subgraph.inputs, values))
-    return session.Run(feeds, list(subgraph.outputs), targets=subgraph.targets)
+        run = subgraph.runners.get(backend)
+        if run is None:
+            session = ClientSession(subgraph.graph, backend)
+            run = subgraph.runners[backend] = session.prepared(
+                subgraph.inputs, subgraph.outputs, subgraph.targets)
+    return run
 
 
 class _List:
@@ -98,32 +96,35 @@ class _List:
         return result
 
 
+def _holds(op: Operation, go: np.ndarray) -> bool:
+    """The condition's value, checked: a scalar (TF's ``LoopCond`` takes one)."""
+    if go.shape != ():
+        raise InvalidArgumentError(f"{op.type} '{op.name}': the condition must be a scalar, "
+                                   f"got shape {go.shape}")
+    return bool(go)
+
+
 @register_kernel("WhileLoop", backend=("reference", "native", "float64"))
 def while_loop(op: Operation, inputs: list, ctx: KernelContext) -> list:
-    """Run the loop (see the module's docstring) with the subgraphs on ``ctx.backend``."""
-    count = len(op.attrs["T"])
-    cond, body = op.attrs["cond"], op.attrs["body"]
-    run_cond, run_body = _runner(cond, ctx.backend), _runner(body, ctx.backend)
+    """Run the loop (see the module's docstring) with the subgraphs on ``ctx.backend``. The
+    body computes the condition on its results too, so an iteration is one run."""
+    count, lists = len(op.attrs["T"]), op.attrs["num_lists"]
+    run_cond = _runner(op.attrs["cond"], ctx.backend)
+    run_body = _runner(op.attrs["body"], ctx.backend)
     values = list(inputs[:count])
-    lengths = inputs[count:count + op.attrs["num_lists"]]
-    shapes = inputs[count + op.attrs["num_lists"]:]
-    lists = [_List(op, k, length, shape)
-             for k, (length, shape) in enumerate(zip(lengths, shapes))]
+    written = [_List(op, k, length, shape) for k, (length, shape) in
+               enumerate(zip(inputs[count:count + lists], inputs[count + lists:]))]
+    go = _holds(op, run_cond(values)[0])
     iterations = 0
-    while True:
-        (go,) = _run(cond, run_cond, values)
-        if go.shape != ():
-            raise InvalidArgumentError(f"{op.type} '{op.name}': the condition must be a "
-                                       f"scalar, got shape {go.shape}")
-        if not go:
-            break
+    while go:
         if iterations == MAX_ITERATIONS:
             raise ResourceExhaustedError(f"{op.type} '{op.name}': the loop ran "
                                          f"{MAX_ITERATIONS:,} iterations and its condition "
                                          f"still holds; minigraph stops runaway loops there")
         iterations += 1
-        results = _run(body, run_body, values)
+        results = run_body(values)
         values = results[:count]
-        for written, index, item in zip(lists, results[count::2], results[count + 1::2]):
-            written.write(index, item)
-    return values + [written.stacked() for written in lists]
+        for target, index, item in zip(written, results[count::2], results[count + 1::2]):
+            target.write(index, item)
+        go = _holds(op, results[-1])
+    return values + [target.stacked() for target in written]

@@ -654,6 +654,24 @@ class ClientSession:
         results = [env[key] for key in fetch_keys]
         return results[0] if single else results
 
+    def prepared(self, feeds: Sequence[Output], fetches: Sequence[Output],
+                 targets: Sequence[Operation] = ()) -> Callable[[Sequence[Any]], list]:
+        """A function of the values of ``feeds`` (in order) that runs the plan of
+        ``fetches`` and ``targets`` and returns the fetched values: ``Run`` without its
+        per-call conversions and checks of the feeds, for values minigraph's own kernels
+        made, each already of its placeholder's dtype (a loop's variables between
+        iterations, ``client/loops.py``)."""
+        plan, fetch_keys = self._get_plan(list(fetches), frozenset(feeds), list(targets))
+        keys = [(plan.feeds[output], self.host) for output in feeds]
+
+        def run(values: Sequence[Any]) -> list:
+            env: dict[_Key | None, Any] = {None: None}
+            env.update(zip(keys, values))
+            plan.run(env, self, None)
+            return [env[key] for key in fetch_keys]
+
+        return run
+
     def _get_plan(self, fetches: list[Output], fed: frozenset[Output],
                   targets: list[Operation]) -> tuple[_Plan, list[_Key]]:
         key = (tuple(fetches), fed, tuple(targets))

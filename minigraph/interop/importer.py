@@ -38,14 +38,15 @@ from minigraph.framework.scope import Scope
 from minigraph.framework.toposort import stable_topological_order
 from minigraph.interop import asserts, attrs, functions, loops, protos, versions
 from minigraph.interop.tensors import enum_to_dtype, tf_type_name
-from minigraph.ops.array_ops import PLACEHOLDER
+from minigraph.ops.array_ops import IDENTITY, PLACEHOLDER
 from minigraph.ops.control_flow_ops import WHILE_LOOP, Subgraph
 
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
 # protobuf refuses messages over 2 GiB; TF's GraphDefs never are larger
 MAX_GRAPH_DEF_BYTES = (2 << 30) - 1
-# Nested function calls are inlined recursively: a bound far beyond real graphs (a Keras
-# model nests two or three) that keeps Python's stack safe.
+# Nested function calls are inlined, and nested while loops' bodies imported, recursively: a
+# bound far beyond real graphs (a Keras model nests two or three) that keeps Python's stack
+# safe.
 MAX_CALL_DEPTH = 64
 
 
@@ -349,13 +350,19 @@ class _Importer:
                      calls: tuple[str, ...]) -> None:
         """Build a lifted while loop: its condition and body, each imported into a graph of
         its own fed by one Placeholder per loop variable, then the ``WhileLoop`` node."""
+        if len(calls) >= MAX_CALL_DEPTH:
+            raise InvalidArgumentError(f"while loop '{shown(loop.frame)}': loops and calls "
+                                       f"nested {len(calls) + 1} deep; minigraph imports at "
+                                       f"most {MAX_CALL_DEPTH} levels")
+        calls = (*calls, f"while loop {loop.frame}")
         sources, controls = self._sources(loop, entries)
         initial = sources[:loop.variables]
         lists = len(loop.list_types)
         lengths, shapes = sources[loop.variables:][:lists], sources[loop.variables + lists:]
         try:
             cond = self._subgraph(loop, initial, *loop.cond[:2], [loop.cond[2]], [], calls)
-            body = self._subgraph(loop, initial, *loop.body, loop.body_targets, calls)
+            body = self._subgraph(loop, initial, *loop.body, loop.body_targets, calls,
+                                  condition=loop.cond)
         except (InvalidArgumentError, NotFoundError, UnimplementedError) as exc:
             raise type(exc)(f"{exc} (in while loop '{shown(loop.frame)}')") from None
         if cond.outputs[0].dtype is not dtypes.bool_:
@@ -363,8 +370,8 @@ class _Importer:
                                        f"{cond.outputs[0].dtype.name}, expected bool")
         list_types = [enum_to_dtype(t, f"while loop '{shown(loop.frame)}'")
                       for t in loop.list_types]
-        for position, (index, item) in enumerate(zip(body.outputs[loop.variables::2],
-                                                     body.outputs[loop.variables + 1::2])):
+        writes = body.outputs[loop.variables:loop.variables + 2 * lists]
+        for position, (index, item) in enumerate(zip(writes[::2], writes[1::2])):
             if index.dtype is not dtypes.int32 or item.dtype is not list_types[position]:
                 raise InvalidArgumentError(
                     f"while loop '{shown(loop.frame)}': list {position} holds "
@@ -378,9 +385,12 @@ class _Importer:
 
     def _subgraph(self, loop: loops.Loop, initial: list[Output], nodes: list[Any],
                   inputs: dict[str, list[tuple[str, int]]], outputs: list[tuple[str, int]],
-                  targets: list[str], calls: tuple[str, ...]) -> Subgraph:
+                  targets: list[str], calls: tuple[str, ...], condition: tuple | None = None
+                  ) -> Subgraph:
         """``nodes`` imported into a new graph whose Placeholders ``loop.placeholders`` take
-        the loop variables' dtypes."""
+        the loop variables' dtypes. ``condition`` (the body's): the condition's nodes are
+        imported again, under ``<frame>/next_condition/``, on the next values, and its
+        result is the last output, so that an iteration is one run."""
         root = Scope(Graph())
         importer = _Importer(root, "", self.producer, self.library, self.names)
         feeds = [build_operation(root.WithOpName(name), PLACEHOLDER, [],
@@ -388,10 +398,23 @@ class _Importer:
                  for name, value in zip(loop.placeholders, initial)]
         importer.names.update(loop.placeholders)
         importer.import_nodes(nodes, inputs, calls)
+        results = [importer._output(loop, *entry) for entry in outputs]
+        if condition is not None:
+            for position, (start, after) in enumerate(zip(initial, results)):
+                if start.dtype is not after.dtype:
+                    raise InvalidArgumentError(
+                        f"while loop '{shown(loop.frame)}': loop variable {position} enters "
+                        f"as {start.dtype.name} ('{shown(start.name)}') and its next value "
+                        f"is {after.dtype.name} ('{shown(after.name)}')")
+            prefix = f"{loop.frame}/next_condition/"
+            for name, value in zip(loop.placeholders, results):
+                build_operation(root.WithOpName(prefix + name), IDENTITY, [value], {})
+            importer = _Importer(root, prefix, self.producer, self.library, importer.names)
+            importer.import_nodes(*condition[:2], calls)
+            results.append(importer._output(loop, *condition[2]))
         self.names |= importer.names
         graph = root.graph()
-        return Subgraph(graph, tuple(feeds),
-                        tuple(importer._output(loop, *entry) for entry in outputs),
+        return Subgraph(graph, tuple(feeds), tuple(results),
                         tuple(graph.get_operation(name) for name in targets))
 
     def _inline(self, call: functions.Call, entries: list[tuple[str, int]],

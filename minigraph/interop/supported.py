@@ -20,6 +20,10 @@ END = "<!-- supported-ops:end -->"
 PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "tf-interop.md"
 # TF's bookkeeping ops a frozen graph may hold that import as something else
 IMPORT_ONLY = {"PartitionedCall", "StatefulPartitionedCall"}
+# a lowered while loop's ops, lifted into one WhileLoop node (``interop/loops.py``)
+LIFTED = ("Enter", "Exit", "LoopCond", "Merge", "NextIteration", "Switch",
+          "TensorListFromTensor", "TensorListGetItem", "TensorListReserve",
+          "TensorListSetItem", "TensorListStack")
 
 
 def _families() -> dict[str, str]:
@@ -73,8 +77,11 @@ def table() -> str:
         rows.append(f"| `{op_type}` | {families.get(op_type, 'internal')} | "
                     f"{_type_constraint(op_type)} | {own} | {gradient} |")
     calls = ", ".join(f"`{name}`" for name in sorted(IMPORT_ONLY))
+    lifted = ", ".join(f"`{name}`" for name in LIFTED)
     return (f"{len(rows) - 2} op types. {calls} nodes are inlined at import from the "
-            f"GraphDef's function library.\n\n" + "\n".join(rows))
+            f"GraphDef's function library. The while loops TF lowers into {lifted} nodes are "
+            f"lifted at import into one `WhileLoop` node each "
+            f"([ops/control-flow.md](ops/control-flow.md)).\n\n" + "\n".join(rows))
 
 
 def render(page: str) -> str:

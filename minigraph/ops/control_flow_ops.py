@@ -9,8 +9,9 @@ condition and body are :class:`Subgraph`s, and the session runs it by running th
 subgraphs (``client/loops.py``)::
 
     values = loop_vars
-    while cond(values):               # a scalar bool
-        values, (index, item)... = body(values)
+    go = cond(values)                 # a scalar bool
+    while go:
+        values, (index, item)..., go = body(values)  # go: cond(next values)
         lists[k][index] = item        # the loop's TensorListSetItem, one per list
     return values, stack(lists)       # the TensorListStack after the loop
 
@@ -86,7 +87,7 @@ def _while_loop_shapes(ctx: InferenceContext) -> list[TensorShape]:
             raise ctx.error(f"element shape {k} must be a scalar or a vector, got shape "
                             f"{shape}")
     shapes = [_common_shape(ctx.input_shapes[i], body.outputs[i].shape) for i in range(count)]
-    items = body.outputs[count + 1::2]
+    items = body.outputs[count + 1:count + 2 * lists:2]
     shapes += [TensorShape(None) if item.shape.rank is None
                else TensorShape([None, *item.shape.dims]) for item in items]
     return shapes
@@ -116,8 +117,9 @@ WHILE_LOOP = register_op(OpDef(
                        "TensorArray's), by position."),
            required("cond", "func", doc="The condition: loop variables -> scalar bool."),
            required("body", "func",
-                    doc="The body: loop variables -> next loop variables, then an "
-                        "(index, item) pair per written list.")],
+                    doc="The body: loop variables -> next loop variables, an (index, item) "
+                        "pair per written list, then the condition on the next loop "
+                        "variables.")],
     shape_fn=_while_loop_shapes,
     is_stateful=True,  # never folded or merged: its subgraphs are not compared by value
 ))
