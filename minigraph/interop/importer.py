@@ -398,7 +398,7 @@ class _Importer:
                  for name, value in zip(loop.placeholders, initial)]
         importer.names.update(loop.placeholders)
         importer.import_nodes(nodes, inputs, calls)
-        results = [importer._output(loop, *entry) for entry in outputs]
+        results = [_through_identities(importer._output(loop, *entry)) for entry in outputs]
         if condition is not None:
             for position, (start, after) in enumerate(zip(initial, results)):
                 if start.dtype is not after.dtype:
@@ -411,7 +411,7 @@ class _Importer:
                 build_operation(root.WithOpName(prefix + name), IDENTITY, [value], {})
             importer = _Importer(root, prefix, self.producer, self.library, importer.names)
             importer.import_nodes(*condition[:2], calls)
-            results.append(importer._output(loop, *condition[2]))
+            results.append(_through_identities(importer._output(loop, *condition[2])))
         self.names |= importer.names
         graph = root.graph()
         return Subgraph(graph, tuple(feeds), tuple(results),
@@ -446,6 +446,15 @@ class _Importer:
                      self.prefix, self.producer)
         for index, text in enumerate(body.outputs):
             self.results[(call.node.name, index)] = text
+
+
+def _through_identities(output: Output) -> Output:
+    """The tensor an ``Identity`` chain (without control inputs) ending at ``output``
+    passes on: a subgraph's outputs are fetched from there, so the chain's nodes need not
+    run (a fetched node is kept by the graph optimizer)."""
+    while output.op.type == "Identity" and not output.op.control_inputs:
+        output = output.op.inputs[0]
+    return output
 
 
 def _import_node(root: Scope, node: Any, sources: list[Output], controls: list[Operation],

@@ -35,6 +35,7 @@ from typing import Any
 
 from minigraph.framework.errors import InvalidArgumentError, UnimplementedError
 from minigraph.framework.names import shown
+from minigraph.framework.toposort import stable_topological_order
 from minigraph.interop import protos
 
 Entry = tuple[str, int]  # (node, output); output -1: a control edge
@@ -479,7 +480,7 @@ class _Lifter:
                     f"one TensorListSetItem an iteration of a reserved list")
             nodes.append(node)
             inputs[node.name] = entries
-        return nodes, inputs
+        return nodes, _without_inert_controls(nodes, inputs, placeholders)
 
     def resolved_list(self, name: str, replaced: dict[Entry, str]) -> str:
         """The placeholder of the read list the Identity ``name`` passes on."""
@@ -515,6 +516,26 @@ def _identity(node: Any, loop: str, index: int, dtype: int) -> Any:
 def _parse(text: str) -> Entry:
     name, _, index = text.rpartition(":")
     return name, int(index)
+
+
+def _without_inert_controls(nodes: list[Any], inputs: dict[str, list[Entry]],
+                            placeholders: set[str]) -> dict[str, list[Entry]]:
+    """``inputs`` without the control edges on *inert* nodes: ``Identity`` and ``NoOp``
+    nodes that only read placeholders and other inert nodes. They are always ready and
+    cannot fail, so waiting for them orders nothing; TF's lowering puts a body's nodes in
+    its frame with such edges (``^input_control_node``), and without them the graph
+    optimizer can drop the Identity relays (a third of an LSTM body's steps)."""
+    names = [node.name for node in nodes]
+    within = set(names)
+    sources = {name: {s for s, _ in inputs[name] if s in within} for name in names}
+    order, _ = stable_topological_order(names, sources)
+    inert = set(placeholders)
+    for position in order:
+        node = nodes[position]
+        if node.op in ("Identity", "NoOp") and all(s in inert for s, _ in inputs[node.name]):
+            inert.add(node.name)
+    return {name: [(s, i) for s, i in entries if i >= 0 or s not in inert]
+            for name, entries in inputs.items()}
 
 
 def _copy(node: Any) -> Any:
