@@ -35,10 +35,17 @@ from typing import Any
 
 from minigraph.framework.errors import InvalidArgumentError, UnimplementedError
 from minigraph.framework.names import shown
-from minigraph.framework.toposort import stable_topological_order
-from minigraph.interop import protos
+from minigraph.interop.node_lists import (
+    Entry,
+    consumers,
+    copied,
+    data,
+    node_def,
+    relay,
+    relay_entry,
+    without_inert_controls,
+)
 
-Entry = tuple[str, int]  # (node, output); output -1: a control edge
 FRAME_OPS = ("Enter", "Merge", "Switch", "NextIteration", "LoopCond", "Exit")
 LIST_OPS = ("TensorListFromTensor", "TensorListReserve", "TensorListGetItem",
             "TensorListSetItem", "TensorListStack")
@@ -47,7 +54,7 @@ _DT_INT32, _DT_VARIANT = 3, 21
 _ARITY = {"Enter": 1, "Exit": 1, "NextIteration": 1, "LoopCond": 1, "Switch": 2,
           "TensorListFromTensor": 2, "TensorListReserve": 2, "TensorListGetItem": 3,
           "TensorListSetItem": 3, "TensorListStack": 2}
-_OUTSIDE = protos.message_class("tensorflow.NodeDef")()
+_OUTSIDE = node_def()
 
 
 @dataclass
@@ -110,26 +117,12 @@ class _Frame:
         for _ in range(3):  # Exit -> Switch -> Merge -> Enter, at most
             if node.op not in ("Exit", "Switch", "Merge"):
                 break
-            data = [e for e in self.inputs[node.name] if e[1] >= 0]
-            if not data or data[0][0] not in self.by_name:
+            sources = data(self.inputs, node.name)
+            if not sources or sources[0][0] not in self.by_name:
                 return False
-            node = self.by_name[data[0][0]]
+            node = self.by_name[sources[0][0]]
         return node.op == "Enter" and node.attr["frame_name"].s.decode("utf-8",
                                                                        "replace") == self.name
-
-
-def _data(inputs: dict[str, list[Entry]], name: str) -> list[Entry]:
-    return [entry for entry in inputs[name] if entry[1] >= 0]
-
-
-def _consumers(nodes: Sequence[Any], inputs: dict[str, list[Entry]]
-               ) -> dict[str, list[tuple[str, int]]]:
-    """source -> [(consumer, output index read; -1 for a control edge)]."""
-    found: dict[str, list[tuple[str, int]]] = {}
-    for node in nodes:
-        for source, index in inputs[node.name]:
-            found.setdefault(source, []).append((node.name, index))
-    return found
 
 
 def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
@@ -139,9 +132,9 @@ def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
 
     Placeholders of dtype ``variant`` that nothing reads are dropped: TF's freezing leaves
     them (``unused_control_flow_input_N``) where a lowered loop's inputs were."""
-    consumers = _consumers(nodes, inputs)
+    readers = consumers(nodes, inputs)
     nodes = [node for node in nodes
-             if not (node.op == "Placeholder" and node.name not in consumers
+             if not (node.op == "Placeholder" and node.name not in readers
                      and node.attr["dtype"].type == _DT_VARIANT)]
     _check_arity(nodes, inputs)
     enters: dict[str, list[Any]] = {}
@@ -157,7 +150,7 @@ def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
                 f"tf.cond): minigraph imports while loops, not conditionals")
         return nodes, inputs
     by_name = {node.name: node for node in nodes}
-    frames = [_Frame(name, group, by_name, inputs, consumers) for name, group in enters.items()]
+    frames = [_Frame(name, group, by_name, inputs, readers) for name, group in enters.items()]
     outermost = [f for f in frames
                  if not any(g is not f and f.enters[0].name in g.members for g in frames)]
     owner: dict[str, str] = {}  # removed node -> its frame
@@ -170,8 +163,8 @@ def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
         renamed.update(outputs)
         relays += relayed
     kept = [node for node in nodes if node.name not in owner]
-    for relay in relays:  # an Exit, a TensorListStack: still there, reading the loop
-        del owner[relay.name]
+    for kept_name in relays:  # an Exit, a TensorListStack: still there, reading the loop
+        del owner[kept_name.name]
     new_inputs = {}
     for node in kept:
         entries = []
@@ -186,8 +179,8 @@ def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
         new_inputs[node.name] = entries
     for loop in loops:
         new_inputs[loop.name] = list(loop.initial)
-    for relay in relays:
-        new_inputs[relay.name] = [_parse(relay.input[0])]
+    for identity in relays:
+        new_inputs[identity.name] = [relay_entry(identity)]
     return kept + loops + relays, new_inputs
 
 
@@ -198,7 +191,7 @@ def _check_arity(nodes: Sequence[Any], inputs: dict[str, list[Entry]]) -> None:
         wanted = node.attr["N"].i if node.op == "Merge" else _ARITY.get(node.op)
         if wanted is None:
             continue
-        count = len(_data(inputs, node.name))
+        count = len(data(inputs, node.name))
         if count != wanted:
             raise InvalidArgumentError(f"Node '{shown(node.name)}' (a {node.op}) has {count} "
                                        f"data inputs, expected {wanted}")
@@ -238,9 +231,9 @@ class _Lifter:
     def resolve(self, entry: Entry) -> Entry:
         """The tensor an Identity chain ending at ``entry`` passes on."""
         for _ in range(len(self.by_name)):
-            if self.node(entry[0]).op != "Identity" or not _data(self.inputs, entry[0]):
+            if self.node(entry[0]).op != "Identity" or not data(self.inputs, entry[0]):
                 break
-            entry = _data(self.inputs, entry[0])[0]
+            entry = data(self.inputs, entry[0])[0]
         return entry
 
     def is_own(self, name: str) -> bool:
@@ -264,7 +257,7 @@ class _Lifter:
             if enter.attr["is_constant"].b:
                 continue
             merge = self.only_reader(enter.name, "Merge")
-            merge_inputs = _data(self.inputs, merge)
+            merge_inputs = data(self.inputs, merge)
             if len(merge_inputs) != 2 or merge_inputs[0][0] != enter.name or \
                     self.node(merge_inputs[1][0]).op != "NextIteration":
                 raise self.error(f"Merge '{shown(merge)}' must read its Enter, then a "
@@ -287,7 +280,7 @@ class _Lifter:
 
     def kind(self, enter: Any) -> str:
         """``tensor``, ``read`` (a TensorListFromTensor list) or ``written`` (Reserve)."""
-        source = _data(self.inputs, enter.name)[0][0]
+        source = data(self.inputs, enter.name)[0][0]
         op = self.node(source).op
         if op == "TensorListFromTensor":
             return "read"
@@ -303,10 +296,10 @@ class _Lifter:
         """The frame's one LoopCond, which every Switch reads."""
         preds = set()
         for variable in variables:
-            data = _data(self.inputs, variable["switch"])
-            preds.add(data[1][0] if len(data) == 2 else "")
+            switch_inputs = data(self.inputs, variable["switch"])
+            preds.add(switch_inputs[1][0] if len(switch_inputs) == 2 else "")
         pred = preds.pop() if len(preds) == 1 else ""
-        if not pred or self.node(pred).op != "LoopCond" or not _data(self.inputs, pred):
+        if not pred or self.node(pred).op != "LoopCond" or not data(self.inputs, pred):
             raise self.error("its Switch nodes must all be controlled by one LoopCond")
         return pred
 
@@ -344,42 +337,42 @@ class _Lifter:
         for position, variable in enumerate(kept):
             cond_map[(variable["merge"], 0)] = placeholders[position]
             body_map[(variable["switch"], 1)] = placeholders[position]
-            source = _data(self.inputs, variable["enter"].name)[0]
+            source = data(self.inputs, variable["enter"].name)[0]
             if variable["kind"] == "read":
                 self.only_reader(source[0], "Enter")
                 removed.add(source[0])
-                renamed[source[0]] = _data(self.inputs, source[0])[0][0]
+                renamed[source[0]] = data(self.inputs, source[0])[0][0]
                 read_lists[placeholders[position]] = self.node(source[0]).attr["element_dtype"].type
                 readers = self.data_readers(variable["exit"])
                 if readers:
                     raise self.unsupported(f"the list read in the loop is used after it, by "
                                            f"'{shown(readers[0])}'")
-                source = _data(self.inputs, source[0])[0]
+                source = data(self.inputs, source[0])[0]
             initial.append(source)
             if variable["exit"] and variable["kind"] == "tensor":
-                relays.append(_identity(self.node(variable["exit"]), name, position,
+                relays.append(relay(self.node(variable["exit"]), name, position,
                                         self.node(variable["exit"]).attr["T"].type))
         for offset, enter in enumerate(invariants):
             cond_map[(enter.name, 0)] = body_map[(enter.name, 0)] = placeholders[len(kept)
                                                                                 + offset]
-            initial.append(_data(self.inputs, enter.name)[0])
-        body_outputs = [_data(self.inputs, v["next"])[0] for v in kept]
+            initial.append(data(self.inputs, enter.name)[0])
+        body_outputs = [data(self.inputs, v["next"])[0] for v in kept]
         body_outputs += [(p, 0) for p in placeholders[len(kept):]]
         list_types, growable, lengths, shapes = [], [], [], []
         for k, variable in enumerate(written):
-            reserve = _data(self.inputs, variable["enter"].name)[0][0]
+            reserve = data(self.inputs, variable["enter"].name)[0][0]
             self.only_reader(reserve, "Enter")
             removed.add(reserve)
-            renamed[reserve] = _data(self.inputs, reserve)[1][0]
-            lengths.append(_data(self.inputs, reserve)[1])
+            renamed[reserve] = data(self.inputs, reserve)[1][0]
+            lengths.append(data(self.inputs, reserve)[1])
             stacks = [r for r in self.data_readers(variable["exit"])
                       if self.node(r).op == "TensorListStack"]
             # the shape a list nobody wrote stacks to: TensorListStack's, else the reserved
-            shapes.append(_data(self.inputs, stacks[0] if stacks else reserve)[1 if stacks
+            shapes.append(data(self.inputs, stacks[0] if stacks else reserve)[1 if stacks
                                                                                else 0])
             list_types.append(self.node(reserve).attr["element_dtype"].type)
             body_outputs += self.write(variable, reserve)
-            set_item = self.node(self.resolve(_data(self.inputs, variable["next"])[0])[0])
+            set_item = self.node(self.resolve(data(self.inputs, variable["next"])[0])[0])
             if set_item.attr["resize_if_index_out_of_bounds"].b:
                 growable.append(k)
             for reader in self.data_readers(variable["exit"]):
@@ -388,14 +381,14 @@ class _Lifter:
                                            f"'{shown(reader)}', a {self.node(reader).op}; "
                                            f"minigraph reads it with TensorListStack only")
                 removed.add(reader)
-                relays.append(_identity(self.node(reader), name, count + k, list_types[-1]))
+                relays.append(relay(self.node(reader), name, count + k, list_types[-1]))
         initial += lengths + shapes
         for variable in variables:  # what waited for a list's Exit waits for the loop
             if variable["exit"] and variable["kind"] != "tensor":
                 renamed[variable["exit"]] = name
         initial += [e for enter in frame.enters for e in self.inputs[enter.name] if e[1] < 0]
         controls = [e[0] for v in variables for e in self.inputs[v["next"]] if e[1] < 0]
-        cond_output = _data(self.inputs, pred)[0]
+        cond_output = data(self.inputs, pred)[0]
         cond = self.subgraph([cond_output], cond_map, read_lists, "condition")
         body = self.subgraph(body_outputs + [(c, -1) for c in controls], body_map,
                              read_lists, "body")
@@ -408,14 +401,14 @@ class _Lifter:
     def write(self, variable: dict[str, Any], reserve: str) -> list[Entry]:
         """The (index, item) a written list's one ``TensorListSetItem`` an iteration
         writes (a dynamic-size TensorArray's grows the list: ``growable``)."""
-        set_item = self.resolve(_data(self.inputs, variable["next"])[0])[0]
-        data = _data(self.inputs, set_item)
-        if self.node(set_item).op != "TensorListSetItem" or len(data) != 3 or \
-                self.resolve(data[0]) != (variable["switch"], 1):
+        set_item = self.resolve(data(self.inputs, variable["next"])[0])[0]
+        written = data(self.inputs, set_item)
+        if self.node(set_item).op != "TensorListSetItem" or len(written) != 3 or \
+                self.resolve(written[0]) != (variable["switch"], 1):
             raise self.unsupported(f"the list reserved by '{shown(reserve)}' must be written by "
                                    f"one TensorListSetItem an iteration; its next value comes "
                                    f"from '{shown(set_item)}', a {self.node(set_item).op}")
-        return data[1:3]
+        return written[1:3]
 
     def subgraph(self, roots: list[Entry], replaced: dict[Entry, str], read_lists: dict[str, int],
                  what: str) -> tuple[list[Any], dict[str, list[Entry]]]:
@@ -464,14 +457,14 @@ class _Lifter:
         for name in order:
             node = self.node(name)
             entries = [e for e in (rewritten(s, i) for s, i in self.inputs[name]) if e]
-            lists = [i for i, entry in enumerate(_data(self.inputs, name))
+            lists = [i for i, entry in enumerate(data(self.inputs, name))
                      if _mapped(self.resolve(entry), replaced)[0] in read_lists]
             if node.op == "TensorListGetItem" and lists == [0]:
                 node, entries, axis = self.gather(node, entries)
                 nodes.append(axis)
                 inputs[axis.name] = []
             elif node.op == "Identity" and lists == [0]:  # passes the tensor on
-                node = _copy(node)
+                node = copied(node)
                 node.attr["T"].type = read_lists[self.resolved_list(name, replaced)]
             elif node.op in LIST_OPS or lists:
                 raise self.unsupported(
@@ -480,7 +473,7 @@ class _Lifter:
                     f"one TensorListSetItem an iteration of a reserved list")
             nodes.append(node)
             inputs[node.name] = entries
-        return nodes, _without_inert_controls(nodes, inputs, placeholders)
+        return nodes, without_inert_controls(nodes, inputs, placeholders)
 
     def resolved_list(self, name: str, replaced: dict[Entry, str]) -> str:
         """The placeholder of the read list the Identity ``name`` passes on."""
@@ -489,7 +482,6 @@ class _Lifter:
     def gather(self, node: Any, entries: list[Entry]) -> tuple[Any, list[Entry], Any]:
         """``TensorListGetItem(list, i, shape)`` as ``GatherV2(t, i, axis)`` and its axis,
         a Const 0."""
-        node_def = protos.message_class("tensorflow.NodeDef")
         gather = node_def(name=node.name, op="GatherV2", device=node.device)
         gather.attr["Tparams"].type = node.attr["element_dtype"].type
         gather.attr["Tindices"].type = _DT_INT32
@@ -499,49 +491,9 @@ class _Lifter:
         axis.attr["value"].tensor.dtype = _DT_INT32
         axis.attr["value"].tensor.tensor_shape.SetInParent()
         axis.attr["value"].tensor.int_val.append(0)
-        data = [e for e in entries if e[1] >= 0]
-        return gather, [data[0], data[1], (axis.name, 0)] + [e for e in entries
-                                                            if e[1] < 0], axis
-
-
-def _identity(node: Any, loop: str, index: int, dtype: int) -> Any:
-    """An Identity named like ``node`` (same device, control inputs) reading ``loop:index``."""
-    relay = protos.message_class("tensorflow.NodeDef")(name=node.name, op="Identity",
-                                                       device=node.device)
-    relay.input.append(f"{loop}:{index}")
-    relay.attr["T"].type = dtype
-    return relay
-
-
-def _parse(text: str) -> Entry:
-    name, _, index = text.rpartition(":")
-    return name, int(index)
-
-
-def _without_inert_controls(nodes: list[Any], inputs: dict[str, list[Entry]],
-                            placeholders: set[str]) -> dict[str, list[Entry]]:
-    """``inputs`` without the control edges on *inert* nodes: ``Identity`` and ``NoOp``
-    nodes that only read placeholders and other inert nodes. They are always ready and
-    cannot fail, so waiting for them orders nothing; TF's lowering puts a body's nodes in
-    its frame with such edges (``^input_control_node``), and without them the graph
-    optimizer can drop the Identity relays (a third of an LSTM body's steps)."""
-    names = [node.name for node in nodes]
-    within = set(names)
-    sources = {name: {s for s, _ in inputs[name] if s in within} for name in names}
-    order, _ = stable_topological_order(names, sources)
-    inert = set(placeholders)
-    for position in order:
-        node = nodes[position]
-        if node.op in ("Identity", "NoOp") and all(s in inert for s, _ in inputs[node.name]):
-            inert.add(node.name)
-    return {name: [(s, i) for s, i in entries if i >= 0 or s not in inert]
-            for name, entries in inputs.items()}
-
-
-def _copy(node: Any) -> Any:
-    copied = type(node)()
-    copied.CopyFrom(node)
-    return copied
+        list_and_index = [e for e in entries if e[1] >= 0][:2]
+        return gather, [*list_and_index, (axis.name, 0)] + [e for e in entries
+                                                           if e[1] < 0], axis
 
 
 def _mapped(entry: Entry, replaced: dict[Entry, str]) -> Entry:
