@@ -4,8 +4,8 @@
 * Hand-built frames (TF's lowered form, written node by node): values against numpy
   formulas for every trip count from 0, loop invariants, a written list, control edges on
   the frame; every refusal names the loop and the node (a Merge without NextIteration, two
-  LoopConds, a body reading past the frame, a reader of the body without Exit, a lowered
-  tf.cond, a float condition), and the run-time checks (a non-scalar condition, a write past
+  LoopConds, a body reading past the frame, a float condition, a next value of another
+  dtype, the wrong number of inputs), and the run-time checks (a non-scalar condition, a write past
   a list's end, a runaway loop).
 * ``oracle``: graphs TensorFlow freezes (``convert_variables_to_constants_v2`` lowers their
   loops): a data-dependent trip count, nested loops, a TensorArray read and written over a
@@ -295,16 +295,6 @@ def test_next_value_of_another_dtype_is_refused():
     _refused(graph, InvalidArgumentError, "while loop 'loop': loop variable 0 enters as int32 "
                                           r"\('zero:0'\) and its next value is float32 "
                                           r"\('loop/i_float:0'\)")
-
-
-def test_lowered_cond_is_refused_naming_the_node():
-    graph = protos.GraphDef()
-    add(graph, "x", "Placeholder", dtype=("type", FLOAT))
-    add(graph, "p", "Placeholder", dtype=("type", BOOL))
-    add(graph, "switch", "Switch", ["x", "p"], T=("type", FLOAT))
-    add(graph, "merge", "Merge", ["switch", "switch:1"], T=("type", FLOAT), N=2)
-    _refused(graph, UnimplementedError, r"Node '(switch|merge)' is a (Switch|Merge) outside "
-                                        r"any while loop \(a lowered tf.cond\)")
 
 
 def test_other_list_ops_in_a_loop_are_refused():

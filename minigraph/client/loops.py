@@ -1,5 +1,9 @@
-"""Running ``WhileLoop`` (``ops/control_flow_ops.py``): its condition and body are subgraphs,
-each run by a session of its own on the backend the loop's session runs on.
+"""Running ``WhileLoop`` and ``IfElse`` (``ops/control_flow_ops.py``): their condition,
+body and branches are subgraphs, each run by a session of its own on the backend the op's
+session runs on.
+
+``IfElse`` checks that its condition is a scalar and runs the branch it picks on its
+inputs.
 
 The condition runs on the initial loop variables (a scalar bool, TensorFlow's
 ``LoopCond``); while it holds, the body runs: its results are the next loop variables, one
@@ -128,3 +132,10 @@ def while_loop(op: Operation, inputs: list, ctx: KernelContext) -> list:
             target.write(index, item)
         go = _holds(op, results[-1])
     return values + [target.stacked() for target in written]
+
+
+@register_kernel("IfElse", backend=("reference", "native", "float64"))
+def if_else(op: Operation, inputs: list, ctx: KernelContext) -> list:
+    """The results of the branch the condition picks (the other does not run)."""
+    branch = op.attrs["then_branch" if _holds(op, inputs[0]) else "else_branch"]
+    return list(_runner(branch, ctx.backend)(inputs[1:]))

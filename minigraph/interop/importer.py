@@ -36,10 +36,11 @@ from minigraph.framework.op_def import (
 )
 from minigraph.framework.scope import Scope
 from minigraph.framework.toposort import stable_topological_order
-from minigraph.interop import asserts, attrs, functions, loops, protos, versions
+from minigraph.interop import asserts, attrs, conds, functions, loops, protos, versions
+from minigraph.interop.node_lists import node_def
 from minigraph.interop.tensors import enum_to_dtype, tf_type_name
 from minigraph.ops.array_ops import IDENTITY, PLACEHOLDER
-from minigraph.ops.control_flow_ops import WHILE_LOOP, Subgraph
+from minigraph.ops.control_flow_ops import IF_ELSE, WHILE_LOOP, Subgraph
 
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
 # protobuf refuses messages over 2 GiB; TF's GraphDefs never are larger
@@ -309,12 +310,16 @@ class _Importer:
         """Build ``nodes`` in dependency order; ``calls``: the functions whose bodies they
         are in (outermost first), for recursion. Assert messages held in string constants
         are folded into the Asserts first (``interop.asserts``), and lowered while loops
-        lifted (``interop.loops``)."""
+        and conditionals lifted (``interop.loops``, ``interop.conds``)."""
         nodes, inputs = asserts.fold_string_messages(nodes, inputs)
         nodes, inputs = loops.lift(nodes, inputs, lambda name: name in self.names)
+        nodes, inputs = conds.lift(nodes, inputs, lambda name: name in self.names)
         for node in _topological_order(nodes, inputs):
             if isinstance(node, loops.Loop):
                 self._import_loop(node, inputs[node.name], calls)
+                continue
+            if isinstance(node, conds.IfElse):
+                self._import_cond(node, inputs[node.name], calls)
                 continue
             call = self.library.call(node)
             if call is None:
@@ -360,9 +365,10 @@ class _Importer:
         lists = len(loop.list_types)
         lengths, shapes = sources[loop.variables:][:lists], sources[loop.variables + lists:]
         try:
-            cond = self._subgraph(loop, initial, *loop.cond[:2], [loop.cond[2]], [], calls)
-            body = self._subgraph(loop, initial, *loop.body, loop.body_targets, calls,
-                                  condition=loop.cond)
+            cond = self._subgraph(loop.frame, loop.placeholders, initial, *loop.cond[:2],
+                                  [loop.cond[2]], [], calls)
+            body = self._subgraph(loop.frame, loop.placeholders, initial, *loop.body,
+                                  loop.body_targets, calls, condition=loop.cond)
         except (InvalidArgumentError, NotFoundError, UnimplementedError) as exc:
             raise type(exc)(f"{exc} (in while loop '{shown(loop.frame)}')") from None
         if cond.outputs[0].dtype is not dtypes.bool_:
@@ -383,35 +389,69 @@ class _Importer:
                         {"list_types": list_types, "growable": loop.growable, "cond": cond,
                          "body": body})
 
-    def _subgraph(self, loop: loops.Loop, initial: list[Output], nodes: list[Any],
-                  inputs: dict[str, list[tuple[str, int]]], outputs: list[tuple[str, int]],
-                  targets: list[str], calls: tuple[str, ...], condition: tuple | None = None
-                  ) -> Subgraph:
-        """``nodes`` imported into a new graph whose Placeholders ``loop.placeholders`` take
-        the loop variables' dtypes. ``condition`` (the body's): the condition's nodes are
-        imported again, under ``<frame>/next_condition/``, on the next values, and its
-        result is the last output, so that an iteration is one run."""
+    def _import_cond(self, cond: conds.IfElse, entries: list[tuple[str, int]],
+                     calls: tuple[str, ...]) -> None:
+        """Build a lifted conditional: each branch imported into a graph of its own fed by
+        one Placeholder per input, then the ``IfElse`` node."""
+        if len(calls) >= MAX_CALL_DEPTH:
+            raise InvalidArgumentError(f"tf.cond '{shown(cond.name)}': conditionals, loops "
+                                       f"and calls nested {len(calls) + 1} deep; minigraph "
+                                       f"imports at most {MAX_CALL_DEPTH} levels")
+        calls = (*calls, f"tf.cond {cond.name}")
+        (predicate, *initial), controls = self._sources(cond, entries)
+        if predicate.dtype is not dtypes.bool_:
+            raise InvalidArgumentError(f"tf.cond '{shown(cond.name)}': its predicate "
+                                       f"'{shown(predicate.name)}' is "
+                                       f"{predicate.dtype.name}, expected bool")
+        try:
+            then, other = (self._subgraph(cond.name, cond.placeholders, initial, b.nodes,
+                                          b.inputs, b.outputs, b.targets, calls)
+                           for b in (cond.then_branch, cond.else_branch))
+        except (InvalidArgumentError, NotFoundError, UnimplementedError) as exc:
+            raise type(exc)(f"{exc} (in tf.cond '{shown(cond.name)}')") from None
+        for index, (a, b) in enumerate(zip(then.outputs, other.outputs)):
+            if a.dtype is not b.dtype:
+                raise InvalidArgumentError(
+                    f"tf.cond '{shown(cond.name)}': result {index} is {a.dtype.name} in the "
+                    f"then branch ('{shown(a.name)}') and {b.dtype.name} in the else branch "
+                    f"('{shown(b.name)}')")
+        scope = (self.root.WithOpName(self.prefix + cond.name).WithDevice(cond.device)
+                 .WithControlDependencies(controls))
+        build_operation(scope, IF_ELSE, [predicate, initial],
+                        {"Tout": [o.dtype for o in then.outputs], "then_branch": then,
+                         "else_branch": other})
+
+    def _subgraph(self, where: str, placeholders: list[str], initial: list[Output],
+                  nodes: list[Any], inputs: dict[str, list[tuple[str, int]]],
+                  outputs: list[tuple[str, int]], targets: list[str], calls: tuple[str, ...],
+                  condition: tuple | None = None) -> Subgraph:
+        """``nodes`` imported into a new graph whose ``placeholders`` take the dtypes of
+        ``initial`` (a loop's or conditional's inputs; ``where``: its name). A loop's body
+        gets its ``condition``: the condition's nodes are imported again, under
+        ``<frame>/next_condition/``, on the next values, and its result is the last output,
+        so that an iteration is one run."""
         root = Scope(Graph())
         importer = _Importer(root, "", self.producer, self.library, self.names)
         feeds = [build_operation(root.WithOpName(name), PLACEHOLDER, [],
                                  {"dtype": value.dtype}).outputs[0]
-                 for name, value in zip(loop.placeholders, initial)]
-        importer.names.update(loop.placeholders)
+                 for name, value in zip(placeholders, initial)]
+        importer.names.update(placeholders)
         importer.import_nodes(nodes, inputs, calls)
-        results = [_through_identities(importer._output(loop, *entry)) for entry in outputs]
+        site = node_def(name=where)  # what errors about an output name
+        results = [_through_identities(importer._output(site, *entry)) for entry in outputs]
         if condition is not None:
             for position, (start, after) in enumerate(zip(initial, results)):
                 if start.dtype is not after.dtype:
                     raise InvalidArgumentError(
-                        f"while loop '{shown(loop.frame)}': loop variable {position} enters "
+                        f"while loop '{shown(where)}': loop variable {position} enters "
                         f"as {start.dtype.name} ('{shown(start.name)}') and its next value "
                         f"is {after.dtype.name} ('{shown(after.name)}')")
-            prefix = f"{loop.frame}/next_condition/"
-            for name, value in zip(loop.placeholders, results):
+            prefix = f"{where}/next_condition/"
+            for name, value in zip(placeholders, results):
                 build_operation(root.WithOpName(prefix + name), IDENTITY, [value], {})
             importer = _Importer(root, prefix, self.producer, self.library, importer.names)
             importer.import_nodes(*condition[:2], calls)
-            results.append(_through_identities(importer._output(loop, *condition[2])))
+            results.append(_through_identities(importer._output(site, *condition[2])))
         self.names |= importer.names
         graph = root.graph()
         return Subgraph(graph, tuple(feeds), tuple(results),

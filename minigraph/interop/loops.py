@@ -79,6 +79,7 @@ class Loop:
     body_targets: list[str]
     list_types: list[int] = field(default_factory=list)
     growable: list[int] = field(default_factory=list)
+    op: str = "WhileLoop"  # what the importer builds (a node list holds Loops and NodeDefs)
 
 
 def _frame_error(frame: str, message: str) -> InvalidArgumentError:
@@ -142,12 +143,12 @@ def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
         if node.op == "Enter":
             frame = node.attr["frame_name"].s.decode("utf-8", "replace")
             enters.setdefault(frame, []).append(node)
-    if not enters:
-        if any(node.op in FRAME_OPS for node in nodes):
-            odd = next(node for node in nodes if node.op in FRAME_OPS)
-            raise UnimplementedError(
-                f"Node '{shown(odd.name)}' is a {odd.op} outside any while loop (a lowered "
-                f"tf.cond): minigraph imports while loops, not conditionals")
+    if not enters:  # Switch and Merge nodes outside loops are tf.cond's (``conds.py``)
+        odd = next((node for node in nodes if node.op in ("Exit", "NextIteration",
+                                                           "LoopCond")), None)
+        if odd is not None:
+            raise InvalidArgumentError(f"Node '{shown(odd.name)}' is a {odd.op} outside any "
+                                       f"while loop (no Enter node)")
         return nodes, inputs
     by_name = {node.name: node for node in nodes}
     frames = [_Frame(name, group, by_name, inputs, readers) for name, group in enters.items()]

@@ -20,7 +20,8 @@ END = "<!-- supported-ops:end -->"
 PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "tf-interop.md"
 # TF's bookkeeping ops a frozen graph may hold that import as something else
 IMPORT_ONLY = {"PartitionedCall", "StatefulPartitionedCall"}
-# a lowered while loop's ops, lifted into one WhileLoop node (``interop/loops.py``)
+# lowered control flow's ops: while loops lifted into WhileLoop nodes (``interop/loops.py``),
+# tf.cond's Switch and Merge into IfElse nodes (``interop/conds.py``)
 LIFTED = ("Enter", "Exit", "LoopCond", "Merge", "NextIteration", "Switch",
           "TensorListFromTensor", "TensorListGetItem", "TensorListReserve",
           "TensorListSetItem", "TensorListStack")
@@ -79,8 +80,8 @@ def table() -> str:
     calls = ", ".join(f"`{name}`" for name in sorted(IMPORT_ONLY))
     lifted = ", ".join(f"`{name}`" for name in LIFTED)
     return (f"{len(rows) - 2} op types. {calls} nodes are inlined at import from the "
-            f"GraphDef's function library. The while loops TF lowers into {lifted} nodes are "
-            f"lifted at import into one `WhileLoop` node each "
+            f"GraphDef's function library. The while loops and `tf.cond`s TF lowers into "
+            f"{lifted} nodes are lifted at import into one `WhileLoop` or `IfElse` node each "
             f"([ops/control-flow.md](ops/control-flow.md)).\n\n" + "\n".join(rows))
 
 

@@ -1,4 +1,5 @@
-"""Loops: ``WhileLoop``, the op a TensorFlow ``while`` loop becomes when minigraph imports it.
+"""Control flow: ``WhileLoop`` and ``IfElse``, what TensorFlow's ``while`` loops and
+``tf.cond`` become when minigraph imports a frozen graph.
 
 TensorFlow lowers a ``while`` loop (a Keras ``LSTM``, ``GRU`` or ``SimpleRNN`` layer, any
 ``tf.while_loop``) into a frame of ``Enter``, ``Merge``, ``Switch``, ``NextIteration``,
@@ -22,8 +23,15 @@ returns each write's index and item after the loop variables, and the op returns
 list stacked (``[length, *item shape]``; rows never written are zeros; a list nobody
 wrote takes its reserved element shape, which must then be fully defined) after the final
 loop variables. A ``growable`` list (a dynamic-size TensorArray's) grows to ``index + 1``
-on a write past its end. ``WhileLoop`` is minigraph's own op (TensorFlow's ``While`` calls library
-functions), has no gradient and is not exported back to a GraphDef.
+on a write past its end.
+
+``IfElse(cond, inputs)`` is a lowered ``tf.cond`` (``Switch``/``Merge`` nodes, lifted by
+``interop/conds.py``): the session runs ``then_branch`` on the inputs when the scalar
+``cond`` holds, ``else_branch`` when not, and returns that branch's results; the other
+branch does not run (it may fail on these inputs: a crop larger than the image).
+
+Both are minigraph's own ops (TensorFlow's ``While`` and ``If`` call library functions),
+have no gradient and are not exported back to a GraphDef.
 """
 
 from __future__ import annotations
@@ -121,5 +129,27 @@ WHILE_LOOP = register_op(OpDef(
                         "pair per written list, then the condition on the next loop "
                         "variables.")],
     shape_fn=_while_loop_shapes,
+    is_stateful=True,  # never folded or merged: its subgraphs are not compared by value
+))
+
+
+def _if_else_shapes(ctx: InferenceContext) -> list[TensorShape]:
+    """A result's shape is what both branches' results share."""
+    if ctx.input_shapes[0].rank not in (None, 0):
+        raise ctx.error(f"the condition must be a scalar, got shape {ctx.input_shapes[0]}")
+    then, other = ctx.attrs["then_branch"].outputs, ctx.attrs["else_branch"].outputs
+    return [_common_shape(a.shape, b.shape) for a, b in zip(then, other)]
+
+
+IF_ELSE = register_op(OpDef(
+    name="IfElse",
+    inputs=[ArgDef("cond", dtype=dtypes.bool_, doc="Which branch runs: a scalar."),
+            ArgDef("input", type_list_attr="Tin", doc="What the branches read.")],
+    outputs=[ArgDef("output", type_list_attr="Tout", doc="The branch's results.")],
+    attrs=[required("Tin", "list(type)", doc="The inputs' dtypes."),
+           required("Tout", "list(type)", doc="The results' dtypes."),
+           required("then_branch", "func", doc="Run when cond holds: inputs -> results."),
+           required("else_branch", "func", doc="Run when it does not.")],
+    shape_fn=_if_else_shapes,
     is_stateful=True,  # never folded or merged: its subgraphs are not compared by value
 ))

@@ -19,8 +19,7 @@ entry that does not read back whole (truncated, not a zip, wrong checksum) is re
 
 Entries have a ``kind``: ``application`` and ``layers`` make up the zoo the tests run
 (``ci=False`` ones only with ``--zoo-full``); ``vocabulary`` entries are the rest of
-Keras's layers (string preprocessing, ``tf.cond`` among them), frozen to list the ops
-they need (``tools/keras_zoo_report.py``), not tested.
+Keras's layers (string preprocessing among them), frozen to list the ops they need (``tools/keras_zoo_report.py``), not tested.
 """
 
 from __future__ import annotations
@@ -696,18 +695,34 @@ def stacked_recurrent(k, x):
     return k.layers.Concatenate()([output, state])
 
 
+@block((50,), tokens=1000, ci=False)
+def lstm_text_classifier(k, x):
+    """A text classifier at a realistic size: Embedding(1000, 64), LSTM(128), Dense(1)
+    over 50 tokens (the recurrent layers' benchmark)."""
+    x = k.layers.Embedding(1000, 64)(x)
+    return k.layers.Dense(1)(k.layers.LSTM(128)(x))
+
+
+@block((40, 32), ci=False)
+def gru_sequence(k, x):
+    """Two stacked GRUs at a realistic size: GRU(128, return_sequences), GRU(64) over 40
+    steps of 32 features."""
+    return k.layers.GRU(64)(k.layers.GRU(128, return_sequences=True)(x))
+
+
+@block((8, 8, 3))
+def center_crop(k, x):
+    """CenterCrop to 5 x 7 (a tf.cond on the input's size: Switch, Merge, Asserts in the
+    branch that crops)."""
+    return k.layers.CenterCrop(5, 7)(x)
+
+
 @block((8,), tokens=6)
 def masked_lstm(k, x):
     """An LSTM over a zero-masked Embedding (the mask: a second list the loop reads, and
     selects between new and previous states)."""
     x = k.layers.Embedding(6, 4, mask_zero=True)(x)
     return k.layers.LSTM(5, return_sequences=True)(x)
-
-
-@block((8, 8, 3), kind="vocabulary")
-def center_crop(k, x):
-    """CenterCrop to 5 x 7 (a tf.cond on the input's size: Switch, Merge, Assert)."""
-    return k.layers.CenterCrop(5, 7)(x)
 
 
 @block((6,), kind="vocabulary", tokens=10)
