@@ -19,7 +19,8 @@ entry that does not read back whole (truncated, not a zip, wrong checksum) is re
 
 Entries have a ``kind``: ``application`` and ``layers`` make up the zoo the tests run
 (``ci=False`` ones only with ``--zoo-full``); ``vocabulary`` entries are the rest of
-Keras's layers (string preprocessing among them), frozen to list the ops they need (``tools/keras_zoo_report.py``), not tested.
+Keras's layers (string preprocessing among them), frozen to list the ops they need
+(``tools/keras_zoo_report.py``), not tested.
 """
 
 from __future__ import annotations
