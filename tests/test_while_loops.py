@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import test_function_library as function_library
 from conftest import BACKENDS
 
 import minigraph as mg
@@ -30,7 +31,7 @@ from minigraph.framework.errors import (
     ResourceExhaustedError,
     UnimplementedError,
 )
-from minigraph.interop import importer, protos, tensors
+from minigraph.interop import importer, protos
 
 DT = protos.data_type_numbers()
 FLOAT, INT32, BOOL, VARIANT = DT["DT_FLOAT"], DT["DT_INT32"], DT["DT_BOOL"], DT["DT_VARIANT"]
@@ -40,29 +41,12 @@ FLOAT, INT32, BOOL, VARIANT = DT["DT_FLOAT"], DT["DT_INT32"], DT["DT_BOOL"], DT[
 
 
 def add(graph: Any, name: str, op: str, inputs=(), **attrs: Any) -> Any:
-    """A node; attrs: ("type", enum), an array (tensor), a bool, an int or a str."""
-    node = graph.node.add()
-    node.name, node.op = name, op
-    node.input.extend(inputs)
-    for key, value in attrs.items():
-        proto = node.attr[key]
-        if isinstance(value, tuple):
-            proto.type = value[1]
-        elif isinstance(value, np.ndarray):
-            tensors.array_to_proto(value, proto.tensor)
-        elif isinstance(value, bool):
-            proto.b = value
-        elif isinstance(value, int):
-            proto.i = value
-        else:
-            proto.s = value.encode()
-    return node
+    """A node of ``graph``; attrs as ``test_function_library.add`` takes them."""
+    return function_library.add(graph.node, name, op, inputs, **attrs)
 
 
 def const(graph: Any, name: str, value: Any, inputs=()) -> Any:
-    value = np.asarray(value)
-    return add(graph, name, "Const", inputs, dtype=("type", tensors.dtype_to_enum(
-        mg.as_dtype(value.dtype))), value=value)
+    return function_library.const(graph.node, name, np.asarray(value), inputs)
 
 
 def enter(graph: Any, name: str, source: str, dtype: int, constant: bool = False,
@@ -389,8 +373,8 @@ def test_tf_nested_loops(monkeypatch):
     x = np.array([1.0, -0.5, 2.0], np.float32)
     _matches_tensorflow(frozen, graph_def, [(x, np.int32(n)) for n in (0, 1, 4)])
     monkeypatch.setattr(importer, "MAX_CALL_DEPTH", 1)  # the bound on nesting holds
-    with pytest.raises(InvalidArgumentError, match="loops and calls nested 2 deep; minigraph "
-                                                   "imports at most 1 levels"):
+    with pytest.raises(InvalidArgumentError, match="loops, conditionals and calls nested 2 "
+                                                   "deep; minigraph imports at most 1 levels"):
         mg.import_graph_def(graph_def.SerializeToString())
 
 

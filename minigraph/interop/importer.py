@@ -355,11 +355,7 @@ class _Importer:
                      calls: tuple[str, ...]) -> None:
         """Build a lifted while loop: its condition and body, each imported into a graph of
         its own fed by one Placeholder per loop variable, then the ``WhileLoop`` node."""
-        if len(calls) >= MAX_CALL_DEPTH:
-            raise InvalidArgumentError(f"while loop '{shown(loop.frame)}': loops and calls "
-                                       f"nested {len(calls) + 1} deep; minigraph imports at "
-                                       f"most {MAX_CALL_DEPTH} levels")
-        calls = (*calls, f"while loop {loop.frame}")
+        calls = _nested(calls, f"while loop '{shown(loop.frame)}'")
         sources, controls = self._sources(loop, entries)
         initial = sources[:loop.variables]
         lists = len(loop.list_types)
@@ -383,21 +379,15 @@ class _Importer:
                     f"while loop '{shown(loop.frame)}': list {position} holds "
                     f"{list_types[position].name} items at int32 indices; the body writes "
                     f"{item.dtype.name} at {index.dtype.name}")
-        scope = (self.root.WithOpName(self.prefix + loop.name).WithDevice(loop.device)
-                 .WithControlDependencies(controls))
-        build_operation(scope, WHILE_LOOP, [initial, lengths, shapes],
-                        {"list_types": list_types, "growable": loop.growable, "cond": cond,
-                         "body": body})
+        self._build_lifted(loop, controls, WHILE_LOOP, [initial, lengths, shapes],
+                           {"list_types": list_types, "growable": loop.growable,
+                            "cond": cond, "body": body})
 
     def _import_cond(self, cond: conds.IfElse, entries: list[tuple[str, int]],
                      calls: tuple[str, ...]) -> None:
         """Build a lifted conditional: each branch imported into a graph of its own fed by
         one Placeholder per input, then the ``IfElse`` node."""
-        if len(calls) >= MAX_CALL_DEPTH:
-            raise InvalidArgumentError(f"tf.cond '{shown(cond.name)}': conditionals, loops "
-                                       f"and calls nested {len(calls) + 1} deep; minigraph "
-                                       f"imports at most {MAX_CALL_DEPTH} levels")
-        calls = (*calls, f"tf.cond {cond.name}")
+        calls = _nested(calls, f"tf.cond '{shown(cond.name)}'")
         (predicate, *initial), controls = self._sources(cond, entries)
         if predicate.dtype is not dtypes.bool_:
             raise InvalidArgumentError(f"tf.cond '{shown(cond.name)}': its predicate "
@@ -415,11 +405,16 @@ class _Importer:
                     f"tf.cond '{shown(cond.name)}': result {index} is {a.dtype.name} in the "
                     f"then branch ('{shown(a.name)}') and {b.dtype.name} in the else branch "
                     f"('{shown(b.name)}')")
-        scope = (self.root.WithOpName(self.prefix + cond.name).WithDevice(cond.device)
+        self._build_lifted(cond, controls, IF_ELSE, [predicate, initial],
+                           {"Tout": [o.dtype for o in then.outputs], "then_branch": then,
+                            "else_branch": other})
+
+    def _build_lifted(self, lifted: Any, controls: list[Operation], op_def: OpDef,
+                      arguments: list[Any], node_attrs: dict[str, Any]) -> None:
+        """The ``WhileLoop`` or ``IfElse`` node of a lifted loop or conditional."""
+        scope = (self.root.WithOpName(self.prefix + lifted.name).WithDevice(lifted.device)
                  .WithControlDependencies(controls))
-        build_operation(scope, IF_ELSE, [predicate, initial],
-                        {"Tout": [o.dtype for o in then.outputs], "then_branch": then,
-                         "else_branch": other})
+        build_operation(scope, op_def, arguments, node_attrs)
 
     def _subgraph(self, where: str, placeholders: list[str], initial: list[Output],
                   nodes: list[Any], inputs: dict[str, list[tuple[str, int]]],
@@ -486,6 +481,16 @@ class _Importer:
                      self.prefix, self.producer)
         for index, text in enumerate(body.outputs):
             self.results[(call.node.name, index)] = text
+
+
+def _nested(calls: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """``calls`` with ``what`` (a loop or conditional whose subgraphs are imported next)
+    added; refused past :data:`MAX_CALL_DEPTH` levels."""
+    if len(calls) >= MAX_CALL_DEPTH:
+        raise InvalidArgumentError(f"{what}: loops, conditionals and calls nested "
+                                   f"{len(calls) + 1} deep; minigraph imports at most "
+                                   f"{MAX_CALL_DEPTH} levels")
+    return (*calls, what)
 
 
 def _through_identities(output: Output) -> Output:
