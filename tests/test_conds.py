@@ -12,16 +12,27 @@
   while loop and a loop inside a conditional, and Keras' ``CenterCrop`` on an input of
   unknown size (crop when it is large enough, resize when not); each against TensorFlow's
   own run on every backend.
+* Rewired graphs: random edits of a lowered loop and a conditional import and run, or fail
+  with one of minigraph's errors.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import numpy as np
 import pytest
 from conftest import BACKENDS
-from test_while_loops import FLOAT, _frozen, _matches_tensorflow, add, const, node
+from test_while_loops import (
+    FLOAT,
+    _frozen,
+    _matches_tensorflow,
+    add,
+    const,
+    counting_loop,
+    node,
+)
 
 import minigraph as mg
 from minigraph.framework.errors import InvalidArgumentError, UnimplementedError
@@ -206,3 +217,52 @@ def test_keras_center_crop_crops_or_resizes_by_the_input_size():
     _matches_tensorflow(frozen, graph_def,
                         [(rng.standard_normal((2, h, w, 3)).astype(np.float32),)
                          for h, w in ((8, 9), (5, 7), (3, 4))])
+
+
+# ----------------------------------------------------------------------------- rewired graphs
+
+
+def _rewired(graph: Any, rng: random.Random) -> Any:
+    """``graph`` with one to three edits: an input pointed at another node's output 0-2, an
+    input dropped, a node's op changed to another control-flow op, or a node removed."""
+    graph = type(graph).FromString(graph.SerializeToString())
+    for _ in range(rng.randint(1, 3)):
+        nodes = list(graph.node)
+        target = rng.choice(nodes)
+        roll = rng.random()
+        if roll < 0.5 and target.input:
+            i = rng.randrange(len(target.input))
+            marker = "^" if target.input[i].startswith("^") else ""
+            target.input[i] = marker + rng.choice(nodes).name + rng.choice(["", ":1", ":2"])
+        elif roll < 0.7 and target.input:
+            del target.input[rng.randrange(len(target.input))]
+        elif roll < 0.85:
+            target.op = rng.choice(["Enter", "Exit", "Merge", "Switch", "NextIteration",
+                                    "LoopCond", "Identity", "TensorListSetItem"])
+        else:
+            graph.node.remove(target)
+    return graph
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rewired_control_flow_imports_and_runs_or_fails_clearly(seed):
+    """Hostile edits of a lowered loop (with a written list) and of a conditional: each
+    imports and runs, or fails with one of minigraph's errors; never another exception or
+    a hang."""
+    rng = random.Random(seed)
+    bases = [counting_loop(write=True), conditional(extra_output=True)]
+    feeds = {"x:0": X, "n:0": np.int32(3), "rows:0": np.int32(4), "p:0": np.bool_(True)}
+    for _ in range(100):
+        graph = _rewired(rng.choice(bases), rng)
+        try:
+            root = mg.import_graph_def(graph)
+            names = {op.name for op in root.graph().operations()}
+            fetches = [f"{name}:0" for name in ("y", "z", "out", "count", "stacked")
+                       if name in names]
+            placeholders = {f"{op.name}:0" for op in root.graph().operations()
+                            if op.type == "Placeholder"}
+            mg.ClientSession(root).Run({k: v for k, v in feeds.items() if k in placeholders},
+                                       fetches)
+        except (InvalidArgumentError, UnimplementedError, mg.errors.NotFoundError,
+                mg.errors.ResourceExhaustedError):
+            pass

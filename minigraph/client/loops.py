@@ -33,8 +33,9 @@ from minigraph.framework.limits import check_allocation
 from minigraph.framework.tensor_shape import TensorShape
 from minigraph.ops.control_flow_ops import Subgraph
 
-# far beyond any recurrent layer's time steps; a loop past it is taken for a runaway
-MAX_ITERATIONS = 1 << 20
+# far beyond a recurrent layer's time steps (131,072); a loop past it is taken for a
+# runaway. A program that needs more sets ``minigraph.client.loops.MAX_ITERATIONS``.
+MAX_ITERATIONS = 1 << 17
 
 
 def _runner(subgraph: Subgraph, backend: str) -> Callable[[Sequence[np.ndarray]], list]:

@@ -32,6 +32,7 @@ from typing import Any
 from minigraph.framework.errors import UnimplementedError
 from minigraph.framework.names import shown
 from minigraph.framework.toposort import stable_topological_order
+from minigraph.interop.loops import MAX_NESTING
 from minigraph.interop.node_lists import (
     Entry,
     consumers,
@@ -101,6 +102,9 @@ def _guards(nodes: Sequence[Any], inputs: dict[str, list[Entry]]
             guards[node.name] = _merged(node, [guard_of(*e) for e in data(inputs, node.name)])
             continue
         longest = max(found, key=len, default=())
+        if len(longest) > MAX_NESTING:
+            raise UnimplementedError(f"tf.cond at node '{shown(node.name)}': conditionals "
+                                     f"nested more than {MAX_NESTING} deep")
         for guard in found:
             if guard != longest[:len(guard)]:
                 raise _unsupported(node.name, f"the {node.op} reads values live under "
@@ -140,15 +144,26 @@ def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
     by_name = {node.name: node for node in nodes}
     readers = consumers(nodes, inputs)
     groups = _groups(nodes, inputs, guards, by_name)
-    removed: set[str] = set()
+    owner: dict[str, str] = {}  # removed node -> its lifted conditional
     lifted, relays = [], []
     for members in groups:
         cond, gone, made = _Lifter(members, by_name, inputs, guards, readers, taken).lift()
         lifted.append(cond)
-        removed |= gone
+        owner.update(dict.fromkeys(gone, cond.name))
         relays += made
-    kept = [node for node in nodes if node.name not in removed]
-    new_inputs = {node.name: inputs[node.name] for node in kept}
+    relayed = {identity.name for identity in relays}  # Merges: still there, as Identities
+    kept = [node for node in nodes if node.name not in owner]
+    new_inputs = {}
+    for node in kept:
+        entries = []
+        for source, index in inputs[node.name]:
+            if source in owner and source not in relayed:
+                if index >= 0:
+                    raise _unsupported(node.name, f"it reads '{shown(source)}' of a "
+                                                  f"conditional, not through its Merge")
+                source = owner[source]  # a control edge on a Switch: wait for the whole
+            entries.append((source, index))
+        new_inputs[node.name] = entries
     for cond in lifted:
         new_inputs[cond.name] = list(cond.initial)
     for identity in relays:
@@ -197,6 +212,7 @@ class _Lifter:
                  readers: dict[str, list[tuple[str, int]]], taken: Callable[[str], bool]
                  ) -> None:
         self.members, self.by_name, self.inputs = members, by_name, inputs
+        self.member_set = set(members)
         self.guards, self.readers, self.taken = guards, readers, taken
         self.outer_controls: list[Entry] = []  # control edges from a branch to outside
 
@@ -237,7 +253,7 @@ class _Lifter:
                                  + self.outer_controls)
         device = by_name[(merges or switches)[0]].device
         cond = IfElse(name, device, initial, placeholders, *branches)
-        return cond, set(self.members), relays
+        return cond, self.member_set, relays
 
     def branch_output(self, merge: str, predicate: Entry, taken_when: int) -> Entry:
         """The Merge's input from the branch taken when the predicate is ``taken_when``."""
@@ -257,13 +273,19 @@ class _Lifter:
         (a control edge on a Switch orders nothing inside the branch), its results, and
         the nodes nothing reads (run for their effects: an Assert)."""
         nodes, inputs = [], {}
+        branch = set(names)
         for name in names:
             entries = []
             for source, index in self.inputs[name]:
+                if source in self.member_set and source not in branch and \
+                        self.by_name[source].op != "Switch":
+                    raise _unsupported(name, f"a node of one branch reads '{shown(source)}', "
+                                             f"a result of the conditional or a node of the "
+                                             f"other branch")
                 if (source, max(index, 0)) in ports:
                     if index >= 0:
                         entries.append((ports[(source, index)], 0))
-                elif index < 0 and source not in self.members:  # the IfElse waits for it
+                elif index < 0 and source not in self.member_set:  # the IfElse waits for it
                     self.outer_controls.append((source, index))
                 else:
                     entries.append((source, index))

@@ -55,6 +55,9 @@ _ARITY = {"Enter": 1, "Exit": 1, "NextIteration": 1, "LoopCond": 1, "Switch": 2,
           "TensorListFromTensor": 2, "TensorListReserve": 2, "TensorListGetItem": 3,
           "TensorListSetItem": 3, "TensorListStack": 2}
 _OUTSIDE = node_def()
+# loops and conditionals nested deeper than this are refused (the importer's own bound on
+# nested subgraphs is the same)
+MAX_NESTING = 64
 
 
 @dataclass
@@ -94,22 +97,27 @@ class _Frame:
                  ) -> None:
         self.name, self.enters, self.by_name = name, enters, by_name
         self.inputs, self.consumers = inputs, consumers
-        self.members = self._members()
+        self.members: set[str] = set()
 
-    def _members(self) -> set[str]:
+    def find_members(self, budget: list[int]) -> None:
         """Every node reached from the frame's ``Enter`` nodes, stopping after its
-        ``Exit`` nodes (whose readers are outside)."""
+        ``Exit`` nodes (whose readers are outside); each node reached spends one unit of
+        ``budget[0]``, shared by the frames of one node list."""
         seen = {enter.name for enter in self.enters}
         stack = list(seen)
         while stack:
             name = stack.pop()
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise _frame_error(self.name, f"while loops nested more than "
+                                              f"{MAX_NESTING} deep, or frames that overlap")
             if self.by_name[name].op == "Exit" and self.is_own(name):
                 continue
             for consumer, _ in self.consumers.get(name, ()):
                 if consumer not in seen:
                     seen.add(consumer)
                     stack.append(consumer)
-        return seen
+        self.members = seen
 
     def is_own(self, name: str) -> bool:
         """Whether the frame node ``name`` (a Merge, Switch or Exit) is this frame's own,
@@ -151,9 +159,8 @@ def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
                                        f"while loop (no Enter node)")
         return nodes, inputs
     by_name = {node.name: node for node in nodes}
-    frames = [_Frame(name, group, by_name, inputs, readers) for name, group in enters.items()]
-    outermost = [f for f in frames
-                 if not any(g is not f and f.enters[0].name in g.members for g in frames)]
+    outermost = _outermost([_Frame(name, group, by_name, inputs, readers)
+                            for name, group in enters.items()], len(nodes))
     owner: dict[str, str] = {}  # removed node -> its frame
     renamed: dict[str, str] = {}  # removed node -> what a control edge on it waits for
     loops, relays = [], []
@@ -179,10 +186,33 @@ def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
             entries.append((source, index))
         new_inputs[node.name] = entries
     for loop in loops:
+        inside = next((source for source, _ in loop.initial if source in owner), None)
+        if inside is not None:
+            raise _frame_error(loop.frame, f"it starts from '{shown(inside)}', a node of a "
+                                           f"loop (an Enter must read from outside its "
+                                           f"frame)")
         new_inputs[loop.name] = list(loop.initial)
     for identity in relays:
         new_inputs[identity.name] = [relay_entry(identity)]
     return kept + loops + relays, new_inputs
+
+
+def _outermost(frames: list[_Frame], size: int) -> list[_Frame]:
+    """The frames no other frame holds, their members found. A frame whose first Enter
+    lies in a frame found before it is nested (its members are found when the body that
+    holds it is imported); one found before the frame that holds it is dropped then. The
+    work is bounded: every node may be reached once per level of nesting."""
+    budget = [(MAX_NESTING + 1) * (size + 1)]
+    found: list[_Frame] = []
+    covered: dict[str, int] = {}  # node -> how many found frames hold it
+    for frame in frames:
+        if frame.enters[0].name in covered:
+            continue
+        frame.find_members(budget)
+        found.append(frame)
+        for name in frame.members:
+            covered[name] = covered.get(name, 0) + 1
+    return [f for f in found if covered[f.enters[0].name] == 1]
 
 
 def _check_arity(nodes: Sequence[Any], inputs: dict[str, list[Entry]]) -> None:
