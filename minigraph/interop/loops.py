@@ -49,6 +49,12 @@ from minigraph.interop.node_lists import (
 FRAME_OPS = ("Enter", "Merge", "Switch", "NextIteration", "LoopCond", "Exit")
 LIST_OPS = ("TensorListFromTensor", "TensorListReserve", "TensorListGetItem",
             "TensorListSetItem", "TensorListStack")
+# TF's ops whose output (0) is a list: a loop variable made by one is a list
+LIST_MAKERS = ("TensorListFromTensor", "TensorListReserve", "EmptyTensorList",
+               "TensorListPushBack", "TensorListPushBackBatch", "TensorListPopBack",
+               "TensorListSetItem", "TensorListScatter", "TensorListScatterV2",
+               "TensorListScatterIntoExistingList", "TensorListSplit", "TensorListResize",
+               "TensorListConcatLists")
 _DT_INT32, _DT_VARIANT = 3, 21
 # how many data inputs TF's OpDef gives each (Merge: its attr N)
 _ARITY = {"Enter": 1, "Exit": 1, "NextIteration": 1, "LoopCond": 1, "Switch": 2,
@@ -146,6 +152,8 @@ def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
              if not (node.op == "Placeholder" and node.name not in readers
                      and node.attr["dtype"].type == _DT_VARIANT)]
     _check_arity(nodes, inputs)
+    nodes, inputs = _items_read_outside_loops(nodes, inputs)
+    readers = consumers(nodes, inputs)
     enters: dict[str, list[Any]] = {}
     for node in nodes:
         if node.op == "Enter":
@@ -317,7 +325,7 @@ class _Lifter:
             return "read"
         if op == "TensorListReserve":
             return "written"
-        if "TensorList" in op:
+        if op in LIST_MAKERS:
             raise self.unsupported(f"a loop variable comes from '{shown(source)}', a {op}: "
                                    f"minigraph imports lists made by TensorListFromTensor "
                                    f"(read in the loop) or TensorListReserve (written)")
@@ -491,7 +499,7 @@ class _Lifter:
             lists = [i for i, entry in enumerate(data(self.inputs, name))
                      if _mapped(self.resolve(entry), replaced)[0] in read_lists]
             if node.op == "TensorListGetItem" and lists == [0]:
-                node, entries, axis = self.gather(node, entries)
+                node, entries, axis = _gather(node, entries)
                 nodes.append(axis)
                 inputs[axis.name] = []
             elif node.op == "Identity" and lists == [0]:  # passes the tensor on
@@ -510,21 +518,56 @@ class _Lifter:
         """The placeholder of the read list the Identity ``name`` passes on."""
         return _mapped(self.resolve((name, 0)), replaced)[0]
 
-    def gather(self, node: Any, entries: list[Entry]) -> tuple[Any, list[Entry], Any]:
-        """``TensorListGetItem(list, i, shape)`` as ``GatherV2(t, i, axis)`` and its axis,
-        a Const 0."""
-        gather = node_def(name=node.name, op="GatherV2", device=node.device)
-        gather.attr["Tparams"].type = node.attr["element_dtype"].type
-        gather.attr["Tindices"].type = _DT_INT32
-        gather.attr["Taxis"].type = _DT_INT32
-        axis = node_def(name=f"{node.name}/lifted_axis", op="Const", device=node.device)
-        axis.attr["dtype"].type = _DT_INT32
-        axis.attr["value"].tensor.dtype = _DT_INT32
-        axis.attr["value"].tensor.tensor_shape.SetInParent()
-        axis.attr["value"].tensor.int_val.append(0)
-        list_and_index = [e for e in entries if e[1] >= 0][:2]
-        return gather, [*list_and_index, (axis.name, 0)] + [e for e in entries
-                                                           if e[1] < 0], axis
+
+def _gather(node: Any, entries: list[Entry]) -> tuple[Any, list[Entry], Any]:
+    """``TensorListGetItem(list, i, shape)`` as ``GatherV2(t, i, axis)`` (``entries``: its
+    inputs, the list's read as the tensor ``t``), and the axis, a Const 0."""
+    gather = node_def(name=node.name, op="GatherV2", device=node.device)
+    gather.attr["Tparams"].type = node.attr["element_dtype"].type
+    gather.attr["Tindices"].type = _DT_INT32
+    gather.attr["Taxis"].type = _DT_INT32
+    axis = node_def(name=f"{node.name}/lifted_axis", op="Const", device=node.device)
+    axis.attr["dtype"].type = _DT_INT32
+    axis.attr["value"].tensor.dtype = _DT_INT32
+    axis.attr["value"].tensor.tensor_shape.SetInParent()
+    axis.attr["value"].tensor.int_val.append(0)
+    list_and_index = [e for e in entries if e[1] >= 0][:2]
+    return gather, [*list_and_index, (axis.name, 0)] + [e for e in entries if e[1] < 0], axis
+
+
+def _items_read_outside_loops(nodes: list[Any], inputs: dict[str, list[Entry]]
+                              ) -> tuple[list[Any], dict[str, list[Entry]]]:
+    """``TensorListGetItem`` of a ``TensorListFromTensor(t)`` outside any loop (``tf.scan``
+    and ``tf.foldl`` start from the first item) as ``GatherV2(t, i, 0)``; a list maker left
+    with no reader is dropped (a control edge on it waits for ``t``'s node)."""
+    by_name = {node.name: node for node in nodes}
+
+    def maker(name: str) -> str | None:
+        sources = data(inputs, name)
+        source = sources[0][0] if sources else ""
+        return source if source in by_name and by_name[source].op == \
+            "TensorListFromTensor" else None
+
+    rewritten, axes = {}, []
+    new_inputs = dict(inputs)
+    for node in nodes:
+        made_by = maker(node.name) if node.op == "TensorListGetItem" else None
+        if made_by is not None:
+            entries = [data(inputs, made_by)[0], *inputs[node.name][1:]]
+            gather, new_inputs[node.name], axis = _gather(node, entries)
+            rewritten[node.name] = gather
+            axes.append(axis)
+            new_inputs[axis.name] = []
+    if not rewritten:
+        return nodes, inputs
+    readers = consumers(nodes, new_inputs)
+    unread = {node.name for node in nodes if node.op == "TensorListFromTensor"
+              and not any(i >= 0 for _, i in readers.get(node.name, ()))}
+    for name, entries in new_inputs.items():
+        new_inputs[name] = [(data(inputs, s)[0][0], i) if s in unread else (s, i)
+                            for s, i in entries]
+    kept = [rewritten.get(node.name, node) for node in nodes if node.name not in unread]
+    return kept + axes, {name: e for name, e in new_inputs.items() if name not in unread}
 
 
 def _mapped(entry: Entry, replaced: dict[Entry, str]) -> Entry:
