@@ -461,18 +461,16 @@ def test_keras_lstm_over_sequences_of_unknown_length():
 
 
 @pytest.mark.oracle
-def test_tf_map_fn_and_foldl():
-    """``tf.map_fn`` (two results: two written lists) and ``tf.foldl``, which starts from the
-    first item, read outside the loop (``TensorListGetItem`` of the unstacked input);
-    ``tf.scan``, which also writes that item before the loop, is refused."""
+def test_tf_map_fn_scan_and_foldl():
+    """``tf.map_fn`` (two results: two written lists), ``tf.foldl``, which starts from the
+    first item, read before the loop (``TensorListGetItem`` of the unstacked input), and
+    ``tf.scan``, which also writes that item before the loop (``TensorListSetItem`` of the
+    reserved list)."""
     tf = pytest.importorskip("minigraph.testing.tf_graphs").tensorflow()
     spec = [tf.TensorSpec([None, 3], tf.float32)]
     x = np.random.default_rng(4).standard_normal((4, 3)).astype(np.float32)
     for body in (lambda v: tf.map_fn(lambda r: (r + 1.0, tf.reduce_sum(r * r) + r), v,
                                      fn_output_signature=(tf.float32, tf.float32)),
-                 lambda v: tf.foldl(lambda a, r: a * 0.5 + r, v)):
+                 lambda v: tf.foldl(lambda a, r: a * 0.5 + r, v),
+                 lambda v: tf.scan(lambda a, r: a * 0.5 + r, v)):
         _matches_tensorflow(*_frozen(body, spec), [(x,), (x[:1],)])
-    _, graph_def = _frozen(lambda v: tf.scan(lambda a, r: a * 0.5 + r, v), spec)
-    with pytest.raises(UnimplementedError, match="a loop variable comes from "
-                                                 "'scan/TensorArrayV2Write/TensorListSetItem'"):
-        mg.import_graph_def(graph_def.SerializeToString())

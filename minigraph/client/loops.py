@@ -8,7 +8,8 @@ inputs.
 The condition runs on the initial loop variables (a scalar bool, TensorFlow's
 ``LoopCond``); while it holds, the body runs: its results are the next loop variables, one
 ``(index, item)`` pair per written list, and the condition on the next variables (the
-importer builds the body so: one run an iteration). A write follows ``TensorListSetItem``: the index
+importer builds the body so: one run an iteration). Items written before the loop are
+written first, in order. A write follows ``TensorListSetItem``: the index
 must lie in ``[0, length)`` (a growable list grows to ``index + 1`` instead), and every
 item of a list has the dtype and shape of the first.
 After the loop each list is stacked (``TensorListStack``): ``[length, *item shape]``, rows
@@ -118,7 +119,12 @@ def while_loop(op: Operation, inputs: list, ctx: KernelContext) -> list:
     run_body = _runner(op.attrs["body"], ctx.backend)
     values = list(inputs[:count])
     written = [_List(op, k, length, shape) for k, (length, shape) in
-               enumerate(zip(inputs[count:count + lists], inputs[count + lists:]))]
+               enumerate(zip(inputs[count:count + lists],
+                             inputs[count + lists:count + 2 * lists]))]
+    prewrites = inputs[count + 2 * lists:]
+    half = len(prewrites) // 2
+    for k, index, item in zip(op.attrs["prewritten"], prewrites[:half], prewrites[half:]):
+        written[k].write(index, item)
     go = _holds(op, run_cond(values)[0])
     iterations = 0
     while go:

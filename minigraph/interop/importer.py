@@ -358,8 +358,11 @@ class _Importer:
         calls = _nested(calls, f"while loop '{shown(loop.frame)}'")
         sources, controls = self._sources(loop, entries)
         initial = sources[:loop.variables]
-        lists = len(loop.list_types)
-        lengths, shapes = sources[loop.variables:][:lists], sources[loop.variables + lists:]
+        lists, before = len(loop.list_types), len(loop.prewritten)
+        at = loop.variables
+        lengths, shapes = sources[at:at + lists], sources[at + lists:at + 2 * lists]
+        at += 2 * lists
+        indices, items = sources[at:at + before], sources[at + before:at + 2 * before]
         try:
             cond = self._subgraph(loop.frame, loop.placeholders, initial, *loop.cond[:2],
                                   [loop.cond[2]], [], calls)
@@ -372,16 +375,20 @@ class _Importer:
                                        f"{cond.outputs[0].dtype.name}, expected bool")
         list_types = [enum_to_dtype(t, f"while loop '{shown(loop.frame)}'")
                       for t in loop.list_types]
-        writes = body.outputs[loop.variables:loop.variables + 2 * lists]
+        writes = list(body.outputs[loop.variables:loop.variables + 2 * lists])
+        writes += [value for pair in zip(indices, items) for value in pair]
         for position, (index, item) in enumerate(zip(writes[::2], writes[1::2])):
+            if position >= lists:  # an item written before the loop
+                position = loop.prewritten[position - lists]
             if index.dtype is not dtypes.int32 or item.dtype is not list_types[position]:
                 raise InvalidArgumentError(
                     f"while loop '{shown(loop.frame)}': list {position} holds "
-                    f"{list_types[position].name} items at int32 indices; the body writes "
-                    f"{item.dtype.name} at {index.dtype.name}")
-        self._build_lifted(loop, controls, WHILE_LOOP, [initial, lengths, shapes],
+                    f"{list_types[position].name} items at int32 indices; a write puts "
+                    f"{item.dtype.name} ('{shown(item.name)}') at {index.dtype.name}")
+        self._build_lifted(loop, controls, WHILE_LOOP,
+                           [initial, lengths, shapes, indices, items],
                            {"list_types": list_types, "growable": loop.growable,
-                            "cond": cond, "body": body})
+                            "prewritten": loop.prewritten, "cond": cond, "body": body})
 
     def _import_cond(self, cond: conds.IfElse, entries: list[tuple[str, int]],
                      calls: tuple[str, ...]) -> None:

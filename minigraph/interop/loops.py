@@ -71,7 +71,8 @@ class Loop:
     """A lifted frame, standing in the node list for its nodes (the importer builds it).
 
     ``initial``: the outer tensors the loop variables start from, then the written lists'
-    reserved lengths and element shapes, then control inputs; ``placeholders``: the
+    reserved lengths and element shapes, the indices and items written before the loop
+    (``prewritten``: into which list each), then control inputs; ``placeholders``: the
     subgraphs' input node names, one per loop variable; ``cond``/``body``: each subgraph's
     nodes, parsed inputs and outputs (``body_targets``: nodes the body runs for their
     effects); ``list_types``: the written lists' item dtype enums; ``growable``: the lists a
@@ -88,6 +89,7 @@ class Loop:
     body_targets: list[str]
     list_types: list[int] = field(default_factory=list)
     growable: list[int] = field(default_factory=list)
+    prewritten: list[int] = field(default_factory=list)
     op: str = "WhileLoop"  # what the importer builds (a node list holds Loops and NodeDefs)
 
 
@@ -318,18 +320,37 @@ class _Lifter:
         return found
 
     def kind(self, enter: Any) -> str:
-        """``tensor``, ``read`` (a TensorListFromTensor list) or ``written`` (Reserve)."""
+        """``tensor``, ``read`` (a TensorListFromTensor list) or ``written`` (Reserve, maybe
+        written before the loop: :meth:`reserved`)."""
         source = data(self.inputs, enter.name)[0][0]
         op = self.node(source).op
         if op == "TensorListFromTensor":
             return "read"
-        if op == "TensorListReserve":
+        if op == "TensorListReserve" or op == "TensorListSetItem" and \
+                self.node(self.reserved(source)[0]).op == "TensorListReserve":
             return "written"
         if op in LIST_MAKERS:
             raise self.unsupported(f"a loop variable comes from '{shown(source)}', a {op}: "
                                    f"minigraph imports lists made by TensorListFromTensor "
                                    f"(read in the loop) or TensorListReserve (written)")
         return "tensor"
+
+    def reserved(self, source: str) -> tuple[str, list[str]]:
+        """Where the list ``source`` comes from through the ``TensorListSetItem`` nodes
+        that write it before the loop (``tf.scan`` writes its first item so), and those
+        nodes, first write first; each has one reader, the next write or the Enter."""
+        writes: list[str] = []
+        for _ in range(len(self.by_name)):
+            if self.node(source).op != "TensorListSetItem":
+                break
+            writes.append(source)
+            readers = self.data_readers(source)
+            if len(readers) != 1:
+                raise self.unsupported(f"'{shown(source)}', a TensorListSetItem before the "
+                                       f"loop, has {len(readers)} readers; one (the loop or "
+                                       f"the next write) is imported")
+            source = data(self.inputs, source)[0][0]
+        return source, writes[::-1]
 
     def loop_cond(self, variables: list[dict[str, Any]]) -> str:
         """The frame's one LoopCond, which every Switch reads."""
@@ -398,10 +419,14 @@ class _Lifter:
         body_outputs = [data(self.inputs, v["next"])[0] for v in kept]
         body_outputs += [(p, 0) for p in placeholders[len(kept):]]
         list_types, growable, lengths, shapes = [], [], [], []
+        prewrites: list[tuple[int, Entry, Entry]] = []  # (list, index, item) before the loop
         for k, variable in enumerate(written):
-            reserve = data(self.inputs, variable["enter"].name)[0][0]
-            self.only_reader(reserve, "Enter")
+            reserve, before = self.reserved(data(self.inputs, variable["enter"].name)[0][0])
+            self.only_reader(reserve, "TensorListSetItem" if before else "Enter")
             removed.add(reserve)
+            removed.update(before)
+            renamed.update((write, data(self.inputs, write)[2][0]) for write in before)
+            prewrites += [(k, *data(self.inputs, write)[1:3]) for write in before]
             renamed[reserve] = data(self.inputs, reserve)[1][0]
             lengths.append(data(self.inputs, reserve)[1])
             stacks = [r for r in self.data_readers(variable["exit"])
@@ -421,7 +446,7 @@ class _Lifter:
                                            f"minigraph reads it with TensorListStack only")
                 removed.add(reader)
                 relays.append(relay(self.node(reader), name, count + k, list_types[-1]))
-        initial += lengths + shapes
+        initial += lengths + shapes + [w[1] for w in prewrites] + [w[2] for w in prewrites]
         for variable in variables:  # what waited for a list's Exit waits for the loop
             if variable["exit"] and variable["kind"] != "tensor":
                 renamed[variable["exit"]] = name
@@ -434,7 +459,7 @@ class _Lifter:
         loop = Loop(name, frame.name, frame.enters[0].device, count, initial, placeholders,
                     (*cond, _mapped(cond_output, cond_map)),
                     (*body, [_mapped(e, body_map) for e in body_outputs]),
-                    controls, list_types, growable)
+                    controls, list_types, growable, [w[0] for w in prewrites])
         return loop, removed, renamed, relays
 
     def write(self, variable: dict[str, Any], reserve: str) -> list[Entry]:

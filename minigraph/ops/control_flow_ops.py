@@ -23,7 +23,8 @@ returns each write's index and item after the loop variables, and the op returns
 list stacked (``[length, *item shape]``; rows never written are zeros; a list nobody
 wrote takes its reserved element shape, which must then be fully defined) after the final
 loop variables. A ``growable`` list (a dynamic-size TensorArray's) grows to ``index + 1``
-on a write past its end.
+on a write past its end; items written before the loop (``tf.scan`` writes its first so)
+are inputs, written in order before the first iteration.
 
 ``IfElse(cond, inputs)`` is a lowered ``tf.cond`` (``Switch``/``Merge`` nodes, lifted by
 ``interop/conds.py``): the session runs ``then_branch`` on the inputs when the scalar
@@ -87,6 +88,12 @@ def _while_loop_shapes(ctx: InferenceContext) -> list[TensorShape]:
     iterations return the initial value); a stacked list is ``[length, *item shape]``."""
     count, lists = len(ctx.attrs["T"]), ctx.attrs["num_lists"]
     body = ctx.attrs["body"]
+    prewritten = ctx.attrs["prewritten"]
+    if len(prewritten) != ctx.attrs["num_prewrites"] or any(
+            not 0 <= k < lists for k in prewritten):
+        raise ctx.error(f"attr 'prewritten' {prewritten} must name one of the {lists} lists "
+                        f"for each of the {ctx.attrs['num_prewrites']} items written before "
+                        f"the loop")
     for k in range(lists):
         length, shape = ctx.input_shapes[count + k], ctx.input_shapes[count + lists + k]
         if length.rank not in (None, 0):
@@ -109,7 +116,11 @@ WHILE_LOOP = register_op(OpDef(
                    doc="The length each written list was reserved with."),
             ArgDef("element_shapes", dtype=dtypes.int32, number_attr="num_lists",
                    doc="Each written list's item shape as reserved (-1: unknown), for "
-                       "stacking a list nobody wrote.")],
+                       "stacking a list nobody wrote."),
+            ArgDef("prewrite_indices", dtype=dtypes.int32, number_attr="num_prewrites",
+                   doc="Where items are written before the loop (tf.scan's first)."),
+            ArgDef("prewrite_items", type_list_attr="prewrite_types",
+                   doc="The items written there.")],
     outputs=[ArgDef("outputs", type_list_attr="T",
                     doc="The loop variables when the condition turns false."),
              ArgDef("stacked", type_list_attr="list_types",
@@ -120,6 +131,13 @@ WHILE_LOOP = register_op(OpDef(
                     doc="How many lists the body writes."),
            AttrDef("list_types", "list(type)", default=[],
                    doc="The item dtype of each written list."),
+           required("num_prewrites", "int",
+                    check=lambda n: None if n >= 0 else f"must be >= 0, got {n}",
+                    doc="How many items are written before the loop."),
+           AttrDef("prewrite_types", "list(type)", default=[],
+                   doc="Their dtypes."),
+           AttrDef("prewritten", "list(int)", default=[],
+                   doc="Into which list each item before the loop is written."),
            AttrDef("growable", "list(int)", default=[],
                    doc="The lists a write past their end grows (a dynamic-size "
                        "TensorArray's), by position."),
