@@ -49,12 +49,16 @@ def _computed(x: np.ndarray) -> np.ndarray:
 
 
 def _kernel(function: Callable, promote: Callable = _computed,
-            out_dtype: Callable | None = None):
+            out_dtype: Callable | None = None, quiet: bool = False):
     """A kernel applying ``function`` to the inputs in their ``promote``d type, the result
-    rounded once to the output's dtype (``out_dtype(op)``, default the first input's)."""
+    rounded once to the output's dtype (``out_dtype(op)``, default the first input's).
+    ``quiet``: the function never signals a floating-point error (comparisons, logical
+    ops), so numpy's error state need not be set around it (1.2 us a call)."""
     def kernel(op, inputs, ctx):
         values = [promote(v) for v in inputs]
         dtype = out_dtype(op) if out_dtype else inputs[0].dtype
+        if quiet:
+            return [np.asarray(function(*values)).astype(dtype, copy=False)]
         with np.errstate(all="ignore"):  # IEEE results (inf, NaN), also when rounding to T
             return [np.asarray(function(*values)).astype(dtype, copy=False)]
 
@@ -159,7 +163,7 @@ _register({"Abs": np.abs, "Floor": np.floor, "Ceil": np.ceil, "Round": _round, "
 _register({"Less": np.less, "LessEqual": np.less_equal, "Greater": np.greater,
            "GreaterEqual": np.greater_equal, "LogicalAnd": np.logical_and,
            "LogicalOr": np.logical_or, "LogicalNot": np.logical_not, "IsFinite": np.isfinite,
-           "IsInf": np.isinf, "IsNan": np.isnan}, out_dtype=_bool)
+           "IsInf": np.isinf, "IsNan": np.isnan}, out_dtype=_bool, quiet=True)
 
 
 @register_kernel("NotEqual")

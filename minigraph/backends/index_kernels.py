@@ -19,11 +19,11 @@ def gather_v2(op, inputs, ctx):
     """output[batch..., p_before..., i..., p_after...] =
     params[batch..., p_before..., indices[batch..., i...], p_after...]."""
     params, indices, axis = inputs
+    if not op.attrs["batch_dims"]:  # the common case, checked already: a plain take
+        return [np.take(params, indices, axis=int(axis) % max(params.ndim, 1))]
     spec = GatherSpec(TensorShape(params.shape), TensorShape(indices.shape), int(axis),
                       op.attrs["batch_dims"], lambda message: ctx.error(op, message))
     a, b = spec.axis, spec.batch_dims
-    if not b:
-        return [np.take(params, indices, axis=a)]
     batch, q = params.shape[:b], indices.ndim - b
     count = math.prod(batch)
     moved = np.moveaxis(params.reshape((count,) + params.shape[b:]), a - b + 1, 1)
