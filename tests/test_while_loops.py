@@ -474,3 +474,69 @@ def test_tf_map_fn_scan_and_foldl():
                  lambda v: tf.foldl(lambda a, r: a * 0.5 + r, v),
                  lambda v: tf.scan(lambda a, r: a * 0.5 + r, v)):
         _matches_tensorflow(*_frozen(body, spec), [(x,), (x[:1],)])
+
+
+def _tf1_loop(dynamic: bool = False, sized: bool = False):
+    """A TF 1 ``tf.compat.v1.while_loop`` (control flow v1: ``TensorArrayV3`` handles and
+    flows) over the time axis: an unstacked input array read at each step, an output array
+    written (with ``dynamic_size``, from size 0) and stacked, frozen by TF 1's
+    ``convert_variables_to_constants``; with ``sized``, the loop also reads the output
+    array's size (``TensorArraySizeV3``). Returns the GraphDef and a function running TF."""
+    from minigraph.testing import tf_graphs
+
+    tf = tf_graphs.tensorflow()
+    tf1 = tf.compat.v1
+    tf1.disable_control_flow_v2()
+    try:
+        graph = tf.Graph()
+        with graph.as_default():
+            x = tf1.placeholder(tf.float32, [None, None, 3], name="x")
+            w = tf1.get_variable("w", initializer=tf.constant(
+                np.random.default_rng(1).standard_normal((3, 3)).astype(np.float32)))
+            xs = tf.transpose(x, [1, 0, 2])
+            steps = tf.shape(xs)[0]
+            inputs = tf1.TensorArray(tf.float32, size=steps).unstack(xs)
+            outputs = tf1.TensorArray(tf.float32, size=0 if dynamic else steps,
+                                      dynamic_size=dynamic)
+
+            def body(t, h, out):
+                h = tf.tanh(tf.matmul(inputs.read(t), w) + h * 0.5)
+                if sized:
+                    h = h + tf.cast(out.size(), tf.float32)
+                return t + 1, h, out.write(t, h)
+
+            _, _, out = tf1.while_loop(lambda t, *_: t < steps, body,
+                                       [0, tf.zeros_like(xs[0]), outputs])
+            y = tf.identity(tf.transpose(out.stack(), [1, 0, 2]), name="y")
+            session = tf1.Session(graph=graph)
+            session.run(tf1.global_variables_initializer())
+            graph_def = tf1.graph_util.convert_variables_to_constants(
+                session, graph.as_graph_def(), ["y"])
+    finally:
+        tf1.enable_control_flow_v2()
+    return graph_def, lambda value: session.run(y, {x: value})
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("dynamic", [False, True], ids=["fixed", "dynamic_size"])
+def test_tf1_tensor_array_loop(dynamic):
+    graph_def, tensorflow_run = _tf1_loop(dynamic)
+    ops = {n.op for n in graph_def.node}
+    assert {"TensorArrayV3", "TensorArrayScatterV3", "TensorArrayReadV3",
+            "TensorArrayWriteV3", "TensorArrayGatherV3"} <= ops
+    root = mg.import_graph_def(graph_def.SerializeToString())
+    rng = np.random.default_rng(5)
+    for steps in (1, 4, 7):
+        x = rng.standard_normal((2, steps, 3)).astype(np.float32)
+        expected = tensorflow_run(x)
+        for backend in BACKENDS:
+            got = mg.ClientSession(root, backend=backend).Run({"x:0": x}, "y:0")
+            assert got.shape == expected.shape
+            np.testing.assert_allclose(got, expected, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.oracle
+def test_tf1_tensor_array_size_is_refused():
+    graph_def, _ = _tf1_loop(dynamic=True, sized=True)  # the size in the loop
+    with pytest.raises(UnimplementedError, match="a TensorArraySizeV3, uses the array"):
+        mg.import_graph_def(graph_def.SerializeToString())

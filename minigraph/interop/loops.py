@@ -35,8 +35,10 @@ from typing import Any
 
 from minigraph.framework.errors import InvalidArgumentError, UnimplementedError
 from minigraph.framework.names import shown
+from minigraph.interop import tensor_arrays
 from minigraph.interop.node_lists import (
     Entry,
+    check_arity,
     consumers,
     copied,
     data,
@@ -56,7 +58,7 @@ LIST_MAKERS = ("TensorListFromTensor", "TensorListReserve", "EmptyTensorList",
                "TensorListScatterIntoExistingList", "TensorListSplit", "TensorListResize",
                "TensorListConcatLists")
 _DT_INT32, _DT_VARIANT = 3, 21
-# how many data inputs TF's OpDef gives each (Merge: its attr N)
+# how many data inputs TF's OpDef gives each (Merge: its attr N, ``node_lists.check_arity``)
 _ARITY = {"Enter": 1, "Exit": 1, "NextIteration": 1, "LoopCond": 1, "Switch": 2,
           "TensorListFromTensor": 2, "TensorListReserve": 2, "TensorListGetItem": 3,
           "TensorListSetItem": 3, "TensorListStack": 2}
@@ -153,7 +155,8 @@ def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
     nodes = [node for node in nodes
              if not (node.op == "Placeholder" and node.name not in readers
                      and node.attr["dtype"].type == _DT_VARIANT)]
-    _check_arity(nodes, inputs)
+    nodes, inputs = tensor_arrays.as_tensor_lists(nodes, inputs)
+    check_arity(nodes, inputs, _ARITY)
     nodes, inputs = _items_read_outside_loops(nodes, inputs)
     readers = consumers(nodes, inputs)
     enters: dict[str, list[Any]] = {}
@@ -223,19 +226,6 @@ def _outermost(frames: list[_Frame], size: int) -> list[_Frame]:
         for name in frame.members:
             covered[name] = covered.get(name, 0) + 1
     return [f for f in found if covered[f.enters[0].name] == 1]
-
-
-def _check_arity(nodes: Sequence[Any], inputs: dict[str, list[Entry]]) -> None:
-    """Each frame and list node has the data inputs its TF OpDef says (minigraph has no
-    OpDef of them to check a node against)."""
-    for node in nodes:
-        wanted = node.attr["N"].i if node.op == "Merge" else _ARITY.get(node.op)
-        if wanted is None:
-            continue
-        count = len(data(inputs, node.name))
-        if count != wanted:
-            raise InvalidArgumentError(f"Node '{shown(node.name)}' (a {node.op}) has {count} "
-                                       f"data inputs, expected {wanted}")
 
 
 class _Lifter:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from minigraph.framework.errors import InvalidArgumentError
+from minigraph.framework.names import shown
 from minigraph.framework.toposort import stable_topological_order
 from minigraph.interop import protos
 
@@ -76,3 +78,18 @@ def without_inert_controls(nodes: list[Any], inputs: dict[str, list[Entry]],
             inert.add(node.name)
     return {name: [(s, i) for s, i in entries if i >= 0 or s not in inert]
             for name, entries in inputs.items()}
+
+
+def check_arity(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
+                arity: dict[str, int]) -> None:
+    """Each node of an op in ``arity`` has that many data inputs (a ``Merge`` as many as
+    its attr ``N``): what TF's OpDef says, for the ops minigraph rewrites before building
+    (it has no OpDef of them to check a node against)."""
+    for node in nodes:
+        wanted = node.attr["N"].i if node.op == "Merge" else arity.get(node.op)
+        if wanted is None:
+            continue
+        count = len(data(inputs, node.name))
+        if count != wanted:
+            raise InvalidArgumentError(f"Node '{shown(node.name)}' (a {node.op}) has {count} "
+                                       f"data inputs, expected {wanted}")

@@ -22,7 +22,9 @@ PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "tf-interop.md"
 IMPORT_ONLY = {"PartitionedCall", "StatefulPartitionedCall"}
 # lowered control flow's ops: while loops lifted into WhileLoop nodes (``interop/loops.py``),
 # tf.cond's Switch and Merge into IfElse nodes (``interop/conds.py``)
-LIFTED = ("Enter", "Exit", "LoopCond", "Merge", "NextIteration", "Switch",
+LIFTED = ("Enter", "Exit", "LoopCond", "Merge", "NextIteration", "Switch", "TensorArrayV3",
+          "TensorArrayScatterV3", "TensorArrayReadV3", "TensorArrayWriteV3",
+          "TensorArrayGatherV3", "TensorArraySizeV3",
           "TensorListFromTensor", "TensorListGetItem", "TensorListReserve",
           "TensorListSetItem", "TensorListStack")
 
