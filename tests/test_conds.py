@@ -1,4 +1,4 @@
-"""TensorFlow's lowered ``tf.cond`` at import (``interop/conds.py``) and ``IfElse``
+"""TensorFlow's lowered conditionals at import (``interop/conds.py``) and ``Conditional``
 (``ops/control_flow_ops.py``, run by ``client/loops.py``).
 
 * Hand-built conditionals (TF's lowered form: ``Switch``/``Merge``, a predicate Switch and
@@ -8,6 +8,7 @@
   a reader of ``value_index``, a non-bool predicate) and the run-time check of a
   non-scalar predicate.
 * ``oracle``: graphs TensorFlow freezes: a data-dependent ``tf.cond``, nested conditionals,
+  ``tf.switch_case`` (indices in and out of range) and ``tf.case``,
   two conditionals on one predicate (the second reading the first), a conditional inside a
   while loop and a loop inside a conditional, and Keras' ``CenterCrop`` on an input of
   unknown size (crop when it is large enough, resize when not); each against TensorFlow's
@@ -96,7 +97,7 @@ def test_the_conditional_is_one_node_and_the_untaken_branch_does_not_run():
     node(graph, "cond/then/mul").input[0] = "cond/then/slice"
     root = mg.import_graph_def(graph)
     types = [op.type for op in root.graph().operations()]
-    assert "IfElse" in types and "Switch" not in types and "Merge" not in types
+    assert "Conditional" in types and "Switch" not in types and "Merge" not in types
     session = mg.ClientSession(root)
     x = X[:, :2]
     np.testing.assert_array_equal(session.Run({"x:0": x, "p:0": np.bool_(False)}, "y:0"),
@@ -106,7 +107,7 @@ def test_the_conditional_is_one_node_and_the_untaken_branch_does_not_run():
 
 
 def test_non_scalar_predicate_is_refused_at_run_time():
-    with pytest.raises(InvalidArgumentError, match="the condition must be a scalar, got "
+    with pytest.raises(InvalidArgumentError, match="the selector must be a scalar, got "
                                                    r"shape \(2,\)"):
         run(conditional(), "y:0", x=X, p=np.array([True, False]))
 
@@ -127,7 +128,7 @@ def test_merge_of_one_branch_is_refused():
     graph = conditional()
     node(graph, "cond/output").input[1] = "cond/then/relu"
     _refused(graph, UnimplementedError, "tf.cond at node 'cond/output': the Merge does not "
-                                        "join the two branches of one conditional")
+                                        "join the branches of one conditional")
 
 
 def test_reader_of_value_index_is_refused():
@@ -146,8 +147,8 @@ def test_predicate_must_be_bool():
     add(graph, "cond/switch_pred", "Switch", ["p", "p"], T=("type", FLOAT))
     add(graph, "cond/pivot_t", "Identity", ["cond/switch_pred:1"], T=("type", FLOAT))
     add(graph, "cond/pivot_f", "Identity", ["cond/switch_pred"], T=("type", FLOAT))
-    _refused(graph, InvalidArgumentError, "tf.cond 'cond': its predicate 'p:0' is float32, "
-                                          "expected bool")
+    _refused(graph, InvalidArgumentError, "tf.cond 'cond': its selector 'p:0' is float32, "
+                                          "expected bool or int32")
 
 
 # ----------------------------------------------------------------------------- TF's frozen conds
@@ -205,6 +206,26 @@ def test_tf_cond_in_a_loop_and_a_loop_in_a_cond():
 
 
 @pytest.mark.oracle
+def test_tf_switch_case_and_case():
+    """``tf.switch_case`` (``_SwitchN`` on an index; out of range: the last branch) and
+    ``tf.case`` (nested conditionals on predicates)."""
+    tf = pytest.importorskip("minigraph.testing.tf_graphs").tensorflow()
+    x = np.random.default_rng(6).standard_normal((3, 4)).astype(np.float32)
+    frozen, graph_def = _frozen(
+        lambda v, i: tf.switch_case(i, [lambda: v * 2.0, lambda: v - 1.0,
+                                        lambda: tf.nn.relu(v)]),
+        [tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([], tf.int32)])
+    assert "_SwitchN" in {n.op for n in graph_def.node}
+    _matches_tensorflow(frozen, graph_def, [(x, np.int32(i)) for i in (0, 1, 2, 7, -1)],
+                        exact=True)
+    frozen, graph_def = _frozen(
+        lambda v: tf.case([(tf.reduce_sum(v) > 0, lambda: v + 1.0),
+                           (tf.reduce_max(v) > 1, lambda: v * 3.0)], default=lambda: -v),
+        [tf.TensorSpec([None, 4], tf.float32)])
+    _matches_tensorflow(frozen, graph_def, [(x,), (-x,), (x * 0 - 5,)], exact=True)
+
+
+@pytest.mark.oracle
 def test_keras_center_crop_crops_or_resizes_by_the_input_size():
     from minigraph.testing import tf_graphs
 
@@ -237,7 +258,7 @@ def _rewired(graph: Any, rng: random.Random) -> Any:
         elif roll < 0.7 and target.input:
             del target.input[rng.randrange(len(target.input))]
         elif roll < 0.85:
-            target.op = rng.choice(["Enter", "Exit", "Merge", "Switch", "NextIteration",
+            target.op = rng.choice(["Enter", "Exit", "Merge", "Switch", "_SwitchN", "NextIteration",
                                     "LoopCond", "Identity", "TensorListSetItem"])
         else:
             graph.node.remove(target)

@@ -1,9 +1,9 @@
-"""Running ``WhileLoop`` and ``IfElse`` (``ops/control_flow_ops.py``): their condition,
-body and branches are subgraphs, each run by a session of its own on the backend the op's
-session runs on.
+"""Running ``WhileLoop`` and ``Conditional`` (``ops/control_flow_ops.py``): their
+condition, body and branches are subgraphs, each run by a session of its own on the backend
+the op's session runs on.
 
-``IfElse`` checks that its condition is a scalar and runs the branch it picks on its
-inputs.
+``Conditional`` checks that its selector is a scalar and runs the branch it picks on its
+inputs (an index out of range picks the last, as TF's ``_SwitchN``).
 
 The condition runs on the initial loop variables (a scalar bool, TensorFlow's
 ``LoopCond``); while it holds, the body runs: its results are the next loop variables, one
@@ -141,8 +141,14 @@ def while_loop(op: Operation, inputs: list, ctx: KernelContext) -> list:
     return values + [target.stacked() for target in written]
 
 
-@register_kernel("IfElse", backend=("reference", "native", "float64"))
-def if_else(op: Operation, inputs: list, ctx: KernelContext) -> list:
-    """The results of the branch the condition picks (the other does not run)."""
-    branch = op.attrs["then_branch" if _holds(op, inputs[0]) else "else_branch"]
-    return list(_runner(branch, ctx.backend)(inputs[1:]))
+@register_kernel("Conditional", backend=("reference", "native", "float64"))
+def conditional(op: Operation, inputs: list, ctx: KernelContext) -> list:
+    """The results of the branch the selector picks (the others do not run)."""
+    selector, branches = inputs[0], op.attrs["branches"]
+    if selector.shape != ():
+        raise InvalidArgumentError(f"{op.type} '{op.name}': the selector must be a scalar, "
+                                   f"got shape {selector.shape}")
+    index = int(selector)
+    if not 0 <= index < len(branches):  # TF's _SwitchN: out of range, the last branch
+        index = len(branches) - 1
+    return list(_runner(branches[index], ctx.backend)(inputs[1:]))

@@ -105,6 +105,10 @@ def attr_to_proto(value: Any, kind: str, proto: Any) -> None:
         proto.s = value.encode("utf-8")
     elif kind == "func":  # a loop's subgraph, only ever written for display (TensorBoard)
         proto.func.name = f"subgraph of {len(value.graph)} nodes"
+    elif kind == "list(func)":  # a conditional's branches, likewise
+        proto.list.SetInParent()
+        for subgraph in value:
+            proto.list.func.add().name = f"subgraph of {len(subgraph.graph)} nodes"
     else:
         setattr(proto, _SCALAR_FIELDS[kind], value)
 

@@ -1,26 +1,27 @@
-"""TensorFlow's lowered ``tf.cond`` at import: each conditional lifted into one ``IfElse``.
+"""TensorFlow's lowered conditionals at import: each lifted into one ``Conditional``.
 
 TF lowers ``tf.cond(p, then_fn, else_fn)`` into ``Switch`` and ``Merge`` nodes: each value
 the branches read passes a ``Switch(value, p)``, whose output 1 is live when ``p`` holds
 and output 0 when it does not; a node reading a dead value is dead, and each result is a
-``Merge`` of the two branches' values (the live one). minigraph has no dead values, so
-:func:`lift` finds each conditional and replaces it by an :class:`IfElse` node the importer
-builds as ``IfElse`` (``ops/control_flow_ops.py``): its two branches are subgraphs fed by
-one Placeholder per Switch, and a session runs the branch ``p`` picks.
+``Merge`` of the branches' values (the live one). ``tf.switch_case(i, fns)`` is the same
+with ``_SwitchN(value, i)``, whose output ``k`` is live when ``i == k`` (the last one when
+``i`` is out of range). minigraph has no dead values, so :func:`lift` finds each
+conditional and replaces it by a :class:`Conditional` the importer builds as a
+``Conditional`` node (``ops/control_flow_ops.py``): its branches are subgraphs fed by one
+Placeholder per Switch, and a session runs the branch the selector picks.
 
 Which branch a node belongs to follows TF's dead-value rule: a node's *guard* is the list
 of (predicate, output) conditions under which it is live, walked in topological order (a
 Switch's output ``k`` adds ``(p, k)`` to its input's guard; a node takes the longest guard
 among its inputs, which must all lie on one path; a Merge of a conditional's two branches
-drops their last condition). The nodes whose guard starts with ``(p, 1)`` form the then
-branch of a conditional on ``p``, ``(p, 0)`` its else branch; its Merge nodes are its
+drops their last condition). The nodes whose guard starts with ``(p, k)`` form branch
+``k`` of a conditional on ``p`` (for a predicate: 1 then, 0 else); its Merge nodes are its
 results, and stay in the graph as ``Identity`` nodes of the lifted node's outputs.
 Conditionals on one predicate are told apart by the nodes they share; a conditional inside
 a branch (or a loop's body) is lifted when that branch is imported.
 
-Refused, naming the node: a node reading both branches of a conditional but a Merge, a
-Merge of other than one conditional's two branches, a reader of a Merge's
-``value_index``.
+Refused, naming the node: a node reading two branches of a conditional but a Merge, a
+Merge of other than one conditional's branches, a reader of a Merge's ``value_index``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from minigraph.interop.node_lists import (
     without_inert_controls,
 )
 
-Guard = tuple[tuple[Entry, int], ...]  # ((predicate, output), ...), outermost first
+Guard = tuple[tuple[Entry, int], ...]  # ((selector, output), ...), outermost first
+SWITCHES = ("Switch", "_SwitchN")  # tf.cond's (on a predicate), tf.switch_case's (an index)
 
 
 @dataclass
@@ -57,19 +59,20 @@ class Branch:
 
 
 @dataclass
-class IfElse:
+class Conditional:
     """A lifted conditional, standing in the node list for its nodes (the importer builds
-    it). ``initial``: the predicate, then each Switch's input and each value a branch
-    reads from outside without a Switch, then control inputs; ``placeholders``: the
-    branches' input node names, one per input after the predicate."""
+    it). ``initial``: the selector (a predicate, or a branch index), then each Switch's
+    input and each value a branch reads from outside without a Switch, then control
+    inputs; ``placeholders``: the branches' input node names, one per input after the
+    selector; ``branches``: by the Switch output that selects them (a predicate's: false,
+    then true)."""
 
     name: str
     device: str
     initial: list[Entry]
     placeholders: list[str]
-    then_branch: Branch
-    else_branch: Branch
-    op: str = "IfElse"  # what the importer builds (a node list holds these and NodeDefs)
+    branches: list[Branch]
+    op: str = "Conditional"  # what the importer builds (a node list holds these, NodeDefs)
 
 
 def _unsupported(name: str, message: str) -> UnimplementedError:
@@ -91,7 +94,7 @@ def _guards(nodes: Sequence[Any], inputs: dict[str, list[Entry]]
 
     def guard_of(source: str, index: int) -> Guard:
         guard = guards.get(source, ())
-        if source in by_name and by_name[source].op == "Switch" and index >= 0:
+        if source in by_name and by_name[source].op in SWITCHES and index >= 0:
             return (*guard, (data(inputs, source)[1], index))
         return guard
 
@@ -116,27 +119,28 @@ def _guards(nodes: Sequence[Any], inputs: dict[str, list[Entry]]
 
 
 def _merged(node: Any, found: list[Guard]) -> Guard:
-    """A Merge's guard: its inputs' common guard, when they are the two branches of one
-    conditional (possibly nested deeper in each)."""
-    if len(found) != 2:
+    """A Merge's guard: its inputs' common guard, when they are the branches of one
+    conditional, one input each (possibly nested deeper in each)."""
+    if len(found) < 2:
         raise _unsupported(node.name, f"the Merge has {len(found)} inputs; a conditional's "
-                                      f"Merge has two, one per branch")
+                                      f"Merge has one per branch")
     common = 0
-    while common < min(map(len, found)) and found[0][common] == found[1][common]:
+    while common < min(map(len, found)) and all(g[common] == found[0][common]
+                                                  for g in found):
         common += 1
-    tails = [guard[common:] for guard in found]
-    if not all(tails) or tails[0][0][0] != tails[1][0][0] or \
-            tails[0][0][1] == tails[1][0][1]:
-        raise _unsupported(node.name, "the Merge does not join the two branches of one "
+    heads = [guard[common] if len(guard) > common else None for guard in found]
+    if None in heads or len({h[0] for h in heads}) != 1 or \
+            len({h[1] for h in heads}) != len(heads):
+        raise _unsupported(node.name, "the Merge does not join the branches of one "
                                       "conditional")
     return found[0][:common]
 
 
 def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
          taken: Callable[[str], bool]) -> tuple[list[Any], dict[str, list[Entry]]]:
-    """``nodes`` with each outermost conditional replaced by an :class:`IfElse`; ``inputs``
-    rewritten to match; ``taken(name)``: whether a node name is in use."""
-    if not any(node.op == "Switch" for node in nodes):
+    """``nodes`` with each outermost conditional replaced by a :class:`Conditional`;
+    ``inputs`` rewritten to match; ``taken(name)``: whether a node name is in use."""
+    if not any(node.op in SWITCHES for node in nodes):
         return list(nodes), inputs
     guards = _guards(nodes, inputs)
     if guards is None:
@@ -191,14 +195,14 @@ def _groups(nodes: Sequence[Any], inputs: dict[str, list[Entry]], guards: dict[s
         if guard:  # in a branch: with what it reads there and the Switches it reads
             for source, _ in inputs[node.name]:
                 if guards.get(source) or by_name.get(source) is not None and \
-                        by_name[source].op == "Switch" and not guards.get(source):
+                        by_name[source].op in SWITCHES and not guards.get(source):
                     join(node.name, source)
         elif node.op == "Merge":
             for source, _ in data(inputs, node.name):
                 join(node.name, source)
     members: dict[str, list[str]] = {}
     for node in nodes:
-        if node.name in parent and (guards[node.name] or node.op in ("Switch", "Merge")):
+        if node.name in parent and (guards[node.name] or node.op in (*SWITCHES, "Merge")):
             members.setdefault(root(node.name), []).append(node.name)
     return [group for group in members.values()
             if any(by_name[name].op == "Merge" or guards[name] for name in group)]
@@ -216,15 +220,21 @@ class _Lifter:
         self.guards, self.readers, self.taken = guards, readers, taken
         self.outer_controls: list[Entry] = []  # control edges from a branch to outside
 
-    def lift(self) -> tuple[IfElse, set[str], list[Any]]:
+    def lift(self) -> tuple[Conditional, set[str], list[Any]]:
         by_name, guards = self.by_name, self.guards
-        switches = [n for n in self.members if by_name[n].op == "Switch" and not guards[n]]
+        switches = [n for n in self.members if by_name[n].op in SWITCHES and not guards[n]]
         merges = [n for n in self.members if by_name[n].op == "Merge" and not guards[n]]
         branch_nodes = [n for n in self.members if guards[n]]
-        predicates = {guards[n][0][0] for n in branch_nodes}
-        if len(predicates) != 1:
-            raise _unsupported(self.members[0], "its branches are not under one predicate")
-        predicate = predicates.pop()
+        selectors = {guards[n][0][0] for n in branch_nodes}
+        kinds = {by_name[s].op for s in switches if data(self.inputs, s)[1] in selectors}
+        counts = {by_name[s].attr["num_outs"].i if by_name[s].op == "_SwitchN" else 2
+                  for s in switches}
+        if len(selectors) != 1 or len(kinds) != 1 or len(counts) != 1:
+            raise _unsupported(self.members[0], "its branches are not under one predicate "
+                                                "or branch index")
+        selector, count = selectors.pop(), counts.pop()
+        if count < 1 or count > 1 << 10:
+            raise _unsupported(switches[0], f"a _SwitchN of {count} outputs")
         name = _free_name(merges or switches, self.taken, by_name)
         within = set(branch_nodes)
         # what the branches read from outside: each Switch, and values read directly
@@ -236,36 +246,36 @@ class _Lifter:
         placeholders = [f"{name}/input_{i}" for i in range(len(sources))]
         ports = {(switch, port): placeholder for switch, placeholder in zip(switches,
                                                                             placeholders)
-                 for port in (0, 1)}
+                 for port in range(count)}
         ports.update(zip(captured, placeholders[len(switches):]))
         branches = []
-        for taken_when in (1, 0):
-            nodes = [n for n in branch_nodes if guards[n][0] == (predicate, taken_when)]
-            outputs = [self.branch_output(merge, predicate, taken_when) for merge in merges]
+        for taken_when in range(count):
+            nodes = [n for n in branch_nodes if guards[n][0] == (selector, taken_when)]
+            outputs = [self.branch_output(merge, selector, taken_when) for merge in merges]
             branches.append(self.branch(nodes, outputs, ports, set(placeholders)))
         relays = []
         for index, merge in enumerate(merges):
             if any(i == 1 for _, i in self.readers.get(merge, ())):
                 raise _unsupported(merge, "a node reads the Merge's value_index")
             relays.append(relay(by_name[merge], name, index, by_name[merge].attr["T"].type))
-        initial = [predicate, *sources]
+        initial = [selector, *sources]
         initial += dict.fromkeys([e for s in switches for e in self.inputs[s] if e[1] < 0]
                                  + self.outer_controls)
         device = by_name[(merges or switches)[0]].device
-        cond = IfElse(name, device, initial, placeholders, *branches)
+        cond = Conditional(name, device, initial, placeholders, branches)
         return cond, self.member_set, relays
 
-    def branch_output(self, merge: str, predicate: Entry, taken_when: int) -> Entry:
-        """The Merge's input from the branch taken when the predicate is ``taken_when``."""
+    def branch_output(self, merge: str, selector: Entry, taken_when: int) -> Entry:
+        """The Merge's input from the branch taken when the selector picks output
+        ``taken_when`` of the Switch nodes."""
         for source, index in data(self.inputs, merge):
             guard = self.guards.get(source, ())
-            if source in self.by_name and self.by_name[source].op == "Switch" and \
+            if source in self.by_name and self.by_name[source].op in SWITCHES and \
                     not guard:
                 guard = ((data(self.inputs, source)[1], index),)
-            if guard and guard[0] == (predicate, taken_when):
+            if guard and guard[0] == (selector, taken_when):
                 return source, index
-        raise _unsupported(merge, "the Merge does not join the two branches of one "
-                                  "conditional")
+        raise _unsupported(merge, "the Merge does not join the branches of one conditional")
 
     def branch(self, names: list[str], outputs: list[Entry], ports: dict[Entry, str],
                placeholders: set[str]) -> Branch:
@@ -278,14 +288,14 @@ class _Lifter:
             entries = []
             for source, index in self.inputs[name]:
                 if source in self.member_set and source not in branch and \
-                        self.by_name[source].op != "Switch":
+                        self.by_name[source].op not in SWITCHES:
                     raise _unsupported(name, f"a node of one branch reads '{shown(source)}', "
                                              f"a result of the conditional or a node of the "
                                              f"other branch")
                 if (source, max(index, 0)) in ports:
                     if index >= 0:
                         entries.append((ports[(source, index)], 0))
-                elif index < 0 and source not in self.member_set:  # the IfElse waits for it
+                elif index < 0 and source not in self.member_set:  # the Conditional waits for it
                     self.outer_controls.append((source, index))
                 else:
                     entries.append((source, index))

@@ -38,6 +38,8 @@ MINIGRAPH_ONLY_OPS = {
     "WhileLoop": "minigraph's form of a while loop imported from TF (its condition and body "
                  "are subgraphs; TF's frozen graphs hold the loop's frame of Enter, Merge, "
                  "Switch and Exit nodes)",
+    "Conditional": "minigraph's form of a tf.cond or tf.switch_case imported from TF (its "
+                   "branches are subgraphs; TF's frozen graphs hold Switch and Merge nodes)",
 }
 # attrs of TF's ops that minigraph adds, and how each is written for TF instead: Assert's
 # message (TF carries it as a string tensor among the data; interop.asserts folds it back)

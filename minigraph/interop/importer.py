@@ -40,7 +40,7 @@ from minigraph.interop import asserts, attrs, conds, functions, loops, protos, v
 from minigraph.interop.node_lists import node_def
 from minigraph.interop.tensors import enum_to_dtype, tf_type_name
 from minigraph.ops.array_ops import IDENTITY, PLACEHOLDER
-from minigraph.ops.control_flow_ops import IF_ELSE, WHILE_LOOP, Subgraph
+from minigraph.ops.control_flow_ops import CONDITIONAL, WHILE_LOOP, Subgraph
 
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
 # protobuf refuses messages over 2 GiB; TF's GraphDefs never are larger
@@ -318,7 +318,7 @@ class _Importer:
             if isinstance(node, loops.Loop):
                 self._import_loop(node, inputs[node.name], calls)
                 continue
-            if isinstance(node, conds.IfElse):
+            if isinstance(node, conds.Conditional):
                 self._import_cond(node, inputs[node.name], calls)
                 continue
             call = self.library.call(node)
@@ -390,35 +390,36 @@ class _Importer:
                            {"list_types": list_types, "growable": loop.growable,
                             "prewritten": loop.prewritten, "cond": cond, "body": body})
 
-    def _import_cond(self, cond: conds.IfElse, entries: list[tuple[str, int]],
+    def _import_cond(self, cond: conds.Conditional, entries: list[tuple[str, int]],
                      calls: tuple[str, ...]) -> None:
         """Build a lifted conditional: each branch imported into a graph of its own fed by
-        one Placeholder per input, then the ``IfElse`` node."""
+        one Placeholder per input, then the ``Conditional`` node."""
         calls = _nested(calls, f"tf.cond '{shown(cond.name)}'")
-        (predicate, *initial), controls = self._sources(cond, entries)
-        if predicate.dtype is not dtypes.bool_:
-            raise InvalidArgumentError(f"tf.cond '{shown(cond.name)}': its predicate "
-                                       f"'{shown(predicate.name)}' is "
-                                       f"{predicate.dtype.name}, expected bool")
+        (selector, *initial), controls = self._sources(cond, entries)
+        if selector.dtype not in (dtypes.bool_, dtypes.int32):
+            raise InvalidArgumentError(f"tf.cond '{shown(cond.name)}': its selector "
+                                       f"'{shown(selector.name)}' is "
+                                       f"{selector.dtype.name}, expected bool or int32")
         try:
-            then, other = (self._subgraph(cond.name, cond.placeholders, initial, b.nodes,
-                                          b.inputs, b.outputs, b.targets, calls)
-                           for b in (cond.then_branch, cond.else_branch))
+            branches = [self._subgraph(cond.name, cond.placeholders, initial, b.nodes,
+                                       b.inputs, b.outputs, b.targets, calls)
+                        for b in cond.branches]
         except (InvalidArgumentError, NotFoundError, UnimplementedError) as exc:
             raise type(exc)(f"{exc} (in tf.cond '{shown(cond.name)}')") from None
-        for index, (a, b) in enumerate(zip(then.outputs, other.outputs)):
-            if a.dtype is not b.dtype:
-                raise InvalidArgumentError(
-                    f"tf.cond '{shown(cond.name)}': result {index} is {a.dtype.name} in the "
-                    f"then branch ('{shown(a.name)}') and {b.dtype.name} in the else branch "
-                    f"('{shown(b.name)}')")
-        self._build_lifted(cond, controls, IF_ELSE, [predicate, initial],
-                           {"Tout": [o.dtype for o in then.outputs], "then_branch": then,
-                            "else_branch": other})
+        for position, branch in enumerate(branches[1:], 1):
+            for index, (a, b) in enumerate(zip(branches[0].outputs, branch.outputs)):
+                if a.dtype is not b.dtype:
+                    raise InvalidArgumentError(
+                        f"tf.cond '{shown(cond.name)}': result {index} is {a.dtype.name} in "
+                        f"branch 0 ('{shown(a.name)}') and {b.dtype.name} in branch "
+                        f"{position} ('{shown(b.name)}')")
+        self._build_lifted(cond, controls, CONDITIONAL, [selector, initial],
+                           {"Tout": [o.dtype for o in branches[0].outputs],
+                            "branches": branches})
 
     def _build_lifted(self, lifted: Any, controls: list[Operation], op_def: OpDef,
                       arguments: list[Any], node_attrs: dict[str, Any]) -> None:
-        """The ``WhileLoop`` or ``IfElse`` node of a lifted loop or conditional."""
+        """The ``WhileLoop`` or ``Conditional`` node of a lifted loop or conditional."""
         scope = (self.root.WithOpName(self.prefix + lifted.name).WithDevice(lifted.device)
                  .WithControlDependencies(controls))
         build_operation(scope, op_def, arguments, node_attrs)

@@ -21,9 +21,9 @@ PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "tf-interop.md"
 # TF's bookkeeping ops a frozen graph may hold that import as something else
 IMPORT_ONLY = {"PartitionedCall", "StatefulPartitionedCall"}
 # lowered control flow's ops: while loops lifted into WhileLoop nodes (``interop/loops.py``),
-# tf.cond's Switch and Merge into IfElse nodes (``interop/conds.py``)
-LIFTED = ("Enter", "Exit", "LoopCond", "Merge", "NextIteration", "Switch", "TensorArrayV3",
-          "TensorArrayScatterV3", "TensorArrayReadV3", "TensorArrayWriteV3",
+# conditionals' Switch, _SwitchN and Merge into Conditional nodes (``interop/conds.py``)
+LIFTED = ("Enter", "Exit", "LoopCond", "Merge", "NextIteration", "Switch", "_SwitchN",
+          "TensorArrayV3", "TensorArrayScatterV3", "TensorArrayReadV3", "TensorArrayWriteV3",
           "TensorArrayGatherV3", "TensorArraySizeV3",
           "TensorListFromTensor", "TensorListGetItem", "TensorListReserve",
           "TensorListSetItem", "TensorListStack")
@@ -82,8 +82,9 @@ def table() -> str:
     calls = ", ".join(f"`{name}`" for name in sorted(IMPORT_ONLY))
     lifted = ", ".join(f"`{name}`" for name in LIFTED)
     return (f"{len(rows) - 2} op types. {calls} nodes are inlined at import from the "
-            f"GraphDef's function library. The while loops and `tf.cond`s TF lowers into "
-            f"{lifted} nodes are lifted at import into one `WhileLoop` or `IfElse` node each "
+            f"GraphDef's function library. The while loops and conditionals TF lowers into "
+            f"{lifted} nodes are lifted at import into one `WhileLoop` or `Conditional` node "
+            f"each "
             f"([ops/control-flow.md](ops/control-flow.md)).\n\n" + "\n".join(rows))
 
 

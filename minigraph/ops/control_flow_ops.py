@@ -1,5 +1,5 @@
-"""Control flow: ``WhileLoop`` and ``IfElse``, what TensorFlow's ``while`` loops and
-``tf.cond`` become when minigraph imports a frozen graph.
+"""Control flow: ``WhileLoop`` and ``Conditional``, what TensorFlow's ``while`` loops and
+conditionals become when minigraph imports a frozen graph.
 
 TensorFlow lowers a ``while`` loop (a Keras ``LSTM``, ``GRU`` or ``SimpleRNN`` layer, any
 ``tf.while_loop``) into a frame of ``Enter``, ``Merge``, ``Switch``, ``NextIteration``,
@@ -26,10 +26,12 @@ loop variables. A ``growable`` list (a dynamic-size TensorArray's) grows to ``in
 on a write past its end; items written before the loop (``tf.scan`` writes its first so)
 are inputs, written in order before the first iteration.
 
-``IfElse(cond, inputs)`` is a lowered ``tf.cond`` (``Switch``/``Merge`` nodes, lifted by
-``interop/conds.py``): the session runs ``then_branch`` on the inputs when the scalar
-``cond`` holds, ``else_branch`` when not, and returns that branch's results; the other
-branch does not run (it may fail on these inputs: a crop larger than the image).
+``Conditional(selector, inputs)`` is a lowered ``tf.cond`` or ``tf.switch_case``
+(``Switch``/``_SwitchN`` and ``Merge`` nodes, lifted by ``interop/conds.py``): the session
+runs the branch the scalar ``selector`` picks (a bool: branch 1 when true, 0 when false;
+an int32 index: that branch, the last one when out of range, as TF's ``_SwitchN``) on the
+inputs and returns its results; the others do not run (they may fail on these inputs: a
+crop larger than the image).
 
 Both are minigraph's own ops (TensorFlow's ``While`` and ``If`` call library functions),
 have no gradient and are not exported back to a GraphDef.
@@ -151,23 +153,32 @@ WHILE_LOOP = register_op(OpDef(
 ))
 
 
-def _if_else_shapes(ctx: InferenceContext) -> list[TensorShape]:
-    """A result's shape is what both branches' results share."""
+def _conditional_shapes(ctx: InferenceContext) -> list[TensorShape]:
+    """A result's shape is what every branch's result shares."""
     if ctx.input_shapes[0].rank not in (None, 0):
-        raise ctx.error(f"the condition must be a scalar, got shape {ctx.input_shapes[0]}")
-    then, other = ctx.attrs["then_branch"].outputs, ctx.attrs["else_branch"].outputs
-    return [_common_shape(a.shape, b.shape) for a, b in zip(then, other)]
+        raise ctx.error(f"the selector must be a scalar, got shape {ctx.input_shapes[0]}")
+    branches = ctx.attrs["branches"]
+    if not branches or len({len(b.outputs) for b in branches}) != 1:
+        raise ctx.error("the branches must give the same number of results")
+    shapes = [output.shape for output in branches[0].outputs]
+    for branch in branches[1:]:
+        shapes = [_common_shape(a, b.shape) for a, b in zip(shapes, branch.outputs)]
+    return shapes
 
 
-IF_ELSE = register_op(OpDef(
-    name="IfElse",
-    inputs=[ArgDef("cond", dtype=dtypes.bool_, doc="Which branch runs: a scalar."),
+CONDITIONAL = register_op(OpDef(
+    name="Conditional",
+    inputs=[ArgDef("selector", type_attr="Tselector",
+                   doc="Which branch runs: a bool (false: branch 0, true: branch 1) or an "
+                       "index (outside [0, n): the last branch), a scalar."),
             ArgDef("input", type_list_attr="Tin", doc="What the branches read.")],
     outputs=[ArgDef("output", type_list_attr="Tout", doc="The branch's results.")],
-    attrs=[required("Tin", "list(type)", doc="The inputs' dtypes."),
+    attrs=[required("Tselector", "type", allowed=(dtypes.bool_, dtypes.int32),
+                    doc="bool (tf.cond) or int32 (tf.switch_case)."),
+           required("Tin", "list(type)", doc="The inputs' dtypes."),
            required("Tout", "list(type)", doc="The results' dtypes."),
-           required("then_branch", "func", doc="Run when cond holds: inputs -> results."),
-           required("else_branch", "func", doc="Run when it does not.")],
-    shape_fn=_if_else_shapes,
+           required("branches", "list(func)",
+                    doc="The branches, each inputs -> results, by selector value.")],
+    shape_fn=_conditional_shapes,
     is_stateful=True,  # never folded or merged: its subgraphs are not compared by value
 ))
