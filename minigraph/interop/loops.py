@@ -59,7 +59,7 @@ LIST_MAKERS = ("TensorListFromTensor", "TensorListReserve", "EmptyTensorList",
                "TensorListConcatLists")
 _DT_INT32, _DT_VARIANT = 3, 21
 # how many data inputs TF's OpDef gives each (Merge: its attr N, ``node_lists.check_arity``)
-_ARITY = {"Enter": 1, "Exit": 1, "NextIteration": 1, "LoopCond": 1, "Switch": 2,
+_ARITY = {"Enter": 1, "Exit": 1, "NextIteration": 1, "LoopCond": 1, "Switch": 2, "_SwitchN": 2,
           "TensorListFromTensor": 2, "TensorListReserve": 2, "TensorListGetItem": 3,
           "TensorListSetItem": 3, "TensorListStack": 2}
 _OUTSIDE = node_def()
@@ -446,6 +446,8 @@ class _Lifter:
         cond = self.subgraph([cond_output], cond_map, read_lists, "condition")
         body = self.subgraph(body_outputs + [(c, -1) for c in controls], body_map,
                              read_lists, "body")
+        in_body = {node.name for node in body[0]}
+        controls = [c for c in controls if c in in_body]  # not the frame's own nodes
         loop = Loop(name, frame.name, frame.enters[0].device, count, initial, placeholders,
                     (*cond, _mapped(cond_output, cond_map)),
                     (*body, [_mapped(e, body_map) for e in body_outputs]),

@@ -76,17 +76,22 @@ class _Rewrite:
 
     def users(self, source: str, index: int) -> list[str]:
         """The nodes reading ``source:index``, through constant ``Enter`` nodes (which are
-        dropped once the rewrite leaves them unread)."""
-        found = []
-        for reader, read in self.readers.get(source, ()):
-            if read != index:
-                continue
-            node = self.by_name[reader]
-            if node.op == "Enter" and node.attr["is_constant"].b:
-                self.dropped.add(reader)
-                found += self.users(reader, 0)
-            else:
-                found.append(reader)
+        dropped once the rewrite leaves them unread); each is rewritten once."""
+        found, stack, seen = [], [(source, index)], {source}
+        while stack:
+            name, wanted = stack.pop()
+            for reader, read in self.readers.get(name, ()):
+                if read != wanted or reader in seen:
+                    continue
+                seen.add(reader)
+                node = self.by_name[reader]
+                if node.op == "Enter" and node.attr["is_constant"].b:
+                    self.dropped.add(reader)
+                    stack.append((reader, 0))
+                elif reader in self.replaced:
+                    raise _unsupported(source, f"'{shown(reader)}' uses two tensor arrays")
+                else:
+                    found.append(reader)
         return found
 
     def is_full_range(self, entry: Entry) -> bool:
