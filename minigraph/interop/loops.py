@@ -18,11 +18,14 @@ Tensor arrays are ``TensorList`` ops on ``variant`` tensors, which minigraph lac
 uses TensorFlow's loops make of them are rewritten:
 
 * a list made by ``TensorListFromTensor(t)`` and only read in the loop
-  (``TensorListGetItem(list, i)``) is the loop variable ``t``, read by ``GatherV2(t, i, 0)``;
+  (``TensorListGetItem(list, i)``) is the loop variable ``t``, read by ``GatherV2(t, i, 0)``
+  (an item read before the loop, ``tf.foldl``'s first, is ``GatherV2`` too);
 * a list made by ``TensorListReserve(shape, n)``, written once an iteration by
   ``TensorListSetItem(list, i, item)`` and stacked after the loop (``TensorListStack``) is
-  one of the loop's written lists: the body returns ``(i, item)``, the loop the stack.
+  one of the loop's written lists: the body returns ``(i, item)``, the loop the stack (the
+  items written before the loop, ``tf.scan``'s first, are inputs of the loop).
 
+TF 1's ``TensorArrayV3`` ops are first rewritten to these forms (``tensor_arrays.py``).
 Anything else (another ``TensorList`` op, a frame without one ``LoopCond``, a node reading
 into a frame without an ``Enter``) is refused with an error naming the node.
 """
@@ -184,8 +187,8 @@ def lift(nodes: Sequence[Any], inputs: dict[str, list[Entry]],
         renamed.update(outputs)
         relays += relayed
     kept = [node for node in nodes if node.name not in owner]
-    for kept_name in relays:  # an Exit, a TensorListStack: still there, reading the loop
-        del owner[kept_name.name]
+    for identity in relays:  # an Exit, a TensorListStack: still there, reading the loop
+        del owner[identity.name]
     new_inputs = {}
     for node in kept:
         entries = []
