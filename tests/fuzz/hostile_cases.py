@@ -659,6 +659,108 @@ def fam_pbtxt_mutation(rng: random.Random, scale: int) -> Case:
                 (".pbtxt", data), "either", names=("g.pbtxt",), budget=8 * len(data))
 
 
+def _control_flow_graph_def():
+    """A lowered while loop (``i, a = 0, p; while i < n: i, a = i + 1, a * 0.5``, writing
+    ``a`` to a reserved TensorList stacked after the loop) and a lowered tf.cond on ``q``
+    reading the loop's result, as TF writes them (``interop/loops.py``,
+    ``interop/conds.py``)."""
+    import numpy as np
+
+    import minigraph as mg
+    from minigraph.interop import tensors
+
+    graph_def = _protos().GraphDef()
+
+    def const(name: str, value, inputs=()):
+        value = np.asarray(value)
+        node = op_node(graph_def, name, "Const", inputs,
+                       dtype=tensors.dtype_to_enum(mg.as_dtype(value.dtype)))
+        tensors.array_to_proto(value, node.attr["value"].tensor)
+
+    def frame_node(name: str, op: str, inputs, dtype: int, **extra):
+        node = op_node(graph_def, name, op, inputs, T=dtype)
+        for key, value in extra.items():
+            if isinstance(value, bool):
+                node.attr[key].b = value
+            elif isinstance(value, int):
+                node.attr[key].i = value
+            else:
+                node.attr[key].s = value.encode()
+        return node
+
+    placeholder(graph_def, "p")
+    placeholder(graph_def, "n", dtype=3)
+    placeholder(graph_def, "q", dtype=10)
+    const("zero", np.int32(0))
+    const("half", np.float32(0.5))
+    const("shape", np.int32(-1))
+    op_node(graph_def, "reserve", "TensorListReserve", ["shape", "n"], element_dtype=1,
+            shape_type=3)
+    for name, source, dtype in (("i", "zero", 3), ("a", "p", 1), ("l", "reserve", 21)):
+        frame_node(f"w/{name}/enter", "Enter", [source], dtype, frame_name="w",
+                   is_constant=False, parallel_iterations=10)
+        frame_node(f"w/{name}/merge", "Merge", [f"w/{name}/enter", f"w/{name}/next"], dtype,
+                   N=2)
+        frame_node(f"w/{name}/switch", "Switch", [f"w/{name}/merge", "w/cond"], dtype)
+        frame_node(f"w/{name}/exit", "Exit", [f"w/{name}/switch"], dtype)
+        frame_node(f"w/{name}/body", "Identity", [f"w/{name}/switch:1"], dtype)
+    for name, source, dtype in (("n", "n", 3), ("half", "half", 1)):
+        frame_node(f"w/{name}", "Enter", [source], dtype, frame_name="w", is_constant=True)
+    op_node(graph_def, "w/less", "Less", ["w/i/merge", "w/n"], T=3)
+    op_node(graph_def, "w/cond", "LoopCond", ["w/less"])
+    const("w/one", np.int32(1), ["^w/i/body"])
+    op_node(graph_def, "w/add", "AddV2", ["w/i/body", "w/one"], T=3)
+    op_node(graph_def, "w/mul", "Mul", ["w/a/body", "w/half"], T=1)
+    op_node(graph_def, "w/set", "TensorListSetItem", ["w/l/body", "w/i/body", "w/a/body"],
+            element_dtype=1)
+    for name, source, dtype in (("i", "w/add", 3), ("a", "w/mul", 1), ("l", "w/set", 21)):
+        frame_node(f"w/{name}/next", "NextIteration", [source], dtype)
+    op_node(graph_def, "stacked", "TensorListStack", ["w/l/exit", "shape"], element_dtype=1)
+    frame_node("c/switch", "Switch", ["w/a/exit", "q"], 1)
+    op_node(graph_def, "c/then", "Relu", ["c/switch:1"], T=1)
+    op_node(graph_def, "c/else", "Neg", ["c/switch"], T=1)
+    frame_node("c/merge", "Merge", ["c/then", "c/else"], 1, N=2)
+    op_node(graph_def, "y", "Identity", ["c/merge"], T=1)
+    return graph_def
+
+
+def fam_control_flow(rng: random.Random, scale: int) -> Case:
+    """A lowered loop and conditional, edited (inputs rewired or dropped, op types swapped
+    among the control-flow ops, nodes removed) or byte-mutated: each imports or is refused
+    naming the file, never a crash or a hang."""
+    graph_def = _control_flow_graph_def()
+    if rng.random() < 0.3:
+        data = _mutate(graph_def.SerializeToString(), rng, bytes(range(256)))
+        return Case("control_flow", f"mutated lowered loop of {len(data)} bytes",
+                    "import_file", (".pb", data), "either", names=("g.pb",),
+                    budget=8 * len(data))
+    edits = []
+    for _ in range(rng.randint(1, 3 * scale)):
+        nodes = list(graph_def.node)
+        target = rng.choice(nodes)
+        roll = rng.random()
+        if roll < 0.5 and target.input:
+            i = rng.randrange(len(target.input))
+            marker = "^" if target.input[i].startswith("^") else ""
+            target.input[i] = marker + rng.choice(nodes).name + rng.choice(["", ":1", ":2"])
+            edits.append(f"{target.name} input {i}")
+        elif roll < 0.65 and target.input:
+            del target.input[rng.randrange(len(target.input))]
+            edits.append(f"{target.name} lost an input")
+        elif roll < 0.85:
+            target.op = rng.choice(["Enter", "Exit", "Merge", "Switch", "_SwitchN",
+                                    "NextIteration", "LoopCond", "Identity",
+                                    "TensorListSetItem", "TensorListGetItem",
+                                    "TensorArrayV3", "TensorArrayWriteV3"])
+            edits.append(f"{target.name} as {target.op}")
+        else:
+            graph_def.node.remove(target)
+            edits.append(f"{target.name} removed")
+    data = graph_def.SerializeToString()
+    return Case("control_flow", "lowered loop: " + ", ".join(edits)[:120], "import_file",
+                (".pb", data), "either", names=("g.pb",), budget=8 * len(data))
+
+
 FAMILIES = {name[4:]: fn for name, fn in globals().items() if name.startswith("fam_")}
 
 
