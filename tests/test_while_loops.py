@@ -540,3 +540,20 @@ def test_tf1_tensor_array_size_is_refused():
     graph_def, _ = _tf1_loop(dynamic=True, sized=True)  # the size in the loop
     with pytest.raises(UnimplementedError, match="a TensorArraySizeV3, uses the array"):
         mg.import_graph_def(graph_def.SerializeToString())
+
+
+def test_a_loop_graph_draws_and_goes_to_tensorboard(tmp_path):
+    """The drawing and TensorBoard's graph show the loop as one node (its subgraphs named
+    by size), and a Split's third output (of a list output) is drawn as its own edge."""
+    from minigraph.viz import to_dot
+
+    graph = counting_loop(write=True)
+    const(graph, "axis", np.int32(2))
+    add(graph, "thirds", "Split", ["axis", "stacked"], T=("type", FLOAT), num_split=3)
+    add(graph, "third", "Identity", ["thirds:2"], T=("type", FLOAT))
+    root = mg.import_graph_def(graph)
+    dot = to_dot(root.graph())
+    assert "WhileLoop" in dot and "stacked" in dot
+    with mg.summary.FileWriter(tmp_path, root) as writer:
+        writer.flush()
+    assert any(p.stat().st_size > 0 for p in tmp_path.iterdir())
