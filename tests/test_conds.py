@@ -38,6 +38,7 @@ from test_while_loops import (
 import minigraph as mg
 from minigraph.framework.errors import InvalidArgumentError, UnimplementedError
 from minigraph.interop import protos
+from tests.fuzz.hostile_cases import rewire
 
 BOOL = protos.data_type_numbers()["DT_BOOL"]
 X = np.array([[-1.0, 2.0, -3.0]], np.float32)
@@ -244,24 +245,10 @@ def test_keras_center_crop_crops_or_resizes_by_the_input_size():
 
 
 def _rewired(graph: Any, rng: random.Random) -> Any:
-    """``graph`` with one to three edits: an input pointed at another node's output 0-2, an
-    input dropped, a node's op changed to another control-flow op, or a node removed."""
+    """A copy of ``graph`` with one to three of the hostile-file campaign's edits
+    (``tests/fuzz/hostile_cases.rewire``)."""
     graph = type(graph).FromString(graph.SerializeToString())
-    for _ in range(rng.randint(1, 3)):
-        nodes = list(graph.node)
-        target = rng.choice(nodes)
-        roll = rng.random()
-        if roll < 0.5 and target.input:
-            i = rng.randrange(len(target.input))
-            marker = "^" if target.input[i].startswith("^") else ""
-            target.input[i] = marker + rng.choice(nodes).name + rng.choice(["", ":1", ":2"])
-        elif roll < 0.7 and target.input:
-            del target.input[rng.randrange(len(target.input))]
-        elif roll < 0.85:
-            target.op = rng.choice(["Enter", "Exit", "Merge", "Switch", "_SwitchN", "NextIteration",
-                                    "LoopCond", "Identity", "TensorListSetItem"])
-        else:
-            graph.node.remove(target)
+    rewire(graph, rng, rng.randint(1, 3))
     return graph
 
 

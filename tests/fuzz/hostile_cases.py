@@ -724,18 +724,12 @@ def _control_flow_graph_def():
     return graph_def
 
 
-def fam_control_flow(rng: random.Random, scale: int) -> Case:
-    """A lowered loop and conditional, edited (inputs rewired or dropped, op types swapped
-    among the control-flow ops, nodes removed) or byte-mutated: each imports or is refused
-    naming the file, never a crash or a hang."""
-    graph_def = _control_flow_graph_def()
-    if rng.random() < 0.3:
-        data = _mutate(graph_def.SerializeToString(), rng, bytes(range(256)))
-        return Case("control_flow", f"mutated lowered loop of {len(data)} bytes",
-                    "import_file", (".pb", data), "either", names=("g.pb",),
-                    budget=8 * len(data))
+def rewire(graph_def, rng: random.Random, count: int) -> list[str]:
+    """``count`` random edits of ``graph_def`` (in place): an input pointed at another
+    node's output 0-2, an input dropped, a node's op swapped for a control-flow op, or a
+    node removed; what each did, for the case's label."""
     edits = []
-    for _ in range(rng.randint(1, 3 * scale)):
+    for _ in range(count):
         nodes = list(graph_def.node)
         target = rng.choice(nodes)
         roll = rng.random()
@@ -756,6 +750,20 @@ def fam_control_flow(rng: random.Random, scale: int) -> Case:
         else:
             graph_def.node.remove(target)
             edits.append(f"{target.name} removed")
+    return edits
+
+
+def fam_control_flow(rng: random.Random, scale: int) -> Case:
+    """A lowered loop and conditional, edited (inputs rewired or dropped, op types swapped
+    among the control-flow ops, nodes removed) or byte-mutated: each imports or is refused
+    naming the file, never a crash or a hang."""
+    graph_def = _control_flow_graph_def()
+    if rng.random() < 0.3:
+        data = _mutate(graph_def.SerializeToString(), rng, bytes(range(256)))
+        return Case("control_flow", f"mutated lowered loop of {len(data)} bytes",
+                    "import_file", (".pb", data), "either", names=("g.pb",),
+                    budget=8 * len(data))
+    edits = rewire(graph_def, rng, rng.randint(1, 3 * scale))
     data = graph_def.SerializeToString()
     return Case("control_flow", "lowered loop: " + ", ".join(edits)[:120], "import_file",
                 (".pb", data), "either", names=("g.pb",), budget=8 * len(data))
