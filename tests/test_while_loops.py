@@ -557,3 +557,31 @@ def test_a_loop_graph_draws_and_goes_to_tensorboard(tmp_path):
     with mg.summary.FileWriter(tmp_path, root) as writer:
         writer.flush()
     assert any(p.stat().st_size > 0 for p in tmp_path.iterdir())
+
+
+def test_loops_run_from_several_threads_at_once():
+    """One session, four threads, each running the loop with other trip counts and batch
+    sizes: the subgraphs' shared sessions give every run its own values."""
+    import threading
+
+    root = mg.import_graph_def(counting_loop(write=True))
+    session = mg.ClientSession(root)
+    cases = [(np.full((1 + i % 3, 3), i, np.float32), np.int32(i % 5), np.int32(4))
+             for i in range(8)]
+    feeds = [{"x:0": x, "n:0": n, "rows:0": rows} for x, n, rows in cases]
+    expected = [session.Run(f, ["out:0", "stacked:0"]) for f in feeds]
+    wrong = []
+
+    def work(thread: int) -> None:
+        for step in range(25):
+            i = (thread + step) % len(feeds)
+            got = session.Run(feeds[i], ["out:0", "stacked:0"])
+            if not all(np.array_equal(a, b) for a, b in zip(got, expected[i])):
+                wrong.append((thread, step))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
