@@ -31,8 +31,9 @@ F32 = np.float32
 
 
 def resize_scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
-    """TF's ``CalculateResizeScale``: a float32 quotient."""
-    if align_corners and out_size > 1:
+    """TF's ``CalculateResizeScale``: a float32 quotient; ``align_corners`` scales by
+    ``(in - 1) / (out - 1)`` only when both sides have more than one pixel."""
+    if align_corners and in_size > 1 and out_size > 1:
         return F32(in_size - 1) / F32(out_size - 1)
     return F32(in_size) / F32(out_size)
 
@@ -341,6 +342,66 @@ def resize_bicubic(op, inputs, ctx):
     out = _weighted_four([columns[:, :, cols[:, t]] for t in range(4)],
                          [col_w[None, None, :, t, None] for t in range(4)])
     return [np.ascontiguousarray(out, dtype=F32)]
+
+
+class AreaTable(NamedTuple):
+    """Per output index: the first input index it covers, how many it covers (``taps``),
+    and the float32 weights of the first and the last of them (the inner ones weigh 1)."""
+
+    start: np.ndarray
+    taps: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+
+
+def area_table(out_size: int, in_size: int, align_corners: bool) -> AreaTable:
+    """Output ``o`` covers input ``[o * scale, (o + 1) * scale)``; a pixel ``v`` partly
+    inside weighs its part: ``v + 1 - in`` at the start, ``in1 - v`` at the end, ``scale``
+    when the area lies within it (TF's ``CachedInterpolation``, in float32)."""
+    scale = resize_scale(in_size, out_size, align_corners)
+    o = np.arange(out_size, dtype=F32)
+    lo, hi = o * scale, (o + F32(1)) * scale
+    start = np.floor(lo).astype(np.int64)
+    end = np.ceil(hi).astype(np.int64)
+
+    def weight(v: np.ndarray) -> np.ndarray:
+        v1 = v.astype(F32) + F32(1)
+        return np.where(v.astype(F32) < lo, np.where(v1 > hi, scale, v1 - lo),
+                        np.where(v1 > hi, hi - v.astype(F32), F32(1))).astype(F32)
+
+    return AreaTable(start, end - start, weight(start), weight(end - 1))
+
+
+@register_kernel("ResizeArea")
+def resize_area(op, inputs, ctx):
+    """TF's float32 steps: each input row covered, its covered pixels summed in order (the
+    first and the last weighed, ``sum_y``), the rows' sums weighed and summed in order, and
+    the total times ``1 / (height_scale * width_scale)``. Indices past the image (with
+    ``align_corners``) read its edge."""
+    images, size = inputs
+    x = images.astype(F32)
+    (out_h, out_w), (in_h, in_w) = (int(v) for v in size), x.shape[1:3]
+    align = op.attrs["align_corners"]
+    rows, cols = area_table(out_h, in_h, align), area_table(out_w, in_w, align)
+    with np.errstate(divide="ignore"):  # a 1-pixel side with align_corners: scale 0, inf
+        scale = F32(np.float64(1.0) / np.float64(resize_scale(in_h, out_h, align)
+                                                 * resize_scale(in_w, out_w, align)))
+    # each input row's sums over each output column's pixels: [n, in_h, out_w, c]
+    pixel = np.clip(cols.start, 0, in_w - 1)
+    sums = x[:, :, pixel] * cols.first[None, None, :, None]
+    for t in range(1, int(cols.taps.max(initial=1))):
+        pixel = np.clip(cols.start + t, 0, in_w - 1)
+        weight = np.where(t == cols.taps - 1, cols.last, F32(1))[None, None, :, None]
+        value = x[:, :, pixel] * weight if (t == cols.taps - 1).any() else x[:, :, pixel]
+        sums = np.where((t < cols.taps)[None, None, :, None], sums + value, sums)
+    out = np.zeros((x.shape[0], out_h, out_w, x.shape[3]), F32)
+    for t in range(int(rows.taps.max(initial=1))):
+        row = np.clip(rows.start + t, 0, in_h - 1)
+        weight = np.where(t == 0, rows.first, np.where(t == rows.taps - 1, rows.last,
+                                                        F32(1)))[None, :, None, None]
+        out = np.where((t < rows.taps)[None, :, None, None], out + sums[:, row] * weight, out)
+    with np.errstate(invalid="ignore"):  # 0 * inf: NaN, as TF gives there
+        return [np.ascontiguousarray(out * scale, dtype=F32)]
 
 
 @register_kernel("RGBToHSV")

@@ -168,6 +168,7 @@ __all__ = [
     "Relu6Grad",
     "ReluGrad",
     "Reshape",
+    "ResizeArea",
     "ResizeBicubic",
     "ResizeBilinear",
     "ResizeBilinearGrad",
@@ -7966,6 +7967,56 @@ class Reshape:
         tensor: TensorLike,
         shape: TensorLike,
         attrs: Reshape.Attrs | None = None,
+    ) -> Output: ...
+
+
+class ResizeArea:
+    """Builds one 'ResizeArea' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    ResizeArea.Attrs() builder (after the positional arguments) or as keywords.
+
+    Inputs:
+        images: T (int32, int64, float16, float32, float64, bfloat16). NHWC images.
+        size: int32. [new_height, new_width], each > 0.
+
+    Attrs:
+        align_corners: bool, default False. Scale by (in - 1) / (out - 1) instead of in /
+            out.
+        T: type, inferred from input 'images', one of int32, int64, float16, float32,
+            float64, bfloat16.
+
+    Outputs:
+        resized_images: float32.
+
+    Returns:
+        The Output 'resized_images'.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one ResizeArea node, set with C++-style chained setters that each
+        return a new builder; pass it after the positional arguments or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def AlignCorners(self, value: bool) -> ResizeArea.Attrs:
+            """Set attr 'align_corners' (bool, default False). Scale by (in - 1) / (out - 1)
+            instead of in / out.
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        images: TensorLike,
+        size: TensorLike,
+        attrs: ResizeArea.Attrs | None = None,
+        *,
+        align_corners: bool = False,
     ) -> Output: ...
 
 

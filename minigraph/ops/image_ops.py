@@ -1,4 +1,5 @@
-"""Image resize ops: ``ResizeNearestNeighbor``, ``ResizeBilinear``, ``ResizeBicubic`` and the
+"""Image resize ops: ``ResizeNearestNeighbor``, ``ResizeBilinear``, ``ResizeBicubic``,
+``ResizeArea`` and the
 gradients ``ResizeNearestNeighborGrad``, ``ResizeBilinearGrad`` (none for bicubic yet), with
 TF's names, inputs, outputs and attrs (``core/ops/image_ops.cc``). What Keras'
 ``UpSampling2D``, ``Resizing`` and ``tf.image.resize`` freeze to.
@@ -40,8 +41,8 @@ from minigraph.ops import math_ops as m
 from minigraph.ops.layout_ops import StridedSlice
 
 # The wrappers minigraph.ops exports.
-__all__ = ["AdjustContrastv2", "CropAndResize", "HSVToRGB", "RGBToHSV", "ResizeBicubic",
-           "ResizeBilinear", "ResizeBilinearGrad", "ResizeNearestNeighbor",
+__all__ = ["AdjustContrastv2", "CropAndResize", "HSVToRGB", "RGBToHSV", "ResizeArea",
+           "ResizeBicubic", "ResizeBilinear", "ResizeBilinearGrad", "ResizeNearestNeighbor",
            "ResizeNearestNeighborGrad"]
 
 # TF's allowed T restricted to minigraph's dtypes
@@ -100,6 +101,12 @@ def _check_extent(ctx: InferenceContext, name: str, height, width, message: str)
 def resize_shape(ctx: InferenceContext) -> list[TensorShape]:
     """[batch, size[0], size[1], channels]; TF's checks of ``ImageResizerState``."""
     _check_mode(ctx)
+    return area_shape(ctx)
+
+
+def area_shape(ctx: InferenceContext) -> list[TensorShape]:
+    """``resize_shape`` without the pixel-centre attrs (``ResizeArea`` has only
+    ``align_corners``)."""
     images = _image_rank4(ctx, "images", "input")
     height, width = _size_input(ctx, "output dimensions must be positive")
     if images[3] == 0:
@@ -155,6 +162,18 @@ def _float_resize(name: str) -> type:
 
 
 ResizeBilinear = _float_resize("ResizeBilinear")
+# Each output pixel: the average of the input area it covers, partly covered pixels weighed
+# by the part (Keras' Resizing(interpolation="area"), tf.image.resize(method="area")).
+ResizeArea = make_wrapper(register_op(OpDef(
+    name="ResizeArea",
+    inputs=[ArgDef("images", type_attr="T", doc="NHWC images."),
+            ArgDef("size", dtype=dtypes.int32, doc="[new_height, new_width], each > 0.")],
+    outputs=[ArgDef("resized_images", dtype=dtypes.float32)],
+    attrs=[required("T", "type", allowed=RESIZE_TYPES),
+           AttrDef("align_corners", "bool", default=False,
+                   doc="Scale by (in - 1) / (out - 1) instead of in / out.")],
+    shape_fn=area_shape,
+)))
 # Cubic convolution over 4 x 4 input pixels, weights from TF's table of 1025 positions per
 # unit (Keys' a = -0.5 with half_pixel_centers, where taps off the image weigh 0 and the rest
 # are renormalized; a = -0.75 otherwise, the edge pixels repeated); no gradient yet.

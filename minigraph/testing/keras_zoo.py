@@ -566,6 +566,12 @@ def resizing(k, x):
     return k.layers.Resizing(12, 10)(x)
 
 
+@block((9, 7, 3))
+def resizing_area(k, x):
+    """Resizing by area averaging, down on one side and up on the other (ResizeArea)."""
+    return k.layers.Resizing(4, 10, interpolation="area")(x)
+
+
 @block((8, 8, 3))
 def random_flip(k, x):
     """RandomFlip (at inference, the identity)."""
