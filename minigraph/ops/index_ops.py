@@ -133,6 +133,8 @@ def check_indices(ctx: RunContext, indices: np.ndarray, limit: int, name: str,
                   words: str, lowest: int = 0) -> None:
     """Every index in [lowest, limit), else TF's message for the first that is not:
     ``indices[0,1] = 7 is not in [0, 5)`` (``words``: ``is not in``)."""
+    if indices.ndim == 0 and lowest <= int(indices) < limit:  # one index (a loop's step)
+        return
     bad = (indices < lowest) | (indices >= limit)
     if bad.any():
         flat = int(np.flatnonzero(bad)[0])
