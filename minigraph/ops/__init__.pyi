@@ -53,6 +53,7 @@ __all__ = [
     "Cast",
     "Ceil",
     "CheckNumerics",
+    "CombinedNonMaxSuppression",
     "Concat",
     "ConcatOffset",
     "ConcatV2",
@@ -2175,6 +2176,87 @@ class CheckNumerics:
         message: str,
         attrs: CheckNumerics.Attrs | None = None,
     ) -> Output: ...
+
+
+class _CombinedNonMaxSuppressionOutputs(OpResult):
+    """The outputs of one CombinedNonMaxSuppression node, by name."""
+
+    nmsed_boxes: Output
+    nmsed_scores: Output
+    nmsed_classes: Output
+    valid_detections: Output
+    operation: Operation
+
+
+class CombinedNonMaxSuppression:
+    """Builds one 'CombinedNonMaxSuppression' node.
+
+    Inputs, then required attrs, positionally or by name; optional attrs in a
+    CombinedNonMaxSuppression.Attrs() builder (after the positional arguments) or as
+    keywords.
+
+    Inputs:
+        boxes: float32. [batch, num_boxes, q, 4]: q is 1 (boxes shared by the classes) or
+            num_classes.
+        scores: float32. [batch, num_boxes, num_classes].
+        max_output_size_per_class: int32. A scalar > 0.
+        max_total_size: int32. A scalar > 0.
+        iou_threshold: float32. A scalar in [0, 1].
+        score_threshold: float32. A scalar: only boxes scoring above it are considered.
+
+    Attrs:
+        pad_per_class: bool, default False. Pad to max_output_size_per_class * num_classes
+            when that is below max_total_size.
+        clip_boxes: bool, default True. Clip the boxes' coordinates to [0, 1].
+
+    Outputs:
+        nmsed_boxes: float32.
+        nmsed_scores: float32.
+        nmsed_classes: float32.
+        valid_detections: int32.
+
+    Returns:
+        An object with the outputs as attributes (.nmsed_boxes, .nmsed_scores,
+        .nmsed_classes, .valid_detections), also by index and in order when iterated, and
+        the node as .operation.
+    """
+
+    op_def: ClassVar[OpDef]
+
+    class Attrs:
+        """The attrs of one CombinedNonMaxSuppression node, set with C++-style chained
+        setters that each return a new builder; pass it after the positional arguments
+        or as attrs=.
+        """
+
+        values: dict[str, typing.Any]
+
+        def __init__(self, **values: typing.Any) -> None: ...
+
+        def PadPerClass(self, value: bool) -> CombinedNonMaxSuppression.Attrs:
+            """Set attr 'pad_per_class' (bool, default False). Pad to max_output_size_per_class
+            * num_classes when that is below max_total_size.
+            """
+
+        def ClipBoxes(self, value: bool) -> CombinedNonMaxSuppression.Attrs:
+            """Set attr 'clip_boxes' (bool, default True). Clip the boxes' coordinates to [0,
+            1].
+            """
+
+    def __new__(
+        cls,
+        scope: Scope,
+        boxes: TensorLike,
+        scores: TensorLike,
+        max_output_size_per_class: TensorLike,
+        max_total_size: TensorLike,
+        iou_threshold: TensorLike,
+        score_threshold: TensorLike,
+        attrs: CombinedNonMaxSuppression.Attrs | None = None,
+        *,
+        pad_per_class: bool = False,
+        clip_boxes: bool = True,
+    ) -> _CombinedNonMaxSuppressionOutputs: ...
 
 
 class Concat:
