@@ -53,6 +53,7 @@ FAMILIES = {
     "broadcast": (["broadcast.c", "broadcast_isa_scalar.c", "broadcast_isa_avx2.c",
                    "broadcast_isa_avx512.c"],
                   ["broadcast.h", "broadcast_internal.h", "broadcast_template.h"]),
+    "elementwise programs": (["elementwise_program.c"], ["elementwise_program.h"]),
     "image": (["image.c", "image_isa_scalar.c", "image_isa_avx2.c", "image_isa_avx512.c"],
               ["image.h", "image_internal.h", "image_template.h"]),
     "optimizers": (["optimizers.c", "optimizers_isa_scalar.c", "optimizers_isa_avx2.c",

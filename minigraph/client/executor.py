@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from minigraph.backends.state_kernels import variable as variable_kernel
-from minigraph.client import planner
+from minigraph.client import elementwise_groups, planner
 from minigraph.framework.errors import ResourceExhaustedError
 
 # entry kinds
@@ -77,8 +77,9 @@ class BoundProgram:
 
     def __init__(self, signature: tuple, steps: Sequence, release: Sequence,
                  binding: planner.Binding, fetch_keys: Sequence,
-                 constant_keys: Iterable = ()) -> None:
+                 constant_keys: Iterable = (), elementwise_groups: bool = False) -> None:
         self.signature = signature
+        self.elementwise_groups = elementwise_groups
         self.steps = steps
         checked = binding.checks
         registers: dict = {}
@@ -186,7 +187,18 @@ class BoundProgram:
             if getattr(getattr(step, "op", None), "type", None) == "NoOp"
             and not self.entries[index][6]}
         self.program, self.positions = _without(self.entries, skipped)
+        if self.elementwise_groups:
+            self.program = self._grouped(self.program, observed)
         self.arena = arena
+
+    def _grouped(self, program: list[tuple], observed: list) -> list[tuple]:
+        """``program`` with its groups of elementwise steps as one entry each
+        (``elementwise_groups``), from what the first run observed."""
+        indices = [self.positions[id(entry)] for entry in program]
+        return elementwise_groups.fuse(
+            program, [getattr(self.steps[i], "kernel_def", None) for i in indices],
+            [[(m.shape, m.dtype) for m in observed[i]] for i in indices],
+            [entry[0] == _GUARD for entry in program], {i for i, _ in self.fetches})
 
     def _fold(self, observed: list, results: dict) -> set[int]:
         """The ``foldable`` entries whose ``results`` (the first run's, by register) are

@@ -246,8 +246,9 @@ class _Plan(list):
     """
 
     def __init__(self, steps: list, fetch_keys: Sequence = (), fed_keys: Sequence = (),
-                 memory_planner: bool = False) -> None:
+                 memory_planner: bool = False, elementwise_groups: bool = False) -> None:
         super().__init__(steps)
+        self.elementwise_groups = elementwise_groups
         self.updates_state = any(isinstance(step, _Step) and step.refs for step in steps)
         self.constant_steps = _constant_steps(steps)
         self.constant_keys = frozenset(key for step in self.constant_steps
@@ -330,7 +331,8 @@ class _Plan(list):
             self.bound = executor.BoundProgram(signature, steps, release,
                                                planner.bind(steps, determined,
                                                             self.constant_keys),
-                                               self.fetch_keys, self.constant_keys)
+                                               self.fetch_keys, self.constant_keys,
+                                               self.elementwise_groups)
 
     def _signature(self, env: dict, session: ClientSession) -> tuple | None:
         """The fed values' shapes and dtypes and the variables' shapes, or None when this
@@ -504,7 +506,8 @@ def _as_operation(value: Any, graph: Graph) -> Operation:
 
 def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[Operation],
           place: Callable[[Operation], Any], host: _HostDevice, state: SessionState,
-          memory_planner: bool = True) -> tuple[_Plan, list[_Key]]:
+          memory_planner: bool = True, elementwise_groups: bool = True
+          ) -> tuple[_Plan, list[_Key]]:
     """The steps computing ``fetches``/``targets`` (ops in a topological order, each placed
     by ``place``, with transfers where edges cross devices) and the fetches' host keys."""
     needed: dict[int, Operation] = {}
@@ -551,7 +554,7 @@ def _plan(fetches: Sequence[Output], fed: frozenset[Output], targets: Sequence[O
                 present.add((out, device))
     fetch_keys = [key_on(f, host) for f in fetches]
     fed_keys = [(output, host) for output in sorted(fed, key=lambda output: output.name)]
-    return _Plan(steps, fetch_keys, fed_keys, memory_planner), fetch_keys
+    return _Plan(steps, fetch_keys, fed_keys, memory_planner, elementwise_groups), fetch_keys
 
 
 def _check_feed(output: Output, value: Any, promote_float64: bool = False) -> np.ndarray:
@@ -679,7 +682,8 @@ class ClientSession:
         if plan is None:
             run = rewrite_for_run(self.graph, fetches, fed, targets, self.optimizer)
             plan = _plan(run.fetches, frozenset(run.feeds.values()), run.targets, self._place,
-                         self.host, self.state, self.optimizer.memory_planner)
+                         self.host, self.state, self.optimizer.memory_planner,
+                         self.optimizer.elementwise_groups)
             plan[0].feeds = run.feeds
             with self._lock:
                 self._plans[key] = plan

@@ -43,7 +43,12 @@ class OptimizerOptions:
     * ``memory_planner`` (not a graph pass: the plan's memory, ``client/planner.py``): drop
       each intermediate after its last reader, let kernels write into inputs that die
       there, join a concat's inputs in place, and run steady-state steps bound to their
-      feed signature.
+      feed signature;
+    * ``elementwise_groups`` (not a graph pass either: a bound plan's steps, see
+      ``client/elementwise_groups.py``): run each group of native float32 elementwise steps
+      that feed each other (activations, their gradients, binary arithmetic, a channels-last
+      bias add) as one pass over their inputs, bit for bit the steps' values; needs
+      ``memory_planner``.
     """
 
     pruning: bool = True
@@ -54,6 +59,7 @@ class OptimizerOptions:
     remapper: bool = True
     fold_batch_norm: bool = False
     memory_planner: bool = True
+    elementwise_groups: bool = True
 
     def __post_init__(self) -> None:
         for item in fields(self):
