@@ -13,8 +13,9 @@ native binary ops (Add, AddV2, Sub, Mul, Div, RealDiv, Maximum, Minimum, Squared
 and a channels-last BiasAdd (numpy's float32 add: the same single rounding as ``add``).
 
 Operands are tensors of the group's shape, scalars, or one row repeated for every row (a
-bias); a view (``Split``'s columns) is copied first, as the ops' own kernels copy it. :meth:`Program.run` returns None when an input does not fit the program (the
-caller then runs the ops one by one).
+bias); a view (``Split``'s columns) is copied first (the same values).
+:meth:`Program.run` returns None when an input does not fit the program (the caller then
+runs the ops one by one).
 """
 
 from __future__ import annotations
