@@ -39,14 +39,17 @@ from minigraph.ops.control_flow_ops import Subgraph
 MAX_ITERATIONS = 1 << 17
 
 
-def _runner(subgraph: Subgraph, backend: str) -> Callable[[Sequence[np.ndarray]], list]:
-    """The function that runs ``subgraph`` on ``backend`` (one session, shared by every
-    run): its loop variables in, its outputs out."""
+def _runner(subgraph: Subgraph, ctx: KernelContext) -> Callable[[Sequence[np.ndarray]], list]:
+    """The function that runs ``subgraph`` on ``ctx``'s backend with the calling session's
+    optimizer options (one session per pair, shared by every run): its loop variables in,
+    its outputs out."""
+    optimizer = getattr(ctx.state, "optimizer", None)
+    key = (ctx.backend, optimizer)
     with subgraph.lock:
-        run = subgraph.runners.get(backend)
+        run = subgraph.runners.get(key)
         if run is None:
-            session = ClientSession(subgraph.graph, backend)
-            run = subgraph.runners[backend] = session.prepared(
+            session = ClientSession(subgraph.graph, ctx.backend, optimizer=optimizer)
+            run = subgraph.runners[key] = session.prepared(
                 subgraph.inputs, subgraph.outputs, subgraph.targets)
     return run
 
@@ -115,8 +118,8 @@ def while_loop(op: Operation, inputs: list, ctx: KernelContext) -> list:
     """Run the loop (see the module's docstring) with the subgraphs on ``ctx.backend``. The
     body computes the condition on its results too, so an iteration is one run."""
     count, lists = len(op.attrs["T"]), op.attrs["num_lists"]
-    run_cond = _runner(op.attrs["cond"], ctx.backend)
-    run_body = _runner(op.attrs["body"], ctx.backend)
+    run_cond = _runner(op.attrs["cond"], ctx)
+    run_body = _runner(op.attrs["body"], ctx)
     values = list(inputs[:count])
     written = [_List(op, k, length, shape) for k, (length, shape) in
                enumerate(zip(inputs[count:count + lists],
@@ -151,4 +154,4 @@ def conditional(op: Operation, inputs: list, ctx: KernelContext) -> list:
     index = int(selector)
     if not 0 <= index < len(branches):  # TF's _SwitchN: out of range, the last branch
         index = len(branches) - 1
-    return list(_runner(branches[index], ctx.backend)(inputs[1:]))
+    return list(_runner(branches[index], ctx)(inputs[1:]))

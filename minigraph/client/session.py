@@ -607,7 +607,7 @@ class ClientSession:
         self.backend = backends.select(backend)
         memory.keep_freed_memory()
         self.promote_float64 = self.backend == "float64"  # a session mode: feeds promoted
-        self.state = SessionState()
+        self.state = SessionState(self.optimizer)
         # Check every kernel result against its op's outputs (dtype, shape): the test suite
         # turns this on (MINIGRAPH_CHECK_OUTPUTS=1); it costs a little per op.
         self.check_outputs = (os.environ.get("MINIGRAPH_CHECK_OUTPUTS") == "1"

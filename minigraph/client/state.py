@@ -19,7 +19,10 @@ from minigraph.framework.graph import Operation
 
 
 class SessionState:
-    def __init__(self) -> None:
+    def __init__(self, optimizer: Any = None) -> None:
+        # the session's OptimizerOptions: the sessions of its loops' and conditionals'
+        # subgraphs run with the same (client/loops.py)
+        self.optimizer = optimizer
         self.variables: dict[str, np.ndarray] = {}
         self.lock = threading.RLock()
         self.step_lock = threading.Lock()  # held by a Run that writes variables (a step)

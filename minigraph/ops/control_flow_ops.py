@@ -64,13 +64,13 @@ class Subgraph:
     """A loop's condition or body: a graph of its own, fed at ``inputs`` (Placeholders, one
     per loop variable), computing ``outputs``; ``targets`` are run too for their effects
     (an ``Assert`` only a control edge keeps). ``runners`` caches one session per backend
-    (``client/loops.py``)."""
+    and optimizer options (``client/loops.py``)."""
 
     graph: Graph
     inputs: tuple[Output, ...]
     outputs: tuple[Output, ...]
     targets: tuple[Operation, ...] = ()
-    runners: dict[str, Any] = field(default_factory=dict, repr=False)
+    runners: dict[tuple, Any] = field(default_factory=dict, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __repr__(self) -> str:
