@@ -56,6 +56,7 @@ typedef struct {
     int64_t rows, cols;
     int ninputs, ncode, noutputs;
     const mg_ew_operand *inputs;
+    const float *const *data;
     const mg_ew_instruction *code;
     const int32_t *out_regs;
     float *const *outputs;
@@ -70,7 +71,8 @@ static void run_block(const program_call *p, int64_t r, int64_t c0, int64_t n, f
     const float *reg[MG_EW_MAX_REGS];
     for (int i = 0; i < p->ninputs; ++i) {
         const mg_ew_operand *in = &p->inputs[i];
-        reg[i] = in->scalar ? in->data : in->data + r * in->pitch + c0;
+        const float *row = p->data[i] + r / in->div * in->pitch;
+        reg[i] = in->scalar ? row : row + c0;
     }
     for (int i = 0; i < p->ncode; ++i) {
         const int dst_reg = p->ninputs + i, slot = p->out_slot[dst_reg];
@@ -123,9 +125,7 @@ static int readable(const program_call *p, int32_t r, int i, int scalar_ok)
 static int check_program(program_call *p)
 {
     for (int i = 0; i < p->ninputs; ++i)
-        if (!p->inputs[i].data ||
-            (!p->inputs[i].scalar && p->inputs[i].pitch != 0 && p->inputs[i].pitch < p->cols) ||
-            p->inputs[i].pitch < 0)
+        if (!p->data[i] || p->inputs[i].div < 1 || p->inputs[i].pitch < 0)
             return 0;
     for (int i = 0; i < p->ncode; ++i) {
         const mg_ew_instruction *ins = &p->code[i];
@@ -153,15 +153,15 @@ static int check_program(program_call *p)
 }
 
 int mg_elementwise_program(int64_t rows, int64_t cols, int ninputs,
-                           const mg_ew_operand *inputs, int ncode,
+                           const mg_ew_operand *inputs, const float *const *data, int ncode,
                            const mg_ew_instruction *code, int noutputs,
                            const int32_t *out_regs, float *const *outputs, int num_threads)
 {
     if (rows < 0 || cols < 0 || ninputs < 1 || ncode < 1 || noutputs < 1 ||
-        ninputs + ncode > MG_EW_MAX_REGS || !inputs || !code || !out_regs || !outputs ||
+        ninputs + ncode > MG_EW_MAX_REGS || !inputs || !data || !code || !out_regs || !outputs ||
         (cols && rows > INT64_MAX / cols))
         return MG_EINVAL;
-    program_call p = {rows, cols, ninputs, ncode, noutputs, inputs, code, out_regs, outputs,
+    program_call p = {rows, cols, ninputs, ncode, noutputs, inputs, data, code, out_regs, outputs,
                       {0}, activation_loops(), arithmetic_loops()};
     if (!check_program(&p))
         return MG_EINVAL;

@@ -17,15 +17,17 @@
  * it sits in a run (no FMA contraction, no reassociation), so each register holds bit for bit
  * what the op alone computes, and the program what the ops compute one after the other.
  *
- * The iteration space is `rows` x `cols` elements. Input i is `inputs[i]`: a scalar (one
- * float), or rows of `cols` floats starting `pitch` floats apart (a C-contiguous tensor:
- * pitch = cols; a column slice of a wider matrix: its row length; one row for all, as a
- * bias: 0). Output k is register
- * out_regs[k] (a computed register, each at most once), written C-contiguously (rows * cols
- * floats) to outputs[k]. The walk goes row by row in blocks of MG_EW_BLOCK columns through
- * every instruction (registers not written out live in a per-thread stack block), so a group's
- * intermediates never reach memory; rows (or, for one row, column blocks) are spread over the
- * worker pool.
+ * The iteration space is `rows` x `cols` elements. Input i is data[i] laid out as
+ * layout[i] says: row r of it starts at data[i] + (r / div) * pitch (rows of `cols` floats,
+ * or with `scalar` one float for the whole row). So a C-contiguous tensor is div = 1, pitch = cols; one row for every row
+ * (a bias) pitch = 0; one row per sample of an [N, H, W, C] iteration ([N, 1, 1, C], a
+ * squeeze-and-excitation scale) div = H * W, pitch = C; one value per row ([N, H, W, 1],
+ * a layer norm's mean) scalar, div = 1, pitch = 1; one value for all scalar, pitch = 0.
+ * Output k is register out_regs[k] (a computed register, each at most once), written
+ * C-contiguously (rows * cols floats) to outputs[k]. The walk goes row by row in blocks of
+ * MG_EW_BLOCK columns through every instruction (registers not written out live in a
+ * per-thread stack block), so a group's intermediates never reach memory; rows (or, for
+ * one row, column blocks) are spread over the worker pool.
  *
  * Return value (mg_runtime.h): MG_OK, or MG_EINVAL (sizes < 0, a NULL buffer, more than
  * MG_EW_MAX_REGS registers, an instruction reading a register at or above its own, an unknown
@@ -54,9 +56,9 @@ typedef struct {
 } mg_ew_instruction;
 
 typedef struct {
-    const float *data;
-    int64_t pitch;  /* floats from one row to the next: >= cols, or 0 (the same row) */
-    int32_t scalar; /* nonzero: data is one value for every element */
+    int64_t div;    /* iteration rows per row of the operand (>= 1) */
+    int64_t pitch;  /* floats from one row of the operand to the next (>= 0) */
+    int32_t scalar; /* nonzero: a row of the operand is one value for all its columns */
 } mg_ew_operand;
 
 /* The functions of a kind, by name ("sigmoid", "mul", "relu_grad", ...): their count, and the
@@ -65,7 +67,7 @@ int mg_elementwise_fn_count(int kind);
 const char *mg_elementwise_fn_name(int kind, int fn);
 
 int mg_elementwise_program(int64_t rows, int64_t cols, int ninputs,
-                           const mg_ew_operand *inputs, int ncode,
+                           const mg_ew_operand *layout, const float *const *data, int ncode,
                            const mg_ew_instruction *code, int noutputs,
                            const int32_t *out_regs, float *const *outputs, int num_threads);
 /* END CDEF */

@@ -74,8 +74,8 @@ def _assert_same_bits(got, want):
 
 @st.composite
 def graphs(draw):
-    """A random DAG of elementwise ops over 1-3 placeholders of one shape, a scalar constant
-    and a bias row, some intermediates fetched."""
+    """A random DAG of elementwise ops over 1-3 placeholders of one shape, a scalar constant,
+    a bias row, one value per row and one row per sample, some intermediates fetched."""
     rank = draw(st.integers(1, 4))
     shape = tuple(draw(st.lists(st.integers(1, 7), min_size=rank, max_size=rank)))
     if draw(st.booleans()):
@@ -83,7 +83,8 @@ def graphs(draw):
     n_inputs = draw(st.integers(1, 3))
     ops_list = []
     for i in range(draw(st.integers(2, 12))):
-        kind = draw(st.sampled_from(["unary", "binary", "grad", "scalar", "bias"]))
+        kind = draw(st.sampled_from(["unary", "binary", "grad", "scalar", "bias", "column",
+                                     "sample"]))
         a = draw(st.integers(0, n_inputs + i - 1))
         b = draw(st.integers(0, n_inputs + i - 1))
         if kind == "unary":
@@ -104,6 +105,9 @@ def _build(shape, n_inputs, ops_list, fetched, seed):
     feeds = {v: _values(rng, shape) for v in values}
     scalar = ops.Const(root, np.float32(rng.choice([0.5, 3.0, -2.0])))
     bias = ops.Const(root, _values(rng, shape[-1:]))
+    broadcasts = {"column": ops.Const(root, _values(rng, shape[:-1] + (1,))),
+                  "sample": ops.Const(root, _values(rng, shape[:1] + (1,) * (len(shape) - 2)
+                                                    + shape[-1:] if len(shape) > 1 else (1,)))}
     for k, (kind, op_type, a, b) in enumerate(ops_list):
         scope = root.WithOpName(f"op{k}")
         if kind == "scalar":
@@ -112,6 +116,9 @@ def _build(shape, n_inputs, ops_list, fetched, seed):
             values.append(ops.BiasAdd(scope, values[a], bias)
                           if op_type == "AddV2" and len(shape) > 1
                           else _apply(scope, op_type, [bias, values[a]]))
+        elif kind in broadcasts:
+            args = [values[a], broadcasts[kind]]
+            values.append(_apply(scope, op_type, args if b % 2 else args[::-1]))
         elif kind == "unary":
             values.append(_apply(scope, op_type, [values[a]]))
         else:
@@ -132,8 +139,9 @@ GENERATED_GROUPS: list[int] = []
 
 
 def test_generated_graphs_were_grouped():
-    """The generated graphs above did form groups (most have an op reading another)."""
-    assert GENERATED_GROUPS and sum(n > 0 for n in GENERATED_GROUPS) > len(GENERATED_GROUPS) / 2
+    """The generated graphs above did form groups (not all can: a group must save an
+    intermediate, and results that other ops read in between keep members apart)."""
+    assert GENERATED_GROUPS and sum(n > 0 for n in GENERATED_GROUPS) > len(GENERATED_GROUPS) / 4
 
 
 def _lstm_cell(rows: int, units: int):
@@ -168,8 +176,9 @@ def test_lstm_gates_are_one_group_with_the_formula_values(rows, units):
 
 
 def test_a_broadcast_the_program_does_not_do_runs_the_steps():
-    """y [4, 1] broadcast along columns: the group's program refuses it at run time, the
-    members' own kernels run (numpy's broadcasting), and the values are the formula's."""
+    """y [4, 1] broadcast along columns of 3 (rows shorter than MIN_ROW): the group's
+    program refuses it at run time, the members' own kernels run (numpy's broadcasting),
+    and the values are the formula's."""
     root = mg.Scope.NewRootScope()
     x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[4, 3])
     y = ops.Placeholder(root.WithOpName("y"), mg.float32, shape=[4, 1])
@@ -271,3 +280,51 @@ def test_large_tensors_on_the_pool_give_the_ungrouped_bits(shape, threads):
     _assert_same_bits(grouped, ungrouped)
     [group] = _groups(session)
     assert len(group.members) == 7
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 3, 64), (1, 5, 130), (3, 70)])
+def test_broadcasts_along_leading_axes_give_the_ungrouped_bits(shape):
+    """A squeeze-and-excitation scale [N, 1, .., C], a layer norm's [N, .., 1] statistics, a
+    bias row and a [N, 1, .., 1] value per sample, all into one group, by rows of the last
+    axis: the bits of the ops one by one, and the formula's values."""
+    rng = np.random.default_rng(len(shape))
+    n, c = shape[0], shape[-1]
+    middle = (1,) * (len(shape) - 2)
+    x_value = _values(rng, shape)
+    parts = {"scale": rng.random((n, *middle, c)).astype(F32),
+             "mean": rng.standard_normal(shape[:-1] + (1,)).astype(F32),
+             "gamma": rng.standard_normal(c).astype(F32),
+             "sample": rng.standard_normal((n, *middle, 1)).astype(F32)}
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=list(shape))
+    p = {k: ops.Placeholder(root.WithOpName(k), mg.float32, shape=list(v.shape))
+         for k, v in parts.items()}
+    y = ops.Tanh(root, ops.AddV2(root, ops.Mul(root, ops.Sub(root, ops.Mul(
+        root, ops.Sigmoid(root, x), p["scale"]), p["mean"]), p["gamma"]), p["sample"]))
+    feeds = {x: x_value, **{p[k]: v for k, v in parts.items()}}
+    grouped, ungrouped, session = _run_both(root, [y], feeds)
+    _assert_same_bits(grouped, ungrouped)
+    [group] = _groups(session)
+    assert group.program.run(list(feeds.values())) is not None  # no fallback
+    x64 = x_value.astype(np.float64)
+    want = np.tanh((1 / (1 + np.exp(-x64)) * parts["scale"] - parts["mean"]) * parts["gamma"]
+                   + parts["sample"])
+    np.testing.assert_allclose(grouped[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_short_rows_and_middle_axis_broadcasts_run_the_steps():
+    """By-rows layouts need rows of at least MIN_ROW floats, and a broadcast along a middle
+    axis only ([N, 1, W, C]) is not one of them: the members run, with their bits."""
+    from minigraph.backends.elementwise_program import MIN_ROW
+
+    rng = np.random.default_rng(5)
+    for shape, other in [((4, 6, MIN_ROW - 1), (MIN_ROW - 1,)), ((2, 3, 4, 64), (2, 1, 4, 64))]:
+        root = mg.Scope.NewRootScope()
+        x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=list(shape))
+        b = ops.Placeholder(root.WithOpName("b"), mg.float32, shape=list(other))
+        y = ops.Relu(root, ops.Mul(root, ops.Tanh(root, x), b))
+        feeds = {x: _values(rng, shape), b: _values(rng, other)}
+        grouped, ungrouped, session = _run_both(root, [y], feeds)
+        _assert_same_bits(grouped, ungrouped)
+        [group] = _groups(session)
+        assert group.program.run([feeds[x], feeds[b]]) is None

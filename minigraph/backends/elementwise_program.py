@@ -12,8 +12,10 @@ Relu6, Sigmoid, Tanh, Elu, Selu, Softplus, Softsign, LeakyRelu), ReluGrad/Relu6G
 native binary ops (Add, AddV2, Sub, Mul, Div, RealDiv, Maximum, Minimum, SquaredDifference)
 and a channels-last BiasAdd (numpy's float32 add: the same single rounding as ``add``).
 
-Operands are tensors of the group's shape, scalars, or one row repeated for every row (a
-bias); a view (``Split``'s columns) is copied first (the same values).
+Operands are tensors of the group's shape, single values, and broadcasts that repeat a row of
+the last axis (or one value) along the axes before it: a bias, a squeeze-and-excitation
+scale ``[N, 1, 1, C]``, a layer norm's ``[N, H, W, 1]`` statistics; a view (``Split``'s
+columns) is copied first (the same values).
 :meth:`Program.run` returns None when an input does not fit the program (the caller then
 runs the ops one by one).
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,9 +46,7 @@ _ARITH_OPS = {"Add": "add", "AddV2": "add", "Sub": "sub", "Mul": "mul", "Div": "
               "SquaredDifference": "squared_difference"}
 MAX_REGISTERS = 64  # MG_EW_MAX_REGS: inputs + instructions
 
-# how each input of a program comes (Program.run): a tensor of the program's shape, one
-# value for every element, one row (of the last axis) for every row
-_WHOLE, _SCALAR, _ROW = 0, 1, 2
+MIN_ROW = 64  # the shortest last axis a program walks by rows (Program._layout)
 
 
 @functools.cache
@@ -79,7 +80,7 @@ class Program:
     only binary arithmetic, so it may be a scalar or one row for every row."""
 
     __slots__ = ("shape", "size", "inputs", "broadcastable", "_code", "_ncode", "_out_regs",
-                 "_noutputs")
+                 "_noutputs", "_plan")
 
     def __init__(self, inputs: int, code: Sequence[tuple[int, int, int, int, float]],
                  outputs: Sequence[int], shape: tuple[int, ...],
@@ -95,48 +96,92 @@ class Program:
         self._ncode = len(code)
         self._out_regs = ffi.new("int32_t[]", list(outputs))
         self._noutputs = len(outputs)
+        self._plan: tuple | None = None  # (input shapes, their _layout)
 
-    def _layout(self, values: Sequence) -> list[int] | None:
-        """How each input comes (``_WHOLE``, ``_SCALAR``, ``_ROW``), or None when one does
-        not fit."""
-        shape = self.shape
-        kinds = []
+    def _layout(self, values: Sequence) -> tuple[int, int, Any] | None:
+        """``(rows, cols, mg_ew_operand[])`` (kernels_c/elementwise_program.h) for float32
+        ``values`` of these shapes, or None when one does not fit: every input must broadcast
+        to the program's shape as a row of the last axis (or one value) repeated along
+        trailing axes before it. Inputs of the program's shape and single values run as one
+        row of every element; others by rows of the last axis, at least ``MIN_ROW`` long
+        (shorter rows would cost a C call per instruction per few elements)."""
+        shape, size = self.shape, self.size
+        layouts: list[tuple[int, int, bool]] = []
+        flat = True
         for value, broadcastable in zip(values, self.broadcastable):
             if type(value) is not np.ndarray or value.dtype != F32:
                 return None
             if value.shape == shape:
-                kinds.append(_WHOLE)
-            elif broadcastable and value.size == 1:
-                kinds.append(_SCALAR)
-            elif (broadcastable and shape and value.size == shape[-1]
-                  and value.ndim <= len(shape) and value.shape[-1] == shape[-1]):
-                kinds.append(_ROW)
-            else:
+                layouts.append((1, size, False))
+            elif not broadcastable:
                 return None
-        return kinds
+            elif value.size == 1:
+                layouts.append((1, 0, True))
+            else:
+                layout = _broadcast_rows(value.shape, shape)
+                if layout is None:
+                    return None
+                layouts.append(layout)
+                flat = False
+        cols = size if flat else shape[-1]
+        if not flat:
+            if cols < MIN_ROW:
+                return None
+            layouts = [(1, cols, False) if pitch == size and not scalar
+                       else (div, pitch, scalar) for div, pitch, scalar in layouts]
+        operands = ffi.new("mg_ew_operand[]", [
+            {"div": div, "pitch": pitch, "scalar": scalar} for div, pitch, scalar in layouts])
+        return size // cols, cols, operands
 
     def run(self, values: Sequence) -> list[np.ndarray] | None:
         """The outputs for input arrays ``values`` (fresh C-contiguous arrays), or None when
-        an input is not a float32 array of a shape the program takes."""
-        kinds = self._layout(values)
-        if kinds is None:
+        an input is not a float32 array of a shape the program takes. The layout of the
+        last shapes is kept (a bound plan's signature fixes them: one tuple compare a run)."""
+        shapes = tuple([value.shape if type(value) is np.ndarray else None
+                        for value in values])
+        plan = self._plan
+        if plan is None or plan[0] != shapes:
+            plan = self._plan = (shapes, self._layout(values))
+        if plan[1] is None:
             return None
-        cols = self.shape[-1] if _ROW in kinds else self.size
-        rows = self.size // cols if cols else 0
-        operands = ffi.new("mg_ew_operand[]", len(kinds))
-        kept = []  # what C reads: alive through the call
-        for operand, value, kind in zip(operands, values, kinds):
-            flags = value.flags
-            if not (flags.c_contiguous and flags.aligned):  # a view: Split's columns
-                value = np.ascontiguousarray(value)
-            data = fbuf(value)
-            kept.append(data)
-            operand.data = data
-            operand.pitch = cols if kind == _WHOLE else 0
-            operand.scalar = kind == _SCALAR
+        rows, cols, layout = plan[1]
+        for value in values:
+            if value.dtype != F32:
+                return None
+        try:
+            data = ffi.new("float *[]", [fbuf(value) for value in values])
+        except (TypeError, ValueError, BufferError):  # a strided view: Split's columns
+            data = None
+        kept = values
+        if data is None or not all(value.flags.aligned for value in values):
+            kept = [np.ascontiguousarray(value) for value in values]
+            data = ffi.new("float *[]", [fbuf(value) for value in kept])
         outputs = [np.empty(self.shape, F32) for _ in range(self._noutputs)]
         pointers = ffi.new("float *[]", [fbuf(o) for o in outputs])
-        code = lib.mg_elementwise_program(rows, cols, len(kinds), operands, self._ncode,
+        code = lib.mg_elementwise_program(rows, cols, self.inputs, layout, data, self._ncode,
                                           self._code, self._noutputs, self._out_regs,
                                           pointers, num_threads())
+        del kept
         return outputs if code == lib.MG_OK else None
+
+
+def _broadcast_rows(value_shape: tuple[int, ...], shape: tuple[int, ...]
+                    ) -> tuple[int, int, bool] | None:
+    """``(div, pitch, scalar)`` of an input of ``value_shape`` broadcast to ``shape`` walked
+    by rows of its last axis: it must match ``shape`` on some leading axes, be 1 on the axes
+    after them (but the last), and be ``shape[-1]`` long or 1 (one value a row) on the last.
+    None otherwise (a broadcast along a middle axis only)."""
+    rank = len(shape)
+    if len(value_shape) > rank or not rank:
+        return None
+    padded = (1,) * (rank - len(value_shape)) + tuple(value_shape)
+    last = padded[-1]
+    if last not in (1, shape[-1]):
+        return None
+    k = 0
+    while k < rank - 1 and padded[k] == shape[k]:
+        k += 1
+    if any(padded[d] != 1 for d in range(k, rank - 1)):
+        return None
+    scalar = last != shape[-1]
+    return math.prod(shape[k:rank - 1]), 0 if k == 0 else last, scalar

@@ -104,7 +104,8 @@ def _instruction(entry: tuple, kernel: Any, shape: Any) -> tuple | None:
 def _groups(program: list[tuple], kernels: Sequence[Any], shapes: Sequence[Any],
             guards: Sequence[bool], readers: dict[int, list[int]], fetched: set[int]
             ) -> list[list[int]]:
-    """Lists of entry positions (in order), each a valid group of at least two."""
+    """Lists of entry positions (in order), each a valid group with fewer outputs than
+    members (a group that writes every member's result saves only calls)."""
     producer: dict[int, int] = {}  # register -> candidate entry making it
     group_of: dict[int, list[int]] = {}  # candidate entry -> its group (shared list)
     last_guard = -1
@@ -131,9 +132,9 @@ def _groups(program: list[tuple], kernels: Sequence[Any], shapes: Sequence[Any],
     for members in group_of.values():
         if id(members) not in seen and len(members) > 1:
             seen.add(id(members))
-            if (len(members) + len(_inputs(program, members))
-                    <= elementwise_program.MAX_REGISTERS
-                    and _outputs(program, members, readers, fetched)):
+            outputs = _outputs(program, members, readers, fetched)
+            if (0 < len(outputs) < len(members) and len(members)
+                    + len(_inputs(program, members)) <= elementwise_program.MAX_REGISTERS):
                 found.append(members)
     return found
 
