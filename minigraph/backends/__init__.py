@@ -20,6 +20,7 @@ from minigraph.backends import (  # noqa: F401  (importing registers the kernels
     activation_kernels,
     array_kernels,
     batch_norm_kernels,
+    bound_matmul,
     concat_kernels,
     convolution_kernels,
     detection_kernels,

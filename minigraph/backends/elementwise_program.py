@@ -10,7 +10,7 @@ cell's gates: nine ops on 2 x 128 floats, each ~2 us of call overhead).
 The ops a program takes (:func:`instruction`): the activations with a native loop (Relu,
 Relu6, Sigmoid, Tanh, Elu, Selu, Softplus, Softsign, LeakyRelu), ReluGrad/Relu6Grad, the
 native binary ops (Add, AddV2, Sub, Mul, Div, RealDiv, Maximum, Minimum, SquaredDifference)
-and a channels-last BiasAdd (numpy's float32 add: the same single rounding as ``add``).
+and a channels-last BiasAdd (its native kernel is ``add``).
 
 Operands are tensors of the group's shape, single values, and broadcasts that repeat a row of
 the last axis (or one value) along the axes before it: a bias, a squeeze-and-excitation
@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from minigraph.backends import nn_kernels
 from minigraph.backends.native import fbuf, ffi, lib, num_threads
 from minigraph.backends.registry import KernelDef
 from minigraph.framework.graph import Operation
@@ -59,17 +58,17 @@ def _functions(kind: int) -> dict[str, int]:
 def instruction(op: Operation, kernel: KernelDef) -> tuple[int, int, float] | None:
     """``(kind, function, alpha)`` of the instruction standing for ``op`` run by ``kernel``,
     or None when no instruction computes what that kernel computes (another backend's
-    kernel, a BiasAdd on another axis than the last)."""
-    if kernel.backend == "native":
-        for kind, table in ((UNARY, _UNARY_OPS), (GRAD, _GRAD_OPS), (ARITH, _ARITH_OPS)):
-            name = table.get(op.type)
-            if name is not None:
-                alpha = float(op.attrs["alpha"]) if op.type == "LeakyRelu" else 0.0
-                return kind, _functions(kind)[name], alpha
+    kernel, a BiasAdd on another axis than the last: TF's only other format is NCHW)."""
+    if kernel.backend != "native":
         return None
-    if (op.type == "BiasAdd" and kernel.kernel is nn_kernels.bias_add
-            and op.attrs["data_format"] in ("NHWC", "NDHWC")):
-        return ARITH, _functions(ARITH)["add"], 0.0
+    if op.type == "BiasAdd":  # channels-last: numpy's broadcasting of the bias row
+        return (ARITH, _functions(ARITH)["add"], 0.0) if op.attrs["data_format"] == "NHWC" \
+            else None
+    for kind, table in ((UNARY, _UNARY_OPS), (GRAD, _GRAD_OPS), (ARITH, _ARITH_OPS)):
+        name = table.get(op.type)
+        if name is not None:
+            alpha = float(op.attrs["alpha"]) if op.type == "LeakyRelu" else 0.0
+            return kind, _functions(kind)[name], alpha
     return None
 
 

@@ -93,7 +93,7 @@ def fused_native(op, inputs, ctx, out=None):
         plan = prepared.cache["native"] = _NativePlan(prepared.members)
     head, head_inputs = pairs[0]
     head_ctx = _context(plan.head, ctx)
-    epilogue = _epilogue(pairs, prepared) if plan.epilogue else None
+    epilogue = epilogue_of(pairs, prepared) if plan.epilogue else None
     given = {"out": out} if out is not None and plan.head.takes_out else {}
     if epilogue is not None and plan.variant is not None:
         [y] = plan.variant(head, head_inputs, head_ctx, epilogue, **given)
@@ -123,7 +123,7 @@ class _NativePlan:
             for member in members[1:] if member.type in NATIVE_STAGES)
 
 
-def _epilogue(pairs: list, prepared: Prepared) -> Epilogue | None:
+def epilogue_of(pairs: list, prepared: Prepared) -> Epilogue | None:
     """The stages as an :class:`Epilogue` of their input values, or None when one falls
     outside what it computes bit for bit. The per-channel vectors of read-only arrays (a
     graph's constants) are formed once: the same arrays as last time give the same ones."""

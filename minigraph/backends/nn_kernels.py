@@ -16,7 +16,7 @@ from minigraph.backends.activation_kernels import Epilogue
 from minigraph.backends.compute import compute_dtype
 from minigraph.backends.gemm import c_gemm, packed_b
 from minigraph.backends.linalg_kernels import blas_matmul
-from minigraph.backends.math_kernels import c_reduce
+from minigraph.backends.math_kernels import c_broadcast, c_reduce
 from minigraph.backends.native import (
     as_f32,
     check_code,
@@ -73,6 +73,18 @@ def bias_add(op, inputs, ctx):
     shape = [1] * value.ndim
     shape[axis] = -1
     return [(_in(value) + _in(bias).reshape(shape)).astype(value.dtype, copy=False)]
+
+
+@register_kernel("BiasAdd", backend="native", dtypes=(dtypes.float32,), inplace=(0,))
+def bias_add_native(op, inputs, ctx, out=None):
+    """``value + bias`` along the channel axis in C (``c_broadcast``'s add: one rounding, the
+    numpy kernel's bits); inputs C does not take run the numpy kernel."""
+    value, bias = inputs
+    axis = bias_channel_axis(op.attrs["data_format"], value.ndim)
+    if axis != value.ndim - 1 and bias.ndim == 1:
+        bias = bias.reshape((-1,) + (1,) * (value.ndim - 1 - axis))
+    z = c_broadcast("add", value, bias, out=out)
+    return bias_add(op, inputs, ctx) if z is None else [z]
 
 
 @register_kernel("BiasAddGrad")

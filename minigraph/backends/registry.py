@@ -24,7 +24,7 @@ session state (variables) for stateful ops.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from minigraph.framework.dtypes import DType
@@ -88,7 +88,10 @@ class KernelDef:
     kernel takes ``out=`` (any kernel with ``inplace`` does): a buffer of its output 0's
     shape and dtype sharing no memory with its inputs (a bound plan's arena, ``client/
     planner.py``), which it fills entirely and returns when it fits (C-contiguous, aligned,
-    writeable, of that shape and dtype) and ignores when not."""
+    writeable, of that shape and dtype) and ignores when not. ``bound``: where set, a
+    bound program (``client/executor.py``) calls ``bound(op)`` once per entry and then that
+    object (the kernel's signature, ``out=`` included) instead of the kernel: a variant that
+    keeps what one entry's calls share (``backends/bound_matmul.py``), the kernel's bits."""
 
     op_type: str
     backend: str
@@ -97,6 +100,7 @@ class KernelDef:
     when: Callable[[Operation], bool] | None = field(default=None, compare=False)
     inplace: tuple[int, ...] = ()
     takes_out: bool = False
+    bound: Callable[[Operation], Kernel] | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
@@ -151,6 +155,14 @@ def register_kernel(*op_types: str, backend: str | Sequence[str] = "reference",
         return kernel
 
     return decorate
+
+
+def set_bound(kernel: Kernel, factory: Callable[[Operation], Kernel]) -> None:
+    """Give every registration of ``kernel`` the bound variant ``factory`` (``KernelDef.
+    bound``)."""
+    for key, entries in _KERNELS.items():
+        _KERNELS[key] = [replace(entry, bound=factory) if entry.kernel is kernel else entry
+                         for entry in entries]
 
 
 def find_kernel(op: Operation, backend: str, fallback: bool = True) -> KernelDef | None:

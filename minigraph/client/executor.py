@@ -135,12 +135,15 @@ class BoundProgram:
         self._planning = threading.Lock()
 
     def _direct(self, index: int, step: Any, ins: tuple, outs: tuple, drop: tuple) -> tuple:
-        """The entry calling ``step``'s kernel itself (with ``out=`` where it takes one)."""
+        """The entry calling ``step``'s kernel itself (with ``out=`` where it takes one), or
+        the kernel's bound variant made for this entry (``KernelDef.bound``)."""
+        bound = step.kernel_def.bound
+        kernel = step.kernel if bound is None else bound(step.op)
         if step.kernel_def.takes_out:
             self.candidates.append(index)
-            return (_OUT, step.kernel, step.op, step.kernel_context, ins, outs, drop,
+            return (_OUT, kernel, step.op, step.kernel_context, ins, outs, drop,
                     (step.inplace, step.out_dtype, -1))
-        return (_DIRECT, step.kernel, step.op, step.kernel_context, ins, outs, drop, None)
+        return (_DIRECT, kernel, step.op, step.kernel_context, ins, outs, drop, None)
 
     @property
     def arena_bytes(self) -> int:
