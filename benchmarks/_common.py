@@ -101,3 +101,27 @@ def markdown_table(header: list[str], rows: list[list[object]]) -> str:
 def geomean(values: list[float]) -> float:
     values = [v for v in values if v and np.isfinite(v)]
     return float(np.exp(np.mean(np.log(values)))) if values else float("nan")
+
+
+def parse_options(spec: str) -> tuple[dict[str, object], dict[str, str]]:
+    """``--minigraph-options`` text -> (``OptimizerOptions`` keyword arguments, environment).
+
+    ``""`` is the default; ``off`` sets ``MINIGRAPH_OPTIMIZER=off`` (every pass off);
+    ``name=on|off,...`` passes each name through to ``mg.OptimizerOptions`` (so passes added
+    later need no change here); other values are read as numbers where they parse."""
+    if spec.strip().lower() in ("", "default", "on"):
+        return {}, {}
+    if spec.strip().lower() == "off":
+        return {}, {"MINIGRAPH_OPTIMIZER": "off"}
+    words = {"on": True, "true": True, "off": False, "false": False}
+    kwargs: dict[str, object] = {}
+    for item in spec.split(","):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--minigraph-options: expected name=on|off, got {item!r}")
+        value = value.strip().lower()
+        if value in words:
+            kwargs[name.strip()] = words[value]
+        else:
+            kwargs[name.strip()] = float(value) if "." in value else int(value)
+    return kwargs, {}

@@ -30,6 +30,7 @@ from collections import defaultdict
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
+from _common import parse_options  # noqa: E402
 from _training_models import (  # noqa: E402
     ADAM_EPSILON,
     BN_AVERAGE_FACTOR,
@@ -53,30 +54,6 @@ PEERS = {
     "tf": "TensorFlow tf.function",
     "tf-xla": "TensorFlow tf.function, XLA",
 }
-
-
-def parse_options(spec: str) -> tuple[dict[str, object], dict[str, str]]:
-    """``--minigraph-options`` text -> (``OptimizerOptions`` keyword arguments, environment).
-
-    ``""`` is the default; ``off`` sets ``MINIGRAPH_OPTIMIZER=off`` (every pass off);
-    ``name=on|off,...`` passes each name through to ``mg.OptimizerOptions`` (so passes added
-    later need no change here); other values are read as numbers where they parse."""
-    if spec.strip().lower() in ("", "default", "on"):
-        return {}, {}
-    if spec.strip().lower() == "off":
-        return {}, {"MINIGRAPH_OPTIMIZER": "off"}
-    words = {"on": True, "true": True, "off": False, "false": False}
-    kwargs: dict[str, object] = {}
-    for item in spec.split(","):
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"--minigraph-options: expected name=on|off, got {item!r}")
-        value = value.strip().lower()
-        if value in words:
-            kwargs[name.strip()] = words[value]
-        else:
-            kwargs[name.strip()] = float(value) if "." in value else int(value)
-    return kwargs, {}
 
 
 # ----------------------------------------------------------------------------- minigraph

@@ -3,7 +3,7 @@ against minigraph on the same frozen GraphDef, each framework in its own process
 
     python benchmarks/keras_zoo.py [--models resnet50 ... | --all] [--batch 2] [--threads 2]
                                    [--repeats 11] [--large-batch 32 --large-models ...]
-                                   [--size N]
+                                   [--size N] [--minigraph-options elementwise_groups=off]
 
 The graphs are the zoo's (``minigraph/testing/keras_zoo.py``: random weights, the stated small
 input, frozen by TensorFlow and cached on disk; the CI set, one model per family and the cheap
@@ -19,7 +19,9 @@ minigraph's (above 1: minigraph is faster), minigraph's GFLOP/s (2 x multiply-ad
 convolutions and matmuls) and share of the machine's FMA peak at the same thread count, measured
 in the same run (``_common.fma_peak``: the nominal clock x 64 FLOP per cycle overstates what a
 hypervisor's cores sustain), each process's peak resident memory, and the largest difference
-between the two outputs.
+between the two outputs. ``--minigraph-options`` runs minigraph with ``OptimizerOptions``
+switches (``name=on|off,...``; ``off``: every pass off), to see what one pass is worth
+against the same TensorFlow column.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
-from _common import fma_peak, markdown_table  # noqa: E402
+from _common import fma_peak, markdown_table, parse_options  # noqa: E402
 from _workers import Worker, interleaved_medians, serve  # noqa: E402
 
 FRAMEWORKS = ("tensorflow", "minigraph")
@@ -84,24 +86,29 @@ def graph_flops(session, graph, feeds: dict) -> float:
     return 2.0 * float(total)
 
 
-def minigraph_runner(graph, feeds: dict, threads: int):
+def minigraph_runner(graph, feeds: dict, threads: int, options: str = ""):
     import minigraph as mg
     from minigraph.backends import native
 
     native.set_num_threads(threads)
     root = mg.import_graph_def(graph.graph_def)
-    session = mg.ClientSession(root, backend="native")
+    kwargs, _ = parse_options(options)
+    session = mg.ClientSession(root, backend="native",
+                               optimizer=mg.OptimizerOptions(**kwargs) if kwargs else None)
     return lambda: session.Run(feeds, graph.fetches), graph_flops(session, root.graph(), feeds)
 
 
-def worker(framework: str, model: str, batch: int, threads: int, size: int | None) -> None:
+def worker(framework: str, model: str, batch: int, threads: int, size: int | None,
+           options: str = "") -> None:
     """Serve ``_workers``' protocol, plus ``save PATH`` (the outputs, npz)."""
     from minigraph.testing import keras_zoo
 
     graph = keras_zoo.load(model, size)
     feeds = keras_zoo.batch_feeds(graph, batch)
-    make = tensorflow_runner if framework == "tensorflow" else minigraph_runner
-    run, flops = make(graph, feeds, threads)
+    if framework == "tensorflow":
+        run, flops = tensorflow_runner(graph, feeds, threads)
+    else:
+        run, flops = minigraph_runner(graph, feeds, threads, options)
     run()
 
     def save(path: str) -> str:
@@ -114,19 +121,24 @@ def worker(framework: str, model: str, batch: int, threads: int, size: int | Non
 # ----------------------------------------------------------------------------- coordinator
 
 
-def _start(framework: str, model: str, batch: int, threads: int, size: int | None) -> Worker:
+def _start(framework: str, model: str, batch: int, threads: int, size: int | None,
+           options: str = "") -> Worker:
     sized = ["--size", str(size)] if size else []
+    env = None
+    if framework == "minigraph":
+        sized += ["--minigraph-options", options]
+        env = dict(os.environ, **parse_options(options)[1])
     return Worker([os.path.abspath(__file__), "--worker", framework, "--models", model,
-                   "--batch", str(batch), "--threads", str(threads), *sized],
+                   "--batch", str(batch), "--threads", str(threads), *sized], env=env,
                   name=f"{framework} ({model})")
 
 
 def measure(model: str, batch: int, threads: int, repeats: int, peak: float,
-            size: int | None = None, settle: float = 0.005) -> list:
+            size: int | None = None, settle: float = 0.005, options: str = "") -> list:
     """One table row: ``model`` (at ``size`` x ``size`` input, None: the zoo's) at
     ``batch`` in both frameworks; ``peak`` is the FMA peak in GFLOP/s at ``threads``
-    threads."""
-    workers = {f: _start(f, model, batch, threads, size) for f in FRAMEWORKS}
+    threads; ``options``: minigraph's ``--minigraph-options``."""
+    workers = {f: _start(f, model, batch, threads, size, options) for f in FRAMEWORKS}
     try:
         medians = interleaved_medians(workers, repeats, settle=settle)
         outputs = {}
@@ -166,11 +178,14 @@ def main() -> None:
     parser.add_argument("--large-batch", type=int, default=32)
     parser.add_argument("--large-models", nargs="*", default=["resnet50", "mobilenet_v2"])
     parser.add_argument("--size", type=int, help="every model at SIZE x SIZE input")
+    parser.add_argument("--minigraph-options", default="",
+                        help="minigraph's OptimizerOptions: name=on|off,... or off")
     parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.models[0], args.batch, args.threads, args.size)
+        worker(args.worker, args.models[0], args.batch, args.threads, args.size,
+               args.minigraph_options)
         return
     if args.models is None:
         args.models = [e.name for e in keras_zoo.entries("application", full=args.all)]
@@ -184,7 +199,8 @@ def main() -> None:
     print(f"FMA peak at {args.threads} threads (measured now): {peak:.0f} GFLOP/s",
           file=sys.stderr, flush=True)
     for model, batch in runs:
-        rows.append(measure(model, batch, args.threads, args.repeats, peak, args.size))
+        rows.append(measure(model, batch, args.threads, args.repeats, peak, args.size,
+                            options=args.minigraph_options))
         print(" | ".join(str(c) for c in rows[-1]), file=sys.stderr, flush=True)
     ratios = [float(r[4][:-1]) for r in rows if r[1] == args.batch]
     print(f"FMA peak at {args.threads} threads, measured in this run: {peak:.0f} GFLOP/s\n")

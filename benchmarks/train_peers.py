@@ -43,9 +43,9 @@ from collections.abc import Callable
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
-from _common import fma_peak, markdown_table  # noqa: E402
+from _common import fma_peak, markdown_table, parse_options  # noqa: E402
 from _training_models import MODELS, Trace, initial_arrays  # noqa: E402
-from _training_peers import PEERS, parse_options  # noqa: E402
+from _training_peers import PEERS  # noqa: E402
 from _workers import Worker, interleaved_medians  # noqa: E402
 
 LOSS_RTOL = 1e-4  # float32 steps, different summation orders: measured differences ~1e-6

@@ -29,8 +29,9 @@ from hypothesis import strategies as st
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                           "benchmarks")
 sys.path.insert(0, BENCHMARKS)
+from _common import parse_options  # noqa: E402
 from _training_models import MODELS, Trace, initial_arrays, same_padding  # noqa: E402
-from _training_peers import _minigraph_graph, make_step, parse_options  # noqa: E402
+from _training_peers import _minigraph_graph, make_step  # noqa: E402
 from train_peers import LOSS_RTOL, each_pass_options, start_workers  # noqa: E402
 
 TRAINED = ("resnet8", "digits")

@@ -354,7 +354,10 @@ def test_every_in_place_kernel_gives_its_out_of_place_bits(isa):
         kernels = [k for k in registered_kernels() if k.backend == "native" and k.inplace]
         assert {"Relu", "ReluGrad", "AddV2", "Mul", "Tanh"} <= {k.op_type for k in kernels}
         for kernel_def in kernels:
-            for shape, other in [((37,), (37,)), ((5, 19), (19,)), ((3, 1, 33), (3, 1, 33))]:
+            cases = ([((5, 19), (19,)), ((3, 1, 33), (33,)), ((2, 37), (37,))]
+                     if kernel_def.op_type == "BiasAdd"  # rank >= 2, a channel vector
+                     else [((37,), (37,)), ((5, 19), (19,)), ((3, 1, 33), (3, 1, 33))])
+            for shape, other in cases:
                 root = mg.Scope.NewRootScope()
                 list_input = kernel_def.op_type == "AddN"  # one list: three summands
                 count = 3 if list_input else len(
