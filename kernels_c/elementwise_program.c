@@ -8,6 +8,8 @@
  */
 #include "elementwise_program.h"
 
+#include <math.h>
+
 #include "activations_internal.h"
 #include "broadcast_internal.h"
 #include "mg_runtime.h"
@@ -26,11 +28,42 @@ static const bc_kernel_table *arithmetic_loops(void)
     return mg_isa_pick(tables);
 }
 
+/* THE LIST of MG_EW_MATH functions: X(name, expression of float x), each the exact value
+ * rounded once to float (rsqrt: 1 / sqrt x as two float operations, as the float32 kernels
+ * compute it; erf, erfc: the C library's double functions, as mg_erf/mg_erfc) */
+#define MG_EW_MATH_FUNCTIONS(X)                                                             \
+    X(neg, -x)                                                                              \
+    X(abs, __builtin_fabsf(x))                                                              \
+    X(square, x * x)                                                                        \
+    X(sqrt, __builtin_sqrtf(x))                                                             \
+    X(rsqrt, 1.0f / __builtin_sqrtf(x))                                                     \
+    X(reciprocal, 1.0f / x)                                                                 \
+    X(erf, (float)erf((double)x))                                                           \
+    X(erfc, (float)erfc((double)x))
+
+#define EW_MATH_LOOP(name, expr)                                                            \
+    static void math_##name(const float *restrict xs, float *restrict ys, int64_t n)      \
+    {                                                                                       \
+        for (int64_t i = 0; i < n; ++i) {                                                   \
+            const float x = xs[i];                                                          \
+            ys[i] = (expr);                                                                 \
+        }                                                                                   \
+    }
+MG_EW_MATH_FUNCTIONS(EW_MATH_LOOP)
+#undef EW_MATH_LOOP
+
+typedef void (*ew_math_fn)(const float *x, float *y, int64_t n);
+#define EW_MATH_ENTRY(name, expr) math_##name,
+static const ew_math_fn math_loops[] = {MG_EW_MATH_FUNCTIONS(EW_MATH_ENTRY)};
+#undef EW_MATH_ENTRY
+enum { EW_NMATH = sizeof math_loops / sizeof math_loops[0] };
+
 #define EW_NAME(name, expr) #name,
 static const char *const unary_names[] = {MG_UNARY_ACTIVATIONS(EW_NAME)
                                               MG_SCALED_ACTIVATIONS(EW_NAME)};
 static const char *const grad_names[] = {MG_BINARY_ACTIVATIONS(EW_NAME)};
 static const char *const arith_names[] = {MG_BROADCAST_OPS(EW_NAME)};
+static const char *const math_names[] = {MG_EW_MATH_FUNCTIONS(EW_NAME)};
 #undef EW_NAME
 
 int mg_elementwise_fn_count(int kind)
@@ -39,6 +72,7 @@ int mg_elementwise_fn_count(int kind)
     case MG_EW_UNARY: return ACT_NUNARY;
     case MG_EW_GRAD: return ACT_NBINARY;
     case MG_EW_ARITH: return BC_NOPS;
+    case MG_EW_MATH: return EW_NMATH;
     default: return 0;
     }
 }
@@ -47,9 +81,10 @@ const char *mg_elementwise_fn_name(int kind, int fn)
 {
     if (fn < 0 || fn >= mg_elementwise_fn_count(kind))
         return NULL;
-    return kind == MG_EW_UNARY ? unary_names[fn]
-           : kind == MG_EW_GRAD ? grad_names[fn]
-                                : arith_names[fn];
+    return kind == MG_EW_UNARY  ? unary_names[fn]
+           : kind == MG_EW_GRAD  ? grad_names[fn]
+           : kind == MG_EW_ARITH ? arith_names[fn]
+                                 : math_names[fn];
 }
 
 typedef struct {
@@ -83,6 +118,8 @@ static void run_block(const program_call *p, int64_t r, int64_t c0, int64_t n, f
             p->act->unary[ins->fn](reg[ins->a], dst, n, ins->alpha);
         } else if (ins->kind == MG_EW_GRAD) {
             p->act->binary[ins->fn](reg[ins->a], reg[ins->b], dst, n);
+        } else if (ins->kind == MG_EW_MATH) {
+            math_loops[ins->fn](reg[ins->a], dst, n);
         } else {
             const int sa = ins->a < p->ninputs && p->inputs[ins->a].scalar,
                       sb = ins->b < p->ninputs && p->inputs[ins->b].scalar;
@@ -131,7 +168,7 @@ static int check_program(program_call *p)
         const mg_ew_instruction *ins = &p->code[i];
         if (ins->fn < 0 || ins->fn >= mg_elementwise_fn_count(ins->kind))
             return 0;
-        if (ins->kind == MG_EW_UNARY && !readable(p, ins->a, i, 0))
+        if ((ins->kind == MG_EW_UNARY || ins->kind == MG_EW_MATH) && !readable(p, ins->a, i, 0))
             return 0;
         if (ins->kind == MG_EW_GRAD && !(readable(p, ins->a, i, 0) && readable(p, ins->b, i, 0)))
             return 0;

@@ -11,6 +11,10 @@
  *                                   b: the features), both operands whole tensors
  *   MG_EW_ARITH   dst = a OP b      OP: a binary op of kernels_c/broadcast_internal.h; one
  *                                   operand may be a scalar input (one value for all)
+ *   MG_EW_MATH    dst = f(a)        f: one of MG_EW_MATH_FUNCTIONS below: IEEE operations
+ *                                   rounded once (-x, |x|, x * x, sqrt x, 1 / sqrt x in two
+ *                                   roundings, 1 / x) and the error functions as mg_erf and
+ *                                   mg_erfc compute them (double precision, rounded once)
  *
  * Every instruction runs the very loop its own op's kernel runs (mg_sigmoid, mg_broadcast,
  * ...), over runs of the same elements; those loops give each element the same bits wherever
@@ -47,7 +51,7 @@
 #define MG_EW_MAX_REGS 64
 #define MG_EW_BLOCK 128
 
-enum { MG_EW_UNARY = 0, MG_EW_GRAD = 1, MG_EW_ARITH = 2 };
+enum { MG_EW_UNARY = 0, MG_EW_GRAD = 1, MG_EW_ARITH = 2, MG_EW_MATH = 3 };
 
 typedef struct {
     int32_t kind, fn; /* MG_EW_*, the function's index in its list */

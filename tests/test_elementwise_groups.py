@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="native elementwise
 F32 = np.float32
 GROUPED = mg.OptimizerOptions()
 UNGROUPED = mg.OptimizerOptions(elementwise_groups=False)
-UNARY = ["Relu", "Relu6", "Sigmoid", "Tanh", "Elu", "Selu", "Softplus", "Softsign", "LeakyRelu"]
+UNARY = ["Relu", "Relu6", "Sigmoid", "Tanh", "Elu", "Selu", "Softplus", "Softsign", "LeakyRelu",
+         "Erf", "Erfc", "Neg", "Abs", "Square", "Sqrt", "Rsqrt", "Reciprocal"]
 BINARY = ["AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "SquaredDifference"]
 GRADS = ["ReluGrad", "Relu6Grad"]
 SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 3e38, -3e38, 6.0,
@@ -328,3 +329,31 @@ def test_short_rows_and_middle_axis_broadcasts_run_the_steps():
         _assert_same_bits(grouped, ungrouped)
         [group] = _groups(session)
         assert group.program.run([feeds[x], feeds[b]]) is None
+
+
+def test_exact_gelu_is_one_group():
+    """GELU as Keras writes it, x * 0.5 * (1 + erf(x / sqrt 2)), and a layer norm's
+    (x - mean) * rsqrt(var + eps): one group each, the ungrouped bits, the formula's values."""
+    import math
+
+    rng = np.random.default_rng(9)
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[3, 5, 96])
+    var = ops.Placeholder(root.WithOpName("var"), mg.float32, shape=[3, 5, 1])
+    gelu = ops.Mul(root, ops.Mul(root, x, 0.5), ops.AddV2(root, 1.0, ops.Erf(
+        root, ops.RealDiv(root, x, np.float32(math.sqrt(2))))))
+    normed = ops.Mul(root, ops.Neg(root, gelu), ops.Rsqrt(root, ops.AddV2(root, var, 1e-3)))
+    feeds = {x: _values(rng, (3, 5, 96)), var: np.abs(rng.standard_normal((3, 5, 1))).astype(F32)}
+    grouped, ungrouped, session = _run_both(root, [normed], feeds)
+    _assert_same_bits(grouped, ungrouped)
+    sizes = sorted(len(g.members) for g in _groups(session))
+    assert sizes and sizes[-1] >= 6
+    x64 = feeds[x].astype(np.float64)
+    erf = np.vectorize(math.erf)(x64 / math.sqrt(2))
+    want = -(x64 * 0.5 * (1 + erf)) / np.sqrt(feeds[var].astype(np.float64) + 1e-3)
+    # float32's 1 + erf(x) cancels for negative x: an absolute error of an ulp of 1 there
+    scale = np.abs(x64) / np.sqrt(feeds[var].astype(np.float64) + 1e-3)
+    # (the specials aside: results beyond float32's range, subnormal inputs)
+    finite = (np.abs(want) < 1e38) & ((np.abs(x64) > 1e-30) | (x64 == 0))
+    error = np.abs(grouped[0][finite] - want[finite])
+    assert (error <= 1e-5 * np.abs(want[finite]) + 2.0**-22 * scale[finite]).all()

@@ -9,8 +9,10 @@ cell's gates: nine ops on 2 x 128 floats, each ~2 us of call overhead).
 
 The ops a program takes (:func:`instruction`): the activations with a native loop (Relu,
 Relu6, Sigmoid, Tanh, Elu, Selu, Softplus, Softsign, LeakyRelu), ReluGrad/Relu6Grad, the
-native binary ops (Add, AddV2, Sub, Mul, Div, RealDiv, Maximum, Minimum, SquaredDifference)
-and a channels-last BiasAdd (its native kernel is ``add``).
+native binary ops (Add, AddV2, Sub, Mul, Div, RealDiv, Maximum, Minimum, SquaredDifference),
+a channels-last BiasAdd (its native kernel is ``add``), Erf and Erfc (exact GELU's), and the
+float32 kernels of Neg, Abs, Square, Sqrt, Rsqrt and Reciprocal, which round each element's
+exact value once.
 
 Operands are tensors of the group's shape, single values, and broadcasts that repeat a row of
 the last axis (or one value) along the axes before it: a bias, a squeeze-and-excitation
@@ -35,7 +37,7 @@ from minigraph.framework.graph import Operation
 
 F32 = np.dtype(np.float32)
 
-UNARY, GRAD, ARITH = 0, 1, 2  # kernels_c/elementwise_program.h's MG_EW_* kinds
+UNARY, GRAD, ARITH, MATH = 0, 1, 2, 3  # kernels_c/elementwise_program.h's MG_EW_* kinds
 _UNARY_OPS = {"Relu": "relu", "Relu6": "relu6", "Sigmoid": "sigmoid", "Tanh": "tanh",
               "Elu": "elu", "Selu": "selu", "Softplus": "softplus", "Softsign": "softsign",
               "LeakyRelu": "leaky_relu"}
@@ -43,6 +45,13 @@ _GRAD_OPS = {"ReluGrad": "relu_grad", "Relu6Grad": "relu6_grad"}
 _ARITH_OPS = {"Add": "add", "AddV2": "add", "Sub": "sub", "Mul": "mul", "Div": "div",
               "RealDiv": "div", "Maximum": "maximum", "Minimum": "minimum",
               "SquaredDifference": "squared_difference"}
+# the native kernels of Erf and Erfc (mg_erf, mg_erfc) and the reference (numpy) kernels of
+# these ops compute, in float32, each element's exact value rounded once (Sqrt through
+# float64: rounding its double result again is exact, 53 >= 2 * 24 + 2; Rsqrt as 1 / sqrt in
+# two float32 roundings), which the MG_EW_MATH loops compute alike
+_NATIVE_MATH_OPS = {"Erf": "erf", "Erfc": "erfc"}
+_REFERENCE_MATH_OPS = {"Neg": "neg", "Abs": "abs", "Square": "square", "Sqrt": "sqrt",
+                       "Rsqrt": "rsqrt", "Reciprocal": "reciprocal"}
 MAX_REGISTERS = 64  # MG_EW_MAX_REGS: inputs + instructions
 
 MIN_ROW = 64  # the shortest last axis a program walks by rows (Program._layout)
@@ -59,11 +68,16 @@ def instruction(op: Operation, kernel: KernelDef) -> tuple[int, int, float] | No
     """``(kind, function, alpha)`` of the instruction standing for ``op`` run by ``kernel``,
     or None when no instruction computes what that kernel computes (another backend's
     kernel, a BiasAdd on another axis than the last: TF's only other format is NCHW)."""
+    if kernel.backend == "reference":  # (a native backend's fallback for these ops)
+        name = _REFERENCE_MATH_OPS.get(op.type)
+        return None if name is None else (MATH, _functions(MATH)[name], 0.0)
     if kernel.backend != "native":
         return None
     if op.type == "BiasAdd":  # channels-last: numpy's broadcasting of the bias row
         return (ARITH, _functions(ARITH)["add"], 0.0) if op.attrs["data_format"] == "NHWC" \
             else None
+    if op.type in _NATIVE_MATH_OPS:
+        return MATH, _functions(MATH)[_NATIVE_MATH_OPS[op.type]], 0.0
     for kind, table in ((UNARY, _UNARY_OPS), (GRAD, _GRAD_OPS), (ARITH, _ARITH_OPS)):
         name = table.get(op.type)
         if name is not None:
