@@ -30,7 +30,7 @@ SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 3e38, -3
 
 def _values(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """Normal values at several scales, some of them the specials."""
-    x = (rng.standard_normal(shape) * rng.choice([0.5, 4.0, 40.0], size=shape)).astype(F32)
+    x = np.asarray(rng.standard_normal(shape) * rng.choice([0.5, 4.0, 40.0], size=shape), F32)
     mask = rng.random(shape) < 0.1
     x[mask] = rng.choice(SPECIALS, size=int(mask.sum()))
     return x
@@ -75,11 +75,13 @@ def _assert_same_bits(got, want):
 
 @st.composite
 def graphs(draw):
-    """A random DAG of elementwise ops over 1-3 placeholders of one shape, a scalar constant,
-    a bias row, one value per row and one row per sample, some intermediates fetched."""
-    rank = draw(st.integers(1, 4))
-    shape = tuple(draw(st.lists(st.integers(1, 7), min_size=rank, max_size=rank)))
-    if draw(st.booleans()):
+    """A random DAG of elementwise ops over 1-3 placeholders of one shape (0-d and empty
+    ones too), a scalar constant, a bias row, one value per row and one row per sample, some
+    intermediates fetched."""
+    rank = draw(st.integers(0, 4))
+    shape = tuple(draw(st.lists(st.integers(0 if draw(st.booleans()) else 1, 7),
+                                min_size=rank, max_size=rank)))
+    if rank and draw(st.booleans()):
         shape = (*shape[:-1], draw(st.sampled_from([16, 33, 130, 300])))
     n_inputs = draw(st.integers(1, 3))
     ops_list = []
@@ -105,17 +107,18 @@ def _build(shape, n_inputs, ops_list, fetched, seed):
               for i in range(n_inputs)]
     feeds = {v: _values(rng, shape) for v in values}
     scalar = ops.Const(root, np.float32(rng.choice([0.5, 3.0, -2.0])))
-    bias = ops.Const(root, _values(rng, shape[-1:]))
-    broadcasts = {"column": ops.Const(root, _values(rng, shape[:-1] + (1,))),
+    bias = ops.Const(root, _values(rng, shape[-1:] if shape else ()))
+    broadcasts = {"column": ops.Const(root, _values(rng, shape[:-1] + (1,) if shape else ())),
                   "sample": ops.Const(root, _values(rng, shape[:1] + (1,) * (len(shape) - 2)
-                                                    + shape[-1:] if len(shape) > 1 else (1,)))}
+                                                    + shape[-1:] if len(shape) > 1
+                                                    else shape and (1,)))}
     for k, (kind, op_type, a, b) in enumerate(ops_list):
         scope = root.WithOpName(f"op{k}")
         if kind == "scalar":
             values.append(_apply(scope, op_type, [values[a], scalar]))
         elif kind == "bias":
             values.append(ops.BiasAdd(scope, values[a], bias)
-                          if op_type == "AddV2" and len(shape) > 1
+                          if op_type == "AddV2" and len(shape) > 1 and shape[-1]
                           else _apply(scope, op_type, [bias, values[a]]))
         elif kind in broadcasts:
             args = [values[a], broadcasts[kind]]
