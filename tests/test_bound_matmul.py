@@ -116,3 +116,34 @@ def test_a_residual_view_and_a_returned_output_are_never_written():
     [entry] = _bound_entries(session)
     assert isinstance(entry, bound_matmul.BoundFusedMatMul) and entry.call is not None
     assert entry.call.residual >= 0
+
+
+def test_a_fed_bias_is_compared_by_its_bytes():
+    """A bias fed as a writeable array (a loop's invariant passes one along): the fast call
+    keeps private copies and matches while the bias holds the same bytes, a new array of
+    the same values included; a bias changed in place runs the generic kernel, so a result
+    is never computed from stale values."""
+    rng = np.random.default_rng(3)
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[2, 8])
+    bias = ops.Placeholder(root.WithOpName("bias"), mg.float32, shape=[6])
+    w = rng.standard_normal((8, 6)).astype(F32)
+    y = ops.Relu(root, ops.BiasAdd(root, ops.MatMul(root, x, w), bias))
+    session = mg.ClientSession(root, backend="native", check_outputs=False)
+    xv, bv = rng.standard_normal((2, 8)).astype(F32), rng.standard_normal(6).astype(F32)
+
+    def check(b):
+        got = session.Run({x: xv, bias: b}, y)
+        want = np.maximum(xv.astype(np.float64) @ w + b, 0)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+    for _ in range(5):  # checked, observed, then bound runs
+        check(bv)
+    [entry] = _bound_entries(session)
+    assert isinstance(entry, bound_matmul.BoundFusedMatMul) and entry.call is not None
+    check(bv.copy())  # another array, the same bytes: still the fast call
+    assert entry.call is not None
+    bv[:] = bv + 5  # the same array, changed in place
+    check(bv)
+    assert entry.call is None  # not matched: the generic kernel ran, and the call is gone
+    check(bv)

@@ -6,9 +6,10 @@ per-call Python around the GEMM (packing lookup, checks, the fused node's member
 epilogue) cost 3-5x the GEMM itself on a recurrent cell's small matrices (2 x 128 by 128 x
 512: 2.4 us of C, 17 us a call). The objects here, made once per entry (``KernelDef.bound``),
 keep what the first call found and make the same C call (``mg_gemm``, the same packing and
-epilogue, so the same bits) while the inputs are as they were: the packed weight's array and
-the epilogue's vectors the same read-only objects, ``a`` (and a residual) C-contiguous float32
-of the same shapes. Anything else runs the generic kernel, which the first call also runs.
+epilogue, so the same bits) while the inputs are as they were: the packed weight the same
+read-only array, the epilogue's inputs (bias, batch-norm vectors) the same bytes, ``a`` (and a
+residual) C-contiguous float32 of the same shapes. Anything else runs the generic kernel,
+which the first call also runs.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from minigraph.framework.graph import Operation
 from minigraph.ops.fused_ops import member_values, prepare
 
 F32 = np.dtype(np.float32)
+FIXED_BYTES = 1 << 16  # the largest stage input (a bias, batch-norm vectors) a fast call
+# compares byte for byte at every call (64 KiB: 16384 channels, a few microseconds)
 
 
 class _Call:
@@ -42,7 +45,8 @@ class _Call:
         self.m = a.shape[1] if trans_a else a.shape[0]
         self.k, self.n = packing.k, packing.n
         self.packed = fbuf(packing.data)
-        self.fixed: tuple[tuple[int, np.ndarray], ...] = ()
+        # the stage inputs other than the residual: (index, dtype, shape, bytes) of each
+        self.fixed: tuple[tuple[int, np.dtype, tuple, bytes], ...] = ()
         self.struct, self.residual, self.keep = ffi.NULL, -1, packing
 
     def matches(self, values: list) -> bool:
@@ -50,8 +54,10 @@ class _Call:
         if (b is not self.b or not _frozen(b) or type(a) is not np.ndarray
                 or a.shape != self.a_shape or not plain_f32(a)):
             return False
-        for index, value in self.fixed:
-            if values[index] is not value or value.flags.writeable:
+        for index, dtype, shape, data in self.fixed:
+            value = values[index]
+            if (type(value) is not np.ndarray or value.dtype != dtype or value.shape != shape
+                    or value.tobytes() != data):
                 return False
         if self.residual >= 0:
             r = values[self.residual]
@@ -128,29 +134,37 @@ class BoundFusedMatMul(_Bound):
 def _fused_call(op: Operation, values: list) -> _Call | None:
     """The fast call of a ``_FusedMatMul`` with these inputs, or None where the generic
     kernel would not apply its whole chain as one GEMM epilogue (a stage without a native
-    kernel, vectors that do not fit, stage inputs that are not read-only constants)."""
+    kernel, vectors that do not fit) or a stage input is larger than ``FIXED_BYTES``. The
+    epilogue is built from private copies of the stage inputs (a bias a loop passes along
+    may be a writeable array), and a later call matches while its stage inputs hold the
+    same bytes: the generic kernel would form the same vectors from them."""
     prepared = prepare(op, values)
     plan = prepared.cache.get("native")
     if plan is None or plan.variant is not matmul_native_epilogue or not plan.epilogue:
         return None
     call = _plain_call(op, values[:2])
-    pairs = member_values(op, values, prepared)
-    epilogue = fused_kernels.epilogue_of(pairs, prepared)
-    if call is None or epilogue is None or not epilogue.fits((call.m, call.n)):
+    epilogue = fused_kernels.epilogue_of(member_values(op, values, prepared), prepared)
+    if call is None or epilogue is None:
         return None
     residual = -1
-    fixed = []
-    for (member, _), part in zip(pairs[1:], prepared.slices[1:]):
+    fixed, copies = [], list(values)
+    for member, part in zip(prepared.members[1:], prepared.slices[1:]):
         for index in range(part.start, part.stop):
+            value = values[index]
             if member.type == "AddV2" and epilogue.residual is not None:
                 residual = index
-            elif type(values[index]) is not np.ndarray or values[index].flags.writeable:
+            elif type(value) is not np.ndarray or value.nbytes > FIXED_BYTES:
                 return None
             else:
-                fixed.append((index, values[index]))
+                copies[index] = np.array(value)
+                copies[index].setflags(write=False)
+                fixed.append((index, value.dtype, value.shape, value.tobytes()))
+    epilogue = fused_kernels.epilogue_of(member_values(op, copies, prepared), prepared)
+    if epilogue is None or not epilogue.fits((call.m, call.n)):
+        return None
     call.fixed, call.residual = tuple(fixed), residual
     call.struct = epilogue.c_struct((call.m, call.n))
-    call.keep = (call.keep, epilogue)
+    call.keep = (call.keep, epilogue, copies)
     return call
 
 
