@@ -3,7 +3,8 @@
 A bound program's first run shows every step's result shapes (``executor.BoundProgram``),
 and the signature fixes them for every later run. Steps whose kernel a native elementwise
 instruction stands for (``backends.elementwise_program.instruction``: the native
-activations, their gradients, the binary arithmetic, a channels-last BiasAdd), each with one
+activations and their gradients, the binary arithmetic, a channels-last BiasAdd, the error
+functions and the exactly rounded Neg/Abs/Square/Sqrt/Rsqrt/Reciprocal), each with one
 float32 result of one shape, are grouped where they feed each other: a group becomes one
 entry, placed where its last member was, running :class:`~minigraph.backends.
 elementwise_program.Program` on the group's inputs and writing only the results read outside
@@ -93,6 +94,8 @@ def fuse(program: list[tuple], kernels: Sequence[Any], shapes: Sequence[Any],
 
 
 def _instruction(entry: tuple, kernel: Any, shape: Any) -> tuple | None:
+    """The instruction of a candidate entry (a direct kernel call with one float32 result
+    of a non-empty shape, one or two inputs), else None."""
     if kernel is None or entry[0] not in (0, 1) or len(shape) != 1:  # _DIRECT, _OUT
         return None
     (dims, dtype), = shape
