@@ -152,14 +152,20 @@ def test_the_loop_is_one_node_whose_subgraphs_hold_the_frame():
                                      mg.OptimizerOptions.all_off()])
 def test_subgraphs_run_with_the_sessions_optimizer_options(options):
     """The body's and condition's sessions take the loop's session's options (a user who
-    turns a pass off turns it off inside loops too), one session per backend and options."""
+    turns a pass off turns it off inside loops too) and output checks, one session per
+    backend, options and checks."""
     root = mg.import_graph_def(counting_loop())
-    session = mg.ClientSession(root, backend="reference", optimizer=options)
-    [out] = session.Run({"x:0": X, "n:0": np.int32(3)}, ["out:0"])
-    np.testing.assert_array_equal(out, X * np.float32(0.125))
+    for check_outputs in (False, True):
+        session = mg.ClientSession(root, backend="reference", optimizer=options,
+                                   check_outputs=check_outputs)
+        [out] = session.Run({"x:0": X, "n:0": np.int32(3)}, ["out:0"])
+        np.testing.assert_array_equal(out, X * np.float32(0.125))
     loop = next(op for op in root.graph().operations() if op.type == "WhileLoop")
     for subgraph in (loop.attrs["body"], loop.attrs["cond"]):
-        assert list(subgraph.runners) == [("reference", options)]
+        assert list(subgraph.runners) == [("reference", options, False),
+                                          ("reference", options, True)]
+        assert [run.session.check_outputs for run in subgraph.runners.values()] == [False,
+                                                                                    True]
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("n, rows", [(0, 0), (3, 3), (2, 5)])

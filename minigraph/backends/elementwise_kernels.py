@@ -30,7 +30,8 @@ import numpy as np
 
 from minigraph.backends.compute import compute_dtype
 from minigraph.backends.error_function import erf, erfc
-from minigraph.backends.registry import register_kernel
+from minigraph.backends.math_kernels import same_dtype_replay
+from minigraph.backends.registry import register_kernel, set_replay
 
 
 def _is_floating(x: np.ndarray) -> bool:
@@ -69,9 +70,32 @@ def _bool(op) -> np.dtype:
     return np.dtype(np.bool_)
 
 
-def _register(table: dict[str, Callable], **options) -> None:
+def _register(table: dict[str, Callable], replay: bool = False, **options) -> None:
+    """Register ``_kernel(function, **options)`` for each op; ``replay``: with a replay
+    maker (``registry.ReplayMaker``) for the comparisons and logical ops, whose result is
+    exact in any dtype that needs no promotion."""
     for name, function in table.items():
-        register_kernel(name)(_kernel(function, **options))
+        kernel = register_kernel(name)(_kernel(function, **options))
+        if replay:
+            set_replay(kernel, _predicate_replay(function))
+
+
+def _predicate_replay(function: np.ufunc) -> Callable:
+    """The replay maker of a comparison or logical kernel: the ufunc into the fixed bool
+    output, for inputs of one dtype that the kernel computes in as it is (not half
+    precision, which it compares in float32)."""
+    maker = same_dtype_replay(function)
+
+    def predicate_maker(op, values: list, outputs: list) -> Callable[[], None] | None:
+        dtype = values[0].dtype
+        if outputs[0].dtype != np.bool_ or not (dtype.kind in "iub" or dtype in _EXACT_FLOATS):
+            return None
+        return maker(op, values, outputs)
+
+    return predicate_maker
+
+
+_EXACT_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _round(x: np.ndarray) -> np.ndarray:
@@ -163,7 +187,7 @@ _register({"Abs": np.abs, "Floor": np.floor, "Ceil": np.ceil, "Round": _round, "
 _register({"Less": np.less, "LessEqual": np.less_equal, "Greater": np.greater,
            "GreaterEqual": np.greater_equal, "LogicalAnd": np.logical_and,
            "LogicalOr": np.logical_or, "LogicalNot": np.logical_not, "IsFinite": np.isfinite,
-           "IsInf": np.isinf, "IsNan": np.isnan}, out_dtype=_bool, quiet=True)
+           "IsInf": np.isinf, "IsNan": np.isnan}, out_dtype=_bool, quiet=True, replay=True)
 
 
 @register_kernel("NotEqual")

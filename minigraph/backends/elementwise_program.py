@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -176,6 +176,33 @@ class Program:
                                           pointers, num_threads())
         del kept
         return outputs if code == lib.MG_OK else None
+
+    def replay(self, values: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
+               ) -> Callable[[], bool] | None:
+        """A function of no arguments running the program on the arrays ``values`` into
+        ``outputs`` (fixed arrays: a replayed loop body's, ``client/replay.py``) that returns
+        whether C ran it; None when they do not fit (as :meth:`run`, and every array must be
+        C-contiguous and aligned, every output of the program's shape)."""
+        if not all(type(v) is np.ndarray and v.flags.c_contiguous and v.flags.aligned
+                   for v in (*values, *outputs)):
+            return None
+        layout = self._layout(values)
+        if (layout is None or len(outputs) != self._noutputs
+                or any(o.shape != self.shape or o.dtype != F32 or not o.flags.writeable
+                       for o in outputs)):
+            return None
+        rows, cols, operands = layout
+        data = ffi.new("float *[]", [fbuf(value) for value in values])
+        pointers = ffi.new("float *[]", [fbuf(o) for o in outputs])
+        args = (rows, cols, self.inputs, operands, data, self._ncode, self._code,
+                self._noutputs, self._out_regs, pointers, num_threads())
+        run, ok = lib.mg_elementwise_program, lib.MG_OK
+
+        def replayed() -> bool:
+            return run(*args) == ok
+
+        replayed.keep = (values, outputs, data, pointers)  # what the pointers point into
+        return replayed
 
 
 def _broadcast_rows(value_shape: tuple[int, ...], shape: tuple[int, ...]

@@ -9,7 +9,8 @@ import math
 import numpy as np
 
 from minigraph.backends.compute import compute_dtype
-from minigraph.backends.registry import register_kernel
+from minigraph.backends.registry import register_kernel, set_replay, store_results
+from minigraph.framework.op_def import RunContext
 from minigraph.framework.tensor_shape import TensorShape
 from minigraph.ops.index_ops import GatherSpec, range_size
 
@@ -35,6 +36,37 @@ def gather_v2(op, inputs, ctx):
              *range(1 + q + before, picked.ndim)]
     out = np.ascontiguousarray(picked.transpose(order))
     return [out.reshape(batch + out.shape[1:])]
+
+
+def _gather_replay(op, values: list, outputs: list):
+    """GatherV2 of one index on fixed arrays (``registry.ReplayMaker``), a recurrent loop's
+    read of its input at step i: the row copied where the index is in range and the axis as
+    when made; otherwise the kernel after the op's own check, which raises its error."""
+    params, indices, axis = values
+    out = outputs[0]
+    if (op.attrs["batch_dims"] or indices.ndim or indices.dtype.kind not in "iu"
+            or np.ndim(axis) or not params.ndim):
+        return None
+    made = int(axis)
+    if not -params.ndim <= made < params.ndim:
+        return None
+    where = made % params.ndim
+    limit, before = params.shape[where], (slice(None),) * where
+    if out.shape != params.shape[:where] + params.shape[where + 1:] or out.dtype != params.dtype:
+        return None
+
+    def replayed() -> None:
+        index = int(indices)
+        if 0 <= index < limit and int(axis) == made:
+            np.copyto(out, params[(*before, index)])
+        else:
+            op.op_def.validate(RunContext(op), values)
+            store_results(op, outputs, gather_v2(op, values, None))
+
+    return replayed
+
+
+set_replay(gather_v2, _gather_replay, validates=True)
 
 
 @register_kernel("UnsortedSegmentSum")

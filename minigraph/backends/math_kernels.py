@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from minigraph.backends.native import (
     out_array,
     plain_f32,
 )
-from minigraph.backends.registry import find_kernel, register_kernel
+from minigraph.backends.registry import find_kernel, register_kernel, set_replay
 from minigraph.framework import dtypes
 
 F32 = np.float32
@@ -37,14 +38,44 @@ def _elementwise(function, exact_on_integers: bool = False):
     return kernel
 
 
+def same_dtype_replay(function: np.ufunc) -> Callable:
+    """The replay maker (``registry.ReplayMaker``) of a kernel computing the ufunc
+    ``function`` in its inputs' own dtype: the ufunc into the fixed output, where every input
+    has the output's dtype and ``kinds`` (a loop counter's integer add, its comparison)."""
+    def maker(op, values: list, outputs: list) -> Callable[[], None] | None:
+        out = outputs[0]
+        if (any(type(v) is not np.ndarray or v.dtype != values[0].dtype for v in values)
+                or type(out) is not np.ndarray or not out.flags.writeable
+                or np.broadcast_shapes(*(v.shape for v in values)) != out.shape):
+            return None
+        return functools.partial(function, *values, out=out)
+
+    return maker
+
+
+def _integer_replay(function: np.ufunc) -> Callable:
+    """:func:`same_dtype_replay` for integer inputs of the output's dtype only (the kernel
+    computes floats under its error state and rounding rules)."""
+    maker = same_dtype_replay(function)
+
+    def integer_maker(op, values: list, outputs: list) -> Callable[[], None] | None:
+        if outputs[0].dtype.kind not in "iu" or values[0].dtype != outputs[0].dtype:
+            return None
+        return maker(op, values, outputs)
+
+    return integer_maker
+
+
 for _name, _function in {
     "Add": np.add, "AddV2": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
     "RealDiv": np.divide,
     "Neg": np.negative, "Square": lambda x: x * x, "Rsqrt": lambda x: 1 / np.sqrt(x),
     "Reciprocal": lambda x: 1 / x, "ZerosLike": np.zeros_like, "OnesLike": np.ones_like,
 }.items():
-    register_kernel(_name)(_elementwise(_function, _name in ("Add", "AddV2", "Sub", "Mul",
-                                                             "Neg", "Square")))
+    _exact = _name in ("Add", "AddV2", "Sub", "Mul", "Neg", "Square")
+    _kernel = register_kernel(_name)(_elementwise(_function, _exact))
+    if _exact and isinstance(_function, np.ufunc):
+        set_replay(_kernel, _integer_replay(_function))
 
 
 @register_kernel("AddN")
@@ -490,6 +521,28 @@ def c_broadcast(c_name: str, x: np.ndarray, y: np.ndarray, out: np.ndarray | Non
     return z if z_shape is None or computed == z_shape else broadcast_view(z, z_shape)
 
 
+def broadcast_replay(c_name: str, x: np.ndarray, y: np.ndarray, z: np.ndarray
+                     ) -> Callable[[], None] | None:
+    """:func:`c_broadcast` on fixed arrays (a replayed loop body's: ``client/replay.py``):
+    a function of no arguments writing ``x OP y`` into ``z`` with the C call's arguments made
+    once; None for arrays ``c_broadcast`` would not take as they are."""
+    if not (plain_f32(x) and plain_f32(y) and plain_f32(z) and z.flags.writeable):
+        return None
+    plan = broadcast_plan(x.shape, y.shape)
+    if plan is None or tuple(plan[0]) != z.shape:
+        return None
+    args = (_broadcast_ops()[c_name], *plan[1:], fbuf(x), fbuf(y), fbuf(z), num_threads())
+    run = lib.mg_broadcast
+
+    def replayed() -> None:
+        code = run(*args)
+        if code:
+            check_code(code, c_name)
+
+    replayed.keep = (x, y, z)
+    return replayed
+
+
 def register_native_binary(op_type: str, c_name: str) -> None:
     """Register ``op_type``'s float32 kernel on the native backend: ``c_broadcast(c_name,
     x, y)``, and the op's reference kernel where C takes no such arrays (one line per op:
@@ -503,6 +556,8 @@ def register_native_binary(op_type: str, c_name: str) -> None:
     kernel.__name__ = f"{c_name}_native"
     register_kernel(op_type, backend="native", dtypes=(dtypes.float32,),
                     inplace=(0, 1))(kernel)
+    set_replay(kernel, lambda op, values, outputs: broadcast_replay(c_name, *values,
+                                                                    outputs[0]))
 
 
 for _name, _c_name in {"Add": "add", "AddV2": "add", "Sub": "sub", "Mul": "mul",

@@ -16,7 +16,7 @@ from minigraph.backends.activation_kernels import Epilogue
 from minigraph.backends.compute import compute_dtype
 from minigraph.backends.gemm import c_gemm, packed_b
 from minigraph.backends.linalg_kernels import blas_matmul
-from minigraph.backends.math_kernels import c_broadcast, c_reduce
+from minigraph.backends.math_kernels import broadcast_replay, c_broadcast, c_reduce
 from minigraph.backends.native import (
     as_f32,
     check_code,
@@ -28,7 +28,7 @@ from minigraph.backends.native import (
     output_array,
 )
 from minigraph.backends.reduction_kernels import arg_extreme
-from minigraph.backends.registry import register_kernel
+from minigraph.backends.registry import register_kernel, set_replay
 from minigraph.framework import dtypes
 from minigraph.ops.nn_ops import bias_channel_axis
 
@@ -85,6 +85,18 @@ def bias_add_native(op, inputs, ctx, out=None):
         bias = bias.reshape((-1,) + (1,) * (value.ndim - 1 - axis))
     z = c_broadcast("add", value, bias, out=out)
     return bias_add(op, inputs, ctx) if z is None else [z]
+
+
+def _bias_add_replay(op, values: list, outputs: list):
+    """``bias_add_native`` on fixed arrays (``registry.ReplayMaker``)."""
+    value, bias = values
+    axis = bias_channel_axis(op.attrs["data_format"], value.ndim)
+    if axis != value.ndim - 1 and bias.ndim == 1:
+        bias = bias.reshape((-1,) + (1,) * (value.ndim - 1 - axis))
+    return broadcast_replay("add", value, bias, outputs[0])
+
+
+set_replay(bias_add_native, _bias_add_replay)
 
 
 @register_kernel("BiasAddGrad")

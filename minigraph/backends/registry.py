@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+import numpy as np
+
 from minigraph.framework.dtypes import DType
 from minigraph.framework.errors import InvalidArgumentError, NotFoundError
 from minigraph.framework.graph import Operation
@@ -163,6 +165,49 @@ def set_bound(kernel: Kernel, factory: Callable[[Operation], Kernel]) -> None:
     for key, entries in _KERNELS.items():
         _KERNELS[key] = [replace(entry, bound=factory) if entry.kernel is kernel else entry
                          for entry in entries]
+
+
+# A replay maker: ``maker(op, inputs, outputs)`` for fixed arrays (a loop body replayed over
+# buffers of its own, ``client/replay.py``) returns a function of no arguments that computes
+# the kernel's results for the values ``inputs`` hold at each call into ``outputs`` (the
+# kernel's bits), or None where it does not take these arrays.
+ReplayMaker = Callable[[Operation, list, list], Callable[[], None] | None]
+_REPLAYS: dict[Any, tuple[ReplayMaker, bool]] = {}
+
+
+def set_replay(kernel: Kernel, maker: ReplayMaker, validates: bool = False) -> None:
+    """Give ``kernel`` the replay maker ``maker`` (see :data:`ReplayMaker`). ``validates``:
+    its functions take only values the op's ``validate`` passes (GatherV2's indices in
+    range) and otherwise run what raises the op's error, so they may stand in for a step
+    that checks its inputs at every run."""
+    _REPLAYS[kernel] = (maker, validates)
+
+
+def store_results(op: Operation, outputs: Sequence, results: Sequence) -> None:
+    """Copy a kernel's ``results`` into a replay's fixed ``outputs`` (see
+    :data:`ReplayMaker`); a result of another shape or dtype than its buffer (which the
+    bound program's signature fixed) is a bug in minigraph (an AssertionError, as a
+    kernel's result that does not match its op's outputs)."""
+    for out, result in zip(outputs, results):
+        if result is out:
+            continue
+        result = np.asarray(result)
+        if result.shape != out.shape or result.dtype != out.dtype:
+            raise AssertionError(f"{op.type} '{op.name}': a replayed result is "
+                                 f"{result.dtype} {result.shape}, its buffer {out.dtype} "
+                                 f"{out.shape}")
+        np.copyto(out, result)
+
+
+def replay_maker(kernel: Any, validating: bool = False) -> ReplayMaker | None:
+    """The replay maker of ``kernel``: its own ``replay`` method (a bound variant, an
+    elementwise group) or the one :func:`set_replay` gave it; None when it has none, or
+    when ``validating`` (a step that checks its inputs) and the maker does not validate."""
+    method = getattr(kernel, "replay", None)
+    if method is not None:
+        return None if validating else method
+    maker, validates = _REPLAYS.get(kernel, (None, False))
+    return maker if validates or not validating else None
 
 
 def find_kernel(op: Operation, backend: str, fallback: bool = True) -> KernelDef | None:

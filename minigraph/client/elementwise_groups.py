@@ -68,6 +68,20 @@ class Group:
             registers.append(np.asarray(result))
         return [registers[i] for i in self.outputs]
 
+    def replay(self, op: Any, values: list, outputs: list) -> Callable[[], None] | None:
+        """The group's replay (``registry.ReplayMaker``): the program on fixed arrays, or,
+        where C declines a call, the members' kernels with the results copied out."""
+        program = self.program.replay(values, outputs)
+        if program is None:
+            return None
+
+        def replayed() -> None:
+            if not program():
+                for out, result in zip(outputs, self(op, values, None)):
+                    np.copyto(out, result)
+
+        return replayed
+
 
 def fuse(program: list[tuple], kernels: Sequence[Any], shapes: Sequence[Any],
          guards: Sequence[bool], fetched: set[int]) -> list[tuple]:

@@ -22,12 +22,10 @@ instead of hanging: a hostile graph's condition may never turn false.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import numpy as np
 
 from minigraph.backends.registry import KernelContext, register_kernel
-from minigraph.client.session import ClientSession
+from minigraph.client.session import ClientSession, PreparedRun
 from minigraph.framework.errors import InvalidArgumentError, ResourceExhaustedError
 from minigraph.framework.graph import Operation
 from minigraph.framework.limits import check_allocation
@@ -39,16 +37,18 @@ from minigraph.ops.control_flow_ops import Subgraph
 MAX_ITERATIONS = 1 << 17
 
 
-def _runner(subgraph: Subgraph, ctx: KernelContext) -> Callable[[Sequence[np.ndarray]], list]:
-    """The function that runs ``subgraph`` on ``ctx``'s backend with the calling session's
-    optimizer options (one session per pair, shared by every run): its loop variables in,
-    its outputs out."""
+def _runner(subgraph: Subgraph, ctx: KernelContext) -> PreparedRun:
+    """What runs ``subgraph`` on ``ctx``'s backend with the calling session's optimizer
+    options and output checks (one session per such key, shared by every run): its loop
+    variables in, its outputs out."""
     optimizer = getattr(ctx.state, "optimizer", None)
-    key = (ctx.backend, optimizer)
+    check_outputs = getattr(ctx.state, "check_outputs", None)
+    key = (ctx.backend, optimizer, check_outputs)
     with subgraph.lock:
         run = subgraph.runners.get(key)
         if run is None:
-            session = ClientSession(subgraph.graph, ctx.backend, optimizer=optimizer)
+            session = ClientSession(subgraph.graph, ctx.backend, optimizer=optimizer,
+                                    check_outputs=check_outputs)
             run = subgraph.runners[key] = session.prepared(
                 subgraph.inputs, subgraph.outputs, subgraph.targets)
     return run
@@ -130,17 +130,27 @@ def while_loop(op: Operation, inputs: list, ctx: KernelContext) -> list:
         written[k].write(index, item)
     go = _holds(op, run_cond(values)[0])
     iterations = 0
-    while go:
-        if iterations == MAX_ITERATIONS:
-            raise ResourceExhaustedError(f"{op.type} '{op.name}': the loop ran "
-                                         f"{MAX_ITERATIONS:,} iterations and its condition "
-                                         f"still holds; minigraph stops runaway loops there")
-        iterations += 1
-        results = run_body(values)
-        values = results[:count]
-        for target, index, item in zip(written, results[count::2], results[count + 1::2]):
-            target.write(index, item)
-        go = _holds(op, results[-1])
+    replay = None  # the body replayed over its own buffers, once its plan is bound
+    try:
+        while go:
+            if iterations == MAX_ITERATIONS:
+                raise ResourceExhaustedError(f"{op.type} '{op.name}': the loop ran "
+                                             f"{MAX_ITERATIONS:,} iterations and its "
+                                             f"condition still holds; minigraph stops "
+                                             f"runaway loops there")
+            iterations += 1
+            if replay is None:
+                replay = run_body.replay(values)
+            results = run_body(values) if replay is None else replay.step()
+            values = results[:count]
+            for target, index, item in zip(written, results[count::2], results[count + 1::2]):
+                target.write(index, item if replay is None else item.copy())
+            go = _holds(op, results[-1])
+        if replay is not None:
+            values = replay.own(values)
+    finally:
+        if replay is not None:
+            replay.lock.release()
     return values + [target.stacked() for target in written]
 
 

@@ -36,6 +36,8 @@ from minigraph.backends import opencl  # pyopencl itself is imported when a devi
 from minigraph.backends.registry import Kernel, KernelContext, KernelDef, get_kernel
 from minigraph.client import executor, memory, planner
 from minigraph.client.options import OptimizerOptions
+from minigraph.client.replay import LoopReplay
+from minigraph.client.replay import build as build_replay
 from minigraph.client.state import SessionState
 from minigraph.framework import dtypes
 from minigraph.framework.errors import (
@@ -607,11 +609,11 @@ class ClientSession:
         self.backend = backends.select(backend)
         memory.keep_freed_memory()
         self.promote_float64 = self.backend == "float64"  # a session mode: feeds promoted
-        self.state = SessionState(self.optimizer)
         # Check every kernel result against its op's outputs (dtype, shape): the test suite
         # turns this on (MINIGRAPH_CHECK_OUTPUTS=1); it costs a little per op.
         self.check_outputs = (os.environ.get("MINIGRAPH_CHECK_OUTPUTS") == "1"
                               if check_outputs is None else bool(check_outputs))
+        self.state = SessionState(self.optimizer, self.check_outputs)
         self.host = _HostDevice(self.backend)
         self._devices: dict[str, Any] = {}
         self._plans: dict[tuple, tuple[_Plan, list[_Key]]] = {}
@@ -658,22 +660,11 @@ class ClientSession:
         return results[0] if single else results
 
     def prepared(self, feeds: Sequence[Output], fetches: Sequence[Output],
-                 targets: Sequence[Operation] = ()) -> Callable[[Sequence[Any]], list]:
-        """A function of the values of ``feeds`` (in order) that runs the plan of
-        ``fetches`` and ``targets`` and returns the fetched values: ``Run`` without its
-        per-call conversions and checks of the feeds, for values minigraph's own kernels
-        made, each already of its placeholder's dtype (a loop's variables between
-        iterations, ``client/loops.py``)."""
+                 targets: Sequence[Operation] = ()) -> PreparedRun:
+        """The :class:`PreparedRun` of ``fetches`` and ``targets`` given ``feeds``."""
         plan, fetch_keys = self._get_plan(list(fetches), frozenset(feeds), list(targets))
-        keys = [(plan.feeds[output], self.host) for output in feeds]
-
-        def run(values: Sequence[Any]) -> list:
-            env: dict[_Key | None, Any] = {None: None}
-            env.update(zip(keys, values))
-            plan.run(env, self, None)
-            return [env[key] for key in fetch_keys]
-
-        return run
+        return PreparedRun(self, plan, [(plan.feeds[output], self.host) for output in feeds],
+                           fetch_keys)
 
     def _get_plan(self, fetches: list[Output], fed: frozenset[Output],
                   targets: list[Operation]) -> tuple[_Plan, list[_Key]]:
@@ -712,3 +703,64 @@ class ClientSession:
             return device
         _notice_soft_placement(op, device, reason)
         return self.host
+
+
+class PreparedRun:
+    """A function of the values of a session's ``feeds`` (in order) that runs one plan and
+    returns the fetched values: ``Run`` without its per-call conversions and checks of the
+    feeds, for values minigraph's own kernels made, each already of its placeholder's dtype
+    (a loop's variables between iterations, ``client/loops.py``). Where the fetches start
+    with one next value per feed (a loop's body), :meth:`replay` gives the plan's bound
+    program replayed over fixed buffers (``client/replay.py``)."""
+
+    def __init__(self, session: ClientSession, plan: _Plan, keys: list, fetch_keys: list
+                 ) -> None:
+        self.session, self.plan, self.keys, self.fetch_keys = session, plan, keys, fetch_keys
+        self._replay: tuple[Any, LoopReplay | None] | None = None  # (bound, its replay)
+        self._building = threading.Lock()
+
+    def __call__(self, values: Sequence[Any]) -> list:
+        env: dict[_Key | None, Any] = {None: None}
+        env.update(zip(self.keys, values))
+        self.plan.run(env, self.session, None)
+        return [env[key] for key in self.fetch_keys]
+
+    def replay(self, values: Sequence[Any]) -> LoopReplay | None:
+        """The replay of the plan's bound program, started on ``values`` and held by the
+        caller (who releases its ``lock``), or None: the plan does not run bound for these
+        values yet (its first runs bind and plan it), it may not be replayed, or another
+        thread holds it."""
+        plan = self.plan
+        bound, folded = plan.bound, plan.folded
+        if (bound is None or bound.arena is None or bound.stale or folded is None
+                or bound.steps is not folded[1]):
+            return None
+        made = self._replay
+        fresh = made is None or made[0] is not bound
+        if fresh:
+            made = self._build(bound, values)
+        found = None if made is None else made[1]
+        if found is None or not found.lock.acquire(blocking=False):
+            return None
+        if found.start(values):
+            return found
+        found.lock.release()
+        if fresh:  # made for these very values, which it does not take
+            return None
+        self._replay = None  # made for other arrays passed on unchanged: make it anew
+        return self.replay(values)
+
+    def _build(self, bound: Any, values: Sequence[Any]) -> tuple | None:
+        """``(bound, its replay for values)``, kept; None when another thread is building
+        or the values do not have the signature ``bound`` was made for."""
+        if not self._building.acquire(blocking=False):
+            return None
+        try:
+            env = dict(zip(self.keys, values))
+            if self.plan._signature(env, self.session) != bound.signature:
+                return None
+            self._replay = (bound, build_replay(bound, self.plan.folded[0], self.keys,
+                                                self.fetch_keys, values, self.session))
+            return self._replay
+        finally:
+            self._building.release()

@@ -19,10 +19,12 @@ from minigraph.framework.graph import Operation
 
 
 class SessionState:
-    def __init__(self, optimizer: Any = None) -> None:
-        # the session's OptimizerOptions: the sessions of its loops' and conditionals'
-        # subgraphs run with the same (client/loops.py)
+    def __init__(self, optimizer: Any = None, check_outputs: bool = False) -> None:
+        # the session's OptimizerOptions and whether it checks every kernel's results: the
+        # sessions of its loops' and conditionals' subgraphs run with the same
+        # (client/loops.py)
         self.optimizer = optimizer
+        self.check_outputs = check_outputs
         self.variables: dict[str, np.ndarray] = {}
         self.lock = threading.RLock()
         self.step_lock = threading.Lock()  # held by a Run that writes variables (a step)

@@ -1,0 +1,246 @@
+"""A loop body replayed over buffers of its own (``client/loops.py``).
+
+A recurrent layer's loop runs its body once an iteration on values of a few hundred
+elements. An LSTM step's bound program (``executor.BoundProgram``) spends most of its 30-40 us
+in Python around its kernels (the run's environment and registers, each kernel's handling
+of its arguments) and a few in C. Once the body's program is bound and planned,
+:func:`build` compiles it for the loop's values into a :class:`LoopReplay`: every value of an
+iteration gets a fixed buffer, and every step a function of no arguments that reads and
+writes those buffers:
+
+* kernels with a replay maker (``registry.ReplayMaker``: the bound GEMMs, elementwise
+  groups, native broadcasts and BiasAdd, Split, GatherV2 of one index, a loop counter's
+  integer ops and comparisons) make their C or numpy call with arguments made once;
+* every other step calls its kernel on the buffers (a step that checks its inputs at every
+  run: the step, checks included) and copies the results into its own buffers.
+
+The loop variables the body changes live in two sets of buffers: an iteration reads one set
+and writes the other, so no step writes what a later step of the same iteration still reads;
+the program is made once per set. Variables the body passes on unchanged are copied into a
+buffer of their own when a loop starts (the input sequence), or, when read-only (a frozen
+graph's weights, which a bound GEMM knows by identity), are the caller's arrays themselves; a
+loop given other read-only arrays builds anew.
+Every value is the bound program's, bit for bit: the same kernels' loops on the same values.
+
+A body is replayed only where nothing in it depends on more than its inputs and the signature
+fixes every shape: no stateful op (random ops, variables), no step whose results' shapes
+depend on data (a guard), no zero-copy concat. The trial iteration :func:`build` runs to
+learn every value's shape has no effect outside the replay.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from minigraph.backends.native import num_threads
+from minigraph.backends.registry import replay_maker, store_results
+from minigraph.client import executor
+
+
+class LoopReplay:
+    """A body's program over fixed buffers (see the module docstring). ``start`` loads a
+    loop's variables; each ``step`` runs one iteration and returns the body's outputs (arrays
+    valid until the next step). A replay serves one loop at a time (``lock``)."""
+
+    __slots__ = ("programs", "copies", "outputs", "carried", "owned", "borrowed", "threads",
+                 "lock", "parity")
+
+    def __init__(self, programs: tuple, copies: tuple, outputs: tuple,
+                 carried: dict[int, tuple[np.ndarray, np.ndarray]],
+                 owned: dict[int, np.ndarray], borrowed: dict[int, np.ndarray]) -> None:
+        self.programs = programs  # per parity: the steps' functions, in order
+        self.copies = copies  # per parity: (destination, source) after the steps
+        self.outputs = outputs  # per parity: the arrays holding the body's outputs
+        self.carried = carried  # loop variable -> its two buffers
+        self.owned = owned  # loop variable passed on unchanged -> its buffer
+        self.borrowed = borrowed  # read-only loop variable passed on unchanged -> itself
+        self.threads = num_threads()  # what the C calls were made for
+        self.lock = threading.Lock()
+        self.parity = 0
+
+    def start(self, values: Sequence[Any]) -> bool:
+        """Load the loop variables ``values``; False when the replay was made for others
+        (other arrays passed on unchanged, other shapes) or another thread count."""
+        if num_threads() != self.threads:
+            return False
+        for k, array in self.borrowed.items():
+            if values[k] is not array:
+                return False
+        loads = [(buffer, values[k]) for k, (buffer, _) in self.carried.items()]
+        loads += [(buffer, values[k]) for k, buffer in self.owned.items()]
+        for buffer, value in loads:
+            if (type(value) is not np.ndarray or value.shape != buffer.shape
+                    or value.dtype != buffer.dtype):
+                return False
+        for buffer, value in loads:
+            np.copyto(buffer, value)
+        self.parity = 0
+        return True
+
+    def step(self) -> list[np.ndarray]:
+        """One iteration: the body's outputs, in the replay's buffers."""
+        parity = self.parity
+        for run in self.programs[parity]:
+            run()
+        for destination, source in self.copies[parity]:
+            np.copyto(destination, source)
+        self.parity = 1 - parity
+        return self.outputs[parity]
+
+    def own(self, values: Sequence[Any]) -> list:
+        """``values`` (loop variables a step returned) as arrays the caller may keep:
+        copies of the replay's buffers."""
+        return [value.copy() if k in self.carried or k in self.owned else value
+                for k, value in enumerate(values)]
+
+
+def build(bound: executor.BoundProgram, constants: dict, input_keys: Sequence,
+          fetch_keys: Sequence, values: Sequence[Any], session: Any) -> LoopReplay | None:
+    """The replay of ``bound`` (planned: its first run done) for the loop variables
+    ``values``, fed as ``input_keys``; fetch k < len(values) is variable k's next value.
+    ``constants``: the values of the plan's constant keys. None where the body may not be
+    replayed (see the module docstring) or its trial iteration raised (the iteration then
+    runs as always, and raises in its place)."""
+    program = bound.program
+    if bound.preloads or bound.arena is None or not _replayable(program):
+        return None
+    index_of = {key: k for k, key in enumerate(input_keys)}
+    registers: list = [None] * bound.size
+    fixed: dict[int, Any] = {}  # registers that hold the same array in both parities
+    for register, key in bound.preset:
+        if key in index_of:
+            registers[register] = values[index_of[key]]
+        elif key in constants:
+            registers[register] = fixed[register] = constants[key]
+        else:
+            return None
+    for register, value in bound.folded:
+        registers[register] = fixed[register] = value
+    if not _trial(program, registers, session):
+        return None
+    written = {register for entry in program for register in entry[5]}
+    fetched = {key: register for register, key in bound.fetches}
+    sources = [_source(key, index_of, constants, fetched, written) for key in fetch_keys]
+    if None in sources or any(type(v) is not np.ndarray for v in values):
+        return None
+    count = len(values)
+    unchanged = [k for k in range(count) if sources[k] == ("input", k)]
+    borrowed = {k: values[k] for k in unchanged if not values[k].flags.writeable}
+    owned = {k: np.array(values[k]) for k in unchanged if k not in borrowed}
+    carried = {}
+    for k in range(count):
+        if k in unchanged:
+            continue
+        after = _value(sources[k], registers, values)
+        if after.shape != values[k].shape or after.dtype != values[k].dtype:
+            return None  # a variable whose shape changes from iteration to iteration
+        carried[k] = (np.empty(values[k].shape, values[k].dtype),
+                      np.empty(values[k].shape, values[k].dtype))
+    for register, key in bound.preset:
+        k = index_of.get(key)
+        if k in unchanged:
+            fixed[register] = borrowed[k] if k in borrowed else owned[k]
+    scratch = {register: np.empty(registers[register].shape, registers[register].dtype)
+               for register in written}
+    made = [_parity(parity, program, sources, carried, {**borrowed, **owned}, fixed, scratch,
+                    bound.preset, index_of, session) for parity in (0, 1)]
+    return LoopReplay(*zip(*made), carried, owned, borrowed)
+
+
+def _replayable(program: list[tuple]) -> bool:
+    """No guard, no stateful op, no zero-copy concat, no ref input nor discarded output."""
+    for kind, _, op, _, ins, outs, _, extra in program:
+        if (kind == executor._GUARD or op is None or op.op_def.is_stateful
+                or executor._NONE in ins or executor._TRASH in outs):
+            return False
+        if kind == executor._GENERIC and (extra.region is not None or extra.joins is not None
+                                          or extra.refs):
+            return False
+    return True
+
+
+def _trial(program: list[tuple], registers: list, session: Any) -> bool:
+    """Run ``program`` on ``registers`` as the bound loop does (no arena, nothing dropped),
+    leaving every value in its register; False when a step raised."""
+    try:
+        for kind, call, op, ctx, ins, outs, *_ in program:
+            args = [registers[i] for i in ins]
+            results = (call(args, {}, session) if kind == executor._GENERIC
+                       else call(op, args, ctx))
+            for register, result in zip(outs, results):
+                registers[register] = np.asarray(result)
+    except Exception:  # noqa: BLE001 - the iteration itself raises it again, in its place
+        return False
+    return True
+
+
+def _source(key: Any, index_of: dict, constants: dict, fetched: dict, written: set
+            ) -> tuple[str, Any] | None:
+    """Where a fetched value comes from: ``("input", k)``, ``("value", array)`` (a
+    constant) or ``("register", r)`` (a step's result); None when from nowhere known."""
+    if key in index_of:
+        return "input", index_of[key]
+    if key in constants:
+        return "value", constants[key]
+    register = fetched.get(key)
+    return ("register", register) if register in written else None
+
+
+def _value(source: tuple[str, Any], registers: list, values: Sequence) -> np.ndarray:
+    """The trial's value of ``source``."""
+    kind, where = source
+    return values[where] if kind == "input" else where if kind == "value" else registers[where]
+
+
+def _parity(parity: int, program: list[tuple], sources: list, carried: dict,
+            invariants: dict, fixed: dict, scratch: dict, preset: tuple, index_of: dict,
+            session: Any) -> tuple[list, list, list]:
+    """The program of one parity: it reads the carried variables from their buffer
+    ``parity`` and writes their next values into the other; with the copies that follow it
+    and the arrays of the body's outputs."""
+    arrays = dict(scratch)
+    arrays.update(fixed)
+    for register, key in preset:
+        k = index_of.get(key)
+        if k in carried:
+            arrays[register] = carried[k][parity]
+    claimed: set[int] = set()
+    for k in carried:  # a step's result that is variable k's next value: written there
+        kind, where = sources[k]
+        if kind == "register" and where not in claimed:
+            claimed.add(where)
+            arrays[where] = carried[k][1 - parity]
+
+    def of(source: tuple[str, Any]) -> np.ndarray:
+        kind, where = source
+        if kind == "input":
+            return invariants[where] if where in invariants else carried[where][parity]
+        return where if kind == "value" else arrays[where]
+
+    copies = [(carried[k][1 - parity], of(sources[k])) for k in carried
+              if of(sources[k]) is not carried[k][1 - parity]]
+    outputs = [carried[j][1 - parity] if j in carried else of(source)
+               for j, source in enumerate(sources)]
+    steps = [_step(entry, [arrays[i] for i in entry[4]], [arrays[i] for i in entry[5]],
+                   session) for entry in program]
+    return steps, copies, outputs
+
+
+def _step(entry: tuple, ins: list, outs: list, session: Any) -> Callable[[], None]:
+    """The function running one entry on fixed arrays: its kernel's replay where one takes
+    them, else the entry's call with its results copied into ``outs``."""
+    kind, call, op, ctx, _, _, _, extra = entry
+    maker = (replay_maker(extra.kernel, validating=True) if kind == executor._GENERIC
+             else replay_maker(call))
+    replayed = maker(op, ins, outs) if maker is not None else None
+    if replayed is not None:
+        return replayed
+    if kind == executor._GENERIC:
+        return lambda: store_results(op, outs, call(ins, {}, session))
+    if kind == executor._OUT:
+        return lambda: store_results(op, outs, call(op, ins, ctx, out=outs[0]))
+    return lambda: store_results(op, outs, call(op, ins, ctx))
