@@ -8,10 +8,11 @@ with a session that runs every step unbound (``OptimizerOptions.all_off()``) and
 formula is at hand, with numpy:
 
 * generated loops (hypothesis): 1-3 carried variables of shape [B, C] and a counter, bodies of
-  every op the replay makes its own call for (matmuls with a frozen weight, BiasAdd, the
-  activations and arithmetic of elementwise groups, Split and ConcatV2, a GatherV2 of the
-  step's row of a fed sequence) and of ops it runs as kernels; variables passed on unchanged,
-  swapped or written to a list; many runs with other values and trip counts;
+  every op the replay makes its own call for (matmuls with a frozen weight or one sliced from
+  it in the body, which runs once, BiasAdd, the activations and arithmetic of elementwise
+  groups, Split and ConcatV2, a GatherV2 of the step's row of a fed sequence) and of ops it
+  runs as kernels; variables passed on unchanged, swapped or written to a list; many runs with
+  other values and trip counts;
 * a written list whose items come from the replay's buffers (each row its own);
 * an index out of range in the middle of a replayed loop (the op's own error, and the next run
   is right);
@@ -131,7 +132,8 @@ def expression(draw: Any, body: Body, count: int, depth: int) -> str:
         return body.op("GatherV2", ["loop/seq", "loop/i/body", axis],
                        Tparams=("type", FLOAT), Tindices=("type", INT32),
                        Taxis=("type", INT32), batch_dims=0)
-    kind = draw(st.sampled_from(["unary", "binary", "matmul", "bias", "split", "copy"]))
+    kind = draw(st.sampled_from(["unary", "binary", "matmul", "sliced", "bias", "split",
+                                 "copy"]))
     a = expression(draw, body, count, depth - 1)
     f32 = {"T": ("type", FLOAT)}
     if kind == "unary":
@@ -144,6 +146,14 @@ def expression(draw: Any, body: Body, count: int, depth: int) -> str:
         c = body.channels
         return body.op("MatMul", [a, body.weight((c, c))], transpose_a=False,
                        transpose_b=draw(st.booleans()), **f32)
+    if kind == "sliced":  # a weight sliced in the body from a frozen one: run once, kept
+        c = body.channels
+        begin = body.inner_const(f"begin{next(body.names)}",
+                                 np.int32([0, draw(st.integers(0, c))]))
+        size = body.inner_const(f"size{next(body.names)}", np.int32([c, c]))
+        weight = body.op("Slice", [body.weight((c, 2 * c)), begin, size], T=("type", FLOAT),
+                         Index=("type", INT32))
+        return body.op("MatMul", [a, weight], transpose_a=False, transpose_b=False, **f32)
     if kind == "bias":
         return body.op("BiasAdd", [a, body.weight((body.channels,))], data_format="NHWC",
                        **f32)

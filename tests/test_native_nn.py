@@ -841,3 +841,30 @@ def test_digits_training_reaches_reference_accuracy():
     assert accuracies["reference"] > 0.85, accuracies
     assert abs(accuracies["native"] - accuracies["reference"]) <= 0.03, accuracies
 
+
+
+# ----------------------------------------------------------------------------- Transpose
+
+
+@pytest.mark.parametrize("shape, perm", [
+    ((2, 8, 3), (1, 0, 2)),  # a recurrent layer's [B, T, F] -> [T, B, F]: numpy's copy
+    ((4, 4096), (1, 0)),  # 16384 elements: c_transpose from here on
+    ((8, 32, 64, 3), (0, 3, 1, 2)),  # NHWC -> NCHW
+    ((3, 5, 7, 11, 13), (4, 2, 0, 3, 1)),
+    ((1, 128, 1, 256), (3, 2, 1, 0)),  # size-1 axes dropped, the rest merged
+    ((64, 1024), (0, 1)),  # the identity permutation
+])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_native_transpose_is_numpy_s_copy_on_both_sides_of_the_small_limit(shape, perm,
+                                                                           threads):
+    x = np.random.default_rng(0).standard_normal(shape).astype(F32)
+    root = mg.Scope.NewRootScope()
+    y = ops.Transpose(root, x, np.array(perm, np.int32))
+    previous = native.num_threads()
+    native.set_num_threads(threads)
+    try:
+        got = mg.ClientSession(root, backend="native").Run(y)
+    finally:
+        native.set_num_threads(previous)
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(got, np.transpose(x, perm))

@@ -114,9 +114,12 @@ class _Bound:
     def replay(self, op: Operation, values: list, outputs: list) -> Callable[[], None] | None:
         """The fast call on fixed arrays (``registry.ReplayMaker``): the GEMM's arguments
         made once; each call checks the stage inputs' bytes as :meth:`_Call.matches` does
-        and runs the generic kernel where they changed. None without a fast call or where
-        the arrays do not match it."""
+        and runs the generic kernel where they changed. The entry's fast call where these
+        arrays match it, else one made for them (a weight a replay froze); None where
+        neither can be made."""
         call, out = self.call, outputs[0]
+        if call is None or not call.matches(values):
+            call = self._make(op, values)
         if (call is None or not call.matches(values) or out.shape != (call.m, call.n)
                 or not plain_f32(out) or not out.flags.writeable):
             return None

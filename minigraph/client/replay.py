@@ -22,10 +22,16 @@ graph's weights, which a bound GEMM knows by identity), are the caller's arrays 
 loop given other read-only arrays builds anew.
 Every value is the bound program's, bit for bit: the same kernels' loops on the same values.
 
+Steps whose inputs are all frozen (read-only constants, read-only variables passed on
+unchanged, results of other such steps) give the same results at every iteration: they run
+once, in the trial iteration :func:`build` runs to learn every value's shape, and their
+results are kept frozen (a GRU's weights sliced in its body: the matmuls then know the slices
+by identity and keep their packing).
+
 A body is replayed only where nothing in it depends on more than its inputs and the signature
 fixes every shape: no stateful op (random ops, variables), no step whose results' shapes
-depend on data (a guard), no zero-copy concat. The trial iteration :func:`build` runs to
-learn every value's shape has no effect outside the replay.
+depend on data (a guard), no zero-copy concat. The trial iteration has no effect outside the
+replay.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from minigraph.backends.gemm import _frozen
 from minigraph.backends.native import num_threads
 from minigraph.backends.registry import replay_maker, store_results
 from minigraph.client import executor
@@ -129,7 +136,7 @@ def build(bound: executor.BoundProgram, constants: dict, input_keys: Sequence,
         return None
     count = len(values)
     unchanged = [k for k in range(count) if sources[k] == ("input", k)]
-    borrowed = {k: values[k] for k in unchanged if not values[k].flags.writeable}
+    borrowed = {k: values[k] for k in unchanged if _frozen(values[k])}
     owned = {k: np.array(values[k]) for k in unchanged if k not in borrowed}
     carried = {}
     for k in range(count):
@@ -144,8 +151,12 @@ def build(bound: executor.BoundProgram, constants: dict, input_keys: Sequence,
         k = index_of.get(key)
         if k in unchanged:
             fixed[register] = borrowed[k] if k in borrowed else owned[k]
+    program = _hoisted(program, registers, fixed, {register for register, value in fixed.items()
+                                                   if _frozen(value)})
+    sources = [("value", fixed[where]) if kind == "register" and where in fixed
+               else (kind, where) for kind, where in sources]
     scratch = {register: np.empty(registers[register].shape, registers[register].dtype)
-               for register in written}
+               for entry in program for register in entry[5]}
     made = [_parity(parity, program, sources, carried, {**borrowed, **owned}, fixed, scratch,
                     bound.preset, index_of, session) for parity in (0, 1)]
     return LoopReplay(*zip(*made), carried, owned, borrowed)
@@ -161,6 +172,23 @@ def _replayable(program: list[tuple]) -> bool:
                                           or extra.refs):
             return False
     return True
+
+
+def _hoisted(program: list[tuple], registers: list, fixed: dict, frozen: set[int]
+             ) -> list[tuple]:
+    """``program`` without the entries whose inputs are all ``frozen`` registers (or such
+    entries' results): their trial results, copied and made read-only, join ``fixed``."""
+    left = []
+    for entry in program:
+        if all(register in frozen for register in entry[4]):
+            for register in entry[5]:
+                value = np.array(registers[register])
+                value.setflags(write=False)
+                fixed[register] = value
+                frozen.add(register)
+        else:
+            left.append(entry)
+    return left
 
 
 def _trial(program: list[tuple], registers: list, session: Any) -> bool:
