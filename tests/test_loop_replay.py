@@ -10,8 +10,8 @@ formula is at hand, with numpy:
 * generated loops (hypothesis): 1-3 carried variables of shape [B, C] and a counter, bodies of
   every op the replay makes its own call for (matmuls with a frozen weight or one sliced from
   it in the body, which runs once, BiasAdd, the activations and arithmetic of elementwise
-  groups, Split and ConcatV2, a GatherV2 of the step's row of a fed sequence) and of ops it
-  runs as kernels; variables passed on unchanged, swapped or written to a list; many runs with
+  groups, Split and ConcatV2, SelectV2 on a comparison, Tile, a GatherV2 of the step's row of
+  a fed sequence) and of ops it runs as kernels; variables passed on unchanged, swapped or written to a list; many runs with
   other values and trip counts;
 * a written list whose items come from the replay's buffers (each row its own);
 * an index out of range in the middle of a replayed loop (the op's own error, and the next run
@@ -133,7 +133,7 @@ def expression(draw: Any, body: Body, count: int, depth: int) -> str:
                        Tparams=("type", FLOAT), Tindices=("type", INT32),
                        Taxis=("type", INT32), batch_dims=0)
     kind = draw(st.sampled_from(["unary", "binary", "matmul", "sliced", "bias", "split",
-                                 "copy"]))
+                                 "select", "tile", "copy"]))
     a = expression(draw, body, count, depth - 1)
     f32 = {"T": ("type", FLOAT)}
     if kind == "unary":
@@ -162,6 +162,21 @@ def expression(draw: Any, body: Body, count: int, depth: int) -> str:
         split = body.op("Split", [axis, a], num_split=2, **f32)
         return body.op("ConcatV2", [f"{split}:1", split, axis], N=2, Tidx=("type", INT32),
                        **f32)
+    if kind == "select":  # SelectV2 on Greater, the condition one column or whole
+        b = expression(draw, body, count, depth - 1)
+        left = a
+        if draw(st.booleans()):
+            begin = body.inner_const(f"begin{next(body.names)}", np.int32([0, 0]))
+            size = body.inner_const(f"size{next(body.names)}", np.int32([-1, 1]))
+            left = body.op("Slice", [a, begin, size], T=("type", FLOAT), Index=("type", INT32))
+        condition = body.op("Greater", [left, body.op("Neg", [left], **f32)], **f32)
+        return body.op("SelectV2", [condition, a, b], **f32)
+    if kind == "tile":  # the first half of the columns twice
+        begin = body.inner_const(f"begin{next(body.names)}", np.int32([0, 0]))
+        size = body.inner_const(f"size{next(body.names)}", np.int32([-1, body.channels // 2]))
+        half = body.op("Slice", [a, begin, size], T=("type", FLOAT), Index=("type", INT32))
+        multiples = body.inner_const(f"multiples{next(body.names)}", np.int32([1, 2]))
+        return body.op("Tile", [half, multiples], T=("type", FLOAT), Tmultiples=("type", INT32))
     return body.op("Identity", [a], **f32)  # a kernel the replay runs as it is
 
 

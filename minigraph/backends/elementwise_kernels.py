@@ -216,3 +216,26 @@ def select(op, inputs, ctx):
 def select_v2(op, inputs, ctx):
     """'t' where the condition holds, else 'e', all three broadcast together."""
     return [np.where(*inputs)]
+
+
+def _select_replay(op, values: list, outputs: list) -> Callable[[], None] | None:
+    """Select or SelectV2 on fixed arrays (``registry.ReplayMaker``): 'e' copied into the
+    output, then 't' where the condition holds (``np.where``'s elements, its bits), for a
+    bool condition and branches of the output's dtype."""
+    condition, t, e = values
+    out = outputs[0]
+    if op.type == "Select" and condition.ndim == 1 and t.ndim > 1:
+        condition = condition.reshape(condition.shape + (1,) * (t.ndim - 1))
+    if (condition.dtype != np.bool_ or t.dtype != out.dtype or e.dtype != out.dtype
+            or np.broadcast_shapes(condition.shape, t.shape, e.shape) != out.shape):
+        return None
+
+    def replayed() -> None:
+        np.copyto(out, e)
+        np.copyto(out, t, where=condition)
+
+    return replayed
+
+
+set_replay(select, _select_replay)
+set_replay(select_v2, _select_replay)

@@ -9,7 +9,7 @@ import functools
 import numpy as np
 
 from minigraph.backends.native import as_f32, check_code, fbuf, ffi, lib, num_threads
-from minigraph.backends.registry import register_kernel
+from minigraph.backends.registry import register_kernel, set_replay, store_results
 from minigraph.framework import dtypes
 from minigraph.ops.layout_ops import MASKS, SliceSpec
 
@@ -96,6 +96,33 @@ def squeeze(op, inputs, ctx):
 def tile(op, inputs, ctx):
     x, multiples = inputs
     return [np.tile(x, multiples.tolist()) if x.ndim else x.copy()]
+
+
+def _tile_replay(op, values: list, outputs: list):
+    """Tile on fixed arrays (``registry.ReplayMaker``): x broadcast into the output seen as
+    [m0, d0, m1, d1, ...] (``np.tile``'s copies); a call whose multiples hold other values
+    than when made runs the kernel."""
+    x, multiples = values
+    out = outputs[0]
+    reps = [int(m) for m in multiples.tolist()] if x.ndim else []
+    if (not x.ndim or len(reps) != x.ndim or x.dtype != out.dtype or not x.flags.c_contiguous
+            or not out.flags.c_contiguous
+            or out.shape != tuple(m * d for m, d in zip(reps, x.shape))):
+        return None
+    target = out.reshape([n for m, d in zip(reps, x.shape) for n in (m, d)])
+    source = x.reshape([n for d in x.shape for n in (1, d)])
+    made = multiples.tobytes()
+
+    def replayed() -> None:
+        if multiples.tobytes() == made:
+            np.copyto(target, source)
+        else:
+            store_results(op, outputs, tile(op, values, None))
+
+    return replayed
+
+
+set_replay(tile, _tile_replay)
 
 
 class _SliceError(Exception):

@@ -91,6 +91,8 @@ def _bias_add_replay(op, values: list, outputs: list):
     """``bias_add_native`` on fixed arrays (``registry.ReplayMaker``)."""
     value, bias = values
     axis = bias_channel_axis(op.attrs["data_format"], value.ndim)
+    if not bias.flags.c_contiguous:  # (a reshape would copy it once, not at each call)
+        return None
     if axis != value.ndim - 1 and bias.ndim == 1:
         bias = bias.reshape((-1,) + (1,) * (value.ndim - 1 - axis))
     return broadcast_replay("add", value, bias, outputs[0])
