@@ -11,9 +11,10 @@ formula is at hand, with numpy:
   every op the replay makes its own call for (matmuls with a frozen weight or one sliced from
   it in the body, which runs once, BiasAdd, the activations and arithmetic of elementwise
   groups, Split and ConcatV2, SelectV2 on a comparison, Tile, a GatherV2 of the step's row of
-  a fed sequence) and of ops it runs as kernels; variables passed on unchanged, swapped or written to a list; many runs with
-  other values and trip counts;
-* a written list whose items come from the replay's buffers (each row its own);
+  a fed sequence) and of ops it runs as kernels; variables passed on unchanged, swapped or
+  written to a list; many runs with other values and trip counts;
+* an LSTM cell against float64 formulas, its written list's items from the replay's buffers
+  (each row its own); convolutions with a fused bias and residual on both of their routes;
 * an index out of range in the middle of a replayed loop (the op's own error, and the next run
   is right);
 * a fed invariant that changes from run to run, other thread counts, several threads at once;
@@ -376,6 +377,63 @@ def test_loops_replay_from_several_threads_at_once(replayed_steps):
     for worker in workers:
         worker.join()
     assert wrong == []
+    assert replayed_steps
+
+
+def conv_loop(channels: int, size: int, rng: np.random.Generator) -> tuple[Any, dict]:
+    """``a, b`` [N, 5, 6, C] over the counter: ``a = tanh(conv(a, W) + bias + b)``,
+    ``b = relu(conv(a_old, V))``, SAME, stride 1 (the remapper fuses the bias and the
+    residual into the convolutions, which the replay runs on the GEMM or the direct route
+    by their channels)."""
+    body = Body(2, channels, rng)
+    f32 = {"T": ("type", FLOAT)}
+    conv = {"strides": [1, 1, 1, 1], "padding": "SAME", "data_format": "NHWC",
+            "dilations": [1, 1, 1, 1], **f32}
+    w, v = (body.weight((size, size, channels, channels)) for _ in range(2))
+    bias = body.weight((channels,))
+    z = body.op("BiasAdd", [body.op("Conv2D", ["loop/v0/body", w], **conv), bias],
+                data_format="NHWC", **f32)
+    a = body.op("Tanh", [body.op("AddV2", [z, "loop/v1/body"], **f32)], **f32)
+    b = body.op("Relu", [body.op("Conv2D", ["loop/v0/body", v], **conv)], **f32)
+    next_value(body.graph, "v0", a, FLOAT)
+    next_value(body.graph, "v1", b, FLOAT)
+    for k in range(2):
+        add(body.graph, f"out{k}", "Identity", [f"loop/v{k}/exit"], T=("type", FLOAT))
+    return body.graph, {"w": body.weights[w], "v": body.weights[v], "bias": body.weights[bias]}
+
+
+def conv_same(x: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """SAME, stride 1 cross-correlation in float64."""
+    kh, kw = f.shape[:2]
+    top, left = (kh - 1) // 2, (kw - 1) // 2
+    padded = np.pad(x, ((0, 0), (top, kh - 1 - top), (left, kw - 1 - left), (0, 0)))
+    out = np.zeros(x.shape[:3] + (f.shape[3],))
+    for i in range(kh):
+        for j in range(kw):
+            out += padded[:, i:i + x.shape[1], j:j + x.shape[2]] @ f[i, j]
+    return out
+
+
+@pytest.mark.parametrize("channels, size", [(3, 3), (16, 1), (64, 1), (24, 3)])
+def test_convolution_loop_against_float64(replayed_steps, channels, size):
+    rng = np.random.default_rng(channels)
+    graph, weights = conv_loop(channels, size, rng)
+    replaying, unbound = sessions(graph)
+    for run in range(4):
+        steps = 3 + run % 2
+        a, b = (rng.uniform(-1, 1, (2, 5, 6, channels)).astype(np.float32) for _ in range(2))
+        feeds = {"x0:0": a, "x1:0": b, "seq:0": np.zeros((1, 1), np.float32),
+                 "n:0": np.int32(steps)}
+        got = replaying.Run(feeds, ["out0:0", "out1:0"])
+        assert_same_bits(got, unbound.Run(feeds, ["out0:0", "out1:0"]), f"run {run}")
+        a, b = a.astype(np.float64), b.astype(np.float64)
+        for _ in range(steps):
+            a, b = (np.tanh(conv_same(a, weights["w"]) + weights["bias"] + b),
+                    np.maximum(conv_same(a, weights["v"]), 0))
+        # float32 sums of channels * size**2 terms of magnitude <= 1, steps deep
+        atol = steps * channels * size * size * 2.0**-24 * 4
+        np.testing.assert_allclose(got[0], a, rtol=1e-5, atol=atol)
+        np.testing.assert_allclose(got[1], b, rtol=1e-5, atol=atol)
     assert replayed_steps
 
 

@@ -23,7 +23,7 @@ from minigraph.backends import fused_kernels
 from minigraph.backends.gemm import _frozen, packed_b
 from minigraph.backends.native import check_code, fbuf, ffi, lib, num_threads, plain_f32
 from minigraph.backends.nn_kernels import matmul_native, matmul_native_epilogue
-from minigraph.backends.registry import set_bound
+from minigraph.backends.registry import replay_maker, set_bound
 from minigraph.framework.graph import Operation
 from minigraph.ops.fused_ops import member_values, prepare
 
@@ -115,14 +115,15 @@ class _Bound:
         """The fast call on fixed arrays (``registry.ReplayMaker``): the GEMM's arguments
         made once; each call checks the stage inputs' bytes as :meth:`_Call.matches` does
         and runs the generic kernel where they changed. The entry's fast call where these
-        arrays match it, else one made for them (a weight a replay froze); None where
-        neither can be made."""
+        arrays match it, else one made for them (a weight a replay froze); where neither
+        can be made, the generic kernel's own replay (a fused convolution's), if any."""
         call, out = self.call, outputs[0]
         if call is None or not call.matches(values):
             call = self._make(op, values)
         if (call is None or not call.matches(values) or out.shape != (call.m, call.n)
                 or not plain_f32(out) or not out.flags.writeable):
-            return None
+            maker = replay_maker(self._generic)
+            return None if maker is None else maker(op, values, outputs)
         struct = call.struct
         if call.residual >= 0:
             struct = ffi.new("mg_epilogue *", call.struct[0])

@@ -43,7 +43,7 @@ from minigraph.backends.conv_gemm_grad import (
     from_channels_last,
     to_channels_last,
 )
-from minigraph.backends.gemm import frozen_cached, packed_b
+from minigraph.backends.gemm import PackedB, _frozen, frozen_cached, packed_b
 from minigraph.backends.native import (
     as_f32,
     attrs_fit_int32,
@@ -56,10 +56,11 @@ from minigraph.backends.native import (
     nhwc_dims,
     num_threads,
     output_array,
+    plain_f32,
     shaped,
     unshared,
 )
-from minigraph.backends.registry import register_kernel
+from minigraph.backends.registry import register_kernel, set_replay
 from minigraph.framework import dtypes, limits
 from minigraph.ops.convolution_ops import depthwise_geometry
 from minigraph.ops.window import Window, conv_geometry, sizes_to_shape, to_nhwc
@@ -959,18 +960,24 @@ def c_conv2d(x, f, pads, out_hw, channels_last, epilogue: Epilogue | None = None
     q * sw + j - left, ci] * f[i, j, ci, o]`` (zero outside x); then ``epilogue`` applied to
     each tile in registers (NHWC; it must fit the result); in ``out`` where it fits."""
     x, f = as_f32(x), as_f32(f)
+    sizes, shape = _direct_sizes(x, f, pads, out_hw, channels_last, strides)
+    y = output_array(out, shape, x, f)
+    c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(y.shape)
+    check_code(lib.mg_conv2d_forward(*sizes, fbuf(x), fbuf(f), fbuf(y), c_epilogue,
+                                     num_threads()), "Conv2D")
+    return y
+
+
+def _direct_sizes(x, f, pads, out_hw, channels_last, strides) -> tuple[tuple, tuple]:
+    """``mg_conv2d_forward``'s sizes (checked) and the result's shape."""
     check_rank4("Conv2D", x=x, filter=f)
     n, h, w, c = nhwc_dims(x.shape, channels_last)
     kh, kw, _, co = _c_filter("Conv2D", f, c, None)
     sh, sw, top, left, oh, ow = checked_sizes(
         "Conv2D", stride_h=strides[0], stride_w=strides[1], pad_top=pads[0][0],
         pad_left=pads[1][0], out_h=out_hw[0], out_w=out_hw[1])
-    y = output_array(out, shaped(n, oh, ow, co, channels_last), x, f)
-    c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(y.shape)
-    check_code(lib.mg_conv2d_forward(
-        n, h, w, c, kh, kw, co, sh, sw, top, left, oh, ow, int(channels_last), fbuf(x),
-        fbuf(f), fbuf(y), c_epilogue, num_threads()), "Conv2D")
-    return y
+    return ((n, h, w, c, kh, kw, co, sh, sw, top, left, oh, ow, int(channels_last)),
+            shaped(n, oh, ow, co, channels_last))
 
 
 def c_conv_gemm(x, f, window: Window, groups: int = 1,
@@ -983,6 +990,16 @@ def c_conv_gemm(x, f, window: Window, groups: int = 1,
     packed once when it is a constant; then ``epilogue`` (which must fit y) on each tile;
     in ``out`` where it fits."""
     x, f = as_f32(x), as_f32(f)
+    sizes, packing = _gemm_sizes(x, f, window, groups)
+    y = output_array(out, (x.shape[0], *window.out, f.shape[-1]), x, f)
+    c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(y.shape)
+    check_code(lib.mg_conv_gemm_forward(*sizes, fbuf(x), fbuf(packing.data), fbuf(y),
+                                        c_epilogue, num_threads()), "Conv2D")
+    return y
+
+
+def _gemm_sizes(x, f, window: Window, groups: int) -> tuple[tuple, PackedB]:
+    """``mg_conv_gemm_forward``'s sizes (checked) and the packed filter."""
     check_rank4("Conv2D", x=x, filter=f)
     n, h, w, c = x.shape
     kh, kw, cg, co = f.shape
@@ -996,12 +1013,47 @@ def c_conv_gemm(x, f, window: Window, groups: int = 1,
     packing = packed_b(f.reshape(kh * kw * cg, co), owner=f, groups=groups)
     if packing.data.size != groups * lib.mg_gemm_packed_floats(kh * kw * cg, co // groups):
         raise ValueError(f"native Conv2D: the packed filter does not hold {f.shape}")
-    y = output_array(out, (n, *window.out, co), x, f)
+    return (n, h, w, c, kh, kw, co, groups, *geometry), packing
+
+
+def conv_replay(op, values: list, outputs: list, epilogue: Epilogue | None = None):
+    """A channels-last Conv2D on fixed arrays (``registry.ReplayMaker``), ``epilogue`` (which
+    must fit) applied in its tiles: the GEMM or direct route's C call with its arguments made
+    once, for a frozen filter (packed and checked for non-finite weights once). None for
+    what ``conv2d_native`` would run otherwise (NCHW, the depthwise route, a fed filter)."""
+    x, f = values[:2]
+    y = outputs[0]
+    if (op.attrs["data_format"] != "NHWC" or not plain_f32(x) or x.ndim != 4 or not x.size
+            or type(f) is not np.ndarray or f.dtype != np.float32 or f.ndim != 4
+            or not _frozen(f) or not plain_f32(y) or not y.flags.writeable):
+        return None
+    window = _window(op, x.shape, f.shape)
+    if (0 in window.out or not _c_takes(window, x.shape, f.shape)
+            or padding_meets_filter(f, window) or y.shape != (x.shape[0], *window.out,
+                                                              f.shape[-1])
+            or epilogue is not None and not epilogue.fits(y.shape)):
+        return None
+    groups = groups_of(x.shape[-1], f)
+    route = forward_route(x.shape, f.shape, window, groups)
+    if route == "gemm":
+        sizes, packing = _gemm_sizes(x, f, window, groups)
+        call, weights, keep = lib.mg_conv_gemm_forward, packing.data, packing
+    elif route == "direct":
+        sizes, _ = _direct_sizes(x, f, window.pads, window.out, True, window.strides)
+        call, weights, keep = lib.mg_conv2d_forward, f, None
+    else:
+        return None
     c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(y.shape)
-    check_code(lib.mg_conv_gemm_forward(n, h, w, c, kh, kw, co, groups, *geometry, fbuf(x),
-                                        fbuf(packing.data), fbuf(y), c_epilogue,
-                                        num_threads()), "Conv2D")
-    return y
+    args = (*sizes, fbuf(x), fbuf(weights), fbuf(y), c_epilogue, num_threads())
+
+    def replayed() -> None:
+        check_code(call(*args), "Conv2D")
+
+    replayed.keep = (values, outputs, epilogue, keep)
+    return replayed
+
+
+set_replay(conv2d_native, conv_replay)
 
 
 def c_conv2d_backprop_input(dy, f, input_hw, pads, channels_last, out=None):

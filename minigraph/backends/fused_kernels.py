@@ -27,9 +27,20 @@ import numpy as np
 
 from minigraph import backends
 from minigraph.backends.activation_kernels import Epilogue, c_channel_epilogue
-from minigraph.backends.convolution_kernels import conv2d_native, conv2d_native_epilogue
+from minigraph.backends.convolution_kernels import (
+    conv2d_native,
+    conv2d_native_epilogue,
+    conv_replay,
+)
+from minigraph.backends.gemm import _frozen
 from minigraph.backends.nn_kernels import matmul_native, matmul_native_epilogue
-from minigraph.backends.registry import KernelContext, KernelDef, get_kernel, register_kernel
+from minigraph.backends.registry import (
+    KernelContext,
+    KernelDef,
+    get_kernel,
+    register_kernel,
+    set_replay,
+)
 from minigraph.framework import dtypes
 from minigraph.framework.graph import Operation
 from minigraph.ops.fused_ops import HEADS, Prepared, member_values, prepare
@@ -106,6 +117,31 @@ def fused_native(op, inputs, ctx, out=None):
             c_channel_epilogue(y, epilogue)
             return [y]
     return [run_members(pairs, ctx, np.asarray(y))]
+
+
+def fused_replay(op, values: list, outputs: list):
+    """A fused convolution on fixed arrays (``registry.ReplayMaker``): where
+    ``fused_native`` applies the whole chain as the convolution's epilogue and every stage
+    input but a residual is frozen (its vectors then never change), the convolution's
+    replay with that epilogue; None otherwise (``fused_native`` then runs at each call)."""
+    prepared = prepare(op, values)
+    plan = prepared.cache.get("native")
+    if plan is None or plan.variant is not conv2d_native_epilogue or not plan.epilogue:
+        return None
+    pairs = member_values(op, values, prepared)
+    epilogue = epilogue_of(pairs, prepared)
+    if epilogue is None:
+        return None
+    for member, args in pairs[1:]:
+        for value in args:
+            residual = member.type == "AddV2" and epilogue.residual is value
+            if not residual and (type(value) is not np.ndarray or not _frozen(value)):
+                return None
+    head, head_inputs = pairs[0]
+    return conv_replay(head, head_inputs, outputs, epilogue)
+
+
+set_replay(fused_native, fused_replay)
 
 
 class _NativePlan:
