@@ -18,8 +18,8 @@ formula is at hand, with numpy:
 * an index out of range in the middle of a replayed loop (the op's own error, and the next run
   is right);
 * a fed invariant that changes from run to run, other thread counts, several threads at once;
-* bodies the replay refuses (a variable that grows, a random op): the same values as without
-  it, the random stream included;
+* bodies the replay refuses (a variable that grows, a random op, values beyond its memory
+  cap): the same values as without it, the random stream included;
 * the Keras zoo's recurrent layers (TensorFlow's frozen graphs, ``oracle``).
 """
 
@@ -459,6 +459,23 @@ def test_a_variable_that_grows_is_not_replayed_and_runs_right(replayed_steps):
         np.testing.assert_array_equal(got, np.concatenate([x] + [x[:, :1]] * steps, axis=1))
         assert got.tobytes() == unbound.Run(feeds, "out0:0").tobytes()
     assert not replayed_steps
+
+
+def test_a_body_whose_values_exceed_the_memory_cap_is_not_replayed(replayed_steps,
+                                                                   monkeypatch):
+    graph, _ = lstm_like_loop()
+    replaying, unbound = sessions(graph)
+    feeds = loop_feeds(np.random.default_rng(2), 2, 2, 8, 6)
+    monkeypatch.setattr(replay_module, "MAX_BYTES", 1000)  # the LSTM's values take more
+    for _ in range(3):
+        assert_same_bits(replaying.Run(feeds, ["out0:0", "stacked:0"]),
+                         unbound.Run(feeds, ["out0:0", "stacked:0"]))
+    assert not replayed_steps
+    monkeypatch.setattr(replay_module, "MAX_BYTES", 1 << 24)
+    replaying, _ = sessions(graph)
+    for _ in range(3):
+        replaying.Run(feeds, ["out0:0", "stacked:0"])
+    assert replayed_steps
 
 
 def test_a_random_op_in_the_body_is_not_replayed_and_keeps_its_stream(replayed_steps):

@@ -31,7 +31,9 @@ by identity and keep their packing).
 A body is replayed only where nothing in it depends on more than its inputs and the signature
 fixes every shape: no stateful op (random ops, variables), no step whose results' shapes
 depend on data (a guard), no zero-copy concat. The trial iteration has no effect outside the
-replay.
+replay. Its buffers are not shared between values as a bound program's arena shares them:
+a body whose values take more than :data:`MAX_BYTES` is not replayed (its steps' work then
+dwarfs the Python around them anyway).
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ from minigraph.backends.gemm import _frozen
 from minigraph.backends.native import num_threads
 from minigraph.backends.registry import replay_maker, store_results
 from minigraph.client import executor
+
+# the most memory a replay's own buffers may take (a recurrent cell's values take a few
+# hundred KiB at batch 32)
+MAX_BYTES = 1 << 24
 
 
 class LoopReplay:
@@ -155,8 +161,12 @@ def build(bound: executor.BoundProgram, constants: dict, input_keys: Sequence,
                                                    if _frozen(value)})
     sources = [("value", fixed[where]) if kind == "register" and where in fixed
                else (kind, where) for kind, where in sources]
+    live = {register for entry in program for register in entry[5]}
+    held = [registers[register] for register in live] + [value for value in values] * 2
+    if sum(value.nbytes for value in held) > MAX_BYTES:
+        return None
     scratch = {register: np.empty(registers[register].shape, registers[register].dtype)
-               for entry in program for register in entry[5]}
+               for register in live}
     made = [_parity(parity, program, sources, carried, {**borrowed, **owned}, fixed, scratch,
                     bound.preset, index_of, session) for parity in (0, 1)]
     return LoopReplay(*zip(*made), carried, owned, borrowed)
