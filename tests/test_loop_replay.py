@@ -9,10 +9,11 @@ formula is at hand, with numpy:
 
 * generated loops (hypothesis): 1-3 carried variables of shape [B, C] and a counter, bodies of
   every op the replay makes its own call for (matmuls with a frozen weight or one sliced from
-  it in the body, which runs once, BiasAdd, the activations and arithmetic of elementwise
-  groups, Split and ConcatV2, SelectV2 on a comparison, Tile, a GatherV2 of the step's row of
-  a fed sequence) and of ops it runs as kernels; variables passed on unchanged, swapped or
-  written to a list; many runs with other values and trip counts;
+  it in the body, which runs once, fused with a bias that changes at every step, BiasAdd,
+  the activations and arithmetic of elementwise groups, Split and ConcatV2, SelectV2 on a
+  comparison, Tile, a GatherV2 of the step's row of a fed sequence) and of ops it runs as
+  kernels; variables passed on unchanged, swapped or written to a list; many runs with other
+  values and trip counts;
 * an LSTM cell against float64 formulas, its written list's items from the replay's buffers
   (each row its own); convolutions with a fused bias and residual on both of their routes;
 * an index out of range in the middle of a replayed loop (the op's own error, and the next run
@@ -133,8 +134,8 @@ def expression(draw: Any, body: Body, count: int, depth: int) -> str:
         return body.op("GatherV2", ["loop/seq", "loop/i/body", axis],
                        Tparams=("type", FLOAT), Tindices=("type", INT32),
                        Taxis=("type", INT32), batch_dims=0)
-    kind = draw(st.sampled_from(["unary", "binary", "matmul", "sliced", "bias", "split",
-                                 "select", "tile", "copy"]))
+    kind = draw(st.sampled_from(["unary", "binary", "matmul", "sliced", "bias", "moving_bias",
+                                 "split", "select", "tile", "copy"]))
     a = expression(draw, body, count, depth - 1)
     f32 = {"T": ("type", FLOAT)}
     if kind == "unary":
@@ -155,6 +156,14 @@ def expression(draw: Any, body: Body, count: int, depth: int) -> str:
         weight = body.op("Slice", [body.weight((c, 2 * c)), begin, size], T=("type", FLOAT),
                          Index=("type", INT32))
         return body.op("MatMul", [a, weight], transpose_a=False, transpose_b=False, **f32)
+    if kind == "moving_bias":  # a fused matmul's bias that changes from step to step
+        c = body.channels
+        mean = body.op("Mean", [expression(draw, body, count, depth - 1),
+                                body.inner_const(f"axes{next(body.names)}", np.int32([0]))],
+                       keep_dims=False, Tidx=("type", INT32), **f32)
+        product = body.op("MatMul", [a, body.weight((c, c))], transpose_a=False,
+                          transpose_b=False, **f32)
+        return body.op("BiasAdd", [product, mean], data_format="NHWC", **f32)
     if kind == "bias":
         return body.op("BiasAdd", [a, body.weight((body.channels,))], data_format="NHWC",
                        **f32)

@@ -111,7 +111,8 @@ class _Bound:
         self.fresh = False
         return result
 
-    def replay(self, op: Operation, values: list, outputs: list) -> Callable[[], None] | None:
+    def replay(self, op: Operation, values: list, outputs: list, ctx: Any
+               ) -> Callable[[], None] | None:
         """The fast call on fixed arrays (``registry.ReplayMaker``): the GEMM's arguments
         made once; each call checks the stage inputs' bytes as :meth:`_Call.matches` does
         and runs the generic kernel where they changed. The entry's fast call where these
@@ -123,7 +124,7 @@ class _Bound:
         if (call is None or not call.matches(values) or out.shape != (call.m, call.n)
                 or not plain_f32(out) or not out.flags.writeable):
             maker = replay_maker(self._generic)
-            return None if maker is None else maker(op, values, outputs)
+            return None if maker is None else maker(op, values, outputs, ctx)
         struct = call.struct
         if call.residual >= 0:
             struct = ffi.new("mg_epilogue *", call.struct[0])
@@ -136,7 +137,7 @@ class _Bound:
         def replayed() -> None:
             for value, data in fixed:
                 if value.tobytes() != data:
-                    np.copyto(out, self(op, values, None)[0])
+                    np.copyto(out, self(op, values, ctx)[0])
                     return
             check_code(gemm(*args), "GEMM")
 

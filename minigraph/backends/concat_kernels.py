@@ -124,7 +124,7 @@ def split(op, inputs, ctx):
     return _pieces(*_split_sizes(op, inputs))
 
 
-def _split_replay(op, values: list, outputs: list):
+def _split_replay(op, values: list, outputs: list, ctx):
     """Split or SplitV on fixed arrays (``registry.ReplayMaker``): each output a copy of its
     view of the input, the views made once; a call whose axis or sizes (inputs, usually
     constants) hold other values than when made runs the kernel."""
@@ -142,7 +142,7 @@ def _split_replay(op, values: list, outputs: list):
             for out, view in pairs:
                 np.copyto(out, view)
         else:
-            store_results(op, outputs, split(op, values, None))
+            store_results(op, outputs, split(op, values, ctx))
 
     return replayed
 

@@ -1016,7 +1016,7 @@ def _gemm_sizes(x, f, window: Window, groups: int) -> tuple[tuple, PackedB]:
     return (n, h, w, c, kh, kw, co, groups, *geometry), packing
 
 
-def conv_replay(op, values: list, outputs: list, epilogue: Epilogue | None = None):
+def conv_replay(op, values: list, outputs: list, ctx=None, epilogue: Epilogue | None = None):
     """A channels-last Conv2D on fixed arrays (``registry.ReplayMaker``), ``epilogue`` (which
     must fit) applied in its tiles: the GEMM or direct route's C call with its arguments made
     once, for a frozen filter (packed and checked for non-finite weights once). None for

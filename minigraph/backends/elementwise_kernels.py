@@ -86,11 +86,11 @@ def _predicate_replay(function: np.ufunc) -> Callable:
     precision, which it compares in float32)."""
     maker = same_dtype_replay(function)
 
-    def predicate_maker(op, values: list, outputs: list) -> Callable[[], None] | None:
+    def predicate_maker(op, values: list, outputs: list, ctx=None) -> Callable[[], None] | None:
         dtype = values[0].dtype
         if outputs[0].dtype != np.bool_ or not (dtype.kind in "iub" or dtype in _EXACT_FLOATS):
             return None
-        return maker(op, values, outputs)
+        return maker(op, values, outputs, ctx)
 
     return predicate_maker
 
@@ -218,7 +218,7 @@ def select_v2(op, inputs, ctx):
     return [np.where(*inputs)]
 
 
-def _select_replay(op, values: list, outputs: list) -> Callable[[], None] | None:
+def _select_replay(op, values: list, outputs: list, ctx) -> Callable[[], None] | None:
     """Select or SelectV2 on fixed arrays (``registry.ReplayMaker``): 'e' copied into the
     output, then 't' where the condition holds (``np.where``'s elements, its bits), for a
     bool condition and branches of the output's dtype."""

@@ -119,7 +119,7 @@ def fused_native(op, inputs, ctx, out=None):
     return [run_members(pairs, ctx, np.asarray(y))]
 
 
-def fused_replay(op, values: list, outputs: list):
+def fused_replay(op, values: list, outputs: list, ctx):
     """A fused convolution on fixed arrays (``registry.ReplayMaker``): where
     ``fused_native`` applies the whole chain as the convolution's epilogue and every stage
     input but a residual is frozen (its vectors then never change), the convolution's
@@ -138,7 +138,7 @@ def fused_replay(op, values: list, outputs: list):
             if not residual and (type(value) is not np.ndarray or not _frozen(value)):
                 return None
     head, head_inputs = pairs[0]
-    return conv_replay(head, head_inputs, outputs, epilogue)
+    return conv_replay(head, head_inputs, outputs, ctx, epilogue)
 
 
 set_replay(fused_native, fused_replay)

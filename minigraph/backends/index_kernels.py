@@ -38,7 +38,7 @@ def gather_v2(op, inputs, ctx):
     return [out.reshape(batch + out.shape[1:])]
 
 
-def _gather_replay(op, values: list, outputs: list):
+def _gather_replay(op, values: list, outputs: list, ctx):
     """GatherV2 of one index on fixed arrays (``registry.ReplayMaker``), a recurrent loop's
     read of its input at step i: the row copied where the index is in range and the axis as
     when made; otherwise the kernel after the op's own check, which raises its error."""
@@ -61,7 +61,7 @@ def _gather_replay(op, values: list, outputs: list):
             np.copyto(out, params[(*before, index)])
         else:
             op.op_def.validate(RunContext(op), values)
-            store_results(op, outputs, gather_v2(op, values, None))
+            store_results(op, outputs, gather_v2(op, values, ctx))
 
     return replayed
 

@@ -98,7 +98,7 @@ def tile(op, inputs, ctx):
     return [np.tile(x, multiples.tolist()) if x.ndim else x.copy()]
 
 
-def _tile_replay(op, values: list, outputs: list):
+def _tile_replay(op, values: list, outputs: list, ctx):
     """Tile on fixed arrays (``registry.ReplayMaker``): x broadcast into the output seen as
     [m0, d0, m1, d1, ...] (``np.tile``'s copies); a call whose multiples hold other values
     than when made runs the kernel."""
@@ -117,7 +117,7 @@ def _tile_replay(op, values: list, outputs: list):
         if multiples.tobytes() == made:
             np.copyto(target, source)
         else:
-            store_results(op, outputs, tile(op, values, None))
+            store_results(op, outputs, tile(op, values, ctx))
 
     return replayed
 

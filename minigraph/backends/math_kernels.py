@@ -42,7 +42,7 @@ def same_dtype_replay(function: np.ufunc) -> Callable:
     """The replay maker (``registry.ReplayMaker``) of a kernel computing the ufunc
     ``function`` in its inputs' own dtype: the ufunc into the fixed output, where every input
     has the output's dtype and ``kinds`` (a loop counter's integer add, its comparison)."""
-    def maker(op, values: list, outputs: list) -> Callable[[], None] | None:
+    def maker(op, values: list, outputs: list, ctx=None) -> Callable[[], None] | None:
         out = outputs[0]
         if (any(type(v) is not np.ndarray or v.dtype != values[0].dtype for v in values)
                 or type(out) is not np.ndarray or not out.flags.writeable
@@ -58,10 +58,10 @@ def _integer_replay(function: np.ufunc) -> Callable:
     computes floats under its error state and rounding rules)."""
     maker = same_dtype_replay(function)
 
-    def integer_maker(op, values: list, outputs: list) -> Callable[[], None] | None:
+    def integer_maker(op, values: list, outputs: list, ctx=None) -> Callable[[], None] | None:
         if outputs[0].dtype.kind not in "iu" or values[0].dtype != outputs[0].dtype:
             return None
-        return maker(op, values, outputs)
+        return maker(op, values, outputs, ctx)
 
     return integer_maker
 
@@ -565,7 +565,7 @@ def register_native_binary(op_type: str, c_name: str) -> None:
     kernel.__name__ = f"{c_name}_native"
     register_kernel(op_type, backend="native", dtypes=(dtypes.float32,),
                     inplace=(0, 1))(kernel)
-    set_replay(kernel, lambda op, values, outputs: broadcast_replay(c_name, *values,
+    set_replay(kernel, lambda op, values, outputs, ctx: broadcast_replay(c_name, *values,
                                                                     outputs[0]))
 
 

@@ -87,7 +87,7 @@ def bias_add_native(op, inputs, ctx, out=None):
     return bias_add(op, inputs, ctx) if z is None else [z]
 
 
-def _bias_add_replay(op, values: list, outputs: list):
+def _bias_add_replay(op, values: list, outputs: list, ctx):
     """``bias_add_native`` on fixed arrays (``registry.ReplayMaker``)."""
     value, bias = values
     axis = bias_channel_axis(op.attrs["data_format"], value.ndim)

@@ -167,11 +167,12 @@ def set_bound(kernel: Kernel, factory: Callable[[Operation], Kernel]) -> None:
                          for entry in entries]
 
 
-# A replay maker: ``maker(op, inputs, outputs)`` for fixed arrays (a loop body replayed over
-# buffers of its own, ``client/replay.py``) returns a function of no arguments that computes
-# the kernel's results for the values ``inputs`` hold at each call into ``outputs`` (the
-# kernel's bits), or None where it does not take these arrays.
-ReplayMaker = Callable[[Operation, list, list], Callable[[], None] | None]
+# A replay maker: ``maker(op, inputs, outputs, ctx)`` for fixed arrays (a bound program
+# replayed over buffers of its own, ``client/replay.py``; ``ctx`` the kernel's context)
+# returns a function of no arguments that computes the kernel's results for the values
+# ``inputs`` hold at each call into ``outputs`` (the kernel's bits), or None where it does
+# not take these arrays.
+ReplayMaker = Callable[[Operation, list, list, Any], Callable[[], None] | None]
 _REPLAYS: dict[Any, tuple[ReplayMaker, bool]] = {}
 
 

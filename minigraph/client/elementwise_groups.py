@@ -68,7 +68,8 @@ class Group:
             registers.append(np.asarray(result))
         return [registers[i] for i in self.outputs]
 
-    def replay(self, op: Any, values: list, outputs: list) -> Callable[[], None] | None:
+    def replay(self, op: Any, values: list, outputs: list, ctx: Any
+               ) -> Callable[[], None] | None:
         """The group's replay (``registry.ReplayMaker``): the program on fixed arrays, or,
         where C declines a call, the members' kernels with the results copied out."""
         program = self.program.replay(values, outputs)
@@ -77,7 +78,7 @@ class Group:
 
         def replayed() -> None:
             if not program():
-                for out, result in zip(outputs, self(op, values, None)):
+                for out, result in zip(outputs, self(op, values, ctx)):
                     np.copyto(out, result)
 
         return replayed

@@ -50,8 +50,8 @@ from minigraph.backends.registry import replay_maker, store_results
 from minigraph.client import executor
 
 # the most memory a replay's own buffers may take (a recurrent cell's values take a few
-# hundred KiB at batch 32)
-MAX_BYTES = 1 << 24
+# hundred KiB at batch 32, MobileNetV2's at 96 x 96 and batch 2 ... MiB)
+MAX_BYTES = 1 << 25
 
 
 class LoopReplay:
@@ -111,13 +111,67 @@ class LoopReplay:
                 for k, value in enumerate(values)]
 
 
+class ReplayCache:
+    """The replay of a plan's bound program for one way of feeding it, kept while the plan
+    keeps that program: ``carried`` leading inputs are loop variables (fetch k is variable
+    k's next value), the others values it only reads (a loop's body: every input a
+    variable; a session's run: none)."""
+
+    def __init__(self, carried: int) -> None:
+        self.carried = carried
+        self.made: tuple | None = None  # (bound program, its replay or None)
+        self.building = threading.Lock()
+
+    def started(self, plan: Any, keys: Sequence, fetch_keys: Sequence,
+                values: Sequence[Any], session: Any) -> LoopReplay | None:
+        """The replay of ``plan``'s bound program (``session._Plan``), made for ``values``
+        (fed as ``keys``) if need be, started on them and held by the caller (who releases
+        its ``lock``); None: the plan does not run bound for these values yet (its first
+        runs bind and plan it), its program may not be replayed, or another thread holds
+        the replay."""
+        bound, folded = plan.bound, plan.folded
+        if (bound is None or bound.arena is None or bound.stale or folded is None
+                or bound.steps is not folded[1]):
+            return None
+        made = self.made
+        fresh = made is None or made[0] is not bound
+        if fresh:
+            made = self._build(plan, bound, keys, fetch_keys, values, session)
+        found = None if made is None else made[1]
+        if found is None or not found.lock.acquire(blocking=False):
+            return None
+        if found.start(values):
+            return found
+        found.lock.release()
+        if fresh:  # made for these very values, which it does not take
+            return None
+        self.made = None  # made for other read-only arrays: make it anew
+        return self.started(plan, keys, fetch_keys, values, session)
+
+    def _build(self, plan: Any, bound: Any, keys: Sequence, fetch_keys: Sequence,
+               values: Sequence[Any], session: Any) -> tuple | None:
+        """``(bound, its replay for values)``, kept; None when another thread is building
+        or the values do not have the signature ``bound`` was made for."""
+        if not self.building.acquire(blocking=False):
+            return None
+        try:
+            if plan._signature(dict(zip(keys, values)), session) != bound.signature:
+                return None
+            self.made = (bound, build(bound, plan.folded[0], keys, fetch_keys, values,
+                                      session, self.carried))
+            return self.made
+        finally:
+            self.building.release()
+
+
 def build(bound: executor.BoundProgram, constants: dict, input_keys: Sequence,
-          fetch_keys: Sequence, values: Sequence[Any], session: Any) -> LoopReplay | None:
-    """The replay of ``bound`` (planned: its first run done) for the loop variables
-    ``values``, fed as ``input_keys``; fetch k < len(values) is variable k's next value.
-    ``constants``: the values of the plan's constant keys. None where the body may not be
-    replayed (see the module docstring) or its trial iteration raised (the iteration then
-    runs as always, and raises in its place)."""
+          fetch_keys: Sequence, values: Sequence[Any], session: Any,
+          carried: int) -> LoopReplay | None:
+    """The replay of ``bound`` (planned: its first run done) for the input ``values``, fed
+    as ``input_keys``, of which the first ``carried`` are loop variables: fetch k <
+    ``carried`` is variable k's next value. ``constants``: the values of the plan's
+    constant keys. None where the program may not be replayed (see the module docstring) or
+    its trial run raised (the run then goes as always, and raises in its place)."""
     program = bound.program
     if bound.preloads or bound.arena is None or not _replayable(program):
         return None
@@ -140,18 +194,18 @@ def build(bound: executor.BoundProgram, constants: dict, input_keys: Sequence,
     sources = [_source(key, index_of, constants, fetched, written) for key in fetch_keys]
     if None in sources or any(type(v) is not np.ndarray for v in values):
         return None
-    count = len(values)
-    unchanged = [k for k in range(count) if sources[k] == ("input", k)]
+    unchanged = {k for k in range(len(values))
+                 if k >= carried or sources[k] == ("input", k)}
     borrowed = {k: values[k] for k in unchanged if _frozen(values[k])}
     owned = {k: np.array(values[k]) for k in unchanged if k not in borrowed}
-    carried = {}
-    for k in range(count):
+    buffers = {}  # loop variable -> its two buffers
+    for k in range(carried):
         if k in unchanged:
             continue
         after = _value(sources[k], registers, values)
         if after.shape != values[k].shape or after.dtype != values[k].dtype:
             return None  # a variable whose shape changes from iteration to iteration
-        carried[k] = (np.empty(values[k].shape, values[k].dtype),
+        buffers[k] = (np.empty(values[k].shape, values[k].dtype),
                       np.empty(values[k].shape, values[k].dtype))
     for register, key in bound.preset:
         k = index_of.get(key)
@@ -167,9 +221,11 @@ def build(bound: executor.BoundProgram, constants: dict, input_keys: Sequence,
         return None
     scratch = {register: np.empty(registers[register].shape, registers[register].dtype)
                for register in live}
-    made = [_parity(parity, program, sources, carried, {**borrowed, **owned}, fixed, scratch,
-                    bound.preset, index_of, session) for parity in (0, 1)]
-    return LoopReplay(*zip(*made), carried, owned, borrowed)
+    made = [_parity(parity, program, sources, buffers, {**borrowed, **owned}, fixed, scratch,
+                    bound.preset, index_of, session) for parity in ((0, 1) if buffers else (0,))]
+    if not buffers:  # nothing changes from one run to the next: one program serves both
+        made.append(made[0])
+    return LoopReplay(*zip(*made), buffers, owned, borrowed)
 
 
 def _replayable(program: list[tuple]) -> bool:
@@ -272,9 +328,11 @@ def _step(entry: tuple, ins: list, outs: list, session: Any) -> Callable[[], Non
     """The function running one entry on fixed arrays: its kernel's replay where one takes
     them, else the entry's call with its results copied into ``outs``."""
     kind, call, op, ctx, _, _, _, extra = entry
-    maker = (replay_maker(extra.kernel, validating=True) if kind == executor._GENERIC
-             else replay_maker(call))
-    replayed = maker(op, ins, outs) if maker is not None else None
+    if kind == executor._GENERIC:
+        maker, context = replay_maker(extra.kernel, validating=True), extra.kernel_context
+    else:
+        maker, context = replay_maker(call), ctx
+    replayed = maker(op, ins, outs, context) if maker is not None else None
     if replayed is not None:
         return replayed
     if kind == executor._GENERIC:

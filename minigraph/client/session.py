@@ -36,8 +36,7 @@ from minigraph.backends import opencl  # pyopencl itself is imported when a devi
 from minigraph.backends.registry import Kernel, KernelContext, KernelDef, get_kernel
 from minigraph.client import executor, memory, planner
 from minigraph.client.options import OptimizerOptions
-from minigraph.client.replay import LoopReplay
-from minigraph.client.replay import build as build_replay
+from minigraph.client.replay import LoopReplay, ReplayCache
 from minigraph.client.state import SessionState
 from minigraph.framework import dtypes
 from minigraph.framework.errors import (
@@ -274,6 +273,7 @@ class _Plan(list):
             or (step.op.type == "Assign" and not step.op.attrs["validate_shape"])
             for step in steps)
         self.bound: executor.BoundProgram | None = None  # the steps compiled for a signature
+        self.replays = ReplayCache(carried=0)  # the bound program's replay for Run
         self.feeds: dict[Output, Output] = {}  # each fed Output -> its key's in the plan
 
     def _release(self, steps: list) -> tuple[tuple, ...]:
@@ -291,7 +291,23 @@ class _Plan(list):
                 maker.region = (group, index)
         return memory_plan.release
 
-    def run(self, env: dict, session: ClientSession, metadata: RunMetadata | None) -> None:
+    def _replayed(self, env: dict, session: ClientSession) -> bool:
+        """Run the bound program's replay (``client/replay.py``) on the fed values of
+        ``env``, storing copies of the fetched values there; False where there is none."""
+        replay = self.replays.started(self, self.fed_keys, self.fetch_keys,
+                                      [env[key] for key in self.fed_keys], session)
+        if replay is None:
+            return False
+        try:
+            env.update(zip(self.fetch_keys, [np.array(value) for value in replay.step()]))
+        finally:
+            replay.lock.release()
+        return True
+
+    def run(self, env: dict, session: ClientSession, metadata: RunMetadata | None,
+            replay: bool = False) -> None:
+        """One run of the plan; ``replay``: a session's run, which may replay the bound
+        program (a loop's body replays through ``PreparedRun.replay`` instead)."""
         folded = self.folded
         if folded is None:
             steps, release = self, self.release
@@ -302,6 +318,8 @@ class _Plan(list):
         bound = self.bound
         if (metadata is None and signature is not None and bound is not None
                 and bound.signature == signature and bound.steps is steps):
+            if replay and session.optimizer.replay and self._replayed(env, session):
+                return
             bound.run(env, session)
             if bound.stale:  # a shape the signature did not fix changed: bind anew
                 self.bound = None
@@ -653,9 +671,9 @@ class ClientSession:
         env.update(((plan.feeds[output], self.host), value) for output, value in fed.items())
         if plan.updates_state:  # one training step at a time: see ``_Plan``
             with self.state.step_lock:
-                plan.run(env, self, run_metadata)
+                plan.run(env, self, run_metadata, replay=True)
         else:
-            plan.run(env, self, run_metadata)
+            plan.run(env, self, run_metadata, replay=True)
         results = [env[key] for key in fetch_keys]
         return results[0] if single else results
 
@@ -716,8 +734,7 @@ class PreparedRun:
     def __init__(self, session: ClientSession, plan: _Plan, keys: list, fetch_keys: list
                  ) -> None:
         self.session, self.plan, self.keys, self.fetch_keys = session, plan, keys, fetch_keys
-        self._replay: tuple[Any, LoopReplay | None] | None = None  # (bound, its replay)
-        self._building = threading.Lock()
+        self._replays = ReplayCache(carried=len(keys))
 
     def __call__(self, values: Sequence[Any]) -> list:
         env: dict[_Key | None, Any] = {None: None}
@@ -726,41 +743,11 @@ class PreparedRun:
         return [env[key] for key in self.fetch_keys]
 
     def replay(self, values: Sequence[Any]) -> LoopReplay | None:
-        """The replay of the plan's bound program, started on ``values`` and held by the
-        caller (who releases its ``lock``), or None: the plan does not run bound for these
-        values yet (its first runs bind and plan it), it may not be replayed, or another
-        thread holds it."""
-        plan = self.plan
-        bound, folded = plan.bound, plan.folded
-        if (bound is None or bound.arena is None or bound.stale or folded is None
-                or bound.steps is not folded[1]):
+        """The replay of the plan's bound program (every feed a loop variable whose next
+        value is the fetch of its position), started on ``values`` and held by the caller
+        (who releases its ``lock``); None where there is none (see
+        :meth:`ReplayCache.started`) or the session's options turn replays off."""
+        if not self.session.optimizer.replay:
             return None
-        made = self._replay
-        fresh = made is None or made[0] is not bound
-        if fresh:
-            made = self._build(bound, values)
-        found = None if made is None else made[1]
-        if found is None or not found.lock.acquire(blocking=False):
-            return None
-        if found.start(values):
-            return found
-        found.lock.release()
-        if fresh:  # made for these very values, which it does not take
-            return None
-        self._replay = None  # made for other arrays passed on unchanged: make it anew
-        return self.replay(values)
-
-    def _build(self, bound: Any, values: Sequence[Any]) -> tuple | None:
-        """``(bound, its replay for values)``, kept; None when another thread is building
-        or the values do not have the signature ``bound`` was made for."""
-        if not self._building.acquire(blocking=False):
-            return None
-        try:
-            env = dict(zip(self.keys, values))
-            if self.plan._signature(env, self.session) != bound.signature:
-                return None
-            self._replay = (bound, build_replay(bound, self.plan.folded[0], self.keys,
-                                                self.fetch_keys, values, self.session))
-            return self._replay
-        finally:
-            self._building.release()
+        return self._replays.started(self.plan, self.keys, self.fetch_keys, values,
+                                     self.session)

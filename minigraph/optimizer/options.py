@@ -48,7 +48,12 @@ class OptimizerOptions:
       ``client/elementwise_groups.py``): run each group of native float32 elementwise steps
       that feed each other (activations, their gradients, binary arithmetic, a channels-last
       bias add) as one pass over their inputs, bit for bit the steps' values; needs
-      ``memory_planner``.
+      ``memory_planner``;
+    * ``replay`` (a bound plan's run, see ``client/replay.py``): once a plan runs bound,
+      replay its program over buffers of its own, each kernel's C call made with arguments
+      made once, bit for bit the bound run's values: a loop's body (steps whose inputs do
+      not change run once per loop) and a session's run of a small program (at most
+      ``replay.MAX_BYTES`` of values); needs ``memory_planner``.
     """
 
     pruning: bool = True
@@ -60,6 +65,7 @@ class OptimizerOptions:
     fold_batch_norm: bool = False
     memory_planner: bool = True
     elementwise_groups: bool = True
+    replay: bool = True
 
     def __post_init__(self) -> None:
         for item in fields(self):
