@@ -1,0 +1,235 @@
+"""A session's bound run replayed over buffers of its own (``client/replay.py``,
+``OptimizerOptions.replay``).
+
+Sessions here bind (``check_outputs=False``); a spy on :meth:`LoopReplay.step` shows whether
+runs were replayed. Each case compares the replayed session's outputs bit for bit with a
+session that runs every step unbound (``OptimizerOptions.all_off()``):
+
+* the Keras zoo (TensorFlow's frozen graphs, ``oracle``): every CI application and layer
+  block, runs with new values each time;
+* hand-built graphs: returned arrays are fresh and never written by a later run, feeds are
+  never written, read-only feeds (used as they are) that change from run to run, a batch
+  size that changes (the plan binds anew and replays again), an index out of range (the
+  op's own error), several threads at once, and the runs that do not replay: the option off,
+  ``RunMetadata``, a training step (variables), a program beyond the memory cap.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from conftest import NATIVE_AVAILABLE
+
+import minigraph as mg
+from minigraph import ops
+from minigraph.client import replay as replay_module
+from minigraph.framework.errors import InvalidArgumentError
+
+pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="the native kernels' replays")
+F32 = np.float32
+
+
+@pytest.fixture
+def replayed(monkeypatch):
+    """A list that grows by one entry per replayed run."""
+    runs: list[int] = []
+    step = replay_module.LoopReplay.step
+
+    def counted(self):
+        runs.append(1)
+        return step(self)
+
+    monkeypatch.setattr(replay_module.LoopReplay, "step", counted)
+    return runs
+
+
+def sessions(root) -> tuple[mg.ClientSession, mg.ClientSession]:
+    return (mg.ClientSession(root, backend="native", check_outputs=False),
+            mg.ClientSession(root, backend="native", check_outputs=False,
+                             optimizer=mg.OptimizerOptions.all_off()))
+
+
+def same_bits(a: list, b: list) -> bool:
+    return all(x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+               for x, y in zip(a, b))
+
+
+def small_net():
+    """A convolution, a group of elementwise ops, a gather of fed rows and a matmul."""
+    rng = np.random.default_rng(0)
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[None, 6, 6, 3])
+    rows = ops.Placeholder(root.WithOpName("rows"), mg.int32, shape=[None])
+    f = rng.standard_normal((3, 3, 3, 8)).astype(F32)
+    y = ops.Relu(root, ops.BiasAdd(root, ops.Conv2D(root, x, f, [1, 1, 1, 1], "SAME"),
+                                   rng.standard_normal(8).astype(F32)))
+    flat = ops.Reshape(root, y, np.array([-1, 6 * 6 * 8], np.int32))
+    picked = ops.GatherV2(root, flat, rows, np.int32(0))
+    logits = ops.MatMul(root, picked, rng.standard_normal((6 * 6 * 8, 5)).astype(F32))
+    out = ops.Tanh(root.WithOpName("out"), ops.Mul(root, logits, logits))
+    return root, x, rows, out, y
+
+
+def feeds_for(x, rows, batch: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return {x: rng.standard_normal((batch, 6, 6, 3)).astype(F32),
+            rows: rng.integers(0, batch, 3).astype(np.int32)}
+
+
+def test_replayed_runs_give_the_unbound_bits_and_fresh_arrays(replayed):
+    root, x, rows, out, y = small_net()
+    replaying, unbound = sessions(root)
+    kept = []
+    for run in range(6):
+        feeds = feeds_for(x, rows, 2, run)
+        fed = {key: value.copy() for key, value in feeds.items()}
+        got = replaying.Run(feeds, [out, y])
+        assert same_bits(got, unbound.Run(feeds, [out, y]))
+        assert all(np.array_equal(feeds[key], fed[key]) for key in feeds)  # not written
+        kept.append((got, [a.copy() for a in got]))
+    assert len(replayed) >= 3
+    for got, copy in kept:  # what a run returned stays as it was
+        assert same_bits(got, copy)
+    a, b = kept[-1][0][0], kept[-2][0][0]
+    assert not np.shares_memory(a, b)
+    a[...] = 7  # a caller writes into a result: the next run does not see it
+    feeds = feeds_for(x, rows, 2, 99)
+    assert same_bits(replaying.Run(feeds, [out, y]), unbound.Run(feeds, [out, y]))
+
+
+def test_a_new_batch_size_binds_anew_and_replays_again(replayed):
+    root, x, rows, out, _ = small_net()
+    replaying, unbound = sessions(root)
+    for batch in (2, 2, 2, 2, 5, 5, 5, 5, 2, 2):
+        feeds = feeds_for(x, rows, batch, batch)
+        assert same_bits(replaying.Run(feeds, [out]), unbound.Run(feeds, [out]))
+    assert len(replayed) >= 3  # both batch sizes (a signature binds at its second run)
+
+
+def test_read_only_feeds_are_used_as_they_are_and_may_change(replayed):
+    root, x, rows, out, _ = small_net()
+    replaying, unbound = sessions(root)
+    for run in range(6):
+        feeds = feeds_for(x, rows, 2, run % 3)
+        for value in feeds.values():
+            value.setflags(write=False)
+        assert same_bits(replaying.Run(feeds, [out]), unbound.Run(feeds, [out]))
+    assert replayed
+
+
+def test_an_index_out_of_range_raises_the_ops_error_in_a_replayed_run(replayed):
+    root, x, rows, out, _ = small_net()
+    replaying, unbound = sessions(root)
+    for run in range(4):
+        replaying.Run(feeds_for(x, rows, 2, run), [out])
+    assert replayed
+    bad = feeds_for(x, rows, 2, 0)
+    bad[rows] = np.array([0, 2, 1], np.int32)
+    messages = []
+    for session in (replaying, unbound):
+        with pytest.raises(InvalidArgumentError) as raised:
+            session.Run(bad, [out])
+        messages.append(str(raised.value))
+    assert "indices[1] = 2 is not in [0, 2)" in messages[0]
+    assert messages[0] == messages[1]
+    feeds = feeds_for(x, rows, 2, 5)
+    assert same_bits(replaying.Run(feeds, [out]), unbound.Run(feeds, [out]))
+
+
+def test_runs_from_several_threads_at_once(replayed):
+    root, x, rows, out, y = small_net()
+    replaying, unbound = sessions(root)
+    cases = [feeds_for(x, rows, 2, k) for k in range(6)]
+    expected = [unbound.Run(feeds, [out, y]) for feeds in cases]
+    wrong = []
+
+    def work(thread: int) -> None:
+        for step in range(30):
+            k = (thread + step) % len(cases)
+            if not same_bits(replaying.Run(cases[k], [out, y]), expected[k]):
+                wrong.append((thread, step))
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert wrong == []
+    assert replayed
+
+
+def test_runs_that_do_not_replay(replayed, monkeypatch):
+    """The option off, RunMetadata, a program beyond the memory cap: the bound (or checked)
+    run, the same bits."""
+    root, x, rows, out, _ = small_net()
+    off = mg.ClientSession(root, backend="native", check_outputs=False,
+                           optimizer=mg.OptimizerOptions(replay=False))
+    replaying, unbound = sessions(root)
+    feeds = feeds_for(x, rows, 2, 1)
+    expected = unbound.Run(feeds, [out])
+    for _ in range(5):
+        assert same_bits(off.Run(feeds, [out]), expected)
+        assert same_bits(replaying.Run(feeds, [out], run_metadata=mg.RunMetadata()),
+                         expected)
+    assert not replayed
+    monkeypatch.setattr(replay_module, "MAX_BYTES", 100)
+    capped, _ = sessions(root)
+    for _ in range(5):
+        assert same_bits(capped.Run(feeds, [out]), expected)
+    assert not replayed
+
+
+def test_a_training_step_is_not_replayed(replayed):
+    """Variables: a step reads and writes the session's state, which a replay does not."""
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[4, 3])
+    w = ops.Variable(root.WithOpName("w"), [3, 2], mg.float32)
+    init = ops.Assign(root, w, np.ones((3, 2), F32))
+    loss = ops.Sum(root, ops.Square(root, ops.MatMul(root, x, w)), np.array([0, 1], np.int32))
+    update = ops.ApplyGradientDescent(
+        root, w, np.float32(0.01),
+        ops.MatMul(root, x, ops.Mul(root, np.float32(2), ops.MatMul(root, x, w)),
+                   transpose_a=True))
+    sessions_ = [mg.ClientSession(root, backend="native", check_outputs=False),
+                 mg.ClientSession(root, backend="native", check_outputs=False,
+                                  optimizer=mg.OptimizerOptions.all_off())]
+    values = []
+    for session in sessions_:
+        session.Run([init])
+        xv = np.arange(12, dtype=F32).reshape(4, 3) / 10
+        values.append([session.Run({x: xv}, [loss, update])[0] for _ in range(6)])
+    assert same_bits(values[0], values[1])
+    assert not replayed
+
+
+@pytest.mark.oracle
+def test_keras_zoo_runs_replay_the_unbound_bits(replayed):
+    """Every CI application and layer block but the recurrent ones (whose loops replay,
+    ``test_loop_replay.py``) and those with random ops."""
+    from minigraph.testing import keras_zoo
+
+    skipped = []
+    for entry in keras_zoo.entries(full=False):
+        if entry.kind == "vocabulary":
+            continue
+        try:
+            graph = keras_zoo.load(entry.name)
+        except ImportError as error:
+            pytest.skip(f"{entry.name} is not cached and TensorFlow is needed: {error}")
+        root = mg.import_graph_def(graph.graph_def)
+        replaying, unbound = sessions(root)
+        rng = np.random.default_rng(7)
+        before = len(replayed)
+        for run in range(4):
+            feeds = {key: (value if value.dtype.kind in "iu"
+                           else rng.uniform(-2, 2, value.shape).astype(value.dtype))
+                     for key, value in graph.feeds.items()}
+            got = replaying.Run(feeds, graph.fetches)
+            assert same_bits(got, unbound.Run(feeds, graph.fetches)), f"{entry.name} {run}"
+        if len(replayed) == before:
+            skipped.append(entry.name)
+    loops = {"lstm", "gru", "simple_rnn", "bidirectional", "conv_lstm2d", "stacked_recurrent",
+             "masked_lstm", "center_crop"}
+    assert set(skipped) <= loops | {"random_flip", "noise_and_regularization"}, skipped
