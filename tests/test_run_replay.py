@@ -7,6 +7,8 @@ session that runs every step unbound (``OptimizerOptions.all_off()``):
 
 * the Keras zoo (TensorFlow's frozen graphs, ``oracle``): every CI application and layer
   block, runs with new values each time;
+* generated networks (hypothesis): chains of convolutions (both routes, fused bias, residual
+  and activation), depthwise convolutions, pools, Pad, ConcatV2, Mean and a matmul;
 * hand-built graphs: returned arrays are fresh and never written by a later run, feeds are
   never written, read-only feeds (used as they are) that change from run to run, a batch
   size that changes (the plan binds anew and replays again), an index out of range (the
@@ -21,6 +23,8 @@ import threading
 import numpy as np
 import pytest
 from conftest import NATIVE_AVAILABLE
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import minigraph as mg
 from minigraph import ops
@@ -202,6 +206,85 @@ def test_a_training_step_is_not_replayed(replayed):
         values.append([session.Run({x: xv}, [loss, update])[0] for _ in range(6)])
     assert same_bits(values[0], values[1])
     assert not replayed
+
+
+@st.composite
+def generated_nets(draw):
+    """``(build, input shape)``: a chain of NHWC layers, each drawn from the ops whose
+    kernels have replay makers (convolutions on both routes with a fused bias, residual and
+    activation, depthwise ones fused or not, max and average pools, Pad, ConcatV2 of two
+    branches) and ops that run as kernels (Mean, Reshape), then a matmul."""
+    batch, size, channels = draw(st.integers(1, 3)), draw(st.integers(4, 11)), draw(
+        st.integers(1, 20))
+    layers = draw(st.lists(st.sampled_from(["conv", "depthwise", "pool", "pad", "concat",
+                                            "residual"]), min_size=1, max_size=6))
+    seed = draw(st.integers(0, 2**16))
+    choices = [draw(st.tuples(st.integers(1, 3), st.integers(1, 2), st.booleans(),
+                              st.integers(1, 24))) for _ in layers]
+
+    def build(root, x):
+        rng = np.random.default_rng(seed)
+        y, c = x, channels
+        for layer, (k, stride, same, width) in zip(layers, choices):
+            padding = "SAME" if same or k > y_size(y) else "VALID"
+            strides = [1, stride, stride, 1]
+            if layer == "conv":
+                f = (rng.standard_normal((k, k, c, width)) / (k * np.sqrt(c))).astype(F32)
+                y = ops.Conv2D(root, y, f, strides, padding)
+                y = ops.Relu(root, ops.BiasAdd(root, y, rng.standard_normal(width).astype(F32)))
+                c = width
+            elif layer == "depthwise":
+                mult = 1 + width % 2
+                f = (rng.standard_normal((k, k, c, mult)) / k).astype(F32)
+                y = ops.DepthwiseConv2dNative(root, y, f, strides, padding)
+                c *= mult
+                if width % 3:
+                    y = ops.Relu6(root, ops.BiasAdd(root, y,
+                                                    rng.standard_normal(c).astype(F32)))
+            elif layer == "pool":
+                pool = ops.MaxPool if width % 2 else ops.AvgPool
+                y = pool(root, y, [1, k, k, 1], strides, padding)
+            elif layer == "pad":
+                y = ops.Pad(root, y, np.array([[0, 0], [k - 1, 1], [0, k], [0, 0]], np.int32))
+            elif layer == "concat":
+                f = rng.standard_normal((1, 1, c, width)).astype(F32)
+                y = ops.ConcatV2(root, [y, ops.Conv2D(root, y, f, [1, 1, 1, 1], "SAME")],
+                                 np.int32(3))
+                c += width
+            else:  # a residual: conv(y) + y, then Relu
+                f = (rng.standard_normal((k, k, c, c)) / (k * np.sqrt(c))).astype(F32)
+                y = ops.Relu(root, ops.AddV2(root, ops.Conv2D(root, y, f, [1, 1, 1, 1],
+                                                              "SAME"), y))
+        pooled = ops.Mean(root, y, np.array([1, 2], np.int32))
+        return ops.MatMul(root, pooled, rng.standard_normal((c, 3)).astype(F32))
+
+    return build, (batch, size, size, channels)
+
+
+def y_size(y) -> int:
+    """The spatial height of ``y`` as far as the graph knows it (a VALID window must fit)."""
+    return y.shape[1] if y.shape.dims is not None and y.shape[1] is not None else 0
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(generated_nets(), st.integers(0, 2**16))
+def test_generated_networks_replay_the_unbound_bits(net, seed):
+    build, shape = net
+    root = mg.Scope.NewRootScope()
+    x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=list(shape))
+    out = build(root, x)
+    replaying, unbound = sessions(root)
+    rng = np.random.default_rng(seed)
+    runs = []
+    step = replay_module.LoopReplay.step
+    replay_module.LoopReplay.step = lambda self: runs.append(1) or step(self)
+    try:
+        for run in range(6):
+            feeds = {x: rng.standard_normal(shape).astype(F32)}
+            assert same_bits(replaying.Run(feeds, [out]), unbound.Run(feeds, [out])), run
+    finally:
+        replay_module.LoopReplay.step = step
+    assert runs
 
 
 @pytest.mark.oracle

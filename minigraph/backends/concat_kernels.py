@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from minigraph.backends.native import as_f32, check_code, fbuf, ffi, lib, num_threads
+from minigraph.backends.native import as_f32, check_code, fbuf, ffi, lib, num_threads, plain_f32
 from minigraph.backends.registry import register_kernel, set_replay, store_results
 from minigraph.framework import dtypes
 
@@ -49,15 +49,50 @@ def c_concat(values: list[np.ndarray], axis: int) -> np.ndarray:
                 v.shape[axis + 1:] != first[axis + 1:]:
             raise ValueError(f"c_concat: shapes {[v.shape for v in values]} do not join along "
                              f"axis {axis}")
-    outer, inner = math.prod(first[:axis]), math.prod(first[axis + 1:])
     y = np.empty(first[:axis] + (sum(v.shape[axis] for v in values),) + first[axis + 1:],
                  np.float32)
-    buffers = [fbuf(v) for v in values]  # kept alive through the call
+    args, buffers = _concat_args(values, axis, y)  # the buffers kept alive through the call
+    check_code(lib.mg_concat(*args), "Concat")
+    return y
+
+
+def _concat_args(values: list[np.ndarray], axis: int, y: np.ndarray) -> tuple[tuple, list]:
+    """``mg_concat``'s arguments joining ``values`` along ``axis`` into ``y``, and the
+    buffers its pointers point into."""
+    first = values[0].shape
+    outer, inner = math.prod(first[:axis]), math.prod(first[axis + 1:])
+    buffers = [fbuf(v) for v in values]
     pointers = ffi.new("const float *[]", buffers)
     widths = ffi.new("int64_t[]", [v.shape[axis] * inner for v in values])
-    check_code(lib.mg_concat(outer, len(values), widths, pointers, fbuf(y), num_threads()),
-               "Concat")
-    return y
+    return (outer, len(values), widths, pointers, fbuf(y), num_threads()), buffers
+
+
+def _concat_replay(op, values: list, outputs: list, ctx):
+    """``concat_native`` on fixed arrays (``registry.ReplayMaker``): ``mg_concat`` with its
+    arguments made once; a call whose axis holds another value than when made runs the
+    kernel."""
+    tensors, axis = _joined(op, values)
+    y = outputs[0]
+    if (not all(plain_f32(v) for v in tensors) or not plain_f32(y) or not y.flags.writeable
+            or y.shape != np.broadcast_shapes(y.shape) or tensors[0].ndim != y.ndim
+            or y.shape[axis] != sum(v.shape[axis] for v in tensors)):
+        return None
+    where = values[0] if op.type == "Concat" else values[-1]
+    made = where.tobytes()
+    args, buffers = _concat_args(tensors, axis, y)
+    join = lib.mg_concat
+
+    def replayed() -> None:
+        if where.tobytes() == made:
+            check_code(join(*args), "Concat")
+        else:
+            store_results(op, outputs, concat_native(op, values, ctx))
+
+    replayed.keep = (values, outputs, buffers)
+    return replayed
+
+
+set_replay(concat_native, _concat_replay)
 
 
 @register_kernel("ConcatOffset")

@@ -1122,16 +1122,58 @@ def c_depthwise(x, f, window: Window, out: np.ndarray | None = None) -> np.ndarr
     """Depthwise cross-correlation of NHWC x with f ``[kh, kw, c, mult]`` over ``window``
     (:func:`depthwise_nhwc`'s formula and rounding, bit for bit); in ``out`` where it fits."""
     x, f = as_f32(x), as_f32(f)
+    sizes, shape = _depthwise_sizes(x, f, window)
+    y = output_array(out, shape, x, f)
+    check_code(lib.mg_depthwise_forward(*sizes, fbuf(x), fbuf(f), fbuf(y), num_threads()),
+               "DepthwiseConv2dNative")
+    return y
+
+
+def _depthwise_sizes(x, f, window: Window) -> tuple[tuple, tuple]:
+    """``mg_depthwise_forward``'s sizes (checked) and the result's shape."""
     check_rank4("DepthwiseConv2dNative", input=x, filter=f)
     n, h, w, c = x.shape
     _c_depthwise_filter("DepthwiseConv2dNative", f.shape, c)
     kh, kw, _, mult = f.shape
     geometry = _c_depthwise_window("DepthwiseConv2dNative", window)
-    y = output_array(out, (n, *window.out, c * mult), x, f)
-    check_code(lib.mg_depthwise_forward(n, h, w, c, kh, kw, mult, *geometry, fbuf(x),
-                                        fbuf(f), fbuf(y), num_threads()),
-               "DepthwiseConv2dNative")
-    return y
+    return (n, h, w, c, kh, kw, mult, *geometry), (n, *window.out, c * mult)
+
+
+def depthwise_replay(op, values: list, outputs: list, ctx=None,
+                     epilogue: Epilogue | None = None):
+    """A channels-last DepthwiseConv2dNative on fixed arrays (``registry.ReplayMaker``),
+    then ``epilogue`` (which must fit) in one pass after, as ``fused_native`` applies it:
+    the C calls' arguments made once. None for what the native kernel would run otherwise
+    (NCHW, absurd geometry)."""
+    x, f = values[:2]
+    y = outputs[0]
+    if (op.attrs["data_format"] != "NHWC" or not plain_f32(x) or x.ndim != 4 or not plain_f32(f)
+            or f.ndim != 4 or not plain_f32(y) or not y.flags.writeable):
+        return None
+    window = depthwise_geometry(op.attrs, fail_for(op), x.shape, f.shape)
+    if not _c_takes(window, x.shape, f.shape):
+        return None
+    sizes, shape = _depthwise_sizes(x, f, window)
+    if y.shape != shape or not y.size or epilogue is not None and not epilogue.fits(shape):
+        return None
+    args = (*sizes, fbuf(x), fbuf(f), fbuf(y), num_threads())
+    depthwise = lib.mg_depthwise_forward
+    after = None
+    if epilogue is not None:
+        after = (y.size // shape[-1], shape[-1], fbuf(y), epilogue.c_struct(shape),
+                 num_threads())
+    channel_epilogue = lib.mg_channel_epilogue
+
+    def replayed() -> None:
+        check_code(depthwise(*args), "DepthwiseConv2dNative")
+        if after is not None:
+            check_code(channel_epilogue(*after), "channel epilogue")
+
+    replayed.keep = (values, outputs, epilogue)
+    return replayed
+
+
+set_replay(depthwise_conv2d_native, depthwise_replay)
 
 
 def c_depthwise_backprop_input(dy, f, input_hw: tuple, window: Window,

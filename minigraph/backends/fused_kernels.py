@@ -31,6 +31,8 @@ from minigraph.backends.convolution_kernels import (
     conv2d_native,
     conv2d_native_epilogue,
     conv_replay,
+    depthwise_conv2d_native,
+    depthwise_replay,
 )
 from minigraph.backends.gemm import _frozen
 from minigraph.backends.nn_kernels import matmul_native, matmul_native_epilogue
@@ -121,12 +123,19 @@ def fused_native(op, inputs, ctx, out=None):
 
 def fused_replay(op, values: list, outputs: list, ctx):
     """A fused convolution on fixed arrays (``registry.ReplayMaker``): where
-    ``fused_native`` applies the whole chain as the convolution's epilogue and every stage
-    input but a residual is frozen (its vectors then never change), the convolution's
-    replay with that epilogue; None otherwise (``fused_native`` then runs at each call)."""
+    ``fused_native`` applies the whole chain as the convolution's epilogue (in its tiles, or
+    in one pass after a depthwise one) and every stage input but a residual is frozen (its
+    vectors then never change), the convolution's replay with that epilogue; None otherwise
+    (``fused_native`` then runs at each call)."""
     prepared = prepare(op, values)
     plan = prepared.cache.get("native")
-    if plan is None or plan.variant is not conv2d_native_epilogue or not plan.epilogue:
+    if plan is None or not plan.epilogue:
+        return None
+    if plan.variant is conv2d_native_epilogue:
+        head_replay = conv_replay
+    elif plan.variant is None and plan.head.kernel is depthwise_conv2d_native:
+        head_replay = depthwise_replay  # the epilogue in one pass after, as fused_native
+    else:
         return None
     pairs = member_values(op, values, prepared)
     epilogue = epilogue_of(pairs, prepared)
@@ -138,7 +147,7 @@ def fused_replay(op, values: list, outputs: list, ctx):
             if not residual and (type(value) is not np.ndarray or not _frozen(value)):
                 return None
     head, head_inputs = pairs[0]
-    return conv_replay(head, head_inputs, outputs, ctx, epilogue)
+    return head_replay(head, head_inputs, outputs, ctx, epilogue)
 
 
 set_replay(fused_native, fused_replay)

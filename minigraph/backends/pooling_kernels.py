@@ -32,10 +32,11 @@ from minigraph.backends.native import (
     nhwc_dims,
     num_threads,
     output_array,
+    plain_f32,
     shaped,
     unshared,
 )
-from minigraph.backends.registry import register_kernel
+from minigraph.backends.registry import register_kernel, set_replay
 from minigraph.framework import dtypes
 from minigraph.ops.pooling_ops import pool_output_shape
 from minigraph.ops.window import Window, spatial_axes
@@ -304,6 +305,31 @@ def max_pool_native(op, inputs, ctx, out=None):
     return _pool_native(op, inputs, ctx, c_max_pool, max_pool, out)
 
 
+def _pool_replay(c_name: str):
+    """The replay maker (``registry.ReplayMaker``) of a forward pool on the C entry point
+    ``c_name`` (``mg_max_pool``, ``mg_avg_pool``): its arguments made once."""
+    def maker(op, values: list, outputs: list, ctx):
+        x, y = values[0], outputs[0]
+        if not (plain_f32(x) and plain_f32(y) and y.flags.writeable):
+            return None
+        out_shape, pool = pool_setup(op, x.shape, op.attrs["data_format"])
+        if 0 in out_shape or y.shape != tuple(out_shape):
+            return None
+        w = pool.window
+        args = (*_c_pool_args(op.type, x, w.ksize, w.strides, w.pads, w.out,
+                              op.attrs["data_format"] == "NHWC"),
+                fbuf(x), fbuf(y), num_threads())
+        run = getattr(lib, c_name)
+
+        def replayed() -> None:
+            check_code(run(*args), op.type)
+
+        replayed.keep = (values, outputs)
+        return replayed
+
+    return maker
+
+
 @register_kernel("MaxPoolGrad", backend="native", dtypes=(dtypes.float32,), when=c_pool_fits,
                  out=True)
 def max_pool_grad_native(op, inputs, ctx, out=None):
@@ -335,6 +361,10 @@ def avg_pool(op, inputs, ctx):
                  out=True)
 def avg_pool_native(op, inputs, ctx, out=None):
     return _pool_native(op, inputs, ctx, c_avg_pool, avg_pool, out)
+
+
+set_replay(max_pool_native, _pool_replay("mg_max_pool"))
+set_replay(avg_pool_native, _pool_replay("mg_avg_pool"))
 
 
 @register_kernel("AvgPoolGrad")
