@@ -1,40 +1,30 @@
-"""A loop body replayed over buffers of its own (``client/loops.py``).
+"""A bound program replayed over buffers of its own: a loop's body (``client/loops.py``)
+and a session's run (``session._Plan``), ``OptimizerOptions.replay``.
 
 A recurrent layer's loop runs its body once an iteration on values of a few hundred
-elements. An LSTM step's bound program (``executor.BoundProgram``) spends most of its 30-40 us
-in Python around its kernels (the run's environment and registers, each kernel's handling
-of its arguments) and a few in C. Once the body's program is bound and planned,
-:func:`build` compiles it for the loop's values into a :class:`LoopReplay`: every value of an
-iteration gets a fixed buffer, and every step a function of no arguments that reads and
-writes those buffers:
+elements, and a small CNN's run is a few hundred kernels on small tensors: their bound
+programs (``executor.BoundProgram``) spent most of their time in Python around the kernels
+(the run's environment and registers, each kernel's handling of its arguments; an LSTM step
+30-40 us of which a few in C). Once a plan's program is bound and planned, :func:`build`
+compiles it for the values it is fed into a :class:`LoopReplay`: every value gets a fixed
+buffer, and every step a function of no arguments that reads and writes those buffers:
 
 * kernels with a replay maker (``registry.ReplayMaker``: the bound GEMMs, elementwise
-  groups, native broadcasts and BiasAdd, Split, GatherV2 of one index, a loop counter's
+  groups, native broadcasts and BiasAdd, convolutions, depthwise convolutions and the fused
+  ones, pools, ConcatV2, Pad, Split, GatherV2 of one index, Select, Tile, a loop counter's
   integer ops and comparisons) make their C or numpy call with arguments made once;
 * every other step calls its kernel on the buffers (a step that checks its inputs at every
   run: the step, checks included) and copies the results into its own buffers.
 
 The loop variables the body changes live in two sets of buffers: an iteration reads one set
 and writes the other, so no step writes what a later step of the same iteration still reads;
-the program is made once per set. Variables the body passes on unchanged are copied into a
-buffer of their own when a loop starts (the input sequence), or, when read-only (a frozen
-graph's weights, which a bound GEMM knows by identity), are the caller's arrays themselves; a
-loop given other read-only arrays builds anew.
-Every value is the bound program's, bit for bit: the same kernels' loops on the same values.
+the program is made once per set (a session's run has no such variables: one program).
+Inputs the program only reads are copied into a buffer of their own at the start (a loop's
+input sequence, a run's feeds), or, when read-only all the way down (a frozen graph's
+weights, which a bound GEMM knows by identity), are the caller's arrays themselves; a start
+with other read-only arrays builds anew. Every value is the bound program's, bit for bit: the
+same kernels' loops on the same values.
 
-Steps whose inputs are all frozen (read-only constants, read-only variables passed on
-unchanged, results of other such steps) give the same results at every iteration: they run
-once, in the trial iteration :func:`build` runs to learn every value's shape, and their
-results are kept frozen (a GRU's weights sliced in its body: the matmuls then know the slices
-by identity and keep their packing).
-
-A body is replayed only where nothing in it depends on more than its inputs and the signature
-fixes every shape: no stateful op (random ops, variables), no step whose results' shapes
-depend on data (a guard), no zero-copy concat. The trial iteration has no effect outside the
-replay. Its buffers are not shared between values as a bound program's arena shares them:
-a body whose values take more than :data:`MAX_BYTES` is not replayed (its steps' work then
-dwarfs the Python around them anyway).
-"""
 
 from __future__ import annotations
 
