@@ -25,6 +25,19 @@ weights, which a bound GEMM knows by identity), are the caller's arrays themselv
 with other read-only arrays builds anew. Every value is the bound program's, bit for bit: the
 same kernels' loops on the same values.
 
+Steps whose inputs are all frozen (read-only constants, read-only inputs, results of other
+such steps) give the same results at every run: they run once, in the trial run
+:func:`build` makes to learn every value's shape, and their results are kept frozen (a
+GRU's weights sliced in its body: the matmuls then know the slices by identity and keep
+their packing).
+
+A program is replayed only where nothing in it depends on more than its inputs and the
+signature fixes every shape: no stateful op (random ops, variables), no step whose results'
+shapes depend on data (a guard), no zero-copy concat. The trial run has no effect outside
+the replay. The buffers are not shared between values as a bound program's arena shares
+them: a program whose values take more than :data:`MAX_BYTES` is not replayed (it runs
+bound, as before).
+"""
 
 from __future__ import annotations
 
@@ -40,14 +53,15 @@ from minigraph.backends.registry import replay_maker, store_results
 from minigraph.client import executor
 
 # the most memory a replay's own buffers may take (a recurrent cell's values take a few
-# hundred KiB at batch 32, MobileNetV2's at 96 x 96 and batch 2 ... MiB)
+# hundred KiB at batch 32; the zoo's CNNs at their sizes and batch 2 up to about 20 MiB)
 MAX_BYTES = 1 << 25
 
 
 class LoopReplay:
-    """A body's program over fixed buffers (see the module docstring). ``start`` loads a
-    loop's variables; each ``step`` runs one iteration and returns the body's outputs (arrays
-    valid until the next step). A replay serves one loop at a time (``lock``)."""
+    """A program over fixed buffers (see the module docstring). ``start`` loads the inputs
+    (a loop's variables, a run's feeds); each ``step`` runs one iteration (or the run) and
+    returns the outputs (arrays valid until the next step). A replay serves one loop or run
+    at a time (``lock``)."""
 
     __slots__ = ("programs", "copies", "outputs", "carried", "owned", "borrowed", "threads",
                  "lock", "parity")
