@@ -57,3 +57,9 @@ def test_profile_lists_every_step_with_its_convolution_route():
         ms, rate = map(float, line.split()[:2])
         assert r[0] in line and ms == pytest.approx(r[4] * 1e3, abs=0.006)
         assert rate == pytest.approx(r[5] / r[4] / 1e9, abs=0.06)
+    # --peak: the convolutions' rate over the FMA peak given
+    seconds = sum(r[4] for r in convolutions)
+    flops = sum(r[5] for r in rows)
+    last = tool.layers(rows, top=1, threads=1, wall=True, peak=50.0).splitlines()[-1]
+    share = round(100 * flops / seconds / 1e9 / 50.0)
+    assert last.endswith(f", {share} % of the FMA peak (50 GFLOP/s)")

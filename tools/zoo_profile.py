@@ -3,12 +3,15 @@ native backend, summed by op type, by kernel (module.function) and, for convolut
 the route the forward kernel took (gemm / direct / depthwise) and shape family.
 
     python tools/zoo_profile.py MODEL [--batch 2] [--threads 2] [--runs 5] [--top 12]
-        [--layers 10]
+        [--layers 10] [--wall --peak]
 
 Each node's time is the median over ``runs`` profiled runs (after two warm-up runs) of the
 process's CPU time (``time.process_time``: a step preempted by another process does not
 count; with several threads, a waiting pool thread's spinning does) or, with ``--wall``, of
-wall time. On a loaded machine read the shares, not the absolute times. The graph is the
+wall time; ``--peak`` (with ``--wall`` and ``--layers``) also measures the float32 FMA peak
+on as many threads (``benchmarks/_common.fma_peak``) and gives the convolutions' GFLOP/s as
+a share of it (issue 22's line for ResNet50 at batch 32). On a loaded machine read the
+shares, not the absolute times. The graph is the
 zoo's cached frozen GraphDef (``minigraph/testing/keras_zoo.py``), its feeds' rows repeated
 to ``batch``.
 """
@@ -120,9 +123,11 @@ def report(rows: list[tuple], top: int) -> str:
     return "\n".join(parts)
 
 
-def layers(rows: list[tuple], top: int, threads: int, wall: bool) -> str:
+def layers(rows: list[tuple], top: int, threads: int, wall: bool,
+           peak: float | None = None) -> str:
     """The ``top`` slowest convolution nodes: time, GFLOP/s (per thread in CPU time: a
-    thread's share of the FMA peak is the same fraction of the whole) and route."""
+    thread's share of the FMA peak is the same fraction of the whole) and route; with
+    ``peak`` (GFLOP/s, wall time) the share of it all convolutions reach."""
     convs = sorted((r for r in rows if r[3]), key=lambda r: -r[4])[:top]
     unit = "GFLOP/s" if wall else "GFLOP/s per thread"
     lines = [f"\nslowest convolutions ({unit}; {threads} threads)",
@@ -132,8 +137,10 @@ def layers(rows: list[tuple], top: int, threads: int, wall: bool) -> str:
         lines.append(f"{r[4] * 1e3:8.2f} {rate:8.1f}  {r[3]}  ({r[0]})")
     seconds, flops = sum(r[4] for r in rows if r[3]), sum(r[5] for r in rows)
     if seconds:
-        lines.append(f"all convolutions: {seconds * 1e3:.2f} ms, "
-                     f"{flops / seconds / 1e9:.1f} {unit}")
+        rate = flops / seconds / 1e9
+        share = f", {100 * rate / peak:.0f} % of the FMA peak ({peak:.0f} GFLOP/s)" \
+            if peak else ""
+        lines.append(f"all convolutions: {seconds * 1e3:.2f} ms, {rate:.1f} {unit}{share}")
     return "\n".join(lines)
 
 
@@ -148,13 +155,21 @@ def main() -> None:
     parser.add_argument("--size", type=int, help="an application at SIZE x SIZE input")
     parser.add_argument("--layers", type=int, default=0,
                         help="also list this many slowest convolution nodes with GFLOP/s")
+    parser.add_argument("--peak", action="store_true",
+                        help="with --wall: the convolutions' share of the FMA peak")
     args = parser.parse_args()
+    if args.peak and not (args.wall and args.layers):
+        parser.error("--peak needs --wall and --layers")
     clock = "wall" if args.wall else "CPU"
     print(f"{args.model}, batch {args.batch}, {args.threads} threads, {clock} time")
     rows = profile(args.model, args.batch, args.threads, args.runs, args.wall, args.size)
     print(report(rows, args.top))
     if args.layers:
-        print(layers(rows, args.layers, args.threads, args.wall))
+        peak = None
+        if args.peak:
+            from benchmarks._common import fma_peak
+            peak = fma_peak(args.threads)
+        print(layers(rows, args.layers, args.threads, args.wall, peak))
 
 
 if __name__ == "__main__":
