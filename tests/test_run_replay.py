@@ -217,7 +217,8 @@ def generated_nets(draw):
     batch, size, channels = draw(st.integers(1, 3)), draw(st.integers(4, 11)), draw(
         st.integers(1, 20))
     layers = draw(st.lists(st.sampled_from(["conv", "depthwise", "pool", "pad", "concat",
-                                            "residual"]), min_size=1, max_size=6))
+                                            "residual", "activation"]), min_size=1,
+                           max_size=6))
     seed = draw(st.integers(0, 2**16))
     choices = [draw(st.tuples(st.integers(1, 3), st.integers(1, 2), st.booleans(),
                               st.integers(1, 24))) for _ in layers]
@@ -251,6 +252,11 @@ def generated_nets(draw):
                 y = ops.ConcatV2(root, [y, ops.Conv2D(root, y, f, [1, 1, 1, 1], "SAME")],
                                  np.int32(3))
                 c += width
+            elif layer == "activation":  # alone: no group, no convolution to fuse into
+                if width % 4 == 3:
+                    y = ops.LeakyRelu(root, y, alpha=0.1 * k)
+                else:
+                    y = (ops.Sigmoid, ops.Tanh, ops.Elu)[width % 4](root, y)
             else:  # a residual: conv(y) + y, then Relu
                 f = (rng.standard_normal((k, k, c, c)) / (k * np.sqrt(c))).astype(F32)
                 y = ops.Relu(root, ops.AddV2(root, ops.Conv2D(root, y, f, [1, 1, 1, 1],

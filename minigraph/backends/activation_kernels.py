@@ -28,8 +28,9 @@ from minigraph.backends.native import (
     lib,
     num_threads,
     out_array,
+    plain_f32,
 )
-from minigraph.backends.registry import register_kernel
+from minigraph.backends.registry import register_kernel, set_replay
 from minigraph.framework import dtypes
 from minigraph.ops.activation_ops import SELU_SCALE, SELU_SCALE_ALPHA
 
@@ -166,6 +167,30 @@ def relu6_grad_native(op, inputs, ctx, out=None):
     return [c_binary(lib.mg_relu6_grad, *inputs, "Relu6Grad", out=out)]
 
 
+def _unary_replay(c_name: str, alpha: bool = False):
+    """The replay maker (``registry.ReplayMaker``) of the native activation ``mg_<c_name>``
+    (``c_unary``'s call, its arguments made once; ``alpha``: LeakyRelu's attr its one
+    parameter)."""
+    def maker(op, values: list, outputs: list, ctx):
+        x, y = values[0], outputs[0]
+        if not (plain_f32(x) and plain_f32(y) and y.flags.writeable and x.shape == y.shape):
+            return None
+        function = getattr(lib, c_name)
+        params = (op.attrs["alpha"],) if alpha else ()
+        args = (x.size, fbuf(x), fbuf(y), *params, num_threads())
+
+        def replayed() -> None:
+            code = function(*args)
+            if code:
+                check_code(code, op.type)
+
+        replayed.keep = (values, outputs)
+        return replayed
+
+    return maker
+
+
+
 def _native_unary(op_type: str, c_name: str):
     """The float32 kernel of ``op_type``: the C activation ``mg_<c_name>``."""
     def kernel(op, inputs, ctx, out=None):
@@ -177,12 +202,19 @@ def _native_unary(op_type: str, c_name: str):
 for _name, _c_name in {"Sigmoid": "mg_sigmoid", "Tanh": "mg_tanh", "Elu": "mg_elu",
                        "Selu": "mg_selu", "Softplus": "mg_softplus",
                        "Softsign": "mg_softsign", "Erf": "mg_erf", "Erfc": "mg_erfc"}.items():
-    register_kernel(_name, **UNARY_INPLACE)(_native_unary(_name, _c_name))
+    set_replay(register_kernel(_name, **UNARY_INPLACE)(_native_unary(_name, _c_name)),
+               _unary_replay(_c_name))
 
 
 @register_kernel("LeakyRelu", **UNARY_INPLACE)
 def leaky_relu_native(op, inputs, ctx, out=None):
     return [c_unary(lib.mg_leaky_relu, inputs[0], "LeakyRelu", op.attrs["alpha"], out=out)]
+
+
+set_replay(relu_native, _unary_replay("mg_relu"))
+set_replay(relu6_native, _unary_replay("mg_relu6"))
+set_replay(leaky_relu_native, _unary_replay("mg_leaky_relu", alpha=True))
+
 
 
 # ----------------------------------------------------------------------------- C wrappers
