@@ -217,8 +217,8 @@ def generated_nets(draw):
     batch, size, channels = draw(st.integers(1, 3)), draw(st.integers(4, 11)), draw(
         st.integers(1, 20))
     layers = draw(st.lists(st.sampled_from(["conv", "depthwise", "pool", "pad", "concat",
-                                            "residual", "activation"]), min_size=1,
-                           max_size=6))
+                                            "residual", "activation", "batch_norm"]),
+                           min_size=1, max_size=6))
     seed = draw(st.integers(0, 2**16))
     choices = [draw(st.tuples(st.integers(1, 3), st.integers(1, 2), st.booleans(),
                               st.integers(1, 24))) for _ in layers]
@@ -226,6 +226,7 @@ def generated_nets(draw):
     def build(root, x):
         rng = np.random.default_rng(seed)
         y, c = x, channels
+        extra = []  # more outputs to fetch: a batch norm's statistics
         for layer, (k, stride, same, width) in zip(layers, choices):
             padding = "SAME" if same or k > y_size(y) else "VALID"
             strides = [1, stride, stride, 1]
@@ -252,6 +253,17 @@ def generated_nets(draw):
                 y = ops.ConcatV2(root, [y, ops.Conv2D(root, y, f, [1, 1, 1, 1], "SAME")],
                                  np.int32(3))
                 c += width
+            elif layer == "batch_norm":  # inference; with a Relu, or a side input too
+                stats = [rng.uniform(0.5, 2, c).astype(F32), rng.standard_normal(c).astype(F32),
+                         rng.standard_normal(c).astype(F32), rng.uniform(0.5, 2, c).astype(F32)]
+                norm = ops.FusedBatchNormV3(root, y, *stats, is_training=False, epsilon=0.001)
+                normed = norm[0]
+                extra.extend(norm[1:5])
+                if width % 3 == 1:
+                    normed = ops.Relu(root, normed)
+                elif width % 3 == 2:
+                    normed = ops.Relu(root, ops.AddV2(root, normed, y))
+                y = normed
             elif layer == "activation":  # alone: no group, no convolution to fuse into
                 if width % 4 == 3:
                     y = ops.LeakyRelu(root, y, alpha=0.1 * k)
@@ -262,7 +274,7 @@ def generated_nets(draw):
                 y = ops.Relu(root, ops.AddV2(root, ops.Conv2D(root, y, f, [1, 1, 1, 1],
                                                               "SAME"), y))
         pooled = ops.Mean(root, y, np.array([1, 2], np.int32))
-        return ops.MatMul(root, pooled, rng.standard_normal((c, 3)).astype(F32))
+        return [ops.MatMul(root, pooled, rng.standard_normal((c, 3)).astype(F32)), *extra]
 
     return build, (batch, size, size, channels)
 
@@ -278,7 +290,7 @@ def test_generated_networks_replay_the_unbound_bits(net, seed):
     build, shape = net
     root = mg.Scope.NewRootScope()
     x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=list(shape))
-    out = build(root, x)
+    fetches = build(root, x)
     replaying, unbound = sessions(root)
     rng = np.random.default_rng(seed)
     runs = []
@@ -287,7 +299,7 @@ def test_generated_networks_replay_the_unbound_bits(net, seed):
     try:
         for run in range(6):
             feeds = {x: rng.standard_normal(shape).astype(F32)}
-            assert same_bits(replaying.Run(feeds, [out]), unbound.Run(feeds, [out])), run
+            assert same_bits(replaying.Run(feeds, fetches), unbound.Run(feeds, fetches)), run
     finally:
         replay_module.LoopReplay.step = step
     assert runs

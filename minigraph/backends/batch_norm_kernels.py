@@ -17,7 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from minigraph.backends.registry import BatchNormMath, KernelContext, register_kernel
+from minigraph.backends import native
+from minigraph.backends.registry import (
+    BatchNormMath,
+    KernelContext,
+    register_kernel,
+    set_replay,
+)
 from minigraph.framework import dtypes
 from minigraph.framework.graph import Operation
 from minigraph.ops.batch_norm import channel_axis, channels_last
@@ -113,6 +119,40 @@ def batch_norm_forward(op: Operation, inputs: list[np.ndarray], ctx: KernelConte
     if len(op.outputs) == 6:
         outputs.append(_empty_reserve(xp))
     return outputs
+
+
+def bn_inference_replay(op: Operation, values: list, outputs: list, ctx: KernelContext,
+                        ex: tuple | None = None):
+    """The native inference forward on fixed float32 arrays (``registry.ReplayMaker``):
+    the C call with its arguments made once (``native.bn_inference_call``; ``ex``: a
+    _FusedBatchNormEx's (side input or None, relu)), then the four statistics outputs, which
+    inference copies from mean and variance. None in training, off the native backend, or
+    for arrays the native kernel would not take as they are."""
+    x, scale, offset, mean, variance = values[:5]
+    y = outputs[0]
+    if (op.attrs["is_training"] or ctx.backend != "native" or not x.size
+            or not all(native.plain_f32(a) for a in (x, scale, offset, mean, variance, y))
+            or y.shape != x.shape or not y.flags.writeable
+            or any(o.shape != mean.shape or o.dtype != F32 for o in outputs[1:5])):
+        return None
+    try:
+        function, args = native.bn_inference_call(x, scale, offset, mean, variance,
+                                                  op.attrs["epsilon"],
+                                                  channels_last(op.attrs["data_format"]), y, ex)
+    except (TypeError, ValueError):
+        return None
+    copies = list(zip(outputs[1:5], (mean, variance, mean, variance)))
+
+    def replayed() -> None:
+        native.check_code(function(*args))
+        for out, value in copies:
+            np.copyto(out, value)
+
+    replayed.keep = (values, outputs)
+    return replayed
+
+
+set_replay(fused_batch_norm, bn_inference_replay)
 
 
 @register_kernel("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",

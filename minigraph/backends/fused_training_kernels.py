@@ -30,9 +30,13 @@ import numpy as np
 
 from minigraph.backends import native, pooling_kernels, training_kernels
 from minigraph.backends.activation_kernels import c_relu, c_relu_grad, relu, relu_grad
-from minigraph.backends.batch_norm_kernels import batch_norm_forward, fused_batch_norm_grad
+from minigraph.backends.batch_norm_kernels import (
+    batch_norm_forward,
+    bn_inference_replay,
+    fused_batch_norm_grad,
+)
 from minigraph.backends.math_kernels import add_n, c_add_n, c_broadcast
-from minigraph.backends.registry import KernelContext, find_kernel, register_kernel
+from minigraph.backends.registry import KernelContext, find_kernel, register_kernel, set_replay
 from minigraph.framework import dtypes
 from minigraph.framework.graph import Operation
 from minigraph.ops import training_ops
@@ -115,6 +119,18 @@ def fused_batch_norm_ex_native(op: Operation, inputs: list[np.ndarray], ctx: Ker
         op, inputs[:5], ctx,
         partial(native.bn_forward_training_ex, side=side, relu=relu_on, out=out),
         partial(native.bn_forward_inference_ex, side=side, relu=relu_on, out=out))
+
+
+def _ex_replay(op: Operation, values: list, outputs: list, ctx: KernelContext):
+    """``fused_batch_norm_ex_native`` in inference on fixed arrays (``bn_inference_replay``
+    with the side input and the activation)."""
+    side, relu_on = _ex_attrs(op, values, 5)
+    if side is not None and not native.plain_f32(side):
+        return None
+    return bn_inference_replay(op, values, outputs, ctx, (side, relu_on))
+
+
+set_replay(fused_batch_norm_ex_native, _ex_replay)
 
 
 # ------------------------------------------------------------------ _FusedBatchNormGradEx

@@ -290,14 +290,27 @@ def bn_forward_training_ex(x, scale, offset, epsilon, channels_last, *, side=Non
 def bn_forward_inference_ex(x, scale, offset, mean, variance, epsilon, channels_last, *,
                             side=None, relu=False, out=None):
     """bn_forward_inference with y = relu?(y + side) in the same pass."""
+    y = _bn_out(out, x, side)
+    function, args = bn_inference_call(x, scale, offset, mean, variance, epsilon,
+                                       channels_last, y, (side, relu))
+    check_code(function(*args))
+    return y
+
+
+def bn_inference_call(x, scale, offset, mean, variance, epsilon, channels_last, y,
+                      ex: tuple | None = None) -> tuple:
+    """``(C function, its arguments)`` of the inference forward of x into y (checked):
+    ``mg_bn_forward_inference``, or with ``ex = (side or None, relu)``
+    ``mg_bn_forward_inference_ex``."""
     code, outer, channels, inner = _geometry(x, channels_last)
     _vectors(channels, scale, offset, mean, variance)
-    side_buf = _side(x, side)
-    y = _bn_out(out, x, side)
-    check_code(lib.mg_bn_forward_inference_ex(
-        code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), fbuf(mean),
-        fbuf(variance), float(epsilon), side_buf, int(relu), _buf(y), num_threads()))
-    return y
+    head = (code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), fbuf(mean),
+            fbuf(variance), float(epsilon))
+    if ex is None:
+        return lib.mg_bn_forward_inference, (*head, _buf(y), num_threads())
+    side, relu = ex
+    return lib.mg_bn_forward_inference_ex, (*head, _side(x, side), int(relu), _buf(y),
+                                            num_threads())
 
 
 def bn_backward_training_ex(dy, x, scale, mean, variance, y, epsilon, channels_last, *,
@@ -338,12 +351,10 @@ def bn_forward_inference(x, scale, offset, mean, variance, epsilon, channels_las
                          out=None):
     """y = (x - mean) * (scale * rsqrt(variance + epsilon)) + offset (in ``out`` where it
     fits)."""
-    code, outer, channels, inner = _geometry(x, channels_last)
-    _vectors(channels, scale, offset, mean, variance)
     y = _bn_out(out, x)
-    check_code(lib.mg_bn_forward_inference(
-        code, outer, channels, inner, _buf(x), fbuf(scale), fbuf(offset), fbuf(mean),
-        fbuf(variance), float(epsilon), _buf(y), num_threads()))
+    function, args = bn_inference_call(x, scale, offset, mean, variance, epsilon,
+                                       channels_last, y)
+    check_code(function(*args))
     return y
 
 
