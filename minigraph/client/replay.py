@@ -119,10 +119,12 @@ class ReplayCache:
     """The replay of a plan's bound program for one way of feeding it, kept while the plan
     keeps that program: ``carried`` leading inputs are loop variables (fetch k is variable
     k's next value), the others values it only reads (a loop's body: every input a
-    variable; a session's run: none)."""
+    variable; a session's run: none). ``borrow``: frozen inputs are used as they are (a
+    loop's, which the graph's own constants feed); a run's feeds, which a caller could make
+    writeable again and change, are always copied."""
 
-    def __init__(self, carried: int) -> None:
-        self.carried = carried
+    def __init__(self, carried: int, borrow: bool) -> None:
+        self.carried, self.borrow = carried, borrow
         self.made: tuple | None = None  # (bound program, its replay or None)
         self.building = threading.Lock()
 
@@ -162,7 +164,7 @@ class ReplayCache:
             if plan._signature(dict(zip(keys, values)), session) != bound.signature:
                 return None
             self.made = (bound, build(bound, plan.folded[0], keys, fetch_keys, values,
-                                      session, self.carried))
+                                      session, self.carried, self.borrow))
             return self.made
         finally:
             self.building.release()
@@ -170,12 +172,13 @@ class ReplayCache:
 
 def build(bound: executor.BoundProgram, constants: dict, input_keys: Sequence,
           fetch_keys: Sequence, values: Sequence[Any], session: Any,
-          carried: int) -> LoopReplay | None:
+          carried: int, borrow: bool = True) -> LoopReplay | None:
     """The replay of ``bound`` (planned: its first run done) for the input ``values``, fed
     as ``input_keys``, of which the first ``carried`` are loop variables: fetch k <
     ``carried`` is variable k's next value. ``constants``: the values of the plan's
-    constant keys. None where the program may not be replayed (see the module docstring) or
-    its trial run raised (the run then goes as always, and raises in its place)."""
+    constant keys. ``borrow``: frozen inputs are used as they are, not copied. None where the
+    program may not be replayed (see the module docstring) or its trial run raised (the run
+    then goes as always, and raises in its place)."""
     program = bound.program
     if bound.preloads or bound.arena is None or not _replayable(program):
         return None
@@ -200,7 +203,7 @@ def build(bound: executor.BoundProgram, constants: dict, input_keys: Sequence,
         return None
     unchanged = {k for k in range(len(values))
                  if k >= carried or sources[k] == ("input", k)}
-    borrowed = {k: values[k] for k in unchanged if _frozen(values[k])}
+    borrowed = {k: values[k] for k in unchanged if borrow and _frozen(values[k])}
     owned = {k: np.array(values[k]) for k in unchanged if k not in borrowed}
     buffers = {}  # loop variable -> its two buffers
     for k in range(carried):

@@ -273,7 +273,7 @@ class _Plan(list):
             or (step.op.type == "Assign" and not step.op.attrs["validate_shape"])
             for step in steps)
         self.bound: executor.BoundProgram | None = None  # the steps compiled for a signature
-        self.replays = ReplayCache(carried=0)  # the bound program's replay for Run
+        self.replays = ReplayCache(carried=0, borrow=False)  # the bound program's, for Run
         self.feeds: dict[Output, Output] = {}  # each fed Output -> its key's in the plan
 
     def _release(self, steps: list) -> tuple[tuple, ...]:
@@ -734,7 +734,7 @@ class PreparedRun:
     def __init__(self, session: ClientSession, plan: _Plan, keys: list, fetch_keys: list
                  ) -> None:
         self.session, self.plan, self.keys, self.fetch_keys = session, plan, keys, fetch_keys
-        self._replays = ReplayCache(carried=len(keys))
+        self._replays = ReplayCache(carried=len(keys), borrow=True)
 
     def __call__(self, values: Sequence[Any]) -> list:
         env: dict[_Key | None, Any] = {None: None}
