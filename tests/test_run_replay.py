@@ -10,7 +10,7 @@ session that runs every step unbound (``OptimizerOptions.all_off()``):
 * generated networks (hypothesis): chains of convolutions (both routes, fused bias, residual
   and activation), depthwise convolutions, pools, Pad, ConcatV2, Mean and a matmul;
 * hand-built graphs: returned arrays are fresh and never written by a later run, feeds are
-  never written, read-only feeds (used as they are) that change from run to run, a batch
+  never written, read-only feeds (copied: a caller may change them) from run to run, a batch
   size that changes (the plan binds anew and replays again), an index out of range (the
   op's own error), several threads at once, and the runs that do not replay: the option off,
   ``RunMetadata``, a training step (variables), a program beyond the memory cap.
@@ -112,11 +112,16 @@ def test_a_new_batch_size_binds_anew_and_replays_again(replayed):
     assert len(replayed) >= 3  # both batch sizes (a signature binds at its second run)
 
 
-def test_read_only_feeds_are_used_as_they_are_and_may_change(replayed):
+def test_read_only_feeds_are_copied_and_may_change(replayed):
+    """A run copies its feeds, read-only ones too (a caller may make one writeable again
+    and change it): new values in the same arrays give new results."""
     root, x, rows, out, _ = small_net()
     replaying, unbound = sessions(root)
+    feeds = feeds_for(x, rows, 2, 0)
     for run in range(6):
-        feeds = feeds_for(x, rows, 2, run % 3)
+        for value in feeds.values():
+            value.setflags(write=True)
+        feeds[x][...] = np.random.default_rng(run).standard_normal(feeds[x].shape)
         for value in feeds.values():
             value.setflags(write=False)
         assert same_bits(replaying.Run(feeds, [out]), unbound.Run(feeds, [out]))
