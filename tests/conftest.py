@@ -18,6 +18,7 @@ Tolerances (``assert_close``):
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import ml_dtypes
@@ -61,6 +62,28 @@ def available_backends() -> list[str]:
 
 
 BACKENDS = available_backends()
+
+
+@contextlib.contextmanager
+def counting_replays():
+    """A list that grows by one entry per replayed step of a bound program (a loop's
+    iteration, a session's run: ``client/replay.py``) while the block runs."""
+    from minigraph.client import replay
+
+    steps: list[int] = []
+    step = replay.LoopReplay.step
+    replay.LoopReplay.step = lambda self: steps.append(1) or step(self)
+    try:
+        yield steps
+    finally:
+        replay.LoopReplay.step = step
+
+
+@pytest.fixture
+def replayed_steps():
+    """:func:`counting_replays` over one test."""
+    with counting_replays() as steps:
+        yield steps
 
 
 @pytest.fixture(params=BACKENDS)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import NATIVE_AVAILABLE
+from conftest import NATIVE_AVAILABLE, counting_replays
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_while_loops import FLOAT, INT32, VARIANT, add, const, enter, next_value, variable
@@ -44,20 +44,6 @@ from minigraph.framework.errors import InvalidArgumentError
 from minigraph.interop import protos
 
 pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="the native kernels' replays")
-
-
-@pytest.fixture
-def replayed_steps(monkeypatch):
-    """A list that grows by one entry per replayed iteration."""
-    steps: list[int] = []
-    step = replay_module.LoopReplay.step
-
-    def counted(self):
-        steps.append(1)
-        return step(self)
-
-    monkeypatch.setattr(replay_module.LoopReplay, "step", counted)
-    return steps
 
 
 def sessions(graph: Any) -> tuple[mg.ClientSession, mg.ClientSession]:
@@ -239,17 +225,12 @@ def test_generated_loops_replay_the_unbound_bits(loop, seed):
     fetches = [f"out{k}:0" for k in range(count)] + ["stacked:0", "count:0"]
     replaying, unbound = sessions(graph)
     rng = np.random.default_rng(seed)
-    replayed = []
-    step = replay_module.LoopReplay.step
-    replay_module.LoopReplay.step = lambda self: replayed.append(1) or step(self)
-    try:
+    with counting_replays() as replayed:
         for run, steps in enumerate([5, 5, 6, 1, 9, 2]):
             feeds = loop_feeds(rng, count, batch, channels, steps)
             got = replaying.Run(feeds, fetches)
             assert int(got[-1]) == steps
             assert_same_bits(got, unbound.Run(feeds, fetches), f"run {run}")
-    finally:
-        replay_module.LoopReplay.step = step
     assert replayed  # the first run binds the body (two iterations), the others replay it
 
 

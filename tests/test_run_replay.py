@@ -22,7 +22,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import NATIVE_AVAILABLE
+from conftest import NATIVE_AVAILABLE, counting_replays
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,20 +33,6 @@ from minigraph.framework.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="the native kernels' replays")
 F32 = np.float32
-
-
-@pytest.fixture
-def replayed(monkeypatch):
-    """A list that grows by one entry per replayed run."""
-    runs: list[int] = []
-    step = replay_module.LoopReplay.step
-
-    def counted(self):
-        runs.append(1)
-        return step(self)
-
-    monkeypatch.setattr(replay_module.LoopReplay, "step", counted)
-    return runs
 
 
 def sessions(root) -> tuple[mg.ClientSession, mg.ClientSession]:
@@ -82,7 +68,7 @@ def feeds_for(x, rows, batch: int, seed: int) -> dict:
             rows: rng.integers(0, batch, 3).astype(np.int32)}
 
 
-def test_replayed_runs_give_the_unbound_bits_and_fresh_arrays(replayed):
+def test_replayed_runs_give_the_unbound_bits_and_fresh_arrays(replayed_steps):
     root, x, rows, out, y = small_net()
     replaying, unbound = sessions(root)
     kept = []
@@ -93,7 +79,7 @@ def test_replayed_runs_give_the_unbound_bits_and_fresh_arrays(replayed):
         assert same_bits(got, unbound.Run(feeds, [out, y]))
         assert all(np.array_equal(feeds[key], fed[key]) for key in feeds)  # not written
         kept.append((got, [a.copy() for a in got]))
-    assert len(replayed) >= 3
+    assert len(replayed_steps) >= 3
     for got, copy in kept:  # what a run returned stays as it was
         assert same_bits(got, copy)
     a, b = kept[-1][0][0], kept[-2][0][0]
@@ -103,16 +89,16 @@ def test_replayed_runs_give_the_unbound_bits_and_fresh_arrays(replayed):
     assert same_bits(replaying.Run(feeds, [out, y]), unbound.Run(feeds, [out, y]))
 
 
-def test_a_new_batch_size_binds_anew_and_replays_again(replayed):
+def test_a_new_batch_size_binds_anew_and_replays_again(replayed_steps):
     root, x, rows, out, _ = small_net()
     replaying, unbound = sessions(root)
     for batch in (2, 2, 2, 2, 5, 5, 5, 5, 2, 2):
         feeds = feeds_for(x, rows, batch, batch)
         assert same_bits(replaying.Run(feeds, [out]), unbound.Run(feeds, [out]))
-    assert len(replayed) >= 3  # both batch sizes (a signature binds at its second run)
+    assert len(replayed_steps) >= 3  # both batch sizes (a signature binds at its second run)
 
 
-def test_read_only_feeds_are_copied_and_may_change(replayed):
+def test_read_only_feeds_are_copied_and_may_change(replayed_steps):
     """A run copies its feeds, read-only ones too (a caller may make one writeable again
     and change it): new values in the same arrays give new results."""
     root, x, rows, out, _ = small_net()
@@ -125,15 +111,15 @@ def test_read_only_feeds_are_copied_and_may_change(replayed):
         for value in feeds.values():
             value.setflags(write=False)
         assert same_bits(replaying.Run(feeds, [out]), unbound.Run(feeds, [out]))
-    assert replayed
+    assert replayed_steps
 
 
-def test_an_index_out_of_range_raises_the_ops_error_in_a_replayed_run(replayed):
+def test_an_index_out_of_range_raises_the_ops_error_in_a_replayed_run(replayed_steps):
     root, x, rows, out, _ = small_net()
     replaying, unbound = sessions(root)
     for run in range(4):
         replaying.Run(feeds_for(x, rows, 2, run), [out])
-    assert replayed
+    assert replayed_steps
     bad = feeds_for(x, rows, 2, 0)
     bad[rows] = np.array([0, 2, 1], np.int32)
     messages = []
@@ -147,7 +133,7 @@ def test_an_index_out_of_range_raises_the_ops_error_in_a_replayed_run(replayed):
     assert same_bits(replaying.Run(feeds, [out]), unbound.Run(feeds, [out]))
 
 
-def test_runs_from_several_threads_at_once(replayed):
+def test_runs_from_several_threads_at_once(replayed_steps):
     root, x, rows, out, y = small_net()
     replaying, unbound = sessions(root)
     cases = [feeds_for(x, rows, 2, k) for k in range(6)]
@@ -166,10 +152,10 @@ def test_runs_from_several_threads_at_once(replayed):
     for worker in workers:
         worker.join()
     assert wrong == []
-    assert replayed
+    assert replayed_steps
 
 
-def test_runs_that_do_not_replay(replayed, monkeypatch):
+def test_runs_that_do_not_replay(replayed_steps, monkeypatch):
     """The option off, RunMetadata, a program beyond the memory cap: the bound (or checked)
     run, the same bits."""
     root, x, rows, out, _ = small_net()
@@ -182,15 +168,15 @@ def test_runs_that_do_not_replay(replayed, monkeypatch):
         assert same_bits(off.Run(feeds, [out]), expected)
         assert same_bits(replaying.Run(feeds, [out], run_metadata=mg.RunMetadata()),
                          expected)
-    assert not replayed
+    assert not replayed_steps
     monkeypatch.setattr(replay_module, "MAX_BYTES", 100)
     capped, _ = sessions(root)
     for _ in range(5):
         assert same_bits(capped.Run(feeds, [out]), expected)
-    assert not replayed
+    assert not replayed_steps
 
 
-def test_a_training_step_is_not_replayed(replayed):
+def test_a_training_step_is_not_replayed(replayed_steps):
     """Variables: a step reads and writes the session's state, which a replay does not."""
     root = mg.Scope.NewRootScope()
     x = ops.Placeholder(root.WithOpName("x"), mg.float32, shape=[4, 3])
@@ -210,7 +196,7 @@ def test_a_training_step_is_not_replayed(replayed):
         xv = np.arange(12, dtype=F32).reshape(4, 3) / 10
         values.append([session.Run({x: xv}, [loss, update])[0] for _ in range(6)])
     assert same_bits(values[0], values[1])
-    assert not replayed
+    assert not replayed_steps
 
 
 @st.composite
@@ -298,20 +284,15 @@ def test_generated_networks_replay_the_unbound_bits(net, seed):
     fetches = build(root, x)
     replaying, unbound = sessions(root)
     rng = np.random.default_rng(seed)
-    runs = []
-    step = replay_module.LoopReplay.step
-    replay_module.LoopReplay.step = lambda self: runs.append(1) or step(self)
-    try:
+    with counting_replays() as runs:
         for run in range(6):
             feeds = {x: rng.standard_normal(shape).astype(F32)}
             assert same_bits(replaying.Run(feeds, fetches), unbound.Run(feeds, fetches)), run
-    finally:
-        replay_module.LoopReplay.step = step
     assert runs
 
 
 @pytest.mark.oracle
-def test_keras_zoo_runs_replay_the_unbound_bits(replayed):
+def test_keras_zoo_runs_replay_the_unbound_bits(replayed_steps):
     """Every CI application and layer block but the recurrent ones (whose loops replay,
     ``test_loop_replay.py``) and those with random ops."""
     from minigraph.testing import keras_zoo
@@ -327,14 +308,14 @@ def test_keras_zoo_runs_replay_the_unbound_bits(replayed):
         root = mg.import_graph_def(graph.graph_def)
         replaying, unbound = sessions(root)
         rng = np.random.default_rng(7)
-        before = len(replayed)
+        before = len(replayed_steps)
         for run in range(4):
             feeds = {key: (value if value.dtype.kind in "iu"
                            else rng.uniform(-2, 2, value.shape).astype(value.dtype))
                      for key, value in graph.feeds.items()}
             got = replaying.Run(feeds, graph.fetches)
             assert same_bits(got, unbound.Run(feeds, graph.fetches)), f"{entry.name} {run}"
-        if len(replayed) == before:
+        if len(replayed_steps) == before:
             skipped.append(entry.name)
     loops = {"lstm", "gru", "simple_rnn", "bidirectional", "conv_lstm2d", "stacked_recurrent",
              "masked_lstm", "center_crop"}
