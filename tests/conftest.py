@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
@@ -84,6 +86,26 @@ def replayed_steps():
     """:func:`counting_replays` over one test."""
     with counting_replays() as steps:
         yield steps
+
+
+def wrong_from_threads(right: Callable[[int], bool], cases: int, threads: int = 4,
+                       steps: int = 20) -> list[tuple[int, int]]:
+    """Call ``right(k)`` (whether case k's run gave the expected results) from ``threads``
+    threads at once, each going through the ``cases`` in turn from its own start, ``steps``
+    times; the (thread, step) pairs that went wrong."""
+    wrong: list[tuple[int, int]] = []
+
+    def work(thread: int) -> None:
+        for step in range(steps):
+            if not right((thread + step) % cases):
+                wrong.append((thread, step))
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return wrong
 
 
 @pytest.fixture(params=BACKENDS)

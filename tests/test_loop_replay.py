@@ -27,12 +27,11 @@ formula is at hand, with numpy:
 from __future__ import annotations
 
 import itertools
-import threading
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import NATIVE_AVAILABLE, counting_replays
+from conftest import NATIVE_AVAILABLE, counting_replays, wrong_from_threads
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_while_loops import FLOAT, INT32, VARIANT, add, const, enter, next_value, variable
@@ -352,21 +351,12 @@ def test_loops_replay_from_several_threads_at_once(replayed_steps):
     feeds = [loop_feeds(rng, 2, 1 + k % 3, 8, 3 + k) for k in range(6)]
     fetches = ["out0:0", "out1:0", "stacked:0"]
     expected = [unbound.Run(f, fetches) for f in feeds]
-    wrong = []
 
-    def work(thread: int) -> None:
-        for step in range(20):
-            k = (thread + step) % len(feeds)
-            got = replaying.Run(feeds[k], fetches)
-            if not all(a.tobytes() == b.tobytes() for a, b in zip(got, expected[k])):
-                wrong.append((thread, step))
+    def right(k: int) -> bool:
+        got = replaying.Run(feeds[k], fetches)
+        return all(a.tobytes() == b.tobytes() for a, b in zip(got, expected[k]))
 
-    workers = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    assert wrong == []
+    assert wrong_from_threads(right, len(feeds)) == []
     assert replayed_steps
 
 

@@ -18,11 +18,9 @@ session that runs every step unbound (``OptimizerOptions.all_off()``):
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
-from conftest import NATIVE_AVAILABLE, counting_replays
+from conftest import NATIVE_AVAILABLE, counting_replays, wrong_from_threads
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -138,20 +136,9 @@ def test_runs_from_several_threads_at_once(replayed_steps):
     replaying, unbound = sessions(root)
     cases = [feeds_for(x, rows, 2, k) for k in range(6)]
     expected = [unbound.Run(feeds, [out, y]) for feeds in cases]
-    wrong = []
-
-    def work(thread: int) -> None:
-        for step in range(30):
-            k = (thread + step) % len(cases)
-            if not same_bits(replaying.Run(cases[k], [out, y]), expected[k]):
-                wrong.append((thread, step))
-
-    workers = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    assert wrong == []
+    assert wrong_from_threads(
+        lambda k: same_bits(replaying.Run(cases[k], [out, y]), expected[k]), len(cases),
+        steps=30) == []
     assert replayed_steps
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 import test_function_library as function_library
-from conftest import BACKENDS
+from conftest import BACKENDS, wrong_from_threads
 
 import minigraph as mg
 from minigraph.client import loops as loop_kernel
@@ -583,26 +583,15 @@ def test_a_loop_graph_draws_and_goes_to_tensorboard(tmp_path):
 def test_loops_run_from_several_threads_at_once():
     """One session, four threads, each running the loop with other trip counts and batch
     sizes: the subgraphs' shared sessions give every run its own values."""
-    import threading
-
     root = mg.import_graph_def(counting_loop(write=True))
     session = mg.ClientSession(root)
     cases = [(np.full((1 + i % 3, 3), i, np.float32), np.int32(1 + i % 4), np.int32(4))
              for i in range(8)]
     feeds = [{"x:0": x, "n:0": n, "rows:0": rows} for x, n, rows in cases]
     expected = [session.Run(f, ["out:0", "stacked:0"]) for f in feeds]
-    wrong = []
 
-    def work(thread: int) -> None:
-        for step in range(25):
-            i = (thread + step) % len(feeds)
-            got = session.Run(feeds[i], ["out:0", "stacked:0"])
-            if not all(np.array_equal(a, b) for a, b in zip(got, expected[i])):
-                wrong.append((thread, step))
+    def right(i: int) -> bool:
+        got = session.Run(feeds[i], ["out:0", "stacked:0"])
+        return all(np.array_equal(a, b) for a, b in zip(got, expected[i]))
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert wrong == []
+    assert wrong_from_threads(right, len(feeds), steps=25) == []
