@@ -64,11 +64,12 @@ class LoopReplay:
     at a time (``lock``)."""
 
     __slots__ = ("programs", "copies", "outputs", "carried", "owned", "borrowed", "threads",
-                 "lock", "parity")
+                 "lock", "parity", "pinned")
 
     def __init__(self, programs: tuple, copies: tuple, outputs: tuple,
                  carried: dict[int, tuple[np.ndarray, np.ndarray]],
-                 owned: dict[int, np.ndarray], borrowed: dict[int, np.ndarray]) -> None:
+                 owned: dict[int, np.ndarray], borrowed: dict[int, np.ndarray],
+                 scratch: list[np.ndarray]) -> None:
         self.programs = programs  # per parity: the steps' functions, in order
         self.copies = copies  # per parity: (destination, source) after the steps
         self.outputs = outputs  # per parity: the arrays holding the body's outputs
@@ -78,6 +79,10 @@ class LoopReplay:
         self.threads = num_threads()  # what the C calls were made for
         self.lock = threading.Lock()
         self.parity = 0
+        # every buffer of the replay, held once more: a step run with its checks may write
+        # its output into an input only the run holds (``planner.reusable``, by reference
+        # count), which a buffer held here never is
+        self.pinned = [*scratch, *owned.values(), *(b for pair in carried.values() for b in pair)]
 
     def start(self, values: Sequence[Any]) -> bool:
         """Load the loop variables ``values``; False when the replay was made for others
@@ -146,7 +151,12 @@ class ReplayCache:
         found = None if made is None else made[1]
         if found is None or not found.lock.acquire(blocking=False):
             return None
-        if found.start(values):
+        try:
+            started = found.start(values)
+        except BaseException:
+            found.lock.release()
+            raise
+        if started:
             return found
         found.lock.release()
         if fresh:  # made for these very values, which it does not take
@@ -232,7 +242,7 @@ def build(bound: executor.BoundProgram, constants: dict, input_keys: Sequence,
                     bound.preset, index_of, session) for parity in ((0, 1) if buffers else (0,))]
     if not buffers:  # nothing changes from one run to the next: one program serves both
         made.append(made[0])
-    return LoopReplay(*zip(*made), buffers, owned, borrowed)
+    return LoopReplay(*zip(*made), buffers, owned, borrowed, list(scratch.values()))
 
 
 def _replayable(program: list[tuple]) -> bool:
