@@ -34,9 +34,10 @@ their packing).
 A program is replayed only where nothing in it depends on more than its inputs and the
 signature fixes every shape: no stateful op (random ops, variables), no step whose results'
 shapes depend on data (a guard), no zero-copy concat. The trial run has no effect outside
-the replay. The buffers are not shared between values as a bound program's arena shares
-them: a program whose values take more than :data:`MAX_BYTES` is not replayed (it runs
-bound, as before).
+the replay. The values of the steps share one slab by their lifetimes, as a bound
+program's arena shares its buffers (:func:`_slab_layout`), but for those read after the
+program (its outputs), which have their own; a program whose buffers would take more than
+:data:`MAX_BYTES` is not replayed (it runs bound, as before).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ from minigraph.backends.registry import replay_maker, store_results
 from minigraph.client import executor
 
 # the most memory a replay's own buffers may take (a recurrent cell's values take a few
-# hundred KiB at batch 32; the zoo's CNNs at their sizes and batch 2 up to about 20 MiB)
+# hundred KiB at batch 32; the zoo's CNNs at their sizes 5 MiB at batch 2, DenseNet121 20 at
+# batch 8, ResNet50 27 at batch 32, MobileNetV2 77 at batch 32: not replayed)
 MAX_BYTES = 1 << 25
 
 
@@ -232,17 +234,75 @@ def build(bound: executor.BoundProgram, constants: dict, input_keys: Sequence,
                                                    if _frozen(value)})
     sources = [("value", fixed[where]) if kind == "register" and where in fixed
                else (kind, where) for kind, where in sources]
-    live = {register for entry in program for register in entry[5]}
-    held = [registers[register] for register in live] + [value for value in values] * 2
-    if sum(value.nbytes for value in held) > MAX_BYTES:
+    kept = {where for kind, where in sources if kind == "register"}  # read after a step
+    offsets, size = _slab_layout(program, registers, kept)
+    own = [registers[register] for entry in program for register in entry[5]
+           if register not in offsets]
+    if size + sum(v.nbytes for v in own) + 2 * sum(v.nbytes for v in values) > MAX_BYTES:
         return None
-    scratch = {register: np.empty(registers[register].shape, registers[register].dtype)
-               for register in live}
+    scratch = _slab(offsets, size, registers)
+    scratch.update({register: np.empty(registers[register].shape, registers[register].dtype)
+                    for entry in program for register in entry[5]
+                    if register not in offsets})
     made = [_parity(parity, program, sources, buffers, {**borrowed, **owned}, fixed, scratch,
                     bound.preset, index_of, session) for parity in ((0, 1) if buffers else (0,))]
     if not buffers:  # nothing changes from one run to the next: one program serves both
         made.append(made[0])
     return LoopReplay(*zip(*made), buffers, owned, borrowed, list(scratch.values()))
+
+
+SLAB_ALIGN = 64  # bytes: each value's place in the slab starts on a cache line
+
+
+def _slab_layout(program: list[tuple], registers: list, kept: set[int]
+                 ) -> tuple[dict[int, int], int]:
+    """Places in one byte slab for the values ``program`` writes (``registers`` holds one of
+    each from the trial run), but the ``kept`` ones (read after the program) and empty ones:
+    ``(register -> offset, slab size)``. Values share bytes where their lifetimes do not
+    overlap, from the entry writing one to the last entry reading it: an entry's results
+    never share its inputs' bytes (those are freed after it), and a place is taken best fit
+    from the freed ones, else at the slab's end (the arena's rule, ``planner.plan_arena``)."""
+    last = {register: i for i, entry in enumerate(program) for register in entry[4]}
+    dying: dict[int, list[int]] = {}
+    for register, i in last.items():
+        dying.setdefault(i, []).append(register)
+    offsets: dict[int, int] = {}
+    sizes: dict[int, int] = {}
+    free: list[tuple[int, int]] = []  # (size, offset) of each freed block
+    size = 0
+    for i, entry in enumerate(program):
+        for register in entry[5]:
+            nbytes = registers[register].nbytes
+            if register in kept or not nbytes:
+                continue
+            need = -(-nbytes // SLAB_ALIGN) * SLAB_ALIGN
+            fits = [block for block in free if block[0] >= need]
+            if fits:
+                block = min(fits)
+                free.remove(block)
+                offsets[register] = block[1]
+                if block[0] > need:
+                    free.append((block[0] - need, block[1] + need))
+            else:
+                offsets[register], size = size, size + need
+            sizes[register] = need
+        for register in [*dying.get(i, ()), *(r for r in entry[5] if r not in last)]:
+            if register in offsets:
+                free.append((sizes[register], offsets[register]))
+    return offsets, size
+
+
+def _slab(offsets: dict[int, int], size: int, registers: list) -> dict[int, np.ndarray]:
+    """The arrays of :func:`_slab_layout`'s places: views of one slab aligned to
+    :data:`SLAB_ALIGN`, each of its value's shape and dtype."""
+    raw = np.empty(size + SLAB_ALIGN, np.uint8)
+    start = -raw.ctypes.data % SLAB_ALIGN
+    views = {}
+    for register, offset in offsets.items():
+        value = registers[register]
+        at = start + offset
+        views[register] = raw[at:at + value.nbytes].view(value.dtype).reshape(value.shape)
+    return views
 
 
 def _replayable(program: list[tuple]) -> bool:
