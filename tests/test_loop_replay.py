@@ -497,3 +497,42 @@ def test_keras_recurrent_layers_replay_the_unbound_bits(replayed_steps, name):
         assert_same_bits(replaying.Run(feeds, graph.fetches),
                          unbound.Run(feeds, graph.fetches), f"{name} run {run}")
     assert replayed_steps
+
+
+# ----------------------------------------------------------------------------- the slab
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 30), max_size=3),
+                          st.lists(st.integers(0, 5000), min_size=1, max_size=3)),
+                min_size=1, max_size=25),
+       st.sets(st.integers(0, 80), max_size=10))
+def test_slab_places_never_overlap_while_both_values_live(entries, kept):
+    """``replay._slab_layout`` over generated programs: entry i reads earlier results
+    (indices into them) and writes new ones of drawn sizes. Two values whose lifetimes (from
+    the entry writing one to the last reading it) overlap never share a byte, an entry's
+    results never share its inputs' bytes (its last read included), kept values and empty
+    ones get no place, every place is aligned and inside the slab."""
+    program, registers, written_at = [], [], {}
+    for i, (reads, sizes) in enumerate(entries):
+        ins = tuple(sorted({r % len(registers) for r in reads})) if registers else ()
+        outs = []
+        for nbytes in sizes:
+            written_at[len(registers)] = i
+            outs.append(len(registers))
+            registers.append(np.empty(nbytes, np.uint8))
+        program.append((0, None, None, None, ins, tuple(outs), (), None))
+    offsets, size = replay_module._slab_layout(program, registers, kept)
+    last = {r: i for i, entry in enumerate(program) for r in entry[4]}
+    assert all(r not in offsets for r in kept) and all(
+        registers[r].nbytes for r in offsets)
+    assert all(r in offsets for r in range(len(registers))
+               if r not in kept and registers[r].nbytes)
+    span = {r: (written_at[r], last.get(r, written_at[r])) for r in offsets}
+    for r, offset in offsets.items():
+        assert offset % replay_module.SLAB_ALIGN == 0 and offset + registers[r].nbytes <= size
+    for a in offsets:
+        for b in offsets:
+            if a < b and span[a][0] <= span[b][1] and span[b][0] <= span[a][1]:
+                assert (offsets[a] + registers[a].nbytes <= offsets[b]
+                        or offsets[b] + registers[b].nbytes <= offsets[a]), (a, b)
