@@ -18,7 +18,7 @@ from minigraph.backends.native import (
     out_array,
     plain_f32,
 )
-from minigraph.backends.registry import find_kernel, register_kernel, set_replay
+from minigraph.backends.registry import find_kernel, register_kernel, set_replay, store_results
 from minigraph.framework import dtypes
 
 F32 = np.float32
@@ -279,6 +279,50 @@ def reduce_native(op, inputs, ctx):
     keep = op.attrs["keep_dims"]
     shape = [1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes]
     return [y.reshape(shape)]
+
+
+def _reduce_replay(op, values: list, outputs: list, ctx):
+    """``reduce_native`` on fixed arrays (``registry.ReplayMaker``): the one C call of
+    :func:`c_reduce`'s plan (a global average pool's ``mg_reduce_rows``), its arguments made
+    once; None for plans of two calls or none. A call whose axes hold other values than when
+    made runs the kernel."""
+    x, axes = values
+    out = outputs[0]
+    if not (plain_f32(x) and x.size and plain_f32(out) and out.flags.writeable):
+        return None
+    plan = reduce_plan(x.shape, _axes(x, axes), op.type == "Mean")
+    if plan is None or plan[0] is not None and plan[1] is not None:
+        return None
+    inner, outer_plan = plan
+    if inner is not None:
+        outer, rows, divisor = inner
+        run, args = lib.mg_reduce_inner, (outer, rows, fbuf(x), fbuf(out), divisor)
+        size = outer
+    else:
+        outer, rows, channels, divisor, offsets = outer_plan
+        size = outer * channels
+        run, args = ((lib.mg_reduce_rows, (outer, rows, channels, fbuf(x), fbuf(out), divisor))
+                     if offsets is None else
+                     (lib.mg_reduce_gather, (outer, rows, channels, *offsets, fbuf(x),
+                                             fbuf(out), divisor)))
+    if out.size != size:
+        return None
+    args = (*args, num_threads())
+    made = axes.tobytes()
+
+    def replayed() -> None:
+        if axes.tobytes() == made:
+            code = run(*args)
+            if code:
+                check_code(code, op.type)
+        else:
+            store_results(op, outputs, reduce_native(op, values, ctx))
+
+    replayed.keep = (values, outputs, outer_plan)
+    return replayed
+
+
+set_replay(reduce_native, _reduce_replay)
 
 
 @register_kernel("Reshape")
