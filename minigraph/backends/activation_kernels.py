@@ -21,6 +21,7 @@ import numpy as np
 from minigraph.backends.compute import compute_dtype
 from minigraph.backends.native import (
     as_f32,
+    c_call,
     check_code,
     check_same_shape,
     fbuf,
@@ -175,17 +176,9 @@ def _unary_replay(c_name: str, alpha: bool = False):
         x, y = values[0], outputs[0]
         if not (plain_f32(x) and plain_f32(y) and y.flags.writeable and x.shape == y.shape):
             return None
-        function = getattr(lib, c_name)
         params = (op.attrs["alpha"],) if alpha else ()
-        args = (x.size, fbuf(x), fbuf(y), *params, num_threads())
-
-        def replayed() -> None:
-            code = function(*args)
-            if code:
-                check_code(code, op.type)
-
-        replayed.keep = (values, outputs)
-        return replayed
+        return c_call(getattr(lib, c_name), (x.size, fbuf(x), fbuf(y), *params, num_threads()),
+                      op.type, (values, outputs))
 
     return maker
 

@@ -142,13 +142,13 @@ def bn_inference_replay(op: Operation, values: list, outputs: list, ctx: KernelC
     except (TypeError, ValueError):
         return None
     copies = list(zip(outputs[1:5], (mean, variance, mean, variance)))
+    normalized = native.c_call(function, args, "batch norm", (values, outputs))
 
     def replayed() -> None:
-        native.check_code(function(*args))
+        normalized()
         for out, value in copies:
             np.copyto(out, value)
 
-    replayed.keep = (values, outputs)
     return replayed
 
 

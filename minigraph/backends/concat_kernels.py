@@ -10,7 +10,16 @@ import math
 
 import numpy as np
 
-from minigraph.backends.native import as_f32, check_code, fbuf, ffi, lib, num_threads, plain_f32
+from minigraph.backends.native import (
+    as_f32,
+    c_call,
+    check_code,
+    fbuf,
+    ffi,
+    lib,
+    num_threads,
+    plain_f32,
+)
 from minigraph.backends.registry import register_kernel, set_replay, store_results
 from minigraph.framework import dtypes
 
@@ -80,15 +89,14 @@ def _concat_replay(op, values: list, outputs: list, ctx):
     where = values[0] if op.type == "Concat" else values[-1]
     made = where.tobytes()
     args, buffers = _concat_args(tensors, axis, y)
-    join = lib.mg_concat
+    join = c_call(lib.mg_concat, args, "Concat", (values, outputs, buffers))
 
     def replayed() -> None:
         if where.tobytes() == made:
-            check_code(join(*args), "Concat")
+            join()
         else:
             store_results(op, outputs, concat_native(op, values, ctx))
 
-    replayed.keep = (values, outputs, buffers)
     return replayed
 
 

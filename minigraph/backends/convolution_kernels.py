@@ -47,6 +47,7 @@ from minigraph.backends.gemm import PackedB, _frozen, frozen_cached, packed_b
 from minigraph.backends.native import (
     as_f32,
     attrs_fit_int32,
+    c_call,
     check_code,
     check_rank4,
     checked_sizes,
@@ -1045,12 +1046,7 @@ def conv_replay(op, values: list, outputs: list, ctx=None, epilogue: Epilogue | 
         return None
     c_epilogue = ffi.NULL if epilogue is None else epilogue.c_struct(y.shape)
     args = (*sizes, fbuf(x), fbuf(weights), fbuf(y), c_epilogue, num_threads())
-
-    def replayed() -> None:
-        check_code(call(*args), "Conv2D")
-
-    replayed.keep = (values, outputs, epilogue, keep)
-    return replayed
+    return c_call(call, args, "Conv2D", (values, outputs, epilogue, keep))
 
 
 set_replay(conv2d_native, conv_replay)
@@ -1156,20 +1152,19 @@ def depthwise_replay(op, values: list, outputs: list, ctx=None,
     sizes, shape = _depthwise_sizes(x, f, window)
     if y.shape != shape or not y.size or epilogue is not None and not epilogue.fits(shape):
         return None
-    args = (*sizes, fbuf(x), fbuf(f), fbuf(y), num_threads())
-    depthwise = lib.mg_depthwise_forward
-    after = None
-    if epilogue is not None:
-        after = (y.size // shape[-1], shape[-1], fbuf(y), epilogue.c_struct(shape),
-                 num_threads())
-    channel_epilogue = lib.mg_channel_epilogue
+    depthwise = c_call(lib.mg_depthwise_forward, (*sizes, fbuf(x), fbuf(f), fbuf(y),
+                                                   num_threads()),
+                       "DepthwiseConv2dNative", (values, outputs))
+    if epilogue is None:
+        return depthwise
+    after = c_call(lib.mg_channel_epilogue,
+                   (y.size // shape[-1], shape[-1], fbuf(y), epilogue.c_struct(shape),
+                    num_threads()), "channel epilogue", epilogue)
 
     def replayed() -> None:
-        check_code(depthwise(*args), "DepthwiseConv2dNative")
-        if after is not None:
-            check_code(channel_epilogue(*after), "channel epilogue")
+        depthwise()
+        after()
 
-    replayed.keep = (values, outputs, epilogue)
     return replayed
 
 

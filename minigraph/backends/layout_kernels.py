@@ -8,7 +8,16 @@ import functools
 
 import numpy as np
 
-from minigraph.backends.native import as_f32, check_code, fbuf, ffi, lib, num_threads, plain_f32
+from minigraph.backends.native import (
+    as_f32,
+    c_call,
+    check_code,
+    fbuf,
+    ffi,
+    lib,
+    num_threads,
+    plain_f32,
+)
 from minigraph.backends.registry import register_kernel, set_replay, store_results
 from minigraph.framework import dtypes
 from minigraph.ops.layout_ops import MASKS, SliceSpec
@@ -52,10 +61,8 @@ def _pad_replay(op, values: list, outputs: list, ctx):
         return None
     made = paddings.tobytes()
     if plain_f32(x) and plain_f32(out) and x.ndim <= PAD_MAX_RANK:
-        args = (*_pad_args(x, pairs), fbuf(x), fbuf(out), num_threads())
-
-        def padded() -> None:
-            check_code(lib.mg_pad(*args), "Pad")
+        padded = c_call(lib.mg_pad, (*_pad_args(x, pairs), fbuf(x), fbuf(out), num_threads()),
+                        "Pad")
     else:
         interior = out[_windows([a for a, _ in pairs], x.shape)]
 

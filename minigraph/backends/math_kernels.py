@@ -10,6 +10,7 @@ import numpy as np
 
 from minigraph.backends.native import (
     as_f32,
+    c_call,
     check_code,
     fbuf,
     ffi,
@@ -296,29 +297,27 @@ def _reduce_replay(op, values: list, outputs: list, ctx):
     inner, outer_plan = plan
     if inner is not None:
         outer, rows, divisor = inner
-        run, args = lib.mg_reduce_inner, (outer, rows, fbuf(x), fbuf(out), divisor)
+        function, args = lib.mg_reduce_inner, (outer, rows, fbuf(x), fbuf(out), divisor)
         size = outer
     else:
         outer, rows, channels, divisor, offsets = outer_plan
         size = outer * channels
-        run, args = ((lib.mg_reduce_rows, (outer, rows, channels, fbuf(x), fbuf(out), divisor))
-                     if offsets is None else
-                     (lib.mg_reduce_gather, (outer, rows, channels, *offsets, fbuf(x),
-                                             fbuf(out), divisor)))
+        function, args = (
+            (lib.mg_reduce_rows, (outer, rows, channels, fbuf(x), fbuf(out), divisor))
+            if offsets is None else
+            (lib.mg_reduce_gather, (outer, rows, channels, *offsets, fbuf(x), fbuf(out),
+                                    divisor)))
     if out.size != size:
         return None
-    args = (*args, num_threads())
+    reduced = c_call(function, (*args, num_threads()), op.type, (values, outputs, outer_plan))
     made = axes.tobytes()
 
     def replayed() -> None:
         if axes.tobytes() == made:
-            code = run(*args)
-            if code:
-                check_code(code, op.type)
+            reduced()
         else:
             store_results(op, outputs, reduce_native(op, values, ctx))
 
-    replayed.keep = (values, outputs, outer_plan)
     return replayed
 
 
@@ -585,15 +584,7 @@ def broadcast_replay(c_name: str, x: np.ndarray, y: np.ndarray, z: np.ndarray
     if plan is None or tuple(plan[0]) != z.shape:
         return None
     args = (_broadcast_ops()[c_name], *plan[1:], fbuf(x), fbuf(y), fbuf(z), num_threads())
-    run = lib.mg_broadcast
-
-    def replayed() -> None:
-        code = run(*args)
-        if code:
-            check_code(code, c_name)
-
-    replayed.keep = (x, y, z)
-    return replayed
+    return c_call(lib.mg_broadcast, args, c_name, (x, y, z))
 
 
 def register_native_binary(op_type: str, c_name: str) -> None:

@@ -29,6 +29,8 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -437,6 +439,20 @@ def check_code(code: int, what: str = "batch norm") -> None:
         raise MemoryError(f"native {what}: out of memory for the kernel's workspace")
     if code != lib.MG_OK:
         raise ValueError(f"native {what}: invalid arguments (code {code})")
+
+
+def c_call(function: Any, args: tuple, what: str, keep: Any = None) -> Callable[[], None]:
+    """A function of no arguments making the C call ``function(*args)`` with arguments made
+    once (a replayed step, ``client/replay.py``), its return code raised as
+    :func:`check_code` raises it; ``keep``: what the arguments' pointers point into, held as
+    long as the function."""
+    def called() -> None:
+        code = function(*args)
+        if code:
+            check_code(code, what)
+
+    called.keep = keep
+    return called
 
 
 def plain_f32(array) -> bool:

@@ -24,6 +24,7 @@ from minigraph.backends.compute import compute_dtype, fail_for, placed_rows
 from minigraph.backends.native import (
     as_f32,
     attrs_fit_int32,
+    c_call,
     check_code,
     check_rank4,
     checked_sizes,
@@ -319,13 +320,7 @@ def _pool_replay(c_name: str):
         args = (*_c_pool_args(op.type, x, w.ksize, w.strides, w.pads, w.out,
                               op.attrs["data_format"] == "NHWC"),
                 fbuf(x), fbuf(y), num_threads())
-        run = getattr(lib, c_name)
-
-        def replayed() -> None:
-            check_code(run(*args), op.type)
-
-        replayed.keep = (values, outputs)
-        return replayed
+        return c_call(getattr(lib, c_name), args, op.type, (values, outputs))
 
     return maker
 
