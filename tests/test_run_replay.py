@@ -307,3 +307,36 @@ def test_keras_zoo_runs_replay_the_unbound_bits(replayed_steps):
     loops = {"lstm", "gru", "simple_rnn", "bidirectional", "conv_lstm2d", "stacked_recurrent",
              "masked_lstm", "center_crop"}
     assert set(skipped) <= loops | {"random_flip", "noise_and_regularization"}, skipped
+
+
+def test_a_replayed_step_runs_its_kernel_once_its_watched_inputs_change():
+    """``registry.while_unchanged``: the fast call while an input it was made for (an axis,
+    paddings) holds the same bytes, the kernel's results (copied into the output) once it
+    holds others, and the fast call again when they come back."""
+    from minigraph.backends.registry import while_unchanged
+
+    axis, x, out = np.array(1, np.int32), np.arange(6, dtype=F32).reshape(2, 3), np.empty(3, F32)
+    op = type("Op", (), {"type": "Sum", "name": "sum"})()
+    calls = []
+
+    def fast():
+        calls.append("fast")
+        np.copyto(out, x.sum(axis=0))
+
+    def kernel(op, values, ctx):
+        calls.append("kernel")
+        return [np.full(3, int(values[0]), F32)]
+
+    step = while_unchanged([axis], fast, op, [out], kernel, [axis, x], None)
+    step()
+    np.testing.assert_array_equal(out, [3, 5, 7])
+    axis[...] = 0
+    step()
+    np.testing.assert_array_equal(out, [0, 0, 0])
+    axis[...] = 5
+    step()
+    np.testing.assert_array_equal(out, [5, 5, 5])
+    axis[...] = 1
+    step()
+    np.testing.assert_array_equal(out, [3, 5, 7])
+    assert calls == ["fast", "kernel", "kernel", "fast"]

@@ -20,7 +20,7 @@ from minigraph.backends.native import (
     num_threads,
     plain_f32,
 )
-from minigraph.backends.registry import register_kernel, set_replay, store_results
+from minigraph.backends.registry import register_kernel, set_replay, while_unchanged
 from minigraph.framework import dtypes
 
 
@@ -87,17 +87,9 @@ def _concat_replay(op, values: list, outputs: list, ctx):
             or y.shape[axis] != sum(v.shape[axis] for v in tensors)):
         return None
     where = values[0] if op.type == "Concat" else values[-1]
-    made = where.tobytes()
     args, buffers = _concat_args(tensors, axis, y)
     join = c_call(lib.mg_concat, args, "Concat", (values, outputs, buffers))
-
-    def replayed() -> None:
-        if where.tobytes() == made:
-            join()
-        else:
-            store_results(op, outputs, concat_native(op, values, ctx))
-
-    return replayed
+    return while_unchanged([where], join, op, outputs, concat_native, values, ctx)
 
 
 set_replay(concat_native, _concat_replay)
@@ -177,17 +169,12 @@ def _split_replay(op, values: list, outputs: list, ctx):
     pairs = list(zip(outputs, _views(x, sizes, axis)))
     if any(out.shape != view.shape or out.dtype != view.dtype for out, view in pairs):
         return None
-    arguments = [v for v in values if v is not x]
-    made = [v.tobytes() for v in arguments]
+    def copied() -> None:
+        for out, view in pairs:
+            np.copyto(out, view)
 
-    def replayed() -> None:
-        if [v.tobytes() for v in arguments] == made:
-            for out, view in pairs:
-                np.copyto(out, view)
-        else:
-            store_results(op, outputs, split(op, values, ctx))
-
-    return replayed
+    return while_unchanged([v for v in values if v is not x], copied, op, outputs, split,
+                           values, ctx)
 
 
 set_replay(split, _split_replay)

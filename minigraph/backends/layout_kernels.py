@@ -18,7 +18,7 @@ from minigraph.backends.native import (
     num_threads,
     plain_f32,
 )
-from minigraph.backends.registry import register_kernel, set_replay, store_results
+from minigraph.backends.registry import register_kernel, set_replay, while_unchanged
 from minigraph.framework import dtypes
 from minigraph.ops.layout_ops import MASKS, SliceSpec
 
@@ -59,10 +59,9 @@ def _pad_replay(op, values: list, outputs: list, ctx):
             or not out.flags.c_contiguous or any(a < 0 or b < 0 for a, b in pairs)
             or out.shape != tuple(d + a + b for d, (a, b) in zip(x.shape, pairs))):
         return None
-    made = paddings.tobytes()
     if plain_f32(x) and plain_f32(out) and x.ndim <= PAD_MAX_RANK:
         padded = c_call(lib.mg_pad, (*_pad_args(x, pairs), fbuf(x), fbuf(out), num_threads()),
-                        "Pad")
+                        "Pad", (values, outputs))
     else:
         interior = out[_windows([a for a, _ in pairs], x.shape)]
 
@@ -70,14 +69,7 @@ def _pad_replay(op, values: list, outputs: list, ctx):
             out[...] = 0
             np.copyto(interior, x)
 
-    def replayed() -> None:
-        if paddings.tobytes() == made:
-            padded()
-        else:
-            store_results(op, outputs, pad(op, values, ctx))
-
-    replayed.keep = (values, outputs)
-    return replayed
+    return while_unchanged([paddings], padded, op, outputs, pad, values, ctx)
 
 
 def c_pad(x: np.ndarray, pairs: list[list[int]]) -> np.ndarray:
@@ -161,15 +153,8 @@ def _tile_replay(op, values: list, outputs: list, ctx):
         return None
     target = out.reshape([n for m, d in zip(reps, x.shape) for n in (m, d)])
     source = x.reshape([n for d in x.shape for n in (1, d)])
-    made = multiples.tobytes()
-
-    def replayed() -> None:
-        if multiples.tobytes() == made:
-            np.copyto(target, source)
-        else:
-            store_results(op, outputs, tile(op, values, ctx))
-
-    return replayed
+    return while_unchanged([multiples], lambda: np.copyto(target, source), op, outputs, tile,
+                           values, ctx)
 
 
 set_replay(tile, _tile_replay)

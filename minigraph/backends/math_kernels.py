@@ -19,7 +19,12 @@ from minigraph.backends.native import (
     out_array,
     plain_f32,
 )
-from minigraph.backends.registry import find_kernel, register_kernel, set_replay, store_results
+from minigraph.backends.registry import (
+    find_kernel,
+    register_kernel,
+    set_replay,
+    while_unchanged,
+)
 from minigraph.framework import dtypes
 
 F32 = np.float32
@@ -310,15 +315,7 @@ def _reduce_replay(op, values: list, outputs: list, ctx):
     if out.size != size:
         return None
     reduced = c_call(function, (*args, num_threads()), op.type, (values, outputs, outer_plan))
-    made = axes.tobytes()
-
-    def replayed() -> None:
-        if axes.tobytes() == made:
-            reduced()
-        else:
-            store_results(op, outputs, reduce_native(op, values, ctx))
-
-    return replayed
+    return while_unchanged([axes], reduced, op, outputs, reduce_native, values, ctx)
 
 
 set_replay(reduce_native, _reduce_replay)
